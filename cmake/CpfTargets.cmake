@@ -1,0 +1,55 @@
+# One library per framework folder; dependencies are declared explicitly so the compiler and linker
+# enforce the layering (core <- tensor <- autograd <- {nn, optim, distributed} <- attention <- models).
+#
+#   cpf_add_library(NAME tensor DIR framework/tensor DEPS cpf_core PRIVATE_DEPS ...)
+# Sources are every *.cpp below DIR, except those in a cuda/ sub-folder (added by the CUDA issue).
+function(cpf_add_library)
+  cmake_parse_arguments(ARG "" "NAME;DIR" "DEPS;PRIVATE_DEPS" ${ARGN})
+  file(GLOB_RECURSE _srcs CONFIGURE_DEPENDS "${PROJECT_SOURCE_DIR}/${ARG_DIR}/*.cpp")
+  list(FILTER _srcs EXCLUDE REGEX "/cuda/")
+  set(_target cpf_${ARG_NAME})
+  if(_srcs)
+    add_library(${_target} STATIC ${_srcs})
+    set(_scope PUBLIC)
+  else()
+    add_library(${_target} INTERFACE)
+    set(_scope INTERFACE)
+  endif()
+  add_library(cpformer::${ARG_NAME} ALIAS ${_target})
+  set_target_properties(${_target} PROPERTIES EXPORT_NAME ${ARG_NAME})
+  target_include_directories(${_target} ${_scope}
+    $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}>
+    $<INSTALL_INTERFACE:include/cpformer>)
+  target_compile_features(${_target} ${_scope} cxx_std_20)
+  if(ARG_DEPS)
+    target_link_libraries(${_target} ${_scope} ${ARG_DEPS})
+  endif()
+  if(ARG_PRIVATE_DEPS AND _srcs)
+    target_link_libraries(${_target} PRIVATE ${ARG_PRIVATE_DEPS})
+  endif()
+  if(_srcs)
+    target_compile_options(${_target} PRIVATE -Wall -Wextra -Wno-unused-parameter)
+  endif()
+  set_property(GLOBAL APPEND PROPERTY CPF_LIBRARY_TARGETS ${_target})
+endfunction()
+
+# Each tests/**/*_test.cpp becomes one executable (a compile error in one file does not stop the
+# others) registered with ctest; label = its folder, plus 'gradcheck' for *_gradcheck_test.cpp and
+# 'unit' otherwise.
+function(cpf_add_tests)
+  cmake_parse_arguments(ARG "" "DIR" "DEPS" ${ARGN})
+  file(GLOB _srcs CONFIGURE_DEPENDS "${CMAKE_CURRENT_SOURCE_DIR}/${ARG_DIR}/*_test.cpp")
+  foreach(_src IN LISTS _srcs)
+    get_filename_component(_name ${_src} NAME_WE)
+    set(_exe ${ARG_DIR}_${_name})
+    string(REPLACE "/" "_" _exe ${_exe})
+    add_executable(${_exe} ${_src})
+    target_link_libraries(${_exe} PRIVATE ${ARG_DEPS} cpf_test_support GTest::gtest_main)
+    if(_name MATCHES "gradcheck")
+      set(_kind gradcheck)
+    else()
+      set(_kind unit)
+    endif()
+    gtest_discover_tests(${_exe} PROPERTIES LABELS "${_kind};${ARG_DIR}" DISCOVERY_TIMEOUT 60)
+  endforeach()
+endfunction()

@@ -1,0 +1,127 @@
+#include "framework/autograd/gradcheck.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <sstream>
+
+#include "framework/autograd/engine.h"
+#include "framework/autograd/grad_mode.h"
+#include "framework/tensor/ops/copy.h"
+#include "framework/tensor/ops/elementwise.h"
+#include "framework/tensor/ops/reduce.h"
+#include "framework/tensor/random.h"
+
+namespace cpf {
+namespace {
+
+// L = sum_k sum(w_k * out_k) in f64, computed without recording.
+double contract(const std::vector<Tensor>& outputs, const std::vector<Tensor>& weights) {
+  double total = 0;
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    if (!weights[k].defined()) continue;
+    Tensor o = raw::to(outputs[k], DType::f64);
+    total += raw::sum(raw::mul(o, weights[k])).item<double>();
+  }
+  return total;
+}
+
+std::vector<int64_t> chosen_elements(int64_t numel, int64_t limit, std::mt19937_64& rng) {
+  std::vector<int64_t> all(static_cast<size_t>(numel));
+  std::iota(all.begin(), all.end(), 0);
+  if (limit <= 0 || numel <= limit) return all;
+  std::shuffle(all.begin(), all.end(), rng);
+  all.resize(static_cast<size_t>(limit));
+  std::sort(all.begin(), all.end());
+  return all;
+}
+
+}  // namespace
+
+std::string GradcheckReport::str() const {
+  std::ostringstream os;
+  os << (ok ? "gradcheck passed" : "gradcheck FAILED") << ": " << checked << " elements, max |analytic - numeric| = "
+     << max_abs_error;
+  if (worst_index >= 0) {
+    os << "; worst: input " << worst_input << " " << shape_str(worst_shape) << " element " << worst_index
+       << " analytic=" << worst_analytic << " numeric=" << worst_numeric;
+  }
+  return os.str();
+}
+
+GradcheckReport gradcheck(const GradcheckFn& fn, const std::vector<Tensor>& inputs, GradcheckOptions options) {
+  CPF_CHECK(options.eps > 0, "gradcheck: eps must be positive, got ", options.eps);
+  bool any = false;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i].defined() || !inputs[i].requires_grad()) continue;
+    any = true;
+    CPF_CHECK(inputs[i].dtype() == DType::f64, "gradcheck: input ", i, " of shape ", inputs[i].shape(), " is ",
+              inputs[i].dtype(), "; finite differences need f64 inputs");
+  }
+  CPF_CHECK(any, "gradcheck: no input requires grad; call set_requires_grad() on the inputs to check");
+
+  // Analytic gradients of L.
+  for (const Tensor& t : inputs) {
+    if (t.defined() && t.requires_grad()) t.set_grad(Tensor());
+  }
+  std::vector<Tensor> outputs = fn(inputs);
+  Generator weight_gen(options.seed);
+  std::vector<Tensor> weights(outputs.size());
+  std::vector<Tensor> roots, seeds;
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    if (!outputs[k].defined() || !is_floating(outputs[k].dtype())) continue;
+    weights[k] = randn(outputs[k].shape(), {.dtype = DType::f64}, &weight_gen);
+    if (outputs[k].requires_grad()) {
+      roots.push_back(outputs[k]);
+      seeds.push_back(raw::to(weights[k], outputs[k].dtype()));
+    }
+  }
+  if (!roots.empty()) backward(roots, seeds);
+
+  GradcheckReport report;
+  std::mt19937_64 rng(options.seed);
+  double worst_ratio = -1;
+  NoGradGuard no_grad;
+  std::vector<Tensor> perturbed(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) perturbed[i] = inputs[i].defined() ? raw::clone(inputs[i]) : Tensor();
+
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i].defined() || !inputs[i].requires_grad()) continue;
+    Tensor analytic = inputs[i].grad().defined() ? raw::contiguous(inputs[i].grad()) : zeros_like(inputs[i].detach());
+    const double* ga = analytic.data<double>();
+    double* x = perturbed[i].data<double>();
+    for (int64_t e : chosen_elements(inputs[i].numel(), options.max_elements_per_input, rng)) {
+      const double original = x[e];
+      x[e] = original + options.eps;
+      const double plus = contract(fn(perturbed), weights);
+      x[e] = original - options.eps;
+      const double minus = contract(fn(perturbed), weights);
+      x[e] = original;
+      const double numeric = (plus - minus) / (2 * options.eps);
+      const double error = std::abs(ga[e] - numeric);
+      const double tolerance = options.atol + options.rtol * std::abs(numeric);
+      const double ratio = std::isnan(error) ? std::numeric_limits<double>::infinity() : error / tolerance;
+      report.checked += 1;
+      report.max_abs_error = std::max(report.max_abs_error, error);
+      if (ratio > 1.0 || std::isnan(error)) report.ok = false;
+      if (ratio > worst_ratio) {
+        worst_ratio = ratio;
+        report.worst_input = i;
+        report.worst_index = e;
+        report.worst_shape = inputs[i].shape();
+        report.worst_analytic = ga[e];
+        report.worst_numeric = numeric;
+      }
+    }
+  }
+  return report;
+}
+
+GradcheckReport gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& fn,
+                          const std::vector<Tensor>& inputs, GradcheckOptions options) {
+  return gradcheck(GradcheckFn([&fn](const std::vector<Tensor>& in) { return std::vector<Tensor>{fn(in)}; }), inputs,
+                   options);
+}
+
+}  // namespace cpf

@@ -1,0 +1,139 @@
+#include "framework/autograd/node.h"
+
+#include <atomic>
+
+#include "framework/autograd/grad_mode.h"
+#include "framework/tensor/ops/copy.h"
+#include "framework/tensor/ops/elementwise.h"
+
+namespace cpf {
+
+namespace {
+thread_local bool t_grad_enabled = true;
+}  // namespace
+
+bool grad_enabled() { return t_grad_enabled; }
+void set_grad_enabled(bool enabled) { t_grad_enabled = enabled; }
+
+namespace autograd {
+namespace {
+
+std::atomic<uint64_t> g_next_sequence_nr{0};
+thread_local std::string t_current_op;
+
+}  // namespace
+
+const std::string& current_backward_op() { return t_current_op; }
+
+// Set by the engine around Node::apply so SavedTensor errors can name the op.
+struct CurrentOpScope {
+  explicit CurrentOpScope(const std::string& name) : previous(t_current_op) { t_current_op = name; }
+  ~CurrentOpScope() { t_current_op = previous; }
+  std::string previous;
+};
+
+Node::Node(std::vector<Edge> next_edges, std::vector<InputMeta> input_meta, uint32_t num_outputs)
+    : next_edges_(std::move(next_edges)),
+      input_meta_(std::move(input_meta)),
+      num_outputs_(num_outputs),
+      sequence_nr_(g_next_sequence_nr.fetch_add(1)) {}
+
+AccumulateGrad::AccumulateGrad(Tensor leaf) : Node({}, {}, 1), leaf_(std::move(leaf)) {}
+
+std::vector<Tensor> AccumulateGrad::apply(const std::vector<Tensor>& grad_outputs) {
+  const Tensor& incoming = grad_outputs.at(0);
+  if (!incoming.defined()) return {};
+  Tensor current = leaf_.grad();
+  if (!current.defined()) {
+    // A private copy: the incoming gradient may alias another node's buffer or be a broadcast view.
+    leaf_.set_grad(raw::clone(incoming));
+  } else {
+    raw::add_(current, incoming);
+  }
+  return {};
+}
+
+SavedTensor::SavedTensor(const Tensor& t) {
+  if (t.defined()) {
+    data_ = t.detach();
+    version_ = t.version();
+  }
+}
+
+const Tensor& SavedTensor::unpack() const {
+  CPF_CHECK(!data_.defined() || data_.version() == version_, "autograd: a tensor of shape ", data_.shape(),
+            " saved for the backward of '", current_backward_op(), "' was modified in place after it was saved (version ",
+            data_.version(), ", saved at version ", version_,
+            "); compute on a copy (clone) or make the change out of place");
+  return data_;
+}
+
+FunctionNode::FunctionNode(std::string name, BackwardFn backward, std::vector<Edge> next_edges,
+                           std::vector<InputMeta> meta, uint32_t num_outputs)
+    : Node(std::move(next_edges), std::move(meta), num_outputs), name_(std::move(name)), backward_(std::move(backward)) {}
+
+std::vector<Tensor> FunctionNode::apply(const std::vector<Tensor>& grad_outputs) {
+  CPF_CHECK(!released(), "autograd: trying to backward through the graph of '", name_,
+            "' a second time; its saved tensors were freed after the first backward (pass retain_graph=true to "
+            "the first backward call if you need to run it again)");
+  CurrentOpScope scope(name_);
+  return backward_(grad_outputs);
+}
+
+void FunctionNode::release() {
+  Node::release();
+  backward_ = nullptr;  // frees the captured SavedTensors
+}
+
+Edge gradient_edge(const Tensor& t) {
+  if (!t.defined() || !t.requires_grad()) return {};
+  if (t.grad_fn()) return {t.grad_fn(), t.output_nr()};
+  TensorImpl* impl = t.impl();
+  std::shared_ptr<Node> accumulator = impl->grad_accumulator.lock();
+  if (!accumulator) {
+    accumulator = std::make_shared<AccumulateGrad>(t);
+    impl->grad_accumulator = accumulator;
+  }
+  return {accumulator, 0};
+}
+
+bool any_requires_grad(const std::vector<Tensor>& inputs) {
+  if (!grad_enabled()) return false;
+  for (const Tensor& t : inputs) {
+    if (t.defined() && t.requires_grad()) return true;
+  }
+  return false;
+}
+
+std::vector<Tensor> record(const std::string& name, std::vector<Tensor> outputs, const std::vector<Tensor>& inputs,
+                           BackwardFn backward) {
+  if (!any_requires_grad(inputs)) return outputs;
+  std::vector<Edge> edges;
+  std::vector<InputMeta> meta;
+  edges.reserve(inputs.size());
+  for (const Tensor& t : inputs) {
+    edges.push_back(gradient_edge(t));
+    meta.push_back(t.defined() ? InputMeta{t.shape(), t.dtype()} : InputMeta{});
+  }
+  auto node = std::make_shared<FunctionNode>(name, std::move(backward), std::move(edges), std::move(meta),
+                                             static_cast<uint32_t>(outputs.size()));
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    if (!outputs[i].defined() || !is_floating(outputs[i].dtype())) continue;
+    // A fresh impl per output: a raw op may return one of its inputs unchanged (contiguous, to), and
+    // that input must not become a graph node.
+    Tensor out = outputs[i].detach();
+    TensorImpl* impl = out.impl();
+    impl->requires_grad = true;
+    impl->grad_fn = node;
+    impl->output_nr = static_cast<uint32_t>(i);
+    outputs[i] = out;
+  }
+  return outputs;
+}
+
+Tensor record(const std::string& name, Tensor output, const std::vector<Tensor>& inputs, BackwardFn backward) {
+  return record(name, std::vector<Tensor>{std::move(output)}, inputs, std::move(backward)).front();
+}
+
+}  // namespace autograd
+}  // namespace cpf

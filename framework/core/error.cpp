@@ -1,0 +1,43 @@
+#include "framework/core/error.h"
+
+#include <cstring>
+
+namespace cpf {
+namespace {
+
+// Paths are reported relative to the project so messages do not depend on the build machine.
+std::string short_path(const std::string& file) {
+  for (const char* root : {"framework/", "attention/", "models/", "apps/", "tests/", "benchmarks/"}) {
+    const auto pos = file.rfind(root);
+    if (pos != std::string::npos) return file.substr(pos);
+  }
+  return file;
+}
+
+std::string compose(const std::string& file, int line, const std::string& condition,
+                    const std::string& message) {
+  std::string out = message.empty() ? "check failed" : message;
+  out += " [" + file + ":" + std::to_string(line);
+  if (!condition.empty()) out += ": " + condition;
+  out += "]";
+  return out;
+}
+
+}  // namespace
+
+Error::Error(std::string file, int line, std::string condition, std::string message)
+    : std::runtime_error(compose(short_path(file), line, condition, message)),
+      file_(short_path(file)),
+      line_(line),
+      condition_(std::move(condition)),
+      message_(std::move(message)) {}
+
+std::string shape_str(const std::vector<int64_t>& shape) { return detail::str_cat(shape); }
+
+namespace detail {
+void throw_error(const char* file, int line, const char* condition, std::string message) {
+  throw Error(file, line, condition, std::move(message));
+}
+}  // namespace detail
+
+}  // namespace cpf

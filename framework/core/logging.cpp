@@ -1,0 +1,47 @@
+#include "framework/core/logging.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <iostream>
+#include <mutex>
+
+namespace cpf {
+namespace {
+
+LogLevel level_from_env() {
+  const char* value = std::getenv("CPF_LOG_LEVEL");
+  if (value == nullptr) return LogLevel::info;
+  const std::string text(value);
+  if (text == "debug") return LogLevel::debug;
+  if (text == "warn") return LogLevel::warn;
+  if (text == "error") return LogLevel::error;
+  return LogLevel::info;
+}
+
+std::atomic<LogLevel>& level_storage() {
+  static std::atomic<LogLevel> level{level_from_env()};
+  return level;
+}
+
+const char* level_name(LogLevel level) {
+  switch (level) {
+    case LogLevel::debug: return "debug";
+    case LogLevel::info: return "info";
+    case LogLevel::warn: return "warn";
+    case LogLevel::error: return "error";
+  }
+  return "?";
+}
+
+}  // namespace
+
+LogLevel log_level() { return level_storage().load(); }
+void set_log_level(LogLevel level) { level_storage().store(level); }
+
+void log_message(LogLevel level, const std::string& message) {
+  static std::mutex mutex;
+  std::lock_guard<std::mutex> lock(mutex);
+  std::cerr << "[cpformer " << level_name(level) << "] " << message << '\n';
+}
+
+}  // namespace cpf

@@ -1,0 +1,12 @@
+#pragma once
+// Matrix products on Eigen. Operands may be transposed views (either of the last two strides equal
+// to 1): they are mapped as row- or column-major matrices without a copy.
+#include "framework/tensor/tensor.h"
+
+namespace cpf::raw {
+
+// a (..., M, K) @ b (..., K, N) -> (..., M, N); leading (batch) dims broadcast. 1-D operands are
+// treated as a row (a) or a column (b) vector and that dim is dropped from the result, as numpy does.
+Tensor matmul(const Tensor& a, const Tensor& b);
+
+}  // namespace cpf::raw

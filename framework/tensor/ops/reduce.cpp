@@ -1,0 +1,124 @@
+#include "framework/tensor/ops/reduce.h"
+
+#include <Eigen/Core>
+#include <cmath>
+#include <limits>
+
+#include "framework/tensor/ops/copy.h"
+#include "framework/tensor/ops/views.h"
+#include "framework/tensor/shape_utils.h"
+
+namespace cpf::raw {
+namespace {
+
+template <class T>
+using RowMajorArray = Eigen::Array<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+// x viewed as a contiguous (kept, reduced) matrix: kept dims first, reduced dims last.
+struct ReductionLayout {
+  Tensor rows;  // (K, R), contiguous
+  Shape out_shape;
+  int64_t kept = 1, reduced = 1;
+};
+
+ReductionLayout layout_for(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim, const char* op) {
+  check_defined(x, op, "x");
+  CPF_CHECK(x.device().is_cpu(), op, ": no kernel for device ", x.device(), " in this build");
+  CPF_CHECK(is_floating(x.dtype()), op, ": needs a floating tensor, got ", x.dtype());
+  const auto reduce_dims = normalize_dims(dims, x.dim(), op);
+  std::vector<int64_t> order;
+  ReductionLayout layout;
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    if (std::find(reduce_dims.begin(), reduce_dims.end(), d) == reduce_dims.end()) {
+      order.push_back(d);
+      layout.kept *= x.size(d);
+    }
+  }
+  for (int64_t d : reduce_dims) {
+    order.push_back(d);
+    layout.reduced *= x.size(d);
+  }
+  Tensor src = x.dtype() == DType::bf16 ? to(x, DType::f32) : x;
+  layout.rows = contiguous(permute(src, order));
+  layout.out_shape = reduced_shape(x.shape(), reduce_dims, keepdim);
+  return layout;
+}
+
+// out[k] = fn(row k as an Eigen array) for each kept index k, in the compute dtype of x.
+template <class Fn>
+Tensor reduce_rows(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim, const char* op, Fn&& fn) {
+  ReductionLayout layout = layout_for(x, dims, keepdim, op);
+  Tensor out = empty(layout.out_shape, {.dtype = layout.rows.dtype()});
+  visit_compute_dtype(layout.rows.dtype(), op, [&]<class T>() {
+    Eigen::Map<const RowMajorArray<T>> in(layout.rows.data<T>(), layout.kept, layout.reduced);
+    T* o = out.data<T>();
+    const int64_t kept = layout.kept;
+#if defined(CPF_WITH_OPENMP)
+#pragma omp parallel for if (kept * layout.reduced > (1 << 16) && kept > 1) schedule(static)
+#endif
+    for (int64_t k = 0; k < kept; ++k) o[k] = fn(in.row(k));
+  });
+  return x.dtype() == DType::bf16 ? to(out, DType::bf16) : out;
+}
+
+}  // namespace
+
+Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  return reduce_rows(x, dims, keepdim, "sum", [](const auto& row) { return row.sum(); });
+}
+
+Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  return reduce_rows(x, dims, keepdim, "mean", [](const auto& row) {
+    using T = typename std::decay_t<decltype(row)>::Scalar;
+    return row.size() == 0 ? std::numeric_limits<T>::quiet_NaN() : row.sum() / static_cast<T>(row.size());
+  });
+}
+
+Tensor amax(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  for (int64_t d : normalize_dims(dims, x.dim(), "amax")) {
+    CPF_CHECK(x.size(d) > 0, "amax: cannot reduce over dim ", d, " of size 0 (shape ", x.shape(), ")");
+  }
+  return reduce_rows(x, dims, keepdim, "amax", [](const auto& row) { return row.maxCoeff(); });
+}
+
+Tensor logsumexp(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  return reduce_rows(x, dims, keepdim, "logsumexp", [](const auto& row) {
+    using T = typename std::decay_t<decltype(row)>::Scalar;
+    if (row.size() == 0) return -std::numeric_limits<T>::infinity();
+    const T m = row.maxCoeff();
+    if (!std::isfinite(m)) return m;  // all -inf stays -inf; +inf/NaN propagate
+    return m + std::log((row - m).exp().sum());
+  });
+}
+
+Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
+  const int64_t d = normalize_dim(dim, x.dim(), "argmax");
+  CPF_CHECK(x.dim() == 0 || x.size(d) > 0, "argmax: dim ", d, " has size 0 (shape ", x.shape(), ")");
+  ReductionLayout layout = layout_for(x, {d}, keepdim, "argmax");
+  Tensor out = empty(layout.out_shape, {.dtype = DType::i64});
+  visit_compute_dtype(layout.rows.dtype(), "argmax", [&]<class T>() {
+    Eigen::Map<const RowMajorArray<T>> in(layout.rows.data<T>(), layout.kept, layout.reduced);
+    int64_t* o = out.data<int64_t>();
+    for (int64_t k = 0; k < layout.kept; ++k) {
+      Eigen::Index best = 0;
+      in.row(k).maxCoeff(&best);
+      o[k] = static_cast<int64_t>(best);
+    }
+  });
+  return out;
+}
+
+Tensor sum_to(const Tensor& x, const Shape& shape) {
+  if (x.shape() == shape) return x;
+  CPF_CHECK(broadcast_shapes(shape, x.shape(), "sum_to") == x.shape(), "sum_to: ", x.shape(),
+            " is not a broadcast of ", shape);
+  const int64_t lead = x.dim() - static_cast<int64_t>(shape.size());
+  std::vector<int64_t> dims;
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    if (d < lead || (shape[d - lead] == 1 && x.size(d) != 1)) dims.push_back(d);
+  }
+  if (dims.empty()) return reshape(x, shape);
+  return reshape(sum(x, dims, true), shape);
+}
+
+}  // namespace cpf::raw

@@ -1,0 +1,54 @@
+#pragma once
+// Storage: one allocation on one device, shared by a tensor and all its views. It also carries the
+// version counter that autograd uses to detect in-place changes to saved tensors (views share it,
+// because writing through a view changes the base).
+//
+// Memory comes from the DeviceBackend registered for the device type: the CPU backend is built in;
+// the CUDA backend registers itself when compiled (framework/tensor/cuda). Nothing here assumes CPU.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "framework/tensor/device.h"
+
+namespace cpf {
+
+// What a device type must provide to hold tensors. Implementations are process-wide singletons.
+class DeviceBackend {
+ public:
+  virtual ~DeviceBackend() = default;
+  virtual void* allocate(size_t nbytes, Device device) = 0;
+  virtual void deallocate(void* ptr, size_t nbytes, Device device) noexcept = 0;
+  // Copies between this backend's device and the host, or within the device.
+  virtual void copy(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes) = 0;
+  virtual void fill_zero(void* ptr, size_t nbytes, Device device) = 0;
+  virtual int device_count() const = 0;
+};
+
+void register_device_backend(DeviceType type, DeviceBackend* backend);
+// Throws with a hint when the backend is missing (e.g. cuda in a CPU-only build).
+DeviceBackend& device_backend(DeviceType type);
+bool has_device_backend(DeviceType type);
+
+class Storage {
+ public:
+  Storage(size_t nbytes, Device device);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  void* data() const noexcept { return data_; }
+  size_t nbytes() const noexcept { return nbytes_; }
+  Device device() const noexcept { return device_; }
+
+  uint64_t version() const noexcept { return version_; }
+  void bump_version() noexcept { ++version_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t nbytes_ = 0;
+  Device device_;
+  uint64_t version_ = 0;
+};
+
+}  // namespace cpf
