@@ -58,6 +58,10 @@ GradcheckReport gradcheck(const GradcheckFn& fn, const std::vector<Tensor>& inpu
     any = true;
     CPF_CHECK(inputs[i].dtype() == DType::f64, "gradcheck: input ", i, " of shape ", inputs[i].shape(), " is ",
               inputs[i].dtype(), "; finite differences need f64 inputs");
+    for (int64_t d = 0; d < inputs[i].dim(); ++d) {
+      CPF_CHECK(inputs[i].size(d) <= 1 || inputs[i].stride(d) != 0, "gradcheck: input ", i, " of shape ",
+                inputs[i].shape(), " has overlapping elements (stride 0 at dim ", d, "); pass a contiguous copy");
+    }
   }
   CPF_CHECK(any, "gradcheck: no input requires grad; call set_requires_grad() on the inputs to check");
 
@@ -83,21 +87,29 @@ GradcheckReport gradcheck(const GradcheckFn& fn, const std::vector<Tensor>& inpu
   std::mt19937_64 rng(options.seed);
   double worst_ratio = -1;
   NoGradGuard no_grad;
-  std::vector<Tensor> perturbed(inputs.size());
-  for (size_t i = 0; i < inputs.size(); ++i) perturbed[i] = inputs[i].defined() ? raw::clone(inputs[i]) : Tensor();
 
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (!inputs[i].defined() || !inputs[i].requires_grad()) continue;
     Tensor analytic = inputs[i].grad().defined() ? raw::contiguous(inputs[i].grad()) : zeros_like(inputs[i].detach());
     const double* ga = analytic.data<double>();
-    double* x = perturbed[i].data<double>();
+    // Perturb the caller's tensor in place (through its strides), so functions that reach the
+    // inputs through other handles, e.g. a module's parameters, see the change too.
+    double* base = inputs[i].data<double>();
+    const Shape& shape = inputs[i].shape();
+    const Shape& strides = inputs[i].strides();
     for (int64_t e : chosen_elements(inputs[i].numel(), options.max_elements_per_input, rng)) {
-      const double original = x[e];
-      x[e] = original + options.eps;
-      const double plus = contract(fn(perturbed), weights);
-      x[e] = original - options.eps;
-      const double minus = contract(fn(perturbed), weights);
-      x[e] = original;
+      int64_t offset = 0;
+      for (int64_t d = static_cast<int64_t>(shape.size()) - 1, rest = e; d >= 0; --d) {
+        offset += (rest % shape[d]) * strides[d];
+        rest /= shape[d];
+      }
+      double& x = base[offset];
+      const double original = x;
+      x = original + options.eps;
+      const double plus = contract(fn(inputs), weights);
+      x = original - options.eps;
+      const double minus = contract(fn(inputs), weights);
+      x = original;
       const double numeric = (plus - minus) / (2 * options.eps);
       const double error = std::abs(ga[e] - numeric);
       const double tolerance = options.atol + options.rtol * std::abs(numeric);

@@ -2,7 +2,8 @@
 // Finite-difference gradient check. The function's outputs are contracted with fixed random weights
 // into a scalar L = sum_k <w_k, out_k>; the analytic dL/dx from backward is compared element by
 // element with the central difference (L(x + eps e_i) - L(x - eps e_i)) / (2 eps). Inputs should be
-// f64. Inputs that do not require grad are held constant.
+// f64. Inputs that do not require grad are held constant. Inputs are perturbed in place (and restored),
+// so a function that reaches them through other handles (a module's parameters) is checked too.
 #include <functional>
 #include <string>
 #include <vector>

@@ -1,0 +1,58 @@
+#pragma once
+// nn::Module: a named tree of parameters, buffers and child modules. The recursive named walk
+// ("blocks.0.attn.q_proj.weight") is what optimizers, checkpoints and data parallelism iterate over.
+// Parameters are Tensor handles: the module and its owner share one TensorImpl, so loading a
+// checkpoint copies into the existing storage instead of replacing handles.
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "framework/tensor/tensor.h"
+
+namespace cpf::nn {
+
+using NamedTensor = std::pair<std::string, Tensor>;
+
+class Module {
+ public:
+  virtual ~Module() = default;
+  Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  // Depth-first, registration order, children after own parameters; names joined with '.'.
+  std::vector<NamedTensor> named_parameters() const;
+  std::vector<Tensor> parameters() const;
+  std::vector<NamedTensor> named_buffers() const;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_children() const { return children_; }
+  int64_t num_parameters() const;
+
+  void train(bool training = true);
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+  // Drops every parameter's gradient (undefined, so the next backward allocates fresh ones).
+  void zero_grad();
+
+ protected:
+  // Marks `value` as a parameter (requires grad) and returns the same handle.
+  Tensor register_parameter(const std::string& name, Tensor value);
+  Tensor register_buffer(const std::string& name, Tensor value);
+  template <class M>
+  std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> module) {
+    add_child(name, module);
+    return module;
+  }
+
+ private:
+  void add_child(const std::string& name, std::shared_ptr<Module> module);
+  void check_new_name(const std::string& name) const;
+  void collect(const std::string& prefix, bool buffers, std::vector<NamedTensor>& out) const;
+
+  std::vector<NamedTensor> parameters_;
+  std::vector<NamedTensor> buffers_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+  bool training_ = true;
+};
+
+}  // namespace cpf::nn
