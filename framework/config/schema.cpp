@@ -1,0 +1,353 @@
+#include "framework/config/schema.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+namespace cpf::config {
+
+struct ConfigDocument {
+  YAML::Node root;
+  std::string file;
+  std::map<std::string, std::string> overrides;  // key path -> "--set ..." text
+};
+
+namespace {
+
+std::string join_path(const std::vector<std::string>& parts, const std::string& key) {
+  std::string out;
+  for (const auto& p : parts) out += p + ".";
+  return out + key;
+}
+
+std::vector<std::string> split_path(const std::string& path) {
+  std::vector<std::string> parts;
+  std::stringstream ss(path);
+  std::string part;
+  while (std::getline(ss, part, '.')) parts.push_back(part);
+  return parts;
+}
+
+std::string scalar_text(const YAML::Node& node) {
+  if (node.IsScalar()) return node.Scalar();
+  YAML::Emitter out;
+  out << YAML::Flow << node;
+  return out.c_str();
+}
+
+std::string format_double(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+}  // namespace
+
+std::string Location::str() const {
+  if (!override_text.empty()) return override_text;
+  std::string out = file;
+  if (line > 0) out += ":" + std::to_string(line) + ":" + std::to_string(column);
+  return out;
+}
+
+std::shared_ptr<ConfigDocument> load_config_string(const std::string& yaml, const std::string& name) {
+  auto doc = std::make_shared<ConfigDocument>();
+  doc->file = name;
+  try {
+    doc->root = YAML::Load(yaml);
+  } catch (const YAML::Exception& e) {
+    throw ConfigError(name + ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1) +
+                      ": invalid YAML: " + e.msg);
+  }
+  if (doc->root.IsNull()) doc->root = YAML::Node(YAML::NodeType::Map);
+  if (!doc->root.IsMap()) throw ConfigError(name + ":1:1: the config must be a mapping of sections");
+  return doc;
+}
+
+std::shared_ptr<ConfigDocument> load_config_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw ConfigError(path + ": cannot open the config file");
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return load_config_string(buffer.str(), path);
+}
+
+void apply_override(ConfigDocument& doc, const std::string& assignment) {
+  const auto eq = assignment.find('=');
+  const std::string text = "--set " + assignment;
+  if (eq == std::string::npos || eq == 0) throw ConfigError(text + ": expected key.path=value");
+  const std::string path = assignment.substr(0, eq);
+  YAML::Node value;
+  try {
+    value = YAML::Load(assignment.substr(eq + 1));
+  } catch (const YAML::Exception& e) {
+    throw ConfigError(text + ": invalid value: " + e.msg);
+  }
+  const auto parts = split_path(path);
+  // Walk down with a vector of nodes (yaml-cpp nodes are handles; reassignment would rebind).
+  std::vector<YAML::Node> chain{doc.root};
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    YAML::Node child = chain.back()[parts[i]];
+    if (!child.IsDefined() || child.IsNull()) {
+      chain.back()[parts[i]] = YAML::Node(YAML::NodeType::Map);
+      child = chain.back()[parts[i]];
+    }
+    if (!child.IsMap()) throw ConfigError(text + ": '" + parts[i] + "' is not a section");
+    chain.push_back(child);
+  }
+  chain.back()[parts.back()] = value;
+  doc.overrides[path] = text;
+}
+
+// ---- reader ---------------------------------------------------------------------------------
+
+struct ConfigReader::State {
+  std::shared_ptr<ConfigDocument> doc;
+  std::vector<YAML::Node> nodes;      // current mapping stack
+  std::vector<std::string> prefix;    // key path of the stack
+  std::set<std::string> consumed;     // key paths read (leaves and sections)
+  std::map<std::string, std::set<std::string>> known;  // section path -> keys it accepts
+  std::map<std::string, Location> locations;
+
+  Location locate(const std::string& path, const YAML::Node& node) const {
+    Location loc;
+    loc.file = doc->file;
+    auto it = doc->overrides.find(path);
+    if (it != doc->overrides.end()) {
+      loc.override_text = it->second;
+      return loc;
+    }
+    if (node.IsDefined() && node.Mark().line >= 0) {
+      loc.line = node.Mark().line + 1;
+      loc.column = node.Mark().column + 1;
+    }
+    return loc;
+  }
+};
+
+ConfigReader::ConfigReader(std::shared_ptr<ConfigDocument> doc) : state_(std::make_unique<State>()) {
+  state_->doc = std::move(doc);
+  state_->nodes.push_back(state_->doc->root);
+}
+
+ConfigReader::~ConfigReader() = default;
+
+namespace {
+
+// The value node for `key` in the current mapping, or an undefined node.
+YAML::Node lookup(const YAML::Node& map, const std::string& key) {
+  for (auto it = map.begin(); it != map.end(); ++it) {
+    if (it->first.Scalar() == key) return it->second;
+  }
+  return YAML::Node(YAML::NodeType::Undefined);
+}
+
+}  // namespace
+
+Location ConfigReader::location(const std::string& path) const {
+  auto it = state_->locations.find(path);
+  if (it != state_->locations.end()) return it->second;
+  Location loc;
+  loc.file = state_->doc->file;
+  return loc;
+}
+
+void ConfigReader::fail(const std::string& path, const std::string& message) const {
+  throw ConfigError(location(path).str() + ": " + message);
+}
+
+#define CPF_CONFIG_READ_SCALAR(TYPE, CONVERT, EXPECTED)                                                          \
+  void ConfigReader::field(const std::string& key, TYPE& value, const std::string&, Range range) {             \
+    const std::string path = join_path(state_->prefix, key);                                                   \
+    state_->known[join_path(state_->prefix, "")].insert(key);                                                  \
+    YAML::Node node = lookup(state_->nodes.back(), key);                                                       \
+    if (!node.IsDefined()) return;                                                                             \
+    state_->consumed.insert(path);                                                                             \
+    state_->locations[path] = state_->locate(path, node);                                                      \
+    const std::string text = scalar_text(node);                                                                \
+    TYPE parsed{};                                                                                             \
+    try {                                                                                                      \
+      if (!node.IsScalar()) throw YAML::Exception(YAML::Mark::null_mark(), "");                                \
+      parsed = CONVERT;                                                                                        \
+    } catch (const YAML::Exception&) {                                                                         \
+      fail(path, path + "=" + text + ": expected " EXPECTED);                                                  \
+    }                                                                                                          \
+    const double as_double = static_cast<double>(parsed);                                                      \
+    if (!(as_double >= range.min && as_double <= range.max)) {                                                 \
+      fail(path, path + "=" + text + " is out of range [" + format_double(range.min) + ", " +                  \
+                     format_double(range.max) + "]");                                                          \
+    }                                                                                                          \
+    value = parsed;                                                                                            \
+  }
+
+CPF_CONFIG_READ_SCALAR(int64_t, node.as<int64_t>(), "an integer")
+CPF_CONFIG_READ_SCALAR(int, node.as<int>(), "an integer")
+CPF_CONFIG_READ_SCALAR(double, node.as<double>(), "a number")
+#undef CPF_CONFIG_READ_SCALAR
+
+void ConfigReader::field(const std::string& key, bool& value, const std::string&) {
+  const std::string path = join_path(state_->prefix, key);
+  state_->known[join_path(state_->prefix, "")].insert(key);
+  YAML::Node node = lookup(state_->nodes.back(), key);
+  if (!node.IsDefined()) return;
+  state_->consumed.insert(path);
+  state_->locations[path] = state_->locate(path, node);
+  try {
+    if (!node.IsScalar()) throw YAML::Exception(YAML::Mark::null_mark(), "");
+    value = node.as<bool>();
+  } catch (const YAML::Exception&) {
+    fail(path, path + "=" + scalar_text(node) + ": expected true or false");
+  }
+}
+
+void ConfigReader::field(const std::string& key, std::string& value, const std::string&) {
+  const std::string path = join_path(state_->prefix, key);
+  state_->known[join_path(state_->prefix, "")].insert(key);
+  YAML::Node node = lookup(state_->nodes.back(), key);
+  if (!node.IsDefined()) return;
+  state_->consumed.insert(path);
+  state_->locations[path] = state_->locate(path, node);
+  if (!node.IsScalar()) fail(path, path + "=" + scalar_text(node) + ": expected a string");
+  value = node.Scalar();
+}
+
+void ConfigReader::read_choice(const std::string& key, std::string& name, const std::vector<std::string>& names) {
+  std::string text = name;
+  field(key, text, "");
+  const std::string path = join_path(state_->prefix, key);
+  for (const auto& n : names) {
+    if (n == text) {
+      name = text;
+      return;
+    }
+  }
+  std::string list;
+  for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
+  fail(path, path + "=" + text + " is not one of: " + list);
+}
+
+bool ConfigReader::enter(const std::string& key) {
+  const std::string path = join_path(state_->prefix, key);
+  state_->known[join_path(state_->prefix, "")].insert(key);
+  YAML::Node node = lookup(state_->nodes.back(), key);
+  if (!node.IsDefined() || node.IsNull()) {
+    state_->consumed.insert(path);
+    return false;
+  }
+  state_->consumed.insert(path);
+  state_->locations[path] = state_->locate(path, node);
+  if (!node.IsMap()) fail(path, path + ": expected a section (a mapping of keys), got " + scalar_text(node));
+  state_->nodes.push_back(node);
+  state_->prefix.push_back(key);
+  return true;
+}
+
+void ConfigReader::leave() {
+  state_->nodes.pop_back();
+  state_->prefix.pop_back();
+}
+
+void ConfigReader::finish() {
+  // Depth-first over the document: the first key nobody read is an error.
+  struct Item {
+    YAML::Node node;
+    std::string prefix;
+  };
+  std::vector<Item> stack{{state_->doc->root, ""}};
+  while (!stack.empty()) {
+    Item item = stack.back();
+    stack.pop_back();
+    for (auto it = item.node.begin(); it != item.node.end(); ++it) {
+      const std::string key = it->first.Scalar();
+      const std::string path = item.prefix.empty() ? key : item.prefix + "." + key;
+      if (!state_->consumed.count(path)) {
+        std::string valid;
+        for (const auto& k : state_->known[item.prefix.empty() ? "" : item.prefix + "."]) {
+          valid += (valid.empty() ? "" : ", ") + k;
+        }
+        throw ConfigError(state_->locate(path, it->first).str() + ": unknown key '" + path + "'" +
+                          (valid.empty() ? "" : " (valid keys here: " + valid + ")"));
+      }
+      if (it->second.IsMap()) stack.push_back({it->second, path});
+    }
+  }
+}
+
+// ---- writer ---------------------------------------------------------------------------------
+
+struct ConfigWriter::State {
+  YAML::Emitter out;
+};
+
+ConfigWriter::ConfigWriter() : state_(std::make_unique<State>()) { state_->out << YAML::BeginMap; }
+ConfigWriter::~ConfigWriter() = default;
+
+void ConfigWriter::field(const std::string& key, int64_t value, const std::string&, Range) {
+  state_->out << YAML::Key << key << YAML::Value << value;
+}
+void ConfigWriter::field(const std::string& key, int value, const std::string&, Range) {
+  state_->out << YAML::Key << key << YAML::Value << value;
+}
+void ConfigWriter::field(const std::string& key, double value, const std::string&, Range) {
+  state_->out << YAML::Key << key << YAML::Value << format_double(value);
+}
+void ConfigWriter::field(const std::string& key, bool value, const std::string&) {
+  state_->out << YAML::Key << key << YAML::Value << value;
+}
+void ConfigWriter::field(const std::string& key, const std::string& value, const std::string&) {
+  state_->out << YAML::Key << key << YAML::Value << value;
+}
+void ConfigWriter::begin_section(const std::string& key, const std::string&) {
+  state_->out << YAML::Key << key << YAML::Value << YAML::BeginMap;
+}
+void ConfigWriter::end_section() { state_->out << YAML::EndMap; }
+
+std::string ConfigWriter::str() const {
+  std::string text = state_->out.c_str();
+  return text + "\n";
+}
+
+// ---- docs -----------------------------------------------------------------------------------
+
+void ConfigDocs::add(const std::string& key, const std::string& type, const std::string& default_value,
+                     const std::string& help) {
+  rows_.push_back({join_path(prefix_, key), type, default_value, help});
+}
+
+namespace {
+std::string range_suffix(Range r) {
+  if (std::isinf(r.min) && std::isinf(r.max)) return "";
+  return " in [" + (std::isinf(r.min) ? std::string("-inf") : format_double(r.min)) + ", " +
+         (std::isinf(r.max) ? std::string("inf") : format_double(r.max)) + "]";
+}
+}  // namespace
+
+void ConfigDocs::field(const std::string& key, int64_t value, const std::string& help, Range range) {
+  add(key, "int" + range_suffix(range), std::to_string(value), help);
+}
+void ConfigDocs::field(const std::string& key, int value, const std::string& help, Range range) {
+  add(key, "int" + range_suffix(range), std::to_string(value), help);
+}
+void ConfigDocs::field(const std::string& key, double value, const std::string& help, Range range) {
+  add(key, "float" + range_suffix(range), format_double(value), help);
+}
+void ConfigDocs::field(const std::string& key, bool value, const std::string& help) {
+  add(key, "bool", value ? "true" : "false", help);
+}
+void ConfigDocs::field(const std::string& key, const std::string& value, const std::string& help) {
+  add(key, "string", value.empty() ? "\"\"" : value, help);
+}
+
+std::string ConfigDocs::markdown() const {
+  std::string out = "| key | type | default | meaning |\n|---|---|---|---|\n";
+  for (const auto& r : rows_) {
+    out += "| `" + r.key + "` | " + r.type + " | `" + r.default_value + "` | " + r.help + " |\n";
+  }
+  return out;
+}
+
+}  // namespace cpf::config
