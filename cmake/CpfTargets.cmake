@@ -33,8 +33,8 @@ function(cpf_add_library)
   set_property(GLOBAL APPEND PROPERTY CPF_LIBRARY_TARGETS ${_target})
 endfunction()
 
-# Each tests/**/*_test.cpp becomes one executable (a compile error in one file does not stop the
-# others) registered with ctest; label = its folder, plus 'gradcheck' for *_gradcheck_test.cpp and
+# Each tests/<dir>/*_test.cpp becomes one executable (a compile error in one file does not stop the
+# others) registered with ctest as "<dir>/Suite.Test", labelled gradcheck for *_gradcheck_test.cpp and
 # 'unit' otherwise.
 function(cpf_add_tests)
   cmake_parse_arguments(ARG "" "DIR" "DEPS" ${ARGN})
@@ -50,6 +50,7 @@ function(cpf_add_tests)
     else()
       set(_kind unit)
     endif()
-    gtest_discover_tests(${_exe} PROPERTIES LABELS "${_kind};${ARG_DIR}" DISCOVERY_TIMEOUT 60)
+    # One label (unit or gradcheck); the folder prefixes the test name: ctest -R "^cp/".
+    gtest_discover_tests(${_exe} TEST_PREFIX "${ARG_DIR}/" PROPERTIES LABELS ${_kind} DISCOVERY_TIMEOUT 60)
   endforeach()
 endfunction()

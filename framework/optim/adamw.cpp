@@ -1,0 +1,55 @@
+#include "framework/optim/adamw.h"
+
+#include <cmath>
+
+#include "framework/tensor/ops/elementwise.h"
+
+namespace cpf::optim {
+
+void validate(const AdamWOptions& o) {
+  CPF_CHECK(std::isfinite(o.lr) && o.lr >= 0, "adamw: lr must be finite and >= 0, got ", o.lr);
+  CPF_CHECK(o.beta1 >= 0 && o.beta1 < 1, "adamw: beta1 must be in [0, 1), got ", o.beta1);
+  CPF_CHECK(o.beta2 >= 0 && o.beta2 < 1, "adamw: beta2 must be in [0, 1), got ", o.beta2);
+  CPF_CHECK(std::isfinite(o.eps) && o.eps > 0, "adamw: eps must be finite and > 0, got ", o.eps);
+  CPF_CHECK(std::isfinite(o.weight_decay) && o.weight_decay >= 0,
+            "adamw: weight_decay must be finite and >= 0, got ", o.weight_decay);
+}
+
+namespace {
+const AdamWOptions& validated(const AdamWOptions& options) {
+  validate(options);
+  return options;
+}
+}  // namespace
+
+AdamW::AdamW(const NamedTensors& params, const AdamWOptions& options)
+    : AdamW(weight_decay_groups(params, validated(options).weight_decay, options.decay_all), options) {}
+
+AdamW::AdamW(std::vector<ParamGroup> groups, const AdamWOptions& options)
+    : Optimizer("adamw", std::move(groups), validated(options).lr, {"exp_avg", "exp_avg_sq"}), options_(options) {}
+
+void AdamW::update(const Tensor& param, const Tensor& grad, const std::vector<Tensor>& state, double weight_decay,
+                   int64_t step) {
+  const Tensor& exp_avg = state[0];
+  const Tensor& exp_avg_sq = state[1];
+  const double lr = this->lr();
+  const double b1 = options_.beta1;
+  const double b2 = options_.beta2;
+
+  if (weight_decay != 0.0) raw::mul_(param, 1.0 - lr * weight_decay);
+  raw::mul_(exp_avg, b1);
+  raw::add_(exp_avg, grad, 1.0 - b1);
+  raw::mul_(exp_avg_sq, b2);
+  raw::add_(exp_avg_sq, raw::unary(raw::UnaryOp::square, grad), 1.0 - b2);
+
+  const double t = static_cast<double>(step);
+  const double bias_correction1 = 1.0 - std::pow(b1, t);
+  const double bias_correction2 = 1.0 - std::pow(b2, t);
+  // denom = sqrt(v) / sqrt(bc2) + eps, built in one temporary (eps broadcast from a 0-d tensor).
+  const Tensor denom = raw::unary(raw::UnaryOp::sqrt, exp_avg_sq);
+  raw::mul_(denom, 1.0 / std::sqrt(bias_correction2));
+  raw::add_(denom, full({}, options_.eps, {.dtype = denom.dtype(), .device = denom.device()}));
+  raw::add_(param, raw::div(exp_avg, denom), -lr / bias_correction1);
+}
+
+}  // namespace cpf::optim

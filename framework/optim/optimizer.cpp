@@ -1,0 +1,151 @@
+#include "framework/optim/optimizer.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "framework/autograd/grad_mode.h"
+#include "framework/tensor/ops/copy.h"
+
+namespace cpf::optim {
+
+DType state_dtype(DType dtype) { return dtype == DType::bf16 ? DType::f32 : dtype; }
+
+bool is_no_decay_param(const std::string& name, const Tensor& param) {
+  if (param.dim() < 2) return true;
+  std::string lower = name;
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  for (const char* pattern : {"norm", "bias", "embed"}) {
+    if (lower.find(pattern) != std::string::npos) return true;
+  }
+  return false;
+}
+
+std::vector<ParamGroup> weight_decay_groups(const NamedTensors& params, double weight_decay, bool decay_all) {
+  ParamGroup decay{.name = "decay", .params = {}, .weight_decay = weight_decay};
+  ParamGroup no_decay{.name = "no_decay", .params = {}, .weight_decay = 0.0};
+  for (const auto& [name, param] : params) {
+    CPF_CHECK(param.defined(), "weight_decay_groups: parameter '", name, "' is an undefined tensor");
+    const bool exempt = !decay_all && is_no_decay_param(name, param);
+    (exempt ? no_decay : decay).params.emplace_back(name, param);
+  }
+  std::vector<ParamGroup> groups;
+  if (!decay.params.empty()) groups.push_back(std::move(decay));
+  if (!no_decay.params.empty()) groups.push_back(std::move(no_decay));
+  return groups;
+}
+
+Optimizer::Optimizer(std::string name, std::vector<ParamGroup> groups, double lr, std::vector<std::string> slots)
+    : name_(std::move(name)), groups_(std::move(groups)), slots_(std::move(slots)), lr_(lr) {
+  check_lr(lr);
+  std::set<std::string> names;
+  std::set<const TensorImpl*> impls;
+  for (const ParamGroup& group : groups_) {
+    CPF_CHECK(std::isfinite(group.weight_decay) && group.weight_decay >= 0, name_, ": weight_decay of group '",
+              group.name, "' must be finite and >= 0, got ", group.weight_decay);
+    for (const auto& [pname, param] : group.params) {
+      CPF_CHECK(!pname.empty(), name_, ": a parameter of group '", group.name, "' has an empty name");
+      CPF_CHECK(param.defined(), name_, ": parameter '", pname, "' is an undefined tensor");
+      CPF_CHECK(is_floating(param.dtype()), name_, ": parameter '", pname, "' has dtype ", param.dtype(),
+                "; only f32, f64 and bf16 parameters can be optimized");
+      CPF_CHECK(param.is_leaf() && param.requires_grad(), name_, ": parameter '", pname,
+                "' must be a leaf that requires grad (call set_requires_grad() on it)");
+      CPF_CHECK(names.insert(pname).second, name_, ": parameter name '", pname, "' appears more than once");
+      CPF_CHECK(impls.insert(param.impl()).second, name_, ": parameter '", pname,
+                "' is the same tensor as an earlier parameter (tied weights must be listed once)");
+      Entry entry{.name = pname, .param = param, .state = {}, .weight_decay = group.weight_decay};
+      for (size_t s = 0; s < slots_.size(); ++s) {
+        entry.state.push_back(zeros(param.shape(), {.dtype = state_dtype(param.dtype()), .device = param.device()}));
+      }
+      entries_.push_back(std::move(entry));
+    }
+  }
+  CPF_CHECK(!entries_.empty(), name_, ": no parameters to optimize (", groups_.size(), " empty groups)");
+}
+
+void Optimizer::check_lr(double lr) const {
+  CPF_CHECK(std::isfinite(lr) && lr >= 0, name_, ": lr must be finite and >= 0, got ", lr);
+}
+
+void Optimizer::set_lr(double lr) {
+  check_lr(lr);
+  lr_ = lr;
+}
+
+void Optimizer::step() {
+  // Every gradient is checked before any parameter moves, so a bad one leaves the model untouched.
+  for (const Entry& e : entries_) {
+    const Tensor grad = e.param.grad();
+    if (!grad.defined()) continue;
+    CPF_CHECK(grad.shape() == e.param.shape(), name_, ": gradient of '", e.name, "' has shape ", grad.shape(),
+              " but the parameter has shape ", e.param.shape());
+    CPF_CHECK(grad.dtype() == e.param.dtype(), name_, ": gradient of '", e.name, "' is ", grad.dtype(),
+              " but the parameter is ", e.param.dtype());
+    CPF_CHECK(grad.device() == e.param.device(), name_, ": gradient of '", e.name, "' is on ", grad.device(),
+              " but the parameter is on ", e.param.device());
+  }
+  NoGradGuard no_grad;
+  const int64_t step = step_count_ + 1;
+  for (const Entry& e : entries_) {
+    const Tensor grad = e.param.grad();
+    if (!grad.defined()) continue;
+    if (e.param.dtype() == DType::bf16) {
+      // Update an f32 copy and round back once, so the arithmetic matches the f32 path.
+      const Tensor work = raw::to(e.param, DType::f32);
+      update(work, raw::to(grad, DType::f32), e.state, e.weight_decay, step);
+      raw::copy_(e.param, work);
+    } else {
+      update(e.param, grad, e.state, e.weight_decay, step);
+      e.param.bump_version();
+    }
+  }
+  step_count_ = step;
+}
+
+void Optimizer::zero_grad() {
+  for (const Entry& e : entries_) e.param.set_grad(Tensor());
+}
+
+NamedTensors Optimizer::state_tensors() const {
+  NamedTensors out;
+  out.reserve(slots_.size() * entries_.size());
+  for (size_t s = 0; s < slots_.size(); ++s) {
+    for (const Entry& e : entries_) out.emplace_back(slots_[s] + "." + e.name, e.state[s]);
+  }
+  return out;
+}
+
+void Optimizer::validate_state(const NamedTensors& tensors) const {
+  std::map<std::string, const Tensor*> given;
+  for (const auto& [tname, t] : tensors) {
+    CPF_CHECK(given.emplace(tname, &t).second, name_, ": state tensor '", tname, "' is given more than once");
+  }
+  const NamedTensors expected = state_tensors();
+  for (const auto& [ename, live] : expected) {
+    const auto it = given.find(ename);
+    CPF_CHECK(it != given.end(), name_, ": state tensor '", ename, "' is missing (", tensors.size(), " given, ",
+              expected.size(), " expected)");
+    const Tensor& t = *it->second;
+    CPF_CHECK(t.defined(), name_, ": state tensor '", ename, "' is undefined");
+    CPF_CHECK(t.shape() == live.shape(), name_, ": state tensor '", ename, "' has shape ", t.shape(),
+              " but the optimizer expects ", live.shape());
+    CPF_CHECK(t.dtype() == live.dtype(), name_, ": state tensor '", ename, "' is ", t.dtype(),
+              " but the optimizer keeps ", live.dtype());
+    given.erase(it);
+  }
+  CPF_CHECK(given.empty(), name_, ": unexpected state tensor '", given.empty() ? "" : given.begin()->first,
+            "' (", given.size(), " not matching any parameter and slot)");
+}
+
+void Optimizer::load_state(const NamedTensors& tensors, int64_t step_count) {
+  CPF_CHECK(step_count >= 0, name_, ": step count must be >= 0, got ", step_count);
+  validate_state(tensors);
+  std::map<std::string, Tensor> by_name(tensors.begin(), tensors.end());
+  NoGradGuard no_grad;
+  for (const auto& [ename, live] : state_tensors()) raw::copy_(live, by_name.at(ename));
+  step_count_ = step_count;
+}
+
+}  // namespace cpf::optim

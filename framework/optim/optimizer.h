@@ -1,0 +1,111 @@
+#pragma once
+// Optimizer: the update rule over named parameter lists, shared by AdamW and SGD.
+//
+// Parameters arrive as named lists (`nn::Module::named_parameters()` returns exactly this type), so
+// optim does not depend on nn and state can be named after the parameter it belongs to: AdamW's first
+// moment of "blocks.0.weight" is the state tensor "exp_avg.blocks.0.weight". Those names are what a
+// checkpoint stores (framework/io/checkpoint.h).
+//
+// Parameters are grouped; each group has its own weight decay (norms and biases usually get none,
+// see adamw.h). State is allocated at construction (zeros), so a checkpoint can be loaded into an
+// optimizer that has not stepped yet: loading copies into the existing storage, it never replaces
+// handles. State lives on the parameter's device, in the parameter's dtype for f32/f64 and in f32 for
+// bf16 parameters (fp32 master state; the bf16 parameter is updated in f32 and rounded once).
+//
+// Gradient accumulation: backward adds into existing gradients (`grad += ...`), so calling backward
+// on several micro-batches before one step() sums their gradients. Scale each micro-batch loss by
+// 1/accum_steps (or, for token-weighted means, call scale_grads_ in grad_clip.h with 1/total_tokens
+// once before the step) and call zero_grad() after step(). Parameters without a gradient (not
+// reached by any backward since the last zero_grad) are skipped by step(), weight decay included.
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "framework/tensor/tensor.h"
+
+namespace cpf::optim {
+
+using NamedTensor = std::pair<std::string, Tensor>;
+using NamedTensors = std::vector<NamedTensor>;
+
+struct ParamGroup {
+  std::string name;  // for messages and logs ("decay", "no_decay", ...)
+  NamedTensors params;
+  double weight_decay = 0.0;
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  // "adamw", "sgd": also recorded in checkpoints.
+  const std::string& name() const { return name_; }
+
+  // Applies one update to every parameter that has a gradient, under NoGradGuard, then advances the
+  // step count. Throws before changing anything if a gradient's shape, dtype or device is wrong.
+  void step();
+  // Drops every parameter's gradient (undefined, so the next backward allocates fresh ones).
+  void zero_grad();
+
+  double lr() const { return lr_; }
+  void set_lr(double lr);
+  // Number of completed step() calls (AdamW's bias correction uses it).
+  int64_t step_count() const { return step_count_; }
+
+  const std::vector<ParamGroup>& param_groups() const { return groups_; }
+  // The state slots kept per parameter, e.g. {"exp_avg", "exp_avg_sq"}; empty for plain SGD.
+  const std::vector<std::string>& state_slots() const { return slots_; }
+
+  // Every state tensor as "<slot>.<parameter name>", slot-major, parameters in group order. The
+  // handles share storage with the live state.
+  NamedTensors state_tensors() const;
+  // Throws unless `tensors` holds exactly the names of state_tensors() with the same shapes and dtypes
+  // (order does not matter). Nothing is modified.
+  void validate_state(const NamedTensors& tensors) const;
+  // validate_state, then copies every tensor into the live state and sets the step count.
+  void load_state(const NamedTensors& tensors, int64_t step_count);
+
+ protected:
+  // Validates the groups (defined, floating, leaf parameters that require grad; unique names and
+  // tensors; finite weight decay >= 0; at least one parameter) and allocates zeroed state per slot.
+  Optimizer(std::string name, std::vector<ParamGroup> groups, double lr, std::vector<std::string> slots);
+
+  // One parameter's update. `param` and `grad` are in the compute dtype (f32 for bf16 parameters,
+  // already widened: the caller rounds `param` back), `state` holds one tensor per slot. `step` is the
+  // 1-based number of the step being taken.
+  virtual void update(const Tensor& param, const Tensor& grad, const std::vector<Tensor>& state,
+                      double weight_decay, int64_t step) = 0;
+
+ private:
+  struct Entry {
+    std::string name;
+    Tensor param;
+    std::vector<Tensor> state;  // one per slot
+    double weight_decay = 0.0;
+  };
+  void check_lr(double lr) const;
+
+  std::string name_;
+  std::vector<ParamGroup> groups_;
+  std::vector<std::string> slots_;
+  std::vector<Entry> entries_;
+  double lr_ = 0.0;
+  int64_t step_count_ = 0;
+};
+
+// The dtype optimizer state and arithmetic use for a parameter of `dtype`: f32 for bf16, else itself.
+DType state_dtype(DType dtype);
+
+// Whether the usual recipe exempts a parameter from weight decay: tensors of rank < 2 (biases, norm
+// gains) and names containing "norm", "bias" or "embed" (case-insensitive).
+bool is_no_decay_param(const std::string& name, const Tensor& param);
+
+// Splits `params` into group "decay" (weight_decay) and group "no_decay" (0) by is_no_decay_param, in
+// that order, keeping the parameters' order within each; with decay_all everything goes to "decay".
+// Empty groups are left out.
+std::vector<ParamGroup> weight_decay_groups(const NamedTensors& params, double weight_decay, bool decay_all = false);
+
+}  // namespace cpf::optim
