@@ -1,0 +1,76 @@
+// a2a+p2p: Ulysses inside each a2a sub-group, ring attention across the p2p sub-groups.
+//
+// CP = 4 = a2a 2 x p2p 2; a2a groups are runs of consecutive CP ranks {0,1} {2,3}, p2p groups
+// {0,2} {1,3} (framework/distributed/device_mesh.h). Chunks C0..C7, rank r holds Cr | C(7-r):
+//
+//     rank   holds      after the a2a (heads split in two)        ring over p2p group {0,2} / {1,3}
+//     0      C0 C7  ->  C0 C7 C1 C6  heads 0..H/2                  blocks {C0 C7 C1 C6} and {C2 C5 C3 C4}
+//     1      C1 C6  ->  C0 C7 C1 C6  heads H/2..H                  travel around the ring of each head half
+//     2      C2 C5  ->  C2 C5 C3 C4  heads 0..H/2
+//     3      C3 C4  ->  C2 C5 C3 C4  heads H/2..H
+//
+// After the a2a each rank holds its a2a group's tokens (a dual-chunk layout of the p2p group with
+// double-size chunks, as in TransformerEngine) for H/A heads; the ring of p2p.cpp then runs with
+// each member's storage described by its a2a group's layout. Positions on every token keep the
+// masks exact; the output and lse go back through the inverse a2a.
+#include "attention/cp/strategy.h"
+
+namespace cpf::cp {
+
+namespace {
+
+struct Hierarchy {
+  dist::ProcessGroup* a2a;
+  dist::ProcessGroup* p2p;
+  GroupLayout own;                   // this rank's a2a group, sequence-major
+  std::vector<GroupLayout> members;  // per p2p member: its a2a group's layout
+};
+
+// a2a groups must be runs of consecutive CP ranks and p2p groups the strided sets across them, the
+// layout DeviceMesh builds; the ring needs to know every p2p member's a2a group.
+Hierarchy hierarchy(const CpContext& ctx) {
+  CPF_CHECK(ctx.groups.a2a_group && ctx.groups.p2p_group,
+            "a2a+p2p: ContextParallel needs a2a_group and p2p_group (build them with dist::DeviceMesh)");
+  Hierarchy h{ctx.groups.a2a_group.get(), ctx.groups.p2p_group.get(), {}, {}};
+  const int a2a = h.a2a->size(), p2p = h.p2p->size();
+  CPF_CHECK(static_cast<int64_t>(a2a) * p2p == ctx.cp_size, "a2a+p2p: a2a group size ", a2a, " x p2p group size ", p2p,
+            " != cp size ", ctx.cp_size);
+  const std::vector<int> a2a_ranks = ctx.cp_ranks_of(*h.a2a);
+  const std::vector<int> p2p_ranks = ctx.cp_ranks_of(*h.p2p);
+  const int base = ctx.cp_rank / a2a * a2a;
+  for (int i = 0; i < a2a; ++i) {
+    CPF_CHECK(a2a_ranks[i] == base + i, "a2a+p2p: the a2a group must be the consecutive CP ranks ", base, "..",
+              base + a2a - 1, " in order; got CP ranks ", a2a_ranks);
+  }
+  for (int j = 0; j < p2p; ++j) {
+    CPF_CHECK(p2p_ranks[j] == j * a2a + ctx.cp_rank % a2a, "a2a+p2p: the p2p group of CP rank ", ctx.cp_rank,
+              " must be the CP ranks with stride ", a2a, "; got ", p2p_ranks);
+    std::vector<int> group;
+    for (int i = 0; i < a2a; ++i) group.push_back(j * a2a + i);
+    h.members.push_back(make_group_layout(ctx.global, ctx.cp_size, group));
+  }
+  h.own = h.members[h.p2p->rank()];
+  return h;
+}
+
+}  // namespace
+
+CpForward a2a_p2p_forward(const CpContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v) {
+  const Hierarchy h = hierarchy(ctx);
+  const auto qkv = ulysses_in(ctx, *h.a2a, h.own, q, k, v);
+  const CpForward ring = ring_forward(ctx, *h.p2p, h.members, qkv[0], qkv[1], qkv[2]);
+  CpForward forward = ulysses_out(ctx, *h.a2a, h.own, ring.out, ring.lse);
+  forward.extra = {qkv[0], qkv[1], qkv[2], ring.out, ring.lse};
+  return forward;
+}
+
+CpGrads a2a_p2p_backward(const CpContext& ctx, const Tensor& dout, const Tensor& dlse, const Tensor& q,
+                         const Tensor& k, const Tensor& v, const CpSaved& saved) {
+  const Hierarchy h = hierarchy(ctx);
+  const auto [dout_heads, dlse_heads] = ulysses_grad_in(ctx, *h.a2a, h.own, dout, dlse);
+  const auto& e = saved.extra;  // q, k, v, out, lse of this rank's head slice, sequence-major
+  const CpGrads heads = ring_backward(ctx, *h.p2p, h.members, dout_heads, dlse_heads, e[0], e[1], e[2], {e[3], e[4], {}});
+  return ulysses_grad_out(ctx, *h.a2a, h.own, heads, k);
+}
+
+}  // namespace cpf::cp

@@ -1,0 +1,203 @@
+// The public CP entry: validation before any communication, the conversion of bshd/sbhd to the thd
+// view every strategy works on, dispatch, and the autograd node.
+#include "attention/cp/context_parallel.h"
+
+#include "attention/cp/cp_support.h"
+#include "attention/cp/strategy.h"
+#include "framework/autograd/node.h"
+#include "framework/tensor/ops/copy.h"
+#include "framework/tensor/ops/views.h"
+
+namespace cpf::cp {
+namespace {
+
+// The local shard viewed as thd (T, H, D): bshd rows are consecutive; sbhd is transposed first.
+Tensor to_thd(const Tensor& t, QkvFormat format) {
+  switch (format) {
+    case QkvFormat::thd: return raw::contiguous(t);
+    case QkvFormat::bshd: return raw::reshape(raw::contiguous(t), {t.size(0) * t.size(1), t.size(2), t.size(3)});
+    case QkvFormat::sbhd: {
+      Tensor bshd = raw::contiguous(raw::transpose(t, 0, 1));
+      return raw::reshape(bshd, {t.size(0) * t.size(1), t.size(2), t.size(3)});
+    }
+  }
+  return t;
+}
+
+// Inverse of to_thd for a tensor shaped like `like` (except the head dim).
+Tensor from_thd(const Tensor& t, QkvFormat format, const Shape& like) {
+  switch (format) {
+    case QkvFormat::thd: return t;
+    case QkvFormat::bshd: return raw::reshape(t, {like[0], like[1], t.size(1), t.size(2)});
+    case QkvFormat::sbhd:
+      return raw::contiguous(raw::transpose(raw::reshape(t, {like[1], like[0], t.size(1), t.size(2)}), 0, 1));
+  }
+  return t;
+}
+
+// lse (H, T) of the thd view <-> (B, H, S) for bshd/sbhd.
+Tensor lse_from_thd(const Tensor& lse, QkvFormat format, int64_t batch, int64_t seq) {
+  if (format == QkvFormat::thd) return lse;
+  return raw::contiguous(raw::permute(raw::reshape(lse, {lse.size(0), batch, seq}), {1, 0, 2}));
+}
+Tensor lse_to_thd(const Tensor& lse, QkvFormat format) {
+  if (format == QkvFormat::thd || !lse.defined()) return lse;
+  Tensor hbs = raw::contiguous(raw::permute(lse, {1, 0, 2}));
+  return raw::reshape(hbs, {hbs.size(0), hbs.size(1) * hbs.size(2)});
+}
+
+struct Resolved {
+  CpContext ctx;
+  QkvFormat format;
+  int64_t batch = 1, local_seq = 0;  // bshd/sbhd
+};
+
+Resolved resolve(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec,
+                 const std::optional<SequenceInfo>& seq, const ContextParallel& cp) {
+  const std::string name = comm_type_name(cp.comm_type);
+  CPF_CHECK(cp.group != nullptr, "context parallel (", name,
+            "): no CP group given (ContextParallel::group is null); pass the cp group of your DeviceMesh");
+  CPF_CHECK(q.defined() && k.defined() && v.defined(), "context parallel: q, k and v must be defined");
+  const QkvFormat format = spec.qkv_format;
+  const int64_t rank = format == QkvFormat::thd ? 3 : 4;
+  CPF_CHECK(q.dim() == rank && k.dim() == rank && v.dim() == rank, "context parallel: q, k and v must be ", rank,
+            "-D for ", qkv_format_name(format), ": q=", q.shape(), " k=", k.shape(), " v=", v.shape());
+  const int64_t token_dims = format == QkvFormat::thd ? 1 : 2;
+  for (int64_t d = 0; d < token_dims; ++d) {
+    CPF_CHECK(q.size(d) == k.size(d) && k.size(d) == v.size(d),
+              "context parallel: Q, K and V must be sharded the same way along the sequence: q=", q.shape(),
+              " k=", k.shape(), " v=", v.shape());
+  }
+  CPF_CHECK(q.dtype() == k.dtype() && k.dtype() == v.dtype(), "context parallel: q, k and v dtypes differ: ",
+            q.dtype(), ", ", k.dtype(), ", ", v.dtype());
+
+  Resolved r;
+  r.format = format;
+  CpContext& ctx = r.ctx;
+  ctx.cp_size = cp.group->size();
+  ctx.cp_rank = cp.group->rank();
+  ctx.groups = cp;
+  ctx.spec = spec;
+  ctx.spec.qkv_format = QkvFormat::thd;
+
+  CpQuery query;
+  query.comm_type = cp.comm_type;
+  query.cp_size = ctx.cp_size;
+  query.a2a_size = cp.a2a_group ? cp.a2a_group->size() : 1;
+  query.format = format;
+  query.mask = spec.mask;
+  query.window = spec.window;
+  query.num_heads = q.size(-2);
+  query.num_kv_heads = k.size(-2);
+  query.head_dim_qk = q.size(-1);
+  query.head_dim_v = v.size(-1);
+  CPF_CHECK(k.size(-1) == q.size(-1), "context parallel: head dims of q and k differ: q=", q.shape(), " k=", k.shape());
+
+  const int64_t p = ctx.cp_size;
+  if (format == QkvFormat::thd) {
+    CPF_CHECK(seq.has_value(), "context parallel (thd): sequence info is required (global cu_seqlens and "
+                               "cu_seqlens_padded)");
+    query.cross_attention = seq->cu_seqlens_q != seq->cu_seqlens_kv || seq->cu_seqlens_q_padded != seq->cu_seqlens_kv_padded;
+    ctx.global = {seq->cu_seqlens_q, seq->cu_seqlens_q_padded};
+    CPF_CHECK(seq->cu_seqlens_q_padded.size() == seq->cu_seqlens_q.size(),
+              "context parallel (thd): padded cu_seqlens are required (cu_seqlens_q=", seq->cu_seqlens_q,
+              ", cu_seqlens_q_padded=", seq->cu_seqlens_q_padded, "); pad every sequence to a multiple of 2*cp=",
+              2 * p, " with cp::pad_cu_seqlens");
+    CPF_CHECK(seq->cu_seqlens_q_padded.back() == q.size(0) * p, "context parallel (thd): the local shard has ",
+              q.size(0), " tokens but cu_seqlens_padded ", seq->cu_seqlens_q_padded, " over cp=", p, " needs ",
+              seq->cu_seqlens_q_padded.back() / p);
+  } else {
+    r.batch = format == QkvFormat::bshd ? q.size(0) : q.size(1);
+    r.local_seq = format == QkvFormat::bshd ? q.size(1) : q.size(0);
+    CPF_CHECK(r.local_seq % 2 == 0, "context parallel: the local sequence length ", r.local_seq,
+              " must be even: each rank holds two chunks of the 2*cp=", 2 * p, " chunk layout (q=", q.shape(), ")");
+    const int64_t global_seq = r.local_seq * p;
+    ctx.global.cu_seqlens_padded.push_back(0);
+    ctx.global.cu_seqlens.push_back(0);
+    if (is_padding(spec.mask)) {
+      CPF_CHECK(seq.has_value(), "context parallel: a ", mask_type_name(spec.mask),
+                " mask needs sequence info with the real length of every row");
+      CPF_CHECK(seq->num_sequences() == r.batch, "context parallel: sequence info describes ", seq->num_sequences(),
+                " sequences for a batch of ", r.batch);
+      query.cross_attention = seq->cu_seqlens_q != seq->cu_seqlens_kv;
+    }
+    for (int64_t b = 0; b < r.batch; ++b) {
+      const int64_t real = is_padding(spec.mask) ? seq->q_length(b) : global_seq;
+      CPF_CHECK(real <= global_seq, "context parallel: row ", b, " has real length ", real,
+                " beyond the global sequence length ", global_seq, " (local ", r.local_seq, " x cp ", p, ")");
+      ctx.global.cu_seqlens.push_back(ctx.global.cu_seqlens.back() + real);
+      ctx.global.cu_seqlens_padded.push_back(ctx.global.cu_seqlens_padded.back() + global_seq);
+    }
+  }
+  if (auto reason = check(query)) CPF_FAIL("context parallel: ", *reason);
+  // Divisibility of every sequence by 2P, with the offending numbers.
+  thd_shard(ctx.global.cu_seqlens, ctx.global.cu_seqlens_padded, p, ctx.cp_rank);
+
+  const auto& globals = cp.group->global_ranks();
+  int max_global = 0;
+  for (int g : globals) max_global = std::max(max_global, g);
+  ctx.cp_rank_of_global.assign(static_cast<size_t>(max_global + 1), -1);
+  for (size_t i = 0; i < globals.size(); ++i) ctx.cp_rank_of_global[globals[i]] = static_cast<int>(i);
+  return r;
+}
+
+CpForward run_forward(const CpContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v) {
+  switch (ctx.groups.comm_type) {
+    case CommType::p2p: return p2p_forward(ctx, q, k, v);
+    case CommType::all_gather: return all_gather_forward(ctx, q, k, v);
+    case CommType::a2a: return a2a_forward(ctx, q, k, v);
+    case CommType::a2a_p2p: return a2a_p2p_forward(ctx, q, k, v);
+  }
+  CPF_FAIL("context parallel: unknown comm type");
+}
+
+CpGrads run_backward(const CpContext& ctx, const Tensor& dout, const Tensor& dlse, const Tensor& q, const Tensor& k,
+                     const Tensor& v, const CpSaved& saved) {
+  switch (ctx.groups.comm_type) {
+    case CommType::p2p: return p2p_backward(ctx, dout, dlse, q, k, v, saved);
+    case CommType::all_gather: return all_gather_backward(ctx, dout, dlse, q, k, v, saved);
+    case CommType::a2a: return a2a_backward(ctx, dout, dlse, q, k, v, saved);
+    case CommType::a2a_p2p: return a2a_p2p_backward(ctx, dout, dlse, q, k, v, saved);
+  }
+  CPF_FAIL("context parallel: unknown comm type");
+}
+
+}  // namespace
+
+AttentionOutput context_parallel_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                           const AttentionSpec& spec, const std::optional<SequenceInfo>& seq,
+                                           const ContextParallel& cp, std::shared_ptr<CpStats> stats) {
+  Resolved r = resolve(q, k, v, spec, seq, cp);
+  if (!stats) stats = std::make_shared<CpStats>();
+  r.ctx.stats = stats.get();
+  const Tensor q_thd = to_thd(q, r.format), k_thd = to_thd(k, r.format), v_thd = to_thd(v, r.format);
+  CpForward forward = run_forward(r.ctx, q_thd, k_thd, v_thd);
+  Tensor out = from_thd(forward.out, r.format, q.shape());
+  Tensor lse = lse_from_thd(forward.lse, r.format, r.batch, r.local_seq);
+
+  using autograd::SavedTensor;
+  std::vector<SavedTensor> extra;
+  for (const Tensor& t : forward.extra) extra.emplace_back(t);
+  auto backward = [ctx = r.ctx, format = r.format, stats, q_shape = q.shape(), k_shape = k.shape(),
+                   v_shape = v.shape(), sq = SavedTensor(q_thd), sk = SavedTensor(k_thd), sv = SavedTensor(v_thd),
+                   sout = SavedTensor(forward.out), slse = SavedTensor(forward.lse),
+                   extra](const autograd::GradList& grads) mutable {
+    ctx.stats = stats.get();
+    ctx.backward = true;
+    const Tensor& q_saved = sq.unpack();
+    Tensor dout = grads[0].defined() ? to_thd(grads[0], format) : zeros_like(sout.unpack());
+    dout = raw::to(dout, q_saved.dtype());
+    const Tensor dlse = lse_to_thd(grads[1], format);
+    CpSaved saved{sout.unpack(), slse.unpack(), {}};
+    for (const auto& e : extra) saved.extra.push_back(e.unpack());
+    const CpGrads g = run_backward(ctx, raw::contiguous(dout), dlse.defined() ? raw::contiguous(dlse) : dlse, q_saved,
+                                   sk.unpack(), sv.unpack(), saved);
+    return autograd::GradList{from_thd(g.dq, format, q_shape), from_thd(g.dk, format, k_shape),
+                              from_thd(g.dv, format, v_shape)};
+  };
+  auto outputs = autograd::record("context_parallel_attention[" + comm_type_name(cp.comm_type) + "]", {out, lse},
+                                  {q, k, v}, backward);
+  return {outputs[0], outputs[1]};
+}
+
+}  // namespace cpf::cp

@@ -1,0 +1,53 @@
+#pragma once
+// context_parallel_attention: dot_product_attention over a sequence sharded across a CP group.
+//
+// Every rank passes its own shard of q, k, v in the load-balanced dual-chunk layout (sharding.h:
+// rank r holds chunks r and 2P-1-r of every sequence; cp::shard_sequence / cp::shard_tokens produce
+// it) and the GLOBAL sequence metadata (the SequenceInfo of the unsharded batch; thd needs
+// cu_seqlens and cu_seqlens_padded, every padded length a multiple of 2P). Each rank gets out, lse
+// for its own tokens, equal to the single-rank result on that shard, and gradients for its shard.
+//
+// Strategies (cp_comm_type), one file each:
+//   p2p         ring: KV travels around the CP group, partial results merge by LSE   (p2p.cpp)
+//   all_gather  all-gather KV, attend the local queries to it, reduce-scatter dKV    (all_gather.cpp)
+//   a2a         Ulysses: all-to-all from sequence split to head split and back       (a2a.cpp)
+//   a2a+p2p     Ulysses inside the a2a sub-group, ring across the p2p sub-group       (a2a_p2p.cpp)
+// Every strategy accepts every format (bshd, sbhd, thd), mask, sliding window, GQA/MQA and MLA, or
+// rejects the combination up front with a reason (cp_support.h; docs/cp.md).
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "attention/dot_product_attention.h"
+#include "framework/distributed/process_group.h"
+
+namespace cpf::cp {
+
+enum class CommType : uint8_t { p2p, all_gather, a2a, a2a_p2p };
+std::string comm_type_name(CommType type);  // "p2p", "all_gather", "a2a", "a2a+p2p"
+CommType parse_comm_type(const std::string& name);
+
+struct ContextParallel {
+  CommType comm_type = CommType::p2p;
+  dist::ProcessGroupPtr group;      // the CP group (size P > 1)
+  dist::ProcessGroupPtr a2a_group;  // a2a+p2p: this rank's a2a sub-group (consecutive CP ranks)
+  dist::ProcessGroupPtr p2p_group;  // a2a+p2p: this rank's p2p sub-group
+};
+
+// What one call did, for tests, benchmarks and docs (bytes are what this rank sent).
+struct CpStats {
+  int64_t forward_bytes_sent = 0;
+  int64_t backward_bytes_sent = 0;
+  TileStats forward_tiles;
+  TileStats backward_tiles;
+  int64_t ring_steps = 0;          // forward ring steps (p2p, a2a+p2p)
+  int64_t ring_steps_skipped = 0;  // steps whose whole tile was outside the mask/window: no compute
+};
+
+// Differentiable in q, k, v (through out and lse). `stats`, when given, is filled by the forward
+// and, later, the backward (it must outlive the backward).
+AttentionOutput context_parallel_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                           const AttentionSpec& spec, const std::optional<SequenceInfo>& seq,
+                                           const ContextParallel& cp, std::shared_ptr<CpStats> stats = nullptr);
+
+}  // namespace cpf::cp

@@ -1,0 +1,42 @@
+#pragma once
+// The CP support matrix as code: check() says whether a strategy runs a combination, and why not.
+// context_parallel_attention calls it before any communication, `cpformer check-config` calls it on
+// configs, and docs/cp.md's table is checked against it by a test.
+#include <optional>
+#include <string>
+
+#include "attention/cp/context_parallel.h"
+#include "attention/spec.h"
+
+namespace cpf::cp {
+
+struct CpQuery {
+  CommType comm_type = CommType::p2p;
+  int64_t cp_size = 2;
+  int64_t a2a_size = 1;  // a2a+p2p: size of the a2a sub-group (cp_size = a2a_size * p2p_size)
+  QkvFormat format = QkvFormat::bshd;
+  MaskType mask = MaskType::causal;
+  AttentionWindow window;
+  int64_t num_heads = 8;
+  int64_t num_kv_heads = 8;
+  int64_t head_dim_qk = 64;
+  int64_t head_dim_v = 64;
+  bool cross_attention = false;  // q and kv sequences differ
+};
+
+// nullopt when supported; otherwise the reason, naming the values.
+std::optional<std::string> check(const CpQuery& query);
+
+// KV heads each rank handles under Ulysses (after replication when num_kv_heads < a2a size).
+int64_t ulysses_kv_heads(int64_t num_kv_heads, int64_t a2a_size);
+
+}  // namespace cpf::cp
+
+namespace cpf::cp {
+
+// docs/cp.md's support matrix, rendered from check(): one row per feature (the others at their
+// defaults: bshd, causal, 8 heads / 8 KV heads, d = 64, cp = 4 as a2a 2 x p2p 2 for a2a+p2p), one
+// column per strategy; a cell is "yes" or the rejection reason. A test keeps the docs equal to it.
+std::string support_matrix_markdown();
+
+}  // namespace cpf::cp

@@ -1,0 +1,115 @@
+#include "attention/cp/layout.h"
+
+#include "attention/mask.h"
+#include "framework/tensor/ops/index.h"
+
+namespace cpf::cp {
+
+bool GroupLayout::identity_order() const {
+  for (size_t i = 0; i < to_sequence_major.size(); ++i) {
+    if (to_sequence_major[i] != static_cast<int64_t>(i)) return false;
+  }
+  return true;
+}
+
+GroupLayout make_group_layout(const GlobalSequences& global, int64_t cp_size, const std::vector<int>& members) {
+  CPF_CHECK(!members.empty(), "make_group_layout: empty member list");
+  GroupLayout layout;
+  layout.members = members;
+  std::vector<ThdShard> shards;
+  std::vector<int64_t> member_offset;  // first member-major index of each member's block
+  int64_t total = 0;
+  for (int m : members) {
+    shards.push_back(thd_shard(global.cu_seqlens, global.cu_seqlens_padded, cp_size, m));
+    member_offset.push_back(total);
+    total += shards.back().local_tokens();
+  }
+  const int64_t n = global.num_sequences();
+  std::vector<int64_t> cu_real{0}, cu_padded{0}, positions;
+  layout.to_sequence_major.reserve(static_cast<size_t>(total));
+  for (int64_t s = 0; s < n; ++s) {
+    // Real tokens of every member first, then every member's padding.
+    int64_t real = 0;
+    for (int pass = 0; pass < 2; ++pass) {
+      for (size_t m = 0; m < shards.size(); ++m) {
+        const ThdShard& sh = shards[m];
+        for (int64_t t = sh.cu_seqlens_padded_local[s]; t < sh.cu_seqlens_padded_local[s + 1]; ++t) {
+          if ((sh.valid[t] != 0) != (pass == 0)) continue;
+          layout.to_sequence_major.push_back(member_offset[m] + t);
+          layout.global_index.push_back(sh.global_index[t]);
+          positions.push_back(sh.position[t]);
+          real += pass == 0 ? 1 : 0;
+        }
+      }
+    }
+    cu_real.push_back(cu_real.back() + real);
+    cu_padded.push_back(static_cast<int64_t>(layout.global_index.size()));
+  }
+  layout.to_member_major.assign(static_cast<size_t>(total), 0);
+  for (int64_t s = 0; s < total; ++s) layout.to_member_major[layout.to_sequence_major[s]] = s;
+  // cu_seqlens here are this storage's real counts; slot starts are cu_padded.
+  layout.info = SequenceInfo::from_cu_seqlens(cu_real, cu_padded);
+  layout.info = layout.info.with_positions(positions, positions);
+  return layout;
+}
+
+namespace {
+Tensor reorder_rows(const Tensor& t, const std::vector<int64_t>& order, const GroupLayout& layout) {
+  CPF_CHECK(t.dim() >= 1 && t.size(0) == layout.tokens(), "context parallel: a tensor of shape ", t.shape(),
+            " does not hold the ", layout.tokens(), " tokens of its layout");
+  if (layout.identity_order()) return t;
+  return raw::index_select(t, 0, from_vector(order, {static_cast<int64_t>(order.size())}));
+}
+}  // namespace
+
+Tensor to_sequence_major(const Tensor& member_major, const GroupLayout& layout) {
+  return reorder_rows(member_major, layout.to_sequence_major, layout);
+}
+
+Tensor to_member_major(const Tensor& sequence_major, const GroupLayout& layout) {
+  return reorder_rows(sequence_major, layout.to_member_major, layout);
+}
+
+SequenceInfo pair_sequence_info(const GroupLayout& q, const GroupLayout& kv) {
+  SequenceInfo info = SequenceInfo::from_cu_seqlens(q.info.cu_seqlens_q, kv.info.cu_seqlens_q,
+                                                    q.info.cu_seqlens_q_padded, kv.info.cu_seqlens_q_padded);
+  return info.with_positions(q.info.q_positions, kv.info.q_positions);
+}
+
+}  // namespace cpf::cp
+
+namespace cpf::cp {
+namespace {
+
+// Runs of consecutive positions among the real tokens of sequence n.
+std::vector<PositionRange> position_runs(const GroupLayout& layout, int64_t n) {
+  std::vector<PositionRange> runs;
+  const auto& info = layout.info;
+  const int64_t start = info.cu_seqlens_q_padded[n];
+  const int64_t real = info.cu_seqlens_q[n + 1] - info.cu_seqlens_q[n];
+  for (int64_t t = start; t < start + real; ++t) {
+    const int64_t p = info.q_positions[t];
+    if (!runs.empty() && runs.back().max + 1 == p) {
+      runs.back().max = p;
+    } else {
+      runs.push_back({p, p});
+    }
+  }
+  return runs;
+}
+
+}  // namespace
+
+bool any_visible(const GroupLayout& q, const GroupLayout& kv, const AttentionWindow& window) {
+  for (int64_t n = 0; n < q.info.num_sequences(); ++n) {
+    const auto kv_runs = position_runs(kv, n);
+    for (const PositionRange& qr : position_runs(q, n)) {
+      for (const PositionRange& kr : kv_runs) {
+        if (classify_tile(qr, kr, window) != TileKind::empty) return true;
+      }
+    }
+  }
+  return false;
+}
+
+}  // namespace cpf::cp

@@ -1,0 +1,59 @@
+#pragma once
+// Token layouts: which global tokens a piece of storage holds, and in what order.
+//
+// Every CP strategy works on a packed (thd) view of the batch: bshd rows become sequences whose
+// padded length is the row length. A rank's local storage holds, per sequence, its two dual chunks
+// (sharding.h). After an all-gather or an all-to-all, a storage holds the tokens of several ranks.
+// A GroupLayout describes such a storage for an ordered group of CP ranks:
+//
+//   member-major order (what a gather/all-to-all produces):  [rank a: s0 s1 ...][rank b: s0 s1 ...]
+//   sequence-major order (what attention needs):              [s0: a's, b's][s1: a's, b's] ...
+//
+// In sequence-major order every sequence is one contiguous slot whose real tokens come first, and
+// every token carries its true position inside the sequence. Attention masks by positions, so the
+// order inside a slot does not matter: a diagonal, lower or upper ring tile, an all-gathered prefix
+// and a Ulysses full sequence are all "this layout's queries against that layout's keys".
+#include <cstdint>
+#include <vector>
+
+#include "attention/cp/sharding.h"
+#include "attention/sequence_info.h"
+
+namespace cpf::cp {
+
+// The batch as CP sees it: global real and padded cumulative lengths (thd semantics).
+struct GlobalSequences {
+  std::vector<int64_t> cu_seqlens;         // real lengths
+  std::vector<int64_t> cu_seqlens_padded;  // storage slots, each a multiple of 2 * cp_size
+  int64_t num_sequences() const { return static_cast<int64_t>(cu_seqlens.size()) - 1; }
+};
+
+struct GroupLayout {
+  std::vector<int> members;  // CP ranks, in member-major order
+  // Per storage token in sequence-major order:
+  std::vector<int64_t> global_index;  // token of the global packed batch
+  // member-major index -> sequence-major index (apply with index_select on the member-major tensor
+  // using `to_sequence_major`, and back with `to_member_major`).
+  std::vector<int64_t> to_sequence_major;  // sequence-major position s holds member-major token to_sequence_major[s]
+  std::vector<int64_t> to_member_major;    // member-major position m holds sequence-major token to_member_major[m]
+  SequenceInfo info;                       // thd sequence info of the sequence-major storage
+  int64_t tokens() const { return static_cast<int64_t>(global_index.size()); }
+  // True when member-major and sequence-major orders coincide (a single rank's own storage).
+  bool identity_order() const;
+};
+
+GroupLayout make_group_layout(const GlobalSequences& global, int64_t cp_size, const std::vector<int>& members);
+
+// Reorders the rows (dim 0) of a member-major tensor into sequence-major order and back.
+Tensor to_sequence_major(const Tensor& member_major, const GroupLayout& layout);
+Tensor to_member_major(const Tensor& sequence_major, const GroupLayout& layout);
+
+// The query/key SequenceInfo for one attention call between two layouts (q side from `q`, kv side
+// from `kv`): sequences pair up by index; positions are explicit on both sides.
+SequenceInfo pair_sequence_info(const GroupLayout& q, const GroupLayout& kv);
+
+// Whether any real query of `q` sees any real key of `kv` (same sequence, inside `window`). Exact: it
+// compares runs of consecutive positions, so a ring step that sees nothing is skipped entirely.
+bool any_visible(const GroupLayout& q, const GroupLayout& kv, const AttentionWindow& window);
+
+}  // namespace cpf::cp

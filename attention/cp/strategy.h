@@ -1,0 +1,92 @@
+#pragma once
+// Internal interface between context_parallel_attention (validation, format conversion, autograd)
+// and the strategies. Tensors here are in thd form on this rank's local storage (layout.h):
+// q (T, Hq, Dqk), k (T, Hkv, Dqk), v (T, Hkv, Dv), out (T, Hq, Dv), lse (Hq, T), all contiguous.
+#include <vector>
+
+#include "attention/cp/context_parallel.h"
+#include "attention/cp/layout.h"
+
+namespace cpf::cp {
+
+struct CpContext {
+  AttentionSpec spec;       // thd spec: mask, window, scale; heads/dims left to the tensors
+  GlobalSequences global;   // the batch's real and padded cumulative lengths
+  int64_t cp_size = 1;
+  int cp_rank = 0;
+  ContextParallel groups;
+  std::vector<int> cp_rank_of_global;  // global rank -> CP rank (-1 outside the group)
+  CpStats* stats = nullptr;            // never null inside a strategy
+  bool backward = false;               // counts bytes into the backward figures when set
+
+  // This rank's own storage as a layout (one member).
+  GroupLayout own_layout() const { return make_group_layout(global, cp_size, {cp_rank}); }
+  // CP ranks of the members of a sub-group, in the sub-group's rank order.
+  std::vector<int> cp_ranks_of(const dist::ProcessGroup& group) const;
+  // Adds nbytes(t) * times * numerator / denominator to this pass's byte count.
+  void count_sent(const Tensor& t, int64_t times = 1, int64_t numerator = 1, int64_t denominator = 1) const;
+};
+
+struct CpForward {
+  Tensor out;  // (T, Hq, Dv), q's dtype
+  Tensor lse;  // (Hq, T), f32 (f64 for f64 inputs)
+  std::vector<Tensor> extra;  // strategy state kept for the backward (e.g. Ulysses head-split tensors)
+};
+
+struct CpGrads {
+  Tensor dq, dk, dv;
+};
+
+// The saved forward state each backward needs besides q, k, v.
+struct CpSaved {
+  Tensor out, lse;
+  std::vector<Tensor> extra;
+};
+
+CpForward p2p_forward(const CpContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v);
+CpGrads p2p_backward(const CpContext& ctx, const Tensor& dout, const Tensor& dlse, const Tensor& q, const Tensor& k,
+                     const Tensor& v, const CpSaved& saved);
+
+CpForward all_gather_forward(const CpContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v);
+CpGrads all_gather_backward(const CpContext& ctx, const Tensor& dout, const Tensor& dlse, const Tensor& q,
+                            const Tensor& k, const Tensor& v, const CpSaved& saved);
+
+CpForward a2a_forward(const CpContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v);
+CpGrads a2a_backward(const CpContext& ctx, const Tensor& dout, const Tensor& dlse, const Tensor& q, const Tensor& k,
+                     const Tensor& v, const CpSaved& saved);
+
+CpForward a2a_p2p_forward(const CpContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v);
+CpGrads a2a_p2p_backward(const CpContext& ctx, const Tensor& dout, const Tensor& dlse, const Tensor& q,
+                         const Tensor& k, const Tensor& v, const CpSaved& saved);
+
+// ---- shared building blocks ----
+
+// The ring over `group`: member j of the group holds storage layouts[j] (sequence-major); q, k, v
+// are in layouts[group.rank()]. Used by p2p (one rank per member) and a2a+p2p (one a2a group per
+// member). lse of the result is (Hq, T).
+CpForward ring_forward(const CpContext& ctx, dist::ProcessGroup& group, const std::vector<GroupLayout>& layouts,
+                       const Tensor& q, const Tensor& k, const Tensor& v);
+CpGrads ring_backward(const CpContext& ctx, dist::ProcessGroup& group, const std::vector<GroupLayout>& layouts,
+                      const Tensor& dout, const Tensor& dlse, const Tensor& q, const Tensor& k, const Tensor& v,
+                      const CpSaved& saved);
+
+// Ulysses exchange on `group` (size A): a local (T, H, D) tensor of this member's tokens becomes
+// (A*T, H/A, D) holding every member's tokens (member-major) for this member's head slice; and back.
+Tensor seq_to_head_split(const CpContext& ctx, dist::ProcessGroup& group, const Tensor& local);
+Tensor head_to_seq_split(const CpContext& ctx, dist::ProcessGroup& group, const Tensor& gathered);
+// KV heads replicated (or not) so they split evenly over `a2a` ranks, and the inverse for gradients.
+Tensor replicate_kv_heads(const Tensor& kv, int64_t a2a);
+Tensor reduce_replicated_kv_heads(const Tensor& grad, int64_t num_kv_heads);
+
+// Ulysses around an attention call on `group` (a2a.cpp): q, k, v of this rank's tokens become the
+// group's tokens (sequence-major per `layout`) for this member's heads; the results go back.
+std::vector<Tensor> ulysses_in(const CpContext& ctx, dist::ProcessGroup& group, const GroupLayout& layout,
+                               const Tensor& q, const Tensor& k, const Tensor& v);
+CpForward ulysses_out(const CpContext& ctx, dist::ProcessGroup& group, const GroupLayout& layout,
+                      const Tensor& out_heads, const Tensor& lse_heads);
+std::pair<Tensor, Tensor> ulysses_grad_in(const CpContext& ctx, dist::ProcessGroup& group, const GroupLayout& layout,
+                                          const Tensor& dout, const Tensor& dlse);
+CpGrads ulysses_grad_out(const CpContext& ctx, dist::ProcessGroup& group, const GroupLayout& layout,
+                         const CpGrads& heads, const Tensor& k);
+
+}  // namespace cpf::cp

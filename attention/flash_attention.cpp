@@ -1,0 +1,61 @@
+#include "attention/flash_attention.h"
+
+#include <limits>
+
+#include "attention/cpu/flash_kernels.h"
+#include "framework/core/error.h"
+#include "framework/tensor/ops/copy.h"
+
+namespace cpf::raw {
+namespace {
+
+// f64 stays f64 (gradcheck); f32 and bf16 compute in f32.
+DType compute_dtype(DType dtype) { return dtype == DType::f64 ? DType::f64 : DType::f32; }
+
+Tensor prepare(const Tensor& t, DType dtype) { return raw::contiguous(raw::to(t, dtype)); }
+
+void check_same_shape(const Tensor& t, const Shape& expected, const char* name, const char* expected_name) {
+  CPF_CHECK(t.defined(), "attention_backward: ", name, " is undefined");
+  CPF_CHECK(t.shape() == expected, "attention_backward: ", name, " must have ", expected_name, "'s shape ", expected,
+            ": ", name, "=", t.shape());
+  CPF_CHECK(is_floating(t.dtype()) && t.device().is_cpu(), "attention_backward: ", name,
+            " must be a floating-point CPU tensor: ", t.dtype(), " on ", t.device());
+}
+
+}  // namespace
+
+AttentionForward attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec,
+                                   const std::optional<SequenceInfo>& seq, const FlashConfig& config) {
+  const AttentionProblem p = check_attention_inputs(q, k, v, spec, seq, config);
+  const DType ct = compute_dtype(q.dtype());
+  const Tensor qc = prepare(q, ct), kc = prepare(k, ct), vc = prepare(v, ct);
+  Tensor out = zeros(p.out_shape(), {.dtype = ct});
+  Tensor lse = full(p.lse_shape(), -std::numeric_limits<double>::infinity(), {.dtype = ct});
+  const TileStats stats = visit_compute_dtype(ct, "attention_forward", [&]<class T>() {
+    return attention_cpu::flash_forward<T>(p, qc.data<T>(), kc.data<T>(), vc.data<T>(), out.data<T>(), lse.data<T>());
+  });
+  return {raw::to(out, q.dtype()), lse, stats};
+}
+
+AttentionGrads attention_backward(const Tensor& dout, const Tensor& dlse, const Tensor& q, const Tensor& k,
+                                  const Tensor& v, const Tensor& out, const Tensor& lse, const AttentionSpec& spec,
+                                  const std::optional<SequenceInfo>& seq, const FlashConfig& config) {
+  const AttentionProblem p = check_attention_inputs(q, k, v, spec, seq, config);
+  check_same_shape(out, p.out_shape(), "out", "the attention output");
+  check_same_shape(dout, p.out_shape(), "dout", "the attention output");
+  check_same_shape(lse, p.lse_shape(), "lse", "the log-sum-exp");
+  if (dlse.defined()) check_same_shape(dlse, p.lse_shape(), "dlse", "the log-sum-exp");
+  const DType ct = compute_dtype(q.dtype());
+  const Tensor qc = prepare(q, ct), kc = prepare(k, ct), vc = prepare(v, ct);
+  const Tensor oc = prepare(out, ct), doc = prepare(dout, ct), lc = prepare(lse, ct);
+  const Tensor dlc = dlse.defined() ? prepare(dlse, ct) : Tensor();
+  Tensor dq = zeros(q.shape(), {.dtype = ct}), dk = zeros(k.shape(), {.dtype = ct}), dv = zeros(v.shape(), {.dtype = ct});
+  const TileStats stats = visit_compute_dtype(ct, "attention_backward", [&]<class T>() {
+    return attention_cpu::flash_backward<T>(p, qc.data<T>(), kc.data<T>(), vc.data<T>(), oc.data<T>(), doc.data<T>(),
+                                            lc.data<T>(), dlc.defined() ? dlc.data<T>() : nullptr, dq.data<T>(),
+                                            dk.data<T>(), dv.data<T>());
+  });
+  return {raw::to(dq, q.dtype()), raw::to(dk, k.dtype()), raw::to(dv, v.dtype()), stats};
+}
+
+}  // namespace cpf::raw

@@ -1,0 +1,42 @@
+#pragma once
+// What the attention modules share: the hidden-state layout of each qkv_format, splitting the
+// projected hidden dim into heads and back, and rotary embedding at the positions the attention
+// mask uses (SequenceInfo), so RoPE and the mask always agree, also under CP position offsets.
+//
+//   bshd: x (B, T, C) -> (B, T, H, D)     sbhd: x (T, B, C) -> (T, B, H, D)     thd: x (T, C) -> (T, H, D)
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "attention/sequence_info.h"
+#include "attention/spec.h"
+#include "framework/distributed/process_group.h"
+#include "framework/tensor/tensor.h"
+
+namespace cpf::attention_modules {
+
+// Checks x's rank for `format` and that its last dim is `hidden_size`; `op` names the module.
+void check_hidden(const Tensor& x, QkvFormat format, int64_t hidden_size, const char* op);
+
+// (..., heads * dim) -> (..., heads, dim) and back.
+Tensor split_heads(const Tensor& x, int64_t heads, int64_t dim);
+Tensor merge_heads(const Tensor& x);
+
+// i64 positions for cpf::rope: (B, T) for bshd/sbhd, (T) for thd; from seq's q or kv positions, or
+// 0..T-1 in every row without a SequenceInfo.
+Tensor rope_positions(const Tensor& x_heads, QkvFormat format, const std::optional<SequenceInfo>& seq, bool kv);
+
+// Under context parallelism x_heads is this rank's dual-chunk shard (cp/sharding.h) and `seq`
+// describes the GLOBAL batch (what context_parallel_attention takes): the positions of the rank's
+// tokens inside their sequences, shaped as rope_positions' result for the local tensor.
+Tensor cp_rope_positions(const Tensor& x_heads, QkvFormat format, const std::optional<SequenceInfo>& seq, bool kv,
+                         int64_t cp_size, int64_t cp_rank);
+
+// Rotates the first rotary_dim dims of every head of x (format, heads, dim) at `positions`.
+Tensor apply_rope(const Tensor& x_heads, QkvFormat format, const Tensor& positions, double base, int64_t rotary_dim);
+
+// Context parallelism arrives with the CP strategies; until then a group of more than one rank is
+// refused here rather than silently computing attention on the local shard only.
+void check_cp_group(const std::shared_ptr<dist::ProcessGroup>& cp_group, const char* op);
+
+}  // namespace cpf::attention_modules

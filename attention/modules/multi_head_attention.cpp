@@ -1,0 +1,84 @@
+#include "attention/modules/multi_head_attention.h"
+
+#include "attention/modules/attention_layout.h"
+#include "framework/autograd/ops.h"
+
+namespace cpf {
+namespace {
+
+constexpr const char* kOp = "MultiHeadAttention";
+
+MultiHeadAttentionOptions resolved(MultiHeadAttentionOptions o) {
+  CPF_CHECK(o.hidden_size > 0 && o.num_heads > 0, kOp, ": hidden_size and num_heads must be positive: hidden_size=",
+            o.hidden_size, " num_heads=", o.num_heads);
+  if (o.num_kv_heads == 0) o.num_kv_heads = o.num_heads;
+  CPF_CHECK(o.num_kv_heads > 0 && o.num_heads % o.num_kv_heads == 0, kOp,
+            ": num_heads must be a multiple of num_kv_heads: num_heads=", o.num_heads, " num_kv_heads=",
+            o.num_kv_heads);
+  if (o.head_dim == 0) {
+    CPF_CHECK(o.hidden_size % o.num_heads == 0, kOp, ": hidden_size=", o.hidden_size,
+              " is not a multiple of num_heads=", o.num_heads, "; set head_dim explicitly");
+    o.head_dim = o.hidden_size / o.num_heads;
+  }
+  CPF_CHECK(o.head_dim > 0, kOp, ": head_dim must be positive: head_dim=", o.head_dim);
+  if (o.rope) {
+    const int64_t r = o.rotary_dim < 0 ? o.head_dim : o.rotary_dim;
+    CPF_CHECK(r > 0 && r <= o.head_dim && r % 2 == 0, kOp,
+              ": rotary_dim must be even and in (0, head_dim]: rotary_dim=", o.rotary_dim, " head_dim=", o.head_dim);
+  }
+  return o;
+}
+
+}  // namespace
+
+MultiHeadAttention::MultiHeadAttention(const MultiHeadAttentionOptions& options, Generator* gen,
+                                       std::shared_ptr<dist::ProcessGroup> cp_group)
+    : options_(resolved(options)), cp_group_(std::move(cp_group)) {
+  const MultiHeadAttentionOptions& o = options_;
+  spec_ = AttentionSpec{.qkv_format = o.qkv_format,
+                        .mask = o.mask,
+                        .window = o.window,
+                        .softmax_scale = o.softmax_scale,
+                        .num_heads = o.num_heads,
+                        .num_kv_heads = o.num_kv_heads,
+                        .head_dim_qk = o.head_dim,
+                        .head_dim_v = o.head_dim};
+  check_spec(spec_);
+  attention_modules::check_cp_group(cp_group_, kOp);
+  auto linear = [&](int64_t in, int64_t out) {
+    return std::make_shared<nn::Linear>(
+        nn::LinearOptions{.in_features = in, .out_features = out, .bias = o.bias, .init_std = o.init_std, .dtype = o.dtype},
+        gen);
+  };
+  q_proj_ = register_module("q_proj", linear(o.hidden_size, o.num_heads * o.head_dim));
+  k_proj_ = register_module("k_proj", linear(o.hidden_size, o.num_kv_heads * o.head_dim));
+  v_proj_ = register_module("v_proj", linear(o.hidden_size, o.num_kv_heads * o.head_dim));
+  o_proj_ = register_module("o_proj", linear(o.num_heads * o.head_dim, o.hidden_size));
+}
+
+Tensor MultiHeadAttention::forward(const Tensor& x, const std::optional<SequenceInfo>& seq,
+                                   const cp::ContextParallel* cp) const {
+  const MultiHeadAttentionOptions& o = options_;
+  const bool use_cp = cp != nullptr && cp->group != nullptr && cp->group->size() > 1;
+  attention_modules::check_hidden(x, o.qkv_format, o.hidden_size, kOp);
+  using attention_modules::split_heads;
+  Tensor q = split_heads(q_proj_->forward(x), o.num_heads, o.head_dim);     // (.., H, D)
+  Tensor k = split_heads(k_proj_->forward(x), o.num_kv_heads, o.head_dim);  // (.., H_kv, D)
+  Tensor v = split_heads(v_proj_->forward(x), o.num_kv_heads, o.head_dim);  // (.., H_kv, D)
+  if (o.rope) {
+    using attention_modules::apply_rope;
+    using attention_modules::rope_positions;
+    auto positions = [&](const Tensor& t, bool kv) {
+      return use_cp ? attention_modules::cp_rope_positions(t, o.qkv_format, seq, kv, cp->group->size(),
+                                                           cp->group->rank())
+                    : rope_positions(t, o.qkv_format, seq, kv);
+    };
+    q = apply_rope(q, o.qkv_format, positions(q, false), o.rope_base, o.rotary_dim);
+    k = apply_rope(k, o.qkv_format, positions(k, true), o.rope_base, o.rotary_dim);
+  }
+  const AttentionOutput attn =
+      use_cp ? cp::context_parallel_attention(q, k, v, spec_, seq, *cp) : dot_product_attention(q, k, v, spec_, seq);
+  return o_proj_->forward(attention_modules::merge_heads(attn.out));  // (.., C)
+}
+
+}  // namespace cpf

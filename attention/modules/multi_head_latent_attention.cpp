@@ -1,0 +1,109 @@
+#include "attention/modules/multi_head_latent_attention.h"
+
+#include <cmath>
+
+#include "attention/modules/attention_layout.h"
+#include "framework/autograd/ops.h"
+
+namespace cpf {
+namespace {
+
+constexpr const char* kOp = "MultiHeadLatentAttention";
+
+// The RMSNorm scale of a latent, held as a child module so its parameter is "<name>.weight".
+class LatentNorm final : public nn::Module {
+ public:
+  LatentNorm(int64_t size, DType dtype) { weight = register_parameter("weight", ones({size}, {.dtype = dtype})); }
+  Tensor weight;
+};
+
+void check_options(const MultiHeadLatentAttentionOptions& o) {
+  CPF_CHECK(o.hidden_size > 0 && o.num_heads > 0 && o.kv_lora_rank > 0 && o.qk_nope_head_dim >= 0 &&
+                o.qk_rope_head_dim > 0 && o.v_head_dim > 0 && o.q_lora_rank >= 0,
+            kOp, ": hidden_size, num_heads, kv_lora_rank, qk_rope_head_dim and v_head_dim must be positive, ",
+            "q_lora_rank and qk_nope_head_dim >= 0: hidden_size=", o.hidden_size, " num_heads=", o.num_heads,
+            " kv_lora_rank=", o.kv_lora_rank, " qk_nope_head_dim=", o.qk_nope_head_dim,
+            " qk_rope_head_dim=", o.qk_rope_head_dim, " v_head_dim=", o.v_head_dim, " q_lora_rank=", o.q_lora_rank);
+  CPF_CHECK(o.qk_rope_head_dim % 2 == 0, kOp, ": qk_rope_head_dim must be even (RoPE rotates pairs): qk_rope_head_dim=",
+            o.qk_rope_head_dim);
+}
+
+}  // namespace
+
+MultiHeadLatentAttention::MultiHeadLatentAttention(const MultiHeadLatentAttentionOptions& options, Generator* gen,
+                                                   std::shared_ptr<dist::ProcessGroup> cp_group)
+    : options_(options), cp_group_(std::move(cp_group)) {
+  const MultiHeadLatentAttentionOptions& o = options_;
+  check_options(o);
+  const int64_t d_qk = o.qk_nope_head_dim + o.qk_rope_head_dim;
+  spec_ = AttentionSpec{.qkv_format = o.qkv_format,
+                        .mask = o.mask,
+                        .window = o.window,
+                        .softmax_scale = o.softmax_scale,
+                        .num_heads = o.num_heads,
+                        .num_kv_heads = o.num_heads,
+                        .head_dim_qk = d_qk,
+                        .head_dim_v = o.v_head_dim};
+  check_spec(spec_);
+  attention_modules::check_cp_group(cp_group_, kOp);
+  auto linear = [&](int64_t in, int64_t out) {
+    return std::make_shared<nn::Linear>(
+        nn::LinearOptions{.in_features = in, .out_features = out, .bias = o.bias, .init_std = o.init_std, .dtype = o.dtype},
+        gen);
+  };
+  if (o.q_lora_rank > 0) {
+    q_a_proj_ = register_module("q_a_proj", linear(o.hidden_size, o.q_lora_rank));
+    auto norm = register_module("q_a_layernorm", std::make_shared<LatentNorm>(o.q_lora_rank, o.dtype));
+    q_a_norm_weight_ = norm->weight;
+    q_b_proj_ = register_module("q_b_proj", linear(o.q_lora_rank, o.num_heads * d_qk));
+  } else {
+    q_proj_ = register_module("q_proj", linear(o.hidden_size, o.num_heads * d_qk));
+  }
+  kv_a_proj_ = register_module("kv_a_proj_with_mqa", linear(o.hidden_size, o.kv_lora_rank + o.qk_rope_head_dim));
+  auto kv_norm = register_module("kv_a_layernorm", std::make_shared<LatentNorm>(o.kv_lora_rank, o.dtype));
+  kv_a_norm_weight_ = kv_norm->weight;
+  kv_b_proj_ = register_module("kv_b_proj", linear(o.kv_lora_rank, o.num_heads * (o.qk_nope_head_dim + o.v_head_dim)));
+  o_proj_ = register_module("o_proj", linear(o.num_heads * o.v_head_dim, o.hidden_size));
+}
+
+Tensor MultiHeadLatentAttention::project_q(const Tensor& x) const {
+  if (!q_a_proj_) return q_proj_->forward(x);
+  return q_b_proj_->forward(rms_norm(q_a_proj_->forward(x), q_a_norm_weight_, options_.norm_eps));
+}
+
+Tensor MultiHeadLatentAttention::forward(const Tensor& x, const std::optional<SequenceInfo>& seq,
+                                         const cp::ContextParallel* cp) const {
+  const MultiHeadLatentAttentionOptions& o = options_;
+  const bool use_cp = cp != nullptr && cp->group != nullptr && cp->group->size() > 1;
+  auto positions = [&](const Tensor& t, bool kv) {
+    return use_cp ? attention_modules::cp_rope_positions(t, o.qkv_format, seq, kv, cp->group->size(), cp->group->rank())
+                  : attention_modules::rope_positions(t, o.qkv_format, seq, kv);
+  };
+  attention_modules::check_hidden(x, o.qkv_format, o.hidden_size, kOp);
+  using attention_modules::apply_rope;
+  using attention_modules::split_heads;
+  const int64_t nope = o.qk_nope_head_dim, rope_dim = o.qk_rope_head_dim;
+
+  const Tensor q = split_heads(project_q(x), o.num_heads, nope + rope_dim);  // (.., H, nope + rope)
+  const std::vector<Tensor> q_parts = split(q, std::vector<int64_t>{nope, rope_dim}, -1);
+  const Tensor q_pe = apply_rope(q_parts[1], o.qkv_format, positions(q, false), o.rope_base, -1);
+
+  const std::vector<Tensor> kv_a = split(kv_a_proj_->forward(x), std::vector<int64_t>{o.kv_lora_rank, rope_dim}, -1);
+  const Tensor c_kv = rms_norm(kv_a[0], kv_a_norm_weight_, o.norm_eps);                        // (.., kv_lora_rank)
+  const Tensor kv = split_heads(kv_b_proj_->forward(c_kv), o.num_heads, nope + o.v_head_dim);  // (.., H, nope + v)
+  const std::vector<Tensor> kv_parts = split(kv, std::vector<int64_t>{nope, o.v_head_dim}, -1);
+  // One RoPE key per token, shared by every head: rotate it as a single head, then broadcast.
+  Tensor k_pe = unsqueeze(kv_a[1], -2);  // (.., 1, rope)
+  k_pe = apply_rope(k_pe, o.qkv_format, positions(k_pe, true), o.rope_base, -1);
+  Shape heads_shape = k_pe.shape();
+  heads_shape[heads_shape.size() - 2] = o.num_heads;
+  k_pe = expand(k_pe, heads_shape);  // (.., H, rope)
+
+  const Tensor q_full = nope > 0 ? cat({q_parts[0], q_pe}, -1) : q_pe;
+  const Tensor k_full = nope > 0 ? cat({kv_parts[0], k_pe}, -1) : k_pe;
+  const AttentionOutput attn = use_cp ? cp::context_parallel_attention(q_full, k_full, kv_parts[1], spec_, seq, *cp)
+                                      : dot_product_attention(q_full, k_full, kv_parts[1], spec_, seq);
+  return o_proj_->forward(attention_modules::merge_heads(attn.out));  // (.., C)
+}
+
+}  // namespace cpf

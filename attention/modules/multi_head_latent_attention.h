@@ -1,0 +1,68 @@
+#pragma once
+// MultiHeadLatentAttention (DeepSeek-V2 MLA). Keys and values come from a low-rank latent c_kv, and
+// the positional part of every key is one decoupled RoPE key shared by all heads:
+//
+//   q:   x -> [q_a_proj -> q_a_layernorm (RMS) -> q_b_proj | q_proj]  -> (.., H, nope + rope) = [q_nope | q_pe]
+//   kv:  x -> kv_a_proj_with_mqa -> [c_kv (kv_lora_rank) | k_pe (rope)]
+//        c_kv -> kv_a_layernorm (RMS) -> kv_b_proj -> (.., H, nope + v_head_dim) = [k_nope | v]
+//   q = [q_nope | rope(q_pe)],  k = [k_nope | rope(k_pe) broadcast to every head]
+//   out = o_proj(attention(q, k, v))     with d_qk = nope + rope, d_v = v_head_dim
+//
+// Parameter names follow the DeepSeek-V2 checkpoints (q_a_proj, q_a_layernorm.weight, ...).
+#include <memory>
+#include <optional>
+
+#include "attention/cp/context_parallel.h"
+#include "attention/dot_product_attention.h"
+#include "framework/core/generator.h"
+#include "framework/distributed/process_group.h"
+#include "framework/nn/linear.h"
+#include "framework/nn/module.h"
+
+namespace cpf {
+
+struct MultiHeadLatentAttentionOptions {
+  int64_t hidden_size = 0;
+  int64_t num_heads = 0;
+  int64_t q_lora_rank = 0;  // 0 = a direct q projection (DeepSeek-V2-Lite)
+  int64_t kv_lora_rank = 0;
+  int64_t qk_nope_head_dim = 0;
+  int64_t qk_rope_head_dim = 0;
+  int64_t v_head_dim = 0;
+  QkvFormat qkv_format = QkvFormat::bshd;
+  MaskType mask = MaskType::causal;
+  AttentionWindow window;
+  std::optional<double> softmax_scale;  // default 1/sqrt(qk_nope_head_dim + qk_rope_head_dim)
+  double rope_base = 10000.0;
+  double norm_eps = 1e-6;
+  bool bias = false;
+  double init_std = 0.0;
+  DType dtype = DType::f32;
+};
+
+class MultiHeadLatentAttention : public nn::Module {
+ public:
+  explicit MultiHeadLatentAttention(const MultiHeadLatentAttentionOptions& options, Generator* gen = nullptr,
+                                    std::shared_ptr<dist::ProcessGroup> cp_group = nullptr);
+
+  // cp: context parallelism for this call: x is this rank's dual-chunk shard (cp/sharding.h) and seq
+  // describes the GLOBAL batch; RoPE uses the shard's global positions and attention runs through
+  // cp::context_parallel_attention. Null (or a group of size 1) runs single-rank attention.
+  Tensor forward(const Tensor& x, const std::optional<SequenceInfo>& seq = std::nullopt,
+                 const cp::ContextParallel* cp = nullptr) const;
+
+  const MultiHeadLatentAttentionOptions& options() const { return options_; }
+  const AttentionSpec& spec() const { return spec_; }
+  const std::shared_ptr<dist::ProcessGroup>& cp_group() const { return cp_group_; }
+
+ private:
+  Tensor project_q(const Tensor& x) const;
+
+  MultiHeadLatentAttentionOptions options_;
+  AttentionSpec spec_;
+  std::shared_ptr<dist::ProcessGroup> cp_group_;
+  std::shared_ptr<nn::Linear> q_proj_, q_a_proj_, q_b_proj_, kv_a_proj_, kv_b_proj_, o_proj_;
+  Tensor q_a_norm_weight_, kv_a_norm_weight_;
+};
+
+}  // namespace cpf

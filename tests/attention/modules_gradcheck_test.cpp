@@ -1,0 +1,53 @@
+// f64 gradcheck of both attention modules with respect to the input and every parameter.
+#include <gtest/gtest.h>
+
+#include "attention/modules/multi_head_attention.h"
+#include "attention/modules/multi_head_latent_attention.h"
+#include "framework/autograd/ops.h"
+#include "support/gradcheck_utils.h"
+
+namespace cpf {
+namespace {
+
+using Inputs = std::vector<Tensor>;
+
+// x first, then the module's parameters (perturbed in place by gradcheck, so the module sees them).
+Inputs with_parameters(const Tensor& x, const nn::Module& m) {
+  Inputs inputs{x};
+  for (const Tensor& p : m.parameters()) inputs.push_back(p);
+  return inputs;
+}
+
+TEST(AttentionModulesGradcheck, MultiHeadAttentionGqaCausal) {
+  Generator gen(1);
+  const MultiHeadAttention mha({.hidden_size = 6, .num_heads = 4, .num_kv_heads = 2, .head_dim = 2,
+                                .window = {2, 0}, .bias = true, .dtype = DType::f64},
+                               &gen);
+  const Tensor x = testing::grad_input({2, 4, 6}, 2);
+  EXPECT_GRADCHECK([&](const Inputs& in) { return mha.forward(in[0]); }, with_parameters(x, mha));
+}
+
+TEST(AttentionModulesGradcheck, MultiHeadAttentionThdPadding) {
+  Generator gen(3);
+  const MultiHeadAttention mha({.hidden_size = 4, .num_heads = 2, .num_kv_heads = 1, .qkv_format = QkvFormat::thd,
+                                .mask = MaskType::padding, .dtype = DType::f64},
+                               &gen);
+  const SequenceInfo seq = SequenceInfo::from_cu_seqlens({0, 3, 5}, {0, 4, 7});
+  const Tensor x = testing::grad_input({7, 4}, 4);
+  EXPECT_GRADCHECK([&](const Inputs& in) { return mha.forward(in[0], seq); }, with_parameters(x, mha));
+}
+
+TEST(AttentionModulesGradcheck, MultiHeadLatentAttentionWithAndWithoutQLowRank) {
+  for (int64_t q_lora_rank : {0, 3}) {
+    Generator gen(5);
+    const MultiHeadLatentAttention mla({.hidden_size = 5, .num_heads = 2, .q_lora_rank = q_lora_rank,
+                                        .kv_lora_rank = 3, .qk_nope_head_dim = 2, .qk_rope_head_dim = 2,
+                                        .v_head_dim = 3, .qkv_format = QkvFormat::sbhd, .dtype = DType::f64},
+                                       &gen);
+    const Tensor x = testing::grad_input({4, 2, 5}, 6);
+    EXPECT_GRADCHECK([&](const Inputs& in) { return mla.forward(in[0]); }, with_parameters(x, mla));
+  }
+}
+
+}  // namespace
+}  // namespace cpf

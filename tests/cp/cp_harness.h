@@ -1,0 +1,137 @@
+#pragma once
+// Runs one attention problem twice: on the full sequence on one rank (the reference) and sharded
+// over a thread CP group; returns both results on every rank's shard for comparison.
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "attention/cp/context_parallel.h"
+#include "attention/cp/sharding.h"
+#include "framework/autograd/ops.h"
+#include "framework/tensor/ops/views.h"
+#include "framework/distributed/device_mesh.h"
+#include "framework/distributed/launcher.h"
+#include "support/test_utils.h"
+
+namespace cpf::cp::testing {
+
+struct CpCase {
+  CommType comm = CommType::p2p;
+  int cp = 2;
+  int a2a = 1;  // a2a+p2p
+  QkvFormat format = QkvFormat::bshd;
+  MaskType mask = MaskType::causal;
+  AttentionWindow window;
+  int64_t heads = 4, kv_heads = 4, d_qk = 8, d_v = 8;
+  int64_t batch = 2;
+  int64_t seq = 16;  // bshd/sbhd global length (multiple of 2*cp)
+  // thd real lengths (padded to multiples of 2*cp)
+  std::vector<int64_t> thd_lengths{5, 16, 1, 11};
+  DType dtype = DType::f32;
+  uint64_t seed = 7;
+};
+
+struct Tensors {
+  Tensor out, lse, dq, dk, dv;
+};
+
+// Global problem: full tensors, sequence info, upstream gradients.
+struct Global {
+  Tensor q, k, v, dout, dlse;
+  std::optional<SequenceInfo> seq;
+  std::vector<int64_t> cu, cu_padded;  // thd
+  int64_t seq_dim = 1;                 // bshd 1, sbhd 0, thd 0
+};
+
+inline Global make_global(const CpCase& c) {
+  Global g;
+  auto shape = [&](int64_t heads, int64_t dim, int64_t tokens) -> Shape {
+    switch (c.format) {
+      case QkvFormat::bshd: return {c.batch, tokens, heads, dim};
+      case QkvFormat::sbhd: return {tokens, c.batch, heads, dim};
+      case QkvFormat::thd: return {tokens, heads, dim};
+    }
+    return {};
+  };
+  int64_t tokens = c.seq;
+  if (c.format == QkvFormat::thd) {
+    g.cu = {0};
+    for (int64_t len : c.thd_lengths) g.cu.push_back(g.cu.back() + len);
+    g.cu_padded = pad_cu_seqlens(g.cu, c.cp);
+    tokens = g.cu_padded.back();
+    g.seq = SequenceInfo::from_cu_seqlens(g.cu, g.cu_padded);
+    g.seq_dim = 0;
+  } else {
+    g.seq_dim = c.format == QkvFormat::bshd ? 1 : 0;
+    if (is_padding(c.mask)) {
+      std::vector<int64_t> lengths;
+      for (int64_t b = 0; b < c.batch; ++b) lengths.push_back(b == 0 ? c.seq - 3 : c.seq / 2 + 1);
+      g.seq = SequenceInfo::from_lengths(lengths, c.seq);
+    }
+  }
+  g.q = ::cpf::testing::random_tensor(shape(c.heads, c.d_qk, tokens), c.dtype, c.seed);
+  g.k = ::cpf::testing::random_tensor(shape(c.kv_heads, c.d_qk, tokens), c.dtype, c.seed + 1);
+  g.v = ::cpf::testing::random_tensor(shape(c.kv_heads, c.d_v, tokens), c.dtype, c.seed + 2);
+  g.dout = ::cpf::testing::random_tensor(shape(c.heads, c.d_v, tokens), c.dtype, c.seed + 3);
+  const Shape lse_shape = c.format == QkvFormat::thd ? Shape{c.heads, tokens} : Shape{c.batch, c.heads, tokens};
+  g.dlse = ::cpf::testing::random_tensor(lse_shape, c.dtype == DType::f64 ? DType::f64 : DType::f32, c.seed + 4);
+  return g;
+}
+
+inline AttentionSpec spec_of(const CpCase& c) {
+  AttentionSpec spec;
+  spec.qkv_format = c.format;
+  spec.mask = c.mask;
+  spec.window = c.window;
+  return spec;
+}
+
+// out/lse/dq/dk/dv of the full problem on one rank.
+inline Tensors reference(const CpCase& c, const Global& g) {
+  Tensor q = raw::clone(g.q).set_requires_grad(), k = raw::clone(g.k).set_requires_grad(),
+         v = raw::clone(g.v).set_requires_grad();
+  auto [out, lse] = dot_product_attention(q, k, v, spec_of(c), g.seq);
+  backward({out, lse}, {g.dout, raw::to(g.dlse, lse.dtype())});
+  return {out.detach(), lse.detach(), q.grad(), k.grad(), v.grad()};
+}
+
+// A rank's shard of a global tensor along the token dimension.
+inline Tensor shard(const CpCase& c, const Global& g, const Tensor& t, int64_t dim, int rank) {
+  if (c.format == QkvFormat::thd) {
+    const ThdShard info = thd_shard(g.cu, g.cu_padded, c.cp, rank);
+    if (dim == 0) return shard_tokens(t, info);
+    return raw::contiguous(raw::transpose(shard_tokens(raw::contiguous(raw::transpose(t, 0, dim)), info), 0, dim));
+  }
+  return shard_sequence(t, dim, c.cp, rank);
+}
+
+// Runs the CP problem; returns per-rank results and the per-rank stats.
+inline std::vector<Tensors> run_cp(const CpCase& c, const Global& g, std::vector<CpStats>* stats_out = nullptr) {
+  std::vector<Tensors> results(static_cast<size_t>(c.cp));
+  std::vector<CpStats> stats(static_cast<size_t>(c.cp));
+  const int64_t lse_dim = c.format == QkvFormat::thd ? 1 : 2;
+  dist::launch(c.cp, [&](dist::RankContext& rc) {
+    dist::MeshShape shape;
+    shape.cp = c.cp;
+    if (c.comm == CommType::a2a_p2p) {
+      shape.cp_a2a = c.a2a;
+      shape.hierarchical_cp = true;
+    }
+    shape.require_cp = true;
+    dist::DeviceMesh mesh(rc.world, shape);
+    ContextParallel cp{c.comm, mesh.cp(), mesh.cp_a2a(), mesh.cp_p2p()};
+    const int r = rc.rank;
+    Tensor q = shard(c, g, g.q, g.seq_dim, r).set_requires_grad();
+    Tensor k = shard(c, g, g.k, g.seq_dim, r).set_requires_grad();
+    Tensor v = shard(c, g, g.v, g.seq_dim, r).set_requires_grad();
+    auto st = std::make_shared<CpStats>();
+    auto [out, lse] = context_parallel_attention(q, k, v, spec_of(c), g.seq, cp, st);
+    backward({out, lse}, {shard(c, g, g.dout, g.seq_dim, r), raw::to(shard(c, g, g.dlse, lse_dim, r), lse.dtype())});
+    results[r] = {out.detach(), lse.detach(), q.grad(), k.grad(), v.grad()};
+    stats[r] = *st;
+  }, {.timeout = std::chrono::milliseconds(60'000)});
+  if (stats_out) *stats_out = stats;
+  return results;
+}
+
+}  // namespace cpf::cp::testing
