@@ -1,0 +1,140 @@
+// Thread-backend collective bandwidth: all_reduce, all_gather and all_to_all of f32 tensors of
+// 1-64 MiB on 2 and 4 ranks (threads of this process). Results: docs/distributed.md.
+//
+//   build/dist-bench/benchmarks/distributed_bench --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
+//
+// The benchmark thread is rank 0; ranks 1..n-1 are helper threads that run one collective each
+// time rank 0 starts one, so one iteration is one complete collective (rank 0 returns only after
+// every rank finished its part). Counters follow nccl-tests: size S = the all_reduce input, the
+// all_gather output, the all_to_all input (per rank); algbw = S / time; busbw = algbw * 2(n-1)/n
+// for all_reduce and algbw * (n-1)/n for the others, comparable across rank counts. BM_memcpy, one
+// thread copying S bytes, is the roof measured under the same conditions.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "framework/distributed/thread/thread_process_group.h"
+#include "framework/tensor/ops/copy.h"
+
+namespace {
+
+using cpf::Tensor;
+using cpf::dist::ProcessGroup;
+
+enum class Op { all_reduce, all_gather, all_to_all };
+
+constexpr int64_t kMiB = 1 << 20;
+
+// One collective on `pg` with this rank's preallocated tensors.
+void run_op(Op op, ProcessGroup& pg, const Tensor& input, const Tensor& out) {
+  switch (op) {
+    case Op::all_reduce: pg.all_reduce_async(input, cpf::dist::ReduceOp::sum, out)->wait(); break;
+    case Op::all_gather: pg.all_gather_async(input, 0, out)->wait(); break;
+    case Op::all_to_all: pg.all_to_all_async(input, 0, 1, out)->wait(); break;
+  }
+}
+
+void BM_collective(benchmark::State& state, Op op) {
+  const int n = static_cast<int>(state.range(0));
+  const int64_t bytes = state.range(1) * kMiB;
+  const int64_t floats = bytes / 4;
+  // Shapes: all_gather input is S/n so its output is S; all_to_all (n*64, -1) split on dim 0.
+  const int64_t rows = 64 * n;
+  std::vector<Tensor> inputs, outputs;
+  for (int r = 0; r < n; ++r) {
+    switch (op) {
+      case Op::all_reduce:
+        inputs.push_back(cpf::full({floats}, r));
+        outputs.push_back(cpf::empty({floats}));
+        break;
+      case Op::all_gather:
+        inputs.push_back(cpf::full({floats / n}, r));
+        outputs.push_back(cpf::empty({floats}));
+        break;
+      case Op::all_to_all:
+        inputs.push_back(cpf::full({rows, floats / rows}, r));
+        outputs.push_back(cpf::empty({rows / n, n * (floats / rows)}));
+        break;
+    }
+  }
+  // As dist::launch does: the cores shared evenly between the ranks' progress threads.
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  auto world = cpf::dist::thread::ThreadWorld::create(n, {.omp_threads_per_rank = std::max(1, cores / n)});
+  std::vector<cpf::dist::ProcessGroupPtr> groups;
+  for (int r = 0; r < n; ++r) groups.push_back(world->group(r));
+
+  // Rank 0 counts the collectives it started; each helper runs until it has run as many.
+  std::mutex mutex;
+  std::condition_variable cv;
+  int64_t started = 0;
+  bool stop = false;
+  std::vector<std::thread> helpers;
+  for (int r = 1; r < n; ++r) {
+    helpers.emplace_back([&, r] {
+      for (int64_t done = 0;; ++done) {
+        {
+          std::unique_lock lock(mutex);
+          cv.wait(lock, [&] { return started > done || stop; });
+          if (started == done) return;  // stopped, and every started collective has run
+        }
+        run_op(op, *groups[static_cast<size_t>(r)], inputs[static_cast<size_t>(r)], outputs[static_cast<size_t>(r)]);
+      }
+    });
+  }
+  const auto one_collective = [&] {
+    {
+      std::lock_guard lock(mutex);
+      ++started;
+    }
+    cv.notify_all();
+    run_op(op, *groups[0], inputs[0], outputs[0]);
+  };
+  one_collective();  // warm-up: first touch of the outputs, progress threads started
+  for (auto _ : state) one_collective();
+  {
+    std::lock_guard lock(mutex);
+    stop = true;
+  }
+  cv.notify_all();
+  for (std::thread& t : helpers) t.join();
+
+  const double factor = op == Op::all_reduce ? 2.0 * (n - 1) / n : static_cast<double>(n - 1) / n;
+  // Bytes per second, printed with SI prefixes ("12.3G/s" = 12.3 GB/s).
+  const auto rate = benchmark::Counter::kIsIterationInvariantRate;
+  state.counters["algbw"] = benchmark::Counter(static_cast<double>(bytes), rate, benchmark::Counter::kIs1000);
+  state.counters["busbw"] = benchmark::Counter(static_cast<double>(bytes) * factor, rate, benchmark::Counter::kIs1000);
+}
+
+// The roof on the same machine at the same time: one thread copying S bytes (algbw = S / time).
+void BM_memcpy(benchmark::State& state) {
+  const int64_t bytes = state.range(0) * kMiB;
+  std::vector<char> src(static_cast<size_t>(bytes), 1), dst(static_cast<size_t>(bytes), 0);
+  for (auto _ : state) {
+    std::memcpy(dst.data(), src.data(), static_cast<size_t>(bytes));
+    benchmark::DoNotOptimize(dst.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["algbw"] = benchmark::Counter(
+      static_cast<double>(bytes), benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+}
+
+void sizes(benchmark::internal::Benchmark* b) {
+  for (int n : {2, 4}) {
+    for (int mib : {1, 4, 16, 64}) b->Args({n, mib});
+  }
+  b->ArgNames({"ranks", "MiB"})->UseRealTime()->Unit(benchmark::kMicrosecond);
+}
+
+BENCHMARK(BM_memcpy)->Arg(1)->Arg(4)->Arg(16)->Arg(64)->ArgName("MiB")->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_collective, all_reduce, Op::all_reduce)->Apply(sizes);
+BENCHMARK_CAPTURE(BM_collective, all_gather, Op::all_gather)->Apply(sizes);
+BENCHMARK_CAPTURE(BM_collective, all_to_all, Op::all_to_all)->Apply(sizes);
+
+}  // namespace
+
+BENCHMARK_MAIN();

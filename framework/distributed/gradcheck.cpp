@@ -1,0 +1,142 @@
+#include "framework/distributed/gradcheck.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <random>
+
+#include "framework/autograd/engine.h"
+#include "framework/autograd/grad_mode.h"
+#include "framework/tensor/ops/copy.h"
+#include "framework/tensor/ops/elementwise.h"
+#include "framework/tensor/ops/reduce.h"
+#include "framework/tensor/random.h"
+
+namespace cpf::dist {
+namespace {
+
+// This rank's sum_k <w_k, out_k> in f64, without recording.
+double contract(const std::vector<Tensor>& outputs, const std::vector<Tensor>& weights) {
+  double total = 0;
+  for (size_t k = 0; k < outputs.size() && k < weights.size(); ++k) {
+    if (!weights[k].defined()) continue;
+    total += raw::sum(raw::mul(raw::to(outputs[k], DType::f64), weights[k])).item<double>();
+  }
+  return total;
+}
+
+double global_sum(ProcessGroup& group, double value) {
+  return group.all_reduce(scalar_tensor(value, {.dtype = DType::f64})).item<double>();
+}
+
+struct Element {
+  size_t input = 0;
+  int64_t index = 0;
+};
+
+}  // namespace
+
+GradcheckReport gradcheck(ProcessGroup& group, const GradcheckFn& fn, const std::vector<Tensor>& inputs,
+                          GradcheckOptions options) {
+  CPF_CHECK(options.eps > 0, "dist::gradcheck: eps must be positive, got ", options.eps);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i].defined() || !inputs[i].requires_grad()) continue;
+    CPF_CHECK(inputs[i].dtype() == DType::f64, "dist::gradcheck: input ", i, " of shape ", inputs[i].shape(), " is ",
+              inputs[i].dtype(), "; finite differences need f64 inputs");
+  }
+  const uint64_t rank_seed = options.seed + 7919 * static_cast<uint64_t>(group.rank());
+
+  // Analytic: every rank seeds backward with its own weights at the same time.
+  for (const Tensor& t : inputs) {
+    if (t.defined() && t.requires_grad()) t.set_grad(Tensor());
+  }
+  std::vector<Tensor> weights;
+  {
+    std::vector<Tensor> outputs = fn(inputs);
+    Generator weight_gen(rank_seed);
+    std::vector<Tensor> roots, seeds;
+    for (const Tensor& out : outputs) {
+      if (!out.defined() || !is_floating(out.dtype())) {
+        weights.emplace_back();
+        continue;
+      }
+      weights.push_back(randn(out.shape(), {.dtype = DType::f64}, &weight_gen));
+      if (out.requires_grad()) {
+        roots.push_back(out);
+        seeds.push_back(raw::to(weights.back(), out.dtype()));
+      }
+    }
+    if (!roots.empty()) backward(roots, seeds);
+  }
+
+  // The elements this rank checks, and how many every rank checks (they take turns).
+  std::mt19937_64 rng(rank_seed);
+  std::vector<Element> mine;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i].defined() || !inputs[i].requires_grad()) continue;
+    std::vector<int64_t> all(static_cast<size_t>(inputs[i].numel()));
+    std::iota(all.begin(), all.end(), 0);
+    if (options.max_elements_per_input > 0 && inputs[i].numel() > options.max_elements_per_input) {
+      std::shuffle(all.begin(), all.end(), rng);
+      all.resize(static_cast<size_t>(options.max_elements_per_input));
+    }
+    for (int64_t e : all) mine.push_back({i, e});
+  }
+  const std::vector<int64_t> counts =
+      group.all_gather(from_vector<int64_t>({static_cast<int64_t>(mine.size())}, {1})).to_vector<int64_t>();
+
+  NoGradGuard no_grad;
+  std::vector<Tensor> perturbed(inputs.size());
+  std::vector<Tensor> analytic(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i].defined()) continue;
+    perturbed[i] = raw::clone(inputs[i].detach());
+    if (inputs[i].requires_grad()) {
+      analytic[i] = inputs[i].grad().defined() ? raw::contiguous(inputs[i].grad()) : zeros_like(inputs[i].detach());
+    }
+  }
+  const auto global_loss = [&] { return global_sum(group, contract(fn(perturbed), weights)); };
+
+  GradcheckReport report;
+  double worst_ratio = -1;
+  for (int owner = 0; owner < group.size(); ++owner) {
+    for (int64_t k = 0; k < counts[static_cast<size_t>(owner)]; ++k) {
+      const bool is_mine = owner == group.rank();
+      double* x = nullptr;
+      double original = 0;
+      if (is_mine) {
+        x = perturbed[mine[static_cast<size_t>(k)].input].data<double>() + mine[static_cast<size_t>(k)].index;
+        original = *x;
+        *x = original + options.eps;
+      }
+      const double plus = global_loss();
+      if (is_mine) *x = original - options.eps;
+      const double minus = global_loss();
+      if (!is_mine) continue;
+      *x = original;
+      const Element& el = mine[static_cast<size_t>(k)];
+      const double numeric = (plus - minus) / (2 * options.eps);
+      const double value = analytic[el.input].data<double>()[el.index];
+      const double error = std::abs(value - numeric);
+      const double tolerance = options.atol + options.rtol * std::abs(numeric);
+      const double ratio = std::isnan(error) ? std::numeric_limits<double>::infinity() : error / tolerance;
+      report.checked += 1;
+      report.max_abs_error = std::max(report.max_abs_error, error);
+      if (ratio > 1.0 || std::isnan(error)) report.ok = false;
+      if (ratio > worst_ratio) {
+        worst_ratio = ratio;
+        report.worst_input = el.input;
+        report.worst_index = el.index;
+        report.worst_shape = inputs[el.input].shape();
+        report.worst_analytic = value;
+        report.worst_numeric = numeric;
+      }
+    }
+  }
+  // Every rank gets the same verdict.
+  report.ok = global_sum(group, report.ok ? 0.0 : 1.0) == 0.0;
+  return report;
+}
+
+}  // namespace cpf::dist
