@@ -5,6 +5,7 @@
 //
 // Memory comes from the DeviceBackend registered for the device type: the CPU backend is built in;
 // the CUDA backend registers itself when compiled (framework/tensor/cuda). Nothing here assumes CPU.
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -41,14 +42,15 @@ class Storage {
   size_t nbytes() const noexcept { return nbytes_; }
   Device device() const noexcept { return device_; }
 
-  uint64_t version() const noexcept { return version_; }
-  void bump_version() noexcept { ++version_; }
+  uint64_t version() const noexcept { return version_.load(std::memory_order_relaxed); }
+  // Atomic: rank threads may write one storage (collectives into a shared buffer).
+  void bump_version() noexcept { version_.fetch_add(1, std::memory_order_relaxed); }
 
  private:
   void* data_ = nullptr;
   size_t nbytes_ = 0;
   Device device_;
-  uint64_t version_ = 0;
+  std::atomic<uint64_t> version_{0};
 };
 
 }  // namespace cpf

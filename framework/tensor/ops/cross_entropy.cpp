@@ -1,0 +1,148 @@
+#include "framework/tensor/ops/cross_entropy.h"
+
+#include <Eigen/Core>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "framework/tensor/cpu/softmax_kernels.h"
+#include "framework/tensor/cpu/strided_loop.h"
+#include "framework/tensor/ops/copy.h"
+#include "framework/tensor/shape_utils.h"
+
+namespace cpf::raw {
+namespace {
+
+template <class T>
+using Vec = Eigen::Array<T, Eigen::Dynamic, 1>;
+
+DType compute_dtype(DType dtype) { return dtype == DType::bf16 ? DType::f32 : dtype; }
+
+void check_inputs(const Tensor& logits, const Tensor& targets, const char* op) {
+  check_defined(logits, op, "logits");
+  CPF_CHECK(logits.device().is_cpu(), op, ": no kernel for device ", logits.device(), " in this build");
+  CPF_CHECK(is_floating(logits.dtype()), op, ": logits must be a floating tensor, got ", logits.dtype());
+  CPF_CHECK(logits.dim() == 2, op, ": logits must be 2-D (N, C), got shape ", logits.shape(),
+            " (flatten the leading dims first)");
+  CPF_CHECK(logits.size(1) > 0, op, ": logits need at least one class, got shape ", logits.shape());
+  check_defined(targets, op, "targets");
+  CPF_CHECK(targets.device() == logits.device(), op, ": targets are on ", targets.device(), " but logits are on ",
+            logits.device());
+  CPF_CHECK(targets.dtype() == DType::i32 || targets.dtype() == DType::i64, op, ": targets must be i32 or i64, got ",
+            targets.dtype());
+  CPF_CHECK(targets.shape() == Shape{logits.size(0)}, op, ": targets must have shape [", logits.size(0),
+            "] to match logits ", logits.shape(), ", got ", targets.shape());
+}
+
+// Checks every target and counts those that are not ignored.
+template <class I>
+int64_t count_valid(const I* targets, int64_t rows, int64_t classes, int64_t ignore_index, const char* op) {
+  int64_t count = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t t = static_cast<int64_t>(targets[r]);
+    if (t == ignore_index) continue;
+    CPF_CHECK(t >= 0 && t < classes, op, ": target ", t, " at row ", r, " is out of range for C=", classes,
+              " classes (expected 0..", classes - 1, " or ignore_index=", ignore_index, ")");
+    ++count;
+  }
+  return count;
+}
+
+template <class Fn>
+void visit_target_type(DType dtype, Fn&& fn) {
+  if (dtype == DType::i32) {
+    fn.template operator()<int32_t>();
+  } else {
+    fn.template operator()<int64_t>();
+  }
+}
+
+}  // namespace
+
+CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
+  const char* op = "cross_entropy";
+  check_inputs(logits, targets, op);
+  const DType compute = compute_dtype(logits.dtype());
+  const Tensor lc = contiguous(to(logits, compute));
+  const Tensor tc = contiguous(targets);
+  const int64_t rows = logits.size(0), classes = logits.size(1);
+  CrossEntropyResult result;
+  result.lse = empty({rows}, {.dtype = compute});
+  double total = 0;
+  visit_target_type(tc.dtype(), [&]<class I>() {
+    const I* tgt = tc.data<I>();
+    result.valid_count = count_valid(tgt, rows, classes, ignore_index, op);
+    visit_compute_dtype(compute, op, [&]<class T>() {
+      const T* x = lc.data<T>();
+      T* lse = result.lse.data<T>();
+      // Per-row losses are summed afterwards in row order (in double): the same total for any thread count.
+      std::vector<double> row_loss(static_cast<size_t>(rows), 0.0);
+      const bool parallel = rows > 1 && rows * classes >= cpu::kParallelGrain;
+#if defined(CPF_WITH_OPENMP)
+#pragma omp parallel for if (parallel) schedule(static)
+#endif
+      for (int64_t r = 0; r < rows; ++r) {
+        Eigen::Map<const Vec<T>> row(x + r * classes, classes);
+        const T m = row.maxCoeff();
+        const bool masked = m == -std::numeric_limits<T>::infinity() && !row.isNaN().any();
+        const T l = masked ? m : m + std::log(cpu::exp_sum(x + r * classes, m, nullptr, classes));
+        lse[r] = l;
+        const int64_t t = static_cast<int64_t>(tgt[r]);
+        if (t != ignore_index) row_loss[r] = static_cast<double>(l) - static_cast<double>(row[t]);
+      }
+      for (double v : row_loss) total += v;
+    });
+  });
+  const double loss = result.valid_count > 0 ? total / static_cast<double>(result.valid_count) : 0.0;
+  result.loss = scalar_tensor(loss, {.dtype = compute});
+  return result;
+}
+
+Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                              int64_t valid_count, int64_t ignore_index) {
+  const char* op = "cross_entropy_backward";
+  check_inputs(logits, targets, op);
+  check_defined(grad_loss, op, "grad_loss");
+  CPF_CHECK(grad_loss.numel() == 1 && is_floating(grad_loss.dtype()), op,
+            ": grad_loss must be a one-element floating tensor, got ", grad_loss.dtype(), " ", grad_loss.shape());
+  const DType compute = compute_dtype(logits.dtype());
+  const int64_t rows = logits.size(0), classes = logits.size(1);
+  check_defined(lse, op, "lse");
+  CPF_CHECK(lse.shape() == Shape{rows} && lse.dtype() == compute, op, ": lse must be ", compute, " [", rows,
+            "] (from the forward), got ", lse.dtype(), " ", lse.shape());
+  const Tensor tc = contiguous(targets);
+  const Tensor lc = contiguous(to(logits, compute));
+  const Tensor lsec = contiguous(lse);
+  Tensor out = empty({rows, classes}, {.dtype = compute});
+  const double g = grad_loss.item<double>();
+  visit_target_type(tc.dtype(), [&]<class I>() {
+    const I* tgt = tc.data<I>();
+    const int64_t counted = count_valid(tgt, rows, classes, ignore_index, op);
+    CPF_CHECK(counted == valid_count, op, ": valid_count ", valid_count, " does not match the ", counted,
+              " targets that are not ignore_index=", ignore_index);
+    visit_compute_dtype(compute, op, [&]<class T>() {
+      const T* x = lc.data<T>();
+      const T* l = lsec.data<T>();
+      T* o = out.data<T>();
+      const T scale = valid_count > 0 ? static_cast<T>(g / static_cast<double>(valid_count)) : T(0);
+      const bool parallel = rows > 1 && rows * classes >= cpu::kParallelGrain;
+#if defined(CPF_WITH_OPENMP)
+#pragma omp parallel for if (parallel) schedule(static)
+#endif
+      for (int64_t r = 0; r < rows; ++r) {
+        Eigen::Map<Vec<T>> orow(o + r * classes, classes);
+        const int64_t t = static_cast<int64_t>(tgt[r]);
+        if (t == ignore_index) {
+          orow.setZero();
+          continue;
+        }
+        cpu::exp_sum(x + r * classes, l[r], o + r * classes, classes);  // softmax, from the saved lse
+        orow *= scale;
+        orow[t] -= scale;
+      }
+    });
+  });
+  return to(out, logits.dtype());
+}
+
+}  // namespace cpf::raw

@@ -1,0 +1,26 @@
+#pragma once
+// Softmax cross-entropy over class logits (non-differentiable kernels; cpf::cross_entropy in
+// framework/autograd/functions/nn.h wraps them). The forward keeps only the per-row log-sum-exp,
+// never a (N, C) probability tensor: the backward recomputes softmax = exp(logits - lse) on the fly.
+#include "framework/tensor/tensor.h"
+
+namespace cpf::raw {
+
+struct CrossEntropyResult {
+  Tensor loss;               // scalar: mean of lse - logits[target] over rows whose target is not ignored
+  Tensor lse;                // (N): log-sum-exp of every row (ignored rows included)
+  int64_t valid_count = 0;   // rows whose target is not ignore_index
+};
+
+// logits (N, C) floating, targets (N) i32 or i64 with values in [0, C) or equal to ignore_index.
+// loss and lse are f32 for f32/bf16 logits and f64 for f64 logits; the loss is 0 (not NaN) when every
+// target is ignored. A target outside [0, C) throws naming the target, its row and C.
+CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100);
+
+// d loss / d logits = (softmax(logits) - onehot(target)) * grad_loss / valid_count on valid rows, 0 on
+// ignored rows (everywhere when valid_count is 0). grad_loss is a one-element tensor (the loss
+// gradient); lse and valid_count come from the forward. The result has logits' dtype.
+Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                              int64_t valid_count, int64_t ignore_index = -100);
+
+}  // namespace cpf::raw

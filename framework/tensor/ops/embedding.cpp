@@ -1,0 +1,138 @@
+#include "framework/tensor/ops/embedding.h"
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <cstring>
+
+#include "framework/tensor/cpu/strided_loop.h"
+#include "framework/tensor/ops/copy.h"
+#include "framework/tensor/shape_utils.h"
+
+namespace cpf::raw {
+namespace {
+
+template <class T>
+using Vec = Eigen::Array<T, Eigen::Dynamic, 1>;
+
+void check_ids(const Tensor& ids, const char* op) {
+  check_defined(ids, op, "ids");
+  CPF_CHECK(ids.device().is_cpu(), op, ": no kernel for device ", ids.device(), " in this build");
+  CPF_CHECK(ids.dtype() == DType::i32 || ids.dtype() == DType::i64, op, ": ids must be i32 or i64, got ",
+            ids.dtype());
+}
+
+// Multi-index of a row-major flat index, for error messages.
+Shape unravel(int64_t flat, const Shape& shape) {
+  Shape index(shape.size());
+  for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
+    index[d] = flat % shape[d];
+    flat /= shape[d];
+  }
+  return index;
+}
+
+// Every id of a contiguous ids buffer must be a row of the table.
+template <class I>
+void check_range(const I* ids, const Shape& shape, int64_t rows, const char* op) {
+  const int64_t n = shape_numel(shape);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t id = static_cast<int64_t>(ids[i]);
+    CPF_CHECK(id >= 0 && id < rows, op, ": id ", id, " at position ", unravel(i, shape), " of ids ", shape,
+              " is out of range for a table of V=", rows, " rows (expected 0..", rows - 1, ")");
+  }
+}
+
+template <class Fn>
+void visit_id_type(DType dtype, Fn&& fn) {
+  if (dtype == DType::i32) {
+    fn.template operator()<int32_t>();
+  } else {
+    fn.template operator()<int64_t>();
+  }
+}
+
+}  // namespace
+
+Tensor embedding(const Tensor& weight, const Tensor& ids) {
+  const char* op = "embedding";
+  check_defined(weight, op, "weight");
+  CPF_CHECK(weight.device().is_cpu(), op, ": no kernel for device ", weight.device(), " in this build");
+  CPF_CHECK(is_floating(weight.dtype()), op, ": weight must be a floating tensor, got ", weight.dtype());
+  CPF_CHECK(weight.dim() == 2, op, ": weight must be 2-D (V, C), got shape ", weight.shape());
+  check_ids(ids, op);
+  const int64_t rows = weight.size(0), cols = weight.size(1);
+  const Tensor idc = contiguous(ids);
+  // Rows are copied whole, so only the inner stride has to be 1 (a row-sliced table needs no copy).
+  const Tensor table = weight.stride(1) == 1 || cols <= 1 ? weight : contiguous(weight);
+  Shape out_shape = ids.shape();
+  out_shape.push_back(cols);
+  Tensor out = empty(out_shape, {.dtype = weight.dtype()});
+  const int64_t n = ids.numel();
+  const size_t elem = dtype_size(weight.dtype());
+  const size_t row_bytes = static_cast<size_t>(cols) * elem;
+  const size_t table_row_bytes = static_cast<size_t>(table.stride(0)) * elem;
+  const bool parallel = n > 1 && n * cols >= cpu::kParallelGrain;
+  visit_id_type(idc.dtype(), [&]<class I>() {
+    const I* id = idc.data<I>();
+    check_range(id, ids.shape(), rows, op);
+    if (row_bytes == 0) return;
+    const char* src = static_cast<const char*>(table.raw_data());
+    char* dst = static_cast<char*>(out.raw_data());
+#if defined(CPF_WITH_OPENMP)
+#pragma omp parallel for if (parallel) schedule(static)
+#endif
+    for (int64_t i = 0; i < n; ++i) {
+      std::memcpy(dst + static_cast<size_t>(i) * row_bytes, src + static_cast<size_t>(id[i]) * table_row_bytes,
+                  row_bytes);
+    }
+  });
+  return out;
+}
+
+Tensor embedding_backward(const Tensor& grad, const Tensor& ids, int64_t num_rows) {
+  const char* op = "embedding_backward";
+  check_defined(grad, op, "grad");
+  CPF_CHECK(grad.device().is_cpu(), op, ": no kernel for device ", grad.device(), " in this build");
+  CPF_CHECK(is_floating(grad.dtype()), op, ": grad must be a floating tensor, got ", grad.dtype());
+  check_ids(ids, op);
+  CPF_CHECK(num_rows >= 0, op, ": num_rows must be >= 0, got ", num_rows);
+  const bool shape_ok = grad.dim() == ids.dim() + 1 &&
+                        std::equal(ids.shape().begin(), ids.shape().end(), grad.shape().begin());
+  CPF_CHECK(shape_ok, op, ": grad of shape ", grad.shape(), " must be ids' shape ", ids.shape(),
+            " followed by the embedding dim");
+  const int64_t cols = grad.size(-1);
+  const DType compute = grad.dtype() == DType::bf16 ? DType::f32 : grad.dtype();
+  const Tensor gc = contiguous(to(grad, compute));
+  const Tensor idc = contiguous(ids);
+  Tensor out = zeros({num_rows, cols}, {.dtype = compute});
+  const int64_t n = ids.numel();
+  const bool parallel = n * cols >= cpu::kParallelGrain;
+  // Each task owns a group of columns and adds the rows of grad in ids order: a fixed summation order
+  // per element that does not depend on the thread count.
+  const int64_t threads = parallel ? cpu::max_threads() : 1;
+  int64_t group = (cols + threads - 1) / threads;
+  group = std::max<int64_t>(1, std::min(cols, std::max<int64_t>(64, (group + 15) / 16 * 16)));
+  const int64_t groups = (cols + group - 1) / group;
+  visit_id_type(idc.dtype(), [&]<class I>() {
+    const I* id = idc.data<I>();
+    check_range(id, ids.shape(), num_rows, op);
+    visit_compute_dtype(compute, op, [&]<class T>() {
+      const T* g = gc.data<T>();
+      T* o = out.data<T>();
+#if defined(CPF_WITH_OPENMP)
+#pragma omp parallel for if (parallel && groups > 1) schedule(static)
+#endif
+      for (int64_t k = 0; k < groups; ++k) {
+        const int64_t c0 = k * group;
+        const int64_t w = std::min(group, cols - c0);
+        for (int64_t i = 0; i < n; ++i) {
+          Eigen::Map<Vec<T>>(o + static_cast<int64_t>(id[i]) * cols + c0, w) +=
+              Eigen::Map<const Vec<T>>(g + i * cols + c0, w);
+        }
+      }
+    });
+  });
+  return to(out, grad.dtype());
+}
+
+}  // namespace cpf::raw

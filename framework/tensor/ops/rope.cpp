@@ -1,0 +1,123 @@
+#include "framework/tensor/ops/rope.h"
+
+#include <cmath>
+#include <type_traits>
+#include <vector>
+
+#include "framework/tensor/cpu/strided_loop.h"
+#include "framework/tensor/ops/copy.h"
+#include "framework/tensor/shape_utils.h"
+
+namespace cpf::raw {
+namespace {
+
+// x's storage types; A is the type the rotation is applied in.
+template <class Fn>
+void visit_storage(DType dtype, Fn&& fn) {
+  switch (dtype) {
+    case DType::f32: fn.template operator()<float, float>(); return;
+    case DType::f64: fn.template operator()<double, double>(); return;
+    case DType::bf16: fn.template operator()<bfloat16, float>(); return;
+    default: CPF_FAIL("rope: unsupported dtype ", dtype);
+  }
+}
+
+template <class Fn>
+void visit_position_type(DType dtype, Fn&& fn) {
+  if (dtype == DType::i32) {
+    fn.template operator()<int32_t>();
+  } else {
+    fn.template operator()<int64_t>();
+  }
+}
+
+}  // namespace
+
+Tensor rope(const Tensor& x, const Tensor& positions, double base, int64_t rotary_dim, bool inverse) {
+  const char* op = "rope";
+  check_defined(x, op, "x");
+  check_defined(positions, op, "positions");
+  CPF_CHECK(x.device().is_cpu(), op, ": no kernel for device ", x.device(), " in this build");
+  CPF_CHECK(is_floating(x.dtype()), op, ": x must be a floating tensor, got ", x.dtype());
+  CPF_CHECK(x.dim() == 3 || x.dim() == 4, op, ": x must be (B, T, H, D) [bshd] or (T, H, D) [thd], got shape ",
+            x.shape());
+  CPF_CHECK(positions.device() == x.device(), op, ": positions are on ", positions.device(), " but x is on ",
+            x.device());
+  CPF_CHECK(positions.dtype() == DType::i32 || positions.dtype() == DType::i64, op,
+            ": positions must be i32 or i64, got ", positions.dtype());
+  const bool thd = x.dim() == 3;
+  const int64_t batch = thd ? 1 : x.size(0), seq = x.size(-3), heads = x.size(-2), dim = x.size(-1);
+  const bool per_batch = !thd && positions.shape() == Shape{batch, seq};
+  if (thd) {
+    CPF_CHECK(positions.shape() == Shape{seq}, op, ": positions must have shape [T]=[", seq, "] for x ", x.shape(),
+              " (thd), got ", positions.shape());
+  } else {
+    CPF_CHECK(per_batch || positions.shape() == Shape{seq}, op, ": positions must have shape [T]=[", seq,
+              "] or [B, T]=[", batch, ",", seq, "] for x ", x.shape(), " (bshd), got ", positions.shape());
+  }
+  const int64_t rot = rotary_dim == -1 ? dim : rotary_dim;
+  CPF_CHECK(rot > 0 && rot <= dim && rot % 2 == 0, op, ": rotary_dim must be even and in 1..D=", dim, ", got ",
+            rot, rotary_dim == -1 ? " (rotary_dim=-1 means D)" : "", " for x ", x.shape());
+  CPF_CHECK(std::isfinite(base) && base > 0, op, ": base must be finite and > 0, got ", base);
+
+  const int64_t half = rot / 2;
+  std::vector<double> inv_freq(static_cast<size_t>(half));
+  for (int64_t i = 0; i < half; ++i) {
+    inv_freq[i] = std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(rot));
+  }
+  const Tensor pos = contiguous(positions);
+  const int64_t npos = pos.numel();
+  const Tensor xs = x.stride(-1) == 1 ? x : contiguous(x);
+  const int64_t sb = thd ? 0 : xs.stride(0), st = xs.stride(-3), sh = xs.stride(-2);
+  Tensor out = empty(x.shape(), {.dtype = x.dtype()});
+
+  visit_storage(x.dtype(), [&]<class S, class A>() {
+    // cos/sin per distinct position row, shared by every head (and by every batch for (T) positions).
+    std::vector<A> cos_t(static_cast<size_t>(npos * half)), sin_t(static_cast<size_t>(npos * half));
+    visit_position_type(pos.dtype(), [&]<class I>() {
+      const I* p = pos.data<I>();
+      const double sign = inverse ? -1.0 : 1.0;
+#if defined(CPF_WITH_OPENMP)
+#pragma omp parallel for if (npos * half >= cpu::kParallelGrain / 8) schedule(static)
+#endif
+      for (int64_t k = 0; k < npos; ++k) {
+        const double position = static_cast<double>(p[k]);
+        for (int64_t i = 0; i < half; ++i) {
+          const double angle = position * inv_freq[i];
+          cos_t[k * half + i] = static_cast<A>(std::cos(angle));
+          sin_t[k * half + i] = static_cast<A>(sign * std::sin(angle));
+        }
+      }
+    });
+    const S* xb = xs.data<S>();
+    S* ob = out.data<S>();
+    const int64_t tokens = batch * seq;
+#if defined(CPF_WITH_OPENMP)
+#pragma omp parallel for if (tokens > 1 && out.numel() >= cpu::kParallelGrain) schedule(static)
+#endif
+    for (int64_t bt = 0; bt < tokens; ++bt) {
+      const int64_t b = bt / seq, t = bt % seq;
+      const int64_t row = per_batch ? bt : t;
+      const A* c = cos_t.data() + row * half;
+      const A* s = sin_t.data() + row * half;
+      for (int64_t h = 0; h < heads; ++h) {
+        const S* xi = xb + b * sb + t * st + h * sh;
+        S* o = ob + (bt * heads + h) * dim;
+        for (int64_t i = 0; i < half; ++i) {
+          const A x1 = static_cast<A>(xi[i]);
+          const A x2 = static_cast<A>(xi[i + half]);
+          o[i] = static_cast<S>(x1 * c[i] - x2 * s[i]);
+          o[i + half] = static_cast<S>(x2 * c[i] + x1 * s[i]);
+        }
+        for (int64_t i = rot; i < dim; ++i) o[i] = xi[i];
+      }
+    }
+  });
+  return out;
+}
+
+Tensor rope_backward(const Tensor& grad_y, const Tensor& positions, double base, int64_t rotary_dim, bool inverse) {
+  return rope(grad_y, positions, base, rotary_dim, !inverse);
+}
+
+}  // namespace cpf::raw
