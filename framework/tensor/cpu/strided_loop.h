@@ -59,9 +59,12 @@ StridedIteration<N> make_iteration(const Shape& shape, std::array<std::vector<in
 
 // Calls row(ptrs, n, inner_strides) for every row (the innermost coalesced dim) with typed base
 // pointers advanced to the row start. Ptrs are byte pointers; element sizes convert strides.
+// split_rows: whether one row may be cut into pieces run by different threads. Pass false when the
+// row function accumulates across a row's elements into shared outputs (scatter), which relies on
+// a row running in order on one thread.
 template <size_t N, class RowFn>
 void for_each_row(const StridedIteration<N>& it, std::array<char*, N> base, std::array<int64_t, N> elem_size,
-                  RowFn&& row) {
+                  RowFn&& row, bool split_rows = true) {
   const int64_t ndim = static_cast<int64_t>(it.shape.size());
   const int64_t inner = it.shape.back();
   if (it.numel == 0) return;
@@ -99,6 +102,31 @@ void for_each_row(const StridedIteration<N>& it, std::array<char*, N> base, std:
 
 #if defined(CPF_WITH_OPENMP)
   const int threads = max_threads();
+  if (split_rows && threads > 1 && it.numel >= kParallelGrain && rows < threads) {
+    // Few long rows (a contiguous tensor is a single row): cut every row into pieces, aligned to
+    // 64 elements so each piece keeps full-width vector loads.
+    const int64_t pieces = (threads + rows - 1) / rows;
+    auto row_start = [&](int64_t r) {
+      std::array<char*, N> ptr = base;
+      for (int64_t d = ndim - 2, rest = r; d >= 0; --d) {
+        const int64_t i = rest % it.shape[d];
+        rest /= it.shape[d];
+        for (size_t k = 0; k < N; ++k) ptr[k] += i * it.strides[k][d] * elem_size[k];
+      }
+      return ptr;
+    };
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t p = 0; p < rows * pieces; ++p) {
+      const int64_t r = p / pieces, piece = p % pieces;
+      const int64_t first = std::min(inner, (inner * piece / pieces) / 64 * 64);
+      const int64_t last = piece + 1 == pieces ? inner : std::min(inner, (inner * (piece + 1) / pieces) / 64 * 64);
+      if (last <= first) continue;
+      std::array<char*, N> ptr = row_start(r);
+      for (size_t k = 0; k < N; ++k) ptr[k] += first * inner_stride[k] * elem_size[k];
+      row(ptr, last - first, inner_stride);
+    }
+    return;
+  }
   if (threads > 1 && it.numel >= kParallelGrain && rows > 1) {
     const int64_t chunks = std::min<int64_t>(rows, threads);
 #pragma omp parallel for num_threads(static_cast<int>(chunks)) schedule(static)

@@ -239,7 +239,7 @@ void scatter_add_kernel(const Tensor& acc, int64_t d, const Tensor& index, const
           for (int64_t j = 0; j < n; ++j) {
             a[j * s[0] + static_cast<int64_t>(ix[j * s[1]]) * acc_step] += static_cast<Acc>(v[j * s[2]]);
           }
-        });
+        }, /*split_rows=*/false);
   });
 }
 
