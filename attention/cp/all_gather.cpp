@@ -47,7 +47,7 @@ CpForward all_gather_forward(const CpContext& ctx, const Tensor& q, const Tensor
   ctx.stats->forward_tiles.full += result.tiles.full;
   ctx.stats->forward_tiles.partial += result.tiles.partial;
   ctx.stats->forward_tiles.skipped += result.tiles.skipped;
-  return {result.out, result.lse};
+  return {result.out, result.lse, {}};
 }
 
 CpGrads all_gather_backward(const CpContext& ctx, const Tensor& dout, const Tensor& dlse, const Tensor& q,

@@ -60,6 +60,25 @@ void add_tiles(TileStats& into, const TileStats& tiles) {
   into.skipped += tiles.skipped;
 }
 
+// Posts the ring shift of step `step`: send the block held now to next, receive the one held at step + 1
+// from prev (into `incoming`). Null on the last step, where nothing moves.
+struct KvShift {
+  dist::WorkPtr work;
+  Tensor incoming;
+};
+
+KvShift post_kv_shift(const CpContext& ctx, dist::ProcessGroup& group, const std::vector<GroupLayout>& layouts,
+                      const Tensor& kv, int step) {
+  const int n = group.size(), me = group.rank();
+  if (step + 1 >= n) return {};
+  const int src = (me - step + n) % n;
+  Tensor incoming = like_rows(kv, layouts[(src + n - 1) % n].tokens(), kv.dtype());
+  ctx.count_sent(kv);
+  return {group.batch_p2p_async({dist::P2POp::send(kv, (me + 1) % n, kKvTag),
+                                 dist::P2POp::recv(incoming, (me + n - 1) % n, kKvTag)}),
+          incoming};
+}
+
 std::vector<GroupLayout> single_rank_layouts(const CpContext& ctx) {
   std::vector<GroupLayout> layouts;
   for (int r = 0; r < static_cast<int>(ctx.cp_size); ++r) layouts.push_back(make_group_layout(ctx.global, ctx.cp_size, {r}));
@@ -71,20 +90,13 @@ std::vector<GroupLayout> single_rank_layouts(const CpContext& ctx) {
 CpForward ring_forward(const CpContext& ctx, dist::ProcessGroup& group, const std::vector<GroupLayout>& layouts,
                        const Tensor& q, const Tensor& k, const Tensor& v) {
   const int n = group.size(), me = group.rank();
-  const int next = (me + 1) % n, prev = (me + n - 1) % n;
   const int64_t d_qk = k.size(-1);
   const AttentionWindow window = effective_window(ctx.spec);
   Tensor kv = pack_kv(k, v);  // (T, Hkv, Dqk + Dv)
   PartialMerge merge(q.size(0), q.size(1), v.size(-1), q.dtype());
   for (int step = 0; step < n; ++step) {
     const int src = (me - step + n) % n;
-    dist::WorkPtr shift;
-    Tensor kv_next;
-    if (step + 1 < n) {
-      kv_next = like_rows(kv, layouts[(src + n - 1) % n].tokens(), kv.dtype());
-      shift = group.batch_p2p_async({dist::P2POp::send(kv, next, kKvTag), dist::P2POp::recv(kv_next, prev, kKvTag)});
-      ctx.count_sent(kv);
-    }
+    const KvShift shift = post_kv_shift(ctx, group, layouts, kv, step);  // overlaps this step's compute
     ctx.stats->ring_steps += 1;
     if (any_visible(layouts[me], layouts[src], window)) {
       const auto [k_step, v_step] = unpack_kv(kv, d_qk);
@@ -94,9 +106,9 @@ CpForward ring_forward(const CpContext& ctx, dist::ProcessGroup& group, const st
     } else {
       ctx.stats->ring_steps_skipped += 1;  // the whole tile is outside the mask or window
     }
-    if (shift) {
-      shift->wait();
-      kv = kv_next;
+    if (shift.work) {
+      shift.work->wait();
+      kv = shift.incoming;
     }
   }
   return {merge.out(q.dtype()), merge.lse()};
@@ -116,13 +128,7 @@ CpGrads ring_backward(const CpContext& ctx, dist::ProcessGroup& group, const std
   Tensor grad_in;  // partial dK/dV of the block held next, from prev
   for (int step = 0; step < n; ++step) {
     const int src = (me - step + n) % n;
-    dist::WorkPtr shift;
-    Tensor kv_next;
-    if (step + 1 < n) {
-      kv_next = like_rows(kv, layouts[(src + n - 1) % n].tokens(), kv.dtype());
-      shift = group.batch_p2p_async({dist::P2POp::send(kv, next, kKvTag), dist::P2POp::recv(kv_next, prev, kKvTag)});
-      ctx.count_sent(kv);
-    }
+    const KvShift shift = post_kv_shift(ctx, group, layouts, kv, step);  // overlaps this step's compute
     Tensor dkv;  // this rank's contribution to block src
     if (any_visible(layouts[me], layouts[src], window)) {
       const auto [k_step, v_step] = unpack_kv(kv, d_qk);
@@ -142,9 +148,9 @@ CpGrads ring_backward(const CpContext& ctx, dist::ProcessGroup& group, const std
     grad_in = like_rows(dkv, layouts[(prev - step + n) % n].tokens(), acc);
     grad_shift = group.batch_p2p_async({dist::P2POp::send(dkv, next, kGradTag), dist::P2POp::recv(grad_in, prev, kGradTag)});
     ctx.count_sent(dkv);
-    if (shift) {
-      shift->wait();
-      kv = kv_next;
+    if (shift.work) {
+      shift.work->wait();
+      kv = shift.incoming;
     }
   }
   grad_shift->wait();  // grad_in now holds the complete gradient of this rank's own block
