@@ -111,7 +111,7 @@ CpForward ring_forward(const CpContext& ctx, dist::ProcessGroup& group, const st
       kv = shift.incoming;
     }
   }
-  return {merge.out(q.dtype()), merge.lse()};
+  return {merge.out(q.dtype()), merge.lse(), {}};
 }
 
 CpGrads ring_backward(const CpContext& ctx, dist::ProcessGroup& group, const std::vector<GroupLayout>& layouts,
