@@ -1,0 +1,73 @@
+#pragma once
+// Token shards in llm.c's `.bin` layout (dev/data/data_common.py in karpathy/llm.c):
+//
+//   bytes 0..1023       256 x int32 little-endian header: [0] magic 20240520, [1] version 1,
+//                       [2] token count N, the rest 0
+//   bytes 1024..        N x uint16 token ids
+//
+// so a valid file has exactly 1024 + 2 N bytes. `path` is a file or a pattern ("data/*_train_*.bin",
+// models/data/file_glob.h); shards are read in sorted order and memory-mapped, so a corpus larger
+// than RAM works. Documents are the maximal runs of tokens between end-of-text tokens (50256 for
+// GPT-2, `eot_token`); a document never spans two shards. Every token is checked against vocab_size
+// when the shard is opened.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "models/data/document_source.h"
+
+namespace cpf::data {
+
+constexpr int32_t kShardMagic = 20240520;
+constexpr int32_t kShardVersion = 1;
+constexpr int64_t kShardHeaderInts = 256;
+constexpr int64_t kShardHeaderBytes = kShardHeaderInts * 4;
+
+struct ShardOptions {
+  std::string path;
+  int64_t eot_token = 50256;
+  int64_t vocab_size = 50257;
+};
+
+// The header of one shard, validated against the file size (errors name the file and the values).
+struct ShardHeader {
+  int64_t token_count = 0;
+};
+ShardHeader read_shard_header(const std::string& path);
+
+class TokenShardSource : public DocumentSource {
+ public:
+  explicit TokenShardSource(const ShardOptions& options);
+  ~TokenShardSource() override;
+  TokenShardSource(const TokenShardSource&) = delete;
+  TokenShardSource& operator=(const TokenShardSource&) = delete;
+
+  const std::vector<std::string>& files() const { return files_; }
+  int64_t total_tokens() const { return total_tokens_; }
+
+  std::string name() const override { return "shards"; }
+  int64_t num_documents() const override { return static_cast<int64_t>(documents_.size()); }
+  int64_t document_length(int64_t index) const override;
+  Document document(int64_t index) const override;
+  int64_t vocab_size() const override { return options_.vocab_size; }
+  int64_t eot_token() const override { return options_.eot_token; }
+  // No tokenizer is bundled: ids print as "<id>" (end-of-text as "<|endoftext|>").
+  std::string decode(const std::vector<int64_t>& tokens) const override;
+
+ private:
+  struct MappedShard;
+  struct DocumentSpan {
+    int64_t shard;
+    int64_t begin;  // token index inside the shard
+    int64_t length;
+  };
+
+  ShardOptions options_;
+  std::vector<std::string> files_;
+  std::vector<std::unique_ptr<MappedShard>> shards_;
+  std::vector<DocumentSpan> documents_;
+  int64_t total_tokens_ = 0;
+};
+
+}  // namespace cpf::data
