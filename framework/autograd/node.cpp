@@ -38,6 +38,24 @@ Node::Node(std::vector<Edge> next_edges, std::vector<InputMeta> input_meta, uint
       num_outputs_(num_outputs),
       sequence_nr_(g_next_sequence_nr.fetch_add(1)) {}
 
+Node::~Node() {
+  std::vector<std::shared_ptr<Node>> pending;
+  auto adopt_edges = [&pending](std::vector<Edge>& edges) {
+    for (Edge& e : edges) {
+      if (e.node) pending.push_back(std::move(e.node));
+    }
+    edges.clear();
+  };
+  adopt_edges(next_edges_);
+  while (!pending.empty()) {
+    std::shared_ptr<Node> node = std::move(pending.back());
+    pending.pop_back();
+    // Sole owner: the node dies at the end of this iteration. Take its edges first so its own
+    // destructor has nothing left to recurse into.
+    if (node.use_count() == 1) adopt_edges(node->next_edges_);
+  }
+}
+
 AccumulateGrad::AccumulateGrad(Tensor leaf) : Node({}, {}, 1), leaf_(std::move(leaf)) {}
 
 std::vector<Tensor> AccumulateGrad::apply(const std::vector<Tensor>& grad_outputs) {

@@ -27,7 +27,9 @@ struct InputMeta {
 
 class Node {
  public:
-  virtual ~Node() = default;
+  // Iterative: a long chain (each node owning the previous one through its edges) would otherwise be
+  // destroyed recursively and overflow the stack.
+  virtual ~Node();
   virtual std::string name() const = 0;
   // grad_outputs[i] is the gradient of output i (undefined when nothing flowed into it).
   // Returns one gradient per next edge (undefined where the input gets none).

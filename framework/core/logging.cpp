@@ -1,6 +1,7 @@
 #include "framework/core/logging.h"
 
 #include <atomic>
+#include <cctype>
 #include <cstdlib>
 #include <iostream>
 #include <mutex>
@@ -10,11 +11,15 @@ namespace {
 
 LogLevel level_from_env() {
   const char* value = std::getenv("CPF_LOG_LEVEL");
-  if (value == nullptr) return LogLevel::info;
-  const std::string text(value);
+  if (value == nullptr || *value == '\0') return LogLevel::info;
+  std::string text(value);
+  for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (text == "debug") return LogLevel::debug;
-  if (text == "warn") return LogLevel::warn;
+  if (text == "info") return LogLevel::info;
+  if (text == "warn" || text == "warning") return LogLevel::warn;
   if (text == "error") return LogLevel::error;
+  // A typo should not silently change what gets logged.
+  std::cerr << "[cpformer warn] CPF_LOG_LEVEL='" << value << "' is not one of debug, info, warn, error; using info\n";
   return LogLevel::info;
 }
 

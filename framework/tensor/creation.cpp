@@ -40,11 +40,7 @@ Tensor full(const Shape& shape, double value, TensorOptions options) {
   const bool requires_grad = options.requires_grad;
   options.requires_grad = false;
   Tensor t = empty(shape, options);
-  if (options.device.is_cpu()) {
-    raw::fill_(t, value);
-  } else {
-    raw::copy_(t, full(shape, value, {.dtype = options.dtype}));
-  }
+  raw::fill_(t, value);  // a device fill kernel, or a broadcast copy from the host without one
   if (requires_grad) t.set_requires_grad(true);
   return t;
 }

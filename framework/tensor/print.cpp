@@ -12,10 +12,20 @@ namespace {
 constexpr int64_t kEdgeItems = 3;
 constexpr int64_t kSummariseAbove = 1000;
 
+void print_value(std::ostream& os, double v, DType dtype) {
+  if (dtype == DType::boolean) {
+    os << (v != 0 ? "true" : "false");
+  } else if (is_integral(dtype)) {
+    os << static_cast<int64_t>(v);
+  } else {
+    os << std::setprecision(4) << std::fixed << v;
+  }
+}
+
 void print_rec(std::ostream& os, const Tensor& t, const std::vector<double>& values, int64_t dim, int64_t offset,
-               const Shape& strides, bool summarise, bool integral, int indent) {
+               const Shape& strides, bool summarise, int indent) {
   if (t.dim() == 0) {
-    os << values[0];
+    print_value(os, values[0], t.dtype());
     return;
   }
   const int64_t n = t.size(dim);
@@ -26,14 +36,9 @@ void print_rec(std::ostream& os, const Tensor& t, const std::vector<double>& val
       i = n - kEdgeItems;
     }
     if (dim + 1 == t.dim()) {
-      const double v = values[offset + i * strides[dim]];
-      if (integral) {
-        os << static_cast<int64_t>(v);
-      } else {
-        os << std::setprecision(4) << std::fixed << v;
-      }
+      print_value(os, values[offset + i * strides[dim]], t.dtype());
     } else {
-      print_rec(os, t, values, dim + 1, offset + i * strides[dim], strides, summarise, integral, indent + 1);
+      print_rec(os, t, values, dim + 1, offset + i * strides[dim], strides, summarise, indent + 1);
     }
     if (i + 1 < n) os << (dim + 1 == t.dim() ? ", " : ",\n" + std::string(indent + 1, ' '));
   }
@@ -48,7 +53,7 @@ std::string Tensor::str() const {
   const Tensor host = raw::contiguous(raw::to(*this, Device::cpu()));
   const std::vector<double> values = host.to_vector<double>();
   os << "tensor(";
-  print_rec(os, host, values, 0, 0, host.strides(), numel() > kSummariseAbove, is_integral(dtype()), 7);
+  print_rec(os, host, values, 0, 0, host.strides(), numel() > kSummariseAbove, 7);
   os << ", dtype=" << dtype() << ", device=" << device() << ", shape=" << shape_str(shape());
   if (requires_grad()) os << ", requires_grad";
   os << ')';

@@ -1,5 +1,8 @@
 #include "framework/tensor/random.h"
 
+#include <cmath>
+#include <limits>
+
 #include "framework/core/philox.h"
 #include "framework/tensor/ops/copy.h"
 
@@ -24,11 +27,33 @@ Tensor draw(const Shape& shape, TensorOptions options, Generator* gen, F&& value
   return result;
 }
 
+// `v` < high rounds to `dtype` when stored; when that rounding lands on high (excluded), returns the
+// next representable value below instead. Only f32 and bf16 can round up that far.
+double below_high(double v, double high, DType dtype) {
+  if (dtype == DType::f32) {
+    const float f = static_cast<float>(v);
+    return f < high ? f : std::nextafter(f, -std::numeric_limits<float>::infinity());
+  }
+  if (dtype == DType::bf16) {
+    bfloat16 b(static_cast<float>(v));
+    if (static_cast<float>(b) < high) return static_cast<float>(b);
+    // One bf16 step towards -inf: magnitude down for positive values, up for negative ones.
+    if (b.bits == 0x0000) return static_cast<float>(bfloat16::from_bits(0x8001));
+    b.bits = (b.bits & 0x8000) ? static_cast<uint16_t>(b.bits + 1) : static_cast<uint16_t>(b.bits - 1);
+    return static_cast<float>(b);
+  }
+  return v;
+}
+
 }  // namespace
 
 Tensor uniform(const Shape& shape, double low, double high, TensorOptions options, Generator* gen) {
   CPF_CHECK(low <= high, "uniform: low=", low, " must not exceed high=", high);
-  return draw(shape, options, gen, [=](const PhiloxBlock& b) { return low + (high - low) * uniform_double(b); });
+  if (low == high) return draw(shape, options, gen, [=](const PhiloxBlock&) { return low; });
+  const DType dtype = options.dtype;
+  return draw(shape, options, gen, [=](const PhiloxBlock& b) {
+    return below_high(low + (high - low) * uniform_double(b), high, dtype);
+  });
 }
 
 Tensor rand(const Shape& shape, TensorOptions options, Generator* gen) { return uniform(shape, 0.0, 1.0, options, gen); }

@@ -17,8 +17,16 @@ const Shape& Tensor::shape() const { return checked(impl_).shape; }
 const Shape& Tensor::strides() const { return checked(impl_).strides; }
 int64_t Tensor::offset() const { return checked(impl_).offset; }
 int64_t Tensor::dim() const { return static_cast<int64_t>(shape().size()); }
-int64_t Tensor::size(int64_t d) const { return shape()[normalize_dim(d, dim(), "size")]; }
-int64_t Tensor::stride(int64_t d) const { return strides()[normalize_dim(d, dim(), "stride")]; }
+// normalize_dim accepts 0 and -1 for rank 0 (ops like sum(x, {0}) allow it), but there is no size
+// to read then.
+int64_t Tensor::size(int64_t d) const {
+  CPF_CHECK(dim() > 0, "size: a tensor of rank 0 has no dims (asked for dim ", d, ")");
+  return shape()[normalize_dim(d, dim(), "size")];
+}
+int64_t Tensor::stride(int64_t d) const {
+  CPF_CHECK(dim() > 0, "stride: a tensor of rank 0 has no dims (asked for dim ", d, ")");
+  return strides()[normalize_dim(d, dim(), "stride")];
+}
 int64_t Tensor::numel() const { return shape_numel(shape()); }
 DType Tensor::dtype() const { return checked(impl_).dtype; }
 static Device device_of(const TensorImpl& impl) { return impl.storage ? impl.storage->device() : Device::cpu(); }

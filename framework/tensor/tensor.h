@@ -126,7 +126,14 @@ template <class T>
 Tensor from_vector(const std::vector<T>& values, const Shape& shape, Device device = Device::cpu()) {
   CPF_CHECK(static_cast<int64_t>(values.size()) == shape_numel(shape), "from_vector: ", values.size(),
             " values do not fill shape ", shape);
-  return from_buffer(values.data(), shape, dtype_v<T>, device);
+  if constexpr (std::is_same_v<T, bool>) {
+    // std::vector<bool> is bit-packed and has no data(): unpack to one bool per element first.
+    std::unique_ptr<bool[]> unpacked(new bool[values.size()]);
+    for (size_t i = 0; i < values.size(); ++i) unpacked[i] = values[i];
+    return from_buffer(unpacked.get(), shape, DType::boolean, device);
+  } else {
+    return from_buffer(values.data(), shape, dtype_v<T>, device);
+  }
 }
 Tensor empty_like(const Tensor& t);
 Tensor zeros_like(const Tensor& t);

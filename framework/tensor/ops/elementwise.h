@@ -1,7 +1,8 @@
 #pragma once
 // Element-wise math with numpy broadcasting (non-differentiable kernels; autograd wraps them).
 // Inputs of a binary op must share dtype and device. f32/f64 compute natively; bf16 computes in f32
-// and rounds once on output; integer dtypes support the arithmetic ops and comparisons.
+// and rounds once on output; integer dtypes support the arithmetic ops and comparisons (overflow wraps,
+// division truncates and a zero divisor throws). maximum/minimum propagate NaN, as numpy does.
 #include "framework/tensor/tensor.h"
 
 namespace cpf::raw {

@@ -3,6 +3,7 @@
 #include <Eigen/Core>
 
 #include "framework/tensor/cpu/strided_loop.h"
+#include "framework/tensor/device_ops.h"
 #include "framework/tensor/ops/copy.h"
 #include "framework/tensor/ops/views.h"
 #include "framework/tensor/shape_utils.h"
@@ -16,19 +17,31 @@ template <class T>
 using ColMajor = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMajor>;
 using Stride = Eigen::OuterStride<>;
 
-// A (rows, cols) matrix view is mappable when one of its strides is 1 (the other is the leading
-// dimension). Anything else is made contiguous first.
+// A (rows, cols) matrix view maps onto Eigen without a copy as row-major when its column stride is 1
+// and rows do not overlap, or column-major the other way round. A single row (column) only needs its
+// column (row) stride to be positive: it becomes the outer stride. Anything else, e.g. the stride-0
+// dims of an expanded tensor, is made contiguous first.
+bool row_major_ok(int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride) {
+  return (col_stride == 1 && (rows <= 1 || row_stride >= cols)) || (cols <= 1 && row_stride >= 1);
+}
+bool col_major_ok(int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride) {
+  return (row_stride == 1 && (cols <= 1 || col_stride >= rows)) || (rows <= 1 && col_stride >= 1);
+}
 bool mappable(int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride) {
-  return (col_stride == 1 && row_stride >= cols) || (row_stride == 1 && col_stride >= rows) || rows <= 1 || cols <= 1;
+  return (rows <= 1 && cols <= 1) || row_major_ok(rows, cols, row_stride, col_stride) ||
+         col_major_ok(rows, cols, row_stride, col_stride);
 }
 
-// Calls fn(eigen_map) with the right storage order for the matrix at `ptr`.
+// Calls fn(eigen_map) with the right storage order for the (mappable) matrix at `ptr`.
 template <class T, class Fn>
 void with_matrix(const T* ptr, int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride, Fn&& fn) {
-  if (col_stride == 1 || cols <= 1) {
-    fn(Eigen::Map<const RowMajor<T>, 0, Stride>(ptr, rows, cols, Stride(std::max<int64_t>(row_stride, cols))));
+  if (rows <= 1 && cols <= 1) {
+    fn(Eigen::Map<const RowMajor<T>, 0, Stride>(ptr, rows, cols, Stride(1)));
+  } else if (row_major_ok(rows, cols, row_stride, col_stride)) {
+    // A single column walks rows through the outer stride (the inner one is never used).
+    fn(Eigen::Map<const RowMajor<T>, 0, Stride>(ptr, rows, cols, Stride(rows <= 1 ? cols : row_stride)));
   } else {
-    fn(Eigen::Map<const ColMajor<T>, 0, Stride>(ptr, rows, cols, Stride(std::max<int64_t>(col_stride, rows))));
+    fn(Eigen::Map<const ColMajor<T>, 0, Stride>(ptr, rows, cols, Stride(cols <= 1 ? rows : col_stride)));
   }
 }
 
@@ -83,7 +96,8 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   check_defined(b_in, "matmul", "b");
   check_same_dtype(a_in, b_in, "matmul");
   check_same_device(a_in, b_in, "matmul");
-  CPF_CHECK(a_in.device().is_cpu(), "matmul: no kernel for device ", a_in.device(), " in this build");
+  CPF_CHECK(has_kernel(a_in.device(), &DeviceOps::matmul), "matmul: no kernel for device ", a_in.device(),
+            " in this build");
   CPF_CHECK(a_in.dim() >= 1 && b_in.dim() >= 1, "matmul: operands must have at least one dim, got a=", a_in.shape(),
             " b=", b_in.shape());
   CPF_CHECK(is_floating(a_in.dtype()), "matmul: needs floating tensors, got ", a_in.dtype());
@@ -91,7 +105,10 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   Tensor a = a_vector ? unsqueeze(a_in, 0) : a_in;  // (1, K)
   Tensor b = b_vector ? unsqueeze(b_in, 1) : b_in;  // (K, 1)
   CPF_CHECK(a.size(-1) == b.size(-2), "matmul: inner dimensions differ: a=", a_in.shape(), " b=", b_in.shape());
-  if (a.dtype() == DType::bf16) return to(matmul(to(a_in, DType::f32), to(b_in, DType::f32)), DType::bf16);
+  // bf16 on the CPU computes in f32; devices take bf16 operands as they are.
+  if (a.dtype() == DType::bf16 && a.device().is_cpu()) {
+    return to(matmul(to(a_in, DType::f32), to(b_in, DType::f32)), DType::bf16);
+  }
 
   const Shape batch = broadcast_shapes(Shape(a.shape().begin(), a.shape().end() - 2),
                                        Shape(b.shape().begin(), b.shape().end() - 2), "matmul");
@@ -105,7 +122,11 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
     if (a.size(-1) == 0) {
       zero_(out);
     } else {
-      visit_compute_dtype(a.dtype(), "matmul", [&]<class T>() { gemm_batched<T>(a, b, out, batch); });
+      if (!out.device().is_cpu()) {
+        device_kernel(out.device(), &DeviceOps::matmul, "matmul")(out, a, b);
+      } else {
+        visit_compute_dtype(a.dtype(), "matmul", [&]<class T>() { gemm_batched<T>(a, b, out, batch); });
+      }
     }
   }
   if (a_vector) out = squeeze(out, -2);

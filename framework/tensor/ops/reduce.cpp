@@ -1,9 +1,11 @@
 #include "framework/tensor/ops/reduce.h"
 
 #include <Eigen/Core>
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
+#include "framework/tensor/device_ops.h"
 #include "framework/tensor/ops/copy.h"
 #include "framework/tensor/ops/views.h"
 #include "framework/tensor/shape_utils.h"
@@ -23,7 +25,8 @@ struct ReductionLayout {
 
 ReductionLayout layout_for(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim, const char* op) {
   check_defined(x, op, "x");
-  CPF_CHECK(x.device().is_cpu(), op, ": no kernel for device ", x.device(), " in this build");
+  CPF_CHECK(has_kernel(x.device(), &DeviceOps::reduce_rows), op, ": no kernel for device ", x.device(),
+            " in this build");
   CPF_CHECK(is_floating(x.dtype()), op, ": needs a floating tensor, got ", x.dtype());
   const auto reduce_dims = normalize_dims(dims, x.dim(), op);
   std::vector<int64_t> order;
@@ -35,6 +38,7 @@ ReductionLayout layout_for(const Tensor& x, const std::vector<int64_t>& dims, bo
     }
   }
   for (int64_t d : reduce_dims) {
+    if (d >= x.dim()) continue;  // dim 0 / -1 of a 0-d tensor: nothing to reduce
     order.push_back(d);
     layout.reduced *= x.size(d);
   }
@@ -46,8 +50,15 @@ ReductionLayout layout_for(const Tensor& x, const std::vector<int64_t>& dims, bo
 
 // out[k] = fn(row k as an Eigen array) for each kept index k, in the compute dtype of x.
 template <class Fn>
-Tensor reduce_rows(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim, const char* op, Fn&& fn) {
+Tensor reduce_rows(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim, const char* op, DeviceReduceOp kind,
+                   Fn&& fn) {
   ReductionLayout layout = layout_for(x, dims, keepdim, op);
+  if (!x.device().is_cpu()) {
+    Tensor out = empty(layout.out_shape, {.dtype = layout.rows.dtype(), .device = x.device()});
+    const Tensor rows = view(layout.rows, {layout.kept, layout.reduced});  // (K, R)
+    device_kernel(x.device(), &DeviceOps::reduce_rows, op)(kind, out, rows);
+    return x.dtype() == DType::bf16 ? to(out, DType::bf16) : out;
+  }
   Tensor out = empty(layout.out_shape, {.dtype = layout.rows.dtype()});
   visit_compute_dtype(layout.rows.dtype(), op, [&]<class T>() {
     Eigen::Map<const RowMajorArray<T>> in(layout.rows.data<T>(), layout.kept, layout.reduced);
@@ -64,11 +75,11 @@ Tensor reduce_rows(const Tensor& x, const std::vector<int64_t>& dims, bool keepd
 }  // namespace
 
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
-  return reduce_rows(x, dims, keepdim, "sum", [](const auto& row) { return row.sum(); });
+  return reduce_rows(x, dims, keepdim, "sum", DeviceReduceOp::sum, [](const auto& row) { return row.sum(); });
 }
 
 Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
-  return reduce_rows(x, dims, keepdim, "mean", [](const auto& row) {
+  return reduce_rows(x, dims, keepdim, "mean", DeviceReduceOp::mean, [](const auto& row) {
     using T = typename std::decay_t<decltype(row)>::Scalar;
     return row.size() == 0 ? std::numeric_limits<T>::quiet_NaN() : row.sum() / static_cast<T>(row.size());
   });
@@ -76,13 +87,16 @@ Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
 
 Tensor amax(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   for (int64_t d : normalize_dims(dims, x.dim(), "amax")) {
+    if (d >= x.dim()) continue;
     CPF_CHECK(x.size(d) > 0, "amax: cannot reduce over dim ", d, " of size 0 (shape ", x.shape(), ")");
   }
-  return reduce_rows(x, dims, keepdim, "amax", [](const auto& row) { return row.maxCoeff(); });
+  // NaN propagates (Eigen's default maxCoeff may skip it).
+  return reduce_rows(x, dims, keepdim, "amax", DeviceReduceOp::amax,
+                     [](const auto& row) { return row.template maxCoeff<Eigen::PropagateNaN>(); });
 }
 
 Tensor logsumexp(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
-  return reduce_rows(x, dims, keepdim, "logsumexp", [](const auto& row) {
+  return reduce_rows(x, dims, keepdim, "logsumexp", DeviceReduceOp::logsumexp, [](const auto& row) {
     using T = typename std::decay_t<decltype(row)>::Scalar;
     if (row.size() == 0) return -std::numeric_limits<T>::infinity();
     const T m = row.maxCoeff();
@@ -95,6 +109,12 @@ Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
   const int64_t d = normalize_dim(dim, x.dim(), "argmax");
   CPF_CHECK(x.dim() == 0 || x.size(d) > 0, "argmax: dim ", d, " has size 0 (shape ", x.shape(), ")");
   ReductionLayout layout = layout_for(x, {d}, keepdim, "argmax");
+  if (!x.device().is_cpu()) {
+    Tensor out = empty(layout.out_shape, {.dtype = DType::i64, .device = x.device()});
+    device_kernel(x.device(), &DeviceOps::reduce_rows, "argmax")(DeviceReduceOp::argmax, out,
+                                                                 view(layout.rows, {layout.kept, layout.reduced}));
+    return out;
+  }
   Tensor out = empty(layout.out_shape, {.dtype = DType::i64});
   visit_compute_dtype(layout.rows.dtype(), "argmax", [&]<class T>() {
     Eigen::Map<const RowMajorArray<T>> in(layout.rows.data<T>(), layout.kept, layout.reduced);

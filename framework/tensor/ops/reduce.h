@@ -6,6 +6,7 @@ namespace cpf::raw {
 
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false);
 Tensor mean(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false);
+// NaN propagates. Reducing over a dim of size 0 is an error (there is no maximum).
 Tensor amax(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false);
 // Index of the first maximum along one dim, as i64.
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);

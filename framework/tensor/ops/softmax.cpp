@@ -8,6 +8,7 @@
 
 #include "framework/tensor/cpu/softmax_kernels.h"
 #include "framework/tensor/cpu/strided_loop.h"
+#include "framework/tensor/device_ops.h"
 #include "framework/tensor/ops/copy.h"
 #include "framework/tensor/shape_utils.h"
 
@@ -108,7 +109,7 @@ void block_kernel(const T* a, const T* b, T* out, int64_t size, int64_t inner, i
 
 void check_input(const Tensor& t, const char* op, const char* name) {
   check_defined(t, op, name);
-  CPF_CHECK(t.device().is_cpu(), op, ": no kernel for device ", t.device(), " in this build");
+  CPF_CHECK(has_kernel(t.device(), &DeviceOps::softmax), op, ": no kernel for device ", t.device(), " in this build");
   CPF_CHECK(is_floating(t.dtype()), op, ": '", name, "' must be a floating tensor (f32, f64 or bf16), got ",
             t.dtype());
 }
@@ -125,6 +126,14 @@ void check_backward_inputs(const Tensor& grad_y, const Tensor& y, const char* op
 template <Op op>
 Tensor run(const char* name, const Tensor& a, const Tensor& b, int64_t dim) {
   const int64_t d = normalize_dim(dim, a.dim(), name);
+  if (b.defined()) check_same_device(a, b, name);
+  if (!a.device().is_cpu()) {
+    const Tensor ac = contiguous(a);
+    const Tensor bc = b.defined() ? contiguous(b) : Tensor();
+    Tensor out = empty(a.shape(), {.dtype = a.dtype(), .device = a.device()});
+    device_kernel(a.device(), &DeviceOps::softmax, name)(static_cast<DeviceSoftmaxOp>(op), out, ac, bc, d);
+    return out;
+  }
   const DType dtype = a.dtype();
   const DType compute = dtype == DType::bf16 ? DType::f32 : dtype;
   const Tensor ac = contiguous(to(a, compute));

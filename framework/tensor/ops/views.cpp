@@ -60,7 +60,8 @@ Shape infer_shape(const Shape& shape, int64_t numel, const char* op) {
     }
   }
   if (infer_at >= 0) {
-    CPF_CHECK(known != 0 && numel % known == 0, op, ": shape ", shape, " is invalid for ", numel, " elements");
+    CPF_CHECK(known != 0, op, ": the -1 in shape ", shape, " is ambiguous: the other dims multiply to 0");
+    CPF_CHECK(numel % known == 0, op, ": shape ", shape, " is invalid for ", numel, " elements");
     out[infer_at] = numel / known;
   }
   CPF_CHECK(shape_numel(out) == numel, op, ": shape ", shape, " is invalid for input of ", numel, " elements");
@@ -127,6 +128,7 @@ Tensor permute(const Tensor& t, const std::vector<int64_t>& dims) {
 Tensor transpose(const Tensor& t, int64_t dim0, int64_t dim1) {
   const int64_t a = normalize_dim(dim0, t.dim(), "transpose");
   const int64_t b = normalize_dim(dim1, t.dim(), "transpose");
+  if (t.dim() == 0) return permute(t, {});  // dims 0 and -1 both name "no dim" of a scalar
   std::vector<int64_t> dims(t.dim());
   for (int64_t i = 0; i < t.dim(); ++i) dims[i] = i;
   std::swap(dims[a], dims[b]);
@@ -180,6 +182,7 @@ Tensor expand(const Tensor& t, const Shape& shape) {
     }
     const int64_t old = t.shape()[i - lead];
     const int64_t want = shape[i] == -1 ? old : shape[i];
+    CPF_CHECK(want >= 0, "expand: invalid size ", shape[i], " at dim ", i, " of ", shape);
     CPF_CHECK(old == want || old == 1, "expand: shape ", t.shape(), " cannot be expanded to ", shape, " (dim ", i,
               ": ", old, " -> ", want, ")");
     out_shape[i] = want;
@@ -190,6 +193,7 @@ Tensor expand(const Tensor& t, const Shape& shape) {
 
 Tensor squeeze(const Tensor& t, int64_t dim) {
   const int64_t d = normalize_dim(dim, t.dim(), "squeeze");
+  if (t.dim() == 0) return make_view(t, {}, {}, t.offset());
   CPF_CHECK(t.size(d) == 1, "squeeze: dim ", d, " has size ", t.size(d), ", not 1 (shape ", t.shape(), ")");
   return select(t, d, 0);
 }

@@ -1,0 +1,578 @@
+// Element-wise kernels (framework/tensor/ops/elementwise.h) against naive loops over std::vector:
+// every unary/binary/compare op, where, in-place ops, broadcasting in every position,
+// non-contiguous inputs, the OpenMP path, bf16 and integer dtypes, and every error message.
+#include "framework/tensor/ops/elementwise.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <limits>
+
+#include "framework/tensor/ops/copy.h"
+#include "framework/tensor/ops/matmul.h"
+#include "framework/tensor/ops/reduce.h"
+#include "framework/tensor/ops/views.h"
+#include "support/test_utils.h"
+
+namespace cpf {
+namespace {
+
+using raw::BinaryOp;
+using raw::CompareOp;
+using raw::UnaryOp;
+using testing::all_close;
+using testing::random_tensor;
+
+// ---- naive references ----
+
+// numpy broadcast of two shapes, written independently of broadcast_shapes.
+Shape naive_broadcast(const Shape& a, const Shape& b) {
+  const size_t n = std::max(a.size(), b.size());
+  Shape out(n);
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t da = i + a.size() >= n ? a[i + a.size() - n] : 1;
+    const int64_t db = i + b.size() >= n ? b[i + b.size() - n] : 1;
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+// Flat row-major index into a tensor of shape `in` for the broadcast multi-index of `flat` in `out`.
+int64_t source_index(int64_t flat, const Shape& out, const Shape& in) {
+  int64_t index = 0, scale = 1;
+  for (int64_t d = static_cast<int64_t>(out.size()) - 1; d >= 0; --d) {
+    const int64_t coord = flat % out[d];
+    flat /= out[d];
+    const int64_t din = d - static_cast<int64_t>(out.size() - in.size());
+    if (din < 0) continue;
+    if (in[din] != 1) index += coord * scale;
+    scale *= in[din];
+  }
+  return index;
+}
+
+// out = f(a, b) with broadcasting, computed in double over the inputs' values.
+std::vector<double> naive_binary(const Tensor& a, const Tensor& b, const std::function<double(double, double)>& f,
+                                 Shape* shape_out = nullptr) {
+  const Shape shape = naive_broadcast(a.shape(), b.shape());
+  const auto av = a.to_vector<double>(), bv = b.to_vector<double>();
+  std::vector<double> out(static_cast<size_t>(shape_numel(shape)));
+  for (size_t i = 0; i < out.size(); ++i) {
+    out[i] = f(av[source_index(static_cast<int64_t>(i), shape, a.shape())],
+               bv[source_index(static_cast<int64_t>(i), shape, b.shape())]);
+  }
+  if (shape_out) *shape_out = shape;
+  return out;
+}
+
+Tensor as_f64(const std::vector<double>& values, const Shape& shape) { return from_vector<double>(values, shape); }
+
+double ref_unary(UnaryOp op, double x) {
+  constexpr double k = 0.7978845608028654;
+  switch (op) {
+    case UnaryOp::neg: return -x;
+    case UnaryOp::exp: return std::exp(x);
+    case UnaryOp::log: return std::log(x);
+    case UnaryOp::sqrt: return std::sqrt(x);
+    case UnaryOp::rsqrt: return 1 / std::sqrt(x);
+    case UnaryOp::tanh: return std::tanh(x);
+    case UnaryOp::gelu: return 0.5 * x * (1 + std::tanh(k * (x + 0.044715 * x * x * x)));
+    case UnaryOp::silu: return x / (1 + std::exp(-x));
+    case UnaryOp::relu: return x > 0 ? x : 0;
+    case UnaryOp::sigmoid: return 1 / (1 + std::exp(-x));
+    case UnaryOp::abs: return std::fabs(x);
+    case UnaryOp::square: return x * x;
+    case UnaryOp::reciprocal: return 1 / x;
+  }
+  return NAN;
+}
+
+// Derivatives by central differences of the reference (in double, step 1e-6).
+double ref_derivative(UnaryOp op, double x) {
+  const double h = 1e-6;
+  return (ref_unary(op, x + h) - ref_unary(op, x - h)) / (2 * h);
+}
+
+double ref_binary(BinaryOp op, double a, double b) {
+  switch (op) {
+    case BinaryOp::add: return a + b;
+    case BinaryOp::sub: return a - b;
+    case BinaryOp::mul: return a * b;
+    case BinaryOp::div: return a / b;
+    case BinaryOp::pow: return std::pow(a, b);
+    case BinaryOp::maximum: return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b);
+    case BinaryOp::minimum: return std::isnan(a) || std::isnan(b) ? NAN : std::min(a, b);
+  }
+  return NAN;
+}
+
+bool ref_compare(CompareOp op, double a, double b) {
+  switch (op) {
+    case CompareOp::eq: return a == b;
+    case CompareOp::ne: return a != b;
+    case CompareOp::lt: return a < b;
+    case CompareOp::le: return a <= b;
+    case CompareOp::gt: return a > b;
+    case CompareOp::ge: return a >= b;
+  }
+  return false;
+}
+
+const UnaryOp kUnaryOps[] = {UnaryOp::neg,  UnaryOp::exp,     UnaryOp::log, UnaryOp::sqrt,   UnaryOp::rsqrt,
+                             UnaryOp::tanh, UnaryOp::gelu,    UnaryOp::silu, UnaryOp::relu,  UnaryOp::sigmoid,
+                             UnaryOp::abs,  UnaryOp::square, UnaryOp::reciprocal};
+const BinaryOp kBinaryOps[] = {BinaryOp::add, BinaryOp::sub,     BinaryOp::mul,    BinaryOp::div,
+                               BinaryOp::pow, BinaryOp::maximum, BinaryOp::minimum};
+const CompareOp kCompareOps[] = {CompareOp::eq, CompareOp::ne, CompareOp::lt,
+                                 CompareOp::le, CompareOp::gt, CompareOp::ge};
+
+bool positive_domain(UnaryOp op) {
+  return op == UnaryOp::log || op == UnaryOp::sqrt || op == UnaryOp::rsqrt || op == UnaryOp::reciprocal;
+}
+
+// Tolerances per dtype: f64 tight, f32 at float rounding, bf16 one rounding of the result.
+double tol(DType dtype) { return dtype == DType::f64 ? 1e-12 : dtype == DType::f32 ? 2e-6 : 1e-2; }
+
+// ---- unary ----
+
+TEST(Unary, EveryOpMatchesTheReference) {
+  for (DType dtype : {DType::f64, DType::f32, DType::bf16}) {
+    for (UnaryOp op : kUnaryOps) {
+      SCOPED_TRACE(std::string(raw::op_name(op)) + " " + dtype_name(dtype));
+      Tensor x = positive_domain(op) ? random_tensor({7, 9}, dtype, 3, 0.1, 4.0)
+                                     : random_tensor({7, 9}, dtype, 3, -4, 4);
+      Tensor y = raw::unary(op, x);
+      EXPECT_EQ(y.dtype(), dtype);
+      EXPECT_EQ(y.shape(), x.shape());
+      std::vector<double> expected;
+      for (double v : x.to_vector<double>()) expected.push_back(ref_unary(op, v));
+      EXPECT_TRUE(all_close(y, as_f64(expected, x.shape()), tol(dtype), tol(dtype)));
+    }
+  }
+}
+
+TEST(Unary, NonContiguousAndLargeInputs) {
+  // Transposed, stepped and expanded views, and 1<<17 elements so the loop runs on OpenMP threads.
+  Tensor base = random_tensor({300, 440}, DType::f32, 4, -3, 3);
+  const std::vector<Tensor> inputs{raw::transpose(base, 0, 1), raw::slice(base, 1, 1, 440, 3),
+                                   raw::expand(raw::select(base, 0, 5), {3, 440}), base};
+  for (const Tensor& x : inputs) {
+    for (UnaryOp op : {UnaryOp::tanh, UnaryOp::gelu, UnaryOp::abs, UnaryOp::exp}) {
+      Tensor y = raw::unary(op, x);
+      EXPECT_TRUE(y.is_contiguous());
+      std::vector<double> expected;
+      for (double v : x.to_vector<double>()) expected.push_back(ref_unary(op, v));
+      EXPECT_TRUE(all_close(y, as_f64(expected, x.shape()), 1e-5, 2e-6)) << raw::op_name(op);
+    }
+  }
+}
+
+TEST(Unary, SpecialValues) {
+  Tensor x = from_vector<double>({0.0, -0.0, INFINITY, -INFINITY, NAN, -1.0}, {6});
+  const auto e = raw::exp(x).to_vector<double>();
+  EXPECT_EQ(e[2], INFINITY);
+  EXPECT_EQ(e[3], 0.0);
+  EXPECT_TRUE(std::isnan(e[4]));
+  const auto l = raw::log(x).to_vector<double>();
+  EXPECT_EQ(l[0], -INFINITY);
+  EXPECT_TRUE(std::isnan(l[5]));
+  const auto s = raw::unary(UnaryOp::sigmoid, x).to_vector<double>();
+  EXPECT_EQ(s[2], 1.0);
+  EXPECT_EQ(s[3], 0.0);
+  const auto r = raw::unary(UnaryOp::relu, x).to_vector<double>();
+  EXPECT_EQ(r[5], 0.0);
+  EXPECT_EQ(r[2], INFINITY);
+}
+
+TEST(Unary, IntegerOps) {
+  for (DType dtype : {DType::i32, DType::i64}) {
+    Tensor x = raw::to(from_vector<int64_t>({-3, 0, 5, -7, 1000}, {5}), dtype);
+    EXPECT_EQ(raw::neg(x).to_vector<int64_t>(), (std::vector<int64_t>{3, 0, -5, 7, -1000}));
+    EXPECT_EQ(raw::unary(UnaryOp::abs, x).to_vector<int64_t>(), (std::vector<int64_t>{3, 0, 5, 7, 1000}));
+    EXPECT_EQ(raw::unary(UnaryOp::square, x).to_vector<int64_t>(), (std::vector<int64_t>{9, 0, 25, 49, 1000000}));
+    EXPECT_EQ(raw::neg(x).dtype(), dtype);
+    EXPECT_CPF_ERROR(raw::exp(x), std::string("exp: needs a floating tensor, got ") + dtype_name(dtype) + " [5]");
+  }
+}
+
+TEST(Unary, BackwardMatchesDerivatives) {
+  for (DType dtype : {DType::f64, DType::f32, DType::bf16}) {
+    for (UnaryOp op : kUnaryOps) {
+      SCOPED_TRACE(std::string(raw::op_name(op)) + " " + dtype_name(dtype));
+      // Keep clear of relu/abs kinks so the finite-difference reference is exact enough.
+      Tensor x = positive_domain(op) ? random_tensor({5, 6}, DType::f64, 5, 0.2, 3.0)
+                                     : random_tensor({5, 6}, DType::f64, 5, 0.05, 2.0);
+      Generator sign_gen(9);
+      Tensor sign = raw::add(raw::to(randint(0, 2, {5, 6}, {.dtype = DType::i64}, &sign_gen), DType::f64), -0.5);
+      if (!positive_domain(op)) x = raw::mul(x, sign);  // random signs, |x| in [0.025, 1]
+      Tensor g = random_tensor({5, 6}, DType::f64, 6);
+      Tensor xd = raw::to(x, dtype), gd = raw::to(g, dtype);
+      Tensor dx = raw::unary_backward(op, gd, xd, raw::unary(op, xd));
+      EXPECT_EQ(dx.dtype(), dtype);
+      std::vector<double> expected;
+      const auto xv = xd.to_vector<double>(), gv = gd.to_vector<double>();
+      for (size_t i = 0; i < xv.size(); ++i) expected.push_back(gv[i] * ref_derivative(op, xv[i]));
+      const double t = dtype == DType::f64 ? 1e-7 : dtype == DType::f32 ? 1e-4 : 3e-2;
+      EXPECT_TRUE(all_close(dx, as_f64(expected, x.shape()), t, t));
+    }
+  }
+}
+
+TEST(Unary, Errors) {
+  Tensor b = from_vector<bool>({true}, {1});
+  EXPECT_CPF_ERROR(raw::neg(b), "neg: not defined for bool tensors");
+  EXPECT_CPF_ERROR(raw::unary(UnaryOp::abs, b), "abs: not defined for bool tensors");
+  EXPECT_CPF_ERROR(raw::unary(UnaryOp::tanh, zeros({2, 2}, {.dtype = DType::i32})),
+                   "tanh: needs a floating tensor, got i32 [2,2]");
+  EXPECT_CPF_ERROR(raw::unary(UnaryOp::sqrt, Tensor()), "sqrt: argument 'x' is an undefined tensor");
+  Tensor x = zeros({2, 3});
+  EXPECT_CPF_ERROR(raw::unary_backward(UnaryOp::exp, zeros({3, 2}), x, x),
+                   "exp backward: grad [3,2], x [2,3] and y [2,3] must have one shape");
+  EXPECT_CPF_ERROR(raw::unary_backward(UnaryOp::exp, zeros({2, 3}, {.dtype = DType::f64}), x, x),
+                   "exp: dtypes differ: f64 [2,3] vs f32 [2,3]");
+  EXPECT_CPF_ERROR(raw::unary_backward(UnaryOp::neg, zeros({2}, {.dtype = DType::i64}),
+                                       zeros({2}, {.dtype = DType::i64}), zeros({2}, {.dtype = DType::i64})),
+                   "neg: dtype i64 is not supported");
+}
+
+// ---- binary ----
+
+// Pairs of shapes that broadcast in every position: trailing, leading, middle, both sides, scalars.
+const std::pair<Shape, Shape> kBroadcastCases[] = {
+    {{3, 4}, {3, 4}}, {{3, 4}, {4}},       {{4}, {3, 4}},          {{3, 1}, {1, 4}},       {{2, 1, 4}, {3, 1}},
+    {{2, 3, 4}, {2, 1, 4}}, {{1, 3, 1}, {2, 1, 5}}, {{}, {2, 3}},  {{2, 3}, {}},           {{}, {}},
+    {{5}, {1}},       {{2, 0, 3}, {3}},    {{1}, {2, 0}},
+};
+
+TEST(Binary, EveryOpWithBroadcastingMatchesTheReference) {
+  for (DType dtype : {DType::f64, DType::f32, DType::bf16}) {
+    for (BinaryOp op : kBinaryOps) {
+      for (const auto& [sa, sb] : kBroadcastCases) {
+        SCOPED_TRACE(std::string(raw::op_name(op)) + " " + dtype_name(dtype) + " " + shape_str(sa) + " " +
+                     shape_str(sb));
+        const bool positive = op == BinaryOp::pow || op == BinaryOp::div;
+        Tensor a = random_tensor(sa, dtype, 11, positive ? 0.5 : -2.0, 2.0);
+        Tensor b = random_tensor(sb, dtype, 12, positive ? 0.5 : -2.0, 2.0);
+        Tensor y = raw::binary(op, a, b);
+        Shape shape;
+        const auto expected = naive_binary(a, b, [op](double x, double z) { return ref_binary(op, x, z); }, &shape);
+        EXPECT_EQ(y.shape(), shape);
+        EXPECT_EQ(y.dtype(), dtype);
+        EXPECT_TRUE(all_close(y, as_f64(expected, shape), tol(dtype), tol(dtype)));
+      }
+    }
+  }
+}
+
+TEST(Binary, NonContiguousOperands) {
+  Tensor base = random_tensor({6, 8}, DType::f64, 21);
+  Tensor other = random_tensor({8, 6}, DType::f64, 22, 0.5, 2.0);
+  const std::vector<std::pair<Tensor, Tensor>> cases{
+      {raw::transpose(base, 0, 1), other},                                    // transposed vs contiguous
+      {raw::slice(base, 1, 0, 8, 2), raw::transpose(raw::slice(other, 0, 1, 8, 2), 0, 1)},  // stepped, both
+      {raw::expand(raw::narrow(base, 0, 2, 1), {5, 8}), raw::narrow(raw::transpose(other, 0, 1), 0, 1, 5)},
+      {raw::select(base, 1, 3), raw::select(other, 0, 7)},                     // strided 1-D
+      {raw::permute(raw::reshape(base, {2, 3, 8}), {2, 0, 1}), raw::reshape(raw::select(other, 1, 0), {8, 1, 1})},
+  };
+  for (const auto& [a, b] : cases) {
+    for (BinaryOp op : {BinaryOp::add, BinaryOp::mul, BinaryOp::div, BinaryOp::maximum}) {
+      SCOPED_TRACE(std::string(raw::op_name(op)) + " " + shape_str(a.shape()) + " " + shape_str(b.shape()));
+      Shape shape;
+      const auto expected = naive_binary(a, b, [op](double x, double z) { return ref_binary(op, x, z); }, &shape);
+      EXPECT_TRUE(all_close(raw::binary(op, a, b), as_f64(expected, shape), 1e-14, 1e-14));
+    }
+  }
+}
+
+TEST(Binary, LargeInputsTakeTheParallelPath) {
+  // >= 1<<16 elements, in several layouts: contiguous, broadcast row/column, transposed.
+  Tensor a = random_tensor({257, 513}, DType::f32, 31);
+  Tensor row = random_tensor({513}, DType::f32, 32);
+  Tensor col = random_tensor({257, 1}, DType::f32, 33);
+  Tensor at = raw::transpose(random_tensor({513, 257}, DType::f32, 34), 0, 1);
+  for (const Tensor& b : {a, row, col, at}) {
+    for (BinaryOp op : {BinaryOp::add, BinaryOp::sub, BinaryOp::mul, BinaryOp::minimum}) {
+      Shape shape;
+      const auto expected = naive_binary(a, b, [op](double x, double z) { return ref_binary(op, x, z); }, &shape);
+      EXPECT_TRUE(all_close(raw::binary(op, a, b), as_f64(expected, shape), 1e-6, 1e-6))
+          << raw::op_name(op) << " " << shape_str(b.shape());
+    }
+  }
+  // A 3-D case whose inner dims merge into one row.
+  Tensor c = random_tensor({4, 128, 256}, DType::f64, 35);
+  Tensor d = random_tensor({4, 1, 256}, DType::f64, 36);
+  Shape shape;
+  const auto expected = naive_binary(c, d, [](double x, double z) { return x * z; }, &shape);
+  EXPECT_TRUE(all_close(raw::mul(c, d), as_f64(expected, shape), 1e-15, 1e-15));
+}
+
+TEST(Binary, ScalarOperand) {
+  Tensor a = random_tensor({3, 4}, DType::f32, 41);
+  const auto av = a.to_vector<double>();
+  const auto y = raw::add(a, 2.5).to_vector<double>();
+  const auto z = raw::mul(a, -3.0).to_vector<double>();
+  const auto p = raw::binary(BinaryOp::pow, raw::unary(UnaryOp::abs, a), 2.0).to_vector<double>();
+  for (size_t i = 0; i < av.size(); ++i) {
+    EXPECT_NEAR(y[i], av[i] + 2.5, 1e-6);
+    EXPECT_NEAR(z[i], av[i] * -3.0, 1e-6);
+    EXPECT_NEAR(p[i], av[i] * av[i], 1e-6);
+  }
+  EXPECT_EQ(raw::add(a, 1.0).shape(), a.shape());
+  EXPECT_EQ(raw::add(scalar_tensor(1.0), 1.0).dim(), 0);
+}
+
+TEST(Binary, NaNPropagatesThroughMaximumAndMinimum) {
+  Tensor a = from_vector<float>({NAN, 1, NAN, 2}, {4});
+  Tensor b = from_vector<float>({1, NAN, NAN, 3}, {4});
+  for (BinaryOp op : {BinaryOp::maximum, BinaryOp::minimum}) {
+    const auto v = raw::binary(op, a, b).to_vector<float>();
+    EXPECT_TRUE(std::isnan(v[0]) && std::isnan(v[1]) && std::isnan(v[2])) << raw::op_name(op);
+    EXPECT_EQ(v[3], op == BinaryOp::maximum ? 3.0f : 2.0f);
+  }
+}
+
+TEST(Binary, IntegerOps) {
+  for (DType dtype : {DType::i32, DType::i64}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    Tensor a = raw::to(from_vector<int64_t>({7, -7, 9, 0, 100, -3}, {2, 3}), dtype);
+    Tensor b = raw::to(from_vector<int64_t>({2, 3, -4}, {3}), dtype);
+    for (BinaryOp op : kBinaryOps) {
+      Shape shape;
+      const auto expected = naive_binary(a, b, [op](double x, double z) {
+        if (op == BinaryOp::div) return std::trunc(x / z);  // C++ integer division truncates
+        if (op == BinaryOp::pow) return std::trunc(std::pow(x, z));
+        return ref_binary(op, x, z);
+      }, &shape);
+      Tensor y = raw::binary(op, a, b);
+      EXPECT_EQ(y.dtype(), dtype);
+      EXPECT_EQ(y.to_vector<double>(), expected) << raw::op_name(op);
+    }
+  }
+  // i64 keeps values beyond 2^53 exact.
+  const int64_t big = (int64_t{1} << 60) + 1;
+  Tensor x = from_vector<int64_t>({big}, {1});
+  EXPECT_EQ(raw::add(x, from_vector<int64_t>({2}, {1})).item<int64_t>(), big + 2);
+  EXPECT_EQ(raw::binary(BinaryOp::maximum, x, from_vector<int64_t>({big - 1}, {1})).item<int64_t>(), big);
+  // Overflow wraps instead of being undefined behaviour.
+  const int32_t imax = std::numeric_limits<int32_t>::max(), imin = std::numeric_limits<int32_t>::min();
+  EXPECT_EQ(raw::add(from_vector<int32_t>({imax}, {1}), from_vector<int32_t>({1}, {1})).item<int32_t>(), imin);
+  EXPECT_EQ(raw::div(from_vector<int32_t>({imin}, {1}), from_vector<int32_t>({-1}, {1})).item<int32_t>(), imin);
+  EXPECT_EQ(raw::mul(from_vector<int32_t>({65536}, {1}), from_vector<int32_t>({65536}, {1})).item<int32_t>(), 0);
+}
+
+TEST(Binary, IntegerDivisionByZeroThrowsEvenOnThreads) {
+  Tensor a = full({4}, 3.0, {.dtype = DType::i32});
+  EXPECT_CPF_ERROR(raw::div(a, from_vector<int32_t>({1, 0, 2, 3}, {4})), "div: integer division by zero");
+  // Large enough for the OpenMP path: the error must still surface as an exception.
+  Tensor big = full({1 << 17}, 3.0, {.dtype = DType::i64});
+  Tensor divisor = full({1 << 17}, 1.0, {.dtype = DType::i64});
+  raw::fill_(raw::narrow(divisor, 0, 100000, 1), 0.0);
+  EXPECT_CPF_ERROR(raw::div(big, divisor), "div: integer division by zero (divisor of shape [131072])");
+  // Floating division by zero is IEEE.
+  EXPECT_EQ(raw::div(ones({1}), zeros({1})).item<float>(), INFINITY);
+}
+
+TEST(Binary, Errors) {
+  Tensor f = zeros({2, 3});
+  Tensor d = zeros({2, 3}, {.dtype = DType::f64});
+  EXPECT_CPF_ERROR(raw::add(f, d), "add: dtypes differ: f32 [2,3] vs f64 [2,3] (convert one with to(dtype))");
+  EXPECT_CPF_ERROR(raw::mul(f, zeros({4})), "mul: shapes [2,3] and [4] are not broadcastable (dim 1: 3 vs 4)");
+  EXPECT_CPF_ERROR(raw::sub(zeros({2, 1, 3}), zeros({4, 2})),
+                   "sub: shapes [2,1,3] and [4,2] are not broadcastable (dim 2: 3 vs 2)");
+  EXPECT_CPF_ERROR(raw::binary(BinaryOp::pow, zeros({5}), zeros({2, 3})),
+                   "pow: shapes [5] and [2,3] are not broadcastable");
+  Tensor b = from_vector<bool>({true, false}, {2});
+  EXPECT_CPF_ERROR(raw::add(b, b), "add: not defined for bool tensors");
+  EXPECT_CPF_ERROR(raw::div(Tensor(), f), "div: argument 'a' is an undefined tensor");
+  EXPECT_CPF_ERROR(raw::div(f, Tensor()), "div: argument 'b' is an undefined tensor");
+}
+
+// ---- compare and where ----
+
+TEST(Compare, EveryOpWithBroadcasting) {
+  for (DType dtype : {DType::f32, DType::f64, DType::bf16, DType::i32, DType::i64}) {
+    Tensor a = raw::to(from_vector<double>({1, 2, 3, 4, 5, 6}, {2, 3}), dtype);
+    Tensor b = raw::to(from_vector<double>({2, 2, 7}, {3}), dtype);
+    for (CompareOp op : kCompareOps) {
+      Tensor y = raw::compare(op, a, b);
+      EXPECT_EQ(y.dtype(), DType::boolean);
+      Shape shape;
+      const auto expected = naive_binary(a, b, [op](double x, double z) { return double(ref_compare(op, x, z)); },
+                                         &shape);
+      EXPECT_EQ(y.shape(), shape);
+      EXPECT_EQ(y.to_vector<double>(), expected) << dtype_name(dtype) << " op " << static_cast<int>(op);
+      // Scalar right-hand side.
+      const auto vs = raw::compare(op, a, 3.0).to_vector<double>();
+      const auto av = a.to_vector<double>();
+      for (size_t i = 0; i < av.size(); ++i) EXPECT_EQ(vs[i], double(ref_compare(op, av[i], 3.0)));
+    }
+  }
+  Tensor nan = from_vector<float>({NAN}, {1});
+  EXPECT_FALSE(raw::compare(CompareOp::eq, nan, nan).item<bool>());
+  EXPECT_TRUE(raw::compare(CompareOp::ne, nan, nan).item<bool>());
+  Tensor bools = from_vector<bool>({true, false}, {2});
+  EXPECT_EQ(raw::compare(CompareOp::eq, bools, from_vector<bool>({true, true}, {2})).to_vector<double>(),
+            (std::vector<double>{1, 0}));
+  EXPECT_CPF_ERROR(raw::compare(CompareOp::lt, zeros({2}), zeros({2}, {.dtype = DType::i32})),
+                   "compare: dtypes differ: f32 [2] vs i32 [2]");
+  EXPECT_CPF_ERROR(raw::compare(CompareOp::lt, zeros({2}), zeros({3})),
+                   "compare: shapes [2] and [3] are not broadcastable");
+  EXPECT_CPF_ERROR(raw::compare(CompareOp::lt, Tensor(), zeros({3})), "compare: argument 'a' is an undefined tensor");
+}
+
+TEST(Where, BroadcastsAllThree) {
+  Tensor cond = from_vector<bool>({true, false, true}, {3});
+  Tensor a = raw::reshape(arange(0.0, 6.0, 1.0, {.dtype = DType::f64}), {2, 3});
+  Tensor b = full({2, 1}, -1.0, {.dtype = DType::f64});
+  EXPECT_EQ(raw::where(cond, a, b).to_vector<double>(), (std::vector<double>{0, -1, 2, 3, -1, 5}));
+  EXPECT_EQ(raw::where(raw::unsqueeze(cond, 1), scalar_tensor(1.0), zeros({3, 2})).to_vector<float>(),
+            (std::vector<float>{1, 1, 0, 0, 1, 1}));
+  EXPECT_EQ(raw::where(cond, from_vector<int64_t>({1, 2, 3}, {3}), from_vector<int64_t>({9}, {1})).to_vector<int64_t>(),
+            (std::vector<int64_t>{1, 9, 3}));
+  Tensor bf = raw::where(cond, ones({3}, {.dtype = DType::bf16}), zeros({3}, {.dtype = DType::bf16}));
+  EXPECT_EQ(bf.dtype(), DType::bf16);
+  EXPECT_EQ(bf.to_vector<float>(), (std::vector<float>{1, 0, 1}));
+  EXPECT_CPF_ERROR(raw::where(zeros({3}), a, b), "where: condition must be bool, got f32");
+  EXPECT_CPF_ERROR(raw::where(cond, a, zeros({2, 1})), "where: dtypes differ: f64 [2,3] vs f32 [2,1]");
+  EXPECT_CPF_ERROR(raw::where(cond, a, zeros({4}, {.dtype = DType::f64})),
+                   "where: shapes [2,3] and [4] are not broadcastable");
+  EXPECT_CPF_ERROR(raw::where(Tensor(), a, b), "where: argument 'cond' is an undefined tensor");
+}
+
+// ---- in place ----
+
+TEST(InPlace, AddAndMul) {
+  Tensor dst = raw::reshape(arange(0.0, 6.0, 1.0, {.dtype = DType::f32}), {2, 3});
+  const uint64_t v = dst.version();
+  raw::add_(dst, from_vector<float>({1, 2, 3}, {3}), 2.0);
+  EXPECT_EQ(dst.to_vector<float>(), (std::vector<float>{2, 5, 8, 5, 8, 11}));
+  EXPECT_EQ(dst.version(), v + 1);
+  raw::mul_(dst, 0.5);
+  EXPECT_EQ(dst.to_vector<float>(), (std::vector<float>{1, 2.5, 4, 2.5, 4, 5.5}));
+  EXPECT_EQ(dst.version(), v + 2);
+  // Through a non-contiguous view: only the view's elements change.
+  Tensor base = zeros({3, 4}, {.dtype = DType::f64});
+  raw::add_(raw::transpose(raw::narrow(base, 1, 1, 2), 0, 1), ones({2, 3}, {.dtype = DType::f64}), -1.5);
+  EXPECT_EQ(base.to_vector<double>(), (std::vector<double>{0, -1.5, -1.5, 0, 0, -1.5, -1.5, 0, 0, -1.5, -1.5, 0}));
+  // Large, parallel.
+  Tensor big = zeros({1 << 17}, {.dtype = DType::f64});
+  raw::add_(big, full({}, 2.0, {.dtype = DType::f64}));
+  raw::mul_(big, 3.0);
+  EXPECT_EQ(big.to_vector<double>(), std::vector<double>(1 << 17, 6.0));
+  // bf16 and integers.
+  Tensor h = ones({2}, {.dtype = DType::bf16});
+  raw::add_(h, full({2}, 0x1p-8, {.dtype = DType::bf16}), 1.0);  // 1 + 2^-8 rounds to even: 1
+  EXPECT_EQ(h.to_vector<float>(), (std::vector<float>{1, 1}));
+  raw::mul_(h, 3.0);
+  EXPECT_EQ(h.to_vector<float>(), (std::vector<float>{3, 3}));
+  Tensor i = from_vector<int64_t>({1, 2}, {2});
+  raw::add_(i, from_vector<int64_t>({10, 20}, {2}), -2.0);
+  EXPECT_EQ(i.to_vector<int64_t>(), (std::vector<int64_t>{-19, -38}));
+  raw::mul_(i, 2.0);
+  EXPECT_EQ(i.to_vector<int64_t>(), (std::vector<int64_t>{-38, -76}));
+}
+
+TEST(InPlace, Errors) {
+  Tensor dst = zeros({3});
+  EXPECT_CPF_ERROR(raw::add_(dst, zeros({2, 3})), "add_: source [2,3] does not broadcast to destination [3]");
+  EXPECT_CPF_ERROR(raw::add_(dst, zeros({4})), "add_: shapes [3] and [4] are not broadcastable");
+  EXPECT_CPF_ERROR(raw::add_(dst, zeros({3}, {.dtype = DType::f64})), "add_: dtypes differ: f32 [3] vs f64 [3]");
+  Tensor b = from_vector<bool>({true}, {1});
+  EXPECT_CPF_ERROR(raw::add_(b, b), "add_: not defined for bool tensors");
+  EXPECT_CPF_ERROR(raw::mul_(b, 2.0), "mul_: not defined for bool tensors");
+  EXPECT_CPF_ERROR(raw::add_(zeros({2}, {.dtype = DType::i32}), zeros({2}, {.dtype = DType::i32}), 0.5),
+                   "add_: alpha=0.5 must be a whole number for a i32 tensor");
+  EXPECT_CPF_ERROR(raw::add_(Tensor(), dst), "add_: argument 'dst' is an undefined tensor");
+  EXPECT_CPF_ERROR(raw::mul_(Tensor(), 1.0), "mul_: argument 'dst' is an undefined tensor");
+}
+
+// ---- devices ----
+
+// Host memory posing as a second device type, so device checks can be exercised in a CPU build.
+class FakeDeviceBackend final : public DeviceBackend {
+ public:
+  void* allocate(size_t nbytes, Device) override { return nbytes ? std::malloc(nbytes) : nullptr; }
+  void deallocate(void* ptr, size_t, Device) noexcept override { std::free(ptr); }
+  void copy(void* dst, Device, const void* src, Device, size_t nbytes) override {
+    if (nbytes) std::memcpy(dst, src, nbytes);
+  }
+  void fill_zero(void* ptr, size_t nbytes, Device) override {
+    if (nbytes) std::memset(ptr, 0, nbytes);
+  }
+  int device_count() const override { return 1; }
+};
+
+class DeviceChecks : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (has_device_backend(DeviceType::cuda)) GTEST_SKIP() << "a real CUDA backend is registered";
+    register_device_backend(DeviceType::cuda, &fake_);
+  }
+  void TearDown() override {
+    if (!has_device_backend(DeviceType::cuda) || &device_backend(DeviceType::cuda) == &fake_) {
+      register_device_backend(DeviceType::cuda, nullptr);
+    }
+  }
+  FakeDeviceBackend fake_;
+};
+
+TEST_F(DeviceChecks, MismatchedAndUnsupportedDevices) {
+  Tensor c = ones({2, 3});
+  Tensor g = raw::to(c, Device::cuda());
+  EXPECT_EQ(g.device(), Device::cuda(0));
+  EXPECT_EQ(raw::to(g, Device::cpu()).to_vector<float>(), std::vector<float>(6, 1.0f));
+  EXPECT_CPF_ERROR(raw::add(c, g), "add: tensors are on different devices: cpu vs cuda:0");
+  EXPECT_CPF_ERROR(raw::compare(CompareOp::eq, g, c), "compare: tensors are on different devices: cuda:0 vs cpu");
+  EXPECT_CPF_ERROR(raw::add_(c, g), "add_: tensors are on different devices: cpu vs cuda:0");
+  EXPECT_CPF_ERROR(raw::where(raw::to(from_vector<bool>({true}, {1}), Device::cuda()), c, c),
+                   "where: tensors are on different devices: cuda:0 vs cpu");
+  EXPECT_CPF_ERROR(raw::exp(g), "exp: no kernel for device cuda:0 in this build");
+  EXPECT_CPF_ERROR(raw::mul(g, g), "mul: no kernel for device cuda:0 in this build");
+  EXPECT_CPF_ERROR(raw::mul_(g, 2.0), "mul_: no kernel for device cuda:0 in this build");
+  // The other CPU kernel families check the same way.
+  EXPECT_CPF_ERROR(raw::matmul(c, raw::to(ones({3, 2}), Device::cuda())),
+                   "matmul: tensors are on different devices: cpu vs cuda:0");
+  EXPECT_CPF_ERROR(raw::matmul(g, raw::to(ones({3, 2}), Device::cuda())),
+                   "matmul: no kernel for device cuda:0 in this build");
+  EXPECT_CPF_ERROR(raw::sum(g), "sum: no kernel for device cuda:0 in this build");
+  EXPECT_CPF_ERROR(raw::amax(g, {1}), "amax: no kernel for device cuda:0 in this build");
+  EXPECT_CPF_ERROR(raw::argmax(g, 0), "argmax: no kernel for device cuda:0 in this build");
+}
+
+TEST_F(DeviceChecks, CopiesAcrossDevicesConvertBroadcastAndFollowStrides) {
+  // Staged through the host with the backend's byte copies only: no device kernels are needed.
+  Tensor host = raw::reshape(arange(0.0, 6.0, 1.0, {.dtype = DType::f32}), {2, 3});
+  Tensor g = raw::to(host, Device::cuda());
+  Tensor back = zeros({2, 3}, {.dtype = DType::f64});
+  raw::copy_(back, g);  // device f32 -> host f64
+  EXPECT_EQ(back.to_vector<double>(), (std::vector<double>{0, 1, 2, 3, 4, 5}));
+  Tensor g64 = raw::to(g, DType::f64);  // a dtype change that stays on the device
+  EXPECT_EQ(g64.device(), Device::cuda());
+  EXPECT_EQ(g64.dtype(), DType::f64);
+  EXPECT_EQ(g64.to_vector<double>(), (std::vector<double>{0, 1, 2, 3, 4, 5}));
+  Tensor gt = raw::transpose(g, 0, 1);  // a strided device view
+  EXPECT_EQ(gt.to_vector<float>(), (std::vector<float>{0, 3, 1, 4, 2, 5}));
+  Tensor gc = raw::contiguous(gt);
+  EXPECT_EQ(gc.device(), Device::cuda());
+  EXPECT_TRUE(gc.is_contiguous());
+  EXPECT_EQ(gc.to_vector<float>(), (std::vector<float>{0, 3, 1, 4, 2, 5}));
+  Tensor row = raw::to(from_vector<float>({7, 8, 9}, {3}), Device::cuda());
+  Tensor dst = zeros({2, 3}, {.device = Device::cuda()});
+  const uint64_t version = dst.version();
+  raw::copy_(dst, row);  // broadcast device -> device
+  EXPECT_EQ(dst.to_vector<float>(), (std::vector<float>{7, 8, 9, 7, 8, 9}));
+  EXPECT_EQ(dst.version(), version + 1);
+  raw::fill_(dst, 2.5);
+  EXPECT_EQ(dst.to_vector<float>(), std::vector<float>(6, 2.5f));
+  EXPECT_EQ(full({2}, 4.0, {.dtype = DType::i32, .device = Device::cuda()}).to_vector<int32_t>(),
+            (std::vector<int32_t>{4, 4}));
+  EXPECT_CPF_ERROR(raw::copy_(raw::transpose(dst, 0, 1), zeros({3, 2})),
+                   "copy_: writing into a cuda:0 tensor needs a contiguous destination, got shape [3,2] strides [1,3]");
+  EXPECT_CPF_ERROR(raw::copy_(dst, zeros({4})), "copy_: shapes [2,3] and [4] are not broadcastable");
+}
+
+}  // namespace
+}  // namespace cpf
