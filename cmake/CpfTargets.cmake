@@ -52,6 +52,9 @@ function(cpf_add_tests)
       set(_kind unit)
     endif()
     # One label (unit or gradcheck); the folder prefixes the test name: ctest -R "^cp/".
-    gtest_discover_tests(${_exe} TEST_PREFIX "${ARG_DIR}/" PROPERTIES LABELS ${_kind} DISCOVERY_TIMEOUT 60)
+    # NO_PRETTY_VALUES: CMake 3.25 otherwise appends "# GetParam() = <bytes>" (pointer values included)
+    # to the names of value-parameterized tests that have custom names.
+    gtest_discover_tests(${_exe} TEST_PREFIX "${ARG_DIR}/" PROPERTIES LABELS ${_kind} DISCOVERY_TIMEOUT 60
+                         NO_PRETTY_VALUES)
   endforeach()
 endfunction()

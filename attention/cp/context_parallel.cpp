@@ -92,6 +92,15 @@ Resolved resolve(const Tensor& q, const Tensor& k, const Tensor& v, const Attent
   query.head_dim_qk = q.size(-1);
   query.head_dim_v = v.size(-1);
   CPF_CHECK(k.size(-1) == q.size(-1), "context parallel: head dims of q and k differ: q=", q.shape(), " k=", k.shape());
+  // The spec's optional head counts describe these tensors; the strategies hand ctx.spec to per-rank
+  // kernels that may see a subset of the heads (Ulysses), so check them here and let the tensors speak.
+  CPF_CHECK((spec.num_heads == 0 || spec.num_heads == q.size(-2)) &&
+                (spec.num_kv_heads == 0 || spec.num_kv_heads == k.size(-2)) &&
+                (spec.head_dim_qk == 0 || spec.head_dim_qk == q.size(-1)) &&
+                (spec.head_dim_v == 0 || spec.head_dim_v == v.size(-1)),
+            "context parallel: the spec (", spec.str(), ") does not match q=", q.shape(), " k=", k.shape(),
+            " v=", v.shape());
+  ctx.spec.num_heads = ctx.spec.num_kv_heads = ctx.spec.head_dim_qk = ctx.spec.head_dim_v = 0;
 
   const int64_t p = ctx.cp_size;
   if (format == QkvFormat::thd) {

@@ -82,9 +82,4 @@ Tensor apply_rope(const Tensor& x_heads, QkvFormat format, const Tensor& positio
   return rope(x_heads, positions, base, rotary_dim);
 }
 
-void check_cp_group(const std::shared_ptr<dist::ProcessGroup>& cp_group, const char* op) {
-  CPF_CHECK(!cp_group || cp_group->size() == 1, op, ": context parallelism over ", cp_group->describe(), " (size ",
-            cp_group->size(), ") is not implemented yet; pass no CP group or a group of size 1");
-}
-
 }  // namespace cpf::attention_modules

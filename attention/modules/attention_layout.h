@@ -35,8 +35,4 @@ Tensor cp_rope_positions(const Tensor& x_heads, QkvFormat format, const std::opt
 // Rotates the first rotary_dim dims of every head of x (format, heads, dim) at `positions`.
 Tensor apply_rope(const Tensor& x_heads, QkvFormat format, const Tensor& positions, double base, int64_t rotary_dim);
 
-// Context parallelism arrives with the CP strategies; until then a group of more than one rank is
-// refused here rather than silently computing attention on the local shard only.
-void check_cp_group(const std::shared_ptr<dist::ProcessGroup>& cp_group, const char* op);
-
 }  // namespace cpf::attention_modules

@@ -31,9 +31,8 @@ MultiHeadAttentionOptions resolved(MultiHeadAttentionOptions o) {
 
 }  // namespace
 
-MultiHeadAttention::MultiHeadAttention(const MultiHeadAttentionOptions& options, Generator* gen,
-                                       std::shared_ptr<dist::ProcessGroup> cp_group)
-    : options_(resolved(options)), cp_group_(std::move(cp_group)) {
+MultiHeadAttention::MultiHeadAttention(const MultiHeadAttentionOptions& options, Generator* gen)
+    : options_(resolved(options)) {
   const MultiHeadAttentionOptions& o = options_;
   spec_ = AttentionSpec{.qkv_format = o.qkv_format,
                         .mask = o.mask,
@@ -44,7 +43,6 @@ MultiHeadAttention::MultiHeadAttention(const MultiHeadAttentionOptions& options,
                         .head_dim_qk = o.head_dim,
                         .head_dim_v = o.head_dim};
   check_spec(spec_);
-  attention_modules::check_cp_group(cp_group_, kOp);
   auto linear = [&](int64_t in, int64_t out) {
     return std::make_shared<nn::Linear>(
         nn::LinearOptions{.in_features = in, .out_features = out, .bias = o.bias, .init_std = o.init_std, .dtype = o.dtype},

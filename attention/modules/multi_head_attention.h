@@ -38,9 +38,7 @@ struct MultiHeadAttentionOptions {
 
 class MultiHeadAttention : public nn::Module {
  public:
-  // cp_group: the context-parallel group of this layer (null or size 1 until CP is implemented).
-  explicit MultiHeadAttention(const MultiHeadAttentionOptions& options, Generator* gen = nullptr,
-                              std::shared_ptr<dist::ProcessGroup> cp_group = nullptr);
+  explicit MultiHeadAttention(const MultiHeadAttentionOptions& options, Generator* gen = nullptr);
 
   // cp: context parallelism for this call: x is this rank's dual-chunk shard (cp/sharding.h) and seq
   // describes the GLOBAL batch; RoPE uses the shard's global positions and attention runs through
@@ -51,12 +49,10 @@ class MultiHeadAttention : public nn::Module {
   const MultiHeadAttentionOptions& options() const { return options_; }
   // The spec every forward call uses (heads and dims resolved).
   const AttentionSpec& spec() const { return spec_; }
-  const std::shared_ptr<dist::ProcessGroup>& cp_group() const { return cp_group_; }
 
  private:
   MultiHeadAttentionOptions options_;
   AttentionSpec spec_;
-  std::shared_ptr<dist::ProcessGroup> cp_group_;
   std::shared_ptr<nn::Linear> q_proj_, k_proj_, v_proj_, o_proj_;
 };
 

@@ -30,9 +30,8 @@ void check_options(const MultiHeadLatentAttentionOptions& o) {
 
 }  // namespace
 
-MultiHeadLatentAttention::MultiHeadLatentAttention(const MultiHeadLatentAttentionOptions& options, Generator* gen,
-                                                   std::shared_ptr<dist::ProcessGroup> cp_group)
-    : options_(options), cp_group_(std::move(cp_group)) {
+MultiHeadLatentAttention::MultiHeadLatentAttention(const MultiHeadLatentAttentionOptions& options, Generator* gen)
+    : options_(options) {
   const MultiHeadLatentAttentionOptions& o = options_;
   check_options(o);
   const int64_t d_qk = o.qk_nope_head_dim + o.qk_rope_head_dim;
@@ -45,7 +44,6 @@ MultiHeadLatentAttention::MultiHeadLatentAttention(const MultiHeadLatentAttentio
                         .head_dim_qk = d_qk,
                         .head_dim_v = o.v_head_dim};
   check_spec(spec_);
-  attention_modules::check_cp_group(cp_group_, kOp);
   auto linear = [&](int64_t in, int64_t out) {
     return std::make_shared<nn::Linear>(
         nn::LinearOptions{.in_features = in, .out_features = out, .bias = o.bias, .init_std = o.init_std, .dtype = o.dtype},

@@ -42,8 +42,7 @@ struct MultiHeadLatentAttentionOptions {
 
 class MultiHeadLatentAttention : public nn::Module {
  public:
-  explicit MultiHeadLatentAttention(const MultiHeadLatentAttentionOptions& options, Generator* gen = nullptr,
-                                    std::shared_ptr<dist::ProcessGroup> cp_group = nullptr);
+  explicit MultiHeadLatentAttention(const MultiHeadLatentAttentionOptions& options, Generator* gen = nullptr);
 
   // cp: context parallelism for this call: x is this rank's dual-chunk shard (cp/sharding.h) and seq
   // describes the GLOBAL batch; RoPE uses the shard's global positions and attention runs through
@@ -53,14 +52,12 @@ class MultiHeadLatentAttention : public nn::Module {
 
   const MultiHeadLatentAttentionOptions& options() const { return options_; }
   const AttentionSpec& spec() const { return spec_; }
-  const std::shared_ptr<dist::ProcessGroup>& cp_group() const { return cp_group_; }
 
  private:
   Tensor project_q(const Tensor& x) const;
 
   MultiHeadLatentAttentionOptions options_;
   AttentionSpec spec_;
-  std::shared_ptr<dist::ProcessGroup> cp_group_;
   std::shared_ptr<nn::Linear> q_proj_, q_a_proj_, q_b_proj_, kv_a_proj_, kv_b_proj_, o_proj_;
   Tensor q_a_norm_weight_, kv_a_norm_weight_;
 };

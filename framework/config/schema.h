@@ -152,7 +152,7 @@ class ConfigDocs {
   void choice(const std::string& key, const E& value, const Choices<E>& choices, const std::string& help) {
     std::string names, current;
     for (const auto& c : choices) {
-      names += (names.empty() ? "" : " | ") + c.first;
+      names += (names.empty() ? "one of " : ", ") + c.first;
       if (c.second == value) current = c.first;
     }
     add(key, names, current, help);

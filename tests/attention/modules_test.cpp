@@ -141,30 +141,6 @@ TEST(MultiHeadLatentAttention, ThdWithPaddingMatchesBshd) {
   EXPECT_TRUE(all_close(raw::narrow(y, 0, 2, 4), raw::select(bshd.forward(x), 0, 0), 1e-12, 1e-12));
 }
 
-TEST(AttentionModules, CpGroupOfMoreThanOneRankIsRejected) {
-  std::mutex mu;
-  std::vector<std::string> errors;
-  dist::launch(2, [&](dist::RankContext& ctx) {
-    for (int which = 0; which < 2; ++which) {
-      try {
-        if (which == 0) MultiHeadAttention(mha_options(QkvFormat::bshd, 4), nullptr, ctx.world);
-        else MultiHeadLatentAttention(mla_options(0), nullptr, ctx.world);
-      } catch (const Error& e) {
-        std::lock_guard<std::mutex> lock(mu);
-        errors.push_back(e.what());
-      }
-    }
-  }, {.devices = dist::DevicePolicy::cpu});
-  ASSERT_EQ(errors.size(), 4u);
-  for (const std::string& e : errors) {
-    EXPECT_NE(e.find("context parallelism over group"), std::string::npos) << e;
-    EXPECT_NE(e.find("(size 2) is not implemented yet; pass no CP group or a group of size 1"), std::string::npos) << e;
-  }
-  dist::launch(1, [&](dist::RankContext& ctx) {
-    EXPECT_EQ(MultiHeadAttention(mha_options(QkvFormat::bshd, 4), nullptr, ctx.world).cp_group()->size(), 1);
-  }, {.devices = dist::DevicePolicy::cpu});
-}
-
 TEST(AttentionModules, RejectBadOptionsAndInputs) {
   EXPECT_CPF_ERROR(MultiHeadAttention({.hidden_size = 12, .num_heads = 4, .num_kv_heads = 3}),
                    "MultiHeadAttention: num_heads must be a multiple of num_kv_heads: num_heads=4 num_kv_heads=3");

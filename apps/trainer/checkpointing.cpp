@@ -1,0 +1,103 @@
+#include "apps/trainer/checkpointing.h"
+
+#include <cstdio>
+#include <filesystem>
+
+#include "framework/core/logging.h"
+
+namespace cpf::trainer {
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kCursorKey = "data_cursor";
+constexpr const char* kConfigKey = "config";
+
+// FNV-1a, 64 bits: stable across platforms and runs (std::hash is not).
+std::string fnv1a_hex(const std::string& text) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : text) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+// Only the sections that change what a checkpoint means.
+struct HashedSections {
+  TrainConfig* c;
+};
+template <class V>
+void describe(V& v, HashedSections& h) {
+  v.field("seed", h.c->run.seed, "");
+  v.section("model", h.c->model, "");
+  v.section("optimizer", h.c->optimizer, "");
+  v.section("schedule", h.c->schedule, "");
+  v.section("data", h.c->data, "");
+}
+
+}  // namespace
+
+std::string checkpoints_dir(const TrainConfig& config) { return (fs::path(run_dir(config)) / "checkpoints").string(); }
+
+std::string config_hash(const TrainConfig& config) {
+  TrainConfig copy = config;
+  HashedSections sections{&copy};
+  config::ConfigWriter writer;
+  describe(writer, sections);
+  return fnv1a_hex(writer.str());
+}
+
+std::optional<std::string> find_resume_checkpoint(const TrainConfig& config, const optim::NamedTensors& params,
+                                                  const optim::Optimizer& optimizer) {
+  const std::string dir = checkpoints_dir(config);
+  const auto all = io::list_checkpoints(dir);
+  if (all.empty()) return std::nullopt;
+  const std::string hash = config_hash(config);
+  if (auto found = io::find_latest_valid(dir, params, &optimizer, hash)) return found;
+  CPF_FAIL("resume: none of the ", all.size(), " checkpoints in ", dir, " can be loaded; the newest, ", all.back(),
+           ": ", io::checkpoint_problem(all.back(), params, &optimizer, hash),
+           ". Use another run.out_dir, or run.resume: never to start over in this folder");
+}
+
+ResumeState load_training_checkpoint(const std::string& path, const TrainConfig& config,
+                                     const optim::NamedTensors& params, optim::Optimizer& optimizer) {
+  const io::CheckpointMeta meta = io::load_checkpoint(path, params, &optimizer, config_hash(config));
+  auto it = meta.extra.find(kCursorKey);
+  CPF_CHECK(it != meta.extra.end(), "resume: ", path, " has no data cursor in meta.json (extra.", kCursorKey, ")");
+  return ResumeState{meta.step, data::parse_data_cursor(it->second)};
+}
+
+std::string save_training_checkpoint(const TrainConfig& config, const optim::NamedTensors& params,
+                                     const optim::Optimizer& optimizer, int64_t step, const data::DataCursor& cursor) {
+  io::CheckpointMeta meta;
+  meta.step = step;
+  meta.rng_seed = static_cast<uint64_t>(config.run.seed);
+  meta.config_hash = config_hash(config);
+  meta.extra[kCursorKey] = cursor.str();
+  meta.extra[kConfigKey] = to_yaml(config);
+  return io::save_checkpoint(checkpoints_dir(config), params, &optimizer, meta,
+                             static_cast<int>(config.run.keep_checkpoints));
+}
+
+std::string resolve_checkpoint(const std::string& dir) {
+  CPF_CHECK(fs::is_directory(dir), "generate: ", dir, " is not a folder (give a checkpoint, or a run folder)");
+  if (fs::exists(fs::path(dir) / "meta.json")) return dir;
+  for (const fs::path& candidate : {fs::path(dir), fs::path(dir) / "checkpoints"}) {
+    const auto found = io::list_checkpoints(candidate.string());
+    if (!found.empty()) return found.back();
+  }
+  CPF_FAIL("generate: ", dir, " holds no checkpoint (no meta.json, no step_* folder, no checkpoints/ folder)");
+}
+
+TrainConfig checkpoint_config(const std::string& checkpoint) {
+  const io::CheckpointMeta meta = io::read_checkpoint_meta(checkpoint);
+  auto it = meta.extra.find(kConfigKey);
+  CPF_CHECK(it != meta.extra.end(), "generate: ", checkpoint, " was not written by cpformer train (meta.json has no ",
+            "extra.", kConfigKey, ")");
+  return load_train_config_string(it->second, checkpoint + "/meta.json:extra.config");
+}
+
+}  // namespace cpf::trainer

@@ -1,0 +1,45 @@
+#pragma once
+// Checkpoint glue between the trainer and framework/io/checkpoint.h.
+//
+//   <run folder>/checkpoints/step_00000400/{model,optimizer}.safetensors, meta.json
+//
+// meta.json's `extra` carries the data loader's cursor ("epoch=0 index=1234 offset=0") and the
+// effective config (YAML), so `cpformer generate` needs nothing but the checkpoint folder. The config
+// hash covers what gives the weights and the data stream their meaning (model, data, optimizer,
+// schedule, run.seed); resume refuses a checkpoint of another config instead of silently restarting.
+#include <optional>
+#include <string>
+
+#include "apps/trainer/config.h"
+#include "framework/io/checkpoint.h"
+#include "models/data/data_order.h"
+
+namespace cpf::trainer {
+
+std::string checkpoints_dir(const TrainConfig& config);
+std::string config_hash(const TrainConfig& config);
+
+// The checkpoint to resume from under `resume: auto`: the newest valid one, nullopt when the folder
+// has none. Throws when checkpoints exist but none can be loaded (e.g. another config), naming why.
+std::optional<std::string> find_resume_checkpoint(const TrainConfig& config, const optim::NamedTensors& params,
+                                                  const optim::Optimizer& optimizer);
+
+struct ResumeState {
+  int64_t step = 0;
+  data::DataCursor cursor;
+};
+// Loads weights and optimizer state (validated first; nothing changes on failure).
+ResumeState load_training_checkpoint(const std::string& path, const TrainConfig& config,
+                                     const optim::NamedTensors& params, optim::Optimizer& optimizer);
+
+// Writes step `step` atomically and prunes to run.keep_checkpoints; returns its folder.
+std::string save_training_checkpoint(const TrainConfig& config, const optim::NamedTensors& params,
+                                     const optim::Optimizer& optimizer, int64_t step, const data::DataCursor& cursor);
+
+// For generate: `dir` may be a checkpoint (holding meta.json), a folder of step_* checkpoints, or a run
+// folder (its checkpoints/). Returns the checkpoint folder to load (the newest complete one).
+std::string resolve_checkpoint(const std::string& dir);
+// The effective config stored in a checkpoint's metadata.
+TrainConfig checkpoint_config(const std::string& checkpoint);
+
+}  // namespace cpf::trainer

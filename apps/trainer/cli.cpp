@@ -1,0 +1,229 @@
+#include "apps/trainer/cli.h"
+
+#include <cstdio>
+
+#include "apps/trainer/config.h"
+#include "apps/trainer/generate.h"
+#include "apps/trainer/trainer.h"
+#include "models/data/file_glob.h"
+
+namespace cpf::trainer {
+namespace {
+
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct Args {
+  std::string command;
+  std::vector<std::string> positional;
+  std::vector<std::string> overrides;
+  std::optional<std::string> prompt;
+  std::optional<std::string> tokens, temperature, seed;
+};
+
+Args parse(const std::vector<std::string>& args) {
+  Args a;
+  if (args.empty()) throw UsageError("no command given");
+  a.command = args[0];
+  for (size_t i = 1; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    auto value = [&](const char* flag) {
+      if (i + 1 >= args.size()) throw UsageError(std::string(flag) + " needs a value");
+      return args[++i];
+    };
+    if (arg == "--set") {
+      a.overrides.push_back(value("--set"));
+    } else if (arg.rfind("--set=", 0) == 0) {
+      a.overrides.push_back(arg.substr(6));
+    } else if (arg == "--prompt") {
+      a.prompt = value("--prompt");
+    } else if (arg == "--tokens") {
+      a.tokens = value("--tokens");
+    } else if (arg == "--temperature") {
+      a.temperature = value("--temperature");
+    } else if (arg == "--seed") {
+      a.seed = value("--seed");
+    } else if (arg.size() > 1 && arg[0] == '-') {
+      throw UsageError("unknown option '" + arg + "'");
+    } else {
+      a.positional.push_back(arg);
+    }
+  }
+  return a;
+}
+
+void expect_positional(const Args& a, const char* what) {
+  if (a.positional.size() != 1) {
+    throw UsageError("'" + a.command + "' takes exactly one " + what + ", got " + std::to_string(a.positional.size()));
+  }
+}
+
+void only_flags(const Args& a, bool overrides, bool generate) {
+  if (!overrides && !a.overrides.empty()) throw UsageError("'" + a.command + "' takes no --set");
+  if (!generate && (a.prompt || a.tokens || a.temperature || a.seed)) {
+    throw UsageError("--prompt, --tokens, --temperature and --seed apply to 'generate' only");
+  }
+}
+
+template <class T>
+T number(const std::string& flag, const std::string& text) {
+  size_t used = 0;
+  try {
+    T v;
+    if constexpr (std::is_same_v<T, double>) {
+      v = std::stod(text, &used);
+    } else {
+      v = static_cast<T>(std::stoll(text, &used));
+    }
+    if (used == text.size()) return v;
+  } catch (const std::exception&) {
+  }
+  throw UsageError(flag + " " + text + ": expected a number");
+}
+
+std::string percent(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f%%", 100 * v);
+  return buf;
+}
+
+std::string fixed(double v, const char* format = "%.4f") {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, format, v);
+  return buf;
+}
+
+std::string describe_model(const TrainConfig& c) {
+  const auto& m = c.model;
+  const char* attention = m.attention == models::AttentionType::mha   ? "mha"
+                          : m.attention == models::AttentionType::gqa ? "gqa"
+                                                                      : "mla";
+  return std::to_string(m.num_layers) + " layers, hidden " + std::to_string(m.hidden_size) + ", " +
+         std::to_string(m.num_heads) + " heads (" + attention +
+         (m.attention == models::AttentionType::gqa ? ", " + std::to_string(m.num_kv_heads) + " kv heads" : "") +
+         "), vocab " + std::to_string(m.vocab_size) + ", " + nn::activation_name(m.mlp) + ", " +
+         (m.norm == models::NormType::rmsnorm ? "rmsnorm" : "layernorm") + ", " +
+         (m.positions == models::PositionType::rope ? "rope" : "learned positions");
+}
+
+int check_config(const Args& a, std::ostream& out) {
+  expect_positional(a, "config file");
+  only_flags(a, true, false);
+  const TrainConfig c = load_train_config(a.positional[0], a.overrides);
+  out << a.positional[0] << ": OK\n";
+  out << "  model: " << describe_model(c) << "\n";
+  out << "  data: " << c.data.source << (c.data.source == "synthetic" ? ":" + c.data.task : " " + c.data.path) << ", "
+      << c.data.layout << ", seq_len " << c.data.seq_len << "\n";
+  out << "  parallel: dp=" << c.parallel.dp << " cp=" << c.parallel.cp;
+  if (c.parallel.cp > 1) {
+    out << " cp_comm_type=" << cp::comm_type_name(c.parallel.cp_comm_type) << ": supported (CP support check passed)";
+  }
+  out << "\n";
+  // Files are checked when present; a config may be validated before its data is downloaded.
+  bool files_present = c.data.source == "synthetic";
+  if (!files_present) {
+    try {
+      data::expand_file_pattern(c.data.path, "data.path");
+      files_present = true;
+    } catch (const Error& e) {
+      out << "  data files: not checked (" << e.message() << ")\n";
+    }
+  }
+  if (files_present) {
+    const auto source = open_training_source(c);
+    out << "  data files: OK (" << source->name() << ", " << source->num_documents() << " documents)\n";
+  }
+  return kExitOk;
+}
+
+int train_command(const Args& a, std::ostream& out, bool terminal) {
+  expect_positional(a, "config file");
+  only_flags(a, true, false);
+  const TrainConfig c = load_train_config(a.positional[0], a.overrides);
+  const TrainOutcome r = train(c, out, terminal);
+  std::string line = "done: step " + std::to_string(r.final_step) + "/" + std::to_string(c.run.steps) + " in " +
+                     format_duration(r.seconds);
+  if (!r.losses.empty()) line += " | train loss " + fixed(r.losses.back());
+  if (r.last_eval && r.last_eval->loss) line += " | eval loss " + fixed(*r.last_eval->loss);
+  if (r.last_eval && r.last_eval->accuracy) {
+    line += " | exact match " + percent(*r.last_eval->accuracy) + " (" + std::to_string(r.last_eval->num_correct) +
+            "/" + std::to_string(r.last_eval->num_examples) + ")";
+  }
+  std::string target;
+  if (c.run.target_accuracy > 0) target = "exact match >= " + percent(c.run.target_accuracy);
+  if (c.run.target_loss > 0) {
+    target += (target.empty() ? "" : " or ") + std::string("eval loss <= ") + fixed(c.run.target_loss);
+  }
+  if (r.target_set) {
+    line += " | target " + target +
+            (r.target_reached ? " reached at step " + std::to_string(r.target_step) : std::string(" NOT reached"));
+  }
+  line += " | " + r.run_dir;
+  out << line << std::endl;
+  return r.target_set && !r.target_reached ? kExitTargetMissed : kExitOk;
+}
+
+int generate_command(const Args& a, std::ostream& out) {
+  expect_positional(a, "checkpoint folder");
+  only_flags(a, false, true);
+  GenerateOptions o;
+  o.checkpoint = a.positional[0];
+  o.prompt = a.prompt;
+  if (a.tokens) o.max_new_tokens = number<int64_t>("--tokens", *a.tokens);
+  if (a.temperature) o.temperature = number<double>("--temperature", *a.temperature);
+  if (a.seed) o.seed = number<uint64_t>("--seed", *a.seed);
+  const GenerateResult r = generate(o);
+  out << r.prompt_text << r.completion_text << std::endl;
+  return kExitOk;
+}
+
+}  // namespace
+
+std::string usage() {
+  return "usage: cpformer <command> [arguments]\n"
+         "  train CONFIG [--set key.path=value]...     train a GPT from a YAML config (configs/default.yaml)\n"
+         "  generate CHECKPOINT_DIR [--prompt TEXT] [--tokens N] [--temperature T] [--seed S]\n"
+         "                                             sample from a checkpoint (or run folder); greedy by default\n"
+         "  check-config CONFIG [--set key.path=value]...  validate a config (CP support included) without training\n"
+         "  docs                                       print the table of every config key (docs/config.md)\n"
+         "exit codes: 0 ok, 1 error, 2 config or usage error, 3 unreadable data, 4 training target not reached\n";
+}
+
+int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostream& err, bool terminal) {
+  try {
+    if (!args.empty() && (args[0] == "--help" || args[0] == "-h" || args[0] == "help")) {
+      out << usage();
+      return kExitOk;
+    }
+    const Args a = parse(args);
+    if (a.command == "train") return train_command(a, out, terminal);
+    if (a.command == "generate") return generate_command(a, out);
+    if (a.command == "check-config") return check_config(a, out);
+    if (a.command == "docs") {
+      only_flags(a, false, false);
+      if (!a.positional.empty()) throw UsageError("'docs' takes no arguments");
+      out << config_docs_markdown();
+      return kExitOk;
+    }
+    throw UsageError("unknown command '" + a.command + "'");
+  } catch (const UsageError& e) {
+    err << "cpformer: " << e.what() << "\n" << usage();
+    return kExitConfig;
+  } catch (const config::ConfigError& e) {
+    err << e.what() << std::endl;
+    return kExitConfig;
+  } catch (const DataError& e) {
+    err << "cpformer: data error: " << e.what() << std::endl;
+    return kExitData;
+  } catch (const Error& e) {
+    err << "cpformer: error: " << e.message() << std::endl;
+    return kExitError;
+  } catch (const std::exception& e) {
+    err << "cpformer: error: " << e.what() << std::endl;
+    return kExitError;
+  }
+}
+
+}  // namespace cpf::trainer

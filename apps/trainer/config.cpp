@@ -1,0 +1,233 @@
+#include "apps/trainer/config.h"
+
+#include <map>
+
+#include "attention/cp/cp_support.h"
+#include "models/data/synthetic_tasks.h"
+#include "models/data/text_source.h"
+
+namespace cpf::trainer {
+namespace {
+
+// Collects "section.key" -> value text, so cross-field messages can show the effective value.
+class ValueText {
+ public:
+  template <class T>
+  void field(const std::string& key, const T& value, const std::string&, config::Range = {}) {
+    std::ostringstream os;
+    if constexpr (std::is_same_v<T, bool>) {
+      os << (value ? "true" : "false");
+    } else {
+      os << value;
+    }
+    values_[path(key)] = os.str();
+  }
+  template <class E>
+  void choice(const std::string& key, const E& value, const config::Choices<E>& choices, const std::string&) {
+    for (const auto& c : choices) {
+      if (c.second == value) values_[path(key)] = c.first;
+    }
+  }
+  template <class S>
+  void section(const std::string& key, S& options, const std::string&) {
+    prefix_.push_back(key);
+    describe(*this, options);
+    prefix_.pop_back();
+  }
+  std::string get(const std::string& path) const {
+    auto it = values_.find(path);
+    return it == values_.end() ? "?" : it->second;
+  }
+
+ private:
+  std::string path(const std::string& key) const {
+    std::string p;
+    for (const auto& s : prefix_) p += s + ".";
+    return p + key;
+  }
+  std::vector<std::string> prefix_;
+  std::map<std::string, std::string> values_;
+};
+
+class Checker {
+ public:
+  Checker(const config::ConfigReader& reader, TrainConfig& config) : reader_(reader), config_(config) {
+    describe(values_, config_);
+  }
+  // "file:line:column: path=value problem"
+  [[noreturn]] void fail(const std::string& path, const std::string& problem) const {
+    reader_.fail(path, path + "=" + values_.get(path) + " " + problem);
+  }
+  // A message of the form "key=value problem" from a component, re-rooted at `section`.
+  [[noreturn]] void fail_message(const std::string& section, const std::string& key, const std::string& message) const {
+    reader_.fail(section + "." + key, section + "." + message);
+  }
+  // A cpf::Error message from a component's own validation ("data: ... seq_len=30 ..."): located at the
+  // first key of `section` it names.
+  [[noreturn]] void fail_component(const std::string& section, const std::vector<std::string>& keys,
+                                   std::string message) const {
+    const std::string prefix = section + ": ";
+    if (message.rfind(prefix, 0) == 0) message = message.substr(prefix.size());
+    std::string best;
+    size_t best_pos = std::string::npos;
+    for (const auto& key : keys) {
+      const size_t pos = message.find(key + "=");
+      if (pos != std::string::npos && (pos < best_pos)) {
+        best = key;
+        best_pos = pos;
+      }
+    }
+    if (best.empty()) reader_.fail(section, section + ": " + message);
+    const std::string path = section + "." + best;
+    reader_.fail(path, path + "=" + values_.get(path) + ": " + message);
+  }
+
+ private:
+  const config::ConfigReader& reader_;
+  TrainConfig& config_;
+  ValueText values_;
+};
+
+const std::vector<std::string> kDataKeys = {"source",     "task",           "min_len",   "max_len",    "num_examples",
+                                            "path",       "text_split",     "text_separator", "eot_token", "vocab_size",
+                                            "layout",     "bshd_fill",      "seq_len",   "batch_size", "tokens_per_batch",
+                                            "pad_multiple", "seed",         "shuffle"};
+
+void check(const config::ConfigReader& reader, TrainConfig& c) {
+  {
+    Checker early(reader, c);
+    try {
+      data::validate_data_options(c.data);
+    } catch (const Error& e) {
+      early.fail_component("data", kDataKeys, e.message());
+    }
+    const int64_t vocab = data_vocab_size(c.data);
+    if (c.model.vocab_size == 0) {
+      c.model.vocab_size = vocab;
+    } else if (c.model.vocab_size < vocab) {
+      early.fail("model.vocab_size", "is smaller than the vocabulary of the data (" + std::to_string(vocab) + " tokens)");
+    }
+  }
+  const Checker check(reader, c);  // sees the resolved vocab_size
+  if (auto p = models::check_options(c.model)) check.fail_message("model", p->key, p->message);
+  if (c.model.positions == models::PositionType::learned && c.model.max_positions < c.data.seq_len) {
+    check.fail("model.max_positions",
+               "must be at least data.seq_len=" + std::to_string(c.data.seq_len) + " with learned positions");
+  }
+
+  const auto& par = c.parallel;
+  if (par.cp > 1) {
+    const int64_t chunks = 2 * par.cp;
+    if (c.data.layout == "thd" && c.data.pad_multiple % chunks != 0) {
+      check.fail("data.pad_multiple", "must be a multiple of 2 x parallel.cp = " + std::to_string(chunks) +
+                                          " (context parallelism cuts every sequence slot into 2 x cp chunks)");
+    }
+    if (c.data.layout == "bshd" && c.data.seq_len % chunks != 0) {
+      check.fail("data.seq_len", "must be a multiple of 2 x parallel.cp = " + std::to_string(chunks) +
+                                     " (context parallelism cuts every row into 2 x cp chunks)");
+    }
+    if (auto reason = cp_problem(c)) check.fail("parallel.cp_comm_type", "is not supported here: " + *reason);
+  }
+
+  const auto& opt = c.optimizer;
+  if (opt.type == OptimizerType::sgd && opt.nesterov && opt.momentum <= 0) {
+    check.fail("optimizer.nesterov", "needs optimizer.momentum > 0");
+  }
+  const optim::LrScheduleOptions sched = schedule_options(c);
+  if (sched.decay != optim::LrDecay::constant && sched.warmup_steps > sched.total_steps) {
+    check.fail("schedule.warmup_steps",
+               "must not exceed the decay length of " + std::to_string(sched.total_steps) + " steps");
+  }
+
+  const auto& run = c.run;
+  if (run.target_accuracy > 0 && c.data.source != "synthetic") {
+    check.fail("run.target_accuracy", "needs data.source: synthetic (exact match is defined for synthetic tasks)");
+  }
+  if (!run.eval_path.empty() && c.data.source == "synthetic") {
+    check.fail("run.eval_path", "applies to text and shards; synthetic tasks have their own held-out split");
+  }
+  if (c.run.out_dir.empty()) c.run.out_dir = "runs/" + c.run.name;
+}
+
+}  // namespace
+
+int64_t data_vocab_size(const data::DataOptions& o) {
+  if (o.source == "synthetic") return data::synthetic_vocab::kSize;
+  if (o.source == "text") return data::TextSource::kVocabSize;
+  return o.vocab_size;
+}
+
+optim::LrScheduleOptions schedule_options(const TrainConfig& c) {
+  optim::LrScheduleOptions s;
+  s.decay = c.schedule.decay;
+  s.lr = c.optimizer.lr;
+  s.min_lr = c.optimizer.lr * c.schedule.min_lr_ratio;
+  s.warmup_steps = c.schedule.warmup_steps;
+  s.total_steps = c.schedule.total_steps > 0 ? c.schedule.total_steps : c.run.steps;
+  return s;
+}
+
+std::optional<std::string> cp_problem(const TrainConfig& c) {
+  if (c.parallel.cp <= 1) return std::nullopt;
+  const models::GPTOptions& m = c.model;
+  cp::CpQuery q;
+  q.comm_type = c.parallel.cp_comm_type;
+  q.cp_size = c.parallel.cp;
+  q.a2a_size = q.comm_type == cp::CommType::a2a_p2p ? c.parallel.cp_a2a_size : 1;
+  q.format = QkvFormat::thd;
+  q.mask = MaskType::padding_causal;
+  q.window = {m.window, 0};
+  q.num_heads = m.num_heads;
+  if (m.attention == models::AttentionType::mla) {
+    q.num_kv_heads = m.num_heads;
+    q.head_dim_qk = m.qk_nope_head_dim + m.qk_rope_head_dim;
+    q.head_dim_v = m.v_head_dim;
+  } else {
+    q.num_kv_heads = m.attention == models::AttentionType::gqa ? m.num_kv_heads : m.num_heads;
+    q.head_dim_qk = q.head_dim_v = m.head_dim > 0 ? m.head_dim : m.hidden_size / std::max<int64_t>(m.num_heads, 1);
+  }
+  return cp::check(q);
+}
+
+TrainConfig load_train_config_string(const std::string& yaml, const std::string& name,
+                                     const std::vector<std::string>& overrides) {
+  auto doc = config::load_config_string(yaml, name);
+  for (const auto& o : overrides) config::apply_override(*doc, o);
+  TrainConfig c;
+  config::ConfigReader reader(doc);
+  describe(reader, c);
+  reader.finish();
+  check(reader, c);
+  return c;
+}
+
+TrainConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides) {
+  auto doc = config::load_config_file(path);
+  for (const auto& o : overrides) config::apply_override(*doc, o);
+  TrainConfig c;
+  config::ConfigReader reader(doc);
+  describe(reader, c);
+  reader.finish();
+  check(reader, c);
+  return c;
+}
+
+std::string to_yaml(const TrainConfig& config) {
+  TrainConfig copy = config;
+  config::ConfigWriter writer;
+  describe(writer, copy);
+  return writer.str();
+}
+
+std::string config_docs_markdown() {
+  TrainConfig defaults;
+  config::ConfigDocs docs;
+  describe(docs, defaults);
+  return docs.markdown();
+}
+
+std::string run_dir(const TrainConfig& config) {
+  return config.run.out_dir.empty() ? "runs/" + config.run.name : config.run.out_dir;
+}
+
+}  // namespace cpf::trainer

@@ -1,0 +1,221 @@
+#pragma once
+// TrainConfig: everything `cpformer train` reads from YAML, one section per component:
+//
+//   run:        run folder, steps, logging, evaluation, checkpoints, stopping targets
+//   model:      models::GPTOptions (models/gpt.h)
+//   optimizer:  AdamW or SGD hyper-parameters
+//   schedule:   learning-rate warmup and decay
+//   data:       data::DataOptions (models/data/data_options.h, docs/data.md)
+//   parallel:   data and context parallelism over thread ranks
+//
+// Field names are the YAML keys (docs/config.md is generated from these describe() functions).
+// load_train_config reads a file with --set overrides and runs every cross-field check, including
+// the context-parallel support check, reporting the first problem as a config::ConfigError
+// "file:line:column: key.path=value problem".
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "attention/cp/context_parallel.h"
+#include "framework/config/schema.h"
+#include "framework/optim/adamw.h"
+#include "framework/optim/lr_schedule.h"
+#include "framework/optim/sgd.h"
+#include "models/data/data_options.h"
+#include "models/gpt.h"
+
+namespace cpf::data {
+
+// The `data:` section (keys documented in docs/data.md).
+template <class V>
+void describe(V& v, DataOptions& o) {
+  using config::Range;
+  using Names = config::Choices<std::string>;
+  v.choice("source", o.source, Names{{"synthetic", "synthetic"}, {"text", "text"}, {"shards", "shards"}},
+           "built-in synthetic task, byte-level text files, or llm.c token shards");
+  v.choice("task", o.task, Names{{"addition", "addition"}, {"sort", "sort"}, {"copy", "copy"}, {"reverse", "reverse"}},
+           "synthetic: the task");
+  v.field("min_len", o.min_len, "synthetic: fewest digits per operand (addition) or list items", Range{1, 1e6});
+  v.field("max_len", o.max_len, "synthetic: most digits per operand (addition, <= 18) or list items", Range{1, 1e6});
+  v.field("num_examples", o.num_examples, "synthetic: training examples (documents per epoch)", Range{1, 1e12});
+  v.field("path", o.path, "text / shards: a file, or a pattern with * and ? in the file name");
+  v.choice("text_split", o.text_split,
+           Names{{"blank_lines", "blank_lines"}, {"separator", "separator"}, {"file", "file"}},
+           "text: how files are cut into documents");
+  v.field("text_separator", o.text_separator, "text: the separator when text_split is separator");
+  v.field("eot_token", o.eot_token, "shards: the end-of-text token id", Range{0, 65535});
+  v.field("vocab_size", o.vocab_size, "shards: every token id must be below it", Range{1, 65536});
+  v.choice("layout", o.layout, Names{{"thd", "thd"}, {"bshd", "bshd"}},
+           "thd: packed documents, attention never crosses them; bshd: fixed (batch_size, seq_len) rows");
+  v.choice("bshd_fill", o.bshd_fill, Names{{"document", "document"}, {"window", "window"}},
+           "bshd: one document piece per row, or windows of the contiguous stream (llm.c style)");
+  v.field("seq_len", o.seq_len, "thd: longest piece of a document; bshd: row length", Range{1, 1e7});
+  v.field("batch_size", o.batch_size, "bshd: rows per batch; thd: sets the default tokens_per_batch", Range{1, 1e7});
+  v.field("tokens_per_batch", o.tokens_per_batch, "thd: storage tokens per batch and DP rank; 0 = batch_size x seq_len",
+          Range{0, 1e9});
+  v.field("pad_multiple", o.pad_multiple, "pad every sequence slot to a multiple; under CP a multiple of 2 x cp",
+          Range{1, 1e6});
+  int64_t seed = static_cast<int64_t>(o.seed);
+  v.field("seed", seed, "document order and synthetic examples", Range{0, 1e18});
+  o.seed = static_cast<uint64_t>(seed);
+  v.field("shuffle", o.shuffle, "shuffle the document order every epoch");
+}
+
+}  // namespace cpf::data
+
+namespace cpf::trainer {
+
+enum class ResumeMode { auto_resume, never };
+enum class OptimizerType { adamw, sgd };
+
+struct RunOptions {
+  std::string name = "run";
+  std::string out_dir;  // "" = runs/<name>
+  int64_t seed = 1234;  // model initialisation
+  int64_t steps = 1000;
+  int64_t log_every = 10;
+  int64_t eval_every = 100;   // 0 = only at the end
+  int64_t eval_batches = 4;   // held-out batches per evaluation (loss)
+  int64_t eval_examples = 200;  // synthetic: exact-match examples per evaluation
+  std::string eval_path;      // text / shards: held-out files; "" = no held-out loss
+  int64_t checkpoint_every = 0;  // 0 = only at the end
+  int64_t keep_checkpoints = 2;
+  ResumeMode resume = ResumeMode::auto_resume;
+  double grad_clip = 1.0;         // 0 = no clipping
+  double target_accuracy = 0.0;   // > 0: stop once exact-match accuracy reaches it
+  double target_loss = 0.0;       // > 0: stop once the held-out loss falls to it
+  int64_t threads = 0;            // OpenMP threads per rank; 0 = cores / ranks
+};
+
+struct OptimizerOptions {
+  OptimizerType type = OptimizerType::adamw;
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;
+  double momentum = 0.9;
+  bool nesterov = false;
+  bool decay_all = false;
+};
+
+struct ScheduleOptions {
+  optim::LrDecay decay = optim::LrDecay::cosine;
+  int64_t warmup_steps = 0;
+  double min_lr_ratio = 0.1;
+  int64_t total_steps = 0;  // 0 = run.steps
+};
+
+struct ParallelOptions {
+  int64_t dp = 1;
+  int64_t cp = 1;
+  cp::CommType cp_comm_type = cp::CommType::p2p;
+  int64_t cp_a2a_size = 2;  // a2a+p2p: ranks of each a2a sub-group (cp = cp_a2a_size x p2p size)
+};
+
+struct TrainConfig {
+  RunOptions run;
+  models::GPTOptions model;
+  OptimizerOptions optimizer;
+  ScheduleOptions schedule;
+  data::DataOptions data;
+  ParallelOptions parallel;
+};
+
+template <class V>
+void describe(V& v, RunOptions& o) {
+  using config::Range;
+  v.field("name", o.name, "run name, used in logs and the default run folder");
+  v.field("out_dir", o.out_dir, "run folder (config.yaml, metrics.jsonl, checkpoints/); empty = runs/<name>");
+  v.field("seed", o.seed, "seed of the model initialisation", Range{0, 1e18});
+  v.field("steps", o.steps, "optimizer steps to train", Range{1, 1e12});
+  v.field("log_every", o.log_every, "print and record a metrics line every N steps", Range{1, 1e12});
+  v.field("eval_every", o.eval_every, "evaluate every N steps; 0 = only at the end", Range{0, 1e12});
+  v.field("eval_batches", o.eval_batches, "held-out batches per evaluation (loss)", Range{0, 1e6});
+  v.field("eval_examples", o.eval_examples, "synthetic: held-out examples for exact-match accuracy", Range{0, 1e7});
+  v.field("eval_path", o.eval_path, "text / shards: held-out files for the eval loss; empty = none");
+  v.field("checkpoint_every", o.checkpoint_every, "save a checkpoint every N steps (and always at the end); 0 = end only",
+          Range{0, 1e12});
+  v.field("keep_checkpoints", o.keep_checkpoints, "checkpoints kept in the run folder; 0 = all", Range{0, 1e6});
+  v.choice("resume", o.resume, config::Choices<ResumeMode>{{"auto", ResumeMode::auto_resume}, {"never", ResumeMode::never}},
+           "auto: continue from the newest valid checkpoint in the run folder");
+  v.field("grad_clip", o.grad_clip, "clip the global gradient norm to this; 0 = no clipping", Range{0, 1e9});
+  v.field("target_accuracy", o.target_accuracy, "synthetic: stop once exact-match accuracy reaches it; 0 = off",
+          Range{0, 1});
+  v.field("target_loss", o.target_loss, "stop once the held-out loss falls to it; 0 = off", Range{0, 1e9});
+  v.field("threads", o.threads, "OpenMP threads per rank; 0 = cores / ranks", Range{0, 1024});
+}
+
+template <class V>
+void describe(V& v, OptimizerOptions& o) {
+  using config::Range;
+  v.choice("type", o.type, config::Choices<OptimizerType>{{"adamw", OptimizerType::adamw}, {"sgd", OptimizerType::sgd}},
+           "update rule");
+  v.field("lr", o.lr, "peak learning rate", Range{0, 10});
+  v.field("beta1", o.beta1, "adamw: first-moment decay", Range{0, 0.999999});
+  v.field("beta2", o.beta2, "adamw: second-moment decay", Range{0, 0.999999});
+  v.field("eps", o.eps, "adamw: denominator epsilon", Range{1e-30, 1});
+  v.field("weight_decay", o.weight_decay, "decoupled (adamw) or L2 (sgd) weight decay of matrices", Range{0, 10});
+  v.field("momentum", o.momentum, "sgd: momentum", Range{0, 0.999999});
+  v.field("nesterov", o.nesterov, "sgd: Nesterov momentum");
+  v.field("decay_all", o.decay_all, "also decay norms, biases and embeddings");
+}
+
+template <class V>
+void describe(V& v, ScheduleOptions& o) {
+  using config::Range;
+  v.choice("decay", o.decay,
+           config::Choices<optim::LrDecay>{{"cosine", optim::LrDecay::cosine},
+                                           {"linear", optim::LrDecay::linear},
+                                           {"constant", optim::LrDecay::constant}},
+           "learning-rate shape after warmup");
+  v.field("warmup_steps", o.warmup_steps, "linear warmup steps", Range{0, 1e12});
+  v.field("min_lr_ratio", o.min_lr_ratio, "floor of the decay, as a fraction of optimizer.lr", Range{0, 1});
+  v.field("total_steps", o.total_steps, "step at which the floor is reached; 0 = run.steps", Range{0, 1e12});
+}
+
+template <class V>
+void describe(V& v, ParallelOptions& o) {
+  using config::Range;
+  v.field("dp", o.dp, "data-parallel ranks (threads on CPU)", Range{1, 4096});
+  v.field("cp", o.cp, "context-parallel ranks per data-parallel rank", Range{1, 4096});
+  v.choice("cp_comm_type", o.cp_comm_type,
+           config::Choices<cp::CommType>{{"p2p", cp::CommType::p2p},
+                                         {"all_gather", cp::CommType::all_gather},
+                                         {"a2a", cp::CommType::a2a},
+                                         {"a2a+p2p", cp::CommType::a2a_p2p}},
+           "context-parallel strategy of every attention layer");
+  v.field("cp_a2a_size", o.cp_a2a_size, "a2a+p2p: ranks of each a2a sub-group (cp = cp_a2a_size x ring size)",
+          Range{1, 4096});
+}
+
+template <class V>
+void describe(V& v, TrainConfig& c) {
+  v.section("run", c.run, "run folder, length, logging, evaluation, checkpoints");
+  v.section("model", c.model, "GPT architecture");
+  v.section("optimizer", c.optimizer, "AdamW or SGD");
+  v.section("schedule", c.schedule, "learning-rate schedule");
+  v.section("data", c.data, "data source and batches");
+  v.section("parallel", c.parallel, "data and context parallelism");
+}
+
+// Reads `path` with `overrides` ("a.b=c"), fills defaults that depend on other sections (the model's
+// vocab_size from the data source), and checks every combination. Throws config::ConfigError.
+TrainConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides = {});
+// The same from YAML text (`name` appears in messages), e.g. the config stored in a checkpoint.
+TrainConfig load_train_config_string(const std::string& yaml, const std::string& name,
+                                     const std::vector<std::string>& overrides = {});
+
+// The effective config as YAML (what the run folder's config.yaml holds).
+std::string to_yaml(const TrainConfig& config);
+// A Markdown table of every key, its type, default and meaning (docs/config.md).
+std::string config_docs_markdown();
+
+// Helpers derived from the config.
+std::string run_dir(const TrainConfig& config);
+int64_t data_vocab_size(const data::DataOptions& options);  // without opening the source
+optim::LrScheduleOptions schedule_options(const TrainConfig& config);
+// The context-parallel verdict for the model and data of `config` (nullopt = supported or cp = 1).
+std::optional<std::string> cp_problem(const TrainConfig& config);
+
+}  // namespace cpf::trainer

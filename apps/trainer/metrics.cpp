@@ -1,0 +1,115 @@
+#include "apps/trainer/metrics.h"
+
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "framework/core/error.h"
+
+namespace cpf::trainer {
+
+std::string format_duration(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "-";
+  const int64_t s = static_cast<int64_t>(std::llround(seconds));
+  char buf[32];
+  if (s >= 3600) {
+    std::snprintf(buf, sizeof buf, "%lld:%02lld:%02lld", static_cast<long long>(s / 3600),
+                  static_cast<long long>(s / 60 % 60), static_cast<long long>(s % 60));
+  } else {
+    std::snprintf(buf, sizeof buf, "%lld:%02lld", static_cast<long long>(s / 60), static_cast<long long>(s % 60));
+  }
+  return buf;
+}
+
+std::string format_count(double v) {
+  char buf[32];
+  if (v >= 1e6) {
+    std::snprintf(buf, sizeof buf, "%.2fM", v / 1e6);
+  } else if (v >= 1e3) {
+    std::snprintf(buf, sizeof buf, "%.1fk", v / 1e3);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.0f", v);
+  }
+  return buf;
+}
+
+MetricsLogger::MetricsLogger(std::ostream& out, const std::string& metrics_path, int64_t total_steps, bool progress_bar)
+    : out_(out), total_steps_(total_steps), progress_bar_(progress_bar) {
+  if (!metrics_path.empty()) {
+    metrics_.open(metrics_path, std::ios::app);
+    CPF_CHECK(metrics_.good(), "cannot open ", metrics_path, " for writing");
+  }
+}
+
+void MetricsLogger::clear_bar() {
+  if (bar_shown_) {
+    out_ << "\r\033[K";
+    bar_shown_ = false;
+  }
+}
+
+void MetricsLogger::write_json(const std::string& line) {
+  if (!metrics_.is_open()) return;
+  metrics_ << line << '\n';
+  metrics_.flush();
+}
+
+void MetricsLogger::step(const StepMetrics& m, bool print) {
+  if (!print) return;
+  clear_bar();
+  char buf[256];
+  const int width = static_cast<int>(std::to_string(total_steps_).size());
+  std::snprintf(buf, sizeof buf, "step %*lld/%lld | loss %.4f | lr %.2e | grad %.3f | %s tok/s | %s elapsed | ETA %s",
+                width, static_cast<long long>(m.step), static_cast<long long>(total_steps_), m.loss, m.lr, m.grad_norm,
+                format_count(m.tokens_per_second).c_str(), format_duration(m.elapsed_seconds).c_str(),
+                format_duration(m.eta_seconds).c_str());
+  out_ << buf << std::endl;
+  nlohmann::json j = {{"step", m.step},           {"loss", m.loss},
+                      {"lr", m.lr},               {"grad_norm", m.grad_norm},
+                      {"tokens_per_s", m.tokens_per_second}, {"elapsed_s", m.elapsed_seconds}};
+  write_json(j.dump());
+}
+
+void MetricsLogger::eval(const EvalMetrics& m) {
+  clear_bar();
+  const int width = static_cast<int>(std::to_string(total_steps_).size());
+  char buf[256];
+  std::string line;
+  std::snprintf(buf, sizeof buf, "eval %*lld/%lld", width, static_cast<long long>(m.step),
+                static_cast<long long>(total_steps_));
+  line = buf;
+  nlohmann::json j = {{"step", m.step}};
+  if (m.loss) {
+    std::snprintf(buf, sizeof buf, " | loss %.4f", *m.loss);
+    line += buf;
+    j["eval_loss"] = *m.loss;
+  }
+  if (m.accuracy) {
+    std::snprintf(buf, sizeof buf, " | exact match %.1f%% (%lld/%lld)", 100 * *m.accuracy,
+                  static_cast<long long>(m.num_correct), static_cast<long long>(m.num_examples));
+    line += buf;
+    j["accuracy"] = *m.accuracy;
+  }
+  if (!m.loss && !m.accuracy) line += " | no held-out data (set run.eval_path)";
+  out_ << line << std::endl;
+  write_json(j.dump());
+}
+
+void MetricsLogger::note(const std::string& line) {
+  clear_bar();
+  out_ << line << std::endl;
+}
+
+void MetricsLogger::progress(int64_t step, double elapsed_seconds) {
+  if (!progress_bar_) return;
+  constexpr int kWidth = 30;
+  const double frac = total_steps_ > 0 ? static_cast<double>(step) / static_cast<double>(total_steps_) : 1.0;
+  const int filled = static_cast<int>(frac * kWidth);
+  std::string bar(static_cast<size_t>(filled), '#');
+  bar.resize(kWidth, '.');
+  out_ << "\r[" << bar << "] " << static_cast<int>(frac * 100) << "% step " << step << "/" << total_steps_ << " "
+       << format_duration(elapsed_seconds) << std::flush;
+  bar_shown_ = true;
+}
+
+}  // namespace cpf::trainer

@@ -1,0 +1,292 @@
+#include "apps/trainer/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "apps/trainer/checkpointing.h"
+#include "apps/trainer/evaluation.h"
+#include "framework/autograd/ops.h"
+#include "framework/distributed/autograd_collectives.h"
+#include "framework/distributed/device_mesh.h"
+#include "framework/distributed/launcher.h"
+#include "framework/optim/grad_clip.h"
+
+namespace cpf::trainer {
+namespace fs = std::filesystem;
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+std::unique_ptr<optim::Optimizer> make_optimizer(const TrainConfig& c, const optim::NamedTensors& params) {
+  const OptimizerOptions& o = c.optimizer;
+  if (o.type == OptimizerType::sgd) {
+    return std::make_unique<optim::SGD>(params, optim::SGDOptions{.lr = o.lr,
+                                                                  .momentum = o.momentum,
+                                                                  .nesterov = o.nesterov,
+                                                                  .weight_decay = o.weight_decay,
+                                                                  .decay_all = o.decay_all});
+  }
+  return std::make_unique<optim::AdamW>(params, optim::AdamWOptions{.lr = o.lr,
+                                                                    .beta1 = o.beta1,
+                                                                    .beta2 = o.beta2,
+                                                                    .eps = o.eps,
+                                                                    .weight_decay = o.weight_decay,
+                                                                    .decay_all = o.decay_all});
+}
+
+// What the rank threads share. Rank 0 writes; a barrier separates every write from the reads.
+struct Shared {
+  std::optional<std::string> resume_path;
+  TrainOutcome outcome;
+};
+
+struct Sources {
+  std::shared_ptr<const data::DocumentSource> train, eval;
+};
+
+class RankTrainer {
+ public:
+  RankTrainer(const TrainConfig& config, dist::RankContext& ctx, Shared& shared, const Sources& sources,
+              MetricsLogger* logger)
+      : c_(config),
+        shared_(shared),
+        sources_(sources),
+        logger_(logger),
+        mesh_(ctx.world, dist::MeshShape{.dp = static_cast<int>(config.parallel.dp),
+                                         .cp = static_cast<int>(config.parallel.cp),
+                                         .cp_a2a = a2a_size(config),
+                                         .cp_p2p = 0,
+                                         .require_cp = false,
+                                         .hierarchical_cp = a2a_size(config) > 0}),
+        gen_(static_cast<uint64_t>(config.run.seed)),
+        model_(config.model, &gen_),
+        params_(model_.named_parameters()),
+        optimizer_(make_optimizer(config, params_)),
+        schedule_(schedule_options(config)) {
+    groups_.world = ctx.world;
+    groups_.dp_rank = mesh_.coord().dp;
+    groups_.dp_size = mesh_.layout().dp();
+    groups_.cp_rank = mesh_.coord().cp;
+    groups_.cp_size = mesh_.layout().cp();
+    if (groups_.cp_size > 1) {
+      groups_.cp = cp::ContextParallel{config.parallel.cp_comm_type, mesh_.cp(), mesh_.cp_a2a(), mesh_.cp_p2p()};
+    }
+    for (const auto& [name, t] : params_) tensors_.push_back(t);
+    loader_ = std::make_unique<data::DataLoader>(sources.train, config.data, groups_.dp_rank, groups_.dp_size);
+  }
+
+  void run();
+  int64_t num_parameters() const { return model_.num_parameters(); }
+
+ private:
+  static int a2a_size(const TrainConfig& c) {
+    return c.parallel.cp > 1 && c.parallel.cp_comm_type == cp::CommType::a2a_p2p
+               ? static_cast<int>(c.parallel.cp_a2a_size)
+               : 0;
+  }
+  bool rank0() const { return groups_.world->rank() == 0; }
+  void resume();
+  double train_step(int64_t step, double* grad_norm, int64_t* tokens);
+  bool evaluate(int64_t step);  // true when a target is reached
+  void checkpoint(int64_t step);
+
+  const TrainConfig& c_;
+  Shared& shared_;
+  Sources sources_;
+  MetricsLogger* logger_;  // rank 0 only
+  dist::DeviceMesh mesh_;
+  RankGroups groups_;
+  Generator gen_;
+  models::GPT model_;
+  optim::NamedTensors params_;
+  std::vector<Tensor> tensors_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  optim::LrSchedule schedule_;
+  std::unique_ptr<data::DataLoader> loader_;
+  int64_t step_ = 0;
+  std::string last_checkpoint_;
+};
+
+void RankTrainer::resume() {
+  if (c_.run.resume == ResumeMode::never) return;
+  if (rank0()) shared_.resume_path = find_resume_checkpoint(c_, params_, *optimizer_);
+  groups_.world->barrier();
+  if (!shared_.resume_path) return;
+  const ResumeState state = load_training_checkpoint(*shared_.resume_path, c_, params_, *optimizer_);
+  loader_->set_cursor(state.cursor);
+  step_ = state.step;
+  if (rank0()) logger_->note("resumed from " + *shared_.resume_path + " at step " + std::to_string(step_));
+}
+
+double RankTrainer::train_step(int64_t step, double* grad_norm, int64_t* tokens) {
+  const data::Batch batch = loader_->next();
+  *tokens = batch.tokens.numel() * groups_.dp_size;
+  Tensor loss = batch_loss(model_, batch, groups_);
+  backward(loss);
+  const bool distributed = groups_.world->size() > 1;
+  // Each rank's loss is already divided by the world's token count: summing gives the mean.
+  if (distributed) dist::all_reduce_gradients(tensors_, *groups_.world, dist::ReduceOp::sum);
+  const double step_loss = distributed ? groups_.world->all_reduce(loss.detach()).item<double>() : loss.item<double>();
+  const double norm = c_.run.grad_clip > 0 ? optim::clip_grad_norm_(params_, c_.run.grad_clip) : optim::grad_norm(params_);
+  *grad_norm = norm;
+  if (std::isfinite(norm)) {
+    optimizer_->set_lr(schedule_.lr_at(step));
+    optimizer_->step();
+  } else if (rank0()) {
+    logger_->note("step " + std::to_string(step + 1) + ": gradient norm " + std::to_string(norm) + ", update skipped");
+  }
+  optimizer_->zero_grad();
+  return step_loss;
+}
+
+bool RankTrainer::evaluate(int64_t step) {
+  EvalMetrics m;
+  m.step = step;
+  m.loss = eval_loss(model_, c_, sources_.eval, groups_);
+  if (const data::SyntheticSource* synthetic = loader_->synthetic(); synthetic && c_.run.eval_examples > 0) {
+    const data::ExactMatchResult r = eval_exact_match(model_, *synthetic, c_.run.eval_examples, groups_);
+    m.accuracy = r.accuracy();
+    m.num_correct = r.num_correct;
+    m.num_examples = r.num_examples;
+  }
+  const bool accuracy_hit = c_.run.target_accuracy > 0 && m.accuracy && *m.accuracy >= c_.run.target_accuracy;
+  const bool loss_hit = c_.run.target_loss > 0 && m.loss && *m.loss <= c_.run.target_loss;
+  if (rank0()) {
+    logger_->eval(m);
+    shared_.outcome.last_eval = m;
+    if ((accuracy_hit || loss_hit) && !shared_.outcome.target_reached) {
+      shared_.outcome.target_reached = true;
+      shared_.outcome.target_step = step;
+    }
+  }
+  return accuracy_hit || loss_hit;
+}
+
+void RankTrainer::checkpoint(int64_t step) {
+  if (rank0()) {
+    last_checkpoint_ = save_training_checkpoint(c_, params_, *optimizer_, step, loader_->cursor());
+    shared_.outcome.checkpoint = last_checkpoint_;
+    logger_->note("checkpoint " + last_checkpoint_);
+  }
+  groups_.world->barrier();
+}
+
+void RankTrainer::run() {
+  resume();
+  const int64_t start = step_;
+  if (rank0()) shared_.outcome.start_step = start;
+  const auto t0 = Clock::now();
+  double train_seconds = 0, window_seconds = 0, window_loss = 0;
+  int64_t window_tokens = 0, window_steps = 0;
+  int64_t saved_at = shared_.resume_path ? step_ : -1;  // the checkpoint we resumed from is this step's
+  int64_t evaluated_at = -1;
+  bool stop = false;
+  while (step_ < c_.run.steps && !stop) {
+    const auto s0 = Clock::now();
+    double norm = 0;
+    int64_t tokens = 0;
+    const double loss = train_step(step_, &norm, &tokens);
+    ++step_;
+    const double dt = seconds_since(s0);
+    train_seconds += dt;
+    if (rank0()) {
+      shared_.outcome.losses.push_back(loss);
+      window_seconds += dt;
+      window_loss += loss;
+      window_tokens += tokens;
+      ++window_steps;
+      const bool print = step_ % c_.run.log_every == 0 || step_ == c_.run.steps;
+      if (print) {
+        const double per_step = train_seconds / static_cast<double>(step_ - start);
+        logger_->step(StepMetrics{.step = step_,
+                                  .loss = window_loss / static_cast<double>(window_steps),
+                                  .lr = schedule_.lr_at(step_ - 1),
+                                  .grad_norm = norm,
+                                  .tokens_per_second = window_tokens / std::max(window_seconds, 1e-9),
+                                  .elapsed_seconds = seconds_since(t0),
+                                  .eta_seconds = per_step * static_cast<double>(c_.run.steps - step_)},
+                      true);
+        window_seconds = window_loss = 0;
+        window_tokens = window_steps = 0;
+      }
+      logger_->progress(step_, seconds_since(t0));
+    }
+    if (c_.run.eval_every > 0 && step_ % c_.run.eval_every == 0) {
+      stop = evaluate(step_);
+      evaluated_at = step_;
+    }
+    if ((c_.run.checkpoint_every > 0 && step_ % c_.run.checkpoint_every == 0) || (stop && saved_at != step_)) {
+      checkpoint(step_);
+      saved_at = step_;
+    }
+  }
+  if (evaluated_at != step_) evaluate(step_);
+  if (saved_at != step_) checkpoint(step_);
+  if (rank0()) {
+    shared_.outcome.final_step = step_;
+    shared_.outcome.seconds = seconds_since(t0);
+  }
+}
+
+}  // namespace
+
+std::shared_ptr<const data::DocumentSource> open_training_source(const TrainConfig& config) {
+  try {
+    auto source = data::make_document_source(config.data);
+    // A loader over it checks what the source alone cannot (e.g. that it holds any document).
+    data::DataLoader probe(source, config.data, 0, config.parallel.dp);
+    return source;
+  } catch (const Error& e) {
+    throw DataError(e.message());
+  }
+}
+
+TrainOutcome train(const TrainConfig& config, std::ostream& out, bool progress_bar) {
+  const std::string dir = run_dir(config);
+  Sources sources;
+  sources.train = open_training_source(config);
+  try {
+    sources.eval = make_eval_source(config, sources.train);
+  } catch (const Error& e) {
+    throw DataError("run.eval_path: " + e.message());
+  }
+  fs::create_directories(dir);
+  {
+    std::ofstream yaml(fs::path(dir) / "config.yaml");
+    CPF_CHECK(yaml.good(), "cannot write ", (fs::path(dir) / "config.yaml").string());
+    yaml << "# Effective config of this run (written by cpformer train; defaults filled in).\n" << to_yaml(config);
+  }
+  MetricsLogger logger(out, (fs::path(dir) / "metrics.jsonl").string(), config.run.steps, progress_bar);
+  const int world = static_cast<int>(config.parallel.dp * config.parallel.cp);
+  logger.note("cpformer train: " + config.run.name + " | " + sources.train->name() + " | " +
+              std::to_string(world) + " rank(s): dp=" + std::to_string(config.parallel.dp) +
+              " cp=" + std::to_string(config.parallel.cp) +
+              (config.parallel.cp > 1 ? " (" + cp::comm_type_name(config.parallel.cp_comm_type) + ")" : "") +
+              " | run folder " + dir);
+
+  Shared shared;
+  shared.outcome.run_dir = dir;
+  shared.outcome.target_set = config.run.target_accuracy > 0 || config.run.target_loss > 0;
+  dist::LaunchOptions launch_options;
+  launch_options.devices = dist::DevicePolicy::cpu;
+  launch_options.omp_threads_per_rank = static_cast<int>(config.run.threads);
+  dist::launch(
+      world,
+      [&](dist::RankContext& ctx) {
+        RankTrainer rank(config, ctx, shared, sources, ctx.rank == 0 ? &logger : nullptr);
+        if (ctx.rank == 0) {
+          logger.note("model: " + format_count(static_cast<double>(rank.num_parameters())) + " parameters, " +
+                      std::to_string(config.model.num_layers) + " layers, hidden " +
+                      std::to_string(config.model.hidden_size));
+        }
+        rank.run();
+      },
+      launch_options);
+  return shared.outcome;
+}
+
+}  // namespace cpf::trainer

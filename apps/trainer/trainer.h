@@ -1,0 +1,53 @@
+#pragma once
+// The training loop behind `cpformer train`.
+//
+// The world is parallel.dp x parallel.cp thread ranks (dist::launch), arranged by a DeviceMesh. Every
+// rank holds a full model replica built from the same seed. Per step, each DP rank takes its own
+// global batch from the loader, each CP rank its dual-chunk shard of it; every attention layer runs
+// the configured CP strategy. The loss is the mean over the valid tokens of the whole step: each rank
+// scales its summed token loss by 1 / (valid tokens over all DP x CP ranks) and gradients are summed
+// over the world, so any (dp, cp) takes the same step as one rank with the same global batch.
+//
+// Rank 0 prints, writes metrics.jsonl and config.yaml, and saves checkpoints; resume: auto continues
+// from the newest valid checkpoint (weights, optimizer state, data cursor), reproducing the
+// uninterrupted run bit for bit.
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "apps/trainer/config.h"
+#include "apps/trainer/metrics.h"
+#include "models/data/document_source.h"
+
+namespace cpf::trainer {
+
+// A data source that cannot be opened or read (missing, empty or malformed files): exit code 3.
+class DataError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct TrainOutcome {
+  std::string run_dir;
+  int64_t start_step = 0;  // > 0 when resumed
+  int64_t final_step = 0;
+  std::vector<double> losses;  // training loss of each step this call ran (steps start_step+1 ...)
+  std::optional<EvalMetrics> last_eval;
+  bool target_set = false;
+  bool target_reached = false;
+  int64_t target_step = 0;
+  double seconds = 0;
+  std::string checkpoint;  // the last checkpoint written
+};
+
+// Opens the training source of `config` (throws DataError naming the problem).
+std::shared_ptr<const data::DocumentSource> open_training_source(const TrainConfig& config);
+
+// Runs the whole job. `out` receives the log lines; `progress_bar` draws a bar between them (use it
+// only when `out` is a terminal). Throws DataError for unreadable data and cpf::Error otherwise.
+TrainOutcome train(const TrainConfig& config, std::ostream& out, bool progress_bar = false);
+
+}  // namespace cpf::trainer

@@ -1,0 +1,123 @@
+// Memory-bound CUDA kernels against the measured device-to-device copy (cudaMemcpy through the
+// backend): our copy kernel, add, gelu (f32 and bf16), a bias add, sum and softmax. The target
+// (shared/DESIGN.md) is >= 80% of the copy's bandwidth. Ends with a table of GB/s and the ratio.
+//
+//   gpu_elementwise_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
+//
+// GB/s = (bytes read + bytes written) / time, each operand counted once. Sizes (2^26 = 64M elements,
+// 256 MB in f32) are far larger than the 50-60 MB L2, so every byte comes from HBM.
+#include <cstdio>
+
+#include "benchmarks/gpu/gpu_bench_util.h"
+#include "framework/tensor/ops/elementwise.h"
+#include "framework/tensor/ops/reduce.h"
+#include "framework/tensor/ops/softmax.h"
+#include "framework/tensor/storage.h"
+
+namespace {
+
+using namespace cpf;
+
+void set_bytes(benchmark::State& state, double bytes) {
+  state.counters["GB/s"] =
+      benchmark::Counter(bytes * bench::kReps * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+DType dtype_arg(benchmark::State& state) { return state.range(1) == 0 ? DType::f32 : DType::bf16; }
+
+void BM_memcpy_d2d(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  Tensor src = bench::gpu_random({n}, DType::f32, 1);
+  Tensor dst = empty({n}, {.device = Device::cuda()});
+  DeviceBackend& backend = device_backend(DeviceType::cuda);
+  const size_t bytes = static_cast<size_t>(n) * 4;
+  bench::time_device(state,
+                     [&] { backend.copy(dst.raw_data(), dst.device(), src.raw_data(), src.device(), bytes); });
+  set_bytes(state, 2.0 * static_cast<double>(bytes));
+}
+
+void BM_copy_kernel(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  Tensor src = bench::gpu_random({n}, DType::f32, 1);
+  Tensor dst = empty({n}, {.device = Device::cuda()});
+  bench::time_device(state, [&] { raw::copy_(dst, src); });
+  set_bytes(state, 2.0 * n * 4);
+}
+
+void BM_add(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  const DType dtype = dtype_arg(state);
+  Tensor a = bench::gpu_random({n}, dtype, 1), b = bench::gpu_random({n}, dtype, 2);
+  bench::time_device(state, [&] { benchmark::DoNotOptimize(raw::add(a, b).raw_data()); });
+  set_bytes(state, 3.0 * n * static_cast<double>(dtype_size(dtype)));
+}
+
+void BM_gelu(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  const DType dtype = dtype_arg(state);
+  Tensor x = bench::gpu_random({n}, dtype, 1);
+  bench::time_device(state, [&] { benchmark::DoNotOptimize(raw::unary(raw::UnaryOp::gelu, x).raw_data()); });
+  set_bytes(state, 2.0 * n * static_cast<double>(dtype_size(dtype)));
+}
+
+// (rows, 4096) + (4096): the bias-add pattern (the bias stays in cache: counted once).
+void BM_bias_add(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  Tensor a = bench::gpu_random({n / 4096, 4096}, DType::f32, 1), b = bench::gpu_random({4096}, DType::f32, 2);
+  bench::time_device(state, [&] { benchmark::DoNotOptimize(raw::add(a, b).raw_data()); });
+  set_bytes(state, 2.0 * n * 4);
+}
+
+void BM_sum_rows(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  Tensor x = bench::gpu_random({n / 4096, 4096}, DType::f32, 1);
+  bench::time_device(state, [&] { benchmark::DoNotOptimize(raw::sum(x, {1}).raw_data()); });
+  set_bytes(state, 1.0 * n * 4);
+}
+
+void BM_sum_all(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  Tensor x = bench::gpu_random({n}, DType::f32, 1);
+  bench::time_device(state, [&] { benchmark::DoNotOptimize(raw::sum(x).raw_data()); });
+  set_bytes(state, 1.0 * n * 4);
+}
+
+void BM_softmax_rows(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  const DType dtype = dtype_arg(state);
+  Tensor x = bench::gpu_random({n / 1024, 1024}, dtype, 1);
+  bench::time_device(state, [&] { benchmark::DoNotOptimize(raw::softmax(x, 1).raw_data()); });
+  set_bytes(state, 2.0 * n * static_cast<double>(dtype_size(dtype)));
+}
+
+constexpr int64_t kN = int64_t(1) << 26;
+
+BENCHMARK(BM_memcpy_d2d)->Arg(kN)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_copy_kernel)->Arg(kN)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_add)->Args({kN, 0})->Args({kN, 1})->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_gelu)->Args({kN, 0})->Args({kN, 1})->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_bias_add)->Arg(kN)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_sum_rows)->Arg(kN)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_sum_all)->Arg(kN)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_softmax_rows)->Args({kN, 0})->Args({kN, 1})->UseManualTime()->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (!cpf::cuda::is_available()) {
+    std::printf("gpu_elementwise_bench: no CUDA device is visible; nothing to measure\n");
+    return 0;
+  }
+  cpf::bench::SummaryReporter reporter("GB/s");
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  const auto& v = reporter.values();
+  auto it = v.find("BM_memcpy_d2d/67108864/manual_time");
+  const double roof = it != v.end() ? it->second : 0.0;
+  std::printf("\n%-44s %10s %14s\n", "kernel (median)", "GB/s", "vs D2D copy");
+  for (const auto& [name, gbs] : v) {
+    std::printf("%-44s %10.1f %13.1f%%\n", name.c_str(), gbs, roof > 0 ? 100.0 * gbs / roof : 0.0);
+  }
+  benchmark::Shutdown();
+  return 0;
+}

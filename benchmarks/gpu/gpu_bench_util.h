@@ -1,0 +1,63 @@
+#pragma once
+// Shared by the GPU benchmarks: timing with a device synchronisation around a batch of launches, and
+// a reporter that keeps the figures for the closing summary table.
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <string>
+
+#include "framework/tensor/cuda/cuda.h"
+#include "framework/tensor/ops/copy.h"
+#include "framework/tensor/random.h"
+
+namespace cpf::bench {
+
+// Calls timed per benchmark iteration: counters multiply their per-call amounts by this.
+inline constexpr int kReps = 10;
+
+// Times kReps back-to-back calls of fn per benchmark iteration, between device synchronisations
+// (UseManualTime: the reported Time is that of kReps calls). The synchronisation's cost (~10 us) is
+// spread over the batch; sizes are chosen so that one call takes well over 50 us.
+template <class Fn>
+void time_device(benchmark::State& state, Fn&& fn) {
+  const int reps = kReps;
+  fn();  // warm-up: module load, cuBLASLt heuristics, allocator cache
+  cuda::synchronize();
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int r = 0; r < reps; ++r) fn();
+    cuda::synchronize();
+    const auto t1 = std::chrono::steady_clock::now();
+    state.SetIterationTime(std::chrono::duration<double>(t1 - t0).count());
+  }
+}
+
+// Uniform random values (never zeros: see METHOD.md) drawn on the host, then moved to the GPU.
+inline Tensor gpu_random(const Shape& shape, DType dtype, uint64_t seed) {
+  Generator gen(seed);
+  return raw::to(uniform(shape, -1.0, 1.0, {.dtype = dtype}, &gen), Device::cuda(0));
+}
+
+// Console output plus the median of one counter per benchmark family (name without /repeats).
+class SummaryReporter : public benchmark::ConsoleReporter {
+ public:
+  explicit SummaryReporter(std::string counter) : counter_(std::move(counter)) {}
+  void ReportRuns(const std::vector<Run>& runs) override {
+    ConsoleReporter::ReportRuns(runs);
+    for (const Run& run : runs) {
+      // Single runs first; with repetitions the median (reported after them) replaces them.
+      if (run.run_type == Run::RT_Aggregate && run.aggregate_name != "median") continue;
+      auto it = run.counters.find(counter_);
+      if (it != run.counters.end()) values_[run.run_name.str()] = it->second.value;
+    }
+  }
+  const std::map<std::string, double>& values() const { return values_; }
+
+ private:
+  std::string counter_;
+  std::map<std::string, double> values_;
+};
+
+}  // namespace cpf::bench

@@ -1,0 +1,41 @@
+#include "framework/nn/mlp.h"
+
+#include <cmath>
+
+#include "framework/autograd/ops.h"
+
+namespace cpf::nn {
+
+const char* activation_name(Activation activation) {
+  return activation == Activation::gelu ? "gelu" : "swiglu";
+}
+
+MLP::MLP(const MLPOptions& options, Generator* gen) : options_(options) {
+  const MLPOptions& o = options_;
+  CPF_CHECK(o.hidden_size > 0 && o.intermediate_size > 0, "MLP: hidden_size=", o.hidden_size,
+            " and intermediate_size=", o.intermediate_size, " must be positive");
+  CPF_CHECK(std::isfinite(o.init_std) && o.init_std >= 0 && std::isfinite(o.out_init_std) && o.out_init_std >= 0,
+            "MLP: init_std=", o.init_std, " and out_init_std=", o.out_init_std, " must be finite and >= 0");
+  auto linear = [&](int64_t in, int64_t out, double std) {
+    return std::make_shared<Linear>(
+        LinearOptions{.in_features = in, .out_features = out, .bias = o.bias, .init_std = std, .dtype = o.dtype}, gen);
+  };
+  const double out_std = o.out_init_std > 0 ? o.out_init_std : o.init_std;
+  if (o.activation == Activation::gelu) {
+    in_ = register_module("fc_in", linear(o.hidden_size, o.intermediate_size, o.init_std));
+    out_ = register_module("fc_out", linear(o.intermediate_size, o.hidden_size, out_std));
+  } else {
+    gate_ = register_module("gate_proj", linear(o.hidden_size, o.intermediate_size, o.init_std));
+    in_ = register_module("up_proj", linear(o.hidden_size, o.intermediate_size, o.init_std));
+    out_ = register_module("down_proj", linear(o.intermediate_size, o.hidden_size, out_std));
+  }
+}
+
+Tensor MLP::forward(const Tensor& x) const {
+  CPF_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == options_.hidden_size, "MLP: input of shape ",
+            x.defined() ? x.shape() : Shape{}, " does not end in hidden_size=", options_.hidden_size);
+  if (options_.activation == Activation::gelu) return out_->forward(gelu(in_->forward(x)));  // (..., C)
+  return out_->forward(mul(silu(gate_->forward(x)), in_->forward(x)));                      // (..., C)
+}
+
+}  // namespace cpf::nn

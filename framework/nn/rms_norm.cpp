@@ -1,0 +1,22 @@
+#include "framework/nn/rms_norm.h"
+
+#include <cmath>
+
+#include "framework/autograd/ops.h"
+
+namespace cpf::nn {
+
+RMSNorm::RMSNorm(const RMSNormOptions& options) : options_(options) {
+  CPF_CHECK(options.dim > 0, "RMSNorm: dim=", options.dim, " must be positive");
+  CPF_CHECK(std::isfinite(options.eps) && options.eps > 0, "RMSNorm: eps=", options.eps, " must be positive");
+  CPF_CHECK(is_floating(options.dtype), "RMSNorm: dtype must be floating, got ", options.dtype);
+  weight_ = register_parameter("weight", ones({options.dim}, {.dtype = options.dtype}));
+}
+
+Tensor RMSNorm::forward(const Tensor& x) const {
+  CPF_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == options_.dim, "RMSNorm: input of shape ",
+            x.defined() ? x.shape() : Shape{}, " does not end in dim=", options_.dim);
+  return rms_norm(x, weight_, options_.eps);
+}
+
+}  // namespace cpf::nn

@@ -1,0 +1,95 @@
+#pragma once
+// Public API of the CUDA backend (library cpf_tensor_cuda, built when CUDA is enabled). No CUDA header
+// is included: streams are opaque handles, so code using this compiles with any C++ compiler.
+//
+// Linking cpf_tensor_cuda is all it takes to get cuda tensors: the library carries a link option
+// (-Wl,--undefined=cpf_tensor_cuda_register) that forces the object holding its static initialiser
+// out of the static archive, and that initialiser registers the DeviceBackend for DeviceType::cuda and
+// the device kernel table (framework/tensor/device_ops.h). No CUDA call happens before the first use,
+// so programs linked with it run unchanged on machines without a GPU.
+//
+// Memory: a caching allocator per device. Freed blocks stay cached, keyed by the stream they were
+// allocated on, and are reused by later allocations of the same size class on that stream (stream
+// order makes that safe without events), so a training loop does no cudaMalloc/cudaFree once warm.
+// A tensor used on another stream than the one it was allocated on must be kept alive by the caller
+// until that stream's work on it is done.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+namespace cpf::cuda {
+
+// Registers the backend and the kernels; idempotent, and already done when the library is linked.
+void register_backend();
+
+// Number of visible CUDA devices; 0 when there is no GPU or no driver (never throws).
+int device_count();
+inline bool is_available() { return device_count() > 0; }
+
+struct MemoryStats {
+  size_t allocated = 0;       // bytes in blocks handed out to tensors (size-class rounded)
+  size_t reserved = 0;        // bytes held from cudaMalloc (allocated + cached)
+  size_t peak_allocated = 0;  // since the start or the last reset_peak_memory_stats
+  size_t peak_reserved = 0;
+  uint64_t allocations = 0;     // allocate() calls for a non-zero size
+  uint64_t cache_hits = 0;      // of those, served from the cache
+  uint64_t device_mallocs = 0;  // cudaMalloc calls
+  uint64_t device_frees = 0;    // cudaFree calls
+};
+MemoryStats memory_stats(int device = 0);
+void reset_peak_memory_stats(int device = 0);
+// Waits for the device, then returns every cached (unused) block to the driver.
+void empty_cache(int device = 0);
+
+// Each host thread has a current stream per device: the default (legacy) stream until set. Kernels,
+// copies and allocations of a thread go to its current stream, so rank threads sharing a GPU run
+// concurrently once each sets its own.
+class Stream {
+ public:
+  // A new non-blocking stream, destroyed (after it drains) with the last Stream that owns it.
+  static Stream create(int device = 0);
+  static Stream default_stream(int device = 0);
+
+  void* handle() const { return handle_; }  // the cudaStream_t; nullptr for the default stream
+  int device() const { return device_; }
+  void synchronize() const;
+  friend bool operator==(const Stream& a, const Stream& b) { return a.handle_ == b.handle_ && a.device_ == b.device_; }
+
+ private:
+  friend Stream current_stream(int device);
+  Stream(void* handle, int device, std::shared_ptr<void> owner)
+      : handle_(handle), device_(device), owner_(std::move(owner)) {}
+  void* handle_ = nullptr;
+  int device_ = 0;
+  std::shared_ptr<void> owner_;  // keeps a created stream alive; null for views and the default stream
+};
+
+// This thread's current stream on `device`, as a non-owning view.
+Stream current_stream(int device = 0);
+
+// Makes `stream` current for its device on this thread. The caller keeps it alive while current.
+void set_current_stream(const Stream& stream);
+
+// Sets a stream as current for a scope and restores the previous one.
+class StreamGuard {
+ public:
+  explicit StreamGuard(const Stream& stream) : previous_(current_stream(stream.device())) {
+    set_current_stream(stream);
+  }
+  ~StreamGuard() { set_current_stream(previous_); }
+  StreamGuard(const StreamGuard&) = delete;
+  StreamGuard& operator=(const StreamGuard&) = delete;
+
+ private:
+  Stream previous_;
+};
+
+// Waits for all work of every stream on the device.
+void synchronize(int device = 0);
+
+// f32 matmuls may use TF32 tensor cores (inputs rounded to 10 mantissa bits, f32 accumulation).
+// Off by default: f32 matmuls then match the CPU to f32 rounding. Process-wide.
+void set_allow_tf32(bool allow);
+bool allow_tf32();
+
+}  // namespace cpf::cuda

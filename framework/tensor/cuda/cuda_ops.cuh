@@ -1,0 +1,13 @@
+#pragma once
+// Internal entry points of the CUDA backend shared between its .cpp files (private).
+#include "framework/tensor/device_ops.h"
+
+namespace cpf::cuda {
+
+// The cuda kernel table, installed by register_backend().
+const DeviceOps& cuda_device_ops();
+
+// The DeviceOps::matmul entry (matmul.cpp, cuBLASLt).
+void matmul(const Tensor& out, const Tensor& a, const Tensor& b);
+
+}  // namespace cpf::cuda

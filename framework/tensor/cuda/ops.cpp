@@ -1,0 +1,248 @@
+// The cuda entries of the device kernel table (framework/tensor/device_ops.h): turn Tensors into the
+// kernels' parameter blocks (kernels.cuh) and launch on the calling thread's current stream.
+#include <algorithm>
+#include <initializer_list>
+#include <vector>
+
+#include "framework/tensor/cpu/strided_loop.h"
+#include "framework/tensor/cuda/cuda_ops.cuh"
+#include "framework/tensor/cuda/kernels.cuh"
+#include "framework/tensor/cuda/runtime.cuh"
+#include "framework/tensor/device_ops.h"
+#include "framework/tensor/shape_utils.h"
+
+namespace cpf::cuda {
+namespace {
+
+namespace k = kernels;
+
+static_assert(static_cast<int>(DType::f32) == k::kF32 && static_cast<int>(DType::f64) == k::kF64 &&
+              static_cast<int>(DType::bf16) == k::kBF16 && static_cast<int>(DType::i32) == k::kI32 &&
+              static_cast<int>(DType::i64) == k::kI64 && static_cast<int>(DType::boolean) == k::kBool);
+
+int code(DType dtype) { return static_cast<int>(dtype); }
+
+k::FastDivmod make_divmod(uint32_t d) {
+  k::FastDivmod f;
+  f.divisor = d;
+  while ((uint64_t(1) << f.shift) < d) ++f.shift;
+  f.magic = static_cast<uint32_t>(((uint64_t(1) << 32) * ((uint64_t(1) << f.shift) - d)) / d + 1);
+  return f;
+}
+
+// One operand of an iteration: base pointer, element size, dtype and strides over the full shape.
+struct Operand {
+  char* data;
+  int64_t elem_size;
+  int dtype;
+  std::vector<int64_t> strides;
+};
+
+// The thread's device and stream for `device`, set for the scope.
+struct Launch {
+  explicit Launch(Device device) : guard(device.index), stream(current_cuda_stream(device.index)),
+                                   sm_count(device_info(device.index).sm_count) {}
+  DeviceGuard guard;
+  cudaStream_t stream;
+  int sm_count;
+};
+
+// Drops size-1 dims and merges dim d into d-1 when every operand is contiguous across them
+// (the same coalescing as the CPU loop engine).
+void coalesce(Shape& shape, std::vector<Operand>& ops) {
+  Shape dims;
+  std::vector<std::vector<int64_t>> st(ops.size());
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 1) continue;
+    if (!dims.empty()) {
+      bool mergeable = true;
+      for (size_t k = 0; k < ops.size(); ++k) mergeable &= st[k].back() == ops[k].strides[d] * shape[d];
+      if (mergeable) {
+        dims.back() *= shape[d];
+        for (size_t k = 0; k < ops.size(); ++k) st[k].back() = ops[k].strides[d];
+        continue;
+      }
+    }
+    dims.push_back(shape[d]);
+    for (size_t k = 0; k < ops.size(); ++k) st[k].push_back(ops[k].strides[d]);
+  }
+  if (dims.empty()) {
+    dims.push_back(1);
+    for (auto& s : st) s.push_back(0);
+  }
+  shape = std::move(dims);
+  for (size_t k = 0; k < ops.size(); ++k) ops[k].strides = std::move(st[k]);
+}
+
+// Runs `launch(iter)` over the coalesced iteration; iterations of more than kMaxDims dims are split
+// along their outermost dim (one launch per slice) until they fit.
+template <class LaunchFn>
+void for_each_iter(const Shape& shape, const std::vector<Operand>& ops, int sm_count, LaunchFn&& launch) {
+  const int64_t numel = shape_numel(shape);
+  if (numel == 0) return;
+  if (static_cast<int>(shape.size()) > k::kMaxDims) {
+    const Shape inner(shape.begin() + 1, shape.end());
+    for (int64_t i = 0; i < shape[0]; ++i) {
+      std::vector<Operand> sub = ops;
+      for (auto& op : sub) {
+        op.data += i * op.strides[0] * op.elem_size;
+        op.strides.erase(op.strides.begin());
+      }
+      for_each_iter(inner, sub, sm_count, launch);
+    }
+    return;
+  }
+  k::Iter it;
+  it.ndim = static_cast<int>(shape.size());
+  it.nops = static_cast<int>(ops.size());
+  it.numel = numel;
+  it.index32 = numel <= INT32_MAX;
+  int64_t max_size = 1;
+  bool unit = it.ndim == 1;
+  for (int d = 0; d < it.ndim; ++d) {
+    it.sizes[d] = shape[d];
+    if (it.index32) it.divs[d] = make_divmod(static_cast<uint32_t>(shape[d]));
+  }
+  for (size_t kk = 0; kk < ops.size(); ++kk) {
+    it.data[kk] = ops[kk].data;
+    it.dtype[kk] = ops[kk].dtype;
+    max_size = std::max(max_size, ops[kk].elem_size);
+    for (int d = 0; d < it.ndim; ++d) it.strides[kk][d] = ops[kk].strides[d];
+    if (it.ndim == 1) unit &= ops[kk].strides[0] == 0 || ops[kk].strides[0] == 1;
+  }
+  it.linear = unit;
+  // Vector accesses along the innermost dim (see k::Iter): every operand has stride 0 or 1 there, and
+  // where it is 1 the base and every outer stride keep runs of `vec` elements 16-byte aligned.
+  const int vec = k::vector_width(static_cast<int>(max_size));
+  const int last = it.ndim - 1;
+  if (vec > 1 && (it.linear || shape[last] % vec == 0)) {
+    bool ok = true;
+    for (const auto& op : ops) {
+      const int64_t inner = op.strides[last];
+      ok &= inner == 0 || inner == 1;
+      if (inner != 1) continue;
+      ok &= reinterpret_cast<uintptr_t>(op.data) % (op.elem_size * vec) == 0;
+      for (int d = 0; d < last; ++d) ok &= op.strides[d] % vec == 0;
+    }
+    it.vectorize = ok;
+  }
+  const int64_t items = it.vectorize ? (numel + vec - 1) / vec : numel;
+  const int64_t blocks = (items + k::kThreads - 1) / k::kThreads;
+  it.grid = static_cast<int>(std::clamp<int64_t>(blocks, 1, 32 * static_cast<int64_t>(sm_count)));
+  launch(it);
+}
+
+Operand operand(const Tensor& t, const Shape& shape) {
+  return Operand{static_cast<char*>(t.raw_data()), static_cast<int64_t>(dtype_size(t.dtype())), code(t.dtype()),
+                 cpu::broadcast_strides(t, shape)};
+}
+
+// out's iteration over its own shape with inputs broadcast to it.
+template <class LaunchFn>
+void run_elementwise(const Tensor& out, std::initializer_list<Tensor> inputs, LaunchFn&& launch_fn) {
+  Launch launch(out.device());
+  Shape shape = out.shape();
+  std::vector<Operand> ops;
+  ops.push_back(operand(out, shape));
+  for (const Tensor& t : inputs) ops.push_back(operand(t, shape));
+  coalesce(shape, ops);
+  for_each_iter(shape, ops, launch.sm_count, [&](const k::Iter& it) { launch_fn(it, launch.stream); });
+}
+
+// ---- table entries ----
+
+void copy(const Tensor& dst, const Tensor& src) {
+  run_elementwise(dst, {src}, [](const k::Iter& it, cudaStream_t s) { k::launch_copy(it, s); });
+}
+
+void fill(const Tensor& dst, double value) {
+  run_elementwise(dst, {}, [value](const k::Iter& it, cudaStream_t s) { k::launch_fill(it, value, s); });
+}
+
+void unary(raw::UnaryOp op, const Tensor& out, const Tensor& x) {
+  run_elementwise(out, {x}, [op](const k::Iter& it, cudaStream_t s) { k::launch_unary(static_cast<int>(op), it, s); });
+}
+
+void unary_backward(raw::UnaryOp op, const Tensor& out, const Tensor& grad, const Tensor& x, const Tensor& y) {
+  run_elementwise(out, {grad, x, y},
+                  [op](const k::Iter& it, cudaStream_t s) { k::launch_unary_backward(static_cast<int>(op), it, s); });
+}
+
+void binary(raw::BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b) {
+  const bool int_div = op == raw::BinaryOp::div && is_integral(a.dtype());
+  Tensor flag;
+  if (int_div) flag = zeros({1}, {.dtype = DType::i32, .device = out.device()});
+  int* flag_ptr = int_div ? static_cast<int*>(flag.raw_data()) : nullptr;
+  run_elementwise(out, {a, b}, [op, flag_ptr](const k::Iter& it, cudaStream_t s) {
+    k::launch_binary(static_cast<int>(op), it, 0.0, flag_ptr, s);
+  });
+  if (int_div) {
+    CPF_CHECK(flag.item<int32_t>() == 0, "div: integer division by zero (divisor of shape ", b.shape(), ")");
+  }
+}
+
+void compare(raw::CompareOp op, const Tensor& out, const Tensor& a, const Tensor& b) {
+  run_elementwise(out, {a, b},
+                  [op](const k::Iter& it, cudaStream_t s) { k::launch_compare(static_cast<int>(op), it, s); });
+}
+
+void where(const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b) {
+  run_elementwise(out, {cond, a, b}, [](const k::Iter& it, cudaStream_t s) { k::launch_where(it, s); });
+}
+
+void add_(const Tensor& dst, const Tensor& src, double alpha) {
+  run_elementwise(dst, {dst, src}, [alpha](const k::Iter& it, cudaStream_t s) {
+    k::launch_binary(k::kAddScaled, it, alpha, nullptr, s);
+  });
+}
+
+void mul_(const Tensor& dst, double value) {
+  run_elementwise(dst, {dst}, [value](const k::Iter& it, cudaStream_t s) { k::launch_scale(it, value, s); });
+}
+
+void reduce_rows(DeviceReduceOp op, const Tensor& out, const Tensor& rows) {
+  Launch launch(rows.device());
+  const int64_t K = rows.size(0), R = rows.size(1);
+  const size_t ws_bytes = k::reduce_workspace_bytes(code(rows.dtype()), K, R, launch.sm_count);
+  // Workspace from the caching allocator: freed (stream-ordered) when `ws` goes out of scope.
+  Tensor ws = ws_bytes ? empty({static_cast<int64_t>(ws_bytes)}, {.dtype = DType::boolean, .device = rows.device()})
+                       : Tensor();
+  k::launch_reduce_rows(static_cast<int>(op), code(rows.dtype()), rows.raw_data(), out.raw_data(), K, R,
+                        ws_bytes ? ws.raw_data() : nullptr, launch.sm_count, launch.stream);
+}
+
+void softmax(DeviceSoftmaxOp op, const Tensor& out, const Tensor& a, const Tensor& b, int64_t dim) {
+  Launch launch(a.device());
+  int64_t outer = 1, size = 1, inner = 1;
+  for (int64_t d = 0; d < a.dim(); ++d) {
+    if (d < dim) outer *= a.size(d);
+    else if (d == dim) size = a.size(d);
+    else inner *= a.size(d);
+  }
+  k::launch_softmax(static_cast<int>(op), code(a.dtype()), a.raw_data(), b.defined() ? b.raw_data() : nullptr,
+                    out.raw_data(), outer, size, inner, launch.sm_count, launch.stream);
+}
+
+}  // namespace
+
+const DeviceOps& cuda_device_ops() {
+  static const DeviceOps table = [] {
+    DeviceOps t;
+    t.copy = &copy;
+    t.fill = &fill;
+    t.unary = &unary;
+    t.unary_backward = &unary_backward;
+    t.binary = &binary;
+    t.compare = &compare;
+    t.where = &where;
+    t.add_ = &add_;
+    t.mul_ = &mul_;
+    t.reduce_rows = &reduce_rows;
+    t.softmax = &softmax;
+    t.matmul = &matmul;
+    return t;
+  }();
+  return table;
+}
+
+}  // namespace cpf::cuda

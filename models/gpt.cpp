@@ -1,0 +1,160 @@
+#include "models/gpt.h"
+
+#include <cmath>
+
+#include "framework/autograd/ops.h"
+#include "models/gpt_block.h"
+
+namespace cpf::models {
+namespace {
+
+std::optional<OptionProblem> problem(const std::string& key, int64_t value, const std::string& what) {
+  return OptionProblem{key, key + "=" + std::to_string(value) + " " + what};
+}
+
+// The blocks as children "0", "1", ... of one "blocks" module, so their parameters are named
+// blocks.<i>.* (module names cannot contain dots).
+class BlockList : public nn::Module {
+ public:
+  void add(const std::shared_ptr<GPTBlock>& block) { register_module(std::to_string(size_++), block); }
+
+ private:
+  int64_t size_ = 0;
+};
+
+}  // namespace
+
+std::optional<OptionProblem> check_options(const GPTOptions& o) {
+  if (o.vocab_size < 1) return problem("vocab_size", o.vocab_size, "must be positive");
+  if (o.hidden_size < 1) return problem("hidden_size", o.hidden_size, "must be positive");
+  if (o.num_layers < 1) return problem("num_layers", o.num_layers, "must be positive");
+  if (o.num_heads < 1) return problem("num_heads", o.num_heads, "must be positive");
+  if (o.attention == AttentionType::gqa) {
+    if (o.num_kv_heads < 1 || o.num_heads % o.num_kv_heads != 0) {
+      return problem("num_kv_heads", o.num_kv_heads, "must divide num_heads=" + std::to_string(o.num_heads));
+    }
+  } else if (o.num_kv_heads != 0 && o.num_kv_heads != o.num_heads) {
+    return problem("num_kv_heads", o.num_kv_heads,
+                   "needs attention: gqa (with attention: " +
+                       std::string(o.attention == AttentionType::mha ? "mha" : "mla") +
+                       " every head has its own keys and values)");
+  }
+  if (o.attention == AttentionType::mla) {
+    if (o.kv_lora_rank < 1) return problem("kv_lora_rank", o.kv_lora_rank, "must be positive");
+    if (o.q_lora_rank < 0) return problem("q_lora_rank", o.q_lora_rank, "must be >= 0");
+    if (o.qk_nope_head_dim < 0) return problem("qk_nope_head_dim", o.qk_nope_head_dim, "must be >= 0");
+    if (o.qk_rope_head_dim < 2 || o.qk_rope_head_dim % 2 != 0) {
+      return problem("qk_rope_head_dim", o.qk_rope_head_dim, "must be even and at least 2");
+    }
+    if (o.v_head_dim < 1) return problem("v_head_dim", o.v_head_dim, "must be positive");
+  } else {
+    if (o.head_dim < 0) return problem("head_dim", o.head_dim, "must be >= 0");
+    if (o.head_dim == 0 && o.hidden_size % o.num_heads != 0) {
+      return problem("num_heads", o.num_heads,
+                     "must divide hidden_size=" + std::to_string(o.hidden_size) + " (or set head_dim)");
+    }
+    const int64_t head_dim = o.head_dim > 0 ? o.head_dim : o.hidden_size / o.num_heads;
+    if (o.positions == PositionType::rope && head_dim % 2 != 0) {
+      return problem(o.head_dim > 0 ? "head_dim" : "num_heads", o.head_dim > 0 ? o.head_dim : o.num_heads,
+                     "gives an odd head dim of " + std::to_string(head_dim) + "; RoPE rotates pairs of dims");
+    }
+  }
+  if (o.window < -1) return problem("window", o.window, "must be -1 (unbounded) or >= 0");
+  if (o.intermediate_size < 0) return problem("intermediate_size", o.intermediate_size, "must be >= 0");
+  if (o.max_positions < 1) return problem("max_positions", o.max_positions, "must be positive");
+  if (!(o.norm_eps > 0) || !std::isfinite(o.norm_eps)) {
+    return OptionProblem{"norm_eps", "norm_eps=" + std::to_string(o.norm_eps) + " must be positive"};
+  }
+  if (!(o.init_std > 0) || !std::isfinite(o.init_std)) {
+    return OptionProblem{"init_std", "init_std=" + std::to_string(o.init_std) + " must be positive"};
+  }
+  return std::nullopt;
+}
+
+int64_t effective_intermediate_size(const GPTOptions& o) {
+  if (o.intermediate_size > 0) return o.intermediate_size;
+  if (o.mlp == nn::Activation::gelu) return 4 * o.hidden_size;
+  // SwiGLU has three matrices: 8/3 x hidden keeps the parameter count of a 4 x hidden GELU MLP.
+  const int64_t size = (8 * o.hidden_size + 2) / 3;
+  return (size + 7) / 8 * 8;
+}
+
+GPT::GPT(const GPTOptions& options, Generator* gen) : options_(options) {
+  if (auto p = check_options(options)) CPF_FAIL("GPT: ", p->message);
+  const GPTOptions& o = options_;
+  embed_tokens_ = register_module(
+      "embed_tokens", std::make_shared<nn::Embedding>(nn::EmbeddingOptions{.num_embeddings = o.vocab_size,
+                                                                            .embedding_dim = o.hidden_size,
+                                                                            .init_std = o.init_std,
+                                                                            .dtype = o.dtype},
+                                                      gen));
+  if (o.positions == PositionType::learned) {
+    embed_positions_ = register_module(
+        "embed_positions", std::make_shared<nn::Embedding>(nn::EmbeddingOptions{.num_embeddings = o.max_positions,
+                                                                                 .embedding_dim = o.hidden_size,
+                                                                                 .init_std = o.init_std,
+                                                                                 .dtype = o.dtype},
+                                                           gen));
+  }
+  auto blocks = register_module("blocks", std::make_shared<BlockList>());
+  for (int64_t i = 0; i < o.num_layers; ++i) {
+    blocks_.push_back(std::make_shared<GPTBlock>(o, gen));
+    blocks->add(blocks_.back());
+  }
+  NormLayer norm = make_norm(o);
+  final_norm_ = register_module("final_norm", norm.module);
+  final_norm_fn_ = norm.apply;
+  if (!o.tie_embeddings) {
+    lm_head_ = register_module("lm_head", std::make_shared<nn::Linear>(nn::LinearOptions{.in_features = o.hidden_size,
+                                                                                         .out_features = o.vocab_size,
+                                                                                         .bias = false,
+                                                                                         .init_std = o.init_std,
+                                                                                         .dtype = o.dtype},
+                                                                       gen));
+  }
+}
+
+Tensor GPT::forward(const GPTInput& in, const cp::ContextParallel* cp) const {
+  CPF_CHECK(in.tokens.defined() && in.tokens.dim() == 1 && in.tokens.dtype() == DType::i64,
+            "GPT: tokens must be a 1-D i64 tensor (THD storage order), got ",
+            in.tokens.defined() ? in.tokens.shape() : Shape{}, in.tokens.defined() ? " " : "",
+            in.tokens.defined() ? dtype_name(in.tokens.dtype()) : "undefined");
+  const int64_t t = in.tokens.size(0);
+  CPF_CHECK(in.positions.defined() && in.positions.shape() == Shape{t} && in.positions.dtype() == DType::i64,
+            "GPT: positions must be i64 of the tokens' shape [", t, "], got ",
+            in.positions.defined() ? in.positions.shape() : Shape{});
+  const bool use_cp = cp != nullptr && cp->group != nullptr && cp->group->size() > 1;
+  const int64_t cp_size = use_cp ? cp->group->size() : 1;
+  CPF_CHECK(in.seq.q_storage_tokens() == t * cp_size, "GPT: the sequence info covers ", in.seq.q_storage_tokens(),
+            " storage tokens but the batch has ", t, " tokens", use_cp ? " per rank x cp " : "",
+            use_cp ? std::to_string(cp_size) : std::string());
+  Tensor x = embed_tokens_->forward(in.tokens);  // (T, C)
+  if (embed_positions_) {
+    // Only padding can sit beyond the table (the config checks max_positions >= seq_len); its
+    // embedding never reaches a loss or another token, so clamping it is harmless.
+    std::vector<int64_t> pos = in.positions.to_vector<int64_t>();
+    for (int64_t& p : pos) {
+      CPF_CHECK(p >= 0, "GPT: negative position ", p);
+      p = std::min(p, options_.max_positions - 1);
+    }
+    x = add(x, embed_positions_->forward(from_vector(pos, {t})));
+  }
+  for (const auto& block : blocks_) x = block->forward(x, in.seq, cp);
+  x = final_norm_fn_(x);
+  if (lm_head_) return lm_head_->forward(x);                     // (T, V)
+  return matmul(x, transpose(embed_tokens_->weight(), 0, 1));  // (T, V)
+}
+
+Tensor GPT::loss(const Tensor& logits, const Tensor& labels, int64_t normalizer) {
+  CPF_CHECK(normalizer >= 1, "GPT::loss: normalizer=", normalizer, " must be at least 1 (the valid-label count)");
+  CPF_CHECK(labels.defined() && logits.defined() && labels.dim() == 1 && logits.dim() == 2 &&
+                labels.size(0) == logits.size(0),
+            "GPT::loss: labels (T) must match logits (T, V): labels=", labels.defined() ? labels.shape() : Shape{},
+            " logits=", logits.defined() ? logits.shape() : Shape{});
+  int64_t valid = 0;
+  for (int64_t l : labels.to_vector<int64_t>()) valid += l != -100;
+  // cross_entropy is the mean over this rank's valid labels; rescale it to sum / normalizer.
+  return mul(cross_entropy(logits, labels, -100), static_cast<double>(valid) / static_cast<double>(normalizer));
+}
+
+}  // namespace cpf::models

@@ -1,0 +1,148 @@
+#pragma once
+// GPT: a decoder-only transformer over packed (THD) token batches.
+//
+//   tokens (T) -> embed_tokens (+ embed_positions when positions: learned)            x (T, C)
+//   blocks.i:   x = x + attn(attn_norm(x))     mha | gqa | mla, RoPE inside (positions: rope)
+//               x = x + mlp(mlp_norm(x))       gelu | swiglu
+//   final_norm -> lm_head (or the token embedding, tied)                          logits (T, V)
+//
+// Every sequence of the batch is one document (SequenceInfo), so attention never crosses documents:
+// the mask is causal inside each sequence. Under context parallelism the tokens are this rank's
+// dual-chunk shard and the SequenceInfo describes the global batch (attention/cp/context_parallel.h).
+//
+// Init (GPT-2 / Llama): every weight normal(0, init_std), residual output projections (attention
+// o_proj, MLP fc_out/down_proj) normal(0, init_std / sqrt(2 * num_layers)), biases 0, norm gains 1.
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "attention/cp/context_parallel.h"
+#include "attention/sequence_info.h"
+#include "framework/config/schema.h"
+#include "framework/core/generator.h"
+#include "framework/nn/embedding.h"
+#include "framework/nn/linear.h"
+#include "framework/nn/mlp.h"
+#include "framework/nn/module.h"
+
+namespace cpf::models {
+
+enum class AttentionType { mha, gqa, mla };
+enum class NormType { rmsnorm, layernorm };
+enum class PositionType { rope, learned };
+
+// The `model:` section of a training config; field names are the YAML keys.
+struct GPTOptions {
+  int64_t vocab_size = 0;  // 0 = the data source's vocabulary
+  int64_t hidden_size = 128;
+  int64_t num_layers = 2;
+  int64_t num_heads = 4;
+  AttentionType attention = AttentionType::mha;
+  int64_t num_kv_heads = 0;  // gqa: key/value heads, a divisor of num_heads (1 = MQA)
+  int64_t head_dim = 0;      // mha/gqa: 0 = hidden_size / num_heads
+  // mla (DeepSeek-V2): latent ranks and head dims
+  int64_t q_lora_rank = 0;  // 0 = a direct q projection
+  int64_t kv_lora_rank = 64;
+  int64_t qk_nope_head_dim = 32;
+  int64_t qk_rope_head_dim = 16;
+  int64_t v_head_dim = 32;
+  int64_t window = -1;  // sliding window: keys at most `window` positions back; -1 = unbounded
+  nn::Activation mlp = nn::Activation::gelu;
+  int64_t intermediate_size = 0;  // 0 = 4 * hidden (gelu) or 8/3 * hidden rounded up to 8 (swiglu)
+  NormType norm = NormType::rmsnorm;
+  double norm_eps = 1e-5;
+  PositionType positions = PositionType::rope;
+  int64_t max_positions = 1024;  // learned: size of the position table
+  double rope_base = 10000.0;
+  bool tie_embeddings = true;
+  bool bias = false;
+  double init_std = 0.02;
+  DType dtype = DType::f32;  // not a YAML key: f32 for training, f64 for gradchecks
+};
+
+template <class V>
+void describe(V& v, GPTOptions& o) {
+  using config::Choices;
+  using config::Range;
+  v.field("vocab_size", o.vocab_size, "vocabulary size; 0 = the data source's", Range{0, 1e7});
+  v.field("hidden_size", o.hidden_size, "model width C", Range{1, 65536});
+  v.field("num_layers", o.num_layers, "transformer blocks", Range{1, 1024});
+  v.field("num_heads", o.num_heads, "query heads", Range{1, 1024});
+  v.choice("attention", o.attention,
+           Choices<AttentionType>{{"mha", AttentionType::mha}, {"gqa", AttentionType::gqa}, {"mla", AttentionType::mla}},
+           "multi-head, grouped-query (num_kv_heads) or multi-head latent attention");
+  v.field("num_kv_heads", o.num_kv_heads, "gqa: key/value heads, dividing num_heads (1 = MQA); 0 = num_heads",
+          Range{0, 1024});
+  v.field("head_dim", o.head_dim, "mha/gqa: dims per head; 0 = hidden_size / num_heads", Range{0, 4096});
+  v.field("q_lora_rank", o.q_lora_rank, "mla: rank of the query latent; 0 = a direct q projection", Range{0, 65536});
+  v.field("kv_lora_rank", o.kv_lora_rank, "mla: rank of the key/value latent", Range{1, 65536});
+  v.field("qk_nope_head_dim", o.qk_nope_head_dim, "mla: query/key dims per head without RoPE", Range{0, 4096});
+  v.field("qk_rope_head_dim", o.qk_rope_head_dim, "mla: decoupled RoPE dims (even)", Range{2, 4096});
+  v.field("v_head_dim", o.v_head_dim, "mla: value dims per head", Range{1, 4096});
+  v.field("window", o.window, "sliding-window attention: keys at most this many positions back; -1 = unbounded",
+          Range{-1, 1e9});
+  v.choice("mlp", o.mlp, Choices<nn::Activation>{{"gelu", nn::Activation::gelu}, {"swiglu", nn::Activation::swiglu}},
+           "feed-forward block: GELU (GPT-2) or SwiGLU (Llama)");
+  v.field("intermediate_size", o.intermediate_size,
+          "feed-forward width; 0 = 4 x hidden_size (gelu) or 8/3 x hidden_size rounded up to 8 (swiglu)",
+          Range{0, 1 << 20});
+  v.choice("norm", o.norm, Choices<NormType>{{"rmsnorm", NormType::rmsnorm}, {"layernorm", NormType::layernorm}},
+           "normalisation before each sub-block and at the end");
+  v.field("norm_eps", o.norm_eps, "epsilon of the norms", Range{1e-12, 1});
+  v.choice("positions", o.positions,
+           Choices<PositionType>{{"rope", PositionType::rope}, {"learned", PositionType::learned}},
+           "rotary embeddings inside attention, or a learned position table added to the token embedding");
+  v.field("max_positions", o.max_positions, "learned: positions in the table (>= data.seq_len)", Range{1, 1 << 24});
+  v.field("rope_base", o.rope_base, "RoPE frequency base", Range{1, 1e9});
+  v.field("tie_embeddings", o.tie_embeddings, "the LM head reuses the token embedding");
+  v.field("bias", o.bias, "biases in the linear layers (and LayerNorm)");
+  v.field("init_std", o.init_std, "std of the normal init; residual projections get init_std / sqrt(2 x num_layers)",
+          Range{1e-8, 10});
+}
+
+// The first problem of `o` as {key, "key=value problem"} (key relative to the section), or nullopt.
+// The config reader turns it into a file:line:column error; the GPT constructor throws it.
+struct OptionProblem {
+  std::string key;
+  std::string message;
+};
+std::optional<OptionProblem> check_options(const GPTOptions& o);
+
+// intermediate_size with its default applied.
+int64_t effective_intermediate_size(const GPTOptions& o);
+
+// One batch as the model sees it (models/gpt_input.h builds it from the data loader's batches).
+struct GPTInput {
+  Tensor tokens;      // (T) i64: this rank's tokens in THD storage order
+  Tensor positions;   // (T) i64: each token's position inside its sequence
+  SequenceInfo seq;   // the batch's sequences; under CP the GLOBAL batch's
+};
+
+class GPTBlock;
+
+class GPT : public nn::Module {
+ public:
+  // Parameters are drawn from `gen` in construction order, so equal seeds give equal models.
+  explicit GPT(const GPTOptions& options, Generator* gen = nullptr);
+
+  // logits (T, vocab_size). `cp`: context parallelism (null or a group of size 1 = none).
+  Tensor forward(const GPTInput& input, const cp::ContextParallel* cp = nullptr) const;
+
+  // The summed cross-entropy over labels != -100 divided by `normalizer` (the number of valid labels
+  // over every rank sharing the step, >= 1), so that summing it over those ranks gives their mean.
+  static Tensor loss(const Tensor& logits, const Tensor& labels, int64_t normalizer);
+
+  const GPTOptions& options() const { return options_; }
+
+ private:
+  GPTOptions options_;
+  std::shared_ptr<nn::Embedding> embed_tokens_, embed_positions_;
+  std::vector<std::shared_ptr<GPTBlock>> blocks_;
+  std::shared_ptr<nn::Module> final_norm_;
+  std::function<Tensor(const Tensor&)> final_norm_fn_;
+  std::shared_ptr<nn::Linear> lm_head_;
+};
+
+}  // namespace cpf::models

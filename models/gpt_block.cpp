@@ -1,0 +1,101 @@
+#include "models/gpt_block.h"
+
+#include <cmath>
+
+#include "framework/autograd/ops.h"
+#include "framework/nn/layer_norm.h"
+#include "framework/nn/rms_norm.h"
+
+namespace cpf::models {
+
+NormLayer make_norm(const GPTOptions& o) {
+  if (o.norm == NormType::rmsnorm) {
+    auto norm = std::make_shared<nn::RMSNorm>(nn::RMSNormOptions{.dim = o.hidden_size, .eps = o.norm_eps, .dtype = o.dtype});
+    return {norm, [norm](const Tensor& x) { return norm->forward(x); }};
+  }
+  auto norm = std::make_shared<nn::LayerNorm>(
+      nn::LayerNormOptions{.dim = o.hidden_size, .eps = o.norm_eps, .bias = o.bias, .dtype = o.dtype});
+  return {norm, [norm](const Tensor& x) { return norm->forward(x); }};
+}
+
+void reinit_normal(const Tensor& weight, double std, Generator* gen) {
+  NoGradGuard guard;
+  copy_(weight, normal(weight.shape(), 0.0, std, {.dtype = weight.dtype()}, gen));
+}
+
+namespace {
+
+// The parameter `name` of `module` (e.g. "o_proj.weight").
+Tensor parameter(const nn::Module& module, const std::string& name) {
+  for (const auto& [n, t] : module.named_parameters()) {
+    if (n == name) return t;
+  }
+  CPF_FAIL("GPT: the attention module has no parameter '", name, "'");
+}
+
+}  // namespace
+
+GPTBlock::GPTBlock(const GPTOptions& o, Generator* gen) {
+  const double residual_std = o.init_std / std::sqrt(2.0 * static_cast<double>(o.num_layers));
+  const AttentionWindow window{o.window, 0};
+  attn_norm_ = make_norm(o);
+  register_module("attn_norm", attn_norm_.module);
+  if (o.attention == AttentionType::mla) {
+    mla_ = register_module("attn", std::make_shared<MultiHeadLatentAttention>(
+                                       MultiHeadLatentAttentionOptions{.hidden_size = o.hidden_size,
+                                                                       .num_heads = o.num_heads,
+                                                                       .q_lora_rank = o.q_lora_rank,
+                                                                       .kv_lora_rank = o.kv_lora_rank,
+                                                                       .qk_nope_head_dim = o.qk_nope_head_dim,
+                                                                       .qk_rope_head_dim = o.qk_rope_head_dim,
+                                                                       .v_head_dim = o.v_head_dim,
+                                                                       .qkv_format = QkvFormat::thd,
+                                                                       .mask = MaskType::padding_causal,
+                                                                       .window = window,
+                                                                       .softmax_scale = std::nullopt,
+                                                                       .rope_base = o.rope_base,
+                                                                       .norm_eps = o.norm_eps,
+                                                                       .bias = o.bias,
+                                                                       .init_std = o.init_std,
+                                                                       .dtype = o.dtype},
+                                       gen));
+    reinit_normal(parameter(*mla_, "o_proj.weight"), residual_std, gen);
+  } else {
+    mha_ = register_module(
+        "attn", std::make_shared<MultiHeadAttention>(
+                    MultiHeadAttentionOptions{.hidden_size = o.hidden_size,
+                                              .num_heads = o.num_heads,
+                                              .num_kv_heads = o.attention == AttentionType::gqa ? o.num_kv_heads : 0,
+                                              .head_dim = o.head_dim,
+                                              .qkv_format = QkvFormat::thd,
+                                              .mask = MaskType::padding_causal,
+                                              .window = window,
+                                              .softmax_scale = std::nullopt,
+                                              .rope = o.positions == PositionType::rope,
+                                              .rope_base = o.rope_base,
+                                              .bias = o.bias,
+                                              .init_std = o.init_std,
+                                              .dtype = o.dtype},
+                    gen));
+    reinit_normal(parameter(*mha_, "o_proj.weight"), residual_std, gen);
+  }
+  mlp_norm_ = make_norm(o);
+  register_module("mlp_norm", mlp_norm_.module);
+  mlp_ = register_module("mlp", std::make_shared<nn::MLP>(nn::MLPOptions{.hidden_size = o.hidden_size,
+                                                                         .intermediate_size = effective_intermediate_size(o),
+                                                                         .activation = o.mlp,
+                                                                         .bias = o.bias,
+                                                                         .init_std = o.init_std,
+                                                                         .out_init_std = residual_std,
+                                                                         .dtype = o.dtype},
+                                                           gen));
+}
+
+Tensor GPTBlock::forward(const Tensor& x, const SequenceInfo& seq, const cp::ContextParallel* cp) const {
+  const Tensor h = attn_norm_.apply(x);
+  const Tensor attn = mha_ ? mha_->forward(h, seq, cp) : mla_->forward(h, seq, cp);  // (T, C)
+  const Tensor x1 = add(x, attn);
+  return add(x1, mlp_->forward(mlp_norm_.apply(x1)));  // (T, C)
+}
+
+}  // namespace cpf::models

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Builds the GPU test and benchmark binaries on a development machine (CUDA toolkit, no GPU needed)
+# and gathers what the GPU machines need into one folder that travels with the device tool's `carry`:
+#
+#   scripts/gpu/build.sh            # -> build/gpu-carry/{bin/*, lib/libbenchmark.so.1debian}
+#   BUILD_DIR=... CARRY_DIR=... JOBS=... scripts/gpu/build.sh
+#
+# Then, on the GPU machine: scripts/gpu/run_suite.sh (reads build/gpu-carry, writes to $OUT).
+# cudart is linked statically; cuBLASLt comes from the GPU machine (run_suite.sh sets the path);
+# Google Benchmark's shared library is copied next to the binaries (the GPU machines lack it).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+BUILD_DIR="${BUILD_DIR:-$ROOT/build/gpu}"
+CARRY_DIR="${CARRY_DIR:-$ROOT/build/gpu-carry}"
+JOBS="${JOBS:-2}"
+
+cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCPF_WITH_CUDA=ON \
+  -DCMAKE_CUDA_ARCHITECTURES=90 -DCPF_BUILD_BENCHMARKS=ON -DCPF_BUILD_TESTS=ON
+
+# Every tests/cuda/*_test.cpp is one target cuda_<name>; the benchmarks are gpu_*_bench.
+mapfile -t tests < <(cd "$ROOT/tests/cuda" && ls -1 *_test.cpp | sed 's/\.cpp$//; s/^/cuda_/')
+benches=(gpu_elementwise_bench gpu_gemm_bench)
+cmake --build "$BUILD_DIR" -j "$JOBS" --target "${tests[@]}" "${benches[@]}"
+
+rm -rf "$CARRY_DIR"
+mkdir -p "$CARRY_DIR/bin" "$CARRY_DIR/lib"
+for t in "${tests[@]}"; do cp "$BUILD_DIR/tests/$t" "$CARRY_DIR/bin/"; done
+for b in "${benches[@]}"; do cp "$BUILD_DIR/benchmarks/gpu/$b" "$CARRY_DIR/bin/"; done
+strip --strip-unneeded "$CARRY_DIR"/bin/*
+
+# The benchmark library under the soname the binaries ask for.
+bench_lib="$(ldd "$CARRY_DIR/bin/${benches[0]}" | awk '/libbenchmark/ {print $3; exit}')"
+if [[ -n "$bench_lib" ]]; then
+  soname="$(ldd "$CARRY_DIR/bin/${benches[0]}" | awk '/libbenchmark/ {print $1; exit}')"
+  cp -L "$bench_lib" "$CARRY_DIR/lib/$soname"
+fi
+
+du -sh "$CARRY_DIR"
+echo "carry: ${CARRY_DIR#$ROOT/} (then run scripts/gpu/run_suite.sh on the GPU machine)"

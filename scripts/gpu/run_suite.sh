@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Runs the GPU tests and benchmarks on a GPU machine and writes a short results table plus full logs.
+#
+#   scripts/gpu/run_suite.sh [CARRY_DIR] [OUT_DIR]
+#
+# CARRY_DIR: what scripts/gpu/build.sh produced (default build/gpu-carry); OUT_DIR: where results go
+# (default $OUT, else out/gpu). Files written: results.md (the table, also printed last), tests.log,
+# bench_elementwise.log, bench_gemm.log. Exit status: non-zero when a test binary failed.
+#
+# Environment (shared/GPU.md): cuDNN/NCCL/cuBLAS from the machine's Python venv when present (the
+# system cuDNN 9.14 has a known sliding-window bug), NVLink multicast off.
+set -uo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+CARRY_DIR="${1:-$ROOT/build/gpu-carry}"
+OUT_DIR="${2:-${OUT:-$ROOT/out/gpu}}"
+mkdir -p "$OUT_DIR"
+
+NV=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
+export LD_LIBRARY_PATH="$CARRY_DIR/lib:$NV/cublas/lib:$NV/cudnn/lib:$NV/nccl/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+export NCCL_NVLS_ENABLE=0
+
+results="$OUT_DIR/results.md"
+tests_log="$OUT_DIR/tests.log"
+: >"$tests_log"
+device="$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -1)"
+{
+  echo "# cpformer GPU suite"
+  echo
+  echo "- date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "- device: ${device:-unknown (nvidia-smi failed)}"
+  echo "- host: $(uname -n), $(nproc) cores"
+  echo
+  echo "| test binary | result | passed | failed | skipped | seconds |"
+  echo "| --- | --- | --- | --- | --- | --- |"
+} >"$results"
+
+status=0
+for exe in "$CARRY_DIR"/bin/cuda_*_test; do
+  name="$(basename "$exe")"
+  start=$(date +%s)
+  log="$(timeout 300 "$exe" --gtest_color=no 2>&1)"
+  rc=$?
+  secs=$(( $(date +%s) - start ))
+  { echo "===== $name (exit $rc)"; echo "$log"; } >>"$tests_log"
+  passed="$(echo "$log" | sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' | tail -1)"
+  failed="$(echo "$log" | sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' | tail -1)"
+  skipped="$(echo "$log" | sed -n 's/^\[  SKIPPED \] \([0-9]*\) test.*/\1/p' | tail -1)"
+  result=PASS
+  if [[ $rc -ne 0 ]]; then result="FAIL (exit $rc)"; status=1; fi
+  echo "| $name | $result | ${passed:-0} | ${failed:-0} | ${skipped:-0} | $secs |" >>"$results"
+done
+
+bench() {
+  local exe="$CARRY_DIR/bin/$1" log="$OUT_DIR/$2"
+  timeout 300 "$exe" --benchmark_repetitions=5 --benchmark_report_aggregates_only=true >"$log" 2>&1
+  local rc=$?
+  {
+    echo
+    echo "## $1 (exit $rc)"
+    echo
+    echo '```'
+    # The summary table the benchmark prints last.
+    awk '/^(kernel|GEMM) \(median\)/ {on = 1} on' "$log"
+    echo '```'
+  } >>"$results"
+}
+bench gpu_elementwise_bench bench_elementwise.log
+bench gpu_gemm_bench bench_gemm.log
+
+cat "$results"
+exit $status

@@ -1,0 +1,201 @@
+// The cpformer command line: config errors (exit 2, one "file:line:column: key=value problem" line),
+// usage errors, check-config on every shipped config, and docs/config.md staying in sync.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "apps/trainer/config.h"
+#include "support/test_utils.h"
+#include "tests/apps/cli_support.h"
+
+namespace cpf::trainer {
+namespace {
+
+using testing::read_file;
+using testing::repo_root;
+using testing::run;
+using testing::scratch_dir;
+using testing::write_file;
+
+// Writes `yaml` as x.yaml in a scratch folder and runs check-config on it.
+struct ConfigCase {
+  std::filesystem::path dir;
+  std::string path;
+  explicit ConfigCase(const std::string& yaml) {
+    dir = scratch_dir("config");
+    path = (dir / "x.yaml").string();
+    write_file(path, yaml);
+  }
+};
+
+void expect_config_error(const std::string& yaml, const std::string& expected,
+                         const std::vector<std::string>& extra = {}) {
+  ConfigCase c(yaml);
+  std::vector<std::string> args{"check-config", c.path};
+  args.insert(args.end(), extra.begin(), extra.end());
+  const auto r = run(args);
+  EXPECT_EQ(r.code, kExitConfig) << r.out << r.err;
+  EXPECT_NE(r.err.find(expected), std::string::npos) << "stderr: " << r.err << "\nexpected: " << expected;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "one message line: " << r.err;
+  // train reads the config the same way and stops before doing anything.
+  args[0] = "train";
+  const auto t = run(args);
+  EXPECT_EQ(t.code, kExitConfig);
+  EXPECT_EQ(t.err, r.err);
+}
+
+TEST(CliConfig, UnknownKeyNamesTheValidOnes) {
+  expect_config_error("model:\n  hiden_size: 32\n", "x.yaml:2:3: unknown key 'model.hiden_size' (valid keys here: ");
+}
+
+TEST(CliConfig, WrongTypeNamesTheKeyAndValue) {
+  expect_config_error("run:\n  steps: many\n", "x.yaml:2:10: run.steps=many: expected an integer");
+  expect_config_error("model:\n  tie_embeddings: maybe\n", "x.yaml:2:19: model.tie_embeddings=maybe: expected true or false");
+  expect_config_error("parallel:\n  cp_comm_type: ring\n",
+                      "x.yaml:2:17: parallel.cp_comm_type=ring is not one of: p2p, all_gather, a2a, a2a+p2p");
+  expect_config_error("data:\n  source: csv\n", "x.yaml:2:11: data.source=csv is not one of: synthetic, text, shards");
+}
+
+TEST(CliConfig, DivisibilityIsReportedAtTheOffendingKey) {
+  expect_config_error("model:\n  hidden_size: 32\n  num_heads: 8\n  attention: gqa\n  num_kv_heads: 3\n",
+                      "x.yaml:5:17: model.num_kv_heads=3 must divide num_heads=8");
+  expect_config_error("model:\n  hidden_size: 30\n  num_heads: 4\n",
+                      "x.yaml:3:14: model.num_heads=4 must divide hidden_size=30 (or set head_dim)");
+}
+
+TEST(CliConfig, UnsupportedContextParallelCombination) {
+  expect_config_error(
+      "model:\n  hidden_size: 48\n  num_heads: 6\ndata:\n  pad_multiple: 8\nparallel:\n  cp: 4\n  cp_comm_type: a2a\n",
+      "x.yaml:8:17: parallel.cp_comm_type=a2a is not supported here: a2a: num_heads=6 is not divisible by the cp "
+      "size=4");
+  expect_config_error("data:\n  pad_multiple: 8\nparallel:\n  cp: 4\n  cp_comm_type: a2a+p2p\n  cp_a2a_size: 4\n",
+                      "x.yaml:5:17: parallel.cp_comm_type=a2a+p2p is not supported here: a2a+p2p: cp size 4 must split "
+                      "into a2a size 4 x p2p size, both at least 2");
+  // The padding CP needs, when the key is not in the file: the file is named without a position.
+  expect_config_error("parallel:\n  cp: 2\n",
+                      "x.yaml: data.pad_multiple=1 must be a multiple of 2 x parallel.cp = 4 (context parallelism cuts "
+                      "every sequence slot into 2 x cp chunks)");
+  expect_config_error("data:\n  layout: bshd\n  seq_len: 18\nparallel:\n  cp: 2\n",
+                      "x.yaml:3:12: data.seq_len=18 must be a multiple of 2 x parallel.cp = 4");
+}
+
+TEST(CliConfig, CrossSectionChecks) {
+  expect_config_error("model:\n  vocab_size: 10\n",
+                      "x.yaml:2:15: model.vocab_size=10 is smaller than the vocabulary of the data (14 tokens)");
+  expect_config_error("data:\n  min_len: 3\n  max_len: 2\n",
+                      "x.yaml:2:12: data.min_len=3: synthetic task addition needs 1 <= min_len <= max_len, got min_len=3 "
+                      "max_len=2");
+  expect_config_error("model:\n  positions: learned\n  max_positions: 8\ndata:\n  seq_len: 16\n",
+                      "x.yaml:3:18: model.max_positions=8 must be at least data.seq_len=16 with learned positions");
+  expect_config_error("run:\n  steps: 10\nschedule:\n  warmup_steps: 20\n",
+                      "x.yaml:4:17: schedule.warmup_steps=20 must not exceed the decay length of 10 steps");
+  expect_config_error("optimizer:\n  type: sgd\n  momentum: 0\n  nesterov: true\n",
+                      "x.yaml:4:13: optimizer.nesterov=true needs optimizer.momentum > 0");
+  expect_config_error("run:\n  target_accuracy: 0.9\ndata:\n  source: text\n  path: x.txt\n",
+                      "x.yaml:2:20: run.target_accuracy=0.9 needs data.source: synthetic");
+  expect_config_error("run:\n  eval_path: held_out.txt\n",
+                      "x.yaml:2:14: run.eval_path=held_out.txt applies to text and shards");
+}
+
+TEST(CliConfig, OverridesAreCheckedAndLocatedAsSuch) {
+  expect_config_error("run:\n  steps: 5\n", "--set model.num_layers=0: model.num_layers=0 is out of range [1, 1024]",
+                      {"--set", "model.num_layers=0"});
+  expect_config_error("run:\n  steps: 5\n", "--set model.nope=1", {"--set", "model.nope=1"});
+  expect_config_error("run:\n  steps: 5\n",
+                      "--set data.pad_multiple=2: data.pad_multiple=2 must be a multiple of 2 x parallel.cp = 4",
+                      {"--set=parallel.cp=2", "--set", "data.pad_multiple=2"});
+}
+
+TEST(CliConfig, UnreadableOrInvalidYaml) {
+  const auto missing = run({"check-config", "/nonexistent/x.yaml"});
+  EXPECT_EQ(missing.code, kExitConfig);
+  EXPECT_NE(missing.err.find("/nonexistent/x.yaml: cannot open the config file"), std::string::npos) << missing.err;
+  expect_config_error("model: [1, 2\n", "x.yaml:");
+  expect_config_error("- a\n- b\n", "x.yaml:1:1: the config must be a mapping of sections");
+}
+
+TEST(CliUsage, BadCommandLinesExitWithUsage) {
+  auto expect_usage = [](const std::vector<std::string>& args, const std::string& message) {
+    const auto r = run(args);
+    EXPECT_EQ(r.code, kExitConfig);
+    EXPECT_NE(r.err.find("cpformer: " + message), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("usage: cpformer"), std::string::npos);
+  };
+  expect_usage({}, "no command given");
+  expect_usage({"fly"}, "unknown command 'fly'");
+  expect_usage({"train"}, "'train' takes exactly one config file, got 0");
+  expect_usage({"check-config", "a.yaml", "b.yaml"}, "'check-config' takes exactly one config file, got 2");
+  expect_usage({"train", "a.yaml", "--bogus"}, "unknown option '--bogus'");
+  expect_usage({"train", "a.yaml", "--set"}, "--set needs a value");
+  expect_usage({"train", "a.yaml", "--prompt", "x"}, "--prompt, --tokens, --temperature and --seed apply to 'generate' only");
+  expect_usage({"generate", "dir", "--tokens", "ten"}, "--tokens ten: expected a number");
+  expect_usage({"generate", "dir", "--set", "a=b"}, "'generate' takes no --set");
+  expect_usage({"docs", "extra"}, "'docs' takes no arguments");
+  const auto help = run({"--help"});
+  EXPECT_EQ(help.code, kExitOk);
+  EXPECT_NE(help.out.find("check-config CONFIG"), std::string::npos);
+}
+
+TEST(CliCheckConfig, EveryShippedConfigPasses) {
+  const auto root = repo_root();
+  const auto cwd = std::filesystem::current_path();
+  std::filesystem::current_path(root);  // data paths in configs/ are relative to the repository root
+  int checked = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(root / "configs")) {
+    if (entry.path().extension() != ".yaml") continue;
+    const std::string rel = "configs/" + entry.path().filename().string();
+    const auto r = run({"check-config", rel});
+    EXPECT_EQ(r.code, kExitOk) << rel << ": " << r.err;
+    EXPECT_NE(r.out.find(rel + ": OK"), std::string::npos) << r.out;
+    const TrainConfig c = load_train_config(rel);
+    if (c.parallel.cp > 1) EXPECT_NE(r.out.find("supported (CP support check passed)"), std::string::npos) << r.out;
+    ++checked;
+  }
+  std::filesystem::current_path(cwd);
+  EXPECT_GE(checked, 8);
+}
+
+TEST(CliCheckConfig, MissingDataFilesAreNotedNotFatal) {
+  ConfigCase c("data:\n  source: shards\n  path: /nonexistent/fineweb_train_*.bin\n");
+  const auto r = run({"check-config", c.path});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_NE(r.out.find("data files: not checked"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("/nonexistent"), std::string::npos) << r.out;
+}
+
+TEST(CliDocs, ConfigMarkdownHoldsExactlyTheGeneratedTable) {
+  const std::string table = config_docs_markdown();
+  const std::string doc = read_file(repo_root() / "docs" / "config.md");
+  const size_t at = doc.find(table);
+  ASSERT_NE(at, std::string::npos) << "docs/config.md is out of date: regenerate its table with `cpformer docs`";
+  // Exactly one copy: no stale key rows elsewhere in the page.
+  auto count = [](const std::string& text, const std::string& what) {
+    size_t n = 0;
+    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+    return n;
+  };
+  for (const char* section : {"run", "model", "optimizer", "schedule", "data", "parallel"}) {
+    const std::string row = std::string("\n| `") + section + ".";
+    EXPECT_EQ(count(doc, row), count(table, row)) << section;
+  }
+  const auto r = run({"docs"});
+  EXPECT_EQ(r.code, kExitOk);
+  EXPECT_EQ(r.out, table);
+  // Every key of every section is in the table.
+  for (const char* key : {"`run.target_accuracy`", "`model.num_kv_heads`", "`optimizer.lr`", "`schedule.warmup_steps`",
+                          "`data.pad_multiple`", "`parallel.cp_comm_type`"}) {
+    EXPECT_NE(table.find(key), std::string::npos) << key;
+  }
+}
+
+TEST(CliConfig, EffectiveConfigRoundTrips) {
+  const TrainConfig c = load_train_config((repo_root() / "configs" / "default.yaml").string());
+  const std::string yaml = to_yaml(c);
+  const TrainConfig back = load_train_config_string(yaml, "effective.yaml");
+  EXPECT_EQ(to_yaml(back), yaml);
+  EXPECT_EQ(back.model.vocab_size, 14);  // resolved from the synthetic task
+  EXPECT_EQ(back.run.out_dir, c.run.out_dir);
+}
+
+}  // namespace
+}  // namespace cpf::trainer

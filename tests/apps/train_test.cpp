@@ -1,0 +1,177 @@
+// End-to-end training through the trainer: learning happens, every (dp, cp) layout takes the same
+// steps as one rank, resume is bit-exact, and a crash while writing a checkpoint loses nothing.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "apps/trainer/checkpointing.h"
+#include "apps/trainer/trainer.h"
+#include "framework/io/checkpoint.h"
+#include "tests/apps/cli_support.h"
+
+namespace cpf::trainer {
+namespace {
+
+using testing::read_file;
+using testing::repo_root;
+using testing::run;
+using testing::scratch_dir;
+
+// One-digit addition, a 2-layer model, 128-token batches padded for cp up to 4.
+std::string base_yaml(const std::filesystem::path& out_dir, int64_t steps) {
+  return "run:\n  out_dir: " + out_dir.string() + "\n  steps: " + std::to_string(steps) +
+         "\n  log_every: 1\n  eval_every: 0\n  eval_batches: 1\n  eval_examples: 8\n  threads: 1\n"
+         "model:\n  hidden_size: 32\n  num_layers: 2\n  num_heads: 4\n"
+         "optimizer:\n  lr: 0.003\n"
+         "schedule:\n  warmup_steps: 2\n  total_steps: 20\n"
+         "data:\n  min_len: 1\n  max_len: 1\n  seq_len: 16\n  tokens_per_batch: 128\n  pad_multiple: 8\n";
+}
+
+TrainOutcome train_with(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
+  const TrainConfig c = load_train_config_string(yaml, "test.yaml", overrides);
+  std::ostringstream out;
+  return train(c, out);
+}
+
+void expect_same_losses(const std::vector<double>& actual, const std::vector<double>& expected, double rtol,
+                        const std::string& what) {
+  ASSERT_EQ(actual.size(), expected.size()) << what;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_LE(std::abs(actual[i] - expected[i]), rtol * std::abs(expected[i]))
+        << what << ": step " << i + 1 << " loss " << actual[i] << " vs " << expected[i];
+  }
+}
+
+TEST(Train, LossDecreasesOnTheTinyConfig) {
+  const auto dir = scratch_dir("run");
+  const auto r = run({"train", (repo_root() / "configs" / "tiny.yaml").string(), "--set", "run.out_dir=" + dir.string(),
+                      "--set", "run.threads=1"});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_NE(r.out.find("step 20/20 | loss "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("exact match"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("done: step 20/20"), std::string::npos) << r.out;
+  // metrics.jsonl: one line per logging step (every 5) and per evaluation (10, 20).
+  const std::string metrics = read_file(dir / "metrics.jsonl");
+  EXPECT_EQ(std::count(metrics.begin(), metrics.end(), '\n'), 4 + 2) << metrics;
+  EXPECT_NE(metrics.find("\"accuracy\""), std::string::npos);
+  // config.yaml is the effective config and reads back.
+  const TrainConfig back = load_train_config((dir / "config.yaml").string());
+  EXPECT_EQ(back.run.steps, 20);
+  EXPECT_EQ(back.model.vocab_size, 14);
+
+  const TrainOutcome o = train_with(base_yaml(scratch_dir("direct"), 20), {"schedule.total_steps=0"});
+  ASSERT_EQ(o.losses.size(), 20u);
+  const double first = (o.losses[0] + o.losses[1] + o.losses[2]) / 3;
+  const double last = (o.losses[17] + o.losses[18] + o.losses[19]) / 3;
+  EXPECT_LT(last, 0.85 * first) << "first " << first << " last " << last;
+  EXPECT_FALSE(o.target_set);
+  ASSERT_TRUE(o.last_eval && o.last_eval->loss && o.last_eval->accuracy);
+  EXPECT_EQ(o.last_eval->num_examples, 8);
+}
+
+TEST(Train, ContextParallelStepsMatchOneRank) {
+  const auto reference = train_with(base_yaml(scratch_dir("cp1"), 5)).losses;
+  ASSERT_EQ(reference.size(), 5u);
+  struct Case {
+    const char* comm;
+    int cp;
+  };
+  for (const Case& c : {Case{"p2p", 2}, Case{"all_gather", 2}, Case{"a2a", 2}, Case{"a2a+p2p", 4}}) {
+    const auto losses = train_with(base_yaml(scratch_dir(c.comm), 5),
+                                   {"parallel.cp=" + std::to_string(c.cp), std::string("parallel.cp_comm_type=") + c.comm})
+                            .losses;
+    expect_same_losses(losses, reference, 1e-5, std::string("cp_comm_type ") + c.comm);
+  }
+}
+
+TEST(Train, DataParallelMatchesOneRankWithTheDoubledBatch) {
+  // bshd document rows: DP rank r of a step gets global batch 2s + r, i.e. the rows that one rank with
+  // the doubled batch gets in one piece.
+  const std::string bshd = "  layout: bshd\n  batch_size: 4\n";
+  std::string yaml = base_yaml(scratch_dir("dp1"), 5);
+  yaml.replace(yaml.find("  tokens_per_batch: 128\n"), 24, "");
+  const auto reference = train_with(yaml + bshd, {"data.batch_size=8"}).losses;
+  const auto dp2 = train_with(yaml + bshd, {"parallel.dp=2", "run.out_dir=" + scratch_dir("dp2").string()}).losses;
+  expect_same_losses(dp2, reference, 1e-5, "dp=2");
+  const auto dp2cp2 =
+      train_with(yaml + bshd, {"parallel.dp=2", "parallel.cp=2", "run.out_dir=" + scratch_dir("dp2cp2").string()}).losses;
+  expect_same_losses(dp2cp2, reference, 1e-5, "dp=2 x cp=2");
+}
+
+TEST(Train, ResumeReproducesTheUninterruptedRunBitForBit) {
+  const auto full_dir = scratch_dir("full"), split_dir = scratch_dir("split");
+  const auto full = train_with(base_yaml(full_dir, 6), {"run.checkpoint_every=3", "parallel.cp=2"});
+  ASSERT_EQ(full.losses.size(), 6u);
+  EXPECT_EQ(io::list_checkpoints((full_dir / "checkpoints").string()).size(), 2u);
+
+  const auto first = train_with(base_yaml(split_dir, 3), {"parallel.cp=2"});
+  ASSERT_EQ(first.losses.size(), 3u);
+  const auto second = train_with(base_yaml(split_dir, 6), {"parallel.cp=2"});
+  EXPECT_EQ(second.start_step, 3);
+  ASSERT_EQ(second.losses.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(first.losses[i], full.losses[i]) << "step " << i + 1;
+    EXPECT_EQ(second.losses[i], full.losses[i + 3]) << "step " << i + 4;  // bit for bit
+  }
+  // Resuming a finished run does nothing more.
+  const auto again = train_with(base_yaml(split_dir, 6), {"parallel.cp=2"});
+  EXPECT_EQ(again.start_step, 6);
+  EXPECT_TRUE(again.losses.empty());
+}
+
+TEST(Train, CrashWhileWritingACheckpointKeepsThePreviousOne) {
+  const auto full_dir = scratch_dir("full"), dir = scratch_dir("crashed");
+  const auto full = train_with(base_yaml(full_dir, 6), {"run.checkpoint_every=3"});
+  train_with(base_yaml(dir, 3));
+  const auto ckpts = dir / "checkpoints";
+  const auto step3 = ckpts / "step_00000003";
+  ASSERT_TRUE(std::filesystem::exists(step3 / "model.safetensors"));
+  // A save of step 6 killed mid-write: its temporary folder holds a truncated file.
+  const auto tmp = ckpts / ".tmp-step_00000006";
+  std::filesystem::copy(step3, tmp);
+  std::filesystem::resize_file(tmp / "model.safetensors", std::filesystem::file_size(tmp / "model.safetensors") / 2);
+  // And a newer complete-looking checkpoint whose weights were cut short (a torn copy): it is
+  // validated, skipped with a warning, never loaded.
+  const auto torn = ckpts / "step_00000006";
+  std::filesystem::copy(full_dir / "checkpoints" / "step_00000006", torn);
+  std::filesystem::resize_file(torn / "model.safetensors", 100);
+
+  const auto resumed = train_with(base_yaml(dir, 6));
+  EXPECT_EQ(resumed.start_step, 3);
+  ASSERT_EQ(resumed.losses.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(resumed.losses[i], full.losses[i + 3]) << "step " << i + 4;
+  EXPECT_FALSE(std::filesystem::exists(tmp)) << "the next save removes the leftover temporary folder";
+}
+
+TEST(Train, ResumeRefusesCheckpointsOfAnotherConfig) {
+  const auto dir = scratch_dir("run");
+  train_with(base_yaml(dir, 2));
+  testing::write_file(dir / "other.yaml", base_yaml(dir, 4));
+  const auto r = run({"train", (dir / "other.yaml").string(), "--set", "model.hidden_size=64"});
+  EXPECT_EQ(r.code, kExitError);
+  EXPECT_NE(r.err.find("resume: none of the 1 checkpoints in"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("run.resume: never"), std::string::npos) << r.err;
+  // resume: never starts over.
+  const auto fresh = run({"train", (dir / "other.yaml").string(), "--set", "model.hidden_size=64", "--set",
+                          "run.resume=never"});
+  EXPECT_EQ(fresh.code, kExitOk) << fresh.err;
+}
+
+TEST(Train, TargetsStopEarlyOrFailTheRun) {
+  const auto dir = scratch_dir("run");
+  testing::write_file(dir / "t.yaml", base_yaml(dir / "a", 6));
+  // An unreachable target: the run ends with exit code 4 and says so.
+  auto r = run({"train", (dir / "t.yaml").string(), "--set", "run.target_accuracy=1", "--set", "run.eval_every=3"});
+  EXPECT_EQ(r.code, kExitTargetMissed) << r.err;
+  EXPECT_NE(r.out.find("target exact match >= 100.0% NOT reached"), std::string::npos) << r.out;
+  // A loss target the first evaluation meets stops the run there, with a checkpoint.
+  r = run({"train", (dir / "t.yaml").string(), "--set", "run.target_loss=100", "--set", "run.eval_every=3", "--set",
+           "run.out_dir=" + (dir / "b").string()});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_NE(r.out.find("done: step 3/6"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("target eval loss <= 100.0000 reached at step 3"), std::string::npos) << r.out;
+  EXPECT_TRUE(std::filesystem::exists(dir / "b" / "checkpoints" / "step_00000003"));
+}
+
+}  // namespace
+}  // namespace cpf::trainer

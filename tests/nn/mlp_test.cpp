@@ -1,0 +1,88 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "framework/autograd/ops.h"
+#include "framework/nn/mlp.h"
+#include "support/test_utils.h"
+
+namespace cpf {
+namespace {
+
+using testing::all_close;
+using testing::random_tensor;
+
+// Row-major y = x W^T (+ b) with plain loops.
+std::vector<double> naive_linear(const std::vector<double>& x, int64_t rows, const Tensor& w, const Tensor& b) {
+  const int64_t out = w.size(0), in = w.size(1);
+  const auto wv = w.to_vector<double>();
+  const auto bv = b.defined() ? b.to_vector<double>() : std::vector<double>(out, 0.0);
+  std::vector<double> y(rows * out);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t o = 0; o < out; ++o) {
+      double acc = bv[o];
+      for (int64_t i = 0; i < in; ++i) acc += x[r * in + i] * wv[o * in + i];
+      y[r * out + o] = acc;
+    }
+  }
+  return y;
+}
+
+double naive_gelu(double v) { return 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v))); }
+
+std::map<std::string, Tensor> params_of(const nn::Module& m) {
+  std::map<std::string, Tensor> out;
+  for (auto& [name, t] : m.named_parameters()) out[name] = t;
+  return out;
+}
+
+TEST(MLP, GeluMatchesNaiveReference) {
+  nn::MLP mlp({.hidden_size = 4, .intermediate_size = 6, .activation = nn::Activation::gelu, .bias = true,
+               .dtype = DType::f64});
+  auto p = params_of(mlp);
+  ASSERT_EQ(p.size(), 4u);
+  Tensor x = random_tensor({3, 4}, DType::f64, 5, -2, 2);
+  auto h = naive_linear(x.to_vector<double>(), 3, p["fc_in.weight"], p["fc_in.bias"]);
+  for (double& v : h) v = naive_gelu(v);
+  const auto y = naive_linear(h, 3, p["fc_out.weight"], p["fc_out.bias"]);
+  EXPECT_TRUE(all_close(mlp.forward(x), from_vector(y, {3, 4}), 1e-12, 1e-10));
+}
+
+TEST(MLP, SwigluMatchesNaiveReference) {
+  nn::MLP mlp({.hidden_size = 4, .intermediate_size = 5, .activation = nn::Activation::swiglu, .dtype = DType::f64});
+  auto p = params_of(mlp);
+  ASSERT_EQ(p.size(), 3u);  // no biases
+  Tensor x = random_tensor({2, 2, 4}, DType::f64, 9, -2, 2);
+  const auto gate = naive_linear(x.to_vector<double>(), 4, p["gate_proj.weight"], Tensor());
+  const auto up = naive_linear(x.to_vector<double>(), 4, p["up_proj.weight"], Tensor());
+  std::vector<double> h(gate.size());
+  for (size_t i = 0; i < h.size(); ++i) h[i] = gate[i] / (1 + std::exp(-gate[i])) * up[i];
+  const auto y = naive_linear(h, 4, p["down_proj.weight"], Tensor());
+  EXPECT_TRUE(all_close(mlp.forward(x), from_vector(y, {2, 2, 4}), 1e-12, 1e-10));
+}
+
+TEST(MLP, OutputProjectionGetsItsOwnInitStd) {
+  Generator gen(3);
+  nn::MLP mlp({.hidden_size = 64, .intermediate_size = 256, .init_std = 0.02, .out_init_std = 0.002}, &gen);
+  auto p = params_of(mlp);
+  auto std_of = [](const Tensor& t) {
+    double sq = 0;
+    for (double v : t.to_vector<double>()) sq += v * v;
+    return std::sqrt(sq / t.numel());
+  };
+  EXPECT_NEAR(std_of(p["fc_in.weight"]), 0.02, 0.001);
+  EXPECT_NEAR(std_of(p["fc_out.weight"]), 0.002, 0.0001);
+}
+
+TEST(MLP, RejectsBadOptionsAndInputs) {
+  EXPECT_CPF_ERROR(nn::MLP({.hidden_size = 4, .intermediate_size = 0}),
+                   "MLP: hidden_size=4 and intermediate_size=0 must be positive");
+  EXPECT_CPF_ERROR(nn::MLP({.hidden_size = 4, .intermediate_size = 8, .init_std = -1}),
+                   "MLP: init_std=-1 and out_init_std=0 must be finite and >= 0");
+  nn::MLP mlp({.hidden_size = 4, .intermediate_size = 8});
+  EXPECT_CPF_ERROR(mlp.forward(zeros({2, 3})), "MLP: input of shape [2,3] does not end in hidden_size=4");
+  EXPECT_STREQ(nn::activation_name(nn::Activation::swiglu), "swiglu");
+}
+
+}  // namespace
+}  // namespace cpf
