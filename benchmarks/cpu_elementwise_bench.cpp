@@ -1,7 +1,8 @@
 // Memory-bound CPU kernels: element-wise add (contiguous and broadcast), unary gelu/exp and softmax
 // over the last dim, next to a plain copy (raw::clone and memcpy) as the bandwidth roof.
 //
-//   build/cpu/benchmarks/cpu_elementwise_bench --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
+//   build/cpu/benchmarks/cpu_elementwise_bench --benchmark_repetitions=3 \
+//       --benchmark_enable_random_interleaving=true --benchmark_report_aggregates_only=true
 //
 // Counter GB/s = (bytes read + bytes written) / wall time, counting each operand once (a broadcast
 // operand counts its own size, not the expanded one). Outputs are allocated by every call, as the
@@ -92,7 +93,8 @@ void BM_softmax_lastdim(benchmark::State& state) {
 constexpr int64_t kSmall = 1 << 20;  // 4 MiB per f32 tensor
 constexpr int64_t kLarge = 1 << 24;  // 64 MiB per f32 tensor
 
-#define CPF_BANDWIDTH_BENCH(fn) BENCHMARK(fn)->Arg(kSmall)->Arg(kLarge)->UseRealTime()->Unit(benchmark::kMicrosecond)
+#define CPF_BANDWIDTH_BENCH(fn) \
+  BENCHMARK(fn)->Arg(kSmall)->Arg(kLarge)->UseRealTime()->MinWarmUpTime(0.1)->Unit(benchmark::kMicrosecond)
 
 CPF_BANDWIDTH_BENCH(BM_copy_memcpy);
 CPF_BANDWIDTH_BENCH(BM_copy_clone);
@@ -106,6 +108,7 @@ BENCHMARK(BM_softmax_lastdim)
     ->Args({512, 32768})
     ->Args({16384, 1024})
     ->UseRealTime()
+    ->MinWarmUpTime(0.1)
     ->Unit(benchmark::kMicrosecond);
 
 }  // namespace

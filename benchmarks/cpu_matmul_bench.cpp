@@ -1,6 +1,7 @@
 // cpf::raw::matmul against the same Eigen product called directly, square f32 matrices.
 //
-//   build/cpu/benchmarks/cpu_matmul_bench --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
+//   build/cpu/benchmarks/cpu_matmul_bench --benchmark_repetitions=3 \
+//       --benchmark_enable_random_interleaving=true --benchmark_report_aggregates_only=true
 //
 // Both sides run Eigen's GEMM with the same thread count (Eigen::nbThreads(), OpenMP's default), so
 // the ratio cpf/eigen measures what the framework adds around it: validation, output allocation,
@@ -73,10 +74,15 @@ void BM_matmul_eigen(benchmark::State& state) {
 // Registered size by size so the two figures for one size sit next to each other in the output.
 void register_all() {
   for (int64_t n : {256, 1024, 2048}) {
-    benchmark::RegisterBenchmark("matmul_f32/cpf", BM_matmul_cpf)->Arg(n)->UseRealTime()->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark("matmul_f32/cpf", BM_matmul_cpf)
+        ->Arg(n)
+        ->UseRealTime()
+        ->MinWarmUpTime(0.2)
+        ->Unit(benchmark::kMillisecond);
     benchmark::RegisterBenchmark("matmul_f32/eigen", BM_matmul_eigen)
         ->Arg(n)
         ->UseRealTime()
+        ->MinWarmUpTime(0.2)
         ->Unit(benchmark::kMillisecond);
   }
 }
