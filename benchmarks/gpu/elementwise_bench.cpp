@@ -1,15 +1,19 @@
 // Memory-bound CUDA kernels against the measured device-to-device copy (cudaMemcpy through the
-// backend): our copy kernel, add, gelu (f32 and bf16), a bias add, sum and softmax. The target
-// (shared/DESIGN.md) is >= 80% of the copy's bandwidth. Ends with a table of GB/s and the ratio.
+// backend): our copy kernel, add, gelu (f32 and bf16), a bias add, sum, softmax, layer_norm and the
+// cross-entropy forward. The target (shared/DESIGN.md) is >= 80% of the copy's bandwidth. Ends with a
+// table of GB/s and the ratio.
 //
 //   gpu_elementwise_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 //
 // GB/s = (bytes read + bytes written) / time, each operand counted once. Sizes (2^26 = 64M elements,
 // 256 MB in f32) are far larger than the 50-60 MB L2, so every byte comes from HBM.
 #include <cstdio>
+#include <vector>
 
 #include "benchmarks/gpu/gpu_bench_util.h"
+#include "framework/tensor/ops/cross_entropy.h"
 #include "framework/tensor/ops/elementwise.h"
+#include "framework/tensor/ops/norm.h"
 #include "framework/tensor/ops/reduce.h"
 #include "framework/tensor/ops/softmax.h"
 #include "framework/tensor/storage.h"
@@ -90,6 +94,28 @@ void BM_softmax_rows(benchmark::State& state) {
   set_bytes(state, 2.0 * n * static_cast<double>(dtype_size(dtype)));
 }
 
+// Rows of 4096 with weight and bias (cached: counted once); x read, y written.
+void BM_layer_norm(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  const DType dtype = dtype_arg(state);
+  Tensor x = bench::gpu_random({n / 4096, 4096}, dtype, 1);
+  Tensor w = bench::gpu_random({4096}, dtype, 2), b = bench::gpu_random({4096}, dtype, 3);
+  bench::time_device(state, [&] { benchmark::DoNotOptimize(raw::layer_norm(x, w, b).y.raw_data()); });
+  set_bytes(state, 2.0 * n * static_cast<double>(dtype_size(dtype)));
+}
+
+// (2048, 32768) logits read once per call; includes the host-side target check and the loss readback.
+void BM_cross_entropy(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  const int64_t rows = n / 32768;
+  Tensor x = bench::gpu_random({rows, 32768}, DType::f32, 1);
+  std::vector<int64_t> t(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) t[r] = (r * 7919) % 32768;
+  Tensor targets = raw::to(from_vector(t, {rows}), Device::cuda());
+  bench::time_device(state, [&] { benchmark::DoNotOptimize(raw::cross_entropy(x, targets).lse.raw_data()); });
+  set_bytes(state, 1.0 * n * 4);
+}
+
 constexpr int64_t kN = int64_t(1) << 26;
 
 BENCHMARK(BM_memcpy_d2d)->Arg(kN)->UseManualTime()->Unit(benchmark::kMicrosecond);
@@ -100,6 +126,8 @@ BENCHMARK(BM_bias_add)->Arg(kN)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_sum_rows)->Arg(kN)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_sum_all)->Arg(kN)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_softmax_rows)->Args({kN, 0})->Args({kN, 1})->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_layer_norm)->Args({kN, 0})->Args({kN, 1})->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_cross_entropy)->Arg(kN)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 

@@ -56,6 +56,41 @@ struct DeviceOps {
   // leading dims; K > 0. a and b have one floating dtype and either of their last two strides equal
   // to 1 (transposed views are read in place).
   void (*matmul)(const Tensor& out, const Tensor& a, const Tensor& b) = nullptr;
+
+  // LayerNorm (centered) / RMSNorm over the last dim. x (rows, C) contiguous floating; weight, bias (C)
+  // contiguous of x's dtype or undefined. y (rows, C) x's dtype; mean (rows, centered only), rstd (rows)
+  // in the compute dtype (f32 for bf16).
+  void (*norm)(bool centered, const Tensor& y, const Tensor& mean, const Tensor& rstd, const Tensor& x,
+               const Tensor& weight, const Tensor& bias, double eps) = nullptr;
+  // dx (rows, C) x's dtype; dweight (C) x's dtype or undefined; dbias (C) x's dtype or undefined.
+  // Parameter gradients are summed over rows in a fixed order (deterministic).
+  void (*norm_backward)(bool centered, const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
+                        const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                        const Tensor& rstd) = nullptr;
+
+  // out[p] = x[p with p[dim] = index[q]] where `index_select`: q = p[dim] (index 1-D), else q = p
+  // (gather: index has out's shape). Indices are in range (checked by the caller); any strides.
+  void (*gather)(const Tensor& out, const Tensor& x, int64_t dim, const Tensor& index, bool index_select) = nullptr;
+  // In place, deterministic (every destination element gets its terms in index-position order):
+  // index_add: acc.select(dim, index[i]) += src.select(dim, i); else scatter_add: acc[p with p[dim] =
+  // index[p]] += src[p]. acc is f32/f64/i32/i64 with src of its dtype, or f32 with a bf16 src.
+  void (*scatter_add)(const Tensor& acc, int64_t dim, const Tensor& index, const Tensor& src, bool index_add) = nullptr;
+  // out (V, C) of grad's compute dtype (f32 for bf16) = for each row v, the sum in order over k in
+  // [begin[v], begin[v+1]) of grad[order[k]]; grad (N, C) contiguous; order (N), begin (V + 1) i64.
+  void (*segment_sum)(const Tensor& out, const Tensor& grad, const Tensor& order, const Tensor& begin) = nullptr;
+
+  // logits (N, C) contiguous floating, targets (N) i32/i64 in range or ignore_index. lse (N) compute
+  // dtype; row_loss (N) f64 = lse - logits[target] (0 on ignored rows).
+  void (*cross_entropy)(const Tensor& lse, const Tensor& row_loss, const Tensor& logits, const Tensor& targets,
+                        int64_t ignore_index) = nullptr;
+  // out (N, C) logits' dtype = (exp(logits - lse) - onehot(target)) * scale; ignored rows 0.
+  void (*cross_entropy_backward)(const Tensor& out, const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                                 double scale, int64_t ignore_index) = nullptr;
+
+  // RoPE (framework/tensor/ops/rope.h): x (B, T, H, D) with unit stride along D (B = 1 for thd),
+  // positions (T) or (B, T) contiguous i32/i64; out contiguous, x's shape and dtype.
+  void (*rope)(const Tensor& out, const Tensor& x, const Tensor& positions, double base, int64_t rotary_dim,
+               bool inverse) = nullptr;
 };
 
 // Installs the table for a device type (nullptr removes it). The table must outlive its use.

@@ -3,7 +3,11 @@
 # and gathers what the GPU machines need into one folder that travels with the device tool's `carry`:
 #
 #   scripts/gpu/build.sh            # -> build/gpu-carry/{bin/*, lib/libbenchmark.so.1debian}
-#   BUILD_DIR=... CARRY_DIR=... JOBS=... scripts/gpu/build.sh
+#   BUILD_DIR=... CARRY_DIR=... PACK_DIR=... JOBS=... scripts/gpu/build.sh
+#
+# The folder is also packed as $PACK_DIR/carry.tar.gz (default build/gpu-carry-pack): the static
+# binaries (cudart and every kernel in each) outgrow the device tool's 64 MiB carry limit unpacked
+# (69 MB for 9 binaries), about 23 MB packed. run_suite.sh takes either.
 #
 # Then, on the GPU machine: scripts/gpu/run_suite.sh (reads build/gpu-carry, writes to $OUT).
 # cudart is linked statically; cuBLASLt comes from the GPU machine (run_suite.sh sets the path);
@@ -36,5 +40,8 @@ if [[ -n "$bench_lib" ]]; then
   cp -L "$bench_lib" "$CARRY_DIR/lib/$soname"
 fi
 
-du -sh "$CARRY_DIR"
-echo "carry: ${CARRY_DIR#$ROOT/} (then run scripts/gpu/run_suite.sh on the GPU machine)"
+PACK_DIR="${PACK_DIR:-${CARRY_DIR}-pack}"
+mkdir -p "$PACK_DIR"
+tar -C "$(dirname "$CARRY_DIR")" -czf "$PACK_DIR/carry.tar.gz" "$(basename "$CARRY_DIR")"
+du -sh "$CARRY_DIR" "$PACK_DIR/carry.tar.gz"
+echo "carry: ${PACK_DIR#$ROOT/} (then scripts/gpu/run_suite.sh ${PACK_DIR#$ROOT/}/carry.tar.gz on the GPU machine)"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the GPU tests and benchmarks on a GPU machine and writes a short results table plus full logs.
 #
-#   scripts/gpu/run_suite.sh [CARRY_DIR] [OUT_DIR]
+#   scripts/gpu/run_suite.sh [CARRY_DIR or CARRY_DIR-pack/carry.tar.gz] [OUT_DIR]
 #
 # CARRY_DIR: what scripts/gpu/build.sh produced (default build/gpu-carry); OUT_DIR: where results go
 # (default $OUT, else out/gpu). Files written: results.md (the table, also printed last), tests.log,
@@ -13,6 +13,11 @@ set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 CARRY_DIR="${1:-$ROOT/build/gpu-carry}"
+if [[ "$CARRY_DIR" == *.tar.gz ]]; then  # build.sh's packed carry: unpack it into a temporary folder
+  unpack="$(mktemp -d)"
+  tar -xzf "$CARRY_DIR" -C "$unpack" || exit 1
+  CARRY_DIR="$(find "$unpack" -mindepth 1 -maxdepth 1 -type d | head -1)"
+fi
 OUT_DIR="${2:-${OUT:-$ROOT/out/gpu}}"
 mkdir -p "$OUT_DIR"
 

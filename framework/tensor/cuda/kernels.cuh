@@ -71,4 +71,38 @@ void launch_reduce_rows(int op, int dtype, const void* in, void* out, int64_t ro
 void launch_softmax(int op, int dtype, const void* a, const void* b, void* out, int64_t outer, int64_t size,
                     int64_t inner, int sm_count, cudaStream_t stream);
 
+// ---- nn kernels (norm.cu, index.cu, rope.cu); pointers to contiguous buffers unless an Iter says otherwise ----
+
+// LayerNorm (centered) / RMSNorm rows (rows, cols) of dtype; mean (centered only) and rstd in the compute type.
+void launch_norm(bool centered, int dtype, const void* x, const void* w, const void* b, void* y, void* mean,
+                 void* rstd, int64_t rows, int64_t cols, double eps, cudaStream_t stream);
+// Workspace for the parameter gradients' row-chunk partials (0 when neither is wanted).
+size_t norm_backward_workspace_bytes(int dtype, int64_t rows, int64_t cols);
+void launch_norm_backward(bool centered, int dtype, const void* g, const void* x, const void* w, const void* mean,
+                          const void* rstd, void* dx, void* dw, void* db, int64_t rows, int64_t cols,
+                          void* workspace, cudaStream_t stream);
+
+// Cross-entropy rows (rows, cols) of dtype; targets of index dtype it_dtype (kI32/kI64).
+void launch_cross_entropy(int dtype, int it_dtype, const void* logits, const void* targets, void* lse,
+                          double* row_loss, int64_t rows, int64_t cols, int64_t ignore_index, cudaStream_t stream);
+void launch_cross_entropy_backward(int dtype, int it_dtype, const void* logits, const void* targets, const void* lse,
+                                   void* out, int64_t rows, int64_t cols, double scale, int64_t ignore_index,
+                                   cudaStream_t stream);
+
+// RoPE over x (B, T, H, D) with element strides sb, st, sh (unit stride along D); out contiguous.
+// positions: (T) or (B, T) (per_batch) of index dtype pos_dtype.
+void launch_rope(int dtype, int pos_dtype, const void* x, const void* positions, void* out, int64_t batch,
+                 int64_t seq, int64_t heads, int64_t dim, int64_t sb, int64_t st, int64_t sh, bool per_batch,
+                 double base, int64_t rotary_dim, bool inverse, cudaStream_t stream);
+
+// Gather over an Iter of (out, index, x): out[o] = x[x_off + index[i_off] * x_step]; elem_size bytes.
+void launch_gather(const Iter& it, int elem_size, int index_dtype, int64_t x_step, cudaStream_t stream);
+// Per line of an Iter of (acc, index, src): for j in [0, len): acc[index[j * index_step] * acc_step] +=
+// src[j * src_step]. acc_dtype/src_dtype: equal, or kF32 with kBF16.
+void launch_scatter_lines(const Iter& it, int acc_dtype, int src_dtype, int index_dtype, int64_t len,
+                          int64_t acc_step, int64_t index_step, int64_t src_step, cudaStream_t stream);
+// out (rows, cols) compute type of dtype: row v = sum over k in [begin[v], begin[v+1]) of grad[order[k]].
+void launch_segment_sum(int dtype, const void* grad, const int64_t* order, const int64_t* begin, void* out,
+                        int64_t rows, int64_t cols, cudaStream_t stream);
+
 }  // namespace cpf::cuda::kernels

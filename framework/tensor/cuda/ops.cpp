@@ -223,6 +223,114 @@ void softmax(DeviceSoftmaxOp op, const Tensor& out, const Tensor& a, const Tenso
                     out.raw_data(), outer, size, inner, launch.sm_count, launch.stream);
 }
 
+// ---- nn ops ----
+
+const void* ptr_or_null(const Tensor& t) { return t.defined() ? t.raw_data() : nullptr; }
+void* mut_ptr_or_null(const Tensor& t) { return t.defined() ? t.raw_data() : nullptr; }
+
+void norm(bool centered, const Tensor& y, const Tensor& mean, const Tensor& rstd, const Tensor& x,
+          const Tensor& weight, const Tensor& bias, double eps) {
+  Launch launch(x.device());
+  const int64_t cols = x.size(-1), rows = x.numel() / cols;
+  k::launch_norm(centered, code(x.dtype()), x.raw_data(), ptr_or_null(weight), ptr_or_null(bias), y.raw_data(),
+                 mut_ptr_or_null(mean), rstd.raw_data(), rows, cols, eps, launch.stream);
+}
+
+void norm_backward(bool centered, const Tensor& dx, const Tensor& dweight, const Tensor& dbias, const Tensor& grad_y,
+                   const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd) {
+  Launch launch(x.device());
+  const int64_t cols = x.size(-1), rows = x.numel() / cols;
+  const bool params = dweight.defined() || dbias.defined();
+  const size_t ws_bytes = params ? k::norm_backward_workspace_bytes(code(x.dtype()), rows, cols) : 0;
+  Tensor ws = ws_bytes ? empty({static_cast<int64_t>(ws_bytes)}, {.dtype = DType::boolean, .device = x.device()})
+                       : Tensor();
+  k::launch_norm_backward(centered, code(x.dtype()), grad_y.raw_data(), x.raw_data(), ptr_or_null(weight),
+                          ptr_or_null(mean), rstd.raw_data(), dx.raw_data(), mut_ptr_or_null(dweight),
+                          mut_ptr_or_null(dbias), rows, cols, ws_bytes ? ws.raw_data() : nullptr, launch.stream);
+}
+
+Shape without(const Shape& v, int64_t d) {
+  Shape out = v;
+  out.erase(out.begin() + d);
+  return out;
+}
+
+void gather(const Tensor& out, const Tensor& x, int64_t dim, const Tensor& index, bool index_select) {
+  Launch launch(out.device());
+  Shape shape = out.shape();
+  Shape index_strides(shape.size(), 0);
+  if (index_select) {
+    index_strides[dim] = index.stride(0);
+  } else {
+    index_strides = index.strides();
+  }
+  Shape x_strides = x.strides();
+  x_strides[dim] = 0;  // the index supplies the offset along dim
+  std::vector<Operand> ops{operand(out, shape),
+                           {static_cast<char*>(index.raw_data()), static_cast<int64_t>(dtype_size(index.dtype())),
+                            code(index.dtype()), index_strides},
+                           {static_cast<char*>(x.raw_data()), static_cast<int64_t>(dtype_size(x.dtype())),
+                            code(x.dtype()), x_strides}};
+  coalesce(shape, ops);
+  const int elem = static_cast<int>(dtype_size(x.dtype()));
+  for_each_iter(shape, ops, launch.sm_count, [&](const k::Iter& it) {
+    k::launch_gather(it, elem, code(index.dtype()), x.stride(dim), launch.stream);
+  });
+}
+
+void scatter_add(const Tensor& acc, int64_t dim, const Tensor& index, const Tensor& src, bool index_add) {
+  Launch launch(acc.device());
+  // Lines: every position outside dim; each is walked along dim by one thread.
+  Shape lines = without(index_add ? src.shape() : index.shape(), dim);
+  const Shape index_strides = index_add ? Shape(lines.size(), 0) : without(index.strides(), dim);
+  const int64_t len = index_add ? index.numel() : index.size(dim);
+  const int64_t index_step = index_add ? (index.numel() > 0 ? index.stride(0) : 0) : index.stride(dim);
+  std::vector<Operand> ops{
+      {static_cast<char*>(acc.raw_data()), static_cast<int64_t>(dtype_size(acc.dtype())), code(acc.dtype()),
+       without(acc.strides(), dim)},
+      {static_cast<char*>(index.raw_data()), static_cast<int64_t>(dtype_size(index.dtype())), code(index.dtype()),
+       index_strides},
+      {static_cast<char*>(src.raw_data()), static_cast<int64_t>(dtype_size(src.dtype())), code(src.dtype()),
+       without(src.strides(), dim)}};
+  coalesce(lines, ops);
+  for_each_iter(lines, ops, launch.sm_count, [&](const k::Iter& it) {
+    k::launch_scatter_lines(it, code(acc.dtype()), code(src.dtype()), code(index.dtype()), len, acc.stride(dim),
+                            index_step, src.stride(dim), launch.stream);
+  });
+}
+
+void segment_sum(const Tensor& out, const Tensor& grad, const Tensor& order, const Tensor& begin) {
+  Launch launch(out.device());
+  k::launch_segment_sum(code(grad.dtype()), grad.raw_data(), static_cast<const int64_t*>(order.raw_data()),
+                        static_cast<const int64_t*>(begin.raw_data()), out.raw_data(), out.size(0), out.size(1),
+                        launch.stream);
+}
+
+void cross_entropy(const Tensor& lse, const Tensor& row_loss, const Tensor& logits, const Tensor& targets,
+                   int64_t ignore_index) {
+  Launch launch(logits.device());
+  k::launch_cross_entropy(code(logits.dtype()), code(targets.dtype()), logits.raw_data(), targets.raw_data(),
+                          lse.raw_data(), static_cast<double*>(row_loss.raw_data()), logits.size(0), logits.size(1),
+                          ignore_index, launch.stream);
+}
+
+void cross_entropy_backward(const Tensor& out, const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                            double scale, int64_t ignore_index) {
+  Launch launch(logits.device());
+  k::launch_cross_entropy_backward(code(logits.dtype()), code(targets.dtype()), logits.raw_data(), targets.raw_data(),
+                                   lse.raw_data(), out.raw_data(), logits.size(0), logits.size(1), scale, ignore_index,
+                                   launch.stream);
+}
+
+void rope(const Tensor& out, const Tensor& x, const Tensor& positions, double base, int64_t rotary_dim,
+          bool inverse) {
+  Launch launch(x.device());
+  const bool thd = x.dim() == 3;
+  k::launch_rope(code(x.dtype()), code(positions.dtype()), x.raw_data(), positions.raw_data(), out.raw_data(),
+                 thd ? 1 : x.size(0), x.size(-3), x.size(-2), x.size(-1), thd ? 0 : x.stride(0), x.stride(-3),
+                 x.stride(-2), positions.dim() == 2, base, rotary_dim, inverse, launch.stream);
+}
+
 }  // namespace
 
 const DeviceOps& cuda_device_ops() {
@@ -240,6 +348,14 @@ const DeviceOps& cuda_device_ops() {
     t.reduce_rows = &reduce_rows;
     t.softmax = &softmax;
     t.matmul = &matmul;
+    t.norm = &norm;
+    t.norm_backward = &norm_backward;
+    t.gather = &gather;
+    t.scatter_add = &scatter_add;
+    t.segment_sum = &segment_sum;
+    t.cross_entropy = &cross_entropy;
+    t.cross_entropy_backward = &cross_entropy_backward;
+    t.rope = &rope;
     return t;
   }();
   return table;

@@ -7,6 +7,7 @@
 
 #include "framework/tensor/cpu/softmax_kernels.h"
 #include "framework/tensor/cpu/strided_loop.h"
+#include "framework/tensor/device_ops.h"
 #include "framework/tensor/ops/copy.h"
 #include "framework/tensor/shape_utils.h"
 
@@ -20,7 +21,8 @@ DType compute_dtype(DType dtype) { return dtype == DType::bf16 ? DType::f32 : dt
 
 void check_inputs(const Tensor& logits, const Tensor& targets, const char* op) {
   check_defined(logits, op, "logits");
-  CPF_CHECK(logits.device().is_cpu(), op, ": no kernel for device ", logits.device(), " in this build");
+  CPF_CHECK(has_kernel(logits.device(), &DeviceOps::cross_entropy), op, ": no kernel for device ", logits.device(),
+            " in this build");
   CPF_CHECK(is_floating(logits.dtype()), op, ": logits must be a floating tensor, got ", logits.dtype());
   CPF_CHECK(logits.dim() == 2, op, ": logits must be 2-D (N, C), got shape ", logits.shape(),
             " (flatten the leading dims first)");
@@ -67,6 +69,22 @@ CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& targets, in
   const Tensor tc = contiguous(targets);
   const int64_t rows = logits.size(0), classes = logits.size(1);
   CrossEntropyResult result;
+  if (!logits.device().is_cpu()) {
+    // Targets are checked and counted on the host; the per-row losses come back (f64) and are summed
+    // in row order, as on the CPU.
+    visit_target_type(tc.dtype(), [&]<class I>() {
+      result.valid_count = count_valid(to(tc, Device::cpu()).data<I>(), rows, classes, ignore_index, op);
+    });
+    result.lse = empty({rows}, {.dtype = compute, .device = logits.device()});
+    Tensor row_loss = empty({rows}, {.dtype = DType::f64, .device = logits.device()});
+    device_kernel(logits.device(), &DeviceOps::cross_entropy, op)(result.lse, row_loss, contiguous(logits), tc,
+                                                                  ignore_index);
+    double sum = 0;
+    for (double v : row_loss.to_vector<double>()) sum += v;
+    const double loss = result.valid_count > 0 ? sum / static_cast<double>(result.valid_count) : 0.0;
+    result.loss = scalar_tensor(loss, {.dtype = compute, .device = logits.device()});
+    return result;
+  }
   result.lse = empty({rows}, {.dtype = compute});
   double total = 0;
   visit_target_type(tc.dtype(), [&]<class I>() {
@@ -110,7 +128,20 @@ Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, con
   check_defined(lse, op, "lse");
   CPF_CHECK(lse.shape() == Shape{rows} && lse.dtype() == compute, op, ": lse must be ", compute, " [", rows,
             "] (from the forward), got ", lse.dtype(), " ", lse.shape());
+  check_same_device(logits, lse, op);
   const Tensor tc = contiguous(targets);
+  if (!logits.device().is_cpu()) {
+    visit_target_type(tc.dtype(), [&]<class I>() {
+      const int64_t counted = count_valid(to(tc, Device::cpu()).data<I>(), rows, classes, ignore_index, op);
+      CPF_CHECK(counted == valid_count, op, ": valid_count ", valid_count, " does not match the ", counted,
+                " targets that are not ignore_index=", ignore_index);
+    });
+    const double scale = valid_count > 0 ? grad_loss.item<double>() / static_cast<double>(valid_count) : 0.0;
+    Tensor out = empty({rows, classes}, {.dtype = logits.dtype(), .device = logits.device()});
+    device_kernel(logits.device(), &DeviceOps::cross_entropy_backward, op)(out, contiguous(logits), tc,
+                                                                           contiguous(lse), scale, ignore_index);
+    return out;
+  }
   const Tensor lc = contiguous(to(logits, compute));
   const Tensor lsec = contiguous(lse);
   Tensor out = empty({rows, classes}, {.dtype = compute});

@@ -5,7 +5,9 @@
 #include <cstring>
 
 #include "framework/tensor/cpu/strided_loop.h"
+#include "framework/tensor/device_ops.h"
 #include "framework/tensor/ops/copy.h"
+#include "framework/tensor/ops/views.h"
 #include "framework/tensor/shape_utils.h"
 
 namespace cpf::raw {
@@ -16,7 +18,8 @@ using Vec = Eigen::Array<T, Eigen::Dynamic, 1>;
 
 void check_ids(const Tensor& ids, const char* op) {
   check_defined(ids, op, "ids");
-  CPF_CHECK(ids.device().is_cpu(), op, ": no kernel for device ", ids.device(), " in this build");
+  CPF_CHECK(has_kernel(ids.device(), &DeviceOps::gather), op, ": no kernel for device ", ids.device(),
+            " in this build");
   CPF_CHECK(ids.dtype() == DType::i32 || ids.dtype() == DType::i64, op, ": ids must be i32 or i64, got ",
             ids.dtype());
 }
@@ -56,12 +59,27 @@ void visit_id_type(DType dtype, Fn&& fn) {
 Tensor embedding(const Tensor& weight, const Tensor& ids) {
   const char* op = "embedding";
   check_defined(weight, op, "weight");
-  CPF_CHECK(weight.device().is_cpu(), op, ": no kernel for device ", weight.device(), " in this build");
+  CPF_CHECK(has_kernel(weight.device(), &DeviceOps::gather), op, ": no kernel for device ", weight.device(),
+            " in this build");
   CPF_CHECK(is_floating(weight.dtype()), op, ": weight must be a floating tensor, got ", weight.dtype());
   CPF_CHECK(weight.dim() == 2, op, ": weight must be 2-D (V, C), got shape ", weight.shape());
   check_ids(ids, op);
+  check_same_device(weight, ids, op);
   const int64_t rows = weight.size(0), cols = weight.size(1);
   const Tensor idc = contiguous(ids);
+  if (!weight.device().is_cpu()) {
+    visit_id_type(idc.dtype(),
+                  [&]<class I>() { check_range(to(idc, Device::cpu()).data<I>(), ids.shape(), rows, op); });
+    Shape shape = ids.shape();
+    shape.push_back(cols);
+    Tensor out = empty(shape, {.dtype = weight.dtype(), .device = weight.device()});
+    const int64_t n = ids.numel();
+    if (out.numel() > 0) {
+      device_kernel(weight.device(), &DeviceOps::gather, op)(reshape(out, {n, cols}), weight, 0, reshape(idc, {n}),
+                                                             true);
+    }
+    return out;
+  }
   // Rows are copied whole, so only the inner stride has to be 1 (a row-sliced table needs no copy).
   const Tensor table = weight.stride(1) == 1 || cols <= 1 ? weight : contiguous(weight);
   Shape out_shape = ids.shape();
@@ -92,16 +110,38 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
 Tensor embedding_backward(const Tensor& grad, const Tensor& ids, int64_t num_rows) {
   const char* op = "embedding_backward";
   check_defined(grad, op, "grad");
-  CPF_CHECK(grad.device().is_cpu(), op, ": no kernel for device ", grad.device(), " in this build");
+  CPF_CHECK(has_kernel(grad.device(), &DeviceOps::segment_sum), op, ": no kernel for device ", grad.device(),
+            " in this build");
   CPF_CHECK(is_floating(grad.dtype()), op, ": grad must be a floating tensor, got ", grad.dtype());
   check_ids(ids, op);
   CPF_CHECK(num_rows >= 0, op, ": num_rows must be >= 0, got ", num_rows);
+  check_same_device(grad, ids, op);
   const bool shape_ok = grad.dim() == ids.dim() + 1 &&
                         std::equal(ids.shape().begin(), ids.shape().end(), grad.shape().begin());
   CPF_CHECK(shape_ok, op, ": grad of shape ", grad.shape(), " must be ids' shape ", ids.shape(),
             " followed by the embedding dim");
   const int64_t cols = grad.size(-1);
   const DType compute = grad.dtype() == DType::bf16 ? DType::f32 : grad.dtype();
+  if (!grad.device().is_cpu()) {
+    // Positions bucketed by table row on the host (stable counting sort): each row is then summed by
+    // one thread per column in ids order, as on the CPU, with no atomics.
+    const Tensor host = contiguous(to(ids, Device::cpu()));
+    const int64_t n = ids.numel();
+    std::vector<int64_t> begin(static_cast<size_t>(num_rows + 1), 0), order(static_cast<size_t>(n));
+    visit_id_type(host.dtype(), [&]<class I>() {
+      const I* id = host.data<I>();
+      check_range(id, ids.shape(), num_rows, op);
+      for (int64_t i = 0; i < n; ++i) ++begin[static_cast<size_t>(id[i]) + 1];
+      for (int64_t v = 0; v < num_rows; ++v) begin[v + 1] += begin[v];
+      std::vector<int64_t> next(begin.begin(), begin.end() - 1);
+      for (int64_t i = 0; i < n; ++i) order[static_cast<size_t>(next[static_cast<size_t>(id[i])]++)] = i;
+    });
+    Tensor out = empty({num_rows, cols}, {.dtype = compute, .device = grad.device()});
+    device_kernel(grad.device(), &DeviceOps::segment_sum, op)(
+        out, reshape(contiguous(grad), {n, cols}), to(from_vector(order, {n}), grad.device()),
+        to(from_vector(begin, {num_rows + 1}), grad.device()));
+    return to(out, grad.dtype());
+  }
   const Tensor gc = contiguous(to(grad, compute));
   const Tensor idc = contiguous(ids);
   Tensor out = zeros({num_rows, cols}, {.dtype = compute});

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "framework/tensor/cpu/strided_loop.h"
+#include "framework/tensor/device_ops.h"
 #include "framework/tensor/ops/copy.h"
 #include "framework/tensor/shape_utils.h"
 
@@ -13,7 +14,8 @@ namespace cpf::raw {
 namespace {
 
 void check_cpu(const Tensor& t, const char* op) {
-  CPF_CHECK(t.device().is_cpu(), op, ": no kernel for device ", t.device(), " in this build");
+  CPF_CHECK(has_kernel(t.device(), &DeviceOps::gather) && has_kernel(t.device(), &DeviceOps::scatter_add), op,
+            ": no kernel for device ", t.device(), " in this build");
 }
 
 void check_index_dtype(const Tensor& index, const char* op) {
@@ -47,6 +49,7 @@ Shape drop_dim(const Shape& values, int64_t d) {
 // offender with its multi-index, before anything is written.
 void check_index_range(const Tensor& index, int64_t size, int64_t dim, const char* op) {
   if (index.numel() == 0) return;
+  if (!index.device().is_cpu()) return check_index_range(to(index, Device::cpu()), size, dim, op);
   visit_index_dtype(index.dtype(), [&]<class I>() {
     const I* base = index.data<I>();
     const Shape& shape = index.shape();
@@ -269,6 +272,13 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   check_same_device(x, index, "index_select");
   check_cpu(x, "index_select");
   check_index_range(index, x.size(d), d, "index_select");
+  if (!x.device().is_cpu()) {
+    Shape shape = x.shape();
+    shape[d] = index.numel();
+    Tensor out = empty(shape, {.dtype = x.dtype(), .device = x.device()});
+    if (out.numel() > 0) device_kernel(x.device(), &DeviceOps::gather, "index_select")(out, x, d, index, true);
+    return out;
+  }
 
   const std::vector<int64_t> idx = index.to_vector<int64_t>();
   const int64_t m = static_cast<int64_t>(idx.size());
@@ -309,6 +319,12 @@ void index_add_(const Tensor& dst, int64_t dim, const Tensor& index, const Tenso
   check_cpu(dst, "index_add_");
   check_non_overlapping(dst, "index_add_");
   check_index_range(index, dst.size(d), d, "index_add_");
+  if (!dst.device().is_cpu()) {
+    accumulate_into(dst, [&]<class Acc, class Src>(const Tensor& acc) {
+      if (src.numel() > 0) device_kernel(dst.device(), &DeviceOps::scatter_add, "index_add_")(acc, d, index, src, true);
+    });
+    return;
+  }
 
   const std::vector<int64_t> idx = index.to_vector<int64_t>();
   accumulate_into(dst, [&]<class Acc, class Src>(const Tensor& acc) {
@@ -326,6 +342,10 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
 
   Tensor out = empty(index.shape(), {.dtype = x.dtype(), .device = x.device()});
   if (out.numel() == 0) return out;
+  if (!x.device().is_cpu()) {
+    device_kernel(x.device(), &DeviceOps::gather, "gather")(out, x, d, index, false);
+    return out;
+  }
   // x's stride along d is 0 in the iteration: the index supplies that offset per element.
   Shape x_strides = x.strides();
   const int64_t x_step = x_strides[d];
@@ -355,6 +375,12 @@ void scatter_add_(const Tensor& dst, int64_t dim, const Tensor& index, const Ten
   const int64_t d = check_along_dim(dst, "dst", dim, index, "scatter_add_");
   check_non_overlapping(dst, "scatter_add_");
   check_scatter_inputs(dst, d, index, src, "scatter_add_");
+  if (!dst.device().is_cpu()) {
+    accumulate_into(dst, [&]<class Acc, class Src>(const Tensor& acc) {
+      device_kernel(dst.device(), &DeviceOps::scatter_add, "scatter_add_")(acc, d, index, src, false);
+    });
+    return;
+  }
   accumulate_into(dst,
                   [&]<class Acc, class Src>(const Tensor& acc) { scatter_add_kernel<Acc, Src>(acc, d, index, src); });
 }
@@ -365,6 +391,12 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
   check_defined(src, "scatter_add", "src");
   const int64_t d = check_along_dim(x, "x", dim, index, "scatter_add");
   check_scatter_inputs(x, d, index, src, "scatter_add");
+  if (!x.device().is_cpu()) {
+    // A fresh accumulator (f32 for bf16, rounded once at the end) scattered into on the device.
+    Tensor acc = x.dtype() == DType::bf16 ? to(x, DType::f32) : clone(x);
+    device_kernel(x.device(), &DeviceOps::scatter_add, "scatter_add")(acc, d, index, src, false);
+    return to(acc, x.dtype());
+  }
   if (x.dtype() == DType::bf16) {
     Tensor acc = to(x, DType::f32);  // a fresh f32 copy, rounded once at the end
     scatter_add_kernel<float, bfloat16>(acc, d, index, src);
@@ -388,6 +420,12 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
   CPF_CHECK(representable(value, x.dtype()), "masked_fill: value ", value, " is not representable in ", x.dtype());
   check_same_device(x, mask, "masked_fill");
   check_cpu(x, "masked_fill");
+  if (!x.device().is_cpu()) {
+    Tensor out = empty(x.shape(), {.dtype = x.dtype(), .device = x.device()});
+    const Tensor fill = full({}, value, {.dtype = x.dtype(), .device = x.device()});
+    device_kernel(x.device(), &DeviceOps::where, "masked_fill")(out, mask, fill, x);
+    return out;
+  }
   Tensor out = empty(x.shape(), {.dtype = x.dtype(), .device = x.device()});
   visit_dtype(x.dtype(), [&]<class T>() {
     T fill;

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "framework/tensor/cpu/strided_loop.h"
+#include "framework/tensor/device_ops.h"
 #include "framework/tensor/ops/copy.h"
 #include "framework/tensor/shape_utils.h"
 
@@ -28,7 +29,7 @@ Tensor prepare(const Tensor& t, DType compute) { return t.defined() ? contiguous
 
 void check_x(const Tensor& x, const char* op) {
   check_defined(x, op, "x");
-  CPF_CHECK(x.device().is_cpu(), op, ": no kernel for device ", x.device(), " in this build");
+  CPF_CHECK(has_kernel(x.device(), &DeviceOps::norm), op, ": no kernel for device ", x.device(), " in this build");
   CPF_CHECK(is_floating(x.dtype()), op, ": x must be a floating tensor (f32, f64 or bf16), got ", x.dtype());
   CPF_CHECK(x.dim() >= 1, op, ": x must have at least one dim (the normalised one), got a scalar");
   CPF_CHECK(x.size(-1) > 0, op, ": the normalised (last) dim of x is empty, shape ", x.shape());
@@ -146,9 +147,34 @@ void backward_kernel(const T* g, const T* x, const T* w, const T* mean, const T*
   }
 }
 
+// Device path: contiguous inputs in x's dtype; statistics in the compute dtype.
+template <bool centered>
+LayerNormResult device_forward(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  const TensorOptions stat{.dtype = compute_dtype(x.dtype()), .device = x.device()};
+  LayerNormResult r{empty(x.shape(), {.dtype = x.dtype(), .device = x.device()}),
+                    centered ? empty(stat_shape(x), stat) : Tensor(), empty(stat_shape(x), stat)};
+  const auto c = [](const Tensor& t) { return t.defined() ? contiguous(t) : Tensor(); };
+  device_kernel(x.device(), &DeviceOps::norm, op)(centered, r.y, r.mean, r.rstd, contiguous(x), c(weight), c(bias),
+                                                  eps);
+  return r;
+}
+
+template <bool centered>
+NormGrads device_backward(const char* op, const Tensor& grad_y, const Tensor& x, const Tensor& weight,
+                          const Tensor& mean, const Tensor& rstd) {
+  const TensorOptions opts{.dtype = x.dtype(), .device = x.device()};
+  NormGrads g{empty(x.shape(), opts), weight.defined() ? empty({x.size(-1)}, opts) : Tensor(),
+              centered ? empty({x.size(-1)}, opts) : Tensor()};
+  device_kernel(x.device(), &DeviceOps::norm_backward, op)(
+      centered, g.dx, g.dweight, g.dbias, contiguous(grad_y), contiguous(x),
+      weight.defined() ? contiguous(weight) : Tensor(), centered ? contiguous(mean) : Tensor(), contiguous(rstd));
+  return g;
+}
+
 template <bool centered>
 NormGrads norm_backward(const char* op, const Tensor& grad_y, const Tensor& x, const Tensor& weight,
                         const Tensor& mean, const Tensor& rstd) {
+  if (!x.device().is_cpu()) return device_backward<centered>(op, grad_y, x, weight, mean, rstd);
   const DType compute = compute_dtype(x.dtype());
   const Tensor gc = prepare(grad_y, compute), xc = prepare(x, compute), wc = prepare(weight, compute);
   const Tensor mc = centered ? contiguous(mean) : Tensor(), rc = contiguous(rstd);
@@ -175,6 +201,7 @@ LayerNormResult layer_norm(const Tensor& x, const Tensor& weight, const Tensor& 
   check_param(weight, x, op, "weight");
   check_param(bias, x, op, "bias");
   check_eps(eps, op);
+  if (!x.device().is_cpu()) return device_forward<true>(op, x, weight, bias, eps);
   const DType compute = compute_dtype(x.dtype());
   const Tensor xc = prepare(x, compute), wc = prepare(weight, compute), bc = prepare(bias, compute);
   Tensor y = empty(x.shape(), {.dtype = compute});
@@ -204,6 +231,10 @@ RmsNormResult rms_norm(const Tensor& x, const Tensor& weight, double eps) {
   check_x(x, op);
   check_param(weight, x, op, "weight");
   check_eps(eps, op);
+  if (!x.device().is_cpu()) {
+    LayerNormResult r = device_forward<false>(op, x, weight, Tensor(), eps);
+    return {r.y, r.rstd};
+  }
   const DType compute = compute_dtype(x.dtype());
   const Tensor xc = prepare(x, compute), wc = prepare(weight, compute);
   Tensor y = empty(x.shape(), {.dtype = compute});

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "framework/tensor/cpu/strided_loop.h"
+#include "framework/tensor/device_ops.h"
 #include "framework/tensor/ops/copy.h"
 #include "framework/tensor/shape_utils.h"
 
@@ -37,7 +38,7 @@ Tensor rope(const Tensor& x, const Tensor& positions, double base, int64_t rotar
   const char* op = "rope";
   check_defined(x, op, "x");
   check_defined(positions, op, "positions");
-  CPF_CHECK(x.device().is_cpu(), op, ": no kernel for device ", x.device(), " in this build");
+  CPF_CHECK(has_kernel(x.device(), &DeviceOps::rope), op, ": no kernel for device ", x.device(), " in this build");
   CPF_CHECK(is_floating(x.dtype()), op, ": x must be a floating tensor, got ", x.dtype());
   CPF_CHECK(x.dim() == 3 || x.dim() == 4, op, ": x must be (B, T, H, D) [bshd] or (T, H, D) [thd], got shape ",
             x.shape());
@@ -59,6 +60,12 @@ Tensor rope(const Tensor& x, const Tensor& positions, double base, int64_t rotar
   CPF_CHECK(rot > 0 && rot <= dim && rot % 2 == 0, op, ": rotary_dim must be even and in 1..D=", dim, ", got ",
             rot, rotary_dim == -1 ? " (rotary_dim=-1 means D)" : "", " for x ", x.shape());
   CPF_CHECK(std::isfinite(base) && base > 0, op, ": base must be finite and > 0, got ", base);
+  if (!x.device().is_cpu()) {
+    Tensor out = empty(x.shape(), {.dtype = x.dtype(), .device = x.device()});
+    device_kernel(x.device(), &DeviceOps::rope, op)(out, x.stride(-1) == 1 ? x : contiguous(x), contiguous(positions),
+                                                    base, rot, inverse);
+    return out;
+  }
 
   const int64_t half = rot / 2;
   std::vector<double> inv_freq(static_cast<size_t>(half));

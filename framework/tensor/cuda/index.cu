@@ -1,0 +1,127 @@
+// Indexing kernels: gathers (index_select, gather, embedding), deterministic scatter-adds
+// (scatter_add, index_add_) and the segment sum of the embedding gradient, plus RoPE.
+//
+// Determinism without atomics: in scatter_add / index_add_ two terms can only meet in one destination
+// when they lie on the same line along the indexed dim, so one thread owns a line and adds its terms
+// in index-position order (the CPU's order). The embedding gradient gets, from the host, the
+// positions bucketed by row (a stable counting sort) and gives each table row to one thread per column.
+#include "framework/tensor/cuda/elementwise.cuh"
+
+namespace cpf::cuda::kernels {
+namespace {
+
+template <class Fn>
+void visit_index(int dtype, Fn&& fn) {
+  if (dtype == kI32) {
+    fn.template operator()<int32_t>();
+  } else {
+    fn.template operator()<int64_t>();
+  }
+}
+
+// Storage moved as unsigned words of the element size.
+template <class Fn>
+void visit_size(int elem_size, Fn&& fn) {
+  switch (elem_size) {
+    case 1: fn.template operator()<uint8_t>(); return;
+    case 2: fn.template operator()<uint16_t>(); return;
+    case 4: fn.template operator()<uint32_t>(); return;
+    default: fn.template operator()<uint64_t>(); return;
+  }
+}
+
+template <class T, class I>
+__global__ void __launch_bounds__(kThreads) gather_kernel(Iter it, int64_t x_step) {
+  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t nthreads = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  T* out = static_cast<T*>(it.data[0]);
+  const I* index = static_cast<const I*>(it.data[1]);
+  const T* x = static_cast<const T*>(it.data[2]);
+  for (int64_t i = tid; i < it.numel; i += nthreads) {
+    int64_t off[3];
+    offsets_of<3>(it, i, off);
+    out[off[0]] = x[off[2] + static_cast<int64_t>(index[off[1]]) * x_step];
+  }
+}
+
+template <class A, class S, class I>
+__global__ void __launch_bounds__(kThreads) scatter_lines_kernel(Iter it, int64_t len, int64_t acc_step,
+                                                                 int64_t index_step, int64_t src_step) {
+  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t nthreads = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t line = tid; line < it.numel; line += nthreads) {
+    int64_t off[3];
+    offsets_of<3>(it, line, off);
+    A* acc = static_cast<A*>(it.data[0]) + off[0];
+    const I* index = static_cast<const I*>(it.data[1]) + off[1];
+    const S* src = static_cast<const S*>(it.data[2]) + off[2];
+    for (int64_t j = 0; j < len; ++j) {
+      acc[static_cast<int64_t>(index[j * index_step]) * acc_step] += static_cast<A>(widen(src[j * src_step]));
+    }
+  }
+}
+
+// blockIdx.y (and z) = table row, threads = columns.
+template <class T>
+__global__ void __launch_bounds__(kThreads) segment_sum_kernel(const T* grad, const int64_t* order,
+                                                               const int64_t* begin, compute_t<T>* out, int64_t rows,
+                                                               int64_t cols) {
+  using C = compute_t<T>;
+  const int64_t col = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t row = static_cast<int64_t>(blockIdx.z) * gridDim.y + blockIdx.y;
+  if (col >= cols || row >= rows) return;
+  C s = C(0);
+  for (int64_t k = begin[row]; k < begin[row + 1]; ++k) s += widen(grad[order[k] * cols + col]);
+  out[row * cols + col] = s;
+}
+
+}  // namespace
+
+void launch_gather(const Iter& it, int elem_size, int index_dtype, int64_t x_step, cudaStream_t stream) {
+  if (it.numel == 0) return;
+  visit_size(elem_size, [&]<class T>() {
+    visit_index(index_dtype, [&]<class I>() {
+      gather_kernel<T, I><<<it.grid, kThreads, 0, stream>>>(it, x_step);
+      CPF_CUDA_CHECK_LAUNCH("gather kernel");
+    });
+  });
+}
+
+void launch_scatter_lines(const Iter& it, int acc_dtype, int src_dtype, int index_dtype, int64_t len,
+                          int64_t acc_step, int64_t index_step, int64_t src_step, cudaStream_t stream) {
+  if (it.numel == 0 || len == 0) return;
+  // One thread per line: launch enough blocks for every line (lines are few compared with elements).
+  const int64_t blocks = (it.numel + kThreads - 1) / kThreads;
+  const unsigned grid = static_cast<unsigned>(blocks < 65535 * 64 ? blocks : 65535 * 64);
+  visit_index(index_dtype, [&]<class I>() {
+    const auto go = [&]<class A, class S>() {
+      scatter_lines_kernel<A, S, I><<<grid, kThreads, 0, stream>>>(it, len, acc_step, index_step, src_step);
+    };
+    if (src_dtype == kBF16) {
+      go.template operator()<float, bf16>();
+    } else {
+      switch (acc_dtype) {
+        case kF32: go.template operator()<float, float>(); break;
+        case kF64: go.template operator()<double, double>(); break;
+        case kI32: go.template operator()<int32_t, int32_t>(); break;
+        default: go.template operator()<int64_t, int64_t>(); break;  // kI64 (the caller rejects bool)
+      }
+    }
+    CPF_CUDA_CHECK_LAUNCH("scatter kernel");
+  });
+}
+
+void launch_segment_sum(int dtype, const void* grad, const int64_t* order, const int64_t* begin, void* out,
+                        int64_t rows, int64_t cols, cudaStream_t stream) {
+  if (rows == 0 || cols == 0) return;
+  visit_floating(dtype, [&]<class T>() {
+    const unsigned yz = 65535;
+    const dim3 grid(static_cast<unsigned>((cols + kThreads - 1) / kThreads),
+                    static_cast<unsigned>(rows < yz ? rows : yz), static_cast<unsigned>((rows + yz - 1) / yz));
+    segment_sum_kernel<T><<<grid, kThreads, 0, stream>>>(static_cast<const T*>(grad), order, begin,
+                                                         static_cast<compute_t<T>*>(out), rows, cols);
+    CPF_CUDA_CHECK_LAUNCH("segment sum kernel");
+  });
+}
+
+}  // namespace cpf::cuda::kernels

@@ -1,0 +1,387 @@
+// Row kernels of the nn ops: LayerNorm / RMSNorm forward and backward, cross-entropy forward and
+// backward. A row of up to 1024 elements gets a warp, a longer one a block of kThreads; the row is
+// re-read from global memory for each pass (it stays in L1/L2). Math is in the compute type (f32 for
+// f32/bf16, f64 for f64) with the same formulas as the CPU (framework/tensor/ops/norm.cpp,
+// cross_entropy.cpp). Parameter gradients are summed over fixed row chunks (sizes depend on the shape
+// only) and the chunk partials then summed in order: deterministic, no atomics.
+#include "framework/tensor/cuda/elementwise.cuh"
+
+namespace cpf::cuda::kernels {
+namespace {
+
+constexpr int64_t kWarpRowLimit = 1024;
+
+__device__ __forceinline__ float m_exp(float x) { return expf(x); }
+__device__ __forceinline__ double m_exp(double x) { return exp(x); }
+__device__ __forceinline__ float m_log(float x) { return logf(x); }
+__device__ __forceinline__ double m_log(double x) { return log(x); }
+__device__ __forceinline__ float m_sqrt(float x) { return sqrtf(x); }
+__device__ __forceinline__ double m_sqrt(double x) { return sqrt(x); }
+
+// Sum (or max) over a group of G threads (G = 32: a warp; G = kThreads: the block); every thread
+// gets the result. `scratch` holds kThreads / 32 values (block groups only).
+template <int G, bool is_max, class C>
+__device__ __forceinline__ C group_reduce(C v, C* scratch) {
+#pragma unroll
+  for (int delta = 16; delta > 0; delta >>= 1) {
+    const C o = __shfl_xor_sync(0xffffffffu, v, delta);
+    v = is_max ? (o > v ? o : v) : v + o;
+  }
+  if constexpr (G > 32) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    __syncthreads();  // scratch may still be read by a previous reduction
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    v = lane < G / 32 ? scratch[lane] : (is_max ? -C(INFINITY) : C(0));
+#pragma unroll
+    for (int delta = 16; delta > 0; delta >>= 1) {
+      const C o = __shfl_xor_sync(0xffffffffu, v, delta);
+      v = is_max ? (o > v ? o : v) : v + o;
+    }
+  }
+  return v;
+}
+
+// Row index and lane of this thread for a G-thread group per row (grid-stride over rows).
+template <int G>
+struct RowLoop {
+  int64_t first, step;
+  int lane;
+  __device__ RowLoop() {
+    if constexpr (G == 32) {
+      first = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+      step = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
+      lane = threadIdx.x & 31;
+    } else {
+      first = blockIdx.x;
+      step = gridDim.x;
+      lane = threadIdx.x;
+    }
+  }
+};
+
+template <class T>
+__device__ __forceinline__ compute_t<T> ld(const T* p, int64_t i) {
+  return widen(p[i]);
+}
+
+// V elements per access (16-byte vectors when the row length and every base allow it): the row is read
+// three times (mean, variance, output; the second and third from L1/L2), so fewer, wider loads matter.
+template <class T, int V>
+__device__ __forceinline__ void load_row_vec(const T* p, int64_t q, compute_t<T> (&out)[V]) {
+  const Vec<T, V> v = *reinterpret_cast<const Vec<T, V>*>(p + q * V);
+#pragma unroll
+  for (int k = 0; k < V; ++k) out[k] = widen(v.v[k]);
+}
+
+template <int G, int V, bool centered, class T>
+__global__ void __launch_bounds__(kThreads) norm_kernel(const T* x, const T* w, const T* b, T* y,
+                                                        compute_t<T>* mean, compute_t<T>* rstd, int64_t rows,
+                                                        int64_t cols, compute_t<T> eps) {
+  using C = compute_t<T>;
+  __shared__ C scratch[kThreads / 32];
+  const RowLoop<G> loop;
+  const int64_t nvec = cols / V;
+  for (int64_t r = loop.first; r < rows; r += loop.step) {
+    const T* xr = x + r * cols;
+    C v[V];
+    C mu = C(0);
+    if constexpr (centered) {
+      C s = C(0);
+      for (int64_t q = loop.lane; q < nvec; q += G) {
+        load_row_vec<T, V>(xr, q, v);
+#pragma unroll
+        for (int k = 0; k < V; ++k) s += v[k];
+      }
+      mu = group_reduce<G, false>(s, scratch) / C(cols);
+    }
+    C sq = C(0);
+    for (int64_t q = loop.lane; q < nvec; q += G) {
+      load_row_vec<T, V>(xr, q, v);
+#pragma unroll
+      for (int k = 0; k < V; ++k) sq += (v[k] - mu) * (v[k] - mu);
+    }
+    const C var = group_reduce<G, false>(sq, scratch) / C(cols);
+    const C rs = C(1) / m_sqrt(var + eps);
+    if (loop.lane == 0) {
+      if constexpr (centered) mean[r] = mu;
+      rstd[r] = rs;
+    }
+    T* yr = y + r * cols;
+    for (int64_t q = loop.lane; q < nvec; q += G) {
+      load_row_vec<T, V>(xr, q, v);
+      C wv[V], bv[V];
+      if (w != nullptr) load_row_vec<T, V>(w, q, wv);
+      if (b != nullptr) load_row_vec<T, V>(b, q, bv);
+      Vec<T, V> o;
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        C t = (v[k] - mu) * rs;
+        if (w != nullptr) t *= wv[k];
+        if (b != nullptr) t += bv[k];
+        o.v[k] = narrow<T>(t);
+      }
+      *reinterpret_cast<Vec<T, V>*>(yr + q * V) = o;
+    }
+  }
+}
+
+// dx = rstd * (gh - mean(gh) - xhat * mean(gh * xhat)), gh = g * w, xhat = (x - mean) * rstd.
+template <int G, bool centered, class T>
+__global__ void __launch_bounds__(kThreads) norm_dx_kernel(const T* g, const T* x, const T* w,
+                                                           const compute_t<T>* mean, const compute_t<T>* rstd, T* dx,
+                                                           int64_t rows, int64_t cols) {
+  using C = compute_t<T>;
+  __shared__ C scratch[kThreads / 32];
+  const RowLoop<G> loop;
+  for (int64_t r = loop.first; r < rows; r += loop.step) {
+    const T* gr = g + r * cols;
+    const T* xr = x + r * cols;
+    const C mu = centered ? mean[r] : C(0);
+    const C rs = rstd[r];
+    C sa = C(0), sc = C(0);
+    for (int64_t j = loop.lane; j < cols; j += G) {
+      const C gh = w != nullptr ? ld(gr, j) * ld(w, j) : ld(gr, j);
+      sa += gh;
+      sc += gh * ((ld(xr, j) - mu) * rs);
+    }
+    const C a = centered ? group_reduce<G, false>(sa, scratch) / C(cols) : C(0);
+    const C c = group_reduce<G, false>(sc, scratch) / C(cols);
+    for (int64_t j = loop.lane; j < cols; j += G) {
+      const C gh = w != nullptr ? ld(gr, j) * ld(w, j) : ld(gr, j);
+      const C xhat = (ld(xr, j) - mu) * rs;
+      dx[r * cols + j] = narrow<T>(rs * (gh - a - xhat * c));
+    }
+  }
+}
+
+// Rows per chunk of the parameter-gradient partials: a function of the row count alone.
+int64_t chunk_rows(int64_t rows) {
+  const int64_t c = (rows + 1023) / 1024;
+  return c < 32 ? 32 : c;
+}
+
+// Pass 1: thread = column, blockIdx.y = row chunk; partial sums in row order.
+template <bool centered, class T>
+__global__ void __launch_bounds__(kThreads) norm_param_partial_kernel(const T* g, const T* x,
+                                                                      const compute_t<T>* mean,
+                                                                      const compute_t<T>* rstd, compute_t<T>* pw,
+                                                                      compute_t<T>* pb, int64_t rows, int64_t cols,
+                                                                      int64_t chunk) {
+  using C = compute_t<T>;
+  const int64_t col = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (col >= cols) return;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * chunk;
+  const int64_t r1 = r0 + chunk < rows ? r0 + chunk : rows;
+  C sw = C(0), sb = C(0);
+  for (int64_t r = r0; r < r1; ++r) {
+    const C gv = ld(g, r * cols + col);
+    const C mu = centered ? mean[r] : C(0);
+    sw += gv * (ld(x, r * cols + col) - mu) * rstd[r];
+    sb += gv;
+  }
+  if (pw != nullptr) pw[blockIdx.y * cols + col] = sw;
+  if (pb != nullptr) pb[blockIdx.y * cols + col] = sb;
+}
+
+// Pass 2: thread = column; chunk partials summed in order.
+template <class T>
+__global__ void __launch_bounds__(kThreads) column_sum_kernel(const compute_t<T>* partial, T* out, int64_t chunks,
+                                                              int64_t cols) {
+  using C = compute_t<T>;
+  const int64_t col = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (col >= cols) return;
+  C s = C(0);
+  for (int64_t k = 0; k < chunks; ++k) s += partial[k * cols + col];
+  out[col] = narrow<T>(s);
+}
+
+template <int G, class T, class I>
+__global__ void __launch_bounds__(kThreads) cross_entropy_kernel(const T* logits, const I* targets,
+                                                                 compute_t<T>* lse, double* row_loss, int64_t rows,
+                                                                 int64_t cols, int64_t ignore_index) {
+  using C = compute_t<T>;
+  __shared__ C scratch[kThreads / 32];
+  const RowLoop<G> loop;
+  for (int64_t r = loop.first; r < rows; r += loop.step) {
+    const T* xr = logits + r * cols;
+    C m = -C(INFINITY);
+    bool nan = false;
+    for (int64_t j = loop.lane; j < cols; j += G) {
+      const C v = ld(xr, j);
+      nan |= isnan(v);
+      m = v > m ? v : m;
+    }
+    m = group_reduce<G, true>(m, scratch);
+    nan = group_reduce<G, false>(C(nan ? 1 : 0), scratch) > C(0);
+    C l;
+    if (nan) {
+      l = C(NAN);
+    } else if (m == -C(INFINITY)) {
+      l = m;  // fully masked row, as on the CPU
+    } else {
+      C s = C(0);
+      for (int64_t j = loop.lane; j < cols; j += G) s += m_exp(ld(xr, j) - m);
+      l = m + m_log(group_reduce<G, false>(s, scratch));
+    }
+    if (loop.lane == 0) {
+      lse[r] = l;
+      const int64_t t = static_cast<int64_t>(targets[r]);
+      row_loss[r] = t == ignore_index ? 0.0 : static_cast<double>(l) - static_cast<double>(ld(xr, t));
+    }
+  }
+}
+
+template <class T, class I>
+__global__ void __launch_bounds__(kThreads) cross_entropy_backward_kernel(const T* logits, const I* targets,
+                                                                          const compute_t<T>* lse, T* out,
+                                                                          int64_t rows, int64_t cols,
+                                                                          compute_t<T> scale, int64_t ignore_index) {
+  using C = compute_t<T>;
+  const int64_t n = rows * cols;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const int64_t r = i / cols, j = i - r * cols;
+    const int64_t t = static_cast<int64_t>(targets[r]);
+    C v = C(0);
+    if (t != ignore_index) {
+      v = m_exp(ld(logits, i) - lse[r]) * scale;  // softmax from the saved lse, as on the CPU
+      if (j == t) v -= scale;
+    }
+    out[i] = narrow<T>(v);
+  }
+}
+
+int64_t capped(int64_t blocks) {
+  constexpr int64_t cap = 65535 * 16;
+  return blocks < 1 ? 1 : (blocks < cap ? blocks : cap);
+}
+
+int64_t row_grid(int64_t rows, int64_t cols) {
+  return cols <= kWarpRowLimit ? capped((rows + kThreads / 32 - 1) / (kThreads / 32)) : capped(rows);
+}
+
+template <class Fn>
+void visit_index(int dtype, Fn&& fn) {
+  if (dtype == kI32) {
+    fn.template operator()<int32_t>();
+  } else {
+    fn.template operator()<int64_t>();
+  }
+}
+
+}  // namespace
+
+void launch_norm(bool centered, int dtype, const void* x, const void* w, const void* b, void* y, void* mean,
+                 void* rstd, int64_t rows, int64_t cols, double eps, cudaStream_t stream) {
+  if (rows == 0) return;
+  visit_floating(dtype, [&]<class T>() {
+    using C = compute_t<T>;
+    const auto args = [&](auto kernel) {
+      kernel<<<static_cast<unsigned>(row_grid(rows, cols)), kThreads, 0, stream>>>(
+          static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(b), static_cast<T*>(y),
+          static_cast<C*>(mean), static_cast<C*>(rstd), rows, cols, static_cast<C>(eps));
+    };
+    constexpr int W = vector_width(static_cast<int>(sizeof(T)));
+    const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+    const bool vec = cols % W == 0 && aligned(x) && aligned(w) && aligned(b) && aligned(y);  // null is aligned
+    const auto go = [&]<int V>() {
+      const bool warp = cols <= kWarpRowLimit;
+      if (centered) {
+        warp ? args(norm_kernel<32, V, true, T>) : args(norm_kernel<kThreads, V, true, T>);
+      } else {
+        warp ? args(norm_kernel<32, V, false, T>) : args(norm_kernel<kThreads, V, false, T>);
+      }
+    };
+    if (vec) {
+      go.template operator()<W>();
+    } else {
+      go.template operator()<1>();
+    }
+    CPF_CUDA_CHECK_LAUNCH("norm kernel");
+  });
+}
+
+size_t norm_backward_workspace_bytes(int dtype, int64_t rows, int64_t cols) {
+  const int64_t chunks = (rows + chunk_rows(rows) - 1) / chunk_rows(rows);
+  const size_t elem = dtype == kF64 ? 8 : 4;
+  return 2 * static_cast<size_t>(chunks > 0 ? chunks : 1) * static_cast<size_t>(cols) * elem;
+}
+
+void launch_norm_backward(bool centered, int dtype, const void* g, const void* x, const void* w, const void* mean,
+                          const void* rstd, void* dx, void* dw, void* db, int64_t rows, int64_t cols,
+                          void* workspace, cudaStream_t stream) {
+  visit_floating(dtype, [&]<class T>() {
+    using C = compute_t<T>;
+    const T* pg = static_cast<const T*>(g);
+    const T* px = static_cast<const T*>(x);
+    const C* pm = static_cast<const C*>(mean);
+    const C* pr = static_cast<const C*>(rstd);
+    if (rows > 0) {
+      const auto dx_args = [&](auto kernel) {
+        kernel<<<static_cast<unsigned>(row_grid(rows, cols)), kThreads, 0, stream>>>(
+            pg, px, static_cast<const T*>(w), pm, pr, static_cast<T*>(dx), rows, cols);
+      };
+      const bool warp = cols <= kWarpRowLimit;
+      if (centered) {
+        warp ? dx_args(norm_dx_kernel<32, true, T>) : dx_args(norm_dx_kernel<kThreads, true, T>);
+      } else {
+        warp ? dx_args(norm_dx_kernel<32, false, T>) : dx_args(norm_dx_kernel<kThreads, false, T>);
+      }
+      CPF_CUDA_CHECK_LAUNCH("norm backward kernel (dx)");
+    }
+    if (dw == nullptr && db == nullptr) return;
+    const int64_t chunk = chunk_rows(rows);
+    const int64_t chunks = rows > 0 ? (rows + chunk - 1) / chunk : 0;
+    C* pw = static_cast<C*>(workspace);
+    C* pb = pw + (chunks > 0 ? chunks : 1) * cols;
+    const unsigned col_blocks = static_cast<unsigned>((cols + kThreads - 1) / kThreads);
+    if (chunks > 0) {
+      const dim3 grid(col_blocks, static_cast<unsigned>(chunks));
+      if (centered) {
+        norm_param_partial_kernel<true, T><<<grid, kThreads, 0, stream>>>(
+            pg, px, pm, pr, dw ? pw : nullptr, db ? pb : nullptr, rows, cols, chunk);
+      } else {
+        norm_param_partial_kernel<false, T><<<grid, kThreads, 0, stream>>>(
+            pg, px, pm, pr, dw ? pw : nullptr, db ? pb : nullptr, rows, cols, chunk);
+      }
+      CPF_CUDA_CHECK_LAUNCH("norm backward kernel (parameter partials)");
+    }
+    if (dw != nullptr) column_sum_kernel<T><<<col_blocks, kThreads, 0, stream>>>(pw, static_cast<T*>(dw), chunks, cols);
+    if (db != nullptr) column_sum_kernel<T><<<col_blocks, kThreads, 0, stream>>>(pb, static_cast<T*>(db), chunks, cols);
+    CPF_CUDA_CHECK_LAUNCH("norm backward kernel (parameter sums)");
+  });
+}
+
+void launch_cross_entropy(int dtype, int it_dtype, const void* logits, const void* targets, void* lse,
+                          double* row_loss, int64_t rows, int64_t cols, int64_t ignore_index, cudaStream_t stream) {
+  if (rows == 0) return;
+  visit_floating(dtype, [&]<class T>() {
+    visit_index(it_dtype, [&]<class I>() {
+      const auto args = [&](auto kernel) {
+        kernel<<<static_cast<unsigned>(row_grid(rows, cols)), kThreads, 0, stream>>>(
+            static_cast<const T*>(logits), static_cast<const I*>(targets), static_cast<compute_t<T>*>(lse), row_loss,
+            rows, cols, ignore_index);
+      };
+      cols <= kWarpRowLimit ? args(cross_entropy_kernel<32, T, I>) : args(cross_entropy_kernel<kThreads, T, I>);
+      CPF_CUDA_CHECK_LAUNCH("cross_entropy kernel");
+    });
+  });
+}
+
+void launch_cross_entropy_backward(int dtype, int it_dtype, const void* logits, const void* targets, const void* lse,
+                                   void* out, int64_t rows, int64_t cols, double scale, int64_t ignore_index,
+                                   cudaStream_t stream) {
+  if (rows * cols == 0) return;
+  visit_floating(dtype, [&]<class T>() {
+    visit_index(it_dtype, [&]<class I>() {
+      const int64_t blocks = capped((rows * cols + kThreads - 1) / kThreads);
+      cross_entropy_backward_kernel<T, I><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+          static_cast<const T*>(logits), static_cast<const I*>(targets), static_cast<const compute_t<T>*>(lse),
+          static_cast<T*>(out), rows, cols, static_cast<compute_t<T>>(scale), ignore_index);
+      CPF_CUDA_CHECK_LAUNCH("cross_entropy backward kernel");
+    });
+  });
+}
+
+}  // namespace cpf::cuda::kernels
