@@ -13,6 +13,7 @@
 #include "framework/tensor/ops/elementwise.h"
 #include "framework/tensor/ops/views.h"
 #include "support/gradcheck_utils.h"
+#include "support/host_as_device.h"
 
 namespace cpf {
 namespace {
@@ -124,20 +125,7 @@ TEST(ShapeGradcheck, DTypeConversions) {
   }
 }
 
-// Host memory posing as a CUDA device, so the gradient of a device transfer can be checked in a CPU
-// build: to(cuda) and to(cpu) only need the backend's copies.
-class HostAsDevice final : public DeviceBackend {
- public:
-  void* allocate(size_t nbytes, Device) override { return nbytes ? std::malloc(nbytes) : nullptr; }
-  void deallocate(void* ptr, size_t, Device) noexcept override { std::free(ptr); }
-  void copy(void* dst, Device, const void* src, Device, size_t nbytes) override {
-    if (nbytes) std::memcpy(dst, src, nbytes);
-  }
-  void fill_zero(void* ptr, size_t nbytes, Device) override {
-    if (nbytes) std::memset(ptr, 0, nbytes);
-  }
-  int device_count() const override { return 1; }
-};
+using HostAsDevice = testing::HostAsDevice;  // tests/support/host_as_device.h
 
 TEST(ShapeGradcheck, DeviceTransfers) {
   Tensor x = grad_input({2, 3}, 16);

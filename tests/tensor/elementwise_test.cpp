@@ -15,6 +15,7 @@
 #include "framework/tensor/ops/matmul.h"
 #include "framework/tensor/ops/reduce.h"
 #include "framework/tensor/ops/views.h"
+#include "support/host_as_device.h"
 #include "support/test_utils.h"
 
 namespace cpf {
@@ -491,19 +492,7 @@ TEST(InPlace, Errors) {
 
 // ---- devices ----
 
-// Host memory posing as a second device type, so device checks can be exercised in a CPU build.
-class FakeDeviceBackend final : public DeviceBackend {
- public:
-  void* allocate(size_t nbytes, Device) override { return nbytes ? std::malloc(nbytes) : nullptr; }
-  void deallocate(void* ptr, size_t, Device) noexcept override { std::free(ptr); }
-  void copy(void* dst, Device, const void* src, Device, size_t nbytes) override {
-    if (nbytes) std::memcpy(dst, src, nbytes);
-  }
-  void fill_zero(void* ptr, size_t nbytes, Device) override {
-    if (nbytes) std::memset(ptr, 0, nbytes);
-  }
-  int device_count() const override { return 1; }
-};
+using FakeDeviceBackend = testing::HostAsDevice;  // tests/support/host_as_device.h
 
 class DeviceChecks : public ::testing::Test {
  protected:

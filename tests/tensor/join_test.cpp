@@ -7,6 +7,7 @@
 
 #include "framework/tensor/ops/views.h"
 #include "framework/tensor/storage.h"
+#include "support/host_as_device.h"
 #include "support/test_utils.h"
 
 namespace cpf {
@@ -63,20 +64,7 @@ Tensor reference_stack(const std::vector<Tensor>& tensors, int64_t d) {
   return from_vector(out, shape);
 }
 
-// A host-memory stand-in for the CUDA backend, so device checks can be tested in a CPU-only build.
-// Only tensors are created on it; no kernel ever reads them.
-class FakeCudaBackend final : public DeviceBackend {
- public:
-  void* allocate(size_t nbytes, Device) override { return nbytes ? std::malloc(nbytes) : nullptr; }
-  void deallocate(void* ptr, size_t, Device) noexcept override { std::free(ptr); }
-  void copy(void* dst, Device, const void* src, Device, size_t nbytes) override {
-    if (nbytes) std::memcpy(dst, src, nbytes);
-  }
-  void fill_zero(void* ptr, size_t nbytes, Device) override {
-    if (nbytes) std::memset(ptr, 0, nbytes);
-  }
-  int device_count() const override { return 1; }
-};
+using FakeCudaBackend = testing::HostAsDevice;  // tests/support/host_as_device.h
 
 TEST(Cat, MatchesReferenceAlongEveryDim) {
   for (int64_t dim : {0, 1, 2, -1, -3}) {
