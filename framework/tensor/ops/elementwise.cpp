@@ -2,9 +2,11 @@
 
 #include <atomic>
 #include <cmath>
+#include <optional>
 #include <type_traits>
 
 #include "framework/tensor/cpu/strided_loop.h"
+#include "framework/tensor/cpu/transcendental.h"
 #include "framework/tensor/device_ops.h"
 #include "framework/tensor/ops/copy.h"
 #include "framework/tensor/shape_utils.h"
@@ -165,6 +167,17 @@ const char* op_name(BinaryOp op) {
   return names[static_cast<int>(op)];
 }
 
+// Ops with a vectorised f32 kernel for contiguous inputs (cpu/transcendental.h).
+static std::optional<cpu::FastUnary> fast_unary_of(UnaryOp op) {
+  switch (op) {
+    case UnaryOp::exp: return cpu::FastUnary::exp;
+    case UnaryOp::sigmoid: return cpu::FastUnary::sigmoid;
+    case UnaryOp::silu: return cpu::FastUnary::silu;
+    case UnaryOp::gelu: return cpu::FastUnary::gelu;
+    default: return std::nullopt;
+  }
+}
+
 Tensor unary(UnaryOp op, const Tensor& x) {
   check_defined(x, op_name(op), "x");
   check_kernel(x, &DeviceOps::unary, op_name(op));
@@ -180,6 +193,10 @@ Tensor unary(UnaryOp op, const Tensor& x) {
   }
   return with_bf16_as_f32(x, [&](const Tensor& in) {
     Tensor out = empty(in.shape(), {.dtype = in.dtype(), .device = in.device()});
+    if (auto fast = fast_unary_of(op); fast && in.dtype() == DType::f32 && in.is_contiguous()) {
+      cpu::fast_unary_f32(*fast, in.data<float>(), out.data<float>(), in.numel());
+      return out;
+    }
     visit_dtype(in.dtype(), [&]<class T>() {
       if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
         visit_unary_op(op, [&]<UnaryOp Op>() { cpu::map_elements<T, T>(out, [](T v) { return apply_unary<Op, T>(v); }, in); });
