@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "framework/tensor/device_ops.h"
 #include "framework/tensor/ops/elementwise.h"
 
 namespace cpf::optim {
@@ -50,6 +51,27 @@ void AdamW::update(const Tensor& param, const Tensor& grad, const std::vector<Te
   raw::mul_(denom, 1.0 / std::sqrt(bias_correction2));
   raw::add_(denom, full({}, options_.eps, {.dtype = denom.dtype(), .device = denom.device()}));
   raw::add_(param, raw::div(exp_avg, denom), -lr / bias_correction1);
+}
+
+bool AdamW::update_fused(const std::vector<FusedItem>& items, int64_t step) {
+  if (items.empty()) return false;
+  const Device device = items.front().param.device();
+  if (device.is_cpu() || !has_kernel(device, &DeviceOps::adamw_step)) return false;
+  std::vector<DeviceAdamWParam> params;
+  params.reserve(items.size());
+  for (const FusedItem& item : items) {
+    const Tensor& exp_avg = (*item.state)[0];
+    const Tensor& exp_avg_sq = (*item.state)[1];
+    if (item.param.device() != device || !item.param.is_contiguous() || !item.grad.is_contiguous() ||
+        !exp_avg.is_contiguous() || !exp_avg_sq.is_contiguous()) {
+      return false;
+    }
+    params.push_back({item.param, item.grad, exp_avg, exp_avg_sq, item.weight_decay});
+  }
+  const DeviceAdamW hyper{
+      .lr = lr(), .beta1 = options_.beta1, .beta2 = options_.beta2, .eps = options_.eps, .step = step};
+  device_kernel(device, &DeviceOps::adamw_step, "adamw")(params, hyper);
+  return true;
 }
 
 }  // namespace cpf::optim

@@ -8,7 +8,8 @@
 //
 // with t the 1-based step count (shared by all parameters). State: "exp_avg.<name>",
 // "exp_avg_sq.<name>". The update is a handful of raw tensor ops per parameter (each a vectorised
-// loop on CPU), so it runs wherever the raw ops do.
+// loop on CPU), so it runs wherever the raw ops do; parameters on a device whose kernel table has
+// adamw_step (CUDA) are updated by one fused launch per parameter dtype, bit-identical to those ops.
 #include "framework/optim/optimizer.h"
 
 namespace cpf::optim {
@@ -38,6 +39,9 @@ class AdamW : public Optimizer {
  protected:
   void update(const Tensor& param, const Tensor& grad, const std::vector<Tensor>& state, double weight_decay,
               int64_t step) override;
+  // Parameters on a device whose kernel table has adamw_step (all on one device, contiguous): one fused
+  // launch per parameter dtype, rounded as update() rounds (device_ops.h). Otherwise declines.
+  bool update_fused(const std::vector<FusedItem>& items, int64_t step) override;
 
  private:
   AdamWOptions options_;

@@ -1,8 +1,10 @@
 #include "framework/optim/grad_clip.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "framework/autograd/grad_mode.h"
+#include "framework/tensor/device_ops.h"
 #include "framework/tensor/ops/copy.h"
 #include "framework/tensor/ops/elementwise.h"
 #include "framework/tensor/ops/reduce.h"
@@ -34,8 +36,27 @@ std::vector<Tensor> gradients(const std::vector<Tensor>& params, const char* op)
 
 double norm_of(const std::vector<Tensor>& grads) {
   double sum_sq = 0.0;
+  // Gradients on a device with a sum_squares kernel: one launch per device and one read-back, instead
+  // of a reduction and a synchronisation per gradient.
+  std::vector<Device> devices;
   for (const Tensor& g : grads) {
-    if (g.numel() == 0) continue;
+    const Device d = g.device();
+    if (!d.is_cpu() && has_kernel(d, &DeviceOps::sum_squares) &&
+        std::find(devices.begin(), devices.end(), d) == devices.end()) {
+      devices.push_back(d);
+    }
+  }
+  for (const Device& d : devices) {
+    std::vector<Tensor> on_device;
+    for (const Tensor& g : grads) {
+      if (g.device() == d && g.numel() > 0) on_device.push_back(g.is_contiguous() ? g : raw::contiguous(g));
+    }
+    const Tensor out = empty({1}, {.dtype = DType::f64, .device = d});
+    device_kernel(d, &DeviceOps::sum_squares, "grad_norm")(out, on_device);
+    sum_sq += out.item<double>();
+  }
+  for (const Tensor& g : grads) {
+    if (g.numel() == 0 || std::find(devices.begin(), devices.end(), g.device()) != devices.end()) continue;
     // Widen first: squares of f32 values summed in f64 neither overflow nor lose small terms.
     const Tensor wide = raw::to(g, DType::f64);
     sum_sq += raw::sum(raw::unary(raw::UnaryOp::square, wide)).item<double>();

@@ -88,6 +88,16 @@ void Optimizer::step() {
   }
   NoGradGuard no_grad;
   const int64_t step = step_count_ + 1;
+  std::vector<FusedItem> items;
+  for (const Entry& e : entries_) {
+    const Tensor grad = e.param.grad();
+    if (grad.defined()) items.push_back({e.param, grad, &e.state, e.weight_decay});
+  }
+  if (update_fused(items, step)) {
+    for (const FusedItem& item : items) item.param.bump_version();
+    step_count_ = step;
+    return;
+  }
   for (const Entry& e : entries_) {
     const Tensor grad = e.param.grad();
     if (!grad.defined()) continue;

@@ -79,6 +79,18 @@ class Optimizer {
   virtual void update(const Tensor& param, const Tensor& grad, const std::vector<Tensor>& state,
                       double weight_decay, int64_t step) = 0;
 
+  // One parameter of a step as step() hands it to update_fused: the parameter and gradient in their own
+  // dtype (not widened), its state tensors and its group's weight decay.
+  struct FusedItem {
+    Tensor param;
+    Tensor grad;
+    const std::vector<Tensor>* state;
+    double weight_decay;
+  };
+  // Updates every item at once (e.g. one device kernel over all parameters) and returns true, or returns
+  // false to have step() call update() per parameter. The default declines.
+  virtual bool update_fused(const std::vector<FusedItem>& /*items*/, int64_t /*step*/) { return false; }
+
  private:
   struct Entry {
     std::string name;

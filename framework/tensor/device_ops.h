@@ -21,6 +21,31 @@ namespace cpf {
 enum class DeviceReduceOp { sum, mean, amax, logsumexp, argmax };
 enum class DeviceSoftmaxOp { softmax, log_softmax, softmax_backward, log_softmax_backward };
 
+enum class DeviceRandomOp { uniform, normal, randint };
+
+// A Philox draw: element i uses block (seed, first + i). uniform: [a, b) with results that would round
+// to b in `dtype` (f32/bf16) moved one step below, as on the CPU; normal: mean a, stddev b; randint:
+// low + (64 random bits) % span (span as the CPU computes it).
+struct DeviceRandom {
+  DeviceRandomOp op = DeviceRandomOp::uniform;
+  uint64_t seed = 0, first = 0;
+  double a = 0.0, b = 0.0;
+  int64_t low = 0;
+  uint64_t span = 1;
+  DType dtype = DType::f32;
+};
+
+// One parameter of a fused AdamW step.
+struct DeviceAdamWParam {
+  Tensor param, grad, exp_avg, exp_avg_sq;
+  double weight_decay = 0.0;
+};
+// lr, betas, eps and the 1-based step t (bias corrections 1 - beta^t computed as AdamW::update does).
+struct DeviceAdamW {
+  double lr = 0.0, beta1 = 0.0, beta2 = 0.0, eps = 0.0;
+  int64_t step = 1;
+};
+
 struct DeviceOps {
   // dst (any strides, no self-overlap) = src broadcast to dst's shape, converted to dst's dtype.
   void (*copy)(const Tensor& dst, const Tensor& src) = nullptr;
@@ -91,6 +116,20 @@ struct DeviceOps {
   // positions (T) or (B, T) contiguous i32/i64; out contiguous, x's shape and dtype.
   void (*rope)(const Tensor& out, const Tensor& x, const Tensor& positions, double base, int64_t rotary_dim,
                bool inverse) = nullptr;
+
+  // Philox draws (framework/tensor/random.cpp): out (n) contiguous f64 gets, for element i, exactly
+  // the value the CPU computes from philox_block(seed, first + i) before its dtype conversion.
+  void (*philox)(const DeviceRandom& params, const Tensor& out) = nullptr;
+
+  // out (1) f64 = the sum over `tensors` (contiguous, floating, on out's device) of the squares of
+  // their elements, accumulated in f64. One launch for all tensors plus a fixed-order combine.
+  void (*sum_squares)(const Tensor& out, const std::vector<Tensor>& tensors) = nullptr;
+
+  // One AdamW step (framework/optim/adamw.h) over every entry of `params` in one launch per parameter
+  // dtype, each element rounded exactly as the raw-op sequence of AdamW::update (and, for bf16
+  // parameters, the f32 update rounded back once). Tensors contiguous on one device; state f32 (f64 for
+  // f64 parameters); grad of the parameter's dtype.
+  void (*adamw_step)(const std::vector<DeviceAdamWParam>& params, const DeviceAdamW& hyper) = nullptr;
 };
 
 // Installs the table for a device type (nullptr removes it). The table must outlive its use.

@@ -4,25 +4,38 @@
 #include <limits>
 
 #include "framework/core/philox.h"
+#include "framework/tensor/device_ops.h"
 #include "framework/tensor/ops/copy.h"
 
 namespace cpf {
 namespace {
 
-// Fills a host f64 buffer with value(block) for elements [offset, offset + n), then converts.
+// Element i of the draw is value(philox_block(seed, first + i)) in f64, then converted to the dtype.
+// On a device with a philox kernel the f64 values are generated there (the kernel computes the same
+// doubles: device.op describes `value`); otherwise on the host and copied over.
 template <class F>
-Tensor draw(const Shape& shape, TensorOptions options, Generator* gen, F&& value) {
+Tensor draw(const Shape& shape, TensorOptions options, Generator* gen, DeviceRandom device, F&& value) {
   Generator& g = gen ? *gen : default_generator();
-  Tensor host = empty(shape, {.dtype = DType::f64});
-  const int64_t n = host.numel();
+  const int64_t n = shape_numel(shape);
   const uint64_t first = g.reserve(static_cast<uint64_t>(n));
   const uint64_t seed = g.seed();
-  double* out = host.data<double>();
+  Tensor result;
+  if (!options.device.is_cpu() && has_kernel(options.device, &DeviceOps::philox)) {
+    Tensor wide = empty(shape, {.dtype = DType::f64, .device = options.device});
+    device.seed = seed;
+    device.first = first;
+    device.dtype = options.dtype;
+    if (n > 0) device_kernel(options.device, &DeviceOps::philox, "random")(device, wide);
+    result = options.dtype == DType::f64 ? wide : raw::to(wide, options.dtype);
+  } else {
+    Tensor host = empty(shape, {.dtype = DType::f64});
+    double* out = host.data<double>();
 #if defined(CPF_WITH_OPENMP)
 #pragma omp parallel for if (n > (1 << 16)) schedule(static)
 #endif
-  for (int64_t i = 0; i < n; ++i) out[i] = value(philox_block(seed, first + static_cast<uint64_t>(i)));
-  Tensor result = raw::to(raw::to(host, options.dtype), options.device);
+    for (int64_t i = 0; i < n; ++i) out[i] = value(philox_block(seed, first + static_cast<uint64_t>(i)));
+    result = raw::to(raw::to(host, options.dtype), options.device);
+  }
   if (options.requires_grad) result.set_requires_grad(true);
   return result;
 }
@@ -49,9 +62,12 @@ double below_high(double v, double high, DType dtype) {
 
 Tensor uniform(const Shape& shape, double low, double high, TensorOptions options, Generator* gen) {
   CPF_CHECK(low <= high, "uniform: low=", low, " must not exceed high=", high);
-  if (low == high) return draw(shape, options, gen, [=](const PhiloxBlock&) { return low; });
+  if (low == high) {
+    return draw(shape, options, gen, {.op = DeviceRandomOp::uniform, .a = low, .b = low},
+                [=](const PhiloxBlock&) { return low; });
+  }
   const DType dtype = options.dtype;
-  return draw(shape, options, gen, [=](const PhiloxBlock& b) {
+  return draw(shape, options, gen, {.op = DeviceRandomOp::uniform, .a = low, .b = high}, [=](const PhiloxBlock& b) {
     return below_high(low + (high - low) * uniform_double(b), high, dtype);
   });
 }
@@ -60,7 +76,8 @@ Tensor rand(const Shape& shape, TensorOptions options, Generator* gen) { return 
 
 Tensor normal(const Shape& shape, double mean, double stddev, TensorOptions options, Generator* gen) {
   CPF_CHECK(stddev >= 0, "normal: stddev=", stddev, " must be non-negative");
-  return draw(shape, options, gen, [=](const PhiloxBlock& b) { return mean + stddev * normal_double(b); });
+  return draw(shape, options, gen, {.op = DeviceRandomOp::normal, .a = mean, .b = stddev},
+              [=](const PhiloxBlock& b) { return mean + stddev * normal_double(b); });
 }
 
 Tensor randn(const Shape& shape, TensorOptions options, Generator* gen) { return normal(shape, 0.0, 1.0, options, gen); }
@@ -68,10 +85,12 @@ Tensor randn(const Shape& shape, TensorOptions options, Generator* gen) { return
 Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions options, Generator* gen) {
   CPF_CHECK(low < high, "randint: empty range [", low, ", ", high, ")");
   const double span = static_cast<double>(high - low);
-  return draw(shape, options, gen, [=](const PhiloxBlock& b) {
-    const uint64_t bits = (static_cast<uint64_t>(b[0]) << 32) | b[1];
-    return static_cast<double>(low + static_cast<int64_t>(bits % static_cast<uint64_t>(span)));
-  });
+  const uint64_t span_bits = static_cast<uint64_t>(span);
+  return draw(shape, options, gen, {.op = DeviceRandomOp::randint, .low = low, .span = span_bits},
+              [=](const PhiloxBlock& b) {
+                const uint64_t bits = (static_cast<uint64_t>(b[0]) << 32) | b[1];
+                return static_cast<double>(low + static_cast<int64_t>(bits % span_bits));
+              });
 }
 
 }  // namespace cpf

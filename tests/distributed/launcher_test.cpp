@@ -27,7 +27,8 @@ TEST(LauncherTest, RunsEveryRankOnItsOwnThreadWithItsContext) {
       EXPECT_EQ(ctx.world->rank(), ctx.rank);
       EXPECT_EQ(ctx.world->name(), "world");
       EXPECT_EQ(ctx.world->backend(), "thread");
-      EXPECT_EQ(ctx.device, Device::cpu());  // this build has no CUDA backend
+      // The CPU unless a CUDA backend is linked and a GPU is visible.
+      EXPECT_EQ(ctx.device, dist::rank_device(ctx.rank, dist::DevicePolicy::automatic));
       std::lock_guard lock(mutex);
       threads.insert(std::this_thread::get_id());
       ranks.insert(ctx.rank);
@@ -61,9 +62,17 @@ TEST(LauncherTest, LimitsOpenMpThreadsPerRank) {
 
 TEST(LauncherTest, BindsDevicesByPolicy) {
   EXPECT_EQ(dist::rank_device(3, dist::DevicePolicy::cpu), Device::cpu());
+  const bool backend = has_device_backend(DeviceType::cuda);
+  const int gpus = backend ? device_backend(DeviceType::cuda).device_count() : 0;
+  if (gpus > 0) {  // a CUDA build on a GPU machine: ranks go round the visible GPUs
+    EXPECT_EQ(dist::rank_device(3, dist::DevicePolicy::automatic), Device::cuda(3 % gpus));
+    EXPECT_EQ(dist::rank_device(3, dist::DevicePolicy::cuda), Device::cuda(3 % gpus));
+    return;
+  }
   EXPECT_EQ(dist::rank_device(3, dist::DevicePolicy::automatic), Device::cpu());
   EXPECT_CPF_ERROR(dist::rank_device(0, dist::DevicePolicy::cuda),
-                   "launch: cuda devices were requested but this build has no CUDA backend");
+                   backend ? "launch: cuda devices were requested but no CUDA device is visible"
+                           : "launch: cuda devices were requested but this build has no CUDA backend");
   EXPECT_CPF_ERROR(dist::launch(2, [](RankContext&) {}, {.devices = dist::DevicePolicy::cuda}),
                    "launch: cuda devices were requested");
 }

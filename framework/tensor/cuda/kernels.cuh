@@ -105,4 +105,51 @@ void launch_scatter_lines(const Iter& it, int acc_dtype, int src_dtype, int inde
 void launch_segment_sum(int dtype, const void* grad, const int64_t* order, const int64_t* begin, void* out,
                         int64_t rows, int64_t cols, cudaStream_t stream);
 
+// ---- random and optimizer kernels (random.cu, optim.cu) ----
+
+inline constexpr int kPhiloxUniform = 0, kPhiloxNormal = 1, kPhiloxRandint = 2;  // DeviceRandomOp's order
+struct PhiloxParams {
+  int op = kPhiloxUniform;
+  int dtype = kF32;  // the target dtype (uniform's rounding below b)
+  uint64_t seed = 0, first = 0;
+  double a = 0.0, b = 0.0;
+  int64_t low = 0;
+  uint64_t span = 1;
+};
+// out (n) f64: element i from Philox block (seed, first + i), as random.cpp computes it on the CPU.
+void launch_philox(const PhiloxParams& params, double* out, int64_t n, int sm_count, cudaStream_t stream);
+
+// Multi-tensor work is split into chunks of kChunk elements; a block takes one chunk.
+inline constexpr int64_t kChunk = 8192;
+struct ChunkRef {
+  int32_t tensor;  // index into the tensor list
+  int64_t begin;   // first element of the chunk
+};
+
+// Sum of squares: tensors (device pointers, numel, dtype code) and their chunks, both in device memory
+// (`nchunks` entries); partials holds nchunks doubles; out[0] = the f64 sum, combined in chunk order.
+struct SquaresTensor {
+  const void* data;
+  int64_t numel;
+  int dtype;
+};
+void launch_sum_squares(const SquaresTensor* tensors, const ChunkRef* chunks, int64_t nchunks, double* partials,
+                        double* out, cudaStream_t stream);
+
+// Fused AdamW over tensors of one parameter dtype (kF32, kBF16: f32 state; kF64: f64 state).
+struct AdamWTensor {
+  void* param;
+  const void* grad;
+  void* exp_avg;
+  void* exp_avg_sq;
+  int64_t numel;
+  double decay;  // 1 - lr * weight_decay, or exactly 1 with decay off (no multiplication)
+  int has_decay;
+};
+struct AdamWScalars {
+  double beta1, one_minus_beta1, beta2, one_minus_beta2, inv_sqrt_bc2, eps, step_size;  // step_size = -lr / bc1
+};
+void launch_adamw(int dtype, const AdamWTensor* tensors, const ChunkRef* chunks, int64_t nchunks,
+                  const AdamWScalars& s, cudaStream_t stream);
+
 }  // namespace cpf::cuda::kernels

@@ -1,10 +1,13 @@
 // The cuda entries of the device kernel table (framework/tensor/device_ops.h): turn Tensors into the
 // kernels' parameter blocks (kernels.cuh) and launch on the calling thread's current stream.
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <initializer_list>
 #include <vector>
 
 #include "framework/tensor/cpu/strided_loop.h"
+#include "framework/tensor/cuda/cuda_check.cuh"
 #include "framework/tensor/cuda/cuda_ops.cuh"
 #include "framework/tensor/cuda/kernels.cuh"
 #include "framework/tensor/cuda/runtime.cuh"
@@ -331,6 +334,99 @@ void rope(const Tensor& out, const Tensor& x, const Tensor& positions, double ba
                  x.stride(-2), positions.dim() == 2, base, rotary_dim, inverse, launch.stream);
 }
 
+// ---- random and multi-tensor optimizer entries ----
+
+void philox(const DeviceRandom& r, const Tensor& out) {
+  Launch launch(out.device());
+  k::PhiloxParams p;
+  p.op = static_cast<int>(r.op);
+  p.dtype = code(r.dtype);
+  p.seed = r.seed;
+  p.first = r.first;
+  p.a = r.a;
+  p.b = r.b;
+  p.low = r.low;
+  p.span = r.span;
+  k::launch_philox(p, static_cast<double*>(out.raw_data()), out.numel(), launch.sm_count, launch.stream);
+}
+
+// A device buffer holding `tensors` then `chunks` (host tables copied in one transfer; the pageable copy
+// returns once the host vectors may be freed). The buffer is released stream-ordered with the tensor.
+template <class T>
+Tensor upload_tables(Device device, cudaStream_t stream, const std::vector<T>& tensors,
+                     const std::vector<k::ChunkRef>& chunks, size_t extra_bytes, size_t* chunks_at, size_t* extra_at) {
+  const auto align = [](size_t n) { return (n + 15) / 16 * 16; };
+  *chunks_at = align(tensors.size() * sizeof(T));
+  *extra_at = align(*chunks_at + chunks.size() * sizeof(k::ChunkRef));
+  const size_t total = *extra_at + extra_bytes;
+  std::vector<char> host(*extra_at, 0);
+  std::memcpy(host.data(), tensors.data(), tensors.size() * sizeof(T));
+  std::memcpy(host.data() + *chunks_at, chunks.data(), chunks.size() * sizeof(k::ChunkRef));
+  const auto bytes = static_cast<int64_t>(std::max<size_t>(total, 1));
+  Tensor buffer = empty({bytes}, {.dtype = DType::boolean, .device = device});
+  if (!host.empty()) {
+    CPF_CUDA_CHECK(cudaMemcpyAsync(buffer.raw_data(), host.data(), host.size(), cudaMemcpyHostToDevice, stream));
+  }
+  return buffer;
+}
+
+void add_chunks(int32_t index, int64_t numel, std::vector<k::ChunkRef>& chunks) {
+  for (int64_t begin = 0; begin < numel; begin += k::kChunk) chunks.push_back({index, begin});
+}
+
+void sum_squares(const Tensor& out, const std::vector<Tensor>& tensors) {
+  Launch launch(out.device());
+  std::vector<k::SquaresTensor> list;
+  std::vector<k::ChunkRef> chunks;
+  for (const Tensor& t : tensors) {
+    if (t.numel() == 0) continue;
+    add_chunks(static_cast<int32_t>(list.size()), t.numel(), chunks);
+    list.push_back({t.raw_data(), t.numel(), code(t.dtype())});
+  }
+  size_t chunks_at = 0, partials_at = 0;
+  const Tensor buffer = upload_tables(out.device(), launch.stream, list, chunks, chunks.size() * sizeof(double),
+                                      &chunks_at, &partials_at);
+  char* base = static_cast<char*>(buffer.raw_data());
+  k::launch_sum_squares(reinterpret_cast<const k::SquaresTensor*>(base),
+                        reinterpret_cast<const k::ChunkRef*>(base + chunks_at), static_cast<int64_t>(chunks.size()),
+                        reinterpret_cast<double*>(base + partials_at), static_cast<double*>(out.raw_data()),
+                        launch.stream);
+}
+
+void adamw_step(const std::vector<DeviceAdamWParam>& params, const DeviceAdamW& h) {
+  if (params.empty()) return;
+  Launch launch(params.front().param.device());
+  // The scalars as AdamW::update computes them on the host.
+  const double t = static_cast<double>(h.step);
+  const double bias_correction1 = 1.0 - std::pow(h.beta1, t);
+  const double bias_correction2 = 1.0 - std::pow(h.beta2, t);
+  const k::AdamWScalars scalars{.beta1 = h.beta1,
+                                .one_minus_beta1 = 1.0 - h.beta1,
+                                .beta2 = h.beta2,
+                                .one_minus_beta2 = 1.0 - h.beta2,
+                                .inv_sqrt_bc2 = 1.0 / std::sqrt(bias_correction2),
+                                .eps = h.eps,
+                                .step_size = -h.lr / bias_correction1};
+  for (DType dtype : {DType::f32, DType::bf16, DType::f64}) {
+    std::vector<k::AdamWTensor> list;
+    std::vector<k::ChunkRef> chunks;
+    for (const DeviceAdamWParam& p : params) {
+      if (p.param.dtype() != dtype || p.param.numel() == 0) continue;
+      add_chunks(static_cast<int32_t>(list.size()), p.param.numel(), chunks);
+      list.push_back({p.param.raw_data(), p.grad.raw_data(), p.exp_avg.raw_data(), p.exp_avg_sq.raw_data(),
+                      p.param.numel(), 1.0 - h.lr * p.weight_decay, p.weight_decay != 0.0 ? 1 : 0});
+    }
+    if (list.empty()) continue;
+    size_t chunks_at = 0, end_at = 0;
+    const Tensor buffer = upload_tables(params.front().param.device(), launch.stream, list, chunks, 0, &chunks_at,
+                                        &end_at);
+    char* base = static_cast<char*>(buffer.raw_data());
+    k::launch_adamw(code(dtype), reinterpret_cast<const k::AdamWTensor*>(base),
+                    reinterpret_cast<const k::ChunkRef*>(base + chunks_at), static_cast<int64_t>(chunks.size()),
+                    scalars, launch.stream);
+  }
+}
+
 }  // namespace
 
 const DeviceOps& cuda_device_ops() {
@@ -356,6 +452,9 @@ const DeviceOps& cuda_device_ops() {
     t.cross_entropy = &cross_entropy;
     t.cross_entropy_backward = &cross_entropy_backward;
     t.rope = &rope;
+    t.philox = &philox;
+    t.sum_squares = &sum_squares;
+    t.adamw_step = &adamw_step;
     return t;
   }();
   return table;

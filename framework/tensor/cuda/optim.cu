@@ -1,0 +1,121 @@
+// Multi-tensor optimizer kernels: the global sum of squares (gradient norm) and the fused AdamW step.
+// The host (ops.cpp) lists the tensors and cuts them into chunks of kChunk elements; one block per
+// chunk, so a whole model's parameters take one launch whatever their number and sizes.
+//
+// AdamW rounds every operation as the raw-op sequence of optim::AdamW::update does on the CPU (mul_:
+// product in f64 rounded to the type; add_: alpha rounded to the type, then x + alpha * y in the type;
+// sqrt and division IEEE-rounded). The _rn intrinsics keep nvcc from fusing a multiply and an add into
+// an FMA that the CPU does not use, so the device result is the CPU's bit for bit.
+#include "framework/tensor/cuda/elementwise.cuh"
+
+namespace cpf::cuda::kernels {
+namespace {
+
+constexpr int kOptThreads = 256;
+
+__device__ __forceinline__ double square_wide(const void* data, int dtype, int64_t i) {
+  double x;
+  switch (dtype) {
+    case kF32: x = static_cast<const float*>(data)[i]; break;
+    case kF64: x = static_cast<const double*>(data)[i]; break;
+    default: x = to_float(static_cast<const bf16*>(data)[i]); break;
+  }
+  return x * x;
+}
+
+// Sum over the block (blockDim.x == kOptThreads) in a fixed tree order; the result is valid in thread 0.
+__device__ double block_sum(double v) {
+  __shared__ double shared[kOptThreads];
+  shared[threadIdx.x] = v;
+  __syncthreads();
+  for (int half = kOptThreads / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) shared[threadIdx.x] += shared[threadIdx.x + half];
+    __syncthreads();
+  }
+  return shared[0];
+}
+
+__global__ void squares_kernel(const SquaresTensor* tensors, const ChunkRef* chunks, double* partials) {
+  const ChunkRef c = chunks[blockIdx.x];
+  const SquaresTensor t = tensors[c.tensor];
+  const int64_t end = c.begin + kChunk < t.numel ? c.begin + kChunk : t.numel;
+  double acc = 0.0;
+  for (int64_t i = c.begin + threadIdx.x; i < end; i += kOptThreads) acc += square_wide(t.data, t.dtype, i);
+  const double total = block_sum(acc);
+  if (threadIdx.x == 0) partials[blockIdx.x] = total;
+}
+
+__global__ void combine_kernel(const double* partials, int64_t n, double* out) {
+  double acc = 0.0;
+  for (int64_t i = threadIdx.x; i < n; i += kOptThreads) acc += partials[i];
+  const double total = block_sum(acc);
+  if (threadIdx.x == 0) out[0] = total;
+}
+
+// x * value as mul_ does: the product in f64, rounded to the type.
+__device__ __forceinline__ float mul_round(float x, double value) { return __double2float_rn(__dmul_rn(x, value)); }
+__device__ __forceinline__ double mul_round(double x, double value) { return __dmul_rn(x, value); }
+// x + alpha * y as add_ does, alpha already in the type.
+__device__ __forceinline__ float add_scaled(float x, float alpha, float y) { return __fadd_rn(x, __fmul_rn(alpha, y)); }
+__device__ __forceinline__ double add_scaled(double x, double alpha, double y) {
+  return __dadd_rn(x, __dmul_rn(alpha, y));
+}
+__device__ __forceinline__ float sq(float x) { return __fmul_rn(x, x); }
+__device__ __forceinline__ double sq(double x) { return __dmul_rn(x, x); }
+__device__ __forceinline__ float root(float x) { return __fsqrt_rn(x); }
+__device__ __forceinline__ double root(double x) { return __dsqrt_rn(x); }
+__device__ __forceinline__ float quotient(float x, float y) { return __fdiv_rn(x, y); }
+__device__ __forceinline__ double quotient(double x, double y) { return __ddiv_rn(x, y); }
+
+// P: parameter (and gradient) storage type; S: state and compute type.
+template <class P, class S>
+__global__ void adamw_kernel(const AdamWTensor* tensors, const ChunkRef* chunks, AdamWScalars s) {
+  const ChunkRef c = chunks[blockIdx.x];
+  const AdamWTensor t = tensors[c.tensor];
+  const int64_t end = c.begin + kChunk < t.numel ? c.begin + kChunk : t.numel;
+  P* param = static_cast<P*>(t.param);
+  const P* grad = static_cast<const P*>(t.grad);
+  S* exp_avg = static_cast<S*>(t.exp_avg);
+  S* exp_avg_sq = static_cast<S*>(t.exp_avg_sq);
+  const S a1 = static_cast<S>(s.one_minus_beta1), a2 = static_cast<S>(s.one_minus_beta2);
+  const S eps = static_cast<S>(s.eps), step_size = static_cast<S>(s.step_size);
+  for (int64_t i = c.begin + threadIdx.x; i < end; i += kOptThreads) {
+    S p = widen(param[i]);
+    const S g = widen(grad[i]);
+    if (t.has_decay) p = mul_round(p, t.decay);
+    const S m = add_scaled(mul_round(exp_avg[i], s.beta1), a1, g);
+    const S v = add_scaled(mul_round(exp_avg_sq[i], s.beta2), a2, sq(g));
+    // denom = sqrt(v) * (1 / sqrt(bc2)) + eps (add_ of a 0-d eps with alpha 1).
+    const S denom = add_scaled(mul_round(root(v), s.inv_sqrt_bc2), S(1), eps);
+    p = add_scaled(p, step_size, quotient(m, denom));
+    exp_avg[i] = m;
+    exp_avg_sq[i] = v;
+    param[i] = narrow<P>(p);
+  }
+}
+
+}  // namespace
+
+void launch_sum_squares(const SquaresTensor* tensors, const ChunkRef* chunks, int64_t nchunks, double* partials,
+                        double* out, cudaStream_t stream) {
+  if (nchunks > 0) {
+    squares_kernel<<<static_cast<unsigned>(nchunks), kOptThreads, 0, stream>>>(tensors, chunks, partials);
+    CPF_CUDA_CHECK_LAUNCH("sum_squares kernel");
+  }
+  combine_kernel<<<1, kOptThreads, 0, stream>>>(partials, nchunks, out);
+  CPF_CUDA_CHECK_LAUNCH("sum_squares combine kernel");
+}
+
+void launch_adamw(int dtype, const AdamWTensor* tensors, const ChunkRef* chunks, int64_t nchunks,
+                  const AdamWScalars& s, cudaStream_t stream) {
+  if (nchunks == 0) return;
+  const unsigned grid = static_cast<unsigned>(nchunks);
+  switch (dtype) {
+    case kF32: adamw_kernel<float, float><<<grid, kOptThreads, 0, stream>>>(tensors, chunks, s); break;
+    case kF64: adamw_kernel<double, double><<<grid, kOptThreads, 0, stream>>>(tensors, chunks, s); break;
+    default: adamw_kernel<bf16, float><<<grid, kOptThreads, 0, stream>>>(tensors, chunks, s); break;
+  }
+  CPF_CUDA_CHECK_LAUNCH("adamw kernel");
+}
+
+}  // namespace cpf::cuda::kernels
