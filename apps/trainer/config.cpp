@@ -189,9 +189,11 @@ std::optional<std::string> cp_problem(const TrainConfig& c) {
   return cp::check(q);
 }
 
-TrainConfig load_train_config_string(const std::string& yaml, const std::string& name,
-                                     const std::vector<std::string>& overrides) {
-  auto doc = config::load_config_string(yaml, name);
+namespace {
+
+// Overrides, then every key read, unknown keys rejected, cross-field checks.
+TrainConfig read_train_config(const std::shared_ptr<config::ConfigDocument>& doc,
+                              const std::vector<std::string>& overrides) {
   for (const auto& o : overrides) config::apply_override(*doc, o);
   TrainConfig c;
   config::ConfigReader reader(doc);
@@ -201,15 +203,15 @@ TrainConfig load_train_config_string(const std::string& yaml, const std::string&
   return c;
 }
 
+}  // namespace
+
+TrainConfig load_train_config_string(const std::string& yaml, const std::string& name,
+                                     const std::vector<std::string>& overrides) {
+  return read_train_config(config::load_config_string(yaml, name), overrides);
+}
+
 TrainConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides) {
-  auto doc = config::load_config_file(path);
-  for (const auto& o : overrides) config::apply_override(*doc, o);
-  TrainConfig c;
-  config::ConfigReader reader(doc);
-  describe(reader, c);
-  reader.finish();
-  check(reader, c);
-  return c;
+  return read_train_config(config::load_config_file(path), overrides);
 }
 
 std::string to_yaml(const TrainConfig& config) {

@@ -12,6 +12,7 @@
 #include "framework/tensor/ops/views.h"
 #include "framework/tensor/storage.h"
 #include "support/host_as_device.h"
+#include "support/index_utils.h"
 #include "support/test_utils.h"
 
 namespace cpf {
@@ -20,20 +21,8 @@ namespace {
 using testing::all_close;
 using testing::random_tensor;
 
-Shape unravel(int64_t flat, const Shape& shape) {
-  Shape idx(shape.size());
-  for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
-    idx[d] = flat % shape[d];
-    flat /= shape[d];
-  }
-  return idx;
-}
-
-int64_t ravel(const Shape& idx, const Shape& shape) {
-  int64_t flat = 0;
-  for (size_t d = 0; d < shape.size(); ++d) flat = flat * shape[d] + idx[d];
-  return flat;
-}
+using testing::ravel;    // tests/support/index_utils.h
+using testing::unravel;
 
 Tensor bool_tensor(const std::vector<int32_t>& values, const Shape& shape) {
   return raw::to(from_vector(values, shape), DType::boolean);
