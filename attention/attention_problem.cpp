@@ -28,7 +28,6 @@ void check_tensors(const Tensor& q, const Tensor& k, const Tensor& v, const Atte
   CPF_CHECK(is_floating(q.dtype()), op, ": Q, K and V must be f32, f64 or bf16: dtype=", q.dtype());
   CPF_CHECK(q.device() == k.device() && q.device() == v.device(), op, ": Q, K and V must be on the same device: q=",
             q.device(), " k=", k.device(), " v=", v.device());
-  CPF_CHECK(q.device().is_cpu(), op, ": the CPU attention kernels got tensors on ", q.device());
   const int64_t rank = spec.qkv_format == QkvFormat::thd ? 3 : 4;
   const char* layout = spec.qkv_format == QkvFormat::thd    ? "(tokens, heads, dim)"
                        : spec.qkv_format == QkvFormat::bshd ? "(batch, seq, heads, dim)"

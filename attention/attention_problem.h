@@ -7,6 +7,7 @@
 #include <optional>
 #include <vector>
 
+#include "attention/attention_backend.h"
 #include "attention/sequence_info.h"
 #include "attention/spec.h"
 #include "framework/tensor/tensor.h"
@@ -20,11 +21,16 @@ enum class BackwardSchedule : uint8_t {
   split,        // dk/dv per (sequence, kv head, kv block), then dq per (sequence, head, q block)
 };
 
-// Tile sizes and scheduling of the CPU kernels (defaults are what the benchmark measured best).
+// Tile sizes and scheduling of the CPU kernels (defaults are what the benchmark measured best), and
+// the kernel choice for CUDA tensors.
 struct FlashConfig {
   int64_t block_q = 64;
   int64_t block_kv = 64;
   BackwardSchedule backward = BackwardSchedule::automatic;
+  // CUDA tensors: which kernels run the call (attention_backend.h), and whether the backward must be
+  // bitwise reproducible (cuDNN: the dP-workspace path, O(b h s_q s_kv) memory; unfused: always is).
+  AttentionBackend backend = AttentionBackend::automatic;
+  bool deterministic = false;
 };
 
 struct AttentionSequence {

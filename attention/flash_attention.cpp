@@ -14,12 +14,22 @@ DType compute_dtype(DType dtype) { return dtype == DType::f64 ? DType::f64 : DTy
 
 Tensor prepare(const Tensor& t, DType dtype) { return raw::contiguous(raw::to(t, dtype)); }
 
-void check_same_shape(const Tensor& t, const Shape& expected, const char* name, const char* expected_name) {
+void check_same_shape(const Tensor& t, const Shape& expected, const char* name, const char* expected_name,
+                      const Device& device) {
   CPF_CHECK(t.defined(), "attention_backward: ", name, " is undefined");
   CPF_CHECK(t.shape() == expected, "attention_backward: ", name, " must have ", expected_name, "'s shape ", expected,
             ": ", name, "=", t.shape());
-  CPF_CHECK(is_floating(t.dtype()) && t.device().is_cpu(), "attention_backward: ", name,
-            " must be a floating-point CPU tensor: ", t.dtype(), " on ", t.device());
+  CPF_CHECK(is_floating(t.dtype()) && t.device() == device, "attention_backward: ", name,
+            " must be a floating-point tensor on q's device ", device, ": ", t.dtype(), " on ", t.device());
+}
+
+// nullptr for CPU tensors (the flash kernels below); the registered kernels of any other device.
+const DeviceAttentionKernels* device_kernels(const Device& device, const char* op) {
+  if (device.is_cpu()) return nullptr;
+  const DeviceAttentionKernels* kernels = device_attention(device.type);
+  CPF_CHECK(kernels, op, ": no attention kernels for ", device,
+            " in this build (they come with cpf_attention_cuda: configure with CPF_WITH_CUDA=ON and link it)");
+  return kernels;
 }
 
 }  // namespace
@@ -27,6 +37,9 @@ void check_same_shape(const Tensor& t, const Shape& expected, const char* name, 
 AttentionForward attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec,
                                    const std::optional<SequenceInfo>& seq, const FlashConfig& config) {
   const AttentionProblem p = check_attention_inputs(q, k, v, spec, seq, config);
+  if (const DeviceAttentionKernels* device = device_kernels(q.device(), "attention_forward")) {
+    return device->forward(p, q, k, v);
+  }
   const DType ct = compute_dtype(q.dtype());
   const Tensor qc = prepare(q, ct), kc = prepare(k, ct), vc = prepare(v, ct);
   Tensor out = zeros(p.out_shape(), {.dtype = ct});
@@ -41,10 +54,13 @@ AttentionGrads attention_backward(const Tensor& dout, const Tensor& dlse, const 
                                   const Tensor& v, const Tensor& out, const Tensor& lse, const AttentionSpec& spec,
                                   const std::optional<SequenceInfo>& seq, const FlashConfig& config) {
   const AttentionProblem p = check_attention_inputs(q, k, v, spec, seq, config);
-  check_same_shape(out, p.out_shape(), "out", "the attention output");
-  check_same_shape(dout, p.out_shape(), "dout", "the attention output");
-  check_same_shape(lse, p.lse_shape(), "lse", "the log-sum-exp");
-  if (dlse.defined()) check_same_shape(dlse, p.lse_shape(), "dlse", "the log-sum-exp");
+  check_same_shape(out, p.out_shape(), "out", "the attention output", q.device());
+  check_same_shape(dout, p.out_shape(), "dout", "the attention output", q.device());
+  check_same_shape(lse, p.lse_shape(), "lse", "the log-sum-exp", q.device());
+  if (dlse.defined()) check_same_shape(dlse, p.lse_shape(), "dlse", "the log-sum-exp", q.device());
+  if (const DeviceAttentionKernels* device = device_kernels(q.device(), "attention_backward")) {
+    return device->backward(p, dout, dlse, q, k, v, out, lse);
+  }
   const DType ct = compute_dtype(q.dtype());
   const Tensor qc = prepare(q, ct), kc = prepare(k, ct), vc = prepare(v, ct);
   const Tensor oc = prepare(out, ct), doc = prepare(dout, ct), lc = prepare(lse, ct);

@@ -22,19 +22,37 @@ JOBS="${JOBS:-2}"
 cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCPF_WITH_CUDA=ON \
   -DCMAKE_CUDA_ARCHITECTURES=90 -DCPF_BUILD_BENCHMARKS=ON -DCPF_BUILD_TESTS=ON
 
-# Every tests/cuda/*_test.cpp is one target cuda_<name>; the benchmarks are gpu_*_bench.
-mapfile -t tests < <(cd "$ROOT/tests/cuda" && ls -1 *_test.cpp | sed 's/\.cpp$//; s/^/cuda_/')
-benches=(gpu_elementwise_bench gpu_gemm_bench)
+# Every tests/cuda*/NAME_test.cpp is one target <dir>_NAME_test; every benchmarks/gpu/NAME_bench.cpp
+# is gpu_NAME_bench. TARGETS (space-separated) restricts the build to some of them.
+tests=()
+for dir in "$ROOT"/tests/cuda*/; do
+  d="$(basename "$dir")"
+  [[ "$d" == cuda_distributed && ! -d "$ROOT/framework/distributed/nccl" ]] && continue
+  for f in "$dir"*_test.cpp; do [[ -e "$f" ]] && tests+=("${d}_$(basename "$f" .cpp)"); done
+done
+benches=()
+for f in "$ROOT"/benchmarks/gpu/*_bench.cpp; do benches+=("gpu_$(basename "$f" .cpp)"); done
+if [[ -n "${TARGETS:-}" ]]; then
+  read -r -a wanted <<<"$TARGETS"
+  keep() { local t; for t in "${wanted[@]}"; do [[ "$t" == "$1" ]] && return 0; done; return 1; }
+  tests=($(for t in "${tests[@]}"; do keep "$t" && echo "$t"; done))
+  benches=($(for b in "${benches[@]}"; do keep "$b" && echo "$b"; done))
+fi
 cmake --build "$BUILD_DIR" -j "$JOBS" --target "${tests[@]}" "${benches[@]}"
 
 rm -rf "$CARRY_DIR"
 mkdir -p "$CARRY_DIR/bin" "$CARRY_DIR/lib"
 for t in "${tests[@]}"; do cp "$BUILD_DIR/tests/$t" "$CARRY_DIR/bin/"; done
 for b in "${benches[@]}"; do cp "$BUILD_DIR/benchmarks/gpu/$b" "$CARRY_DIR/bin/"; done
+# The apps (GPU training runs) when asked for.
+if [[ -n "${WITH_APPS:-}" ]]; then
+  cmake --build "$BUILD_DIR" -j "$JOBS" --target cpformer
+  cp "$BUILD_DIR/apps/cpformer" "$CARRY_DIR/bin/"
+fi
 strip --strip-unneeded "$CARRY_DIR"/bin/*
 
 # The benchmark library under the soname the binaries ask for.
-bench_lib="$(ldd "$CARRY_DIR/bin/${benches[0]}" | awk '/libbenchmark/ {print $3; exit}')"
+bench_lib="$(ldd "$CARRY_DIR/bin/${benches[0]:-none}" 2>/dev/null | awk '/libbenchmark/ {print $3; exit}')"
 if [[ -n "$bench_lib" ]]; then
   soname="$(ldd "$CARRY_DIR/bin/${benches[0]}" | awk '/libbenchmark/ {print $1; exit}')"
   cp -L "$bench_lib" "$CARRY_DIR/lib/$soname"

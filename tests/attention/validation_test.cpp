@@ -88,7 +88,7 @@ TEST(AttentionValidation, BackwardInputsMustMatchTheForward) {
                    "dlse must have the log-sum-exp's shape [1,2,4]: dlse=[2,4]");
   EXPECT_CPF_ERROR(raw::attention_backward(out, Tensor(), q, q, q, Tensor(), lse, kBshd), "out is undefined");
   EXPECT_CPF_ERROR(raw::attention_backward(zeros({1, 4, 2, 8}, {.dtype = DType::i32}), Tensor(), q, q, q, out, lse, kBshd),
-                   "dout must be a floating-point CPU tensor: i32 on cpu");
+                   "dout must be a floating-point tensor on q's device cpu: i32 on cpu");
 }
 
 }  // namespace

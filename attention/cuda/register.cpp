@@ -1,0 +1,15 @@
+// Registers the CUDA attention kernels when cpf_attention_cuda is linked (see CMakeLists.txt: the
+// link option --undefined=cpf_attention_cuda_register keeps this object and its initialiser).
+// Registering touches no CUDA API, so it is harmless on machines without a GPU.
+#include "attention/attention_backend.h"
+#include "attention/cuda/attention_cuda.h"
+
+extern "C" void cpf_attention_cuda_register() {
+  cpf::raw::register_device_attention(cpf::DeviceType::cuda,
+                                      {.forward = &cpf::attention_cuda::forward,
+                                       .backward = &cpf::attention_cuda::backward});
+}
+
+namespace {
+const bool g_registered = (cpf_attention_cuda_register(), true);
+}  // namespace
