@@ -7,6 +7,7 @@ function(cpf_add_library)
   cmake_parse_arguments(ARG "" "NAME;DIR" "DEPS;PRIVATE_DEPS" ${ARGN})
   file(GLOB_RECURSE _srcs CONFIGURE_DEPENDS "${PROJECT_SOURCE_DIR}/${ARG_DIR}/*.cpp")
   list(FILTER _srcs EXCLUDE REGEX "/cuda/")
+  list(FILTER _srcs EXCLUDE REGEX "/distributed/nccl/")  # its own library, cpf_distributed_nccl
   set(_target cpf_${ARG_NAME})
   if(_srcs)
     add_library(${_target} STATIC ${_srcs})

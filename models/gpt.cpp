@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "framework/autograd/ops.h"
+#include "framework/tensor/ops/elementwise.h"
 #include "models/gpt_block.h"
 
 namespace cpf::models {
@@ -81,6 +82,7 @@ int64_t effective_intermediate_size(const GPTOptions& o) {
 
 GPT::GPT(const GPTOptions& options, Generator* gen) : options_(options) {
   if (auto p = check_options(options)) CPF_FAIL("GPT: ", p->message);
+  nn::check_precision(precision(), "GPT");
   const GPTOptions& o = options_;
   embed_tokens_ = register_module(
       "embed_tokens", std::make_shared<nn::Embedding>(nn::EmbeddingOptions{.num_embeddings = o.vocab_size,
@@ -128,31 +130,47 @@ Tensor GPT::forward(const GPTInput& in, const cp::ContextParallel* cp) const {
   CPF_CHECK(in.seq.q_storage_tokens() == t * cp_size, "GPT: the sequence info covers ", in.seq.q_storage_tokens(),
             " storage tokens but the batch has ", t, " tokens", use_cp ? " per rank x cp " : "",
             use_cp ? std::to_string(cp_size) : std::string());
-  Tensor x = embed_tokens_->forward(in.tokens);  // (T, C)
+  CPF_CHECK(in.tokens.device() == device() && in.positions.device() == device(), "GPT: tokens on ",
+            in.tokens.device(), " and positions on ", in.positions.device(), " must be on the model's device ",
+            device(), " (move the batch, e.g. models::to_device in models/gpt_input.h)");
+  const nn::Precision precision = this->precision();
+  Tensor x = embed_tokens_->forward(in.tokens);  // (T, C) in the parameter dtype: the residual stream
   if (embed_positions_) {
     // Only padding can sit beyond the table (the config checks max_positions >= seq_len); its
     // embedding never reaches a loss or another token, so clamping it is harmless.
-    std::vector<int64_t> pos = in.positions.to_vector<int64_t>();
-    for (int64_t& p : pos) {
-      CPF_CHECK(p >= 0, "GPT: negative position ", p);
-      p = std::min(p, options_.max_positions - 1);
+    Tensor clamped;  // (T) i64
+    if (device().is_cpu()) {
+      std::vector<int64_t> pos = in.positions.to_vector<int64_t>();
+      for (int64_t& p : pos) {
+        CPF_CHECK(p >= 0, "GPT: negative position ", p);
+        p = std::min(p, options_.max_positions - 1);
+      }
+      clamped = from_vector(pos, {t});
+    } else {
+      // On a device: clamp there instead of reading the positions back (a host sync every step). The
+      // embedding kernel still rejects negative ids.
+      clamped = raw::binary(raw::BinaryOp::minimum, in.positions, static_cast<double>(options_.max_positions - 1));
     }
-    x = add(x, embed_positions_->forward(from_vector(pos, {t})));
+    x = add(x, embed_positions_->forward(clamped));
   }
   for (const auto& block : blocks_) x = block->forward(x, in.seq, cp);
-  x = final_norm_fn_(x);
-  if (lm_head_) return lm_head_->forward(x);                     // (T, V)
-  return matmul(x, transpose(embed_tokens_->weight(), 0, 1));  // (T, V)
+  x = precision.to_compute(final_norm_fn_(x));  // (T, C) in the compute dtype
+  if (lm_head_) return lm_head_->forward(x);    // (T, V)
+  const Tensor table = nn::compute_parameter(embed_tokens_->weight(), x.dtype(), "GPT", "tied embedding");
+  return matmul(x, transpose(table, 0, 1));  // (T, V)
 }
 
-Tensor GPT::loss(const Tensor& logits, const Tensor& labels, int64_t normalizer) {
+Tensor GPT::loss(const Tensor& logits, const Tensor& labels, int64_t normalizer, int64_t valid_labels) {
   CPF_CHECK(normalizer >= 1, "GPT::loss: normalizer=", normalizer, " must be at least 1 (the valid-label count)");
   CPF_CHECK(labels.defined() && logits.defined() && labels.dim() == 1 && logits.dim() == 2 &&
                 labels.size(0) == logits.size(0),
             "GPT::loss: labels (T) must match logits (T, V): labels=", labels.defined() ? labels.shape() : Shape{},
             " logits=", logits.defined() ? logits.shape() : Shape{});
-  int64_t valid = 0;
-  for (int64_t l : labels.to_vector<int64_t>()) valid += l != -100;
+  int64_t valid = valid_labels;
+  if (valid < 0) {
+    valid = 0;
+    for (int64_t l : labels.to_vector<int64_t>()) valid += l != -100;
+  }
   // cross_entropy is the mean over this rank's valid labels; rescale it to sum / normalizer.
   return mul(cross_entropy(logits, labels, -100), static_cast<double>(valid) / static_cast<double>(normalizer));
 }

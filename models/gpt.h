@@ -12,6 +12,12 @@
 //
 // Init (GPT-2 / Llama): every weight normal(0, init_std), residual output projections (attention
 // o_proj, MLP fc_out/down_proj) normal(0, init_std / sqrt(2 * num_layers)), biases 0, norm gains 1.
+//
+// Precision (options.compute_dtype, nn::Precision): parameters and the residual stream x stay in
+// options.dtype (f32). With bf16 compute each sub-block converts its normalised input to bf16, so the
+// attention and MLP projections, RoPE, attention and activations run in bf16 (their Linear layers cast
+// the f32 weights per use), and its output returns to f32 before the residual add. Norms run on the f32
+// stream, the LM head gives bf16 logits, and the loss computes in f32 (cross_entropy widens bf16).
 #include <functional>
 #include <memory>
 #include <optional>
@@ -26,6 +32,7 @@
 #include "framework/nn/linear.h"
 #include "framework/nn/mlp.h"
 #include "framework/nn/module.h"
+#include "framework/nn/precision.h"
 
 namespace cpf::models {
 
@@ -60,6 +67,9 @@ struct GPTOptions {
   bool bias = false;
   double init_std = 0.02;
   DType dtype = DType::f32;  // not a YAML key: f32 for training, f64 for gradchecks
+  // Not YAML keys of this section (the trainer sets them from run.precision and attention:):
+  std::optional<DType> compute_dtype;  // nullopt = dtype; bf16: mixed precision over f32 parameters
+  FlashConfig flash;                 // kernel choice of every attention call (backend, deterministic)
 };
 
 template <class V>
@@ -131,10 +141,17 @@ class GPT : public nn::Module {
   Tensor forward(const GPTInput& input, const cp::ContextParallel* cp = nullptr) const;
 
   // The summed cross-entropy over labels != -100 divided by `normalizer` (the number of valid labels
-  // over every rank sharing the step, >= 1), so that summing it over those ranks gives their mean.
-  static Tensor loss(const Tensor& logits, const Tensor& labels, int64_t normalizer);
+  // over every rank sharing the step, >= 1), so that summing it over those ranks gives their mean. The
+  // loss is f32 for f32 or bf16 logits. `valid_labels`: the count of labels != -100 when the caller
+  // knows it (-1 counts them, which reads device labels back to the host).
+  static Tensor loss(const Tensor& logits, const Tensor& labels, int64_t normalizer, int64_t valid_labels = -1);
 
   const GPTOptions& options() const { return options_; }
+  nn::Precision precision() const {
+    return {.param = options_.dtype, .compute = options_.compute_dtype.value_or(options_.dtype)};
+  }
+  // Where the parameters live (Module::to moves them); inputs must be there too.
+  Device device() const { return embed_tokens_->weight().device(); }
 
  private:
   GPTOptions options_;

@@ -35,7 +35,8 @@ Tensor parameter(const nn::Module& module, const std::string& name) {
 
 }  // namespace
 
-GPTBlock::GPTBlock(const GPTOptions& o, Generator* gen) {
+GPTBlock::GPTBlock(const GPTOptions& o, Generator* gen)
+    : precision_{.param = o.dtype, .compute = o.compute_dtype.value_or(o.dtype)} {
   const double residual_std = o.init_std / std::sqrt(2.0 * static_cast<double>(o.num_layers));
   const AttentionWindow window{o.window, 0};
   attn_norm_ = make_norm(o);
@@ -57,7 +58,8 @@ GPTBlock::GPTBlock(const GPTOptions& o, Generator* gen) {
                                                                        .norm_eps = o.norm_eps,
                                                                        .bias = o.bias,
                                                                        .init_std = o.init_std,
-                                                                       .dtype = o.dtype},
+                                                                       .dtype = o.dtype,
+                                                                       .flash = o.flash},
                                        gen));
     reinit_normal(parameter(*mla_, "o_proj.weight"), residual_std, gen);
   } else {
@@ -75,7 +77,8 @@ GPTBlock::GPTBlock(const GPTOptions& o, Generator* gen) {
                                               .rope_base = o.rope_base,
                                               .bias = o.bias,
                                               .init_std = o.init_std,
-                                              .dtype = o.dtype},
+                                              .dtype = o.dtype,
+                                              .flash = o.flash},
                     gen));
     reinit_normal(parameter(*mha_, "o_proj.weight"), residual_std, gen);
   }
@@ -92,10 +95,11 @@ GPTBlock::GPTBlock(const GPTOptions& o, Generator* gen) {
 }
 
 Tensor GPTBlock::forward(const Tensor& x, const SequenceInfo& seq, const cp::ContextParallel* cp) const {
-  const Tensor h = attn_norm_.apply(x);
-  const Tensor attn = mha_ ? mha_->forward(h, seq, cp) : mla_->forward(h, seq, cp);  // (T, C)
-  const Tensor x1 = add(x, attn);
-  return add(x1, mlp_->forward(mlp_norm_.apply(x1)));  // (T, C)
+  const Tensor h = precision_.to_compute(attn_norm_.apply(x));                           // (T, C) compute dtype
+  const Tensor attn = mha_ ? mha_->forward(h, seq, cp) : mla_->forward(h, seq, cp);  // (T, C) compute dtype
+  const Tensor x1 = add(x, precision_.to_param(attn));
+  const Tensor m = mlp_->forward(precision_.to_compute(mlp_norm_.apply(x1)));  // (T, C) compute dtype
+  return add(x1, precision_.to_param(m));                                       // (T, C)
 }
 
 }  // namespace cpf::models

@@ -3,6 +3,10 @@
 //
 //   x (T, C) -> x + attn(attn_norm(x)) -> h + mlp(mlp_norm(h))
 //
+// Mixed precision (GPTOptions::compute_dtype): x and the norms stay in the parameter dtype; each
+// sub-block runs on its normalised input converted to the compute dtype and hands back its output
+// converted to the parameter dtype, so the residual sums accumulate in f32.
+//
 // Parameter names: attn_norm.*, attn.* (q_proj, k_proj, ... of the attention module), mlp_norm.*,
 // mlp.*. The block owns whichever attention module its options choose (MHA/GQA or MLA).
 #include <functional>
@@ -31,6 +35,7 @@ class GPTBlock : public nn::Module {
   Tensor forward(const Tensor& x, const SequenceInfo& seq, const cp::ContextParallel* cp) const;
 
  private:
+  nn::Precision precision_;
   NormLayer attn_norm_, mlp_norm_;
   std::shared_ptr<MultiHeadAttention> mha_;
   std::shared_ptr<MultiHeadLatentAttention> mla_;

@@ -1,6 +1,7 @@
 #include "models/gpt_input.h"
 
 #include "framework/autograd/ops.h"
+#include "framework/tensor/ops/copy.h"
 
 namespace cpf::models {
 
@@ -29,7 +30,14 @@ GPTBatch make_gpt_batch(const data::LocalBatch& local) {
   return out;
 }
 
-GPTInput make_prompt_input(const std::vector<std::vector<int64_t>>& prefixes) {
+GPTBatch to_device(GPTBatch batch, Device device) {
+  batch.input.tokens = raw::to(batch.input.tokens, device);
+  batch.input.positions = raw::to(batch.input.positions, device);
+  batch.labels = raw::to(batch.labels, device);
+  return batch;
+}
+
+GPTInput make_prompt_input(const std::vector<std::vector<int64_t>>& prefixes, Device device) {
   CPF_CHECK(!prefixes.empty(), "make_prompt_input: no prompts");
   std::vector<int64_t> tokens, positions, lengths;
   for (const auto& p : prefixes) {
@@ -41,7 +49,8 @@ GPTInput make_prompt_input(const std::vector<std::vector<int64_t>>& prefixes) {
     lengths.push_back(static_cast<int64_t>(p.size()));
   }
   const int64_t t = static_cast<int64_t>(tokens.size());
-  return GPTInput{from_vector(tokens, {t}), from_vector(positions, {t}), SequenceInfo::from_lengths(lengths)};
+  return GPTInput{from_vector(tokens, {t}, device), from_vector(positions, {t}, device),
+                  SequenceInfo::from_lengths(lengths)};
 }
 
 std::vector<int64_t> last_token_rows(const std::vector<std::vector<int64_t>>& prefixes) {

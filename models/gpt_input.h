@@ -22,8 +22,12 @@ struct GPTBatch {
 // One rank's share (shard_for_rank) as model input and labels.
 GPTBatch make_gpt_batch(const data::LocalBatch& local);
 
+// The batch with its tokens, positions and labels on `device` (the model's; a no-op for the CPU). The
+// SequenceInfo and the label counts stay on the host: the attention kernels take them from there.
+GPTBatch to_device(GPTBatch batch, Device device);
+
 // Inference on prompts: each prefix is one sequence (positions 0..len-1), packed back to back.
-GPTInput make_prompt_input(const std::vector<std::vector<int64_t>>& prefixes);
+GPTInput make_prompt_input(const std::vector<std::vector<int64_t>>& prefixes, Device device = Device::cpu());
 
 // The row of the logits holding each prompt's last token (for next-token prediction).
 std::vector<int64_t> last_token_rows(const std::vector<std::vector<int64_t>>& prefixes);

@@ -121,6 +121,10 @@ int check_config(const Args& a, std::ostream& out) {
     out << " cp_comm_type=" << cp::comm_type_name(c.parallel.cp_comm_type) << ": supported (CP support check passed)";
   }
   out << "\n";
+  out << "  compute: " << (c.run.device == RunDevice::cuda ? "cuda" : "cpu") << ", "
+      << (c.run.precision == PrecisionMode::bf16 ? "bf16 (f32 master weights)" : "fp32")
+      << ", attention backend " << attention_backend_name(c.attention.backend)
+      << (c.attention.deterministic ? " (deterministic)" : "") << "\n";
   // Files are checked when present; a config may be validated before its data is downloaded.
   bool files_present = c.data.source == "synthetic";
   if (!files_present) {

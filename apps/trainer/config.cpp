@@ -3,6 +3,7 @@
 #include <map>
 
 #include "attention/cp/cp_support.h"
+#include "framework/tensor/storage.h"
 #include "models/data/synthetic_tasks.h"
 #include "models/data/text_source.h"
 
@@ -139,6 +140,11 @@ void check(const config::ConfigReader& reader, TrainConfig& c) {
                "must not exceed the decay length of " + std::to_string(sched.total_steps) + " steps");
   }
 
+  if (c.attention.backend != AttentionBackend::automatic && c.run.device == RunDevice::cpu) {
+    check.fail("attention.backend", "selects CUDA attention kernels but run.device=cpu (the CPU has one attention "
+                                    "implementation); use attention.backend: auto, or run.device: cuda");
+  }
+
   const auto& run = c.run;
   if (run.target_accuracy > 0 && c.data.source != "synthetic") {
     check.fail("run.target_accuracy", "needs data.source: synthetic (exact match is defined for synthetic tasks)");
@@ -226,6 +232,34 @@ std::string config_docs_markdown() {
   config::ConfigDocs docs;
   describe(docs, defaults);
   return docs.markdown();
+}
+
+models::GPTOptions model_options(const TrainConfig& config) {
+  models::GPTOptions o = config.model;
+  o.compute_dtype = compute_dtype(config);
+  o.flash = flash_config(config);
+  return o;
+}
+
+DType compute_dtype(const TrainConfig& config) {
+  return config.run.precision == PrecisionMode::bf16 ? DType::bf16 : config.model.dtype;
+}
+
+FlashConfig flash_config(const TrainConfig& config) {
+  FlashConfig flash;
+  flash.backend = config.attention.backend;
+  flash.deterministic = config.attention.deterministic;
+  return flash;
+}
+
+Device rank_device_of(const TrainConfig& config, int rank) {
+  if (config.run.device == RunDevice::cpu) return Device::cpu();
+  CPF_CHECK(has_device_backend(DeviceType::cuda), "run.device=cuda: this build has no CUDA backend; rebuild with ",
+            "-DCPF_WITH_CUDA=ON (docs/build.md), or set run.device: cpu");
+  const int gpus = device_backend(DeviceType::cuda).device_count();
+  CPF_CHECK(gpus > 0, "run.device=cuda: no CUDA device is visible (check nvidia-smi and CUDA_VISIBLE_DEVICES), ",
+            "or set run.device: cpu");
+  return Device::cuda(rank % gpus);
 }
 
 std::string run_dir(const TrainConfig& config) {

@@ -7,6 +7,7 @@
 //   schedule:   learning-rate warmup and decay
 //   data:       data::DataOptions (models/data/data_options.h, docs/data.md)
 //   parallel:   data and context parallelism over thread ranks
+//   attention:  which attention kernels run on CUDA tensors (backend, deterministic)
 //
 // Field names are the YAML keys (docs/config.md is generated from these describe() functions).
 // load_train_config reads a file with --set overrides and runs every cross-field check, including
@@ -16,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "attention/attention_backend.h"
 #include "attention/cp/context_parallel.h"
 #include "framework/config/schema.h"
 #include "framework/optim/adamw.h"
@@ -67,6 +69,10 @@ namespace cpf::trainer {
 
 enum class ResumeMode { auto_resume, never };
 enum class OptimizerType { adamw, sgd };
+enum class RunDevice { cpu, cuda };
+// Compute precision: fp32 everywhere, or bf16 activations and GEMMs over f32 master weights,
+// optimizer state, norms, reductions, LSE and loss (docs/training.md).
+enum class PrecisionMode { fp32, bf16 };
 
 struct RunOptions {
   std::string name = "run";
@@ -85,6 +91,8 @@ struct RunOptions {
   double target_accuracy = 0.0;   // > 0: stop once exact-match accuracy reaches it
   double target_loss = 0.0;       // > 0: stop once the held-out loss falls to it
   int64_t threads = 0;            // OpenMP threads per rank; 0 = cores / ranks
+  RunDevice device = RunDevice::cpu;  // cuda: rank r on cuda:(r % visible GPUs)
+  PrecisionMode precision = PrecisionMode::fp32;
 };
 
 struct OptimizerOptions {
@@ -113,6 +121,12 @@ struct ParallelOptions {
   int64_t cp_a2a_size = 2;  // a2a+p2p: ranks of each a2a sub-group (cp = cp_a2a_size x p2p size)
 };
 
+// The `attention:` section: FlashConfig of every attention call (attention/attention_problem.h).
+struct AttentionOptions {
+  AttentionBackend backend = AttentionBackend::automatic;
+  bool deterministic = false;
+};
+
 struct TrainConfig {
   RunOptions run;
   models::GPTOptions model;
@@ -120,6 +134,7 @@ struct TrainConfig {
   ScheduleOptions schedule;
   data::DataOptions data;
   ParallelOptions parallel;
+  AttentionOptions attention;
 };
 
 template <class V>
@@ -144,6 +159,11 @@ void describe(V& v, RunOptions& o) {
           Range{0, 1});
   v.field("target_loss", o.target_loss, "stop once the held-out loss falls to it; 0 = off", Range{0, 1e9});
   v.field("threads", o.threads, "OpenMP threads per rank; 0 = cores / ranks", Range{0, 1024});
+  v.choice("device", o.device, config::Choices<RunDevice>{{"cpu", RunDevice::cpu}, {"cuda", RunDevice::cuda}},
+           "where every rank computes: cpu, or cuda (rank r on GPU r % visible GPUs)");
+  v.choice("precision", o.precision,
+           config::Choices<PrecisionMode>{{"fp32", PrecisionMode::fp32}, {"bf16", PrecisionMode::bf16}},
+           "fp32, or bf16 activations and GEMMs with f32 master weights, optimizer state, norms and loss");
 }
 
 template <class V>
@@ -190,6 +210,18 @@ void describe(V& v, ParallelOptions& o) {
 }
 
 template <class V>
+void describe(V& v, AttentionOptions& o) {
+  using B = AttentionBackend;
+  v.choice("backend", o.backend,
+           config::Choices<B>{{std::string(attention_backend_name(B::automatic)), B::automatic},
+                              {std::string(attention_backend_name(B::cudnn)), B::cudnn},
+                              {std::string(attention_backend_name(B::unfused)), B::unfused}},
+           "CUDA attention kernels: auto (cuDNN when it can run the call, else unfused), cudnn or unfused");
+  v.field("deterministic", o.deterministic,
+          "CUDA: bitwise reproducible attention backward (cuDNN's slower path; the CPU always is)");
+}
+
+template <class V>
 void describe(V& v, TrainConfig& c) {
   v.section("run", c.run, "run folder, length, logging, evaluation, checkpoints");
   v.section("model", c.model, "GPT architecture");
@@ -197,6 +229,7 @@ void describe(V& v, TrainConfig& c) {
   v.section("schedule", c.schedule, "learning-rate schedule");
   v.section("data", c.data, "data source and batches");
   v.section("parallel", c.parallel, "data and context parallelism");
+  v.section("attention", c.attention, "attention kernels on CUDA tensors");
 }
 
 // Reads `path` with `overrides` ("a.b=c"), fills defaults that depend on other sections (the model's
@@ -215,6 +248,15 @@ std::string config_docs_markdown();
 std::string run_dir(const TrainConfig& config);
 int64_t data_vocab_size(const data::DataOptions& options);  // without opening the source
 optim::LrScheduleOptions schedule_options(const TrainConfig& config);
+// The model options the trainer builds: model: plus the compute dtype (run.precision) and the attention
+// kernels (attention:).
+models::GPTOptions model_options(const TrainConfig& config);
+DType compute_dtype(const TrainConfig& config);  // bf16 for run.precision: bf16, else the parameter dtype
+FlashConfig flash_config(const TrainConfig& config);
+// The device rank `rank` computes on: cpu, or cuda:(rank % visible GPUs). Throws, naming the fix, when
+// run.device is cuda and the build has no CUDA backend or no GPU is visible (checked when training
+// starts, not when the config is read, so GPU configs can be checked anywhere).
+Device rank_device_of(const TrainConfig& config, int rank);
 // The context-parallel verdict for the model and data of `config` (nullopt = supported or cp = 1).
 std::optional<std::string> cp_problem(const TrainConfig& config);
 

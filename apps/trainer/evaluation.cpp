@@ -10,14 +10,14 @@ namespace cpf::trainer {
 
 Tensor batch_loss(const models::GPT& model, const data::Batch& batch, const RankGroups& g, int64_t* global_valid) {
   const data::LocalBatch local = data::shard_for_rank(batch, g.cp_size, g.cp_rank);
-  const models::GPTBatch b = models::make_gpt_batch(local);
+  const models::GPTBatch b = models::to_device(models::make_gpt_batch(local), model.device());
   int64_t count = b.num_valid_labels;
   if (g.world && g.world->size() > 1) {
     count = g.world->all_reduce(scalar_tensor(static_cast<double>(count), {.dtype = DType::i64})).item<int64_t>();
   }
   if (global_valid) *global_valid = count;
   const Tensor logits = model.forward(b.input, g.cp ? &*g.cp : nullptr);  // (T_local, V)
-  return models::GPT::loss(logits, b.labels, std::max<int64_t>(count, 1));
+  return models::GPT::loss(logits, b.labels, std::max<int64_t>(count, 1), b.num_valid_labels);
 }
 
 EvalSplitSource::EvalSplitSource(std::shared_ptr<const data::SyntheticSource> train) : train_(std::move(train)) {
@@ -78,9 +78,10 @@ std::vector<int64_t> greedy_next_tokens(const models::GPT& model, const std::vec
     const int64_t n = static_cast<int64_t>(p.size());
     cropped.emplace_back(p.begin() + std::max<int64_t>(0, n - context), p.end());
   }
-  const Tensor logits = model.forward(models::make_prompt_input(cropped));  // (T, V)
+  const Tensor logits = model.forward(models::make_prompt_input(cropped, model.device()));  // (T, V)
   const std::vector<int64_t> rows = models::last_token_rows(cropped);
-  const Tensor last = index_select(logits, 0, from_vector(rows, {static_cast<int64_t>(rows.size())}));
+  const Tensor row_index = from_vector(rows, {static_cast<int64_t>(rows.size())}, model.device());
+  const Tensor last = index_select(logits, 0, row_index);  // (N, V)
   return argmax(last, 1).to_vector<int64_t>();
 }
 

@@ -59,14 +59,19 @@ void MetricsLogger::step(const StepMetrics& m, bool print) {
   clear_bar();
   char buf[256];
   const int width = static_cast<int>(std::to_string(total_steps_).size());
-  std::snprintf(buf, sizeof buf, "step %*lld/%lld | loss %.4f | lr %.2e | grad %.3f | %s tok/s | %s elapsed | ETA %s",
+  char memory[64] = "";
+  if (m.peak_memory_bytes) {
+    std::snprintf(memory, sizeof memory, " | peak mem %.1f GiB", *m.peak_memory_bytes / 1073741824.0);
+  }
+  std::snprintf(buf, sizeof buf, "step %*lld/%lld | loss %.4f | lr %.2e | grad %.3f | %s tok/s%s | %s elapsed | ETA %s",
                 width, static_cast<long long>(m.step), static_cast<long long>(total_steps_), m.loss, m.lr, m.grad_norm,
-                format_count(m.tokens_per_second).c_str(), format_duration(m.elapsed_seconds).c_str(),
+                format_count(m.tokens_per_second).c_str(), memory, format_duration(m.elapsed_seconds).c_str(),
                 format_duration(m.eta_seconds).c_str());
   out_ << buf << std::endl;
   nlohmann::json j = {{"step", m.step},           {"loss", m.loss},
                       {"lr", m.lr},               {"grad_norm", m.grad_norm},
                       {"tokens_per_s", m.tokens_per_second}, {"elapsed_s", m.elapsed_seconds}};
+  if (m.peak_memory_bytes) j["peak_memory_bytes"] = *m.peak_memory_bytes;
   write_json(j.dump());
 }
 

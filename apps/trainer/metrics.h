@@ -5,6 +5,8 @@
 //
 //   step   200/1500 | loss 0.8123 | lr 1.00e-03 | grad 0.412 | 14.2k tok/s | 0:18 elapsed | ETA 1:55
 //   eval   200/1500 | loss 0.7904 | exact match 31.5% (63/200)
+//
+// On cuda the step line also shows the allocator's peak: "... | 512.3k tok/s | peak mem 21.4 GiB | ...".
 #include <chrono>
 #include <cstdint>
 #include <fstream>
@@ -22,6 +24,7 @@ struct StepMetrics {
   double tokens_per_second = 0;
   double elapsed_seconds = 0;
   double eta_seconds = 0;
+  std::optional<double> peak_memory_bytes;  // GPU runs: the caching allocator's peak on rank 0's device
 };
 
 struct EvalMetrics {

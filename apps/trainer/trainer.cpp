@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "apps/trainer/checkpointing.h"
+#include "apps/trainer/device_memory.h"
 #include "apps/trainer/evaluation.h"
 #include "framework/autograd/ops.h"
 #include "framework/distributed/autograd_collectives.h"
@@ -20,6 +21,14 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// The rank's model replica: drawn on the CPU from the run seed (the same on every rank and device), then
+// moved to the rank's device, so CPU and GPU runs start from identical weights.
+std::unique_ptr<models::GPT> make_model(const TrainConfig& c, Generator* gen, Device device) {
+  auto model = std::make_unique<models::GPT>(model_options(c), gen);
+  model->to(device);
+  return model;
+}
 
 std::unique_ptr<optim::Optimizer> make_optimizer(const TrainConfig& c, const optim::NamedTensors& params) {
   const OptimizerOptions& o = c.optimizer;
@@ -62,9 +71,10 @@ class RankTrainer {
                                          .cp_p2p = 0,
                                          .require_cp = false,
                                          .hierarchical_cp = a2a_size(config) > 0}),
+        device_(ctx.device),
         gen_(static_cast<uint64_t>(config.run.seed)),
-        model_(config.model, &gen_),
-        params_(model_.named_parameters()),
+        model_(make_model(config, &gen_, ctx.device)),
+        params_(model_->named_parameters()),
         optimizer_(make_optimizer(config, params_)),
         schedule_(schedule_options(config)) {
     groups_.world = ctx.world;
@@ -73,14 +83,15 @@ class RankTrainer {
     groups_.cp_rank = mesh_.coord().cp;
     groups_.cp_size = mesh_.layout().cp();
     if (groups_.cp_size > 1) {
-      groups_.cp = cp::ContextParallel{config.parallel.cp_comm_type, mesh_.cp(), mesh_.cp_a2a(), mesh_.cp_p2p()};
+      groups_.cp = cp::ContextParallel{config.parallel.cp_comm_type, mesh_.cp(), mesh_.cp_a2a(), mesh_.cp_p2p(),
+                                       flash_config(config)};
     }
     for (const auto& [name, t] : params_) tensors_.push_back(t);
     loader_ = std::make_unique<data::DataLoader>(sources.train, config.data, groups_.dp_rank, groups_.dp_size);
   }
 
   void run();
-  int64_t num_parameters() const { return model_.num_parameters(); }
+  int64_t num_parameters() const { return model_->num_parameters(); }
 
  private:
   static int a2a_size(const TrainConfig& c) {
@@ -89,6 +100,10 @@ class RankTrainer {
                : 0;
   }
   bool rank0() const { return groups_.world->rank() == 0; }
+  std::optional<double> peak_memory() const {
+    const auto bytes = peak_device_memory(device_);
+    return bytes ? std::optional<double>(static_cast<double>(*bytes)) : std::nullopt;
+  }
   void resume();
   double train_step(int64_t step, double* grad_norm, int64_t* tokens);
   bool evaluate(int64_t step);  // true when a target is reached
@@ -100,8 +115,9 @@ class RankTrainer {
   MetricsLogger* logger_;  // rank 0 only
   dist::DeviceMesh mesh_;
   RankGroups groups_;
+  Device device_;
   Generator gen_;
-  models::GPT model_;
+  std::unique_ptr<models::GPT> model_;
   optim::NamedTensors params_;
   std::vector<Tensor> tensors_;
   std::unique_ptr<optim::Optimizer> optimizer_;
@@ -125,7 +141,7 @@ void RankTrainer::resume() {
 double RankTrainer::train_step(int64_t step, double* grad_norm, int64_t* tokens) {
   const data::Batch batch = loader_->next();
   *tokens = batch.tokens.numel() * groups_.dp_size;
-  Tensor loss = batch_loss(model_, batch, groups_);
+  Tensor loss = batch_loss(*model_, batch, groups_);
   backward(loss);
   const bool distributed = groups_.world->size() > 1;
   // Each rank's loss is already divided by the world's token count: summing gives the mean.
@@ -146,9 +162,9 @@ double RankTrainer::train_step(int64_t step, double* grad_norm, int64_t* tokens)
 bool RankTrainer::evaluate(int64_t step) {
   EvalMetrics m;
   m.step = step;
-  m.loss = eval_loss(model_, c_, sources_.eval, groups_);
+  m.loss = eval_loss(*model_, c_, sources_.eval, groups_);
   if (const data::SyntheticSource* synthetic = loader_->synthetic(); synthetic && c_.run.eval_examples > 0) {
-    const data::ExactMatchResult r = eval_exact_match(model_, *synthetic, c_.run.eval_examples, groups_);
+    const data::ExactMatchResult r = eval_exact_match(*model_, *synthetic, c_.run.eval_examples, groups_);
     m.accuracy = r.accuracy();
     m.num_correct = r.num_correct;
     m.num_examples = r.num_examples;
@@ -208,7 +224,8 @@ void RankTrainer::run() {
                                   .grad_norm = norm,
                                   .tokens_per_second = window_tokens / std::max(window_seconds, 1e-9),
                                   .elapsed_seconds = seconds_since(t0),
-                                  .eta_seconds = per_step * static_cast<double>(c_.run.steps - step_)},
+                                  .eta_seconds = per_step * static_cast<double>(c_.run.steps - step_),
+                                  .peak_memory_bytes = peak_memory()},
                       true);
         window_seconds = window_loss = 0;
         window_tokens = window_steps = 0;
@@ -246,6 +263,8 @@ std::shared_ptr<const data::DocumentSource> open_training_source(const TrainConf
 }
 
 TrainOutcome train(const TrainConfig& config, std::ostream& out, bool progress_bar) {
+  // The device check first: its message names run.device and the fix.
+  const Device device0 = rank_device_of(config, 0);
   const std::string dir = run_dir(config);
   Sources sources;
   sources.train = open_training_source(config);
@@ -265,14 +284,16 @@ TrainOutcome train(const TrainConfig& config, std::ostream& out, bool progress_b
   logger.note("cpformer train: " + config.run.name + " | " + sources.train->name() + " | " +
               std::to_string(world) + " rank(s): dp=" + std::to_string(config.parallel.dp) +
               " cp=" + std::to_string(config.parallel.cp) +
-              (config.parallel.cp > 1 ? " (" + cp::comm_type_name(config.parallel.cp_comm_type) + ")" : "") +
+              (config.parallel.cp > 1 ? " (" + cp::comm_type_name(config.parallel.cp_comm_type) + ")" : "") + " | " +
+              (device0.is_cuda() ? "cuda" : "cpu") +
+              (config.run.precision == PrecisionMode::bf16 ? " bf16 (f32 master weights)" : " fp32") +
               " | run folder " + dir);
 
   Shared shared;
   shared.outcome.run_dir = dir;
   shared.outcome.target_set = config.run.target_accuracy > 0 || config.run.target_loss > 0;
   dist::LaunchOptions launch_options;
-  launch_options.devices = dist::DevicePolicy::cpu;
+  launch_options.devices = device0.is_cuda() ? dist::DevicePolicy::cuda : dist::DevicePolicy::cpu;
   launch_options.omp_threads_per_rank = static_cast<int>(config.run.threads);
   dist::launch(
       world,

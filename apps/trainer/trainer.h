@@ -4,9 +4,11 @@
 // The world is parallel.dp x parallel.cp thread ranks (dist::launch), arranged by a DeviceMesh. Every
 // rank holds a full model replica built from the same seed. Per step, each DP rank takes its own
 // global batch from the loader, each CP rank its dual-chunk shard of it; every attention layer runs
-// the configured CP strategy. The loss is the mean over the valid tokens of the whole step: each rank
-// scales its summed token loss by 1 / (valid tokens over all DP x CP ranks) and gradients are summed
-// over the world, so any (dp, cp) takes the same step as one rank with the same global batch.
+// the configured CP strategy. Ranks compute on run.device (cuda: GPU r % visible GPUs; the model is
+// drawn on the CPU from the seed and moved there) in run.precision (bf16: mixed precision over f32
+// master weights, docs/training.md). The loss is the mean over the valid tokens of the whole step:
+// each rank scales its summed token loss by 1 / (valid tokens over all DP x CP ranks) and gradients
+// are summed over the world, so any (dp, cp) takes the same step as one rank with the same global batch.
 //
 // Rank 0 prints, writes metrics.jsonl and config.yaml, and saves checkpoints; resume: auto continues
 // from the newest valid checkpoint (weights, optimizer state, data cursor), reproducing the

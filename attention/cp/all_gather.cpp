@@ -43,7 +43,8 @@ std::pair<Tensor, Tensor> gather_kv(const CpContext& ctx, const GroupLayout& ful
 CpForward all_gather_forward(const CpContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v) {
   const GroupLayout full = make_group_layout(ctx.global, ctx.cp_size, all_members(ctx));
   const auto [k_all, v_all] = gather_kv(ctx, full, k, v);
-  const auto result = raw::attention_forward(q, k_all, v_all, ctx.spec, pair_sequence_info(ctx.own_layout(), full));
+  const auto result = raw::attention_forward(q, k_all, v_all, ctx.spec,
+                                             pair_sequence_info(ctx.own_layout(), full), ctx.groups.flash);
   ctx.stats->forward_tiles.full += result.tiles.full;
   ctx.stats->forward_tiles.partial += result.tiles.partial;
   ctx.stats->forward_tiles.skipped += result.tiles.skipped;
@@ -55,7 +56,7 @@ CpGrads all_gather_backward(const CpContext& ctx, const Tensor& dout, const Tens
   const GroupLayout full = make_group_layout(ctx.global, ctx.cp_size, all_members(ctx));
   const auto [k_all, v_all] = gather_kv(ctx, full, k, v);
   const auto grads = raw::attention_backward(dout, dlse, q, k_all, v_all, saved.out, saved.lse, ctx.spec,
-                                             pair_sequence_info(ctx.own_layout(), full));
+                                             pair_sequence_info(ctx.own_layout(), full), ctx.groups.flash);
   ctx.stats->backward_tiles.full += grads.tiles.full;
   ctx.stats->backward_tiles.partial += grads.tiles.partial;
   ctx.stats->backward_tiles.skipped += grads.tiles.skipped;

@@ -32,6 +32,7 @@ struct ContextParallel {
   dist::ProcessGroupPtr group;      // the CP group (size P > 1)
   dist::ProcessGroupPtr a2a_group;  // a2a+p2p: this rank's a2a sub-group (consecutive CP ranks)
   dist::ProcessGroupPtr p2p_group;  // a2a+p2p: this rank's p2p sub-group
+  FlashConfig flash;                // kernel choice (backend, deterministic) of every attention call the strategy makes
 };
 
 // What one call did, for tests, benchmarks and docs (bytes are what this rank sent).

@@ -100,7 +100,8 @@ CpForward ring_forward(const CpContext& ctx, dist::ProcessGroup& group, const st
     ctx.stats->ring_steps += 1;
     if (any_visible(layouts[me], layouts[src], window)) {
       const auto [k_step, v_step] = unpack_kv(kv, d_qk);
-      const auto result = raw::attention_forward(q, k_step, v_step, ctx.spec, pair_sequence_info(layouts[me], layouts[src]));
+      const auto result = raw::attention_forward(q, k_step, v_step, ctx.spec,
+                                                 pair_sequence_info(layouts[me], layouts[src]), ctx.groups.flash);
       add_tiles(ctx.stats->forward_tiles, result.tiles);
       merge.add(result.out, result.lse);
     } else {
@@ -133,7 +134,7 @@ CpGrads ring_backward(const CpContext& ctx, dist::ProcessGroup& group, const std
     if (any_visible(layouts[me], layouts[src], window)) {
       const auto [k_step, v_step] = unpack_kv(kv, d_qk);
       const auto grads = raw::attention_backward(dout, dlse, q, k_step, v_step, saved.out, saved.lse, ctx.spec,
-                                                 pair_sequence_info(layouts[me], layouts[src]));
+                                                 pair_sequence_info(layouts[me], layouts[src]), ctx.groups.flash);
       add_tiles(ctx.stats->backward_tiles, grads.tiles);
       raw::add_(dq, raw::to(grads.dq, acc));
       dkv = raw::to(pack_kv(grads.dk, grads.dv), acc);

@@ -74,8 +74,8 @@ Tensor MultiHeadAttention::forward(const Tensor& x, const std::optional<Sequence
     q = apply_rope(q, o.qkv_format, positions(q, false), o.rope_base, o.rotary_dim);
     k = apply_rope(k, o.qkv_format, positions(k, true), o.rope_base, o.rotary_dim);
   }
-  const AttentionOutput attn =
-      use_cp ? cp::context_parallel_attention(q, k, v, spec_, seq, *cp) : dot_product_attention(q, k, v, spec_, seq);
+  const AttentionOutput attn = use_cp ? cp::context_parallel_attention(q, k, v, spec_, seq, *cp)
+                                      : dot_product_attention(q, k, v, spec_, seq, o.flash);
   return o_proj_->forward(attention_modules::merge_heads(attn.out));  // (.., C)
 }
 

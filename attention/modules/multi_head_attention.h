@@ -34,6 +34,7 @@ struct MultiHeadAttentionOptions {
   bool bias = false;
   double init_std = 0.0;  // forwarded to the projections (0 = uniform +-1/sqrt(in))
   DType dtype = DType::f32;
+  FlashConfig flash;  // kernel choice (backend, deterministic) of the attention call without CP
 };
 
 class MultiHeadAttention : public nn::Module {

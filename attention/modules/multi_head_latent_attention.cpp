@@ -4,6 +4,7 @@
 
 #include "attention/modules/attention_layout.h"
 #include "framework/autograd/ops.h"
+#include "framework/nn/precision.h"
 
 namespace cpf {
 namespace {
@@ -66,7 +67,9 @@ MultiHeadLatentAttention::MultiHeadLatentAttention(const MultiHeadLatentAttentio
 
 Tensor MultiHeadLatentAttention::project_q(const Tensor& x) const {
   if (!q_a_proj_) return q_proj_->forward(x);
-  return q_b_proj_->forward(rms_norm(q_a_proj_->forward(x), q_a_norm_weight_, options_.norm_eps));
+  const Tensor latent = q_a_proj_->forward(x);  // (.., q_lora_rank); bf16 under mixed precision
+  const Tensor weight = nn::compute_parameter(q_a_norm_weight_, latent.dtype(), kOp, "q_a_layernorm weight");
+  return q_b_proj_->forward(rms_norm(latent, weight, options_.norm_eps));
 }
 
 Tensor MultiHeadLatentAttention::forward(const Tensor& x, const std::optional<SequenceInfo>& seq,
@@ -87,7 +90,8 @@ Tensor MultiHeadLatentAttention::forward(const Tensor& x, const std::optional<Se
   const Tensor q_pe = apply_rope(q_parts[1], o.qkv_format, positions(q, false), o.rope_base, -1);
 
   const std::vector<Tensor> kv_a = split(kv_a_proj_->forward(x), std::vector<int64_t>{o.kv_lora_rank, rope_dim}, -1);
-  const Tensor c_kv = rms_norm(kv_a[0], kv_a_norm_weight_, o.norm_eps);                        // (.., kv_lora_rank)
+  const Tensor kv_norm = nn::compute_parameter(kv_a_norm_weight_, kv_a[0].dtype(), kOp, "kv_a_layernorm weight");
+  const Tensor c_kv = rms_norm(kv_a[0], kv_norm, o.norm_eps);                                  // (.., kv_lora_rank)
   const Tensor kv = split_heads(kv_b_proj_->forward(c_kv), o.num_heads, nope + o.v_head_dim);  // (.., H, nope + v)
   const std::vector<Tensor> kv_parts = split(kv, std::vector<int64_t>{nope, o.v_head_dim}, -1);
   // One RoPE key per token, shared by every head: rotate it as a single head, then broadcast.
@@ -100,7 +104,7 @@ Tensor MultiHeadLatentAttention::forward(const Tensor& x, const std::optional<Se
   const Tensor q_full = nope > 0 ? cat({q_parts[0], q_pe}, -1) : q_pe;
   const Tensor k_full = nope > 0 ? cat({kv_parts[0], k_pe}, -1) : k_pe;
   const AttentionOutput attn = use_cp ? cp::context_parallel_attention(q_full, k_full, kv_parts[1], spec_, seq, *cp)
-                                      : dot_product_attention(q_full, k_full, kv_parts[1], spec_, seq);
+                                      : dot_product_attention(q_full, k_full, kv_parts[1], spec_, seq, o.flash);
   return o_proj_->forward(attention_modules::merge_heads(attn.out));  // (.., C)
 }
 

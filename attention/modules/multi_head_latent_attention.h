@@ -38,6 +38,7 @@ struct MultiHeadLatentAttentionOptions {
   bool bias = false;
   double init_std = 0.0;
   DType dtype = DType::f32;
+  FlashConfig flash;  // kernel choice (backend, deterministic) of the attention call without CP
 };
 
 class MultiHeadLatentAttention : public nn::Module {

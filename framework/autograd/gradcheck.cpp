@@ -75,7 +75,8 @@ GradcheckReport gradcheck(const GradcheckFn& fn, const std::vector<Tensor>& inpu
   std::vector<Tensor> roots, seeds;
   for (size_t k = 0; k < outputs.size(); ++k) {
     if (!outputs[k].defined() || !is_floating(outputs[k].dtype())) continue;
-    weights[k] = randn(outputs[k].shape(), {.dtype = DType::f64}, &weight_gen);
+    // Drawn on the host so every device contracts with the same weights, then moved to the output.
+    weights[k] = raw::to(randn(outputs[k].shape(), {.dtype = DType::f64}, &weight_gen), outputs[k].device());
     if (outputs[k].requires_grad()) {
       roots.push_back(outputs[k]);
       seeds.push_back(raw::to(weights[k], outputs[k].dtype()));
@@ -90,11 +91,28 @@ GradcheckReport gradcheck(const GradcheckFn& fn, const std::vector<Tensor>& inpu
 
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (!inputs[i].defined() || !inputs[i].requires_grad()) continue;
-    Tensor analytic = inputs[i].grad().defined() ? raw::contiguous(inputs[i].grad()) : zeros_like(inputs[i].detach());
+    const Tensor grad = inputs[i].grad().defined() ? inputs[i].grad() : zeros_like(inputs[i].detach());
+    const Tensor analytic = raw::contiguous(raw::to(grad, Device::cpu()));
     const double* ga = analytic.data<double>();
     // Perturb the caller's tensor in place (through its strides), so functions that reach the
-    // inputs through other handles, e.g. a module's parameters, see the change too.
+    // inputs through other handles, e.g. a module's parameters, see the change too. A device input
+    // is perturbed where it lives, through its backend's byte copies (no kernel, no version bump),
+    // so the finite differences run the device's forward kernels.
     double* base = inputs[i].data<double>();
+    const Device device = inputs[i].device();
+    auto read = [device](const double* at) {
+      double value;
+      if (device.is_cpu()) return *at;
+      device_backend(device.type).copy(&value, Device::cpu(), at, device, sizeof(double));
+      return value;
+    };
+    auto write = [device](double* at, double value) {
+      if (device.is_cpu()) {
+        *at = value;
+      } else {
+        device_backend(device.type).copy(at, device, &value, Device::cpu(), sizeof(double));
+      }
+    };
     const Shape& shape = inputs[i].shape();
     const Shape& strides = inputs[i].strides();
     for (int64_t e : chosen_elements(inputs[i].numel(), options.max_elements_per_input, rng)) {
@@ -103,13 +121,13 @@ GradcheckReport gradcheck(const GradcheckFn& fn, const std::vector<Tensor>& inpu
         offset += (rest % shape[d]) * strides[d];
         rest /= shape[d];
       }
-      double& x = base[offset];
-      const double original = x;
-      x = original + options.eps;
+      double* x = base + offset;
+      const double original = read(x);
+      write(x, original + options.eps);
       const double plus = contract(fn(inputs), weights);
-      x = original - options.eps;
+      write(x, original - options.eps);
       const double minus = contract(fn(inputs), weights);
-      x = original;
+      write(x, original);
       const double numeric = (plus - minus) / (2 * options.eps);
       const double error = std::abs(ga[e] - numeric);
       const double tolerance = options.atol + options.rtol * std::abs(numeric);

@@ -44,6 +44,9 @@ GradcheckReport gradcheck(ProcessGroup& group, const GradcheckFn& fn, const std:
     if (!inputs[i].defined() || !inputs[i].requires_grad()) continue;
     CPF_CHECK(inputs[i].dtype() == DType::f64, "dist::gradcheck: input ", i, " of shape ", inputs[i].shape(), " is ",
               inputs[i].dtype(), "; finite differences need f64 inputs");
+    // Elements are perturbed through host pointers below.
+    CPF_CHECK(inputs[i].device().is_cpu(), "dist::gradcheck: input ", i, " of shape ", inputs[i].shape(), " is on ",
+              inputs[i].device(), "; pass CPU inputs (fn may move them to the device with to(device))");
   }
   const uint64_t rank_seed = options.seed + 7919 * static_cast<uint64_t>(group.rank());
 

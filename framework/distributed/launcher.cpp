@@ -1,6 +1,8 @@
 #include "framework/distributed/launcher.h"
 
 #include <algorithm>
+#include <map>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -26,7 +28,50 @@ int cuda_device_count() {
   return has_device_backend(DeviceType::cuda) ? device_backend(DeviceType::cuda).device_count() : 0;
 }
 
+// The thread backend behind the LaunchWorld interface.
+class ThreadLaunchWorld final : public LaunchWorld {
+ public:
+  ThreadLaunchWorld(int n_ranks, std::chrono::milliseconds timeout, int omp_threads)
+      : world_(thread::ThreadWorld::create(
+            n_ranks, {.timeout = timeout, .omp_threads_per_rank = omp_threads, .name = "world"})) {}
+  ProcessGroupPtr join(int rank, Device) override { return world_->group(rank); }
+  void abort(int rank, const std::string& reason) override { world_->abort(rank, reason); }
+  bool aborted() const override { return world_->aborted(); }
+  std::string abort_reason() const override { return world_->abort_reason(); }
+
+ private:
+  std::shared_ptr<thread::ThreadWorld> world_;
+};
+
+std::mutex& registry_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+std::map<Backend, LaunchWorldFactory>& registry() {
+  static std::map<Backend, LaunchWorldFactory> factories;
+  return factories;
+}
+
 }  // namespace
+
+const char* backend_name(Backend backend) {
+  switch (backend) {
+    case Backend::thread: return "thread";
+    case Backend::nccl: return "nccl";
+  }
+  return "?";
+}
+
+void register_launch_backend(Backend backend, LaunchWorldFactory factory) {
+  std::lock_guard lock(registry_mutex());
+  registry()[backend] = std::move(factory);
+}
+
+bool has_launch_backend(Backend backend) {
+  if (backend == Backend::thread) return true;
+  std::lock_guard lock(registry_mutex());
+  return registry().count(backend) > 0;
+}
 
 Device rank_device(int rank, DevicePolicy policy) {
   const int gpus = policy == DevicePolicy::cpu ? 0 : cuda_device_count();
@@ -45,19 +90,34 @@ void launch(int n_ranks, const std::function<void(RankContext&)>& fn, const Laun
             options.omp_threads_per_rank);
   const int omp_threads =
       options.omp_threads_per_rank > 0 ? options.omp_threads_per_rank : std::max(1, available_cores() / n_ranks);
+  std::unique_ptr<LaunchWorld> world;
+  if (options.backend == Backend::thread) {
+    world = std::make_unique<ThreadLaunchWorld>(n_ranks, options.timeout, omp_threads);
+  } else {
+    LaunchWorldFactory factory;
+    {
+      std::lock_guard lock(registry_mutex());
+      auto it = registry().find(options.backend);
+      if (it != registry().end()) factory = it->second;
+    }
+    CPF_CHECK(factory, "launch: the ", backend_name(options.backend),
+              " backend is not part of this program; link cpf_distributed_nccl (built with -DCPF_WITH_CUDA=ON "
+              "and -DCPF_WITH_NCCL=ON), or use the thread backend");
+    CPF_CHECK(options.devices != DevicePolicy::cpu, "launch: the ", backend_name(options.backend),
+              " backend runs one rank per GPU; DevicePolicy::cpu is not possible with it");
+    world = factory(n_ranks, options);
+  }
+  std::vector<Device> devices;
+  for (int r = 0; r < n_ranks; ++r) {
+    devices.push_back(options.backend == Backend::thread ? rank_device(r, options.devices) : Device::cuda(r));
+  }
   std::vector<RankContext> contexts(static_cast<size_t>(n_ranks));
   std::string failure;
   {
-    auto world = thread::ThreadWorld::create(
-        n_ranks, {.timeout = options.timeout, .omp_threads_per_rank = omp_threads, .name = "world"});
-    for (int r = 0; r < n_ranks; ++r) {
-      RankContext& ctx = contexts[static_cast<size_t>(r)];
-      ctx = {.rank = r, .world_size = n_ranks, .device = rank_device(r, options.devices), .world = world->group(r)};
-    }
     std::vector<std::thread> threads;
     threads.reserve(static_cast<size_t>(n_ranks));
     for (int r = 0; r < n_ranks; ++r) {
-      threads.emplace_back([&world, &fn, &ctx = contexts[static_cast<size_t>(r)], r, omp_threads] {
+      threads.emplace_back([&world, &fn, &ctx = contexts[static_cast<size_t>(r)], &devices, n_ranks, r, omp_threads] {
 #if defined(CPF_WITH_OPENMP)
         omp_set_num_threads(omp_threads);
 #else
@@ -66,6 +126,8 @@ void launch(int n_ranks, const std::function<void(RankContext&)>& fn, const Laun
         // The first failure aborts the world; it is the one reported (later errors on the other
         // ranks are usually the abort itself).
         try {
+          const Device device = devices[static_cast<size_t>(r)];
+          ctx = {.rank = r, .world_size = n_ranks, .device = device, .world = world->join(r, device)};
           fn(ctx);
         } catch (const std::exception& e) {
           world->abort(r, e.what());
@@ -77,6 +139,7 @@ void launch(int n_ranks, const std::function<void(RankContext&)>& fn, const Laun
     for (std::thread& t : threads) t.join();
     if (world->aborted()) failure = world->abort_reason();
     contexts.clear();  // drop the handles so the world (and its progress threads) goes away here
+    world.reset();
   }
   CPF_CHECK(failure.empty(), "launch: ", failure);
 }

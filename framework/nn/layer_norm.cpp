@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "framework/autograd/ops.h"
+#include "framework/nn/precision.h"
 
 namespace cpf::nn {
 
@@ -17,7 +18,9 @@ LayerNorm::LayerNorm(const LayerNormOptions& options) : options_(options) {
 Tensor LayerNorm::forward(const Tensor& x) const {
   CPF_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == options_.dim, "LayerNorm: input of shape ",
             x.defined() ? x.shape() : Shape{}, " does not end in dim=", options_.dim);
-  return layer_norm(x, weight_, bias_, options_.eps);
+  // A bf16 input normalises with bf16 copies of the affine parameters; statistics stay in f32.
+  const Tensor weight = compute_parameter(weight_, x.dtype(), "LayerNorm", "weight");
+  return layer_norm(x, weight, compute_parameter(bias_, x.dtype(), "LayerNorm", "bias"), options_.eps);
 }
 
 }  // namespace cpf::nn

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "framework/autograd/ops.h"
+#include "framework/nn/precision.h"
 
 namespace cpf::nn {
 
@@ -26,8 +27,10 @@ Linear::Linear(const LinearOptions& options, Generator* gen) : options_(options)
 Tensor Linear::forward(const Tensor& x) const {
   CPF_CHECK(x.dim() >= 1 && x.size(-1) == options_.in_features, "Linear: input of shape ", x.shape(),
             " does not end in in_features=", options_.in_features);
-  Tensor y = matmul(x, transpose(weight_, 0, 1));  // (..., out)
-  return bias_.defined() ? add(y, bias_) : y;
+  // Computes in x's dtype: f32 master weights are cast for a bf16 input (framework/nn/precision.h).
+  const Tensor w = compute_parameter(weight_, x.dtype(), "Linear", "weight");  // (out, in)
+  const Tensor y = matmul(x, transpose(w, 0, 1));                               // (..., out)
+  return bias_.defined() ? add(y, compute_parameter(bias_, x.dtype(), "Linear", "bias")) : y;
 }
 
 }  // namespace cpf::nn

@@ -1,5 +1,7 @@
 #include "framework/nn/module.h"
 
+#include "framework/tensor/ops/copy.h"
+
 namespace cpf::nn {
 
 void Module::check_new_name(const std::string& name) const {
@@ -72,6 +74,31 @@ void Module::train(bool training) {
 
 void Module::zero_grad() {
   for (auto& [name, tensor] : named_parameters()) tensor.set_grad(Tensor());
+}
+
+namespace {
+
+// Re-points `t`'s TensorImpl at a copy of its values on `device` (contiguous), so every holder of the
+// handle sees the moved tensor.
+void move_in_place(const Tensor& t, Device device) {
+  if (!t.defined() || t.device() == device) return;
+  const Tensor moved = raw::contiguous(raw::to(t, device));
+  TensorImpl* impl = t.impl();
+  impl->storage = moved.storage();
+  impl->strides = moved.strides();
+  impl->offset = moved.offset();
+}
+
+}  // namespace
+
+void Module::to(Device device) {
+  for (const auto& list : {named_parameters(), named_buffers()}) {
+    for (const auto& [name, tensor] : list) {
+      CPF_CHECK(tensor.is_leaf(), "Module::to: '", name, "' is not a leaf tensor; move modules before using them");
+      move_in_place(tensor, device);
+      move_in_place(tensor.grad(), device);
+    }
+  }
 }
 
 }  // namespace cpf::nn

@@ -33,6 +33,11 @@ class Module {
   bool is_training() const { return training_; }
   // Drops every parameter's gradient (undefined, so the next backward allocates fresh ones).
   void zero_grad();
+  // Moves every parameter and buffer (and any gradient) to `device` in place: the handles stay the same
+  // TensorImpl, so members such as Linear::weight() and lists taken from named_parameters() follow.
+  // Build optimizers after the move (their state is allocated on the parameters' device). Values are
+  // copied exactly; a no-op for tensors already there.
+  void to(Device device);
 
  protected:
   // Marks `value` as a parameter (requires grad) and returns the same handle.

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "framework/autograd/ops.h"
+#include "framework/nn/precision.h"
 
 namespace cpf::nn {
 
@@ -16,7 +17,8 @@ RMSNorm::RMSNorm(const RMSNormOptions& options) : options_(options) {
 Tensor RMSNorm::forward(const Tensor& x) const {
   CPF_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == options_.dim, "RMSNorm: input of shape ",
             x.defined() ? x.shape() : Shape{}, " does not end in dim=", options_.dim);
-  return rms_norm(x, weight_, options_.eps);
+  // A bf16 input normalises with a bf16 copy of the gain; the kernel keeps its statistics in f32.
+  return rms_norm(x, compute_parameter(weight_, x.dtype(), "RMSNorm", "weight"), options_.eps);
 }
 
 }  // namespace cpf::nn

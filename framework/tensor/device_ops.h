@@ -46,6 +46,19 @@ struct DeviceAdamW {
   int64_t step = 1;
 };
 
+// A range check of index values done on the device (see DeviceOps::check_indices). Which CPU message
+// a failure reproduces: index (index.cpp), embedding id (embedding.cpp), cross-entropy target.
+enum class DeviceIndexKind { index, embedding_id, target };
+struct DeviceIndexCheck {
+  DeviceIndexKind kind = DeviceIndexKind::index;
+  const char* op = "";  // a string literal: the message is built after the call returns
+  Tensor index;         // contiguous i32/i64; its shape gives the position in the message
+  int64_t bound = 0;    // valid values: 0 <= v < bound
+  int64_t dim = 0;      // index kind: the dim indexed
+  bool has_ignore = false;  // target kind: ignore_index is allowed too
+  int64_t ignore_index = 0;
+};
+
 struct DeviceOps {
   // dst (any strides, no self-overlap) = src broadcast to dst's shape, converted to dst's dtype.
   void (*copy)(const Tensor& dst, const Tensor& src) = nullptr;
@@ -111,6 +124,21 @@ struct DeviceOps {
   // out (N, C) logits' dtype = (exp(logits - lse) - onehot(target)) * scale; ignored rows 0.
   void (*cross_entropy_backward)(const Tensor& out, const Tensor& logits, const Tensor& targets, const Tensor& lse,
                                  double scale, int64_t ignore_index) = nullptr;
+  // On the device, without a host synchronisation: loss (scalar, lse's dtype) = the mean of row_loss (N, f64)
+  // over the rows whose target is not ignore_index (0 when there are none; summed in a fixed order in f64);
+  // count (scalar i64) = their number.
+  void (*cross_entropy_loss)(const Tensor& loss, const Tensor& count, const Tensor& row_loss, const Tensor& targets,
+                             int64_t ignore_index) = nullptr;
+  // cross_entropy_backward with scale = grad_loss / count read on the device: grad_loss (1) f64, count (1)
+  // i64 (from cross_entropy_loss).
+  void (*cross_entropy_backward_counted)(const Tensor& out, const Tensor& logits, const Tensor& targets,
+                                         const Tensor& lse, const Tensor& grad_loss, const Tensor& count,
+                                         int64_t ignore_index) = nullptr;
+
+  // Checks index values on the device without waiting for it. A failure is recorded on the device and
+  // thrown, with the CPU's message, by the next call that synchronises with the device (see
+  // framework/tensor/cuda/cuda.h). Kernels using the indices skip out-of-range values meanwhile.
+  void (*check_indices)(const DeviceIndexCheck& check) = nullptr;
 
   // RoPE (framework/tensor/ops/rope.h): x (B, T, H, D) with unit stride along D (B = 1 for thd),
   // positions (T) or (B, T) contiguous i32/i64; out contiguous, x's shape and dtype.

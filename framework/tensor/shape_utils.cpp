@@ -76,7 +76,8 @@ void check_same_dtype(const Tensor& a, const Tensor& b, const char* op) {
 }
 
 void check_same_device(const Tensor& a, const Tensor& b, const char* op) {
-  CPF_CHECK(a.device() == b.device(), op, ": tensors are on different devices: ", a.device(), " vs ", b.device());
+  CPF_CHECK(a.device() == b.device(), op, ": tensors are on different devices: ", a.device(), " vs ", b.device(), " (",
+            a.dtype(), " ", a.shape(), " vs ", b.dtype(), " ", b.shape(), "); move one with to(device)");
 }
 
 }  // namespace cpf

@@ -32,6 +32,8 @@ for dir in "$ROOT"/tests/cuda*/; do
 done
 benches=()
 for f in "$ROOT"/benchmarks/gpu/*_bench.cpp; do benches+=("gpu_$(basename "$f" .cpp)"); done
+# EXTRA_TESTS: more test targets to carry (e.g. the device-parameterised autograd suites).
+if [[ -n "${EXTRA_TESTS:-}" ]]; then read -r -a extra <<<"$EXTRA_TESTS"; tests+=("${extra[@]}"); fi
 if [[ -n "${TARGETS:-}" ]]; then
   read -r -a wanted <<<"$TARGETS"
   keep() { local t; for t in "${wanted[@]}"; do [[ "$t" == "$1" ]] && return 0; done; return 1; }

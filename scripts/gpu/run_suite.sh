@@ -5,7 +5,9 @@
 #
 # CARRY_DIR: what scripts/gpu/build.sh produced (default build/gpu-carry); OUT_DIR: where results go
 # (default $OUT, else out/gpu). Files written: results.md (the table, also printed last), tests.log,
-# bench_elementwise.log, bench_gemm.log. Exit status: non-zero when a test binary failed.
+# <bench>.log per benchmark. Every bin/*_test and bin/gpu_*_bench is run; SKIP_BENCH=1 skips the
+# benchmarks, BENCHES="gpu_a_bench gpu_b_bench" restricts them, BENCH_TIMEOUT (s) bounds each,
+# GTEST_FILTER applies to the tests. Exit status: non-zero when a test binary failed.
 #
 # Environment (shared/GPU.md): cuDNN/NCCL/cuBLAS from the machine's Python venv when present (the
 # system cuDNN 9.14 has a known sliding-window bug), NVLink multicast off.
@@ -41,7 +43,7 @@ device="$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,n
 } >"$results"
 
 status=0
-for exe in "$CARRY_DIR"/bin/cuda_*_test; do
+for exe in "$CARRY_DIR"/bin/*_test; do
   name="$(basename "$exe")"
   start=$(date +%s)
   log="$(timeout 300 "$exe" --gtest_color=no 2>&1)"
@@ -57,21 +59,28 @@ for exe in "$CARRY_DIR"/bin/cuda_*_test; do
 done
 
 bench() {
-  local exe="$CARRY_DIR/bin/$1" log="$OUT_DIR/$2"
-  timeout 300 "$exe" --benchmark_repetitions=5 --benchmark_report_aggregates_only=true >"$log" 2>&1
+  local exe="$1" name log
+  name="$(basename "$exe")"
+  log="$OUT_DIR/${name}.log"
+  timeout "${BENCH_TIMEOUT:-300}" "$exe" --benchmark_repetitions=5 --benchmark_report_aggregates_only=true >"$log" 2>&1
   local rc=$?
   {
     echo
-    echo "## $1 (exit $rc)"
+    echo "## $name (exit $rc)"
     echo
     echo '```'
-    # The summary table the benchmark prints last.
-    awk '/^(kernel|GEMM) \(median\)/ {on = 1} on' "$log"
+    # The summary table each benchmark prints last: its header names the medians or says "summary".
+    awk '/\(median\)|[Ss]ummary/ {on = 1} on' "$log"
     echo '```'
   } >>"$results"
 }
-bench gpu_elementwise_bench bench_elementwise.log
-bench gpu_gemm_bench bench_gemm.log
+if [[ -z "${SKIP_BENCH:-}" ]]; then
+  for exe in "$CARRY_DIR"/bin/gpu_*_bench; do
+    [[ -e "$exe" ]] || continue
+    if [[ -n "${BENCHES:-}" && " $BENCHES " != *" $(basename "$exe") "* ]]; then continue; fi
+    bench "$exe"
+  done
+fi
 
 cat "$results"
 exit $status

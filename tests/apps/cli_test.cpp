@@ -174,7 +174,7 @@ TEST(CliDocs, ConfigMarkdownHoldsExactlyTheGeneratedTable) {
     for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
     return n;
   };
-  for (const char* section : {"run", "model", "optimizer", "schedule", "data", "parallel"}) {
+  for (const char* section : {"run", "model", "optimizer", "schedule", "data", "parallel", "attention"}) {
     const std::string row = std::string("\n| `") + section + ".";
     EXPECT_EQ(count(doc, row), count(table, row)) << section;
   }
@@ -183,7 +183,8 @@ TEST(CliDocs, ConfigMarkdownHoldsExactlyTheGeneratedTable) {
   EXPECT_EQ(r.out, table);
   // Every key of every section is in the table.
   for (const char* key : {"`run.target_accuracy`", "`model.num_kv_heads`", "`optimizer.lr`", "`schedule.warmup_steps`",
-                          "`data.pad_multiple`", "`parallel.cp_comm_type`"}) {
+                          "`data.pad_multiple`", "`parallel.cp_comm_type`", "`run.precision`", "`run.device`",
+                          "`attention.backend`", "`attention.deterministic`"}) {
     EXPECT_NE(table.find(key), std::string::npos) << key;
   }
 }

@@ -10,6 +10,7 @@
 #include "framework/autograd/ops.h"
 #include "framework/tensor/ops/elementwise.h"
 #include "framework/tensor/ops/views.h"
+#include "support/test_device.h"
 #include "support/test_utils.h"
 
 namespace cpf {
@@ -18,9 +19,12 @@ namespace {
 using testing::all_close;
 using testing::grad_input;
 
-Tensor vec(const std::vector<double>& v, const Shape& shape) { return from_vector<double>(v, shape); }
-Tensor leaf(const std::vector<double>& v, const Shape& shape) {
-  Tensor t = vec(v, shape);
+// f64 values on `device` (the CPU unless a device-parameterised test passes its own).
+Tensor vec(const std::vector<double>& v, const Shape& shape, Device device = Device::cpu()) {
+  return from_vector<double>(v, shape, device);
+}
+Tensor leaf(const std::vector<double>& v, const Shape& shape, Device device = Device::cpu()) {
+  Tensor t = vec(v, shape, device);
   t.set_requires_grad(true);
   return t;
 }
@@ -29,10 +33,15 @@ std::vector<double> grad_of(const Tensor& t) {
   return t.grad().defined() ? t.grad().to_vector<double>() : std::vector<double>{};
 }
 
+// Accumulation and view gradients run on every device of support/test_device.h: the gradients live
+// and accumulate on the leaf's device.
+class EngineOnDevice : public testing::DeviceTest {};
+class ViewGradients : public testing::DeviceTest {};
+
 // ---- accumulation and graph lifetime ----
 
-TEST(Engine, GradientsAccumulateAcrossBackwardCalls) {
-  Tensor x = leaf({1, 2, 3}, {3});
+TEST_P(EngineOnDevice, GradientsAccumulateAcrossBackwardCalls) {
+  Tensor x = leaf({1, 2, 3}, {3}, device());
   backward(sum(mul(x, x)));  // d/dx = 2x
   EXPECT_EQ(grad_of(x), (std::vector<double>{2, 4, 6}));
   backward(sum(mul(x, 3.0)));  // a new graph: += 3
@@ -46,8 +55,8 @@ TEST(Engine, GradientsAccumulateAcrossBackwardCalls) {
   EXPECT_EQ(grad_of(x), (std::vector<double>{1, 1, 1}));
 }
 
-TEST(Engine, RetainGraphAllowsASecondBackward) {
-  Tensor x = leaf({1, -2}, {2});
+TEST_P(EngineOnDevice, RetainGraphAllowsASecondBackward) {
+  Tensor x = leaf({1, -2}, {2}, device());
   Tensor y = sum(mul(exp(x), x));  // d/dx = exp(x) (1 + x)
   backward(y, Tensor(), /*retain_graph=*/true);
   const auto once = grad_of(x);
@@ -364,51 +373,51 @@ TEST(Engine, DetachCutsTheGraph) {
 
 // ---- gradients through views ----
 
-TEST(ViewGradients, EachViewScattersBack) {
-  Tensor x = leaf({0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, {3, 4});
+TEST_P(ViewGradients, EachViewScattersBack) {
+  Tensor x = leaf({0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, {3, 4}, device());
   auto grad_of_sum = [&](const Tensor& view, const Tensor& weights) {
     x.set_grad(Tensor());
     backward(sum(mul(view, weights)));
     return grad_of(x);
   };
   // narrow: columns 1..2 get their weights, the rest 0.
-  EXPECT_EQ(grad_of_sum(narrow(x, 1, 1, 2), vec({1, 2, 3, 4, 5, 6}, {3, 2})),
+  EXPECT_EQ(grad_of_sum(narrow(x, 1, 1, 2), vec({1, 2, 3, 4, 5, 6}, {3, 2}, device())),
             (std::vector<double>{0, 1, 2, 0, 0, 3, 4, 0, 0, 5, 6, 0}));
   // select: row -1.
-  EXPECT_EQ(grad_of_sum(select(x, 0, -1), vec({1, 2, 3, 4}, {4})),
+  EXPECT_EQ(grad_of_sum(select(x, 0, -1), vec({1, 2, 3, 4}, {4}, device())),
             (std::vector<double>{0, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4}));
   // slice with a step: columns 0 and 2.
-  EXPECT_EQ(grad_of_sum(slice(x, 1, 0, 4, 2), vec({1, 2, 3, 4, 5, 6}, {3, 2})),
+  EXPECT_EQ(grad_of_sum(slice(x, 1, 0, 4, 2), vec({1, 2, 3, 4, 5, 6}, {3, 2}, device())),
             (std::vector<double>{1, 0, 2, 0, 3, 0, 4, 0, 5, 0, 6, 0}));
   // permute / transpose: the weight at [j][i] lands on [i][j].
-  EXPECT_EQ(grad_of_sum(permute(x, {1, 0}), vec({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, {4, 3})),
+  EXPECT_EQ(grad_of_sum(permute(x, {1, 0}), vec({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, {4, 3}, device())),
             (std::vector<double>{1, 4, 7, 10, 2, 5, 8, 11, 3, 6, 9, 12}));
-  EXPECT_EQ(grad_of_sum(transpose(x, 0, 1), vec({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, {4, 3})),
+  EXPECT_EQ(grad_of_sum(transpose(x, 0, 1), vec({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, {4, 3}, device())),
             (std::vector<double>{1, 4, 7, 10, 2, 5, 8, 11, 3, 6, 9, 12}));
   // expand: broadcast copies sum back.
-  Tensor row = leaf({1, 2, 3}, {1, 3});
-  backward(sum(mul(expand(row, {4, 3}), vec({1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4, 4}, {4, 3}))));
+  Tensor row = leaf({1, 2, 3}, {1, 3}, device());
+  backward(sum(mul(expand(row, {4, 3}), vec({1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4, 4}, {4, 3}, device()))));
   EXPECT_EQ(grad_of(row), (std::vector<double>{10, 10, 10}));
-  Tensor s = leaf({2}, {});
+  Tensor s = leaf({2}, {}, device());
   backward(sum(expand(s, {2, 5})));
   EXPECT_EQ(grad_of(s), (std::vector<double>{10}));
 }
 
-TEST(ViewGradients, OverlappingViewsAccumulate) {
-  Tensor x = leaf({1, 2, 3, 4}, {4});
+TEST_P(ViewGradients, OverlappingViewsAccumulate) {
+  Tensor x = leaf({1, 2, 3, 4}, {4}, device());
   // Two overlapping windows and a select of the same leaf.
   Tensor loss = add(add(sum(narrow(x, 0, 0, 3)), sum(mul(narrow(x, 0, 1, 3), 2.0))), mul(select(x, 0, 2), 10.0));
   backward(loss);
   EXPECT_EQ(grad_of(x), (std::vector<double>{1, 3, 13, 2}));
   // Views of views of a non-contiguous view.
-  Tensor m = leaf({0, 1, 2, 3, 4, 5}, {2, 3});
-  backward(sum(mul(select(narrow(transpose(m, 0, 1), 0, 1, 2), 1, 0), vec({5, 7}, {2}))));
+  Tensor m = leaf({0, 1, 2, 3, 4, 5}, {2, 3}, device());
+  backward(sum(mul(select(narrow(transpose(m, 0, 1), 0, 1, 2), 1, 0), vec({5, 7}, {2}, device()))));
   EXPECT_EQ(grad_of(m), (std::vector<double>{0, 5, 7, 0, 0, 0}));
 }
 
-TEST(ViewGradients, ReshapesAndConversions) {
-  Tensor x = grad_input({2, 3}, 3);
-  Tensor w = testing::random_tensor({3, 2}, DType::f64, 4);
+TEST_P(ViewGradients, ReshapesAndConversions) {
+  Tensor x = grad_leaf({2, 3}, 3);
+  Tensor w = constant({3, 2}, 4);
   backward(sum(mul(reshape(x, {3, 2}), w)));
   EXPECT_TRUE(all_close(x.grad(), raw::reshape(w, {2, 3}), 0, 0));
   x.set_grad(Tensor());
@@ -419,10 +428,14 @@ TEST(ViewGradients, ReshapesAndConversions) {
   EXPECT_EQ(f.dtype(), DType::f32);
   backward(sum(mul(f, 2.0)));
   EXPECT_EQ(x.grad().dtype(), DType::f64);
+  EXPECT_EQ(x.grad().device(), device());
   EXPECT_EQ(x.grad().to_vector<double>(), std::vector<double>(6, 2.0));
   EXPECT_TRUE(to(x, DType::f64).is_same(x));
   EXPECT_TRUE(contiguous(x).is_same(x));
 }
+
+CPF_INSTANTIATE_DEVICE_SUITE(EngineOnDevice);
+CPF_INSTANTIATE_DEVICE_SUITE(ViewGradients);
 
 }  // namespace
 }  // namespace cpf

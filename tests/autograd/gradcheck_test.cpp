@@ -11,6 +11,7 @@
 #include "framework/tensor/ops/elementwise.h"
 #include "framework/tensor/ops/views.h"
 #include "support/gradcheck_utils.h"
+#include "support/test_device.h"
 
 namespace cpf {
 namespace {
@@ -29,11 +30,11 @@ Tensor wrong_square(const Tensor& x) {
 
 // a * b whose backward gives b's gradient to a correctly but scales b's by 1.01 (a subtle bug).
 Tensor subtly_wrong_mul(const Tensor& a, const Tensor& b) {
-  return autograd::record("subtly_wrong_mul", raw::mul(a, b), {a, b},
-                          [sa = autograd::SavedTensor(a), sb = autograd::SavedTensor(b)](const autograd::GradList& g) {
-                            return autograd::GradList{raw::mul(g[0], sb.unpack()),
-                                                      raw::mul(raw::mul(g[0], sa.unpack()), 1.01)};
-                          });
+  return autograd::record(
+      "subtly_wrong_mul", raw::mul(a, b), {a, b},
+      [sa = autograd::SavedTensor(a), sb = autograd::SavedTensor(b)](const autograd::GradList& g) {
+        return autograd::GradList{raw::mul(g[0], sb.unpack()), raw::mul(raw::mul(g[0], sa.unpack()), 1.01)};
+      });
 }
 
 TEST(Gradcheck, PassesCorrectOps) {
@@ -93,9 +94,8 @@ TEST(Gradcheck, FailsWhenAGradientIsMissingOrNaN) {
   EXPECT_EQ(missing.worst_analytic, 0.0);
   const GradcheckReport nan = gradcheck(
       [](const Inputs& in) {
-        return autograd::record("nan_grad", raw::mul(in[0], 3.0), {in[0]}, [](const autograd::GradList& g) {
-          return autograd::GradList{raw::mul(g[0], NAN)};
-        });
+        return autograd::record("nan_grad", raw::mul(in[0], 3.0), {in[0]},
+                                [](const autograd::GradList& g) { return autograd::GradList{raw::mul(g[0], NAN)}; });
       },
       Inputs{x});
   EXPECT_FALSE(nan.ok);
@@ -153,12 +153,11 @@ TEST(Gradcheck, InputsArePerturbedInPlaceAndRestored) {
 
 TEST(Gradcheck, ConstantInputsAndSeveralOutputs) {
   Tensor x = grad_input({2, 3}, 11);
-  Tensor c = random_tensor({2, 3}, DType::f64, 12);  // held constant
+  Tensor c = random_tensor({2, 3}, DType::f64, 12);       // held constant
   Tensor f32_const = random_tensor({3}, DType::f32, 13);  // constants may have any dtype
   const GradcheckFn fn = [](const Inputs& in) {
     Tensor y = mul(in[0], in[1]);
-    return std::vector<Tensor>{sum(y, {1}), exp(in[0]), argmax(y, 1), Tensor(),
-                               mul(to(in[2], DType::f64), 2.0)};
+    return std::vector<Tensor>{sum(y, {1}), exp(in[0]), argmax(y, 1), Tensor(), mul(to(in[2], DType::f64), 2.0)};
   };
   const GradcheckReport r = gradcheck(fn, Inputs{x, c, f32_const});
   EXPECT_TRUE(r.ok) << r.str();
@@ -186,6 +185,58 @@ TEST(Gradcheck, RejectsBadInputs) {
   Tensor bf = zeros({2}, {.dtype = DType::bf16, .requires_grad = true});
   EXPECT_CPF_ERROR(gradcheck(fn, Inputs{grad_input({2}), bf}), "gradcheck: input 1 of shape [2] is bf16");
 }
+
+// gradcheck itself on every device: a device input is perturbed where it lives (finite differences run
+// the device's kernels), restored bit for bit, and a wrong backward is still caught.
+class GradcheckOnDevice : public testing::DeviceTest {};
+
+TEST_P(GradcheckOnDevice, PassesCorrectOpsAndCatchesAWrongBackward) {
+  Tensor a = grad_leaf({3, 4}, 1);
+  Tensor b = grad_leaf({4, 2}, 2);
+  const GradcheckReport r = gradcheck([](const Inputs& x) { return tanh(matmul(x[0], x[1])); }, Inputs{a, b});
+  EXPECT_TRUE(r.ok) << r.str();
+  EXPECT_EQ(r.checked, 12 + 8);
+  EXPECT_LT(r.max_abs_error, 1e-7);
+  EXPECT_EQ(a.grad().device(), device());
+  Tensor x = grad_leaf({2, 3}, 3, 0.5, 2.0);
+  const GradcheckReport wrong = gradcheck([](const Inputs& in) { return wrong_square(in[0]); }, Inputs{x});
+  EXPECT_FALSE(wrong.ok) << wrong.str();
+  EXPECT_NEAR(wrong.worst_numeric, 2 * wrong.worst_analytic, 1e-6) << wrong.str();
+}
+
+TEST_P(GradcheckOnDevice, StridedInputsArePerturbedInPlaceAndRestored) {
+  Tensor t = strided_leaf(2, 3, 10);  // (2, 3) view of a (3, 2) tensor
+  const auto before = t.to_vector<double>();
+  const uint64_t version = t.version();
+  EXPECT_GRADCHECK([](const Inputs& in) { return mul(exp(in[0]), in[0]); }, Inputs{t});
+  EXPECT_EQ(t.to_vector<double>(), before) << "every element restored bit for bit";
+  EXPECT_EQ(t.version(), version);
+  // Indices of the worst element are row-major over the view, as on the CPU.
+  const GradcheckReport r = gradcheck([](const Inputs& in) { return wrong_square(in[0]); }, Inputs{t});
+  EXPECT_FALSE(r.ok);
+  const auto analytic = t.grad().to_vector<double>();
+  int64_t expected_worst = 0;
+  for (int64_t e = 1; e < 6; ++e) {
+    if (std::abs(analytic[e]) > std::abs(analytic[expected_worst])) expected_worst = e;
+  }
+  EXPECT_EQ(r.worst_index, expected_worst);
+  EXPECT_NEAR(r.worst_numeric, 2 * r.worst_analytic, 1e-6);
+}
+
+TEST_P(GradcheckOnDevice, SeveralOutputsWithConstants) {
+  Tensor x = grad_leaf({2, 3}, 11);
+  Tensor c = constant({2, 3}, 12);
+  const GradcheckFn fn = [](const Inputs& in) {
+    Tensor y = mul(in[0], in[1]);
+    return std::vector<Tensor>{sum(y, {1}), exp(in[0]), argmax(y, 1), Tensor()};
+  };
+  const GradcheckReport r = gradcheck(fn, Inputs{x, c});
+  EXPECT_TRUE(r.ok) << r.str();
+  EXPECT_EQ(r.checked, 6);
+  EXPECT_FALSE(c.grad().defined());
+}
+
+CPF_INSTANTIATE_DEVICE_SUITE(GradcheckOnDevice);
 
 }  // namespace
 }  // namespace cpf

@@ -34,8 +34,10 @@ double sum_tol(DType dtype, int64_t rows) {
 Tensor maybe(const Tensor& t) { return t.defined() ? on_gpu(t) : Tensor(); }
 
 TEST_F(CudaNnTest, LayerNormAndRmsNormMatchTheCpu) {
-  // (4, 7, 100): a warp per row; (6, 3000): a block per row; (5, 1): one column.
-  for (const Shape& shape : {Shape{4, 7, 100}, Shape{6, 3000}, Shape{5, 1}}) {
+  // (4, 7, 100): a warp per row; (6, 3000): a block per row, held in registers (f32 8, bf16 4, f64 16
+  // vectors per thread, some padding); (2, 8192): registers for f32 (16) and bf16 (8), three passes for
+  // f64; (3, 1030): three passes (no 16-byte vectors for f32/bf16); (5, 1): one column.
+  for (const Shape& shape : {Shape{4, 7, 100}, Shape{6, 3000}, Shape{2, 8192}, Shape{3, 1030}, Shape{5, 1}}) {
     const int64_t cols = shape.back(), rows = shape_numel(shape) / cols;
     for (DType dtype : {DType::f32, DType::f64, DType::bf16}) {
       for (bool affine : {true, false}) {
@@ -97,8 +99,9 @@ TEST_F(CudaNnTest, NormTakesStridedInputsAndIsDeterministic) {
 }
 
 TEST_F(CudaNnTest, CrossEntropyMatchesTheCpu) {
-  // (64, 100): a warp per row; (8, 5000): a block per row.
-  for (const Shape& shape : {Shape{64, 100}, Shape{8, 5000}}) {
+  // (64, 100): a warp per row; (8, 5000): a block per row with vector loads; (4, 3001): a block per row
+  // with scalar loads (odd length).
+  for (const Shape& shape : {Shape{64, 100}, Shape{8, 5000}, Shape{4, 3001}}) {
     for (DType dtype : {DType::f32, DType::f64, DType::bf16}) {
       for (DType tdtype : {DType::i32, DType::i64}) {
         const std::string what = dtype_name(dtype) + " " + shape_str(shape) + " targets " + dtype_name(tdtype);
@@ -109,7 +112,9 @@ TEST_F(CudaNnTest, CrossEntropyMatchesTheCpu) {
         Tensor targets = raw::to(from_vector(t, {rows}), tdtype);
         const auto ref = raw::cross_entropy(logits, targets);
         const auto got = raw::cross_entropy(on_gpu(logits), on_gpu(targets));
-        EXPECT_EQ(got.valid_count, ref.valid_count);
+        // On the device the count stays there (valid_count -1): nothing is read back.
+        EXPECT_EQ(got.valid_count, -1);
+        EXPECT_EQ(got.count.item<int64_t>(), ref.valid_count) << what;
         EXPECT_EQ(got.loss.device(), Device::cuda(0));
         const double tol = dtype == DType::f64 ? 1e-12 : 1e-5;
         EXPECT_TRUE(all_close(on_cpu(got.lse), ref.lse, tol, tol)) << "lse " << what;
@@ -120,6 +125,9 @@ TEST_F(CudaNnTest, CrossEntropyMatchesTheCpu) {
                                                 ref.valid_count);
         EXPECT_EQ(gd.dtype(), dtype);
         EXPECT_LT(rel_error(on_cpu(gd), rd), dtype == DType::bf16 ? 1e-2 : tol) << "backward " << what;
+        // The overload with the count tensor (what the autograd op uses): scale formed on the device.
+        Tensor gc = raw::cross_entropy_backward(on_gpu(gl), on_gpu(logits), on_gpu(targets), on_gpu(ref.lse), got.count);
+        EXPECT_LT(rel_error(on_cpu(gc), rd), dtype == DType::bf16 ? 1e-2 : tol) << "backward (count tensor) " << what;
         // Ignored rows get exactly 0.
         EXPECT_TRUE(all_close(on_cpu(raw::select(gd, 0, 2)), zeros({classes}, {.dtype = dtype}), 0, 0));
       }
@@ -136,17 +144,40 @@ TEST_F(CudaNnTest, CrossEntropyEdgeCasesAndErrors) {
   const auto got = raw::cross_entropy(on_gpu(logits), on_gpu(targets));
   EXPECT_TRUE(all_close(on_cpu(got.lse), ref.lse, 1e-6, 1e-6));
   EXPECT_TRUE(all_close(on_cpu(got.loss), ref.loss, 1e-6, 1e-6));
+  // The same cases in rows long enough for the one-pass block kernel (2000 columns): a fully masked
+  // row, a row with one NaN, a row whose first half is masked (the running max starts at -inf).
+  {
+    std::vector<float> v(3 * 2000);
+    for (int64_t j = 0; j < 2000; ++j) {
+      v[j] = -inf;
+      v[2000 + j] = static_cast<float>(j % 7) - 3.0f;
+      v[4000 + j] = j < 1000 ? -inf : static_cast<float>(j % 11) * 0.5f;
+    }
+    v[2000 + 1234] = NAN;
+    Tensor long_logits = from_vector<float>(v, {3, 2000});
+    Tensor long_targets = from_vector<int64_t>({-100, 5, 1500}, {3});
+    const auto lr = raw::cross_entropy(long_logits, long_targets);
+    const auto lg = raw::cross_entropy(on_gpu(long_logits), on_gpu(long_targets));
+    const std::vector<float> lse = on_cpu(lg.lse).to_vector<float>();
+    const std::vector<float> lse_ref = lr.lse.to_vector<float>();
+    EXPECT_EQ(lse[0], -inf);
+    EXPECT_TRUE(std::isnan(lse[1])) << lse[1];
+    EXPECT_NEAR(lse[2], lse_ref[2], 1e-5 * std::abs(lse_ref[2]));
+    EXPECT_TRUE(std::isnan(lg.loss.item<float>()));  // the NaN row is not ignored
+  }
   // Every target ignored: loss 0 and a zero gradient.
   Tensor none = from_vector<int64_t>({-100, -100}, {2});
   const auto z = raw::cross_entropy(on_gpu(logits), on_gpu(none));
-  EXPECT_EQ(z.valid_count, 0);
+  EXPECT_EQ(z.count.item<int64_t>(), 0);
   EXPECT_EQ(z.loss.item<double>(), 0.0);
   EXPECT_TRUE(all_close(on_cpu(raw::cross_entropy_backward(scalar_tensor(1.0), on_gpu(logits), on_gpu(none), z.lse, 0)),
                         zeros({2, 3}), 0, 0));
-  // Errors: a target out of range (checked on the host, same message as the CPU), a count that does not
-  // match, lse on another device.
+  EXPECT_TRUE(all_close(on_cpu(raw::cross_entropy_backward(scalar_tensor(1.0), on_gpu(logits), on_gpu(none), z.lse, z.count)),
+                        zeros({2, 3}), 0, 0));
+  // Errors: a target out of range (checked on the device, raised with the CPU's message at the next
+  // synchronisation), a count that does not match, lse on another device.
   Tensor x = on_gpu(random_cpu({2, 5}, DType::f32, 52));
-  EXPECT_CPF_ERROR(raw::cross_entropy(x, on_gpu(from_vector<int64_t>({1, 7}, {2}))),
+  EXPECT_CPF_ERROR(raw::cross_entropy(x, on_gpu(from_vector<int64_t>({1, 7}, {2}))).loss.item<float>(),
                    "cross_entropy: target 7 at row 1 is out of range for C=5 classes");
   Tensor tg = on_gpu(from_vector<int64_t>({1, 3}, {2}));
   const auto ok = raw::cross_entropy(x, tg);
@@ -154,6 +185,10 @@ TEST_F(CudaNnTest, CrossEntropyEdgeCasesAndErrors) {
                    "cross_entropy_backward: valid_count 1 does not match the 2 targets");
   EXPECT_CPF_ERROR(raw::cross_entropy_backward(scalar_tensor(1.0), x, tg, on_cpu(ok.lse), 2),
                    "cross_entropy_backward: tensors are on different devices: cuda:0 vs cpu");
+  EXPECT_CPF_ERROR(raw::cross_entropy_backward(scalar_tensor(1.0), x, tg, ok.lse, on_gpu(scalar_tensor(2.0))),
+                   "cross_entropy_backward: count must be a one-element i64 tensor");
+  EXPECT_CPF_ERROR(raw::cross_entropy_backward(scalar_tensor(1.0), x, tg, ok.lse, Tensor()),
+                   "cross_entropy_backward: argument 'count' is an undefined tensor");
 }
 
 TEST_F(CudaNnTest, RopeMatchesTheCpu) {

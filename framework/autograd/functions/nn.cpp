@@ -59,7 +59,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
   raw::CrossEntropyResult r = raw::cross_entropy(logits, targets, ignore_index);
   return autograd::record("cross_entropy", r.loss, {logits},
                           [sl = SavedTensor(logits), st = SavedTensor(targets), slse = SavedTensor(r.lse),
-                           count = r.valid_count, ignore_index](const GradList& g) {
+                           count = r.count, ignore_index](const GradList& g) {
+                            // The count tensor: on a device the backward then never waits for the GPU.
                             return GradList{raw::cross_entropy_backward(g[0], sl.unpack(), st.unpack(), slse.unpack(),
                                                                         count, ignore_index)};
                           });

@@ -6,7 +6,9 @@
 #include <iomanip>
 #include <sstream>
 
+#include "framework/tensor/cuda/device_errors.cuh"
 #include "framework/tensor/cuda/runtime.cuh"
+#include "framework/tensor/storage.h"
 
 namespace cpf::cuda {
 namespace {
@@ -43,6 +45,7 @@ void* CachingAllocator::allocate(size_t nbytes, cudaStream_t stream) {
   const size_t size = round_size(nbytes);
   std::lock_guard<std::mutex> lock(mutex_);
   ++stats_.allocations;
+  if (!pending_.empty()) collect_pending_locked();
   void* ptr = nullptr;
   auto it = free_.find({stream, size});
   if (it != free_.end() && !it->second.empty()) {
@@ -56,6 +59,7 @@ void* CachingAllocator::allocate(size_t nbytes, cudaStream_t stream) {
       (void)cudaGetLastError();
       // Cached blocks may still be in use by queued kernels of their streams: wait, then release.
       CPF_CUDA_CHECK(cudaDeviceSynchronize());
+      collect_pending_locked();
       release_cached_locked();
       status = cudaMalloc(&ptr, size);
     }
@@ -74,7 +78,7 @@ void* CachingAllocator::allocate(size_t nbytes, cudaStream_t stream) {
     stats_.reserved += size;
     stats_.peak_reserved = std::max(stats_.peak_reserved, stats_.reserved);
   }
-  active_[ptr] = Block{size, stream};
+  active_[ptr] = Block{size, stream, {}};
   stats_.allocated += size;
   stats_.peak_allocated = std::max(stats_.peak_allocated, stats_.allocated);
   return ptr;
@@ -85,19 +89,87 @@ void CachingAllocator::free(void* ptr) noexcept {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = active_.find(ptr);
   if (it == active_.end()) return;
-  const Block block = it->second;
+  const Block block = std::move(it->second);
   active_.erase(it);
   stats_.allocated -= block.size;
   try {
+    if (!block.used_on.empty()) {
+      // Other streams may still have work queued on the block: wait for events recorded on them now.
+      Pending pending{ptr, block.size, block.stream, {}};
+      DeviceGuard guard(device_);
+      for (cudaStream_t s : block.used_on) {
+        cudaEvent_t event = take_event_locked();
+        if (cudaEventRecord(event, s) == cudaSuccess) {
+          pending.events.push_back(event);
+        } else {
+          // The stream was destroyed, which drained it first: it no longer uses the block.
+          (void)cudaGetLastError();
+          spare_events_.push_back(event);
+        }
+      }
+      if (!pending.events.empty()) {
+        pending_.push_back(std::move(pending));
+        return;
+      }
+    }
     free_[{block.stream, block.size}].push_back(ptr);
   } catch (...) {
-    // Out of host memory for the list: give the block back to the driver instead of caching it.
+    // Out of host memory or events: give the block back to the driver instead of caching it (cudaFree
+    // waits for the device, so no stream still uses it).
     if (cudaFree(ptr) == cudaSuccess) {
       stats_.reserved -= block.size;
       ++stats_.device_frees;
     }
     (void)cudaGetLastError();
   }
+}
+
+void CachingAllocator::record_stream(void* ptr, cudaStream_t stream) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = active_.find(ptr);
+  CPF_CHECK(it != active_.end(), "record_stream: the tensor's storage was not allocated by the caching allocator of cuda:",
+            device_);
+  Block& block = it->second;
+  if (stream == block.stream) return;  // stream order already protects it
+  for (cudaStream_t s : block.used_on) {
+    if (s == stream) return;
+  }
+  block.used_on.push_back(stream);
+}
+
+cudaEvent_t CachingAllocator::take_event_locked() {
+  if (!spare_events_.empty()) {
+    cudaEvent_t event = spare_events_.back();
+    spare_events_.pop_back();
+    return event;
+  }
+  cudaEvent_t event = nullptr;
+  CPF_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  return event;
+}
+
+void CachingAllocator::collect_pending_locked() {
+  DeviceGuard guard(device_);
+  std::vector<Pending> waiting;
+  for (Pending& p : pending_) {
+    bool done = true;
+    for (cudaEvent_t event : p.events) {
+      const cudaError_t status = cudaEventQuery(event);
+      if (status == cudaErrorNotReady) {
+        done = false;
+        break;
+      }
+      // Any other failure is a broken context, reported by the next checked call: treat as done.
+      if (status != cudaSuccess) (void)cudaGetLastError();
+    }
+    if (!done) {
+      waiting.push_back(std::move(p));
+      continue;
+    }
+    spare_events_.insert(spare_events_.end(), p.events.begin(), p.events.end());
+    free_[{p.stream, p.size}].push_back(p.ptr);
+  }
+  pending_ = std::move(waiting);
 }
 
 void CachingAllocator::release_cached_locked() {
@@ -115,6 +187,7 @@ void CachingAllocator::empty_cache() {
   std::lock_guard<std::mutex> lock(mutex_);
   DeviceGuard guard(device_);
   CPF_CUDA_CHECK(cudaDeviceSynchronize());
+  collect_pending_locked();  // every event has completed
   release_cached_locked();
 }
 
@@ -139,8 +212,24 @@ CachingAllocator& allocator_for(int device) {
   return *a;
 }
 
-MemoryStats memory_stats(int device) { return allocator_for(device).stats(); }
+void record_stream(const Tensor& tensor, const Stream& stream) {
+  CPF_CHECK(tensor.defined(), "record_stream: the tensor is undefined");
+  CPF_CHECK(tensor.device().is_cuda() && tensor.device().index == stream.device(), "record_stream: the tensor is on ",
+            tensor.device(), " but the stream belongs to cuda:", stream.device(), " (a tensor can only be marked for a stream of its device)");
+  const auto& storage = tensor.storage();
+  if (storage == nullptr || storage->data() == nullptr) return;  // no memory (an empty tensor)
+  allocator_for(stream.device()).record_stream(storage->data(), static_cast<cudaStream_t>(stream.handle()));
+}
+
+MemoryStats memory_stats(int device) {
+  MemoryStats stats = allocator_for(device).stats();
+  raise_device_errors(device);  // a cheap host read; reports index errors of finished checks
+  return stats;
+}
 void reset_peak_memory_stats(int device) { allocator_for(device).reset_peak(); }
-void empty_cache(int device) { allocator_for(device).empty_cache(); }
+void empty_cache(int device) {
+  allocator_for(device).empty_cache();
+  raise_device_errors(device);  // empty_cache waited for the device
+}
 
 }  // namespace cpf::cuda

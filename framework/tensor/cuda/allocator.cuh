@@ -9,6 +9,11 @@
 // released (after a device synchronisation) and the cudaMalloc retried once before reporting
 // out-of-memory with the requested size, the allocated, reserved and peak figures and the device's
 // free/total memory.
+//
+// Cross-stream use (record_stream): a block marked as used on other streams gets, when freed, an
+// event recorded on each of them and waits in a pending list; it joins its free list only once every
+// event has completed (polled at each allocation, without blocking), so no allocation on the block's
+// stream can be handed memory that another stream's queued kernels still read or write.
 #include <cuda_runtime.h>
 
 #include <map>
@@ -28,6 +33,8 @@ class CachingAllocator {
   void* allocate(size_t nbytes, cudaStream_t stream);
   // Never throws (called from Storage's destructor); unknown pointers are ignored.
   void free(void* ptr) noexcept;
+  // Marks the block at `ptr` (a pointer allocate() returned) as used on `stream` too.
+  void record_stream(void* ptr, cudaStream_t stream);
   void empty_cache();
   MemoryStats stats();
   void reset_peak();
@@ -39,16 +46,29 @@ class CachingAllocator {
   struct Block {
     size_t size = 0;
     cudaStream_t stream = nullptr;
+    std::vector<cudaStream_t> used_on;  // other streams (record_stream)
   };
   using PoolKey = std::pair<cudaStream_t, size_t>;
+  // A freed block still in use by other streams until its events complete.
+  struct Pending {
+    void* ptr = nullptr;
+    size_t size = 0;
+    cudaStream_t stream = nullptr;
+    std::vector<cudaEvent_t> events;
+  };
 
+  // Moves pending blocks whose events have all completed to their free lists (the caller holds mutex_).
+  void collect_pending_locked();
   // Releases every cached block; the caller holds mutex_ and has synchronised the device.
   void release_cached_locked();
+  cudaEvent_t take_event_locked();
 
   int device_;
   std::mutex mutex_;
   std::unordered_map<void*, Block> active_;
   std::map<PoolKey, std::vector<void*>> free_;
+  std::vector<Pending> pending_;
+  std::vector<cudaEvent_t> spare_events_;
   MemoryStats stats_;
 };
 

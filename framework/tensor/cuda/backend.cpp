@@ -7,6 +7,7 @@
 #include "framework/tensor/cuda/allocator.cuh"
 #include "framework/tensor/cuda/cuda.h"
 #include "framework/tensor/cuda/cuda_ops.cuh"
+#include "framework/tensor/cuda/device_errors.cuh"
 #include "framework/tensor/cuda/runtime.cuh"
 #include "framework/tensor/storage.h"
 
@@ -140,6 +141,8 @@ class CudaBackend final : public DeviceBackend {
         CPF_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToHost, stream));
         CPF_CUDA_CHECK(cudaStreamSynchronize(stream));
       }
+      // The host has waited for this stream: report an index error its earlier kernels found.
+      raise_device_errors(src_device.index);
       return;
     }
     std::memcpy(dst, src, nbytes);

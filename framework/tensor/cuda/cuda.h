@@ -11,11 +11,21 @@
 // Memory: a caching allocator per device. Freed blocks stay cached, keyed by the stream they were
 // allocated on, and are reused by later allocations of the same size class on that stream (stream
 // order makes that safe without events), so a training loop does no cudaMalloc/cudaFree once warm.
-// A tensor used on another stream than the one it was allocated on must be kept alive by the caller
-// until that stream's work on it is done.
+// A tensor used on another stream than the one it was allocated on is either kept alive by the caller
+// until that stream's work on it is done, or marked with record_stream(tensor, stream): its block is then
+// not reused before the work queued on that stream up to the tensor's release has completed.
+//
+// Errors: index values (embedding ids, cross-entropy targets, index/gather/scatter indices) are checked on
+// the device without waiting for it; a bad one is reported, with the CPU's message, by the next call that
+// waits for the device anyway (a device->host copy such as item() or to_vector(), synchronize,
+// Stream::synchronize, memory_stats, empty_cache). CPF_CUDA_SYNC=1 in the environment (or
+// set_sync_debug(true)) synchronises after every kernel launch, so a fault or a bad index is reported by
+// the op that launched the kernel.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+
+#include "framework/tensor/tensor.h"
 
 namespace cpf::cuda {
 
@@ -86,6 +96,22 @@ class StreamGuard {
 
 // Waits for all work of every stream on the device.
 void synchronize(int device = 0);
+
+// Marks `tensor` (on a cuda device) as used on `stream`: when its storage is released, the caching
+// allocator records an event on `stream` and reuses the block only after it has completed. Needed when a
+// tensor allocated on one stream is read or written by kernels queued on another and may be released
+// before that stream is done. The stream must stay alive until the tensor is released (a destroyed
+// Stream drains first, so that case is safe too).
+void record_stream(const Tensor& tensor, const Stream& stream);
+
+// Throws, with the CPU's message, an index error that a device-side check of `device` has recorded and
+// not yet reported. Cheap (a host memory read); called by every point that waits for the device.
+void check_device_errors(int device = 0);
+
+// The synchronising debug mode: every kernel launch waits for the device and reports what failed in
+// it. Initially on when the environment variable CPF_CUDA_SYNC is set to anything but "" or "0".
+void set_sync_debug(bool enabled);
+bool sync_debug();
 
 // f32 matmuls may use TF32 tensor cores (inputs rounded to 10 mantissa bits, f32 accumulation).
 // Off by default: f32 matmuls then match the CPU to f32 rounding. Process-wide.

@@ -31,7 +31,7 @@ void visit_size(int elem_size, Fn&& fn) {
 }
 
 template <class T, class I>
-__global__ void __launch_bounds__(kThreads) gather_kernel(Iter it, int64_t x_step) {
+__global__ void __launch_bounds__(kThreads) gather_kernel(Iter it, int64_t x_step, int64_t x_bound) {
   const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t nthreads = static_cast<int64_t>(gridDim.x) * blockDim.x;
   T* out = static_cast<T*>(it.data[0]);
@@ -40,13 +40,15 @@ __global__ void __launch_bounds__(kThreads) gather_kernel(Iter it, int64_t x_ste
   for (int64_t i = tid; i < it.numel; i += nthreads) {
     int64_t off[3];
     offsets_of<3>(it, i, off);
-    out[off[0]] = x[off[2] + static_cast<int64_t>(index[off[1]]) * x_step];
+    // An out-of-range index (reported by the device-side check) reads nothing and gives 0.
+    const int64_t v = static_cast<int64_t>(index[off[1]]);
+    out[off[0]] = v >= 0 && v < x_bound ? x[off[2] + v * x_step] : T(0);
   }
 }
 
 template <class A, class S, class I>
 __global__ void __launch_bounds__(kThreads) scatter_lines_kernel(Iter it, int64_t len, int64_t acc_step,
-                                                                 int64_t index_step, int64_t src_step) {
+                                                                 int64_t index_step, int64_t src_step, int64_t acc_bound) {
   const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t nthreads = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t line = tid; line < it.numel; line += nthreads) {
@@ -56,7 +58,9 @@ __global__ void __launch_bounds__(kThreads) scatter_lines_kernel(Iter it, int64_
     const I* index = static_cast<const I*>(it.data[1]) + off[1];
     const S* src = static_cast<const S*>(it.data[2]) + off[2];
     for (int64_t j = 0; j < len; ++j) {
-      acc[static_cast<int64_t>(index[j * index_step]) * acc_step] += static_cast<A>(widen(src[j * src_step]));
+      const int64_t v = static_cast<int64_t>(index[j * index_step]);
+      if (v < 0 || v >= acc_bound) continue;  // reported by the device-side check; never written out of bounds
+      acc[v * acc_step] += static_cast<A>(widen(src[j * src_step]));
     }
   }
 }
@@ -77,25 +81,27 @@ __global__ void __launch_bounds__(kThreads) segment_sum_kernel(const T* grad, co
 
 }  // namespace
 
-void launch_gather(const Iter& it, int elem_size, int index_dtype, int64_t x_step, cudaStream_t stream) {
+void launch_gather(const Iter& it, int elem_size, int index_dtype, int64_t x_step, int64_t x_bound,
+                   cudaStream_t stream) {
   if (it.numel == 0) return;
   visit_size(elem_size, [&]<class T>() {
     visit_index(index_dtype, [&]<class I>() {
-      gather_kernel<T, I><<<it.grid, kThreads, 0, stream>>>(it, x_step);
+      gather_kernel<T, I><<<it.grid, kThreads, 0, stream>>>(it, x_step, x_bound);
       CPF_CUDA_CHECK_LAUNCH("gather kernel");
     });
   });
 }
 
 void launch_scatter_lines(const Iter& it, int acc_dtype, int src_dtype, int index_dtype, int64_t len,
-                          int64_t acc_step, int64_t index_step, int64_t src_step, cudaStream_t stream) {
+                          int64_t acc_step, int64_t index_step, int64_t src_step, int64_t acc_bound,
+                          cudaStream_t stream) {
   if (it.numel == 0 || len == 0) return;
   // One thread per line: launch enough blocks for every line (lines are few compared with elements).
   const int64_t blocks = (it.numel + kThreads - 1) / kThreads;
   const unsigned grid = static_cast<unsigned>(blocks < 65535 * 64 ? blocks : 65535 * 64);
   visit_index(index_dtype, [&]<class I>() {
     const auto go = [&]<class A, class S>() {
-      scatter_lines_kernel<A, S, I><<<grid, kThreads, 0, stream>>>(it, len, acc_step, index_step, src_step);
+      scatter_lines_kernel<A, S, I><<<grid, kThreads, 0, stream>>>(it, len, acc_step, index_step, src_step, acc_bound);
     };
     if (src_dtype == kBF16) {
       go.template operator()<float, bf16>();

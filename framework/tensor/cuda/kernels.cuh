@@ -85,9 +85,15 @@ void launch_norm_backward(bool centered, int dtype, const void* g, const void* x
 // Cross-entropy rows (rows, cols) of dtype; targets of index dtype it_dtype (kI32/kI64).
 void launch_cross_entropy(int dtype, int it_dtype, const void* logits, const void* targets, void* lse,
                           double* row_loss, int64_t rows, int64_t cols, int64_t ignore_index, cudaStream_t stream);
+// scale = grad_loss / count: given on the host (`scale`), or on the device when grad_loss (f64, 1) and count
+// (i64, 1) are device pointers (then `scale` is ignored).
 void launch_cross_entropy_backward(int dtype, int it_dtype, const void* logits, const void* targets, const void* lse,
-                                   void* out, int64_t rows, int64_t cols, double scale, int64_t ignore_index,
-                                   cudaStream_t stream);
+                                   void* out, int64_t rows, int64_t cols, double scale, const double* grad_loss,
+                                   const int64_t* count, int64_t ignore_index, cudaStream_t stream);
+// loss (1, kF32 or kF64) = mean of row_loss (rows, f64) over the rows whose target is not ignore_index, 0 when
+// there are none; count (1, i64) = their number. One block, fixed summation order.
+void launch_cross_entropy_loss(int loss_dtype, int it_dtype, const double* row_loss, const void* targets,
+                               int64_t rows, int64_t ignore_index, void* loss, int64_t* count, cudaStream_t stream);
 
 // RoPE over x (B, T, H, D) with element strides sb, st, sh (unit stride along D); out contiguous.
 // positions: (T) or (B, T) (per_batch) of index dtype pos_dtype.
@@ -96,11 +102,14 @@ void launch_rope(int dtype, int pos_dtype, const void* x, const void* positions,
                  double base, int64_t rotary_dim, bool inverse, cudaStream_t stream);
 
 // Gather over an Iter of (out, index, x): out[o] = x[x_off + index[i_off] * x_step]; elem_size bytes.
-void launch_gather(const Iter& it, int elem_size, int index_dtype, int64_t x_step, cudaStream_t stream);
+// Indices outside [0, x_bound) (x's size along the dim) read nothing and give 0.
+void launch_gather(const Iter& it, int elem_size, int index_dtype, int64_t x_step, int64_t x_bound,
+                   cudaStream_t stream);
 // Per line of an Iter of (acc, index, src): for j in [0, len): acc[index[j * index_step] * acc_step] +=
 // src[j * src_step]. acc_dtype/src_dtype: equal, or kF32 with kBF16.
 void launch_scatter_lines(const Iter& it, int acc_dtype, int src_dtype, int index_dtype, int64_t len,
-                          int64_t acc_step, int64_t index_step, int64_t src_step, cudaStream_t stream);
+                          int64_t acc_step, int64_t index_step, int64_t src_step, int64_t acc_bound,
+                          cudaStream_t stream);  // indices outside [0, acc_bound) are skipped
 // out (rows, cols) compute type of dtype: row v = sum over k in [begin[v], begin[v+1]) of grad[order[k]].
 void launch_segment_sum(int dtype, const void* grad, const int64_t* order, const int64_t* begin, void* out,
                         int64_t rows, int64_t cols, cudaStream_t stream);
@@ -132,6 +141,7 @@ struct SquaresTensor {
   const void* data;
   int64_t numel;
   int dtype;
+  int aligned;  // data 16-byte aligned: 16-byte vector loads
 };
 void launch_sum_squares(const SquaresTensor* tensors, const ChunkRef* chunks, int64_t nchunks, double* partials,
                         double* out, cudaStream_t stream);
@@ -145,6 +155,7 @@ struct AdamWTensor {
   int64_t numel;
   double decay;  // 1 - lr * weight_decay, or exactly 1 with decay off (no multiplication)
   int has_decay;
+  int aligned;  // every pointer aligned to 4 of its elements: 4-element vector accesses
 };
 struct AdamWScalars {
   double beta1, one_minus_beta1, beta2, one_minus_beta2, inv_sqrt_bc2, eps, step_size;  // step_size = -lr / bc1

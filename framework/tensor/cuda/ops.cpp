@@ -9,6 +9,7 @@
 #include "framework/tensor/cpu/strided_loop.h"
 #include "framework/tensor/cuda/cuda_check.cuh"
 #include "framework/tensor/cuda/cuda_ops.cuh"
+#include "framework/tensor/cuda/device_errors.cuh"
 #include "framework/tensor/cuda/kernels.cuh"
 #include "framework/tensor/cuda/runtime.cuh"
 #include "framework/tensor/device_ops.h"
@@ -277,7 +278,7 @@ void gather(const Tensor& out, const Tensor& x, int64_t dim, const Tensor& index
   coalesce(shape, ops);
   const int elem = static_cast<int>(dtype_size(x.dtype()));
   for_each_iter(shape, ops, launch.sm_count, [&](const k::Iter& it) {
-    k::launch_gather(it, elem, code(index.dtype()), x.stride(dim), launch.stream);
+    k::launch_gather(it, elem, code(index.dtype()), x.stride(dim), x.size(dim), launch.stream);
   });
 }
 
@@ -298,7 +299,7 @@ void scatter_add(const Tensor& acc, int64_t dim, const Tensor& index, const Tens
   coalesce(lines, ops);
   for_each_iter(lines, ops, launch.sm_count, [&](const k::Iter& it) {
     k::launch_scatter_lines(it, code(acc.dtype()), code(src.dtype()), code(index.dtype()), len, acc.stride(dim),
-                            index_step, src.stride(dim), launch.stream);
+                            index_step, src.stride(dim), acc.size(dim), launch.stream);
   });
 }
 
@@ -321,8 +322,48 @@ void cross_entropy_backward(const Tensor& out, const Tensor& logits, const Tenso
                             double scale, int64_t ignore_index) {
   Launch launch(logits.device());
   k::launch_cross_entropy_backward(code(logits.dtype()), code(targets.dtype()), logits.raw_data(), targets.raw_data(),
-                                   lse.raw_data(), out.raw_data(), logits.size(0), logits.size(1), scale, ignore_index,
-                                   launch.stream);
+                                   lse.raw_data(), out.raw_data(), logits.size(0), logits.size(1), scale, nullptr,
+                                   nullptr, ignore_index, launch.stream);
+}
+
+void cross_entropy_loss(const Tensor& loss, const Tensor& count, const Tensor& row_loss, const Tensor& targets,
+                        int64_t ignore_index) {
+  Launch launch(row_loss.device());
+  k::launch_cross_entropy_loss(code(loss.dtype()), code(targets.dtype()), static_cast<const double*>(row_loss.raw_data()),
+                               targets.raw_data(), row_loss.numel(), ignore_index, loss.raw_data(),
+                               static_cast<int64_t*>(count.raw_data()), launch.stream);
+}
+
+void cross_entropy_backward_counted(const Tensor& out, const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                                    const Tensor& grad_loss, const Tensor& count, int64_t ignore_index) {
+  Launch launch(logits.device());
+  k::launch_cross_entropy_backward(code(logits.dtype()), code(targets.dtype()), logits.raw_data(), targets.raw_data(),
+                                   lse.raw_data(), out.raw_data(), logits.size(0), logits.size(1), 0.0,
+                                   static_cast<const double*>(grad_loss.raw_data()),
+                                   static_cast<const int64_t*>(count.raw_data()), ignore_index, launch.stream);
+}
+
+void check_indices(const DeviceIndexCheck& c) {
+  const Tensor& index = c.index;
+  if (index.numel() == 0) return;
+  Launch launch(index.device());
+  IndexCheck check;
+  check.kind = static_cast<IndexErrorKind>(static_cast<int>(c.kind));
+  check.op = c.op;
+  check.index = index.raw_data();
+  check.index_dtype = code(index.dtype());
+  check.numel = index.numel();
+  check.bound = c.bound;
+  check.dim = c.dim;
+  check.ignore = c.ignore_index;
+  check.has_ignore = c.has_ignore ? 1 : 0;
+  check.ndim = static_cast<int>(index.dim());
+  CPF_CHECK(check.ndim <= kIndexCheckMaxDims, c.op, ": index tensors of more than ", kIndexCheckMaxDims,
+            " dims are not supported on cuda, got shape ", index.shape());
+  for (int d = 0; d < check.ndim; ++d) check.shape[d] = index.size(d);
+  // Stream-ordered scratch for the first bad position; released (stream-ordered) on return.
+  const Tensor slot = empty({1}, {.dtype = DType::i64, .device = index.device()});
+  launch_index_check(check, slot.raw_data(), index.device().index, launch.sm_count, launch.stream);
 }
 
 void rope(const Tensor& out, const Tensor& x, const Tensor& positions, double base, int64_t rotary_dim,
@@ -370,6 +411,8 @@ Tensor upload_tables(Device device, cudaStream_t stream, const std::vector<T>& t
   return buffer;
 }
 
+int aligned_to(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0 ? 1 : 0; }
+
 void add_chunks(int32_t index, int64_t numel, std::vector<k::ChunkRef>& chunks) {
   for (int64_t begin = 0; begin < numel; begin += k::kChunk) chunks.push_back({index, begin});
 }
@@ -381,7 +424,7 @@ void sum_squares(const Tensor& out, const std::vector<Tensor>& tensors) {
   for (const Tensor& t : tensors) {
     if (t.numel() == 0) continue;
     add_chunks(static_cast<int32_t>(list.size()), t.numel(), chunks);
-    list.push_back({t.raw_data(), t.numel(), code(t.dtype())});
+    list.push_back({t.raw_data(), t.numel(), code(t.dtype()), aligned_to(t.raw_data(), 16)});
   }
   size_t chunks_at = 0, partials_at = 0;
   const Tensor buffer = upload_tables(out.device(), launch.stream, list, chunks, chunks.size() * sizeof(double),
@@ -413,8 +456,12 @@ void adamw_step(const std::vector<DeviceAdamWParam>& params, const DeviceAdamW& 
     for (const DeviceAdamWParam& p : params) {
       if (p.param.dtype() != dtype || p.param.numel() == 0) continue;
       add_chunks(static_cast<int32_t>(list.size()), p.param.numel(), chunks);
+      // Vector accesses of 4 elements need each pointer aligned to 4 of its elements.
+      const size_t pv = 4 * dtype_size(dtype), sv = 4 * dtype_size(p.exp_avg.dtype());
+      const int aligned = aligned_to(p.param.raw_data(), pv) && aligned_to(p.grad.raw_data(), pv) &&
+                          aligned_to(p.exp_avg.raw_data(), sv) && aligned_to(p.exp_avg_sq.raw_data(), sv);
       list.push_back({p.param.raw_data(), p.grad.raw_data(), p.exp_avg.raw_data(), p.exp_avg_sq.raw_data(),
-                      p.param.numel(), 1.0 - h.lr * p.weight_decay, p.weight_decay != 0.0 ? 1 : 0});
+                      p.param.numel(), 1.0 - h.lr * p.weight_decay, p.weight_decay != 0.0 ? 1 : 0, aligned});
     }
     if (list.empty()) continue;
     size_t chunks_at = 0, end_at = 0;
@@ -451,6 +498,9 @@ const DeviceOps& cuda_device_ops() {
     t.segment_sum = &segment_sum;
     t.cross_entropy = &cross_entropy;
     t.cross_entropy_backward = &cross_entropy_backward;
+    t.cross_entropy_loss = &cross_entropy_loss;
+    t.cross_entropy_backward_counted = &cross_entropy_backward_counted;
+    t.check_indices = &check_indices;
     t.rope = &rope;
     t.philox = &philox;
     t.sum_squares = &sum_squares;

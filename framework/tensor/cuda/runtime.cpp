@@ -4,6 +4,7 @@
 #include <mutex>
 
 #include "framework/tensor/cuda/cuda.h"
+#include "framework/tensor/cuda/device_errors.cuh"
 #include "framework/tensor/cuda/runtime.cuh"
 
 namespace cpf::cuda {
@@ -117,6 +118,7 @@ Stream Stream::default_stream(int device) {
 void Stream::synchronize() const {
   DeviceGuard guard(device_);
   CPF_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(handle_)));
+  raise_device_errors(device_);
 }
 
 Stream current_stream(int device) {
@@ -133,6 +135,7 @@ void synchronize(int device) {
   check_device_index(device);
   DeviceGuard guard(device);
   CPF_CUDA_CHECK(cudaDeviceSynchronize());
+  raise_device_errors(device);
 }
 
 void set_allow_tf32(bool allow) { g_allow_tf32.store(allow, std::memory_order_relaxed); }

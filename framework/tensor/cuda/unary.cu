@@ -91,6 +91,14 @@ struct UnaryFn {
   __device__ T operator()(T x) const { return narrow<T>(unary_value<compute_t<T>>(op, widen(x))); }
 };
 
+// The op fixed at compile time: the per-element switch on a runtime op folds away. Used for the
+// activations of the model (gelu, silu, relu) and exp on floating tensors, where that switch was a
+// large share of the instructions per element of a bf16 tensor (2 bytes of traffic per element).
+template <class T, int Op>
+struct FixedUnaryFn {
+  __device__ T operator()(T x) const { return narrow<T>(unary_value<compute_t<T>>(Op, widen(x))); }
+};
+
 template <class T>
 struct UnaryBackwardFn {
   int op;
@@ -102,7 +110,18 @@ struct UnaryBackwardFn {
 }  // namespace
 
 void launch_unary(int op, const Iter& it, cudaStream_t stream) {
-  visit_arithmetic(it.dtype[0], [&]<class T>() { launch<T, T>(it, UnaryFn<T>{op}, stream, "unary kernel"); });
+  visit_arithmetic(it.dtype[0], [&]<class T>() {
+    if constexpr (!std::is_integral_v<T>) {
+      switch (op) {
+        case kGelu: return launch<T, T>(it, FixedUnaryFn<T, kGelu>{}, stream, "unary kernel (gelu)");
+        case kSilu: return launch<T, T>(it, FixedUnaryFn<T, kSilu>{}, stream, "unary kernel (silu)");
+        case kRelu: return launch<T, T>(it, FixedUnaryFn<T, kRelu>{}, stream, "unary kernel (relu)");
+        case kExp: return launch<T, T>(it, FixedUnaryFn<T, kExp>{}, stream, "unary kernel (exp)");
+        default: break;
+      }
+    }
+    launch<T, T>(it, UnaryFn<T>{op}, stream, "unary kernel");
+  });
 }
 
 void launch_unary_backward(int op, const Iter& it, cudaStream_t stream) {

@@ -65,26 +65,31 @@ CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& targets, in
   const char* op = "cross_entropy";
   check_inputs(logits, targets, op);
   const DType compute = compute_dtype(logits.dtype());
-  const Tensor lc = contiguous(to(logits, compute));
   const Tensor tc = contiguous(targets);
   const int64_t rows = logits.size(0), classes = logits.size(1);
   CrossEntropyResult result;
   if (!logits.device().is_cpu()) {
-    // Targets are checked and counted on the host; the per-row losses come back (f64) and are summed
-    // in row order, as on the CPU.
-    visit_target_type(tc.dtype(), [&]<class I>() {
-      result.valid_count = count_valid(to(tc, Device::cpu()).data<I>(), rows, classes, ignore_index, op);
-    });
-    result.lse = empty({rows}, {.dtype = compute, .device = logits.device()});
-    Tensor row_loss = empty({rows}, {.dtype = DType::f64, .device = logits.device()});
-    device_kernel(logits.device(), &DeviceOps::cross_entropy, op)(result.lse, row_loss, contiguous(logits), tc,
-                                                                  ignore_index);
-    double sum = 0;
-    for (double v : row_loss.to_vector<double>()) sum += v;
-    const double loss = result.valid_count > 0 ? sum / static_cast<double>(result.valid_count) : 0.0;
-    result.loss = scalar_tensor(loss, {.dtype = compute, .device = logits.device()});
+    // Nothing comes back to the host: the targets are checked on the device (an error is raised at the
+    // next synchronisation), and the mean loss and the count are formed there (f64, fixed order).
+    const Device device = logits.device();
+    DeviceIndexCheck check;
+    check.kind = DeviceIndexKind::target;
+    check.op = op;
+    check.index = tc;
+    check.bound = classes;
+    check.has_ignore = true;
+    check.ignore_index = ignore_index;
+    device_kernel(device, &DeviceOps::check_indices, op)(check);
+    result.lse = empty({rows}, {.dtype = compute, .device = device});
+    Tensor row_loss = empty({rows}, {.dtype = DType::f64, .device = device});
+    device_kernel(device, &DeviceOps::cross_entropy, op)(result.lse, row_loss, contiguous(logits), tc, ignore_index);
+    result.loss = empty({}, {.dtype = compute, .device = device});
+    result.count = empty({}, {.dtype = DType::i64, .device = device});
+    device_kernel(device, &DeviceOps::cross_entropy_loss, op)(result.loss, result.count, row_loss, tc, ignore_index);
+    result.valid_count = -1;
     return result;
   }
+  const Tensor lc = contiguous(to(logits, compute));
   result.lse = empty({rows}, {.dtype = compute});
   double total = 0;
   visit_target_type(tc.dtype(), [&]<class I>() {
@@ -113,6 +118,7 @@ CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& targets, in
   });
   const double loss = result.valid_count > 0 ? total / static_cast<double>(result.valid_count) : 0.0;
   result.loss = scalar_tensor(loss, {.dtype = compute});
+  result.count = scalar_tensor(static_cast<double>(result.valid_count), {.dtype = DType::i64});
   return result;
 }
 
@@ -174,6 +180,34 @@ Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, con
     });
   });
   return to(out, logits.dtype());
+}
+
+Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                              const Tensor& count, int64_t ignore_index) {
+  const char* op = "cross_entropy_backward";
+  check_defined(count, op, "count");
+  CPF_CHECK(count.numel() == 1 && count.dtype() == DType::i64, op, ": count must be a one-element i64 tensor (",
+            "CrossEntropyResult::count), got ", count.dtype(), " ", count.shape());
+  if (logits.device().is_cpu() || count.device().is_cpu()) {
+    return cross_entropy_backward(grad_loss, logits, targets, lse, count.item<int64_t>(), ignore_index);
+  }
+  check_inputs(logits, targets, op);
+  check_defined(grad_loss, op, "grad_loss");
+  CPF_CHECK(grad_loss.numel() == 1 && is_floating(grad_loss.dtype()), op,
+            ": grad_loss must be a one-element floating tensor, got ", grad_loss.dtype(), " ", grad_loss.shape());
+  const DType compute = compute_dtype(logits.dtype());
+  const int64_t rows = logits.size(0), classes = logits.size(1);
+  check_defined(lse, op, "lse");
+  CPF_CHECK(lse.shape() == Shape{rows} && lse.dtype() == compute, op, ": lse must be ", compute, " [", rows,
+            "] (from the forward), got ", lse.dtype(), " ", lse.shape());
+  check_same_device(logits, lse, op);
+  check_same_device(logits, count, op);
+  // grad_loss / count is formed on the device (in f64, rounded to the compute type as the CPU does).
+  const Tensor g = contiguous(to(to(grad_loss, logits.device()), DType::f64));
+  Tensor out = empty({rows, classes}, {.dtype = logits.dtype(), .device = logits.device()});
+  device_kernel(logits.device(), &DeviceOps::cross_entropy_backward_counted, op)(
+      out, contiguous(logits), contiguous(targets), contiguous(lse), g, contiguous(count), ignore_index);
+  return out;
 }
 
 }  // namespace cpf::raw

@@ -68,8 +68,13 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
   const int64_t rows = weight.size(0), cols = weight.size(1);
   const Tensor idc = contiguous(ids);
   if (!weight.device().is_cpu()) {
-    visit_id_type(idc.dtype(),
-                  [&]<class I>() { check_range(to(idc, Device::cpu()).data<I>(), ids.shape(), rows, op); });
+    // Checked on the device: a bad id is raised at the next synchronisation (framework/tensor/cuda/cuda.h).
+    DeviceIndexCheck check;
+    check.kind = DeviceIndexKind::embedding_id;
+    check.op = op;
+    check.index = idc;
+    check.bound = rows;
+    device_kernel(weight.device(), &DeviceOps::check_indices, op)(check);
     Shape shape = ids.shape();
     shape.push_back(cols);
     Tensor out = empty(shape, {.dtype = weight.dtype(), .device = weight.device()});

@@ -49,7 +49,19 @@ Shape drop_dim(const Shape& values, int64_t d) {
 // offender with its multi-index, before anything is written.
 void check_index_range(const Tensor& index, int64_t size, int64_t dim, const char* op) {
   if (index.numel() == 0) return;
-  if (!index.device().is_cpu()) return check_index_range(to(index, Device::cpu()), size, dim, op);
+  if (!index.device().is_cpu()) {
+    if (!has_kernel(index.device(), &DeviceOps::check_indices)) {
+      return check_index_range(to(index, Device::cpu()), size, dim, op);
+    }
+    // Checked on the device: an error is raised at the next synchronisation (framework/tensor/cuda/cuda.h).
+    DeviceIndexCheck check;
+    check.kind = DeviceIndexKind::index;
+    check.op = op;
+    check.index = contiguous(index);
+    check.bound = size;
+    check.dim = dim;
+    return device_kernel(index.device(), &DeviceOps::check_indices, op)(check);
+  }
   visit_index_dtype(index.dtype(), [&]<class I>() {
     const I* base = index.data<I>();
     const Shape& shape = index.shape();

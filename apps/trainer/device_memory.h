@@ -1,0 +1,16 @@
+#pragma once
+// GPU memory figures for the trainer's log lines, from the CUDA backend's caching allocator
+// (framework/tensor/cuda/cuda.h). A CPU device, or a build without the CUDA backend, has none.
+#include <cstddef>
+#include <optional>
+
+#include "framework/tensor/device.h"
+
+namespace cpf::trainer {
+
+// Peak bytes handed out to tensors on `device` since the start or the last reset; nullopt for the CPU.
+std::optional<size_t> peak_device_memory(Device device);
+// Starts a new peak window (no-op for the CPU).
+void reset_peak_device_memory(Device device);
+
+}  // namespace cpf::trainer

@@ -1,0 +1,392 @@
+// cuDNN fused attention: checks, the per-thread plan cache, and forward/backward execution with the
+// fix-ups that turn cuDNN's results into the flash_attention.h contract (see cudnn_sdpa.h).
+#include "attention/cuda/cudnn_sdpa.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <sstream>
+
+#include "attention/cuda/cudnn_backend.h"
+#include "attention/cuda/cudnn_sdpa_graph.h"
+#include "attention/cuda/cudnn_sdpa_mapping.h"
+#include "framework/tensor/cuda/cuda.h"
+#include "framework/tensor/cuda/runtime.cuh"
+#include "framework/tensor/device_ops.h"
+#include "framework/tensor/ops/copy.h"
+#include "framework/tensor/ops/elementwise.h"
+#include "framework/tensor/ops/index.h"
+#include "framework/tensor/ops/views.h"
+
+namespace cpf::attention_cuda::cudnn {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// The cuDNN type of a project dtype, or 0 when cuDNN's fused attention does not take it. f16 maps to
+// CUDNN_DATA_HALF the day the project has an f16 DType; the graphs are parametric in it already.
+int io_data_type(DType dtype) { return dtype == DType::bf16 ? CUDNN_DATA_BFLOAT16 : 0; }
+
+// Contiguous (b, h, s, d) strides of a tensor in `format` with `heads` x `dim` per token; thd's batch
+// stride is ignored by cuDNN (ragged offsets place each sequence).
+Strides4 strides_of(QkvFormat format, int64_t batch, int64_t seq, int64_t heads, int64_t dim) {
+  switch (format) {
+    case QkvFormat::bshd: return {seq * heads * dim, dim, heads * dim, 1};
+    case QkvFormat::sbhd: return {heads * dim, dim, batch * heads * dim, 1};
+    case QkvFormat::thd: return {seq * heads * dim, dim, heads * dim, 1};
+  }
+  CPF_FAIL("unknown qkv_format");
+}
+
+// One call after the checks: the mapping onto cuDNN and the plan key.
+struct Prepared {
+  std::string reason;
+  SdpaMapping mapping;
+  SdpaGraphKey key;
+};
+
+std::string version_reason(int64_t version, const SdpaMapping& m) {
+  if (version == 0) return "cuDNN could not be loaded";
+  if (version < 90600) {
+    return "cuDNN " + std::to_string(version) + " is older than 9.6.0 (needed for sliding windows, bottom-right "
+           "masks and packed thd); install cuDNN 9.19 or use attention.backend: unfused";
+  }
+  if (version == 91000 || version == 91001) {
+    return "cuDNN 9.10.0/9.10.1 are known to give wrong bf16/f16 attention results; use 9.10.2+ or "
+           "attention.backend: unfused";
+  }
+  if (version == 91400 && m.left_bound) {
+    return "cuDNN 9.14.0 is known to give wrong sliding-window results for s_kv > 1024; use 9.14.1+ or "
+           "attention.backend: unfused";
+  }
+  return "";
+}
+
+Prepared prepare(const AttentionProblem& p, DType dtype, bool backward, bool has_dlse) {
+  Prepared r;
+  auto fail = [&](std::string reason) {
+    r.reason = std::move(reason);
+    return r;
+  };
+  if (io_data_type(dtype) == 0) return fail(dtype_name(dtype) + " inputs (cuDNN's fused attention takes bf16)");
+  if (backward && has_dlse) return fail("dlse is set (cuDNN's backward has no input for a gradient of the lse)");
+  for (const auto& [name, d] : {std::pair{"head_dim_qk", p.d_qk}, std::pair{"head_dim_v", p.d_v}}) {
+    if (d % 8 != 0) return fail(std::string(name) + " " + std::to_string(d) + " is not a multiple of 8");
+    if (d > 256) return fail(std::string(name) + " " + std::to_string(d) + " is above 256");
+  }
+  // TransformerEngine's Hopper gate: differing head dims both >= 128 train correctly only as 192/128.
+  if (backward && p.d_qk != p.d_v && std::min(p.d_qk, p.d_v) >= 128 && !(p.d_qk == 192 && p.d_v == 128)) {
+    return fail("head dims " + std::to_string(p.d_qk) + "/" + std::to_string(p.d_v) +
+                " (both >= 128 and different) are only supported as 192/128 in cuDNN's backward");
+  }
+  if (backward && p.s_q == 1 && p.s_kv == 1) return fail("s_q = s_kv = 1 (cuDNN's backward refuses it)");
+  if (p.h_kv <= 0 || p.h_q % p.h_kv != 0) return fail("the query heads are not a multiple of the kv heads");
+  r.mapping = map_to_cudnn(p);
+  if (!r.mapping.reason.empty()) return fail(r.mapping.reason);
+  if (std::string v = version_reason(runtime_version(), r.mapping); !v.empty()) return fail(v);
+
+  const SdpaMapping& m = r.mapping;
+  SdpaGraphKey& k = r.key;
+  k.backward = backward;
+  k.io_type = io_data_type(dtype);
+  k.b = m.b;
+  k.h_q = p.h_q;
+  k.h_kv = p.h_kv;
+  k.s_q = m.s_q;
+  k.s_kv = m.s_kv;
+  k.d_qk = p.d_qk;
+  k.d_v = p.d_v;
+  k.q = strides_of(p.format, p.batch, p.s_q, p.h_q, p.d_qk);
+  k.k = strides_of(p.format, p.batch, p.s_kv, p.h_kv, p.d_qk);
+  k.v = strides_of(p.format, p.batch, p.s_kv, p.h_kv, p.d_v);
+  k.o = strides_of(p.format, p.batch, p.s_q, p.h_q, p.d_v);
+  if (m.ragged) {  // the strides above used the thd row length; cuDNN wants its own s dims there
+    k.q[0] = m.s_q * p.h_q * p.d_qk;
+    k.k[0] = m.s_kv * p.h_kv * p.d_qk;
+    k.v[0] = m.s_kv * p.h_kv * p.d_v;
+    k.o[0] = m.s_q * p.h_q * p.d_v;
+    const int64_t largest = std::max({p.s_q * p.h_q * std::max(p.d_qk, p.d_v), p.s_kv * p.h_kv * std::max(p.d_qk, p.d_v)});
+    k.ragged_int64 = largest > std::numeric_limits<int32_t>::max();
+  }
+  k.padding = m.padding;
+  k.ragged = m.ragged;
+  k.right_bound = m.right_bound;
+  k.right_shift = m.right_bound && m.right != 0;
+  k.left_bound = m.left_bound;
+  k.bottom_right = m.bottom_right;
+  k.deterministic = backward && p.config.deterministic;
+  return r;
+}
+
+// Plans of this thread (a plan is bound to the handle it was built with; handles are per thread), with
+// the failures remembered so that repeated probes of an unsupported key cost a map lookup.
+struct CachedPlan {
+  std::shared_ptr<ExecutionPlan> plan;
+  std::string failure;
+};
+
+const CachedPlan& cached_plan(const SdpaGraphKey& key) {
+  thread_local std::map<SdpaGraphKey, CachedPlan> cache;
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  CachedPlan entry;
+  try {
+    cuda::DeviceGuard guard(key.device);
+    entry.plan = build_sdpa_plan(key, handle_for(key.device), &entry.failure);
+  } catch (const Error& e) {
+    entry.failure = e.what();
+  }
+  if (!entry.plan) entry.failure = "cuDNN found no engine for " + key.str() + ": " + entry.failure;
+  return cache.emplace(key, std::move(entry)).first->second;
+}
+
+// The plan for a prepared call, or a cpf::Error naming why there is none.
+const ExecutionPlan& plan_for(const Prepared& prepared, const char* op) {
+  CPF_CHECK(prepared.reason.empty(), op, " (cudnn): ", prepared.reason);
+  const CachedPlan& entry = cached_plan(prepared.key);
+  CPF_CHECK(entry.plan != nullptr, op, " (cudnn): ", entry.failure);
+  return *entry.plan;
+}
+
+Prepared prepare_on(const AttentionProblem& p, const Tensor& q, bool backward, bool has_dlse) {
+  Prepared prepared = prepare(p, q.dtype(), backward, has_dlse);
+  prepared.key.device = q.device().index;
+  return prepared;
+}
+
+// Device buffers and host scalars of one execution (kept alive until cudnnBackendExecute returns;
+// device tensors are freed in stream order afterwards, which the caching allocator makes safe).
+class VariantPack {
+ public:
+  void add(int64_t uid, const Tensor& t) {
+    uids_.push_back(uid);
+    pointers_.push_back(t.raw_data());
+    keep_.push_back(t);
+  }
+  void add_host(int64_t uid, void* value) {
+    uids_.push_back(uid);
+    pointers_.push_back(value);
+  }
+  void run(const ExecutionPlan& plan, const Device& device) {
+    Tensor workspace;
+    if (plan.workspace_bytes > 0) {
+      workspace = empty({(plan.workspace_bytes + 7) / 8}, {.dtype = DType::i64, .device = device});
+    }
+    cuda::DeviceGuard guard(device.index);
+    execute(handle_for(device.index), plan, uids_, pointers_, workspace.defined() ? workspace.raw_data() : nullptr);
+  }
+
+ private:
+  std::vector<int64_t> uids_;
+  std::vector<void*> pointers_;
+  std::vector<Tensor> keep_;
+};
+
+// Host scalars by value, and the device tensors for lengths and ragged offsets.
+struct Scalars {
+  float scale = 1.0f, neg_inf = -std::numeric_limits<float>::infinity(), one = 1.0f, left_f = 0.0f;
+  int32_t right = 0, left_i = 0;
+};
+
+void add_common(VariantPack& pack, Scalars& s, const AttentionProblem& p, const SdpaMapping& m, const SdpaGraphKey& key,
+                const Device& device) {
+  s.scale = static_cast<float>(p.scale);
+  pack.add_host(kUidScale, &s.scale);
+  if (key.padding || key.right_bound || key.left_bound) pack.add_host(kUidNegInf, &s.neg_inf);
+  if (key.right_shift) {
+    s.right = static_cast<int32_t>(m.right);
+    pack.add_host(kUidRightBound, &s.right);
+  }
+  if (key.left_bound) {
+    s.left_f = static_cast<float>(m.left);
+    s.left_i = static_cast<int32_t>(m.left);
+    pack.add_host(kUidLeftBound, key.bottom_right ? static_cast<void*>(&s.left_i) : static_cast<void*>(&s.left_f));
+  }
+  if (key.padding) {
+    pack.add(kUidSeqLenQ, from_vector(m.seq_len_q, {m.b}, device));
+    pack.add(kUidSeqLenKv, from_vector(m.seq_len_kv, {m.b}, device));
+  }
+  if (key.ragged) {
+    // Element offsets of each sequence's first token; the last entry is the end of the storage.
+    auto offsets = [&](const std::vector<int64_t>& first, int64_t total_tokens, int64_t per_token, int64_t uid) {
+      std::vector<int64_t> values;
+      for (int64_t t : first) values.push_back(t * per_token);
+      values.push_back(total_tokens * per_token);
+      if (key.ragged_int64) {
+        pack.add(uid, from_vector(values, {m.b + 1}, device));
+      } else {
+        pack.add(uid, from_vector(std::vector<int32_t>(values.begin(), values.end()), {m.b + 1}, device));
+      }
+    };
+    offsets(m.q_token, p.s_q, p.h_q * p.d_qk, kUidOffsetQ);
+    offsets(m.kv_token, p.s_kv, p.h_kv * p.d_qk, kUidOffsetK);
+    offsets(m.kv_token, p.s_kv, p.h_kv * p.d_v, kUidOffsetV);
+    offsets(m.q_token, p.s_q, p.h_q * p.d_v, kUidOffsetO);
+  }
+}
+
+// A bool mask over the storage tokens of a q- or kv-side tensor, shaped to broadcast against it:
+// bshd (B, S, 1, 1), sbhd (S, B, 1, 1), thd (T, 1, 1). flags are indexed by row * row_len + col.
+Tensor token_mask(const AttentionProblem& p, const std::vector<uint8_t>& flags, int64_t row_len, const Device& device) {
+  std::vector<bool> values(flags.size());
+  if (p.format == QkvFormat::sbhd) {
+    for (int64_t col = 0; col < row_len; ++col) {
+      for (int64_t row = 0; row < p.batch; ++row) {
+        values[static_cast<size_t>(col * p.batch + row)] = flags[static_cast<size_t>(row * row_len + col)] != 0;
+      }
+    }
+    return from_vector(values, {row_len, p.batch, 1, 1}, device);
+  }
+  for (size_t i = 0; i < flags.size(); ++i) values[i] = flags[i] != 0;
+  if (p.format == QkvFormat::thd) return from_vector(values, {row_len, 1, 1}, device);
+  return from_vector(values, {p.batch, row_len, 1, 1}, device);
+}
+
+// The lse-shaped mask: (B, 1, S), or (1, T) for thd.
+Tensor lse_mask(const AttentionProblem& p, const std::vector<uint8_t>& flags, const Device& device) {
+  std::vector<bool> values(flags.begin(), flags.end());
+  if (p.format == QkvFormat::thd) return from_vector(values, {1, p.s_q}, device);
+  return from_vector(values, {p.batch, 1, p.s_q}, device);
+}
+
+// thd: the index, per packed query token, of its row in the padded (b * s_q) Stats rows; and the
+// reverse, per padded row, of its packed token (rows past a sequence's end read token 0: never used).
+std::vector<int64_t> packed_to_padded(const AttentionProblem& p, const SdpaMapping& m) {
+  std::vector<int64_t> index(static_cast<size_t>(p.s_q), 0);
+  for (int64_t n = 0; n < m.b; ++n) {
+    for (int64_t j = 0; j < m.seq_len_q[static_cast<size_t>(n)]; ++j) {
+      index[static_cast<size_t>(m.q_token[static_cast<size_t>(n)] + j)] = n * m.s_q + j;
+    }
+  }
+  return index;
+}
+std::vector<int64_t> padded_to_packed(const SdpaMapping& m) {
+  std::vector<int64_t> index(static_cast<size_t>(m.b * m.s_q), 0);
+  for (int64_t n = 0; n < m.b; ++n) {
+    for (int64_t j = 0; j < m.seq_len_q[static_cast<size_t>(n)]; ++j) {
+      index[static_cast<size_t>(n * m.s_q + j)] = m.q_token[static_cast<size_t>(n)] + j;
+    }
+  }
+  return index;
+}
+
+// out[:, i] = x[:, index[i]] along dim 1 through the device kernel directly: the indices are built
+// here and in range, and raw::index_select would copy them back to the host to check them.
+Tensor select_columns(const Tensor& x, const std::vector<int64_t>& index) {
+  const Tensor idx = from_vector(index, {static_cast<int64_t>(index.size())}, x.device());
+  Tensor out = empty({x.size(0), static_cast<int64_t>(index.size())}, {.dtype = x.dtype(), .device = x.device()});
+  device_kernel(x.device(), &DeviceOps::gather, "cudnn attention (lse layout)")(out, x, 1, idx, true);
+  return out;
+}
+
+}  // namespace
+
+int64_t runtime_version() {
+  static const int64_t version = static_cast<int64_t>(cudnnGetVersion());
+  return version;
+}
+
+std::string unsupported_reason(const AttentionProblem& p, DType dtype, bool backward, bool has_dlse) {
+  Prepared prepared = prepare(p, dtype, backward, has_dlse);
+  if (!prepared.reason.empty()) return prepared.reason;
+  if (cuda::device_count() == 0) return "no CUDA device is visible";
+  // The problem does not name its device: probe on the thread's current one (every GPU of a machine
+  // is the same kind here); forward/backward build their own plan for the tensors' device.
+  int device = 0;
+  CPF_CUDA_CHECK(cudaGetDevice(&device));
+  prepared.key.device = device;
+  const CachedPlan& entry = cached_plan(prepared.key);
+  return entry.plan ? "" : entry.failure;
+}
+
+raw::AttentionForward forward(const AttentionProblem& p, const Tensor& q, const Tensor& k, const Tensor& v) {
+  const Prepared prepared = prepare_on(p, q, /*backward=*/false, /*has_dlse=*/false);
+  const ExecutionPlan& plan = plan_for(prepared, "attention_forward");
+  const SdpaMapping& m = prepared.mapping;
+  const SdpaGraphKey& key = prepared.key;
+  const Device device = q.device();
+
+  const Tensor qc = raw::contiguous(q), kc = raw::contiguous(k), vc = raw::contiguous(v);
+  Tensor out = empty(p.out_shape(), {.dtype = q.dtype(), .device = device});
+  // cuDNN's Stats is (b, h_q, s_q, 1): exactly the bshd/sbhd lse; thd pads it per sequence.
+  Tensor stats = empty({m.b, p.h_q, m.s_q}, {.dtype = DType::f32, .device = device});
+
+  VariantPack pack;
+  Scalars scalars;
+  pack.add(kUidQ, qc);
+  pack.add(kUidK, kc);
+  pack.add(kUidV, vc);
+  pack.add(kUidO, out);
+  pack.add(kUidStats, stats);
+  add_common(pack, scalars, p, m, key, device);
+  pack.run(plan, device);
+
+  Tensor lse = stats;
+  if (m.ragged) {
+    // (b, h, s) -> (h, b * s) rows, then each packed token picks its row: (h_q, T).
+    const Tensor rows = raw::reshape(raw::contiguous(raw::permute(stats, {1, 0, 2})), {p.h_q, m.b * m.s_q});
+    lse = select_columns(rows, packed_to_padded(p, m));
+  }
+  if (!m.q_undefined.empty()) {
+    out = raw::masked_fill(out, token_mask(p, m.q_undefined, p.s_q, device), 0.0);
+    lse = raw::masked_fill(lse, lse_mask(p, m.q_undefined, device), -kInf);
+  }
+  return {out, lse, {}};
+}
+
+raw::AttentionGrads backward(const AttentionProblem& p, const Tensor& dout, const Tensor& q, const Tensor& k,
+                             const Tensor& v, const Tensor& out, const Tensor& lse) {
+  const Prepared prepared = prepare_on(p, q, /*backward=*/true, /*has_dlse=*/false);
+  const ExecutionPlan& plan = plan_for(prepared, "attention_backward");
+  const SdpaMapping& m = prepared.mapping;
+  const SdpaGraphKey& key = prepared.key;
+  const Device device = q.device();
+
+  const Tensor qc = raw::contiguous(q), kc = raw::contiguous(k), vc = raw::contiguous(v);
+  const Tensor oc = raw::contiguous(raw::to(out, q.dtype())), doc = raw::contiguous(raw::to(dout, q.dtype()));
+  // Rows that see no key carry lse = -inf; cuDNN computes exp(s - lse) and would get NaN from
+  // -inf - -inf under the padding mask. +inf gives exp(-inf) = 0 for every column instead.
+  Tensor stats = raw::contiguous(raw::to(lse, DType::f32));
+  if (m.any_fully_masked_row) stats = raw::masked_fill(stats, raw::compare(raw::CompareOp::eq, stats, -kInf), kInf);
+  if (m.ragged) {
+    // (h_q, T) -> (h_q, b * s) padded rows -> (b, h_q, s).
+    const Tensor rows = select_columns(stats, padded_to_packed(m));
+    stats = raw::contiguous(raw::permute(raw::reshape(rows, {p.h_q, m.b, m.s_q}), {1, 0, 2}));
+  }
+
+  Tensor dq = empty(q.shape(), {.dtype = q.dtype(), .device = device});
+  Tensor dk = empty(k.shape(), {.dtype = k.dtype(), .device = device});
+  Tensor dv = empty(v.shape(), {.dtype = v.dtype(), .device = device});
+  // rowsum(dO * O) and (non-deterministic) the fp32 dQ accumulator come from the caching allocator.
+  // The accumulator is zeroed: the backend initialises it itself from 9.6, but a reused block must
+  // not leak an earlier call's sums if it ever does not.
+  const Tensor softmax_sum = empty({m.b, p.h_q, m.s_q}, {.dtype = DType::f32, .device = device});
+
+  VariantPack pack;
+  Scalars scalars;
+  pack.add(kUidQ, qc);
+  pack.add(kUidK, kc);
+  pack.add(kUidV, vc);
+  pack.add(kUidO, oc);
+  pack.add(kUidDout, doc);
+  pack.add(kUidStats, stats);
+  pack.add(kUidDq, dq);
+  pack.add(kUidDk, dk);
+  pack.add(kUidDv, dv);
+  pack.add(kUidSoftmaxSum, softmax_sum);
+  pack.add_host(kUidOne, &scalars.one);
+  if (!key.deterministic) pack.add(kUidDqAccum, zeros({m.b, p.h_q, m.s_q, p.d_qk}, {.dtype = DType::f32, .device = device}));
+  add_common(pack, scalars, p, m, key, device);
+  pack.run(plan, device);
+
+  if (!m.q_undefined.empty()) dq = raw::masked_fill(dq, token_mask(p, m.q_undefined, p.s_q, device), 0.0);
+  if (!m.kv_undefined.empty()) {
+    const Tensor mask = token_mask(p, m.kv_undefined, p.s_kv, device);
+    dk = raw::masked_fill(dk, mask, 0.0);
+    dv = raw::masked_fill(dv, mask, 0.0);
+  }
+  return {dq, dk, dv, {}};
+}
+
+}  // namespace cpf::attention_cuda::cudnn

@@ -1,0 +1,72 @@
+#pragma once
+// The cuDNN 9.19 composite SDPA graphs (shared/reference/cudnn_sdpa_backend.md sections 3-5): matmul,
+// pointwise, reduction and reshape ops that cuDNN's pattern matcher fuses into one flash-attention
+// kernel, forward (always with the fp32 Stats branch: without it 9.19 offers no engine) and backward.
+// Private to cpf_attention_cuda.
+//
+// Every I/O tensor is logically (b, h, s, d); layouts (bshd, sbhd, thd) are strides only. The data
+// type is a parameter: bf16 today, f16 is one DType mapping away (cudnn_sdpa.cpp, io_data_type).
+#include <array>
+#include <compare>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "attention/cuda/cudnn_backend.h"
+
+namespace cpf::attention_cuda::cudnn {
+
+// Variant-pack uids of the non-virtual tensors.
+enum SdpaUid : int64_t {
+  kUidQ = 1,
+  kUidK,
+  kUidV,
+  kUidO,
+  kUidStats,
+  kUidScale,
+  kUidNegInf,
+  kUidDout,
+  kUidDq,
+  kUidDk,
+  kUidDv,
+  kUidOne,
+  kUidSoftmaxSum,
+  kUidDqAccum,
+  kUidSeqLenQ,
+  kUidSeqLenKv,
+  kUidOffsetQ,
+  kUidOffsetK,
+  kUidOffsetV,
+  kUidOffsetO,
+  kUidRightBound,
+  kUidLeftBound,
+};
+
+using Strides4 = std::array<int64_t, 4>;  // (b, h, s, d) element strides
+
+// Everything a plan depends on. Values passed by value at execution (scale, window bounds) and the
+// device buffers (lengths, offsets) are not part of it.
+struct SdpaGraphKey {
+  bool backward = false;
+  int device = 0;
+  int io_type = CUDNN_DATA_BFLOAT16;  // cudnnDataType_t of Q, K, V, O (and dO, dQ, dK, dV)
+  int64_t b = 0, h_q = 0, h_kv = 0, s_q = 0, s_kv = 0, d_qk = 0, d_v = 0;
+  Strides4 q{}, k{}, v{}, o{};  // backward: o is also dO's, q/k/v also dQ/dK/dV's
+  bool padding = false;         // seq_len tensors: padding mask + matmul M/N/K overrides
+  bool ragged = false;          // thd: ragged offsets on Q, K, V, O
+  bool ragged_int64 = false;    // INT64 offsets (element offsets may exceed 2^31)
+  bool right_bound = false;     // keep row + r >= col (r by value; bottom_right adds seq_len_kv - seq_len_q)
+  bool right_shift = false;     // r != 0 (an extra ADD, as cudnn-frontend emits only then)
+  bool left_bound = false;      // keep col + w > row (w by value; bottom_right subtracts seq_len_kv - seq_len_q)
+  bool bottom_right = false;    // diagonal offset per batch from the seq_len tensors (needs padding)
+  bool deterministic = false;   // backward: dQ written directly (dP workspace) instead of an fp32 accumulator
+
+  auto operator<=>(const SdpaGraphKey&) const = default;
+  std::string str() const;  // "fwd b=2 hq=16 hkv=16 sq=1024 ..." for reasons and logs
+};
+
+// The plan for `key`, or nullptr with *failure set when cuDNN offers no engine that finalizes.
+// Throws cpf::Error when cuDNN rejects the graph's description itself (a bug here, not a limit).
+std::unique_ptr<ExecutionPlan> build_sdpa_plan(const SdpaGraphKey& key, cudnnHandle_t handle, std::string* failure);
+
+}  // namespace cpf::attention_cuda::cudnn

@@ -1,0 +1,38 @@
+// The CUDA attention entry points registered in register.cpp (attention_cuda.h): each call asks
+// backend_selection which implementation runs it (cuDNN's fused SDPA or the unfused path) and
+// forwards the call unchanged. The forward and the backward of one step choose independently: a
+// backward with a gradient on lse (CP's merged tiles) runs unfused even when cuDNN ran the forward;
+// both follow the same contract (flash_attention.h), so their results combine.
+#include "attention/cuda/attention_cuda.h"
+#include "attention/cuda/backend_selection.h"
+#include "attention/cuda/unfused_attention.h"
+#include "framework/core/error.h"
+#if CPF_HAVE_CUDNN
+#include "attention/cuda/cudnn_sdpa.h"
+#endif
+
+namespace cpf::attention_cuda {
+
+raw::AttentionForward forward(const AttentionProblem& p, const Tensor& q, const Tensor& k, const Tensor& v) {
+  const BackendChoice choice = select_and_log_backend(p, q.dtype(), /*backward=*/false, /*has_dlse=*/false, q.device());
+#if CPF_HAVE_CUDNN
+  if (choice.backend == AttentionBackend::cudnn) return cudnn::forward(p, q, k, v);
+#endif
+  CPF_CHECK(choice.backend == AttentionBackend::unfused, "attention_forward: backend ",
+            attention_backend_name(choice.backend), " is not in this build");
+  return unfused::forward(p, q, k, v);
+}
+
+raw::AttentionGrads backward(const AttentionProblem& p, const Tensor& dout, const Tensor& dlse, const Tensor& q,
+                             const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse) {
+  const BackendChoice choice = select_and_log_backend(p, q.dtype(), /*backward=*/true, dlse.defined(), q.device());
+#if CPF_HAVE_CUDNN
+  // cuDNN's backward takes no dlse: selection only picks it when dlse is undefined.
+  if (choice.backend == AttentionBackend::cudnn) return cudnn::backward(p, dout, q, k, v, out, lse);
+#endif
+  CPF_CHECK(choice.backend == AttentionBackend::unfused, "attention_backward: backend ",
+            attention_backend_name(choice.backend), " is not in this build");
+  return unfused::backward(p, dout, dlse, q, k, v, out, lse);
+}
+
+}  // namespace cpf::attention_cuda

@@ -1,0 +1,161 @@
+#include "framework/distributed/environment.h"
+
+#include <cstdint>
+#include <cstdlib>
+
+#include "framework/core/error.h"
+
+namespace cpf::dist {
+namespace {
+
+// The variable's value as an integer, or an error naming it and the launcher.
+std::optional<int> int_var(const EnvLookup& env, const std::string& name, const char* launcher, bool required) {
+  const std::optional<std::string> text = env(name);
+  if (!text) {
+    CPF_CHECK(!required, "launch environment (", launcher, "): ", name,
+              " is not set; the launcher sets it, or export it yourself");
+    return std::nullopt;
+  }
+  size_t used = 0;
+  long long value = 0;
+  bool ok = !text->empty();
+  try {
+    value = std::stoll(*text, &used);
+  } catch (const std::exception&) {
+    ok = false;
+  }
+  CPF_CHECK(ok && used == text->size() && value >= INT32_MIN && value <= INT32_MAX, "launch environment (", launcher,
+            "): ", name, "='", *text, "' is not an integer");
+  return static_cast<int>(value);
+}
+
+std::string string_var(const EnvLookup& env, const std::string& name, const char* launcher) {
+  const std::optional<std::string> text = env(name);
+  CPF_CHECK(text && !text->empty(), "launch environment (", launcher, "): ", name, text ? " is empty" : " is not set",
+            "; set it to the address of the host running rank 0");
+  return *text;
+}
+
+// The checks every launcher shares.
+void validate(const LaunchEnvironment& e, const std::string& rank_var, const std::string& size_var,
+              const std::string& local_var) {
+  const char* l = e.launcher.c_str();
+  CPF_CHECK(e.world_size >= 1, "launch environment (", l, "): ", size_var, "=", e.world_size, " must be at least 1");
+  CPF_CHECK(e.rank >= 0 && e.rank < e.world_size, "launch environment (", l, "): ", rank_var, "=", e.rank,
+            " is not in 0..", e.world_size - 1, " (", size_var, "=", e.world_size, ")");
+  CPF_CHECK(e.local_rank >= 0 && e.local_rank < e.world_size, "launch environment (", l, "): ", local_var, "=",
+            e.local_rank, " is not in 0..", e.world_size - 1, " (", size_var, "=", e.world_size, ")");
+  CPF_CHECK(e.local_world_size == 0 || e.local_rank < e.local_world_size, "launch environment (", l, "): ", local_var,
+            "=", e.local_rank, " is not below the local world size ", e.local_world_size);
+  CPF_CHECK(e.master_port >= 1 && e.master_port <= 65535, "launch environment (", l, "): MASTER_PORT=", e.master_port,
+            " is not a TCP port (1..65535)");
+}
+
+LaunchEnvironment read_torchrun(const EnvLookup& env) {
+  const char* l = "torchrun";
+  LaunchEnvironment e;
+  e.launcher = l;
+  e.rank = *int_var(env, "RANK", l, true);
+  e.world_size = *int_var(env, "WORLD_SIZE", l, true);
+  e.local_rank = *int_var(env, "LOCAL_RANK", l, true);
+  e.local_world_size = int_var(env, "LOCAL_WORLD_SIZE", l, false).value_or(0);
+  e.master_addr = string_var(env, "MASTER_ADDR", l);
+  e.master_port = *int_var(env, "MASTER_PORT", l, true);
+  validate(e, "RANK", "WORLD_SIZE", "LOCAL_RANK");
+  return e;
+}
+
+LaunchEnvironment read_openmpi(const EnvLookup& env) {
+  const char* l = "openmpi";
+  LaunchEnvironment e;
+  e.launcher = l;
+  e.rank = *int_var(env, "OMPI_COMM_WORLD_RANK", l, true);
+  e.world_size = *int_var(env, "OMPI_COMM_WORLD_SIZE", l, true);
+  e.local_rank = *int_var(env, "OMPI_COMM_WORLD_LOCAL_RANK", l, true);
+  e.local_world_size = int_var(env, "OMPI_COMM_WORLD_LOCAL_SIZE", l, false).value_or(0);
+  CPF_CHECK(env("MASTER_ADDR") && env("MASTER_PORT"), "launch environment (openmpi): MASTER_ADDR and MASTER_PORT ",
+            "must be exported to every rank (mpirun -x MASTER_ADDR=<host of rank 0> -x MASTER_PORT=29500); missing: ",
+            env("MASTER_ADDR") ? "" : "MASTER_ADDR ", env("MASTER_PORT") ? "" : "MASTER_PORT");
+  e.master_addr = string_var(env, "MASTER_ADDR", l);
+  e.master_port = *int_var(env, "MASTER_PORT", l, true);
+  validate(e, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK");
+  return e;
+}
+
+LaunchEnvironment read_slurm(const EnvLookup& env) {
+  const char* l = "slurm";
+  LaunchEnvironment e;
+  e.launcher = l;
+  e.rank = *int_var(env, "SLURM_PROCID", l, true);
+  const std::optional<int> ntasks = int_var(env, "SLURM_NTASKS", l, false);
+  e.world_size = ntasks ? *ntasks : *int_var(env, "SLURM_NPROCS", l, true);
+  e.local_rank = *int_var(env, "SLURM_LOCALID", l, true);
+  e.local_world_size = int_var(env, "SLURM_NTASKS_PER_NODE", l, false).value_or(0);
+  if (env("MASTER_ADDR")) {
+    e.master_addr = string_var(env, "MASTER_ADDR", l);
+  } else {
+    std::optional<std::string> nodes = env("SLURM_JOB_NODELIST");
+    if (!nodes) nodes = env("SLURM_NODELIST");
+    CPF_CHECK(nodes && !nodes->empty(), "launch environment (slurm): neither MASTER_ADDR nor SLURM_JOB_NODELIST ",
+              "(SLURM_NODELIST) is set; export MASTER_ADDR=<host of rank 0>");
+    e.master_addr = first_slurm_host(*nodes);
+  }
+  if (env("MASTER_PORT")) {
+    e.master_port = *int_var(env, "MASTER_PORT", l, true);
+  } else {
+    const std::optional<int> job = int_var(env, "SLURM_JOB_ID", l, false);
+    CPF_CHECK(job.has_value(),
+              "launch environment (slurm): neither MASTER_PORT nor SLURM_JOB_ID is set; export "
+              "MASTER_PORT=<free port on the host of rank 0>");
+    e.master_port = 20000 + (*job % 20000 + 20000) % 20000;
+  }
+  validate(e, "SLURM_PROCID", ntasks ? "SLURM_NTASKS" : "SLURM_NPROCS", "SLURM_LOCALID");
+  return e;
+}
+
+}  // namespace
+
+EnvLookup process_environment() {
+  return [](const std::string& name) -> std::optional<std::string> {
+    const char* value = std::getenv(name.c_str());
+    if (!value) return std::nullopt;
+    return std::string(value);
+  };
+}
+
+std::optional<LaunchEnvironment> read_launch_environment(const EnvLookup& env) {
+  if (env("RANK")) return read_torchrun(env);
+  if (env("WORLD_SIZE") || env("LOCAL_RANK")) {
+    CPF_FAIL("launch environment (torchrun): ", env("WORLD_SIZE") ? "WORLD_SIZE" : "LOCAL_RANK",
+             " is set but RANK is not; set RANK (0..WORLD_SIZE-1) for every process");
+  }
+  if (env("OMPI_COMM_WORLD_RANK")) return read_openmpi(env);
+  if (env("SLURM_PROCID")) return read_slurm(env);
+  return std::nullopt;
+}
+
+std::string first_slurm_host(const std::string& nodelist) {
+  // Up to the first comma outside brackets.
+  std::string first;
+  int depth = 0;
+  for (char c : nodelist) {
+    if (c == '[') ++depth;
+    if (c == ']') --depth;
+    if (c == ',' && depth == 0) break;
+    first += c;
+  }
+  const size_t open = first.find('[');
+  if (open == std::string::npos) {
+    CPF_CHECK(!first.empty(), "launch environment (slurm): cannot read a host from the node list '", nodelist, "'");
+    return first;
+  }
+  const size_t close = first.find(']', open);
+  CPF_CHECK(close != std::string::npos && close > open + 1, "launch environment (slurm): cannot read the node list '",
+            nodelist, "' (unbalanced brackets)");
+  // "[03-05,07]": the first range's first number, with its zero padding.
+  const std::string inside = first.substr(open + 1, close - open - 1);
+  const size_t end = inside.find_first_of(",-");
+  return first.substr(0, open) + inside.substr(0, end) + first.substr(close + 1);
+}
+
+}  // namespace cpf::dist

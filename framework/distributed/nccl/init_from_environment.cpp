@@ -1,0 +1,57 @@
+// init_from_environment: one process per GPU, meeting through the TCP rendezvous.
+#include <cstring>
+
+#include "framework/core/error.h"
+#include "framework/distributed/nccl/nccl_check.cuh"
+#include "framework/distributed/nccl/nccl_init.h"
+#include "framework/distributed/nccl/nccl_process_group.cuh"
+#include "framework/distributed/rendezvous_tcp.h"
+#include "framework/tensor/cuda/cuda.h"
+#include "framework/tensor/cuda/runtime.cuh"
+
+namespace cpf::dist {
+
+RankContext init_from_environment(const NcclInitOptions& options) {
+  const std::optional<LaunchEnvironment> env = read_launch_environment();
+  CPF_CHECK(env.has_value(), "init_from_environment: no launcher variables are set (RANK/WORLD_SIZE/LOCAL_RANK/",
+            "MASTER_ADDR/MASTER_PORT from torchrun or spawn_local_processes, SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID ",
+            "from srun, or OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK from mpirun); start the program through a launcher");
+  return init_nccl_world(*env, options);
+}
+
+RankContext init_nccl_world(const LaunchEnvironment& env, const NcclInitOptions& options) {
+  const std::string context =
+      detail::str_cat("init_from_environment (", env.launcher, ", rank ", env.rank, " of ", env.world_size, ")");
+  const int gpus = cuda::device_count();
+  CPF_CHECK(env.local_rank < gpus, context, ": local rank ", env.local_rank, " needs cuda:", env.local_rank, " but ",
+            gpus, " GPUs are visible; start at most ", gpus, " ranks per node");
+  CPF_CUDA_CHECK(cudaSetDevice(env.local_rank));
+  nccl::default_nvls_off();
+  std::string id_bytes;
+  if (env.rank == 0) {
+    ncclUniqueId id;
+    CPF_NCCL_CHECK(ncclGetUniqueId(&id), nullptr, context);
+    id_bytes.assign(id.internal, sizeof id.internal);
+  }
+  std::unique_ptr<TcpRendezvous> rendezvous = TcpRendezvous::join({.host = env.master_addr,
+                                                                   .port = env.master_port,
+                                                                   .rank = env.rank,
+                                                                   .world_size = env.world_size,
+                                                                   .payload = id_bytes,
+                                                                   .timeout = options.rendezvous_timeout});
+  CPF_CHECK(rendezvous->payload().size() == sizeof(ncclUniqueId), context, ": the rendezvous delivered ",
+            rendezvous->payload().size(), " bytes instead of an ncclUniqueId (", sizeof(ncclUniqueId), ")");
+  ncclUniqueId id;
+  std::memcpy(id.internal, rendezvous->payload().data(), sizeof id.internal);
+  auto domain = std::make_shared<nccl::AbortDomain>();
+  ProcessGroupPtr world =
+      nccl::create_world_group(env.rank, env.world_size, id, env.local_rank, options.timeout, domain);
+  // The rendezvous connections now tell this rank when a peer process dies; it lives as long as the
+  // world group (attached to it), and saying goodbye at its end keeps finished ranks from being blamed.
+  rendezvous->watch([domain](int rank, const std::string& reason) { domain->abort(rank, reason); });
+  auto* group = static_cast<nccl::NcclProcessGroup*>(world.get());
+  group->attach(std::shared_ptr<void>(std::move(rendezvous)));
+  return {.rank = env.rank, .world_size = env.world_size, .device = Device::cuda(env.local_rank), .world = world};
+}
+
+}  // namespace cpf::dist

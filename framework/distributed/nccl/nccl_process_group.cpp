@@ -1,0 +1,211 @@
+#include "framework/distributed/nccl/nccl_process_group.cuh"
+
+#include <algorithm>
+#include <chrono>
+
+#include "framework/core/error.h"
+#include "framework/distributed/nccl/nccl_check.cuh"
+#include "framework/distributed/nccl/nccl_work.cuh"
+#include "framework/tensor/cuda/runtime.cuh"
+#include "framework/tensor/ops/copy.h"
+
+namespace cpf::dist::nccl {
+
+Tensor empty_on(const Shape& shape, DType dtype, Device device) {
+  return empty(shape, {.dtype = dtype, .device = device});
+}
+
+NcclProcessGroup::NcclProcessGroup(std::shared_ptr<NcclRankState> state, ncclComm_t comm, int rank,
+                                   std::vector<int> global_ranks, std::string name)
+    : state_(std::move(state)),
+      rank_(rank),
+      global_ranks_(std::move(global_ranks)),
+      name_(std::move(name)),
+      stream_(cuda::Stream::create(state_->device())) {
+  comm_ = state_->add_communicator(comm, name_);
+}
+
+NcclProcessGroup::~NcclProcessGroup() {
+  // Work still queued on the communication stream finishes before the communicator goes (an
+  // aborted communicator's kernels have returned already).
+  if (!state_->aborted()) (void)cudaStreamSynchronize(comm_stream());
+  state_->remove_communicator(comm_);
+}
+
+void NcclProcessGroup::check_device(const Tensor& t, const std::string& context, const char* what) const {
+  if (!t.defined()) return;
+  CPF_CHECK(t.device() == device(), context, ": ", what, " is on ", t.device(), " but this NCCL group runs on ",
+            device(), "; move it there first (raw::to(t, ", device(), "))");
+}
+
+WorkPtr NcclProcessGroup::issue(const char* op, const std::vector<Tensor>& results, std::vector<Tensor> keep_alive,
+                                const std::function<void(const Issue&, std::vector<Tensor>&)>& body,
+                                bool host_blocking) {
+  const std::string context = op_context(op);
+  state_->check_alive(context);
+  const int device = state_->device();
+  cuda::DeviceGuard guard(device);
+  const cudaStream_t caller = cuda::current_cuda_stream(device);
+  const cudaStream_t comm_stream = this->comm_stream();
+  // Event 1: the communication stream starts after what the caller's stream did so far (the inputs'
+  // producers, the contiguous copies and output allocations of `prepare`).
+  cudaEvent_t ready = nullptr;
+  CPF_CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
+  cudaError_t status = cudaEventRecord(ready, caller);
+  if (status == cudaSuccess) status = cudaStreamWaitEvent(comm_stream, ready, 0);
+  (void)cudaEventDestroy(ready);  // released once the wait is done
+  CPF_CUDA_CHECK(status);
+  // Watched from here on: the NCCL calls themselves may block on the host (a peer that never comes).
+  auto completion = std::make_shared<CompletionEvent>();
+  state_->track({completion, context, std::chrono::steady_clock::now()});
+  std::vector<Tensor> staging;
+  try {
+    cuda::StreamGuard on_comm(stream_);
+    body(Issue{comm_->comm, comm_stream, context}, staging);
+  } catch (...) {
+    try {
+      completion->record(comm_stream);  // what was enqueued completes; nothing else to watch
+    } catch (...) {
+    }
+    throw;
+  }
+  for (Tensor& t : staging) keep_alive.push_back(std::move(t));
+  for (const Tensor& t : results) {
+    t.bump_version();
+    keep_alive.push_back(t);
+  }
+  // Event 2: completion, waited for by Work::wait() on the caller's stream.
+  return std::make_shared<NcclWork>(context, state_, std::move(completion), comm_stream, caller, results,
+                                    std::move(keep_alive), host_blocking);
+}
+
+std::vector<int64_t> NcclProcessGroup::exchange_sizes(int64_t mine, const std::string& context) {
+  state_->check_alive(context);
+  const int n = size();
+  cuda::DeviceGuard guard(state_->device());
+  std::vector<int64_t> sizes(static_cast<size_t>(n), 0);
+  cudaEvent_t done = nullptr;
+  CPF_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+  try {
+    cuda::StreamGuard on_comm(stream_);
+    const Tensor buffer = empty_on({n + 1}, DType::i64, device());  // [mine, gathered...]
+    auto* data = static_cast<int64_t*>(buffer.raw_data());
+    CPF_CUDA_CHECK(cudaMemcpyAsync(data, &mine, sizeof(int64_t), cudaMemcpyHostToDevice, comm_stream()));
+    CPF_NCCL_CHECK(ncclAllGather(data, data + 1, 1, ncclInt64, comm_->comm, comm_stream()), comm_->comm, context);
+    CPF_CUDA_CHECK(cudaMemcpyAsync(sizes.data(), data + 1, sizeof(int64_t) * static_cast<size_t>(n),
+                                   cudaMemcpyDeviceToHost, comm_stream()));
+    CPF_CUDA_CHECK(cudaEventRecord(done, comm_stream()));
+    state_->host_wait(done, context + " (exchanging sizes)");
+  } catch (...) {
+    (void)cudaEventDestroy(done);
+    throw;
+  }
+  (void)cudaEventDestroy(done);
+  return sizes;
+}
+
+WorkPtr NcclProcessGroup::do_all_reduce(const Tensor& input, ReduceOp op, const Tensor& out) {
+  const std::string context = op_context("all_reduce");
+  check_device(input, context, "the input");
+  check_device(out, context, "out");
+  const Tensor src = raw::contiguous(input);
+  const Tensor dst = out.defined() && out.is_contiguous() ? out : empty_on(input.shape(), input.dtype(), device());
+  const Tensor result = out.defined() ? out : dst;
+  return issue("all_reduce", {result}, {src, dst}, [&](const Issue& is, std::vector<Tensor>&) {
+    if (input.numel() == 0) return;
+    CPF_NCCL_CHECK(ncclAllReduce(src.raw_data(), dst.raw_data(), static_cast<size_t>(input.numel()),
+                                 nccl_dtype(input.dtype()), nccl_reduce_op(op), is.comm, is.stream),
+                   is.comm, is.context);
+    if (!dst.is_same(result)) raw::copy_(result, dst);
+  });
+}
+
+WorkPtr NcclProcessGroup::do_broadcast(const Tensor& input, int root, const Tensor& out) {
+  const std::string context = op_context("broadcast");
+  check_device(input, context, "the input");
+  check_device(out, context, "out");
+  const Tensor src = rank_ == root ? raw::contiguous(input) : Tensor();
+  const Tensor dst = out.defined() && out.is_contiguous() ? out : empty_on(input.shape(), input.dtype(), device());
+  const Tensor result = out.defined() ? out : dst;
+  return issue("broadcast", {result}, {src, dst}, [&](const Issue& is, std::vector<Tensor>&) {
+    if (input.numel() == 0) return;
+    const void* send = rank_ == root ? src.raw_data() : dst.raw_data();
+    CPF_NCCL_CHECK(ncclBroadcast(send, dst.raw_data(), static_cast<size_t>(input.numel()), nccl_dtype(input.dtype()),
+                                 root, is.comm, is.stream),
+                   is.comm, is.context);
+    if (!dst.is_same(result)) raw::copy_(result, dst);
+  });
+}
+
+WorkPtr NcclProcessGroup::do_batch_p2p(const std::vector<P2POp>& ops) {
+  const std::string context = op_context("batch_p2p");
+  std::vector<Tensor> buffers;  // what travels: contiguous sends, contiguous receive buffers
+  std::vector<Tensor> results;  // the caller's receive tensors
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const P2POp& op = ops[i];
+    check_device(op.tensor, context, op.kind == P2POp::Kind::send ? "a send tensor" : "a receive tensor");
+    if (op.kind == P2POp::Kind::send) {
+      buffers.push_back(raw::contiguous(op.tensor));
+    } else {
+      buffers.push_back(op.tensor.is_contiguous() ? op.tensor
+                                                  : empty_on(op.tensor.shape(), op.tensor.dtype(), device()));
+      results.push_back(op.tensor);
+    }
+  }
+  std::vector<Tensor> keep = buffers;
+  return issue("batch_p2p", results, std::move(keep), [&](const Issue& is, std::vector<Tensor>&) {
+    CPF_NCCL_CHECK(ncclGroupStart(), is.comm, is.context);
+    // Tags are not NCCL's: messages between two ranks match in issue order, which is what the
+    // ProcessGroup contract promises for one tag; distinct tags must also be issued in the same order.
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const Tensor& b = buffers[i];
+      if (b.numel() == 0) continue;
+      const size_t count = static_cast<size_t>(b.numel());
+      if (ops[i].kind == P2POp::Kind::send) {
+        CPF_NCCL_CHECK(ncclSend(b.raw_data(), count, nccl_dtype(b.dtype()), ops[i].peer, is.comm, is.stream), is.comm,
+                       is.context);
+      } else {
+        CPF_NCCL_CHECK(ncclRecv(b.raw_data(), count, nccl_dtype(b.dtype()), ops[i].peer, is.comm, is.stream), is.comm,
+                       is.context);
+      }
+    }
+    CPF_NCCL_CHECK(ncclGroupEnd(), is.comm, is.context);
+    for (size_t i = 0; i < ops.size(); ++i) {
+      if (ops[i].kind == P2POp::Kind::recv && !buffers[i].is_same(ops[i].tensor)) raw::copy_(ops[i].tensor, buffers[i]);
+    }
+  });
+}
+
+WorkPtr NcclProcessGroup::do_barrier() {
+  return issue(
+      "barrier", {}, {},
+      [&](const Issue& is, std::vector<Tensor>& staging) {
+        const Tensor token = empty_on({1}, DType::i32, device());
+        staging.push_back(token);
+        CPF_NCCL_CHECK(ncclAllReduce(token.raw_data(), token.raw_data(), 1, ncclInt32, ncclSum, is.comm, is.stream),
+                       is.comm, is.context);
+      },
+      /*host_blocking=*/true);
+}
+
+std::shared_ptr<ProcessGroup> NcclProcessGroup::do_new_group(const std::vector<int>& ranks, const std::string& name) {
+  const std::string context = op_context("new_group");
+  state_->check_alive(context);
+  const auto it = std::find(ranks.begin(), ranks.end(), rank_);
+  const bool member = it != ranks.end();
+  const int key = member ? static_cast<int>(it - ranks.begin()) : 0;
+  cuda::DeviceGuard guard(state_->device());
+  ncclComm_t child = nullptr;
+  // Collective over this group; members get a communicator ranked by their position in `ranks`.
+  CPF_NCCL_CHECK(ncclCommSplit(comm_->comm, member ? 0 : NCCL_SPLIT_NOCOLOR, key, &child, nullptr), comm_->comm,
+                 context);
+  if (!member) return nullptr;
+  CPF_CHECK(child != nullptr, context, ": ncclCommSplit returned no communicator for member rank ", rank_);
+  std::vector<int> globals;
+  for (int r : ranks) globals.push_back(global_ranks_[static_cast<size_t>(r)]);
+  std::string group_name = name;
+  if (group_name.empty()) group_name = detail::str_cat(name_, "/", globals);
+  return std::make_shared<NcclProcessGroup>(state_, child, key, std::move(globals), std::move(group_name));
+}
+
+}  // namespace cpf::dist::nccl

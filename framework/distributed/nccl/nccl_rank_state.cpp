@@ -1,0 +1,225 @@
+#include "framework/distributed/nccl/nccl_rank_state.cuh"
+
+#include <algorithm>
+
+#include "framework/core/error.h"
+#include "framework/distributed/nccl/nccl_check.cuh"
+#include "framework/tensor/cuda/cuda_check.cuh"
+
+namespace cpf::dist::nccl {
+namespace {
+
+constexpr auto kWatchdogPeriod = std::chrono::milliseconds(50);
+
+double seconds(std::chrono::milliseconds ms) { return static_cast<double>(ms.count()) / 1000.0; }
+
+}  // namespace
+
+// ---- AbortDomain ----
+
+void AbortDomain::abort(int rank, const std::string& reason) {
+  std::vector<std::weak_ptr<NcclRankState>> ranks;
+  {
+    std::lock_guard lock(mutex_);
+    if (aborted_.load(std::memory_order_relaxed)) return;
+    failed_rank_ = rank;
+    reason_ = reason;
+    aborted_.store(true, std::memory_order_release);
+    ranks = ranks_;
+  }
+  for (const auto& weak : ranks) {
+    if (auto state = weak.lock()) state->abort_communicators();
+  }
+}
+
+std::string AbortDomain::reason() const {
+  std::lock_guard lock(mutex_);
+  if (!aborted_.load(std::memory_order_relaxed)) return "";
+  if (failed_rank_ < 0) return reason_;
+  return detail::str_cat("rank ", failed_rank_, " failed: ", reason_);
+}
+
+void AbortDomain::add(std::weak_ptr<NcclRankState> rank) {
+  std::shared_ptr<NcclRankState> late;
+  {
+    std::lock_guard lock(mutex_);
+    ranks_.push_back(rank);
+    if (aborted_.load(std::memory_order_relaxed)) late = rank.lock();
+  }
+  if (late) late->abort_communicators();
+}
+
+// ---- NcclRankState ----
+
+std::shared_ptr<NcclRankState> NcclRankState::create(int device, int global_rank, int world_size,
+                                                     std::chrono::milliseconds timeout,
+                                                     std::shared_ptr<AbortDomain> domain) {
+  CPF_CHECK(timeout.count() > 0, "nccl: the timeout must be positive, got ", timeout.count(), " ms");
+  std::shared_ptr<NcclRankState> state(new NcclRankState(device, global_rank, world_size, timeout, std::move(domain)));
+  state->domain_->add(state);
+  state->watchdog_ = std::thread(&NcclRankState::watchdog_loop, std::weak_ptr<NcclRankState>(state));
+  return state;
+}
+
+NcclRankState::NcclRankState(int device, int global_rank, int world_size, std::chrono::milliseconds timeout,
+                             std::shared_ptr<AbortDomain> domain)
+    : device_(device),
+      global_rank_(global_rank),
+      world_size_(world_size),
+      timeout_(timeout),
+      domain_(domain ? std::move(domain) : std::make_shared<AbortDomain>()) {}
+
+NcclRankState::~NcclRankState() {
+  if (!watchdog_.joinable()) return;
+  // The watchdog may drop the last reference itself (through the last Work it looked at).
+  if (watchdog_.get_id() == std::this_thread::get_id()) {
+    watchdog_.detach();
+  } else {
+    watchdog_.join();
+  }
+}
+
+void NcclRankState::check_alive(const std::string& context) const {
+  if (!domain_->aborted()) return;
+  CPF_FAIL(context, ": the NCCL world was aborted (", domain_->reason(), ")");
+}
+
+std::shared_ptr<Communicator> NcclRankState::add_communicator(ncclComm_t comm, const std::string& group) {
+  auto handle = std::make_shared<Communicator>();
+  handle->comm = comm;
+  handle->group = group;
+  bool abort_now = false;
+  {
+    std::lock_guard lock(mutex_);
+    comms_.push_back(handle);
+    abort_now = domain_->aborted();
+  }
+  if (abort_now) abort_communicators();
+  return handle;
+}
+
+void NcclRankState::remove_communicator(const std::shared_ptr<Communicator>& comm) {
+  std::lock_guard lock(mutex_);
+  comms_.erase(std::remove(comms_.begin(), comms_.end(), comm), comms_.end());
+  // exchange: an abort racing with this removal frees the communicator at most once.
+  if (!comm->aborted.exchange(true)) {
+    QuietDeviceGuard guard(device_);
+    // A healthy communicator: errors here have nobody left to report them to.
+    (void)ncclCommDestroy(comm->comm);
+  }
+}
+
+void NcclRankState::abort_communicators() {
+  {
+    std::lock_guard lock(mutex_);
+    QuietDeviceGuard guard(device_);
+    for (const auto& c : comms_) {
+      if (!c->aborted.exchange(true)) (void)ncclCommAbort(c->comm);
+    }
+  }
+}
+
+void NcclRankState::track(InFlight op) {
+  std::lock_guard lock(mutex_);
+  in_flight_.push_back(std::move(op));
+}
+
+std::string NcclRankState::poll_async_errors() {
+  // Under the lock: no communicator is destroyed or aborted while it is asked.
+  std::lock_guard lock(mutex_);
+  for (const auto& c : comms_) {
+    if (c->aborted.load()) continue;
+    ncclResult_t async = ncclSuccess;
+    const ncclResult_t status = ncclCommGetAsyncError(c->comm, &async);
+    if (status != ncclSuccess || (async != ncclSuccess && async != ncclInProgress)) {
+      const ncclResult_t shown = status != ncclSuccess ? status : async;
+      const char* last = ncclGetLastError(c->comm);
+      return detail::str_cat("NCCL reported an asynchronous error on group '", c->group,
+                             "': ", ncclGetErrorString(shown), last && *last ? ": " : "", last ? last : "",
+                             " (a peer rank may have died)");
+    }
+  }
+  return "";
+}
+
+void NcclRankState::watchdog_loop(std::weak_ptr<NcclRankState> weak) {
+  bool device_set = false;
+  while (true) {
+    std::this_thread::sleep_for(kWatchdogPeriod);
+    std::shared_ptr<NcclRankState> self = weak.lock();
+    if (!self) return;
+    if (!device_set) {
+      cudaSetDevice(self->device_);
+      device_set = true;
+    }
+    if (!self->domain_->aborted()) self->watch_once();
+    // Releasing `self` may run the destructor on this thread (it then detaches the thread): nothing
+    // touches the state after this point.
+  }
+}
+
+void NcclRankState::watch_once() {
+  std::string reason;
+  // Finished events are released after the lock (destroying one is a CUDA call).
+  std::vector<std::shared_ptr<CompletionEvent>> finished;
+  {
+    std::lock_guard lock(mutex_);
+    const auto now = std::chrono::steady_clock::now();
+    std::vector<InFlight> still;
+    for (InFlight& op : in_flight_) {
+      const cudaError_t q = op.done->recorded() ? cudaEventQuery(op.done->get()) : cudaErrorNotReady;
+      if (q == cudaSuccess) {
+        finished.push_back(std::move(op.done));
+        continue;
+      }
+      if (q != cudaErrorNotReady && reason.empty()) {
+        reason = detail::str_cat(op.description, " failed on the device: ", cudaGetErrorString(q));
+      } else if (q == cudaErrorNotReady && now - op.issued > timeout_ && reason.empty()) {
+        reason = detail::str_cat(op.description, " did not complete within the timeout of ", seconds(timeout_),
+                                 " s: a peer rank died, hangs, or issued different operations");
+      }
+      still.push_back(std::move(op));
+    }
+    in_flight_ = std::move(still);
+  }
+  finished.clear();
+  if (reason.empty()) reason = poll_async_errors();
+  if (!reason.empty()) domain_->abort(global_rank_, reason);
+}
+
+void NcclRankState::host_wait(cudaEvent_t event, const std::string& context) {
+  const auto start = std::chrono::steady_clock::now();
+  auto pause = std::chrono::microseconds(20);
+  while (true) {
+    const cudaError_t q = cudaEventQuery(event);
+    if (q == cudaSuccess) return;
+    check_alive(context);
+    CPF_CHECK(q == cudaErrorNotReady, context, ": the device reported ", cudaGetErrorName(q), ": ",
+              cudaGetErrorString(q));
+    if (std::chrono::steady_clock::now() - start > timeout_) {
+      const std::string reason = detail::str_cat(context, " did not complete within the timeout of ", seconds(timeout_),
+                                                 " s: a peer rank died, hangs, or issued different "
+                                                 "operations");
+      abort(reason);
+      CPF_FAIL(reason);
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::microseconds(1000));
+  }
+}
+
+}  // namespace cpf::dist::nccl
+
+namespace cpf::dist::nccl {
+
+CompletionEvent::CompletionEvent() { CPF_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming)); }
+
+CompletionEvent::~CompletionEvent() { (void)cudaEventDestroy(event_); }
+
+void CompletionEvent::record(cudaStream_t stream) {
+  const cudaError_t status = cudaEventRecord(event_, stream);
+  recorded_.store(true, std::memory_order_release);  // even on failure: nothing is left to wait for
+  CPF_CUDA_CHECK(status);
+}
+
+}  // namespace cpf::dist::nccl

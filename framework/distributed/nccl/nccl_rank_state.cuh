@@ -1,0 +1,143 @@
+#pragma once
+// One rank's NCCL state, shared by every group of that rank: its device, its communicators, the
+// operations still in flight, and the abort that ends them all.
+//
+// Failure handling: a watchdog thread polls every communicator's asynchronous error
+// (ncclCommGetAsyncError) and the age of every operation in flight. An error, an operation older
+// than the timeout, or an abort from elsewhere (another rank thread of an in-process launch, the
+// user) aborts every communicator of the rank (ncclCommAbort, which also makes NCCL kernels that
+// wait for a dead peer return), and every later operation or wait() throws the reason. An
+// AbortDomain joins the ranks of one process: the first abort of one is the abort of all.
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace cpf::dist::nccl {
+
+class NcclRankState;
+
+// The ranks of this process that fail together.
+class AbortDomain {
+ public:
+  // First call wins; aborts every registered rank's communicators. `rank` < 0: no rank to blame.
+  void abort(int rank, const std::string& reason);
+  bool aborted() const { return aborted_.load(std::memory_order_acquire); }
+  std::string reason() const;  // "rank 1 failed: <reason>", or "" while not aborted
+  void add(std::weak_ptr<NcclRankState> rank);
+
+ private:
+  mutable std::mutex mutex_;
+  std::atomic<bool> aborted_{false};
+  int failed_rank_ = -1;
+  std::string reason_;
+  std::vector<std::weak_ptr<NcclRankState>> ranks_;
+};
+
+// Makes `device` current and restores the previous device; never throws (for destructors and for
+// aborts that run on other ranks' threads).
+class QuietDeviceGuard {
+ public:
+  explicit QuietDeviceGuard(int device) {
+    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
+    cudaSetDevice(device);
+  }
+  ~QuietDeviceGuard() {
+    if (previous_ >= 0) cudaSetDevice(previous_);
+  }
+  QuietDeviceGuard(const QuietDeviceGuard&) = delete;
+  QuietDeviceGuard& operator=(const QuietDeviceGuard&) = delete;
+
+ private:
+  int previous_ = -1;
+};
+
+// A communicator of one group; aborted communicators are never used or destroyed again.
+struct Communicator {
+  ncclComm_t comm = nullptr;
+  std::string group;  // for messages
+  std::atomic<bool> aborted{false};
+};
+
+// A CUDA event (no timing) destroyed with its last owner: a Work and the watchdog share it, so an
+// operation stays watched after its Work is gone (the blocking forms drop theirs at once).
+class CompletionEvent {
+ public:
+  CompletionEvent();
+  ~CompletionEvent();
+  CompletionEvent(const CompletionEvent&) = delete;
+  CompletionEvent& operator=(const CompletionEvent&) = delete;
+  cudaEvent_t get() const { return event_; }
+  // Records the event on `stream`; until then the operation counts as in flight (its host-side NCCL
+  // calls may block, e.g. while connecting to a peer).
+  void record(cudaStream_t stream);
+  bool recorded() const { return recorded_.load(std::memory_order_acquire); }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+  std::atomic<bool> recorded_{false};
+};
+
+// An operation in flight, as the watchdog sees it.
+struct InFlight {
+  std::shared_ptr<CompletionEvent> done;
+  std::string description;
+  std::chrono::steady_clock::time_point issued;
+};
+
+class NcclRankState : public std::enable_shared_from_this<NcclRankState> {
+ public:
+  static std::shared_ptr<NcclRankState> create(int device, int global_rank, int world_size,
+                                               std::chrono::milliseconds timeout, std::shared_ptr<AbortDomain> domain);
+  ~NcclRankState();
+  NcclRankState(const NcclRankState&) = delete;
+  NcclRankState& operator=(const NcclRankState&) = delete;
+
+  int device() const { return device_; }
+  int global_rank() const { return global_rank_; }
+  int world_size() const { return world_size_; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+  const std::shared_ptr<AbortDomain>& domain() const { return domain_; }
+
+  bool aborted() const { return domain_->aborted(); }
+  // Throws "<context>: the NCCL world was aborted: <reason>" once aborted.
+  void check_alive(const std::string& context) const;
+  // Aborts the whole domain, blaming this rank.
+  void abort(const std::string& reason) { domain_->abort(global_rank_, reason); }
+
+  std::shared_ptr<Communicator> add_communicator(ncclComm_t comm, const std::string& group);
+  // Destroys it (ncclCommDestroy) unless it was aborted.
+  void remove_communicator(const std::shared_ptr<Communicator>& comm);
+  void track(InFlight op);
+
+  // Blocks the host until `event` completed, bounded by the timeout; checks for aborts and NCCL
+  // errors meanwhile. A timeout aborts the world and throws.
+  void host_wait(cudaEvent_t event, const std::string& context);
+
+ private:
+  friend class AbortDomain;
+  NcclRankState(int device, int global_rank, int world_size, std::chrono::milliseconds timeout,
+                std::shared_ptr<AbortDomain> domain);
+  void abort_communicators();  // called by the domain, once
+  static void watchdog_loop(std::weak_ptr<NcclRankState> weak);
+  void watch_once();
+  // "" when every communicator is healthy, else a message naming the group and NCCL's error.
+  std::string poll_async_errors();
+
+  const int device_, global_rank_, world_size_;
+  const std::chrono::milliseconds timeout_;
+  const std::shared_ptr<AbortDomain> domain_;
+
+  std::mutex mutex_;
+  std::vector<std::shared_ptr<Communicator>> comms_;
+  std::vector<InFlight> in_flight_;
+  std::thread watchdog_;
+};
+
+}  // namespace cpf::dist::nccl

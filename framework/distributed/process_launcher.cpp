@@ -1,0 +1,235 @@
+#include "framework/distributed/process_launcher.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "framework/core/error.h"
+#include "framework/distributed/rendezvous_tcp.h"
+
+extern char** environ;
+
+namespace cpf::dist {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Child {
+  int rank = 0;
+  pid_t pid = -1;
+  int out_fd = -1;      // read end of the child's stdout+stderr
+  std::string pending;  // output not yet ended by a newline
+  bool exited = false;
+  int status = 0;  // waitpid status
+  bool terminated_by_us = false;
+};
+
+std::string describe_status(int status) {
+  if (WIFEXITED(status)) return detail::str_cat("exited with status ", WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    const int sig = WTERMSIG(status);
+    const char* name = ::strsignal(sig);
+    return detail::str_cat("was killed by signal ", sig, " (", name ? name : "?", ")");
+  }
+  return detail::str_cat("ended with wait status ", status);
+}
+
+int exit_code_of(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+// The environment of rank `rank`: this process's, with the launcher's variables set over it.
+std::vector<std::string> child_environment(const std::map<std::string, std::string>& set) {
+  std::vector<std::string> env;
+  for (char** e = environ; e && *e; ++e) {
+    const std::string entry = *e;
+    const std::string name = entry.substr(0, entry.find('='));
+    if (!set.count(name)) env.push_back(entry);
+  }
+  for (const auto& [name, value] : set) env.push_back(name + "=" + value);
+  return env;
+}
+
+pid_t start_child(const std::vector<std::string>& argv, const std::vector<std::string>& env, int out_write,
+                  int out_read) {
+  // Everything the child needs is built before fork (only async-signal-safe calls after it).
+  std::vector<char*> args, envp;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  for (const std::string& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid != 0) {
+    // Also here, so the group exists before the child runs: a kill(-pid) right after fork reaches it.
+    if (pid > 0) ::setpgid(pid, pid);
+    return pid;
+  }
+  // Child.
+  ::setpgid(0, 0);
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != parent) ::_exit(127);  // the parent died before prctl
+  ::dup2(out_write, STDOUT_FILENO);
+  ::dup2(out_write, STDERR_FILENO);
+  ::close(out_write);
+  ::close(out_read);
+  ::execvpe(args[0], args.data(), envp.data());
+  const char* msg = "spawn_local_processes: exec failed\n";
+  (void)!::write(STDERR_FILENO, msg, std::strlen(msg));
+  ::_exit(127);
+}
+
+void default_output(int rank, std::string_view line) {
+  static std::mutex mutex;
+  std::lock_guard lock(mutex);
+  std::cout << "[rank " << rank << "] " << line << "\n" << std::flush;
+}
+
+}  // namespace
+
+SpawnResult spawn_local_processes(int n, const std::vector<std::string>& argv, const SpawnOptions& options) {
+  CPF_CHECK(n >= 1, "spawn_local_processes: need at least one process, got ", n);
+  CPF_CHECK(!argv.empty() && !argv[0].empty(), "spawn_local_processes: argv is empty; give the program to run");
+  const auto output = options.output ? options.output : default_output;
+  const int port = options.master_port > 0 ? options.master_port : find_free_port();
+  std::vector<Child> children(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    std::map<std::string, std::string> vars = {
+        {"RANK", std::to_string(r)},       {"WORLD_SIZE", std::to_string(n)},
+        {"LOCAL_RANK", std::to_string(r)}, {"LOCAL_WORLD_SIZE", std::to_string(n)},
+        {"MASTER_ADDR", "127.0.0.1"},      {"MASTER_PORT", std::to_string(port)},
+        {"NCCL_NVLS_ENABLE", "0"},
+    };
+    for (const auto& [k, v] : options.extra_env) vars[k] = v;
+    int pipe_fds[2];
+    CPF_CHECK(::pipe2(pipe_fds, O_CLOEXEC) == 0, "spawn_local_processes: pipe2 failed: ", std::strerror(errno));
+    Child& c = children[static_cast<size_t>(r)];
+    c.rank = r;
+    c.pid = start_child(argv, child_environment(vars), pipe_fds[1], pipe_fds[0]);
+    ::close(pipe_fds[1]);
+    c.out_fd = pipe_fds[0];
+    if (c.pid < 0) {
+      const int err = errno;
+      for (Child& other : children) {
+        if (other.pid > 0) ::kill(-other.pid, SIGKILL);
+      }
+      for (Child& other : children) {
+        if (other.pid > 0) ::waitpid(other.pid, nullptr, 0);
+        if (other.out_fd >= 0) ::close(other.out_fd);
+      }
+      CPF_FAIL("spawn_local_processes: fork failed for rank ", r, ": ", std::strerror(err));
+    }
+  }
+
+  SpawnResult result;
+  std::optional<Clock::time_point> kill_at;  // set once the survivors were sent SIGTERM
+  auto flush_line = [&](Child& c, bool all) {
+    size_t end;
+    while ((end = c.pending.find('\n')) != std::string::npos) {
+      output(c.rank, std::string_view(c.pending).substr(0, end));
+      c.pending.erase(0, end + 1);
+    }
+    if (all && !c.pending.empty()) {
+      output(c.rank, c.pending);
+      c.pending.clear();
+    }
+  };
+  while (true) {
+    // Output first, so a child's last words appear before the verdict.
+    std::vector<pollfd> polls;
+    std::vector<Child*> owners;
+    for (Child& c : children) {
+      if (c.out_fd >= 0) {
+        polls.push_back({c.out_fd, POLLIN, 0});
+        owners.push_back(&c);
+      }
+    }
+    if (!polls.empty()) ::poll(polls.data(), polls.size(), 50);
+    for (size_t i = 0; i < polls.size(); ++i) {
+      if (!polls[i].revents) continue;
+      Child& c = *owners[i];
+      char chunk[4096];
+      const ssize_t got = ::read(c.out_fd, chunk, sizeof chunk);
+      if (got > 0) {
+        c.pending.append(chunk, static_cast<size_t>(got));
+        flush_line(c, false);
+      } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
+        flush_line(c, true);
+        ::close(c.out_fd);
+        c.out_fd = -1;
+      }
+    }
+    if (polls.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    // Reap.
+    bool all_exited = true;
+    for (Child& c : children) {
+      if (c.exited) continue;
+      int status = 0;
+      const pid_t got = ::waitpid(c.pid, &status, WNOHANG);
+      if (got == c.pid) {
+        c.exited = true;
+        c.status = status;
+        const bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        if (failed && !c.terminated_by_us && result.failed_rank < 0) {
+          result.failed_rank = c.rank;
+          result.exit_code = exit_code_of(status);
+          result.message = detail::str_cat("rank ", c.rank, " ", describe_status(status));
+          for (Child& other : children) {
+            if (!other.exited) {
+              ::kill(-other.pid, SIGTERM);
+              ::kill(other.pid, SIGTERM);  // in case it left its group
+              other.terminated_by_us = true;
+            }
+          }
+          kill_at = Clock::now() + options.grace;
+        }
+      } else {
+        all_exited = false;
+      }
+    }
+    if (all_exited) break;
+    if (kill_at && Clock::now() >= *kill_at) {
+      for (Child& c : children) {
+        if (!c.exited) {
+          ::kill(-c.pid, SIGKILL);
+          ::kill(c.pid, SIGKILL);
+        }
+      }
+      kill_at = Clock::now() + std::chrono::hours(1);  // once
+    }
+  }
+  for (Child& c : children) {
+    // The pipes may still hold output (grandchildren can keep them open: do not wait for those).
+    if (c.out_fd >= 0) {
+      char chunk[4096];
+      ::fcntl(c.out_fd, F_SETFL, ::fcntl(c.out_fd, F_GETFL) | O_NONBLOCK);
+      ssize_t got;
+      while ((got = ::read(c.out_fd, chunk, sizeof chunk)) > 0) c.pending.append(chunk, static_cast<size_t>(got));
+      flush_line(c, true);
+      ::close(c.out_fd);
+    }
+  }
+  if (result.failed_rank >= 0) {
+    std::vector<int> terminated;
+    for (const Child& c : children) {
+      if (c.terminated_by_us) terminated.push_back(c.rank);
+    }
+    if (!terminated.empty()) result.message += detail::str_cat("; terminated the other ranks ", terminated);
+  }
+  return result;
+}
+
+}  // namespace cpf::dist

@@ -1,0 +1,164 @@
+// Context parallelism on one GPU: every CP strategy (p2p, all_gather, a2a at cp = 2; a2a+p2p as 2 x 2)
+// runs with thread ranks that all hold cuda:0 (dist::launch with DevicePolicy::cuda; the thread
+// process group stages device tensors through the host), causal and not, bshd and thd, MHA and GQA.
+// Each rank's out, lse, dq, dk, dv must equal its shard of the single-rank full-sequence result on
+// the CPU (tests/cp/cp_harness.h builds the cases):
+//   f32, attention.backend unfused: the CPU equivalence tolerances, |a - b| <= 2e-6 + 1e-5 |b|;
+//   bf16, attention.backend auto (cuDNN where it runs a step, unfused elsewhere, e.g. the backward
+//   steps that carry a gradient on lse): TransformerEngine's tolerances, atol = rtol = 2.5e-2 for MHA
+//   and 3.5e-2 for GQA, against the f32 reference computed from the same bf16-rounded inputs; lse
+//   (f32 on both sides) within 1e-5 relative for unfused and those tolerances for auto.
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "attention/cp/cp_support.h"
+#include "cp/cp_harness.h"
+#include "cuda/cuda_test_utils.h"
+
+namespace cpf::cp::testing {
+namespace {
+
+struct HeadCase {
+  const char* name;
+  int64_t heads, kv_heads, d_qk, d_v;
+};
+
+// Head dims of 64 so that cuDNN (multiples of 8) can take the bf16 steps on auto.
+const HeadCase kHeads[] = {
+    {"mha", 4, 4, 64, 64},
+    {"gqa", 4, 2, 64, 64},
+};
+
+struct Param {
+  CommType comm;
+  int cp;
+  QkvFormat format;
+  MaskType mask;
+  HeadCase heads;
+  DType dtype;
+  AttentionBackend backend;
+};
+
+std::string param_name(const ::testing::TestParamInfo<Param>& info) {
+  const Param& p = info.param;
+  std::string comm = comm_type_name(p.comm);
+  for (char& ch : comm) {
+    if (ch == '+') ch = '_';
+  }
+  std::ostringstream os;
+  os << comm << "_cp" << p.cp << "_" << qkv_format_name(p.format) << "_" << mask_type_name(p.mask) << "_"
+     << p.heads.name << "_" << dtype_name(p.dtype) << "_" << attention_backend_name(p.backend);
+  return os.str();
+}
+
+std::vector<Param> grid() {
+  std::vector<Param> params;
+  for (CommType comm : {CommType::p2p, CommType::all_gather, CommType::a2a, CommType::a2a_p2p}) {
+    const int cp = comm == CommType::a2a_p2p ? 4 : 2;
+    for (QkvFormat format : {QkvFormat::bshd, QkvFormat::thd}) {
+      for (MaskType mask : {MaskType::no_mask, MaskType::causal}) {
+        for (const HeadCase& heads : kHeads) {
+          params.push_back({comm, cp, format, mask, heads, DType::f32, AttentionBackend::unfused});
+          params.push_back({comm, cp, format, mask, heads, DType::bf16, AttentionBackend::automatic});
+        }
+      }
+    }
+  }
+  return params;
+}
+
+CpCase case_of(const Param& p) {
+  CpCase c;
+  c.comm = p.comm;
+  c.cp = p.cp;
+  c.a2a = p.comm == CommType::a2a_p2p ? 2 : 1;
+  c.format = p.format;
+  c.mask = p.mask;
+  c.window = p.mask == MaskType::causal ? AttentionWindow{-1, 0} : AttentionWindow{};
+  c.heads = p.heads.heads;
+  c.kv_heads = p.heads.kv_heads;
+  c.d_qk = p.heads.d_qk;
+  c.d_v = p.heads.d_v;
+  c.seq = 8 * c.cp;
+  c.dtype = DType::f32;  // the global problem is drawn in f32; bf16 runs round it once
+  return c;
+}
+
+Global rounded_to(const Global& g, DType dtype) {
+  Global r = g;
+  r.q = raw::to(g.q, dtype);
+  r.k = raw::to(g.k, dtype);
+  r.v = raw::to(g.v, dtype);
+  r.dout = raw::to(g.dout, dtype);
+  return r;  // dlse stays f32: lse is f32 for bf16 inputs
+}
+
+// run_cp (cp_harness.h) on cuda:0: every rank's shards are moved to its device (cuda:0 for all on a
+// one-GPU machine), the strategy's attention calls use `flash`, and the results come back to the CPU.
+std::vector<Tensors> run_cp_on_gpu(const CpCase& c, const Global& g, const FlashConfig& flash) {
+  std::vector<Tensors> results(static_cast<size_t>(c.cp));
+  const int64_t lse_dim = c.format == QkvFormat::thd ? 1 : 2;
+  dist::launch(
+      c.cp,
+      [&](dist::RankContext& rc) {
+        dist::MeshShape shape;
+        shape.cp = c.cp;
+        if (c.comm == CommType::a2a_p2p) {
+          shape.cp_a2a = c.a2a;
+          shape.hierarchical_cp = true;
+        }
+        shape.require_cp = true;
+        dist::DeviceMesh mesh(rc.world, shape);
+        ContextParallel cp{c.comm, mesh.cp(), mesh.cp_a2a(), mesh.cp_p2p(), flash};
+        const int r = rc.rank;
+        auto on_device = [&](const Tensor& t, int64_t dim) { return raw::to(shard(c, g, t, dim, r), rc.device); };
+        Tensor q = on_device(g.q, g.seq_dim).set_requires_grad();
+        Tensor k = on_device(g.k, g.seq_dim).set_requires_grad();
+        Tensor v = on_device(g.v, g.seq_dim).set_requires_grad();
+        auto [out, lse] = context_parallel_attention(q, k, v, spec_of(c), g.seq, cp);
+        backward({out, lse}, {on_device(g.dout, g.seq_dim), raw::to(on_device(g.dlse, lse_dim), lse.dtype())});
+        auto host = [](const Tensor& t) { return raw::to(t.detach(), Device::cpu()); };
+        results[static_cast<size_t>(r)] = {host(out), host(lse), host(q.grad()), host(k.grad()), host(v.grad())};
+      },
+      {.timeout = std::chrono::milliseconds(120'000), .devices = dist::DevicePolicy::cuda});
+  return results;
+}
+
+class CpOneGpu : public ::testing::WithParamInterface<Param>, public ::cpf::testing::CudaTest {};
+
+TEST_P(CpOneGpu, ShardsEqualTheSingleRankResult) {
+  const Param& p = GetParam();
+  unsetenv("CPF_ATTENTION_BACKEND");  // the parameter decides
+  const CpCase c = case_of(p);
+  const CpQuery query{c.comm, c.cp, c.a2a, c.format, c.mask, c.window, c.heads, c.kv_heads, c.d_qk, c.d_v, false};
+  ASSERT_FALSE(check(query).has_value()) << *check(query);
+
+  const Global g32 = make_global(c);
+  const Global g = p.dtype == DType::f32 ? g32 : rounded_to(g32, p.dtype);
+  // The reference sees exactly the inputs the GPU run sees, in f32.
+  const Tensors ref = reference(c, p.dtype == DType::f32 ? g32 : rounded_to(rounded_to(g32, p.dtype), DType::f32));
+  const auto got = run_cp_on_gpu(c, g, {.backend = p.backend});
+
+  double atol = 2e-6, rtol = 1e-5, lse_atol = 2e-6, lse_rtol = 1e-5;
+  if (p.dtype == DType::bf16) {
+    atol = rtol = c.kv_heads == c.heads ? 2.5e-2 : 3.5e-2;
+    if (p.backend != AttentionBackend::unfused) lse_atol = lse_rtol = atol;
+  }
+  const int64_t lse_dim = c.format == QkvFormat::thd ? 1 : 2;
+  for (int r = 0; r < c.cp; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r) + " of " + param_name({p, 0}));
+    const Tensors& t = got[static_cast<size_t>(r)];
+    auto f32 = [](const Tensor& x) { return raw::to(x, DType::f32); };
+    EXPECT_TRUE(::cpf::testing::all_close(f32(t.out), shard(c, g, ref.out, g.seq_dim, r), atol, rtol)) << "out";
+    EXPECT_TRUE(::cpf::testing::all_close(f32(t.lse), shard(c, g, ref.lse, lse_dim, r), lse_atol, lse_rtol)) << "lse";
+    EXPECT_TRUE(::cpf::testing::all_close(f32(t.dq), shard(c, g, ref.dq, g.seq_dim, r), atol, rtol)) << "dq";
+    EXPECT_TRUE(::cpf::testing::all_close(f32(t.dk), shard(c, g, ref.dk, g.seq_dim, r), atol, rtol)) << "dk";
+    EXPECT_TRUE(::cpf::testing::all_close(f32(t.dv), shard(c, g, ref.dv, g.seq_dim, r), atol, rtol)) << "dv";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryStrategy, CpOneGpu, ::testing::ValuesIn(grid()), param_name);
+
+}  // namespace
+}  // namespace cpf::cp::testing

@@ -1,0 +1,122 @@
+// The host-side mapping of an AttentionProblem onto cuDNN's index-based SDPA
+// (attention/cuda/cudnn_sdpa_mapping.h): batch entries, lengths, the padding form, the band bounds
+// r and w derived from positions, and the tokens whose results must be fixed up. No GPU needed.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "attention/attention_problem.h"
+#include "attention/cuda/cudnn_sdpa_mapping.h"
+#include "framework/tensor/tensor.h"
+
+namespace cpf::attention_cuda::cudnn {
+namespace {
+
+AttentionProblem problem(QkvFormat format, MaskType mask, AttentionWindow window, int64_t batch, int64_t s_q,
+                         int64_t s_kv, const std::optional<SequenceInfo>& seq = std::nullopt) {
+  auto shape = [&](int64_t s) -> Shape {
+    if (format == QkvFormat::thd) return {s, 2, 8};
+    if (format == QkvFormat::sbhd) return {s, batch, 2, 8};
+    return {batch, s, 2, 8};
+  };
+  const Tensor q = empty(shape(s_q), {.dtype = DType::bf16}), k = empty(shape(s_kv), {.dtype = DType::bf16});
+  return check_attention_inputs(q, k, k, {.qkv_format = format, .mask = mask, .window = window}, seq, {});
+}
+
+TEST(CudnnMapping, PlainCausalNeedsOnlyTheRightBound) {
+  const SdpaMapping m = map_to_cudnn(problem(QkvFormat::bshd, MaskType::causal, {}, 2, 256, 256));
+  ASSERT_EQ(m.reason, "");
+  EXPECT_EQ(m.b, 2);
+  EXPECT_EQ(m.s_q, 256);
+  EXPECT_FALSE(m.padding);
+  EXPECT_TRUE(m.right_bound);
+  EXPECT_EQ(m.right, 0);
+  EXPECT_FALSE(m.left_bound);
+  EXPECT_FALSE(m.bottom_right);
+  EXPECT_TRUE(m.q_undefined.empty());
+  EXPECT_TRUE(m.kv_undefined.empty());
+}
+
+TEST(CudnnMapping, SlidingWindowPassesLeftPlusOne) {
+  const SdpaMapping m = map_to_cudnn(problem(QkvFormat::bshd, MaskType::causal, {63, -1}, 1, 300, 300));
+  ASSERT_EQ(m.reason, "");
+  EXPECT_TRUE(m.right_bound);
+  EXPECT_TRUE(m.left_bound);
+  EXPECT_EQ(m.left, 64);  // cuDNN keeps col + w > row: w = left + 1 for the inclusive window
+}
+
+TEST(CudnnMapping, SkvSixtyFourModulo128UsesThePaddingForm) {
+  EXPECT_TRUE(map_to_cudnn(problem(QkvFormat::bshd, MaskType::no_mask, {}, 1, 100, 192)).padding);
+  EXPECT_FALSE(map_to_cudnn(problem(QkvFormat::bshd, MaskType::no_mask, {}, 1, 100, 256)).padding);
+}
+
+TEST(CudnnMapping, ShiftedDiagonalAndBoundsThatHideNothing) {
+  // Queries at positions 64.. against keys 0..255, causal: r = 64.
+  const auto ahead = SequenceInfo::from_lengths({128}, {256}, 128, 256).with_position_offsets(64, 0);
+  SdpaMapping m = map_to_cudnn(problem(QkvFormat::bshd, MaskType::causal, {}, 1, 128, 256, ahead));
+  ASSERT_EQ(m.reason, "");
+  EXPECT_TRUE(m.right_bound);
+  EXPECT_EQ(m.right, 64);
+  EXPECT_FALSE(m.any_fully_masked_row);
+  // Keys 0..127 entirely before queries 128..255 (a CP ring step): every key visible, no mask.
+  const auto after = SequenceInfo::from_lengths({128}, 128).with_position_offsets(128, 0);
+  m = map_to_cudnn(problem(QkvFormat::bshd, MaskType::causal, {}, 1, 128, 128, after));
+  ASSERT_EQ(m.reason, "");
+  EXPECT_FALSE(m.right_bound);
+  EXPECT_FALSE(m.left_bound);
+}
+
+TEST(CudnnMapping, RowsThatSeeNoKeyAreMarked) {
+  // Keys at positions 64.., queries at 0..127, causal: rows 0..63 see nothing.
+  const auto behind = SequenceInfo::from_lengths({128}, 128).with_position_offsets(0, 64);
+  const SdpaMapping m = map_to_cudnn(problem(QkvFormat::bshd, MaskType::causal, {}, 1, 128, 128, behind));
+  ASSERT_EQ(m.reason, "");
+  EXPECT_EQ(m.right, -64);
+  EXPECT_TRUE(m.any_fully_masked_row);
+  ASSERT_EQ(m.q_undefined.size(), 128u);
+  for (int64_t i = 0; i < 128; ++i) EXPECT_EQ(m.q_undefined[static_cast<size_t>(i)], i < 64 ? 1 : 0) << "row " << i;
+  EXPECT_TRUE(m.kv_undefined.empty());
+}
+
+TEST(CudnnMapping, ThdDropsEmptySequencesAndRoundsLengths) {
+  // Sequence 1 has no keys: left out of cuDNN's batch, its queries fixed up; padded slots too.
+  const auto seq = SequenceInfo::from_cu_seqlens({0, 100, 150, 450}, {0, 100, 100, 400}, {0, 110, 160, 460},
+                                                 {0, 100, 100, 400});
+  const SdpaMapping m = map_to_cudnn(problem(QkvFormat::thd, MaskType::causal, {}, 1, 460, 400, seq));
+  ASSERT_EQ(m.reason, "");
+  EXPECT_EQ(m.b, 2);
+  EXPECT_EQ(m.seq_len_q, (std::vector<int32_t>{100, 300}));
+  EXPECT_EQ(m.seq_len_kv, (std::vector<int32_t>{100, 300}));
+  EXPECT_EQ(m.q_token, (std::vector<int64_t>{0, 160}));
+  EXPECT_EQ(m.s_q, 384);  // 300 rounded up to a multiple of 128
+  EXPECT_TRUE(m.ragged);
+  EXPECT_TRUE(m.padding);
+  ASSERT_EQ(m.q_undefined.size(), 460u);
+  EXPECT_EQ(m.q_undefined[105], 1);  // padded slot of sequence 0
+  EXPECT_EQ(m.q_undefined[120], 1);  // sequence 1: no keys
+  EXPECT_EQ(m.q_undefined[200], 0);
+  EXPECT_TRUE(m.kv_undefined.empty());
+}
+
+TEST(CudnnMapping, BottomRightOffsetsPerSequence) {
+  const auto seq = SequenceInfo::from_lengths({100, 300}, {300, 400}).with_position_offsets({200, 100}, {0, 0});
+  const SdpaMapping m = map_to_cudnn(problem(QkvFormat::thd, MaskType::causal, {}, 1, 400, 700, seq));
+  ASSERT_EQ(m.reason, "");
+  EXPECT_TRUE(m.bottom_right);
+  EXPECT_TRUE(m.right_bound);
+  EXPECT_EQ(m.right, 0);
+}
+
+TEST(CudnnMapping, ReasonsForWhatIndexMasksCannotExpress) {
+  const auto differ = SequenceInfo::from_lengths({64, 64}).with_position_offsets({0, 10}, {0, 0});
+  EXPECT_NE(map_to_cudnn(problem(QkvFormat::thd, MaskType::causal, {}, 1, 128, 128, differ))
+                .reason.find("per-sequence position offsets differ"),
+            std::string::npos);
+  const auto not_at_zero = SequenceInfo::from_cu_seqlens({0, 32, 64}, {0, 32, 64}, {8, 64, 128}, {8, 64, 128});
+  EXPECT_NE(map_to_cudnn(problem(QkvFormat::bshd, MaskType::padding, {}, 2, 64, 64, not_at_zero))
+                .reason.find("does not start at index 0"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace cpf::attention_cuda::cudnn
