@@ -8,18 +8,25 @@
 // every rank finished its part). Counters follow nccl-tests: size S = the all_reduce input, the
 // all_gather output, the all_to_all input (per rank); algbw = S / time; busbw = algbw * 2(n-1)/n
 // for all_reduce and algbw * (n-1)/n for the others, comparable across rank counts. BM_memcpy, one
-// thread copying S bytes, is the roof measured under the same conditions.
+// thread copying S bytes, is the roof measured under the same conditions. BM_data_parallel_step: a
+// data-parallel training step with the gradient all-reduce after backward or overlapped with it.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
 #include <condition_variable>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
 
+#include "framework/autograd/engine.h"
+#include "framework/autograd/ops.h"
+#include "framework/distributed/autograd_collectives.h"
+#include "framework/distributed/grad_reducer.h"
 #include "framework/distributed/thread/thread_process_group.h"
 #include "framework/tensor/ops/copy.h"
+#include "framework/tensor/random.h"
 
 namespace {
 
@@ -134,6 +141,108 @@ BENCHMARK(BM_memcpy)->Arg(1)->Arg(4)->Arg(16)->Arg(64)->ArgName("MiB")->UseRealT
 BENCHMARK_CAPTURE(BM_collective, all_reduce, Op::all_reduce)->Apply(sizes);
 BENCHMARK_CAPTURE(BM_collective, all_gather, Op::all_gather)->Apply(sizes);
 BENCHMARK_CAPTURE(BM_collective, all_to_all, Op::all_to_all)->Apply(sizes);
+
+// ---- Data-parallel step: the gradient all-reduce after backward, or in buckets during it ----
+//
+// One step on every rank: forward and backward of an MLP (`layers` tanh(h @ W) layers of W x W f32,
+// 1 MiB each at width 512) and the gradient average, either after backward (all_reduce_gradients,
+// one bucket) or by GradientReducer (1 MiB buckets started as backward completes each layer's
+// gradient, or all of them started in finish() for the same bucketing without overlap). The gap
+// between the modes is the overlap the machine's cores allow: the progress threads reduce while the
+// rank threads still compute.
+enum class Reduce { after_backward, buckets_overlapped, buckets_in_finish };
+
+struct RankModel {
+  std::vector<Tensor> weights;  // (W, W) each
+  Tensor input;                 // (B, W)
+  std::unique_ptr<cpf::dist::GradientReducer> reducer;
+
+  RankModel(int layers, int64_t width, int64_t batch, int rank) {
+    cpf::Generator gen(static_cast<uint64_t>(rank + 1));
+    input = cpf::uniform({batch, width}, -1, 1, {}, &gen);
+    cpf::Generator same(42);  // the same weights on every rank
+    for (int l = 0; l < layers; ++l) {
+      weights.push_back(cpf::uniform({width, width}, -0.05, 0.05, {}, &same));
+      weights.back().set_requires_grad(true);
+    }
+  }
+  // Collective: every rank builds its reducer at the same time.
+  void make_reducer(Reduce mode, const cpf::dist::ProcessGroupPtr& pg) {
+    if (mode == Reduce::after_backward) return;
+    reducer = std::make_unique<cpf::dist::GradientReducer>(
+        weights, pg,
+        cpf::dist::GradientReducerOptions{.bucket_bytes = kMiB, .start_in_backward = mode == Reduce::buckets_overlapped});
+  }
+  void step(ProcessGroup& pg) {
+    Tensor h = input;
+    for (const Tensor& w : weights) h = cpf::tanh(cpf::matmul(h, w));  // (B, W)
+    cpf::backward(cpf::sum(h));
+    if (reducer) {
+      reducer->finish();
+    } else {
+      cpf::dist::all_reduce_gradients(weights, pg, cpf::dist::ReduceOp::avg);
+    }
+    for (const Tensor& w : weights) w.set_grad(Tensor());
+  }
+};
+
+void BM_data_parallel_step(benchmark::State& state, Reduce mode) {
+  const int n = static_cast<int>(state.range(0));
+  const int layers = static_cast<int>(state.range(1));
+  constexpr int64_t kWidth = 512, kBatch = 256;
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  auto world = cpf::dist::thread::ThreadWorld::create(n, {.omp_threads_per_rank = std::max(1, cores / n)});
+  std::vector<cpf::dist::ProcessGroupPtr> groups;
+  for (int r = 0; r < n; ++r) groups.push_back(world->group(r));
+
+  std::mutex mutex;
+  std::condition_variable cv;
+  int64_t started = 0;
+  bool stop = false;
+  std::vector<std::thread> helpers;
+  for (int r = 1; r < n; ++r) {
+    helpers.emplace_back([&, r] {
+      RankModel model(layers, kWidth, kBatch, r);
+      model.make_reducer(mode, groups[static_cast<size_t>(r)]);
+      for (int64_t done = 0;; ++done) {
+        {
+          std::unique_lock lock(mutex);
+          cv.wait(lock, [&] { return started > done || stop; });
+          if (started == done) return;
+        }
+        model.step(*groups[static_cast<size_t>(r)]);
+      }
+    });
+  }
+  RankModel model(layers, kWidth, kBatch, 0);
+  model.make_reducer(mode, groups[0]);
+  const auto one_step = [&] {
+    {
+      std::lock_guard lock(mutex);
+      ++started;
+    }
+    cv.notify_all();
+    model.step(*groups[0]);
+  };
+  one_step();  // warm-up
+  for (auto _ : state) one_step();
+  {
+    std::lock_guard lock(mutex);
+    stop = true;
+  }
+  cv.notify_all();
+  for (std::thread& t : helpers) t.join();
+  state.counters["steps/s"] = benchmark::Counter(1.0, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void dp_shapes(benchmark::internal::Benchmark* b) {
+  for (int n : {2, 4}) b->Args({n, 8});
+  b->ArgNames({"ranks", "layers"})->UseRealTime()->Unit(benchmark::kMillisecond);
+}
+
+BENCHMARK_CAPTURE(BM_data_parallel_step, after_backward, Reduce::after_backward)->Apply(dp_shapes);
+BENCHMARK_CAPTURE(BM_data_parallel_step, buckets_overlapped, Reduce::buckets_overlapped)->Apply(dp_shapes);
+BENCHMARK_CAPTURE(BM_data_parallel_step, buckets_in_finish, Reduce::buckets_in_finish)->Apply(dp_shapes);
 
 }  // namespace
 

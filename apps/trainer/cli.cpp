@@ -5,6 +5,7 @@
 #include "apps/trainer/config.h"
 #include "apps/trainer/generate.h"
 #include "apps/trainer/trainer.h"
+#include "framework/distributed/launcher.h"
 #include "models/data/file_glob.h"
 
 namespace cpf::trainer {
@@ -21,6 +22,7 @@ struct Args {
   std::vector<std::string> overrides;
   std::optional<std::string> prompt;
   std::optional<std::string> tokens, temperature, seed;
+  std::optional<std::string> gpus;  // train / check-config: --gpus N
 };
 
 Args parse(const std::vector<std::string>& args) {
@@ -45,6 +47,10 @@ Args parse(const std::vector<std::string>& args) {
       a.temperature = value("--temperature");
     } else if (arg == "--seed") {
       a.seed = value("--seed");
+    } else if (arg == "--gpus") {
+      a.gpus = value("--gpus");
+    } else if (arg.rfind("--gpus=", 0) == 0) {
+      a.gpus = arg.substr(7);
     } else if (arg.size() > 1 && arg[0] == '-') {
       throw UsageError("unknown option '" + arg + "'");
     } else {
@@ -62,6 +68,7 @@ void expect_positional(const Args& a, const char* what) {
 
 void only_flags(const Args& a, bool overrides, bool generate) {
   if (!overrides && !a.overrides.empty()) throw UsageError("'" + a.command + "' takes no --set");
+  if (!overrides && a.gpus) throw UsageError("'" + a.command + "' takes no --gpus");
   if (!generate && (a.prompt || a.tokens || a.temperature || a.seed)) {
     throw UsageError("--prompt, --tokens, --temperature and --seed apply to 'generate' only");
   }
@@ -81,6 +88,26 @@ T number(const std::string& flag, const std::string& text) {
   } catch (const std::exception&) {
   }
   throw UsageError(flag + " " + text + ": expected a number");
+}
+
+// The config with --set applied and, with --gpus N, the N-GPU form of it: run.device=cuda,
+// parallel.backend=nccl and parallel.dp = N / parallel.cp (the config's cp is kept).
+TrainConfig load_config(const Args& a) {
+  std::vector<std::string> overrides = a.overrides;
+  if (!a.gpus) return load_train_config(a.positional[0], overrides);
+  const auto n = number<int64_t>("--gpus", *a.gpus);
+  if (n < 1) throw UsageError("--gpus " + *a.gpus + ": expected at least 1 GPU");
+  overrides.push_back("run.device=cuda");
+  overrides.push_back("parallel.backend=nccl");
+  const TrainConfig c = load_train_config(a.positional[0], overrides);
+  if (c.parallel.dp * c.parallel.cp == n) return c;
+  if (n % c.parallel.cp != 0) {
+    throw UsageError("--gpus " + std::to_string(n) + " is not a multiple of parallel.cp=" +
+                     std::to_string(c.parallel.cp) + " (ranks = parallel.dp x parallel.cp); pick a multiple or set "
+                     "--set parallel.cp=...");
+  }
+  overrides.push_back("parallel.dp=" + std::to_string(n / c.parallel.cp));
+  return load_train_config(a.positional[0], overrides);
 }
 
 std::string percent(double v) {
@@ -111,12 +138,13 @@ std::string describe_model(const TrainConfig& c) {
 int check_config(const Args& a, std::ostream& out) {
   expect_positional(a, "config file");
   only_flags(a, true, false);
-  const TrainConfig c = load_train_config(a.positional[0], a.overrides);
+  const TrainConfig c = load_config(a);
   out << a.positional[0] << ": OK\n";
   out << "  model: " << describe_model(c) << "\n";
   out << "  data: " << c.data.source << (c.data.source == "synthetic" ? ":" + c.data.task : " " + c.data.path) << ", "
       << c.data.layout << ", seq_len " << c.data.seq_len << "\n";
-  out << "  parallel: dp=" << c.parallel.dp << " cp=" << c.parallel.cp;
+  out << "  parallel: dp=" << c.parallel.dp << " cp=" << c.parallel.cp << " backend "
+      << dist::backend_name(c.parallel.backend);
   if (c.parallel.cp > 1) {
     out << " cp_comm_type=" << cp::comm_type_name(c.parallel.cp_comm_type) << ": supported (CP support check passed)";
   }
@@ -145,8 +173,9 @@ int check_config(const Args& a, std::ostream& out) {
 int train_command(const Args& a, std::ostream& out, bool terminal) {
   expect_positional(a, "config file");
   only_flags(a, true, false);
-  const TrainConfig c = load_train_config(a.positional[0], a.overrides);
+  const TrainConfig c = load_config(a);
   const TrainOutcome r = train(c, out, terminal);
+  if (!r.reporter) return kExitOk;  // a rank > 0 process under a launcher: rank 0 reports
   std::string line = "done: step " + std::to_string(r.final_step) + "/" + std::to_string(c.run.steps) + " in " +
                      format_duration(r.seconds);
   if (!r.losses.empty()) line += " | train loss " + fixed(r.losses.back());
@@ -187,10 +216,13 @@ int generate_command(const Args& a, std::ostream& out) {
 
 std::string usage() {
   return "usage: cpformer <command> [arguments]\n"
-         "  train CONFIG [--set key.path=value]...     train a GPT from a YAML config (configs/default.yaml)\n"
+         "  train CONFIG [--set key.path=value]... [--gpus N]\n"
+         "                                             train a GPT from a YAML config (configs/default.yaml);\n"
+         "                                             --gpus N: on N GPUs of this machine (NCCL, dp = N / cp)\n"
          "  generate CHECKPOINT_DIR [--prompt TEXT] [--tokens N] [--temperature T] [--seed S]\n"
          "                                             sample from a checkpoint (or run folder); greedy by default\n"
-         "  check-config CONFIG [--set key.path=value]...  validate a config (CP support included) without training\n"
+         "  check-config CONFIG [--set key.path=value]... [--gpus N]\n"
+         "                                             validate a config (CP support included) without training\n"
          "  docs                                       print the table of every config key (docs/config.md)\n"
          "exit codes: 0 ok, 1 error, 2 config or usage error, 3 unreadable data, 4 training target not reached\n";
 }

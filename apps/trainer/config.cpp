@@ -140,6 +140,10 @@ void check(const config::ConfigReader& reader, TrainConfig& c) {
                "must not exceed the decay length of " + std::to_string(sched.total_steps) + " steps");
   }
 
+  if (par.backend == dist::Backend::nccl && c.run.device != RunDevice::cuda) {
+    check.fail("parallel.backend", "nccl runs one rank per GPU but run.device=cpu; set run.device: cuda "
+                                   "(or use parallel.backend: thread)");
+  }
   if (c.attention.backend != AttentionBackend::automatic && c.run.device == RunDevice::cpu) {
     check.fail("attention.backend", "selects CUDA attention kernels but run.device=cpu (the CPU has one attention "
                                     "implementation); use attention.backend: auto, or run.device: cuda");

@@ -20,6 +20,7 @@
 #include "attention/attention_backend.h"
 #include "attention/cp/context_parallel.h"
 #include "framework/config/schema.h"
+#include "framework/distributed/launcher.h"
 #include "framework/optim/adamw.h"
 #include "framework/optim/lr_schedule.h"
 #include "framework/optim/sgd.h"
@@ -119,6 +120,9 @@ struct ParallelOptions {
   int64_t cp = 1;
   cp::CommType cp_comm_type = cp::CommType::p2p;
   int64_t cp_a2a_size = 2;  // a2a+p2p: ranks of each a2a sub-group (cp = cp_a2a_size x p2p size)
+  // thread: ranks are threads meeting in host memory (any device); nccl: one GPU per rank, NCCL
+  // collectives (threads of this process, or one process per rank under torchrun/srun/mpirun).
+  dist::Backend backend = dist::Backend::thread;
 };
 
 // The `attention:` section: FlashConfig of every attention call (attention/attention_problem.h).
@@ -207,6 +211,10 @@ void describe(V& v, ParallelOptions& o) {
            "context-parallel strategy of every attention layer");
   v.field("cp_a2a_size", o.cp_a2a_size, "a2a+p2p: ranks of each a2a sub-group (cp = cp_a2a_size x ring size)",
           Range{1, 4096});
+  v.choice("backend", o.backend,
+           config::Choices<dist::Backend>{{"thread", dist::Backend::thread}, {"nccl", dist::Backend::nccl}},
+           "thread: ranks are threads meeting in host memory; nccl: one GPU per rank (needs run.device: cuda; "
+           "set by --gpus N and under torchrun/srun/mpirun)");
 }
 
 template <class V>

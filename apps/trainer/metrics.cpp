@@ -61,7 +61,12 @@ void MetricsLogger::step(const StepMetrics& m, bool print) {
   const int width = static_cast<int>(std::to_string(total_steps_).size());
   char memory[64] = "";
   if (m.peak_memory_bytes) {
-    std::snprintf(memory, sizeof memory, " | peak mem %.1f GiB", *m.peak_memory_bytes / 1073741824.0);
+    const double gib = *m.peak_memory_bytes / 1073741824.0;  // MiB below 1 GiB, so small runs do not show 0.0
+    if (gib >= 1.0) {
+      std::snprintf(memory, sizeof memory, " | peak mem %.1f GiB", gib);
+    } else {
+      std::snprintf(memory, sizeof memory, " | peak mem %.0f MiB", gib * 1024.0);
+    }
   }
   std::snprintf(buf, sizeof buf, "step %*lld/%lld | loss %.4f | lr %.2e | grad %.3f | %s tok/s%s | %s elapsed | ETA %s",
                 width, static_cast<long long>(m.step), static_cast<long long>(total_steps_), m.loss, m.lr, m.grad_norm,

@@ -11,7 +11,11 @@
 #include "framework/autograd/ops.h"
 #include "framework/distributed/autograd_collectives.h"
 #include "framework/distributed/device_mesh.h"
+#include "framework/distributed/environment.h"
 #include "framework/distributed/launcher.h"
+#if CPF_HAVE_NCCL
+#include "framework/distributed/nccl/nccl_init.h"
+#endif
 #include "framework/optim/grad_clip.h"
 
 namespace cpf::trainer {
@@ -51,6 +55,9 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const TrainConfig& c, const opt
 struct Shared {
   std::optional<std::string> resume_path;
   TrainOutcome outcome;
+  // One process per rank (torchrun/srun/mpirun): nothing is shared between ranks, each process finds
+  // the checkpoint to resume itself and the ranks check that they agree.
+  bool process_per_rank = false;
 };
 
 struct Sources {
@@ -129,12 +136,23 @@ class RankTrainer {
 
 void RankTrainer::resume() {
   if (c_.run.resume == ResumeMode::never) return;
-  if (rank0()) shared_.resume_path = find_resume_checkpoint(c_, params_, *optimizer_);
+  if (rank0() || shared_.process_per_rank) shared_.resume_path = find_resume_checkpoint(c_, params_, *optimizer_);
   groups_.world->barrier();
+  if (shared_.resume_path) {
+    const ResumeState state = load_training_checkpoint(*shared_.resume_path, c_, params_, *optimizer_);
+    loader_->set_cursor(state.cursor);
+    step_ = state.step;
+  }
+  if (shared_.process_per_rank) {
+    // Every process must resume from the same step (a run folder that is not on a shared filesystem
+    // would silently restart some ranks from scratch).
+    const Tensor mine = full({1}, static_cast<double>(step_), {.dtype = DType::f64, .device = device_});
+    const double lo = groups_.world->all_reduce(mine, dist::ReduceOp::min).item<double>();
+    const double hi = groups_.world->all_reduce(mine, dist::ReduceOp::max).item<double>();
+    CPF_CHECK(lo == hi, "resume: the ranks found different checkpoints (steps ", lo, " to ", hi,
+              "); the run folder ", run_dir(c_), " must be on a filesystem every rank sees, or set run.resume: never");
+  }
   if (!shared_.resume_path) return;
-  const ResumeState state = load_training_checkpoint(*shared_.resume_path, c_, params_, *optimizer_);
-  loader_->set_cursor(state.cursor);
-  step_ = state.step;
   if (rank0()) logger_->note("resumed from " + *shared_.resume_path + " at step " + std::to_string(step_));
 }
 
@@ -265,6 +283,18 @@ std::shared_ptr<const data::DocumentSource> open_training_source(const TrainConf
 TrainOutcome train(const TrainConfig& config, std::ostream& out, bool progress_bar) {
   // The device check first: its message names run.device and the fix.
   const Device device0 = rank_device_of(config, 0);
+  const int world = static_cast<int>(config.parallel.dp * config.parallel.cp);
+  // Started by torchrun / srun / mpirun (or dist::spawn_local_processes): this process is one rank.
+  const std::optional<dist::LaunchEnvironment> env = dist::read_launch_environment();
+  if (env) {
+    CPF_CHECK(config.parallel.backend == dist::Backend::nccl, "cpformer train was started by ", env->launcher,
+              " as rank ", env->rank, " of ", env->world_size, ", but parallel.backend is thread (ranks as threads "
+              "of one process); set parallel.backend: nccl (or --set parallel.backend=nccl)");
+    CPF_CHECK(env->world_size == world, "cpformer train: the launcher started ", env->world_size,
+              " processes but parallel.dp x parallel.cp = ", config.parallel.dp, " x ", config.parallel.cp, " = ",
+              world, " ranks; make them equal");
+  }
+  const bool writer = !env || env->rank == 0;  // the process that writes the run folder and logs
   const std::string dir = run_dir(config);
   Sources sources;
   sources.train = open_training_source(config);
@@ -273,40 +303,56 @@ TrainOutcome train(const TrainConfig& config, std::ostream& out, bool progress_b
   } catch (const Error& e) {
     throw DataError("run.eval_path: " + e.message());
   }
-  fs::create_directories(dir);
-  {
-    std::ofstream yaml(fs::path(dir) / "config.yaml");
-    CPF_CHECK(yaml.good(), "cannot write ", (fs::path(dir) / "config.yaml").string());
-    yaml << "# Effective config of this run (written by cpformer train; defaults filled in).\n" << to_yaml(config);
+  std::optional<MetricsLogger> logger;
+  if (writer) {
+    fs::create_directories(dir);
+    {
+      std::ofstream yaml(fs::path(dir) / "config.yaml");
+      CPF_CHECK(yaml.good(), "cannot write ", (fs::path(dir) / "config.yaml").string());
+      yaml << "# Effective config of this run (written by cpformer train; defaults filled in).\n" << to_yaml(config);
+    }
+    logger.emplace(out, (fs::path(dir) / "metrics.jsonl").string(), config.run.steps, progress_bar);
+    logger->note("cpformer train: " + config.run.name + " | " + sources.train->name() + " | " +
+                 std::to_string(world) + " rank(s): dp=" + std::to_string(config.parallel.dp) +
+                 " cp=" + std::to_string(config.parallel.cp) +
+                 (config.parallel.cp > 1 ? " (" + cp::comm_type_name(config.parallel.cp_comm_type) + ")" : "") +
+                 ", " + dist::backend_name(config.parallel.backend) +
+                 (env ? " (" + env->launcher + ", one process per rank)" : "") + " | " +
+                 (device0.is_cuda() ? "cuda" : "cpu") +
+                 (config.run.precision == PrecisionMode::bf16 ? " bf16 (f32 master weights)" : " fp32") +
+                 " | run folder " + dir);
   }
-  MetricsLogger logger(out, (fs::path(dir) / "metrics.jsonl").string(), config.run.steps, progress_bar);
-  const int world = static_cast<int>(config.parallel.dp * config.parallel.cp);
-  logger.note("cpformer train: " + config.run.name + " | " + sources.train->name() + " | " +
-              std::to_string(world) + " rank(s): dp=" + std::to_string(config.parallel.dp) +
-              " cp=" + std::to_string(config.parallel.cp) +
-              (config.parallel.cp > 1 ? " (" + cp::comm_type_name(config.parallel.cp_comm_type) + ")" : "") + " | " +
-              (device0.is_cuda() ? "cuda" : "cpu") +
-              (config.run.precision == PrecisionMode::bf16 ? " bf16 (f32 master weights)" : " fp32") +
-              " | run folder " + dir);
 
   Shared shared;
   shared.outcome.run_dir = dir;
   shared.outcome.target_set = config.run.target_accuracy > 0 || config.run.target_loss > 0;
+  shared.process_per_rank = env.has_value();
+  shared.outcome.reporter = writer;
+  auto run_rank = [&](dist::RankContext& ctx) {
+    MetricsLogger* rank_logger = ctx.rank == 0 && logger ? &*logger : nullptr;
+    RankTrainer rank(config, ctx, shared, sources, rank_logger);
+    if (rank_logger) {
+      rank_logger->note("model: " + format_count(static_cast<double>(rank.num_parameters())) + " parameters, " +
+                        std::to_string(config.model.num_layers) + " layers, hidden " +
+                        std::to_string(config.model.hidden_size));
+    }
+    rank.run();
+  };
+  if (env) {
+#if CPF_HAVE_NCCL
+    dist::RankContext ctx = dist::init_from_environment();
+    run_rank(ctx);
+#else
+    CPF_FAIL("cpformer train: started by ", env->launcher, " (one process per rank) but this build has no NCCL ",
+             "backend; rebuild with -DCPF_WITH_CUDA=ON -DCPF_WITH_NCCL=ON (docs/distributed.md)");
+#endif
+    return shared.outcome;
+  }
   dist::LaunchOptions launch_options;
   launch_options.devices = device0.is_cuda() ? dist::DevicePolicy::cuda : dist::DevicePolicy::cpu;
   launch_options.omp_threads_per_rank = static_cast<int>(config.run.threads);
-  dist::launch(
-      world,
-      [&](dist::RankContext& ctx) {
-        RankTrainer rank(config, ctx, shared, sources, ctx.rank == 0 ? &logger : nullptr);
-        if (ctx.rank == 0) {
-          logger.note("model: " + format_count(static_cast<double>(rank.num_parameters())) + " parameters, " +
-                      std::to_string(config.model.num_layers) + " layers, hidden " +
-                      std::to_string(config.model.hidden_size));
-        }
-        rank.run();
-      },
-      launch_options);
+  launch_options.backend = config.parallel.backend;
+  dist::launch(world, run_rank, launch_options);
   return shared.outcome;
 }
 

@@ -43,6 +43,9 @@ struct TrainOutcome {
   int64_t target_step = 0;
   double seconds = 0;
   std::string checkpoint;  // the last checkpoint written
+  // false in the processes of ranks > 0 under a launcher (torchrun/srun/mpirun): rank 0's process
+  // reports the run; the others only say whether they finished without error.
+  bool reporter = true;
 };
 
 // Opens the training source of `config` (throws DataError naming the problem).

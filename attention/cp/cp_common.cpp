@@ -42,7 +42,7 @@ Tensor replicate_kv_heads(const Tensor& kv, int64_t a2a) {
   // Replica j serves the query heads of rank j, which all use KV head j / (a2a / heads).
   std::vector<int64_t> source;
   for (int64_t j = 0; j < a2a; ++j) source.push_back(j / (a2a / heads));
-  return raw::index_select(kv, 1, from_vector(source, {a2a}));
+  return raw::index_select(kv, 1, from_vector(source, {a2a}, kv.device()));
 }
 
 Tensor reduce_replicated_kv_heads(const Tensor& grad, int64_t num_kv_heads) {

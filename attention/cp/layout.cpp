@@ -58,7 +58,7 @@ Tensor reorder_rows(const Tensor& t, const std::vector<int64_t>& order, const Gr
   CPF_CHECK(t.dim() >= 1 && t.size(0) == layout.tokens(), "context parallel: a tensor of shape ", t.shape(),
             " does not hold the ", layout.tokens(), " tokens of its layout");
   if (layout.identity_order()) return t;
-  return raw::index_select(t, 0, from_vector(order, {static_cast<int64_t>(order.size())}));
+  return raw::index_select(t, 0, from_vector(order, {static_cast<int64_t>(order.size())}, t.device()));
 }
 }  // namespace
 

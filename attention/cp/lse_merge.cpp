@@ -4,20 +4,56 @@
 #include <limits>
 
 #include "framework/tensor/ops/copy.h"
+#include "framework/tensor/ops/elementwise.h"
+#include "framework/tensor/ops/views.h"
 
 namespace cpf::cp {
 
-PartialMerge::PartialMerge(int64_t tokens, int64_t heads, int64_t head_dim, DType input_dtype) {
+PartialMerge::PartialMerge(int64_t tokens, int64_t heads, int64_t head_dim, DType input_dtype, Device device) {
   const DType acc = input_dtype == DType::f64 ? DType::f64 : DType::f32;
-  out_ = zeros({tokens, heads, head_dim}, {.dtype = acc});
-  lse_ = full({heads, tokens}, -std::numeric_limits<double>::infinity(), {.dtype = acc});
+  out_ = zeros({tokens, heads, head_dim}, {.dtype = acc, .device = device});
+  lse_ = full({heads, tokens}, -std::numeric_limits<double>::infinity(), {.dtype = acc, .device = device});
 }
+
+namespace {
+
+// The merge of PartialMerge::add for device tensors, as element-wise raw ops with the same formulas
+// (the host loop below skips rows whose part saw no key; here `where` keeps them unchanged).
+void merge_on_device(Tensor& acc_out, Tensor& acc_lse, const Tensor& part_out, const Tensor& part_lse) {
+  using raw::BinaryOp;
+  using raw::UnaryOp;
+  const double neg_inf = -std::numeric_limits<double>::infinity();
+  const Tensor valid = raw::compare(raw::CompareOp::ne, part_lse, neg_inf);  // (H, T)
+  // hi is finite wherever the part saw a key; elsewhere 0 keeps the (discarded) arithmetic finite.
+  const Tensor hi = raw::where(valid, raw::binary(BinaryOp::maximum, acc_lse, part_lse), zeros_like(acc_lse));
+  auto exp_minus = [](const Tensor& a, const Tensor& b) {
+    return raw::unary(UnaryOp::exp, raw::binary(BinaryOp::sub, a, b));
+  };
+  const Tensor sum = raw::binary(BinaryOp::add, exp_minus(acc_lse, hi), exp_minus(part_lse, hi));
+  const Tensor merged = raw::binary(BinaryOp::add, hi, raw::unary(UnaryOp::log, sum));
+  const Tensor keep = exp_minus(acc_lse, merged);  // 0 while the accumulator is empty
+  const Tensor take = exp_minus(part_lse, merged);
+  // (H, T) -> (T, H, 1) views broadcast over the head dim.
+  auto per_row = [](const Tensor& t) { return raw::unsqueeze(raw::transpose(t, 0, 1), 2); };
+  const Tensor mixed = raw::binary(BinaryOp::add, raw::binary(BinaryOp::mul, acc_out, per_row(keep)),
+                                   raw::binary(BinaryOp::mul, part_out, per_row(take)));
+  acc_out = raw::where(per_row(valid), mixed, acc_out);
+  acc_lse = raw::where(valid, merged, acc_lse);
+}
+
+}  // namespace
 
 void PartialMerge::add(const Tensor& out_i, const Tensor& lse_i) {
   CPF_CHECK(out_i.shape() == out_.shape() && lse_i.shape() == lse_.shape(), "cp merge: partial out ", out_i.shape(),
             " / lse ", lse_i.shape(), " do not match the accumulator ", out_.shape(), " / ", lse_.shape());
   const Tensor o = raw::contiguous(raw::to(out_i, out_.dtype()));
   const Tensor l = raw::contiguous(raw::to(lse_i, lse_.dtype()));
+  CPF_CHECK(o.device() == out_.device() && l.device() == out_.device(), "cp merge: partial out on ", o.device(),
+            " and lse on ", l.device(), " but the accumulator is on ", out_.device());
+  if (!out_.device().is_cpu()) {
+    merge_on_device(out_, lse_, o, l);
+    return;
+  }
   visit_compute_dtype(out_.dtype(), "cp merge", [&]<class T>() {
     const int64_t tokens = out_.size(0), heads = out_.size(1), dim = out_.size(2);
     T* acc_out = out_.data<T>();

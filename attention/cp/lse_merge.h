@@ -10,8 +10,9 @@ namespace cpf::cp {
 // Accumulator for one (out, lse) pair in thd layout: out (T, H, Dv), lse (H, T).
 class PartialMerge {
  public:
-  // Starts empty: lse = -inf, out = 0, in the accumulation dtype (f64 for f64 inputs, else f32).
-  PartialMerge(int64_t tokens, int64_t heads, int64_t head_dim, DType input_dtype);
+  // Starts empty: lse = -inf, out = 0, in the accumulation dtype (f64 for f64 inputs, else f32), on
+  // `device` (the parts' device: CPU tensors merge in one host loop, device tensors with raw ops).
+  PartialMerge(int64_t tokens, int64_t heads, int64_t head_dim, DType input_dtype, Device device = Device::cpu());
   // Folds in a partial result (out_i in any float dtype, lse_i f32/f64).
   void add(const Tensor& out_i, const Tensor& lse_i);
   const Tensor& lse() const { return lse_; }

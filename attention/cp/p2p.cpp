@@ -93,7 +93,7 @@ CpForward ring_forward(const CpContext& ctx, dist::ProcessGroup& group, const st
   const int64_t d_qk = k.size(-1);
   const AttentionWindow window = effective_window(ctx.spec);
   Tensor kv = pack_kv(k, v);  // (T, Hkv, Dqk + Dv)
-  PartialMerge merge(q.size(0), q.size(1), v.size(-1), q.dtype());
+  PartialMerge merge(q.size(0), q.size(1), v.size(-1), q.dtype(), q.device());
   for (int step = 0; step < n; ++step) {
     const int src = (me - step + n) % n;
     const KvShift shift = post_kv_shift(ctx, group, layouts, kv, step);  // overlaps this step's compute
@@ -124,7 +124,7 @@ CpGrads ring_backward(const CpContext& ctx, dist::ProcessGroup& group, const std
   const AttentionWindow window = effective_window(ctx.spec);
   const DType acc = q.dtype() == DType::f64 ? DType::f64 : DType::f32;
   Tensor kv = pack_kv(k, v);
-  Tensor dq = zeros(q.shape(), {.dtype = acc});
+  Tensor dq = zeros(q.shape(), {.dtype = acc, .device = q.device()});
   dist::WorkPtr grad_shift;
   Tensor grad_in;  // partial dK/dV of the block held next, from prev
   for (int step = 0; step < n; ++step) {
@@ -139,7 +139,7 @@ CpGrads ring_backward(const CpContext& ctx, dist::ProcessGroup& group, const std
       raw::add_(dq, raw::to(grads.dq, acc));
       dkv = raw::to(pack_kv(grads.dk, grads.dv), acc);
     } else {
-      dkv = zeros(kv.shape(), {.dtype = acc});
+      dkv = zeros(kv.shape(), {.dtype = acc, .device = kv.device()});
     }
     if (grad_shift) {
       grad_shift->wait();

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <map>
 #include <sstream>
@@ -106,7 +107,8 @@ Prepared prepare(const AttentionProblem& p, DType dtype, bool backward, bool has
     k.k[0] = m.s_kv * p.h_kv * p.d_qk;
     k.v[0] = m.s_kv * p.h_kv * p.d_v;
     k.o[0] = m.s_q * p.h_q * p.d_v;
-    const int64_t largest = std::max({p.s_q * p.h_q * std::max(p.d_qk, p.d_v), p.s_kv * p.h_kv * std::max(p.d_qk, p.d_v)});
+    const int64_t widest = std::max(p.d_qk, p.d_v);
+    const int64_t largest = std::max(p.s_q * p.h_q, p.s_kv * p.h_kv) * widest;
     k.ragged_int64 = largest > std::numeric_limits<int32_t>::max();
   }
   k.padding = m.padding;
@@ -271,6 +273,14 @@ std::vector<int64_t> padded_to_packed(const SdpaMapping& m) {
   return index;
 }
 
+// Contiguous and 16-byte aligned, as the graphs declare (CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT): a
+// contiguous view may still start at an odd element (as_strided), and is then copied.
+Tensor dense(const Tensor& t, DType dtype) {
+  Tensor c = raw::contiguous(raw::to(t, dtype));
+  if (reinterpret_cast<uintptr_t>(c.raw_data()) % 16 != 0) c = raw::clone(c);
+  return c;
+}
+
 // out[:, i] = x[:, index[i]] along dim 1 through the device kernel directly: the indices are built
 // here and in range, and raw::index_select would copy them back to the host to check them.
 Tensor select_columns(const Tensor& x, const std::vector<int64_t>& index) {
@@ -307,7 +317,7 @@ raw::AttentionForward forward(const AttentionProblem& p, const Tensor& q, const 
   const SdpaGraphKey& key = prepared.key;
   const Device device = q.device();
 
-  const Tensor qc = raw::contiguous(q), kc = raw::contiguous(k), vc = raw::contiguous(v);
+  const Tensor qc = dense(q, q.dtype()), kc = dense(k, q.dtype()), vc = dense(v, q.dtype());
   Tensor out = empty(p.out_shape(), {.dtype = q.dtype(), .device = device});
   // cuDNN's Stats is (b, h_q, s_q, 1): exactly the bshd/sbhd lse; thd pads it per sequence.
   Tensor stats = empty({m.b, p.h_q, m.s_q}, {.dtype = DType::f32, .device = device});
@@ -343,8 +353,8 @@ raw::AttentionGrads backward(const AttentionProblem& p, const Tensor& dout, cons
   const SdpaGraphKey& key = prepared.key;
   const Device device = q.device();
 
-  const Tensor qc = raw::contiguous(q), kc = raw::contiguous(k), vc = raw::contiguous(v);
-  const Tensor oc = raw::contiguous(raw::to(out, q.dtype())), doc = raw::contiguous(raw::to(dout, q.dtype()));
+  const Tensor qc = dense(q, q.dtype()), kc = dense(k, q.dtype()), vc = dense(v, q.dtype());
+  const Tensor oc = dense(out, q.dtype()), doc = dense(dout, q.dtype());
   // Rows that see no key carry lse = -inf; cuDNN computes exp(s - lse) and would get NaN from
   // -inf - -inf under the padding mask. +inf gives exp(-inf) = 0 for every column instead.
   Tensor stats = raw::contiguous(raw::to(lse, DType::f32));
@@ -376,7 +386,9 @@ raw::AttentionGrads backward(const AttentionProblem& p, const Tensor& dout, cons
   pack.add(kUidDv, dv);
   pack.add(kUidSoftmaxSum, softmax_sum);
   pack.add_host(kUidOne, &scalars.one);
-  if (!key.deterministic) pack.add(kUidDqAccum, zeros({m.b, p.h_q, m.s_q, p.d_qk}, {.dtype = DType::f32, .device = device}));
+  if (!key.deterministic) {
+    pack.add(kUidDqAccum, zeros({m.b, p.h_q, m.s_q, p.d_qk}, {.dtype = DType::f32, .device = device}));
+  }
   add_common(pack, scalars, p, m, key, device);
   pack.run(plan, device);
 

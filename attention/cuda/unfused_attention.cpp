@@ -166,7 +166,8 @@ CallState start_call(const AttentionProblem& p, const Device& device, DType inpu
 }
 
 bool any_work(const AttentionProblem& p) {
-  return std::any_of(p.sequences.begin(), p.sequences.end(), [](const AttentionSequence& s) { return s.q_len > 0 && s.kv_len > 0; });
+  return std::any_of(p.sequences.begin(), p.sequences.end(),
+                     [](const AttentionSequence& s) { return s.q_len > 0 && s.kv_len > 0; });
 }
 
 }  // namespace
@@ -184,12 +185,14 @@ raw::AttentionForward forward(const AttentionProblem& p, const Tensor& q, const 
     const CallState st = start_call(p, device, q.dtype());
     const int64_t chunk = chunk_elements(p, dtype_size(ct), options.workspace_bytes);
     const Tensor scores = empty({chunk}, {.dtype = ct, .device = device});
+    auto run = [&]<class T>() {
+      forward_typed<T>(p, st.launch, qc.data<T>(), kc.data<T>(), vc.data<T>(), out.data<T>(), lse.data<T>(),
+                       scores.data<T>(), options.workspace_bytes);
+    };
     if (ct == DType::f64) {
-      forward_typed<double>(p, st.launch, qc.data<double>(), kc.data<double>(), vc.data<double>(), out.data<double>(),
-                            lse.data<double>(), scores.data<double>(), options.workspace_bytes);
+      run.template operator()<double>();
     } else {
-      forward_typed<float>(p, st.launch, qc.data<float>(), kc.data<float>(), vc.data<float>(), out.data<float>(),
-                           lse.data<float>(), scores.data<float>(), options.workspace_bytes);
+      run.template operator()<float>();
     }
   }
   return {raw::to(out, q.dtype()), lse, {}};

@@ -45,7 +45,8 @@ Tensor rope_positions(const Tensor& x_heads, QkvFormat format, const std::option
   }
   // thd storage may end before the tensor does; those tokens belong to no sequence.
   pos.resize(static_cast<size_t>(batch * seq_len), 0);
-  return thd ? from_vector(pos, {seq_len}) : from_vector(pos, {batch, seq_len});
+  // On x's device: the RoPE kernel takes positions from where x lives (one small upload per call).
+  return thd ? from_vector(pos, {seq_len}, x_heads.device()) : from_vector(pos, {batch, seq_len}, x_heads.device());
 }
 
 Tensor cp_rope_positions(const Tensor& x_heads, QkvFormat format, const std::optional<SequenceInfo>& seq, bool kv,
@@ -60,7 +61,7 @@ Tensor cp_rope_positions(const Tensor& x_heads, QkvFormat format, const std::opt
                                              kv ? seq->cu_seqlens_kv_padded : seq->cu_seqlens_q_padded, cp_size, cp_rank);
     for (int64_t g : shard.global_index) pos.push_back(g < static_cast<int64_t>(global_pos.size()) ? global_pos[g] : 0);
     pos.resize(static_cast<size_t>(x_heads.size(0)), 0);
-    return from_vector(pos, {x_heads.size(0)});
+    return from_vector(pos, {x_heads.size(0)}, x_heads.device());
   }
   const int64_t batch = x_heads.size(format == QkvFormat::bshd ? 0 : 1);
   const int64_t local = x_heads.size(format == QkvFormat::bshd ? 1 : 0);
@@ -71,7 +72,7 @@ Tensor cp_rope_positions(const Tensor& x_heads, QkvFormat format, const std::opt
       pos.push_back(seq && g < static_cast<int64_t>(global_pos.size()) ? global_pos[g] : p);
     }
   }
-  return from_vector(pos, {batch, local});
+  return from_vector(pos, {batch, local}, x_heads.device());
 }
 
 Tensor apply_rope(const Tensor& x_heads, QkvFormat format, const Tensor& positions, double base, int64_t rotary_dim) {

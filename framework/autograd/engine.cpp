@@ -46,6 +46,9 @@ std::unordered_map<Node*, NodeTask> collect_dependencies(const std::vector<Edge>
   return tasks;
 }
 
+// A leaf's gradient sink: no outgoing edges, so running it early changes nothing downstream.
+bool is_leaf_accumulator(const Node& node) { return dynamic_cast<const autograd::AccumulateGrad*>(&node) != nullptr; }
+
 void check_gradient(const Node& node, size_t input, const Tensor& grad) {
   const auto& meta = node.input_meta()[input];
   CPF_CHECK(grad.shape() == meta.shape, "autograd: backward of '", node.name(), "' returned a gradient of shape ",
@@ -114,7 +117,14 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
       accumulate(next_task.grads[next.input_nr], input_grads[i]);
       if (--next_task.dependencies == 0) {
         keep_alive.push_back(next.node);
-        ready.push(next.node.get());
+        if (is_leaf_accumulator(*next.node)) {
+          // At once: its gradient is final now, and its ready hooks (a data-parallel bucket
+          // all-reduce) should start before the rest of backward, whatever its sequence number.
+          next.node->apply(next_task.grads);
+          next_task.grads.clear();
+        } else {
+          ready.push(next.node.get());
+        }
       }
     }
     if (!retain_graph) node->release();

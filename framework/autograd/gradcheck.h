@@ -4,6 +4,8 @@
 // element with the central difference (L(x + eps e_i) - L(x - eps e_i)) / (2 eps). Inputs should be
 // f64. Inputs that do not require grad are held constant. Inputs are perturbed in place (and restored),
 // so a function that reaches them through other handles (a module's parameters) is checked too.
+// Inputs may live on a device (cuda:N): they are perturbed there through the backend's byte copies, so
+// the finite differences run the device's kernels; the report's values are read back to the host.
 #include <functional>
 #include <string>
 #include <vector>

@@ -60,15 +60,33 @@ AccumulateGrad::AccumulateGrad(Tensor leaf) : Node({}, {}, 1), leaf_(std::move(l
 
 std::vector<Tensor> AccumulateGrad::apply(const std::vector<Tensor>& grad_outputs) {
   const Tensor& incoming = grad_outputs.at(0);
-  if (!incoming.defined()) return {};
-  Tensor current = leaf_.grad();
-  if (!current.defined()) {
-    // A private copy: the incoming gradient may alias another node's buffer or be a broadcast view.
-    leaf_.set_grad(raw::clone(incoming));
-  } else {
-    raw::add_(current, incoming);
+  if (incoming.defined()) {
+    Tensor current = leaf_.grad();
+    if (!current.defined()) {
+      // A private copy: the incoming gradient may alias another node's buffer or be a broadcast view.
+      leaf_.set_grad(raw::clone(incoming));
+    } else {
+      raw::add_(current, incoming);
+    }
+  }
+  if (!hooks_.empty()) {
+    // A copy: a hook may add or remove hooks of this leaf.
+    const std::vector<std::pair<uint64_t, Hook>> hooks = hooks_;
+    for (const auto& [id, hook] : hooks) hook(leaf_);
   }
   return {};
+}
+
+uint64_t AccumulateGrad::add_hook(Hook hook) {
+  CPF_CHECK(hook != nullptr, "autograd: add_hook on the accumulator of a leaf of shape ", leaf_.shape(),
+            ": the hook is empty");
+  const uint64_t id = next_hook_id_++;
+  hooks_.emplace_back(id, std::move(hook));
+  return id;
+}
+
+void AccumulateGrad::remove_hook(uint64_t id) {
+  std::erase_if(hooks_, [id](const auto& entry) { return entry.first == id; });
 }
 
 SavedTensor::SavedTensor(const Tensor& t) {

@@ -55,16 +55,30 @@ class Node {
 };
 
 // Sink for a leaf tensor's gradient: tensor.grad += incoming (always accumulates).
+//
+// The engine runs it once per backward, as soon as every node feeding the leaf has run (its
+// incoming gradient is then the sum of all contributions), and then calls its gradient-ready hooks
+// (grad_ready_hook.h) in registration order. A node with hooks is kept alive by their handles, so
+// the same node serves every forward while a hook is registered.
 class AccumulateGrad final : public Node {
  public:
+  using Hook = std::function<void(const Tensor& leaf)>;
+
   explicit AccumulateGrad(Tensor leaf);
   std::string name() const override { return "AccumulateGrad"; }
   std::vector<Tensor> apply(const std::vector<Tensor>& grad_outputs) override;
   void release() override {}  // leaves stay usable across backward calls
   const Tensor& leaf() const { return leaf_; }
 
+  // Returns an id for remove_hook. Not synchronised with a backward running on another thread.
+  uint64_t add_hook(Hook hook);
+  void remove_hook(uint64_t id);
+  size_t num_hooks() const { return hooks_.size(); }
+
  private:
   Tensor leaf_;
+  std::vector<std::pair<uint64_t, Hook>> hooks_;
+  uint64_t next_hook_id_ = 1;
 };
 
 // A tensor kept for backward: a detached alias (no reference cycle through grad_fn) plus the

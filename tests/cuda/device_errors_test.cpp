@@ -154,7 +154,8 @@ TEST_F(CudaDeviceErrorsTest, RecordStreamKeepsABlockUntilTheOtherStreamIsDone) {
 TEST_F(CudaDeviceErrorsTest, RecordStreamRejectsOtherDevicesAndUndefinedTensors) {
   cuda::Stream s = cuda::Stream::create();
   EXPECT_CPF_ERROR(cuda::record_stream(Tensor(), s), "record_stream: the tensor is undefined");
-  EXPECT_CPF_ERROR(cuda::record_stream(zeros({2}), s), "record_stream: the tensor is on cpu but the stream belongs to cuda:0");
+  EXPECT_CPF_ERROR(cuda::record_stream(zeros({2}), s),
+                   "record_stream: the tensor is on cpu but the stream belongs to cuda:0");
   // Marking for the allocating stream, twice, or an empty tensor is harmless.
   Tensor t = on_gpu(ones({4}));
   EXPECT_NO_THROW(cuda::record_stream(t, cuda::current_stream()));

@@ -52,13 +52,21 @@ TEST_F(CudaIndexTest, EmbeddingForwardAndBackwardMatchTheCpuExactly) {
   Tensor none = on_gpu(zeros({0}, {.dtype = DType::i64}));
   EXPECT_EQ(raw::embedding(on_gpu(big), none).shape(), (Shape{0, 16}));
   EXPECT_TRUE(all_close(on_cpu(raw::embedding_backward(on_gpu(zeros({0, 16})), none, 3)), zeros({3, 16}), 0, 0));
+  // The device bucketing (atomics, then a rank sort per row) with one very frequent row (3072 of 4096
+  // positions, as a padding id would be) and a long table: summed in position order, bit for bit.
+  std::vector<int64_t> many(4096);
+  for (size_t i = 0; i < many.size(); ++i) many[i] = i % 4 == 3 ? static_cast<int64_t>(i * 31 % 50000) : 7;
+  Tensor many_ids = from_vector(many, {2, 2048});
+  Tensor many_grad = random_cpu({2, 2048, 16}, DType::f32, 75);
+  EXPECT_TRUE(all_close(on_cpu(raw::embedding_backward(on_gpu(many_grad), on_gpu(many_ids), 50000)),
+                        raw::embedding_backward(many_grad, many_ids, 50000), 0, 0));
 }
 
 TEST_F(CudaIndexTest, EmbeddingErrors) {
   Tensor weight = on_gpu(random_cpu({5, 4}, DType::f32, 74));
   Tensor bad = on_gpu(from_vector<int64_t>({1, 5, 2}, {3}));
   EXPECT_CPF_ERROR(on_cpu(raw::embedding(weight, bad)), "embedding: id 5 at position [1] of ids [3] is out of range");
-  EXPECT_CPF_ERROR(raw::embedding_backward(on_gpu(zeros({3, 4})), bad, 5),
+  EXPECT_CPF_ERROR(on_cpu(raw::embedding_backward(on_gpu(zeros({3, 4})), bad, 5)),
                    "embedding_backward: id 5 at position [1] of ids [3] is out of range");
   Tensor host_ids = from_vector<int64_t>({1}, {1});
   EXPECT_CPF_ERROR(raw::embedding(weight, host_ids), "embedding: tensors are on different devices: cuda:0 vs cpu");
@@ -128,7 +136,8 @@ TEST_F(CudaIndexTest, ScatterAddAndIndexAddMatchTheCpuExactly) {
   EXPECT_TRUE(all_close(on_cpu(gbase), base, 0, 0));
   // Checked on the device: raised by the next synchronisation, with the CPU's message.
   EXPECT_CPF_ERROR({
-    raw::scatter_add_(on_gpu(zeros({2, 2})), 0, on_gpu(from_vector<int64_t>({0, 2, 1, 1}, {2, 2})), on_gpu(zeros({2, 2})));
+    raw::scatter_add_(on_gpu(zeros({2, 2})), 0, on_gpu(from_vector<int64_t>({0, 2, 1, 1}, {2, 2})),
+                      on_gpu(zeros({2, 2})));
     cuda::synchronize();
   },
                    "scatter_add_: index 2 at position [0,1] is out of range for dim 0 of size 2");

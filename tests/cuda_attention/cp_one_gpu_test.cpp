@@ -13,8 +13,10 @@
 #include <sstream>
 
 #include "attention/cp/cp_support.h"
+#include "attention/cp/lse_merge.h"
 #include "cp/cp_harness.h"
 #include "cuda/cuda_test_utils.h"
+#include "framework/tensor/ops/views.h"
 
 namespace cpf::cp::testing {
 namespace {
@@ -159,6 +161,42 @@ TEST_P(CpOneGpu, ShardsEqualTheSingleRankResult) {
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryStrategy, CpOneGpu, ::testing::ValuesIn(grid()), param_name);
+
+class CpMergeOnGpu : public ::cpf::testing::CudaTest {};
+
+// The ring's (out, lse) merge on the device equals the host loop, rows that saw no key included.
+TEST_F(CpMergeOnGpu, MatchesTheHostMerge) {
+  const int64_t tokens = 6, heads = 2, dim = 3;
+  PartialMerge host(tokens, heads, dim, DType::f32);
+  PartialMerge device(tokens, heads, dim, DType::f32, Device::cuda(0));
+  for (uint64_t part = 0; part < 3; ++part) {
+    Tensor out = ::cpf::testing::random_tensor({tokens, heads, dim}, DType::f32, 10 + part);
+    std::vector<float> lse = ::cpf::testing::random_tensor({heads, tokens}, DType::f32, 20 + part).to_vector<float>();
+    // Part p sees no key for tokens p and p + 3 (and out is 0 there, as the kernels guarantee);
+    // token 5 sees a key in no part at all.
+    for (int64_t h = 0; h < heads; ++h) {
+      for (int64_t t : {static_cast<int64_t>(part), static_cast<int64_t>(part) + 3, int64_t(5)}) {
+        lse[static_cast<size_t>(h * tokens + t)] = -INFINITY;
+        raw::fill_(raw::select(raw::select(out, 0, t), 0, h), 0.0);
+      }
+    }
+    const Tensor lse_t = from_vector(lse, {heads, tokens});
+    host.add(out, lse_t);
+    device.add(raw::to(out, Device::cuda(0)), raw::to(lse_t, Device::cuda(0)));
+  }
+  EXPECT_TRUE(::cpf::testing::all_close(raw::to(device.lse(), Device::cpu()), host.lse(), 1e-6, 1e-6)) << "lse";
+  EXPECT_TRUE(::cpf::testing::all_close(raw::to(device.out(DType::f32), Device::cpu()), host.out(DType::f32), 1e-6,
+                                        1e-6))
+      << "out";
+  EXPECT_EQ(raw::to(device.lse(), Device::cpu()).to_vector<float>()[5], -INFINITY) << "token 5 saw no key";
+}
+
+TEST_F(CpMergeOnGpu, RejectsPartsOnAnotherDevice) {
+  PartialMerge merge(4, 2, 3, DType::f32);  // on the CPU
+  EXPECT_CPF_ERROR(merge.add(zeros({4, 2, 3}, {.device = Device::cuda(0)}),
+                             full({2, 4}, 0.0, {.device = Device::cuda(0)})),
+                   "cp merge: partial out on cuda:0 and lse on cuda:0 but the accumulator is on cpu");
+}
 
 }  // namespace
 }  // namespace cpf::cp::testing

@@ -14,6 +14,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "attention/attention_problem.h"
@@ -21,6 +22,7 @@
 #include "attention/flash_attention.h"
 #include "cuda/cuda_test_utils.h"
 #include "framework/tensor/ops/copy.h"
+#include "framework/tensor/ops/views.h"
 
 namespace cpf {
 namespace {
@@ -143,7 +145,9 @@ struct Check {
   double max_err = 0, max_ref = 0, worst_rel = 0;
   size_t worst = 0;
   for (size_t i = 0; i < a.size(); ++i) {
-    if (std::isnan(a[i])) return ::testing::AssertionFailure() << "NaN at element " << i << " (reference " << b[i] << ")";
+    if (std::isnan(a[i])) {
+      return ::testing::AssertionFailure() << "NaN at element " << i << " (reference " << b[i] << ")";
+    }
     const int64_t token = token_of(c, static_cast<int64_t>(i), k.row, k.seq, k.lse);
     const bool pinned = (*k.pinned)[static_cast<size_t>(token)] != 0;
     if (pinned || std::isinf(a[i]) || std::isinf(b[i])) {
@@ -217,6 +221,8 @@ std::vector<Case> feature_cases() {
                 .h_kv = 2, .d_qk = 256, .d_v = 256});
   cs.push_back({.name = "bshd_padding_causal", .mask = M::padding_causal, .s_q = 256, .s_kv = 256,
                 .seq = SequenceInfo::from_lengths({256, 77}, 256)});
+  cs.push_back({.name = "sbhd_padding_causal", .format = F::sbhd, .mask = M::padding_causal, .s_q = 192, .s_kv = 192,
+                .seq = SequenceInfo::from_lengths({192, 100}, 192)});
   cs.push_back({.name = "bshd_padding_cross", .mask = M::padding, .s_q = 128, .s_kv = 192,
                 .seq = SequenceInfo::from_lengths({100, 128}, {192, 33}, 128, 192)});
   // thd: lengths that are not multiples of 64, packed and with padded slots.
@@ -232,6 +238,8 @@ std::vector<Case> feature_cases() {
   // per-sequence bottom-right alignment.
   cs.push_back({.name = "bshd_causal_queries_ahead_by_64", .mask = M::causal, .s_q = 128, .s_kv = 256,
                 .seq = SequenceInfo::from_lengths({128, 128}, {256, 256}, 128, 256).with_position_offsets(64, 0)});
+  cs.push_back({.name = "bshd_window_both_sides_shifted", .window = {32, 16}, .s_q = 128, .s_kv = 256,
+                .seq = SequenceInfo::from_lengths({128, 128}, {256, 256}, 128, 256).with_position_offsets(50, 0)});
   cs.push_back({.name = "bshd_causal_fully_masked_rows", .mask = M::causal, .s_q = 128, .s_kv = 128,
                 .seq = SequenceInfo::from_lengths({128, 128}, 128).with_position_offsets(0, 64)});
   cs.push_back({.name = "thd_causal_bottom_right", .format = F::thd, .mask = M::causal, .batch = 1, .s_q = 400,
@@ -284,6 +292,54 @@ TEST_F(CudnnAttention, RepeatedBackwardCallsReusingBuffersStayCorrect) {
     SCOPED_TRACE("round " + std::to_string(round));
     expect_matches(a, run_cudnn(a, in_a), want_a);
     expect_matches(b, run_cudnn(b, in_b), want_b);
+  }
+}
+
+// q, k, v as strided views of one fused (b, s, 3, h, d) projection on the GPU: copied to dense
+// tensors before cuDNN sees them.
+TEST_F(CudnnAttention, StridedViewsOfAFusedProjection) {
+  const Case c{.name = "fused_qkv_views", .mask = MaskType::causal, .s_q = 128, .s_kv = 128};
+  const Tensor fused = random_cpu({c.batch, c.s_q, 3, c.h_q, c.d_qk}, DType::bf16, 77);
+  const Inputs in{raw::contiguous(raw::select(fused, 2, 0)), raw::contiguous(raw::select(fused, 2, 1)),
+                  raw::contiguous(raw::select(fused, 2, 2)),
+                  random_cpu(shape_of(c, c.s_q, c.h_q, c.d_v), DType::bf16, 78)};
+  const Tensor gpu = on_gpu(fused);
+  const Tensor q = raw::select(gpu, 2, 0), k = raw::select(gpu, 2, 1), v = raw::select(gpu, 2, 2);
+  ASSERT_FALSE(q.is_contiguous());
+  const raw::AttentionForward f = raw::attention_forward(q, k, v, spec_of(c), c.seq, cudnn_config(c));
+  const raw::AttentionGrads g =
+      raw::attention_backward(on_gpu(in.dout), Tensor(), q, k, v, f.out, f.lse, spec_of(c), c.seq, cudnn_config(c));
+  expect_matches(c, {on_cpu(f.out), on_cpu(f.lse), on_cpu(g.dq), on_cpu(g.dk), on_cpu(g.dv)}, reference(c, in));
+}
+
+// Rank threads share a GPU, each on its own stream: handles and plans are per thread and follow the
+// thread's current stream, so concurrent calls stay correct.
+TEST_F(CudnnAttention, ThreadsWithTheirOwnStreamsGetCorrectResults) {
+  const std::vector<Case> cs{
+      {.name = "thread_causal_gqa", .mask = MaskType::causal, .s_q = 256, .s_kv = 256, .h_q = 8, .h_kv = 2},
+      {.name = "thread_thd", .format = QkvFormat::thd, .mask = MaskType::causal, .batch = 1, .s_q = 300, .s_kv = 300,
+       .seq = SequenceInfo::from_lengths({200, 100})}};
+  std::vector<Inputs> inputs;
+  for (size_t i = 0; i < cs.size(); ++i) inputs.push_back(make_inputs(cs[i], 300 + 10 * i));
+  std::vector<Result> got(cs.size());
+  std::vector<std::string> errors(cs.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < cs.size(); ++i) {
+    threads.emplace_back([&, i] {
+      try {
+        const cuda::Stream stream = cuda::Stream::create(0);
+        cuda::StreamGuard guard(stream);
+        for (int round = 0; round < 3; ++round) got[i] = run_cudnn(cs[i], inputs[i]);
+        stream.synchronize();
+      } catch (const std::exception& e) {
+        errors[i] = e.what();
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (size_t i = 0; i < cs.size(); ++i) {
+    ASSERT_EQ(errors[i], "") << cs[i].name;
+    expect_matches(cs[i], got[i], reference(cs[i], inputs[i]));
   }
 }
 

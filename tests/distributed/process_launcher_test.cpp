@@ -3,8 +3,11 @@
 #include "framework/distributed/process_launcher.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <mutex>
 
 #include "support/test_utils.h"
@@ -92,11 +95,15 @@ TEST(ProcessLauncher, AFailingRankTerminatesTheOthersAndIsNamed) {
 TEST(ProcessLauncher, SurvivorsIgnoringSigtermAreKilledAfterTheGrace) {
   Captured out;
   const auto start = std::chrono::steady_clock::now();
-  const auto r = sh(2, "trap '' TERM; if [ \"$RANK\" = 0 ]; then kill -9 $$; fi; sleep 60", out, {.grace = 500ms});
+  // Rank 0 waits until rank 1 surely ignores SIGTERM, then dies by SIGKILL.
+  const auto r =
+      sh(2, "trap '' TERM; if [ \"$RANK\" = 0 ]; then sleep 0.3; kill -9 $$; fi; sleep 60", out, {.grace = 500ms});
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_EQ(r.failed_rank, 0) << r.message;
   EXPECT_EQ(r.exit_code, 128 + 9);
   EXPECT_NE(r.message.find("rank 0 was killed by signal 9"), std::string::npos) << r.message;
+  EXPECT_NE(r.message.find("terminated the other ranks [1]"), std::string::npos) << r.message;
+  EXPECT_GE(seconds, 0.3 + 0.5) << "rank 1 ignores SIGTERM: only the SIGKILL after the grace ends it";
   EXPECT_LT(seconds, 20.0);
 }
 
@@ -107,6 +114,33 @@ TEST(ProcessLauncher, RejectsBadArgumentsAndReportsExecFailures) {
   const auto r = dist::spawn_local_processes(2, {"/nonexistent/program"}, {.output = out.sink()});
   EXPECT_EQ(r.exit_code, 127);
   EXPECT_NE(r.message.find("exited with status 127"), std::string::npos) << r.message;
+}
+
+}  // namespace
+}  // namespace cpf::testing
+
+namespace cpf::testing {
+namespace {
+
+// Rank 1 dies; rank 0, seeing it dead (its /proc state turns Z here; the rendezvous tells it in real
+// runs), exits 4 within the same poll round of the launcher: rank 1 must still be the one blamed.
+TEST(ProcessLauncher, TheFirstToDieIsBlamedWhenASurvivorFollowsAtOnce) {
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    char dir_template[] = "/tmp/cpf_spawn_XXXXXX";
+    const char* dir = ::mkdtemp(dir_template);
+    ASSERT_NE(dir, nullptr);
+    Captured out;
+    const auto r = sh(2,
+                      "if [ \"$RANK\" = 1 ]; then echo $$ > \"$MARK/tmp\"; mv \"$MARK/tmp\" \"$MARK/pid\"; exit 3; fi; "
+                      "while [ ! -f \"$MARK/pid\" ]; do :; done; p=$(cat \"$MARK/pid\"); "
+                      "while [ -e /proc/$p ] && [ \"$(cut -d' ' -f3 /proc/$p/stat)\" != Z ]; do :; done; exit 4",
+                      out, {.extra_env = {{"MARK", dir}}});
+    EXPECT_EQ(r.failed_rank, 1) << "attempt " << attempt << ": " << r.message;
+    EXPECT_EQ(r.exit_code, 3) << r.message;
+    EXPECT_NE(r.message.find("rank 1 exited with status 3"), std::string::npos) << r.message;
+    std::remove((std::string(dir) + "/pid").c_str());
+    ::rmdir(dir);
+  }
 }
 
 }  // namespace

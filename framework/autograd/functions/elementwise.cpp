@@ -94,7 +94,7 @@ Tensor maximum(const Tensor& a, const Tensor& b) {
                             const Tensor& av = sa.unpack();
                             const Tensor& bv = sb.unpack();
                             Tensor pick_a = raw::compare(raw::CompareOp::ge, av, bv);
-                            Tensor zero = zeros({}, {.dtype = g[0].dtype()});
+                            Tensor zero = zeros({}, {.dtype = g[0].dtype(), .device = g[0].device()});
                             return reduce_to_inputs(raw::where(pick_a, g[0], zero), raw::where(pick_a, zero, g[0]),
                                                     av.shape(), bv.shape());
                           });
@@ -106,7 +106,7 @@ Tensor minimum(const Tensor& a, const Tensor& b) {
                             const Tensor& av = sa.unpack();
                             const Tensor& bv = sb.unpack();
                             Tensor pick_a = raw::compare(raw::CompareOp::le, av, bv);
-                            Tensor zero = zeros({}, {.dtype = g[0].dtype()});
+                            Tensor zero = zeros({}, {.dtype = g[0].dtype(), .device = g[0].device()});
                             return reduce_to_inputs(raw::where(pick_a, g[0], zero), raw::where(pick_a, zero, g[0]),
                                                     av.shape(), bv.shape());
                           });

@@ -66,7 +66,7 @@ Tensor logsumexp(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim
                             Tensor p = raw::exp(raw::sub(xv, lse));
                             Tensor finite = raw::compare(raw::CompareOp::gt, lse,
                                                          -std::numeric_limits<double>::infinity());
-                            p = raw::where(finite, p, zeros({}, {.dtype = p.dtype()}));
+                            p = raw::where(finite, p, zeros({}, {.dtype = p.dtype(), .device = p.device()}));
                             return GradList{raw::mul(p, expand_back(g[0], shape, dims, keepdim))};
                           });
 }

@@ -5,9 +5,9 @@
 
 namespace cpf::dist::nccl {
 
-NcclWork::NcclWork(std::string description, std::shared_ptr<NcclRankState> state,
-                   std::shared_ptr<CompletionEvent> done, cudaStream_t comm_stream, cudaStream_t issue_stream, std::vector<Tensor> results, std::vector<Tensor> keep_alive,
-                   bool host_blocking)
+NcclWork::NcclWork(std::string description, std::shared_ptr<NcclRankState> state, std::shared_ptr<CompletionEvent> done,
+                   cudaStream_t comm_stream, cudaStream_t issue_stream, std::vector<Tensor> results,
+                   std::vector<Tensor> keep_alive, bool host_blocking)
     : description_(std::move(description)),
       state_(std::move(state)),
       done_(std::move(done)),

@@ -24,7 +24,8 @@ class NcclWork final : public Work {
  public:
   // Records the completion event on `comm_stream` now; `issue_stream` is the caller's stream.
   NcclWork(std::string description, std::shared_ptr<NcclRankState> state, std::shared_ptr<CompletionEvent> done,
-           cudaStream_t comm_stream, cudaStream_t issue_stream, std::vector<Tensor> results, std::vector<Tensor> keep_alive, bool host_blocking);
+           cudaStream_t comm_stream, cudaStream_t issue_stream, std::vector<Tensor> results,
+           std::vector<Tensor> keep_alive, bool host_blocking);
   ~NcclWork() override;
   NcclWork(const NcclWork&) = delete;
   NcclWork& operator=(const NcclWork&) = delete;

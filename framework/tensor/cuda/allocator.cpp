@@ -127,8 +127,8 @@ void CachingAllocator::free(void* ptr) noexcept {
 void CachingAllocator::record_stream(void* ptr, cudaStream_t stream) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = active_.find(ptr);
-  CPF_CHECK(it != active_.end(), "record_stream: the tensor's storage was not allocated by the caching allocator of cuda:",
-            device_);
+  CPF_CHECK(it != active_.end(),
+            "record_stream: the tensor's storage was not allocated by the caching allocator of cuda:", device_);
   Block& block = it->second;
   if (stream == block.stream) return;  // stream order already protects it
   for (cudaStream_t s : block.used_on) {
@@ -215,7 +215,8 @@ CachingAllocator& allocator_for(int device) {
 void record_stream(const Tensor& tensor, const Stream& stream) {
   CPF_CHECK(tensor.defined(), "record_stream: the tensor is undefined");
   CPF_CHECK(tensor.device().is_cuda() && tensor.device().index == stream.device(), "record_stream: the tensor is on ",
-            tensor.device(), " but the stream belongs to cuda:", stream.device(), " (a tensor can only be marked for a stream of its device)");
+            tensor.device(), " but the stream belongs to cuda:", stream.device(),
+            " (a tensor can only be marked for a stream of its device)");
   const auto& storage = tensor.storage();
   if (storage == nullptr || storage->data() == nullptr) return;  // no memory (an empty tensor)
   allocator_for(stream.device()).record_stream(storage->data(), static_cast<cudaStream_t>(stream.handle()));

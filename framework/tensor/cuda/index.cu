@@ -48,7 +48,8 @@ __global__ void __launch_bounds__(kThreads) gather_kernel(Iter it, int64_t x_ste
 
 template <class A, class S, class I>
 __global__ void __launch_bounds__(kThreads) scatter_lines_kernel(Iter it, int64_t len, int64_t acc_step,
-                                                                 int64_t index_step, int64_t src_step, int64_t acc_bound) {
+                                                                 int64_t index_step, int64_t src_step,
+                                                                 int64_t acc_bound) {
   const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t nthreads = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t line = tid; line < it.numel; line += nthreads) {
@@ -79,7 +80,103 @@ __global__ void __launch_bounds__(kThreads) segment_sum_kernel(const T* grad, co
   out[row * cols + col] = s;
 }
 
+// ---- the embedding gradient's bucketing by table row, on the device ----
+// counts[v] = occurrences of row v (ids outside [0, rows) are skipped: the index check reports them).
+template <class I>
+__global__ void __launch_bounds__(kThreads) count_rows_kernel(const I* ids, int64_t n, int64_t rows,
+                                                              unsigned long long* counts) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const int64_t v = static_cast<int64_t>(ids[i]);
+    if (v >= 0 && v < rows) atomicAdd(&counts[v], 1ull);
+  }
+}
+
+// begin (rows + 1) = exclusive prefix sum of counts; one block: thread t scans a contiguous range.
+__global__ void __launch_bounds__(kThreads) begin_scan_kernel(const unsigned long long* counts, int64_t rows,
+                                                              int64_t* begin) {
+  __shared__ int64_t totals[kThreads];
+  const int64_t per = (rows + kThreads - 1) / kThreads;
+  const int64_t r0 = threadIdx.x * per, r1 = r0 + per < rows ? r0 + per : rows;
+  int64_t s = 0;
+  for (int64_t r = r0; r < r1; ++r) s += static_cast<int64_t>(counts[r]);
+  totals[threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int64_t run = 0;
+    for (int t = 0; t < kThreads; ++t) {
+      const int64_t here = totals[t];
+      totals[t] = run;
+      run += here;
+    }
+    begin[rows] = run;
+  }
+  __syncthreads();
+  int64_t run = totals[threadIdx.x];
+  for (int64_t r = r0; r < r1; ++r) {
+    begin[r] = run;
+    run += static_cast<int64_t>(counts[r]);
+  }
+}
+
+// Each position goes to a free slot of its row's segment (in no particular order: sorted next).
+template <class I>
+__global__ void __launch_bounds__(kThreads) fill_segments_kernel(const I* ids, int64_t n, int64_t rows,
+                                                                 const int64_t* begin, unsigned long long* cursor,
+                                                                 int64_t* order) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const int64_t v = static_cast<int64_t>(ids[i]);
+    if (v < 0 || v >= rows) continue;
+    order[begin[v] + static_cast<int64_t>(atomicAdd(&cursor[v], 1ull))] = i;
+  }
+}
+
+// A block per row puts its segment in increasing position order (the CPU's summation order): each
+// position's rank is the number of smaller ones in the segment (positions are distinct), so the result
+// does not depend on the order the atomics filled it in. O(m^2) for a row of m positions, spread over
+// the block's threads.
+__global__ void __launch_bounds__(kThreads) sort_segments_kernel(const int64_t* begin, const int64_t* unsorted,
+                                                                 int64_t* order, int64_t rows) {
+  for (int64_t v = blockIdx.x; v < rows; v += gridDim.x) {
+    const int64_t b = begin[v], m = begin[v + 1] - b;
+    for (int64_t k = threadIdx.x; k < m; k += blockDim.x) {
+      const int64_t x = unsorted[b + k];
+      int64_t rank = 0;
+      for (int64_t j = 0; j < m; ++j) rank += unsorted[b + j] < x ? 1 : 0;
+      order[b + rank] = x;
+    }
+  }
+}
+
 }  // namespace
+
+void launch_embedding_buckets(int id_dtype, const void* ids, int64_t n, int64_t rows, void* workspace,
+                              int64_t* begin, int64_t* order, int sm_count, cudaStream_t stream) {
+  auto* counts = static_cast<unsigned long long*>(workspace);
+  unsigned long long* cursor = counts + rows;
+  auto* unsorted = reinterpret_cast<int64_t*>(cursor + rows);
+  CPF_CUDA_CHECK(cudaMemsetAsync(counts, 0, 2 * static_cast<size_t>(rows) * sizeof(unsigned long long), stream));
+  const int64_t blocks = (n + kThreads - 1) / kThreads;
+  const auto grid = static_cast<unsigned>(blocks < 1 ? 1 : (blocks < 8LL * sm_count ? blocks : 8LL * sm_count));
+  visit_index(id_dtype, [&]<class I>() {
+    const I* id = static_cast<const I*>(ids);
+    if (n > 0) count_rows_kernel<I><<<grid, kThreads, 0, stream>>>(id, n, rows, counts);
+    CPF_CUDA_CHECK_LAUNCH("embedding backward kernel (row counts)");
+    begin_scan_kernel<<<1, kThreads, 0, stream>>>(counts, rows, begin);
+    CPF_CUDA_CHECK_LAUNCH("embedding backward kernel (segment starts)");
+    if (n == 0 || rows == 0) return;
+    fill_segments_kernel<I><<<grid, kThreads, 0, stream>>>(id, n, rows, begin, cursor, unsorted);
+    CPF_CUDA_CHECK_LAUNCH("embedding backward kernel (segments)");
+    const auto row_blocks = static_cast<unsigned>(rows < 65535LL * 16 ? rows : 65535LL * 16);
+    sort_segments_kernel<<<row_blocks, kThreads, 0, stream>>>(begin, unsorted, order, rows);
+    CPF_CUDA_CHECK_LAUNCH("embedding backward kernel (segment order)");
+  });
+}
+
+size_t embedding_buckets_workspace_bytes(int64_t n, int64_t rows) {
+  return 2 * static_cast<size_t>(rows) * sizeof(unsigned long long) + static_cast<size_t>(n) * sizeof(int64_t);
+}
 
 void launch_gather(const Iter& it, int elem_size, int index_dtype, int64_t x_step, int64_t x_bound,
                    cudaStream_t stream) {

@@ -310,6 +310,22 @@ void segment_sum(const Tensor& out, const Tensor& grad, const Tensor& order, con
                         launch.stream);
 }
 
+void embedding_backward(const Tensor& out, const Tensor& grad, const Tensor& ids) {
+  Launch launch(grad.device());
+  const int64_t n = ids.numel(), rows = out.size(0);
+  // Scratch from the caching allocator, released stream-ordered on return.
+  const auto ws_bytes = static_cast<int64_t>(k::embedding_buckets_workspace_bytes(n, rows));
+  const Tensor ws = empty({std::max<int64_t>(ws_bytes, 1)}, {.dtype = DType::boolean, .device = grad.device()});
+  const Tensor begin = empty({rows + 1}, {.dtype = DType::i64, .device = grad.device()});
+  const Tensor order = empty({std::max<int64_t>(n, 1)}, {.dtype = DType::i64, .device = grad.device()});
+  k::launch_embedding_buckets(code(ids.dtype()), ids.raw_data(), n, rows, ws.raw_data(),
+                              static_cast<int64_t*>(begin.raw_data()), static_cast<int64_t*>(order.raw_data()),
+                              launch.sm_count, launch.stream);
+  k::launch_segment_sum(code(grad.dtype()), grad.raw_data(), static_cast<const int64_t*>(order.raw_data()),
+                        static_cast<const int64_t*>(begin.raw_data()), out.raw_data(), rows, out.size(1),
+                        launch.stream);
+}
+
 void cross_entropy(const Tensor& lse, const Tensor& row_loss, const Tensor& logits, const Tensor& targets,
                    int64_t ignore_index) {
   Launch launch(logits.device());
@@ -329,9 +345,9 @@ void cross_entropy_backward(const Tensor& out, const Tensor& logits, const Tenso
 void cross_entropy_loss(const Tensor& loss, const Tensor& count, const Tensor& row_loss, const Tensor& targets,
                         int64_t ignore_index) {
   Launch launch(row_loss.device());
-  k::launch_cross_entropy_loss(code(loss.dtype()), code(targets.dtype()), static_cast<const double*>(row_loss.raw_data()),
-                               targets.raw_data(), row_loss.numel(), ignore_index, loss.raw_data(),
-                               static_cast<int64_t*>(count.raw_data()), launch.stream);
+  k::launch_cross_entropy_loss(code(loss.dtype()), code(targets.dtype()),
+                               static_cast<const double*>(row_loss.raw_data()), targets.raw_data(), row_loss.numel(),
+                               ignore_index, loss.raw_data(), static_cast<int64_t*>(count.raw_data()), launch.stream);
 }
 
 void cross_entropy_backward_counted(const Tensor& out, const Tensor& logits, const Tensor& targets, const Tensor& lse,
@@ -413,8 +429,8 @@ Tensor upload_tables(Device device, cudaStream_t stream, const std::vector<T>& t
 
 int aligned_to(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0 ? 1 : 0; }
 
-void add_chunks(int32_t index, int64_t numel, std::vector<k::ChunkRef>& chunks) {
-  for (int64_t begin = 0; begin < numel; begin += k::kChunk) chunks.push_back({index, begin});
+void add_chunks(int32_t index, int64_t numel, std::vector<k::ChunkRef>& chunks, int64_t chunk = k::kChunk) {
+  for (int64_t begin = 0; begin < numel; begin += chunk) chunks.push_back({index, begin});
 }
 
 void sum_squares(const Tensor& out, const std::vector<Tensor>& tensors) {
@@ -423,7 +439,7 @@ void sum_squares(const Tensor& out, const std::vector<Tensor>& tensors) {
   std::vector<k::ChunkRef> chunks;
   for (const Tensor& t : tensors) {
     if (t.numel() == 0) continue;
-    add_chunks(static_cast<int32_t>(list.size()), t.numel(), chunks);
+    add_chunks(static_cast<int32_t>(list.size()), t.numel(), chunks, k::kSquaresChunk);
     list.push_back({t.raw_data(), t.numel(), code(t.dtype()), aligned_to(t.raw_data(), 16)});
   }
   size_t chunks_at = 0, partials_at = 0;
@@ -496,6 +512,7 @@ const DeviceOps& cuda_device_ops() {
     t.gather = &gather;
     t.scatter_add = &scatter_add;
     t.segment_sum = &segment_sum;
+    t.embedding_backward = &embedding_backward;
     t.cross_entropy = &cross_entropy;
     t.cross_entropy_backward = &cross_entropy_backward;
     t.cross_entropy_loss = &cross_entropy_loss;

@@ -1,6 +1,7 @@
 // Multi-tensor optimizer kernels: the global sum of squares (gradient norm) and the fused AdamW step.
-// The host (ops.cpp) lists the tensors and cuts them into chunks of kChunk elements; one block per
-// chunk, so a whole model's parameters take one launch whatever their number and sizes.
+// The host (ops.cpp) lists the tensors and cuts them into chunks (kChunk elements for AdamW, kSquaresChunk for
+// the sum of squares); one block per chunk, so a whole model's parameters take one launch whatever their
+// number and sizes.
 //
 // AdamW rounds every operation as the raw-op sequence of optim::AdamW::update does on the CPU (mul_:
 // product in f64 rounded to the type; add_: alpha rounded to the type, then x + alpha * y in the type;
@@ -13,20 +14,26 @@ namespace {
 
 constexpr int kOptThreads = 256;
 
-// Sum over the block (blockDim.x == kOptThreads) in a fixed tree order; the result is valid in thread 0.
+// Sum over the block (blockDim.x == kOptThreads) in a fixed order (shuffle trees within the warps, then
+// over the warps); the result is valid in thread 0. Two barriers instead of a shared-memory tree's nine.
 __device__ double block_sum(double v) {
-  __shared__ double shared[kOptThreads];
-  shared[threadIdx.x] = v;
+  __shared__ double warp_sums[kOptThreads / 32];
+#pragma unroll
+  for (int delta = 16; delta > 0; delta >>= 1) v += __shfl_down_sync(0xffffffffu, v, delta);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  __syncthreads();  // warp_sums may still be read by a previous call
+  if (lane == 0) warp_sums[warp] = v;
   __syncthreads();
-  for (int half = kOptThreads / 2; half > 0; half /= 2) {
-    if (threadIdx.x < half) shared[threadIdx.x] += shared[threadIdx.x + half];
-    __syncthreads();
+  if (warp == 0) {
+    v = lane < kOptThreads / 32 ? warp_sums[lane] : 0.0;
+#pragma unroll
+    for (int delta = 16; delta > 0; delta >>= 1) v += __shfl_down_sync(0xffffffffu, v, delta);
   }
-  return shared[0];
+  return v;
 }
 
 // The chunk's sum of squares in f64. Aligned tensors are read with 16-byte vectors (chunks start at
-// multiples of kChunk, so at vector boundaries); scalar 2-byte loads kept bf16 at half the bandwidth.
+// multiples of kSquaresChunk, so at vector boundaries); scalar 2-byte loads kept bf16 at half the bandwidth.
 template <class T>
 __device__ __forceinline__ double chunk_squares(const T* p, int64_t begin, int64_t end, bool aligned) {
   constexpr int V = 16 / static_cast<int>(sizeof(T));
@@ -56,7 +63,7 @@ __device__ __forceinline__ double chunk_squares(const T* p, int64_t begin, int64
 __global__ void squares_kernel(const SquaresTensor* tensors, const ChunkRef* chunks, double* partials) {
   const ChunkRef c = chunks[blockIdx.x];
   const SquaresTensor t = tensors[c.tensor];
-  const int64_t end = c.begin + kChunk < t.numel ? c.begin + kChunk : t.numel;
+  const int64_t end = c.begin + kSquaresChunk < t.numel ? c.begin + kSquaresChunk : t.numel;
   double acc;
   switch (t.dtype) {
     case kF32: acc = chunk_squares(static_cast<const float*>(t.data), c.begin, end, t.aligned); break;

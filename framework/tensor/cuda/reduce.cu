@@ -200,18 +200,27 @@ __global__ void __launch_bounds__(kThreads) block_rows_kernel(int op, const T* i
   }
 }
 
+// A block per row folds the row's chunk partials: thread t takes chunks t, t + kThreads, ... in order,
+// then the block combines in a fixed tree (deterministic). One warp per row left the single-row sum
+// waiting on ~1000 dependent partial loads after the main kernel.
 template <class T>
 __global__ void __launch_bounds__(kThreads) combine_partials_kernel(int op, const Acc<compute_t<T>>* partial, void* out,
                                                                     int64_t rows, int64_t cols, int64_t chunks) {
   using C = compute_t<T>;
-  const int lane = threadIdx.x & 31;
-  const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
-  const int64_t nwarps = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
-  for (int64_t row = warp; row < rows; row += nwarps) {
+  __shared__ Acc<C> warp_acc[kThreads / 32];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     Acc<C> a = identity<C>(op);
-    for (int64_t c = lane; c < chunks; c += 32) a = combine(op, a, partial[row * chunks + c]);
+    for (int64_t c = threadIdx.x; c < chunks; c += kThreads) a = combine(op, a, partial[row * chunks + c]);
     a = warp_reduce(op, a);
-    if (lane == 0) write_result<T>(op, a, cols, out, row);
+    __syncthreads();  // warp_acc may still be read for the previous row
+    if (lane == 0) warp_acc[warp] = a;
+    __syncthreads();
+    if (warp == 0) {
+      a = lane < kThreads / 32 ? warp_acc[lane] : identity<C>(op);
+      a = warp_reduce(op, a);
+      if (lane == 0) write_result<T>(op, a, cols, out, row);
+    }
   }
 }
 
@@ -265,7 +274,7 @@ void launch_reduce_rows(int op, int dtype, const void* in, void* out, int64_t ro
     block_rows_kernel<T><<<blocks, kThreads, 0, stream>>>(op, x, out, partial, rows, cols, chunks, vec);
     CPF_CUDA_CHECK_LAUNCH("reduce kernel (block per row)");
     if (chunks > 1) {
-      combine_partials_kernel<T><<<static_cast<unsigned>(grid_for_warps(rows, sm_count)), kThreads, 0, stream>>>(
+      combine_partials_kernel<T><<<static_cast<unsigned>(rows < 65535 * 16 ? rows : 65535 * 16), kThreads, 0, stream>>>(
           op, partial, out, rows, cols, chunks);
       CPF_CUDA_CHECK_LAUNCH("reduce kernel (partials)");
     }
