@@ -116,10 +116,6 @@ struct DeviceOps {
   // out (V, C) of grad's compute dtype (f32 for bf16) = for each row v, the sum in order over k in
   // [begin[v], begin[v+1]) of grad[order[k]]; grad (N, C) contiguous; order (N), begin (V + 1) i64.
   void (*segment_sum)(const Tensor& out, const Tensor& grad, const Tensor& order, const Tensor& begin) = nullptr;
-  // The embedding gradient without a host round trip: out (V, C) of grad's compute dtype = for each row v
-  // the sum, in position order, of the rows of grad (N, C) contiguous whose id (ids (N) contiguous i32/i64)
-  // is v; ids outside [0, V) are skipped (check them with check_indices). Bit-identical to the CPU.
-  void (*embedding_backward)(const Tensor& out, const Tensor& grad, const Tensor& ids) = nullptr;
 
   // logits (N, C) contiguous floating, targets (N) i32/i64 in range or ignore_index. lse (N) compute
   // dtype; row_loss (N) f64 = lse - logits[target] (0 on ignored rows).

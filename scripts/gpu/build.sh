@@ -37,8 +37,8 @@ if [[ -n "${EXTRA_TESTS:-}" ]]; then read -r -a extra <<<"$EXTRA_TESTS"; tests+=
 if [[ -n "${TARGETS:-}" ]]; then
   read -r -a wanted <<<"$TARGETS"
   keep() { local t; for t in "${wanted[@]}"; do [[ "$t" == "$1" ]] && return 0; done; return 1; }
-  tests=($(for t in "${tests[@]}"; do keep "$t" && echo "$t"; done))
-  benches=($(for b in "${benches[@]}"; do keep "$b" && echo "$b"; done))
+  tests=($(for t in "${tests[@]}"; do if keep "$t"; then echo "$t"; fi; done))
+  benches=($(for b in "${benches[@]}"; do if keep "$b"; then echo "$b"; fi; done))
 fi
 cmake --build "$BUILD_DIR" -j "$JOBS" --target "${tests[@]}" "${benches[@]}"
 

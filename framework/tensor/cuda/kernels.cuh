@@ -110,12 +110,6 @@ void launch_gather(const Iter& it, int elem_size, int index_dtype, int64_t x_ste
 void launch_scatter_lines(const Iter& it, int acc_dtype, int src_dtype, int index_dtype, int64_t len,
                           int64_t acc_step, int64_t index_step, int64_t src_step, int64_t acc_bound,
                           cudaStream_t stream);  // indices outside [0, acc_bound) are skipped
-// The embedding gradient's bucketing on the device: begin (rows + 1) and order (n) such that the
-// positions i with ids[i] == v are order[begin[v] .. begin[v + 1]) in increasing order (the stable
-// counting sort the CPU does); ids outside [0, rows) are left out. workspace: embedding_buckets_workspace_bytes.
-size_t embedding_buckets_workspace_bytes(int64_t n, int64_t rows);
-void launch_embedding_buckets(int id_dtype, const void* ids, int64_t n, int64_t rows, void* workspace,
-                              int64_t* begin, int64_t* order, int sm_count, cudaStream_t stream);
 // out (rows, cols) compute type of dtype: row v = sum over k in [begin[v], begin[v+1]) of grad[order[k]].
 void launch_segment_sum(int dtype, const void* grad, const int64_t* order, const int64_t* begin, void* out,
                         int64_t rows, int64_t cols, cudaStream_t stream);

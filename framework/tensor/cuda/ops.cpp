@@ -310,22 +310,6 @@ void segment_sum(const Tensor& out, const Tensor& grad, const Tensor& order, con
                         launch.stream);
 }
 
-void embedding_backward(const Tensor& out, const Tensor& grad, const Tensor& ids) {
-  Launch launch(grad.device());
-  const int64_t n = ids.numel(), rows = out.size(0);
-  // Scratch from the caching allocator, released stream-ordered on return.
-  const auto ws_bytes = static_cast<int64_t>(k::embedding_buckets_workspace_bytes(n, rows));
-  const Tensor ws = empty({std::max<int64_t>(ws_bytes, 1)}, {.dtype = DType::boolean, .device = grad.device()});
-  const Tensor begin = empty({rows + 1}, {.dtype = DType::i64, .device = grad.device()});
-  const Tensor order = empty({std::max<int64_t>(n, 1)}, {.dtype = DType::i64, .device = grad.device()});
-  k::launch_embedding_buckets(code(ids.dtype()), ids.raw_data(), n, rows, ws.raw_data(),
-                              static_cast<int64_t*>(begin.raw_data()), static_cast<int64_t*>(order.raw_data()),
-                              launch.sm_count, launch.stream);
-  k::launch_segment_sum(code(grad.dtype()), grad.raw_data(), static_cast<const int64_t*>(order.raw_data()),
-                        static_cast<const int64_t*>(begin.raw_data()), out.raw_data(), rows, out.size(1),
-                        launch.stream);
-}
-
 void cross_entropy(const Tensor& lse, const Tensor& row_loss, const Tensor& logits, const Tensor& targets,
                    int64_t ignore_index) {
   Launch launch(logits.device());
@@ -512,7 +496,6 @@ const DeviceOps& cuda_device_ops() {
     t.gather = &gather;
     t.scatter_add = &scatter_add;
     t.segment_sum = &segment_sum;
-    t.embedding_backward = &embedding_backward;
     t.cross_entropy = &cross_entropy;
     t.cross_entropy_backward = &cross_entropy_backward;
     t.cross_entropy_loss = &cross_entropy_loss;
