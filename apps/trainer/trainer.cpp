@@ -12,6 +12,7 @@
 #include "framework/distributed/autograd_collectives.h"
 #include "framework/distributed/device_mesh.h"
 #include "framework/distributed/environment.h"
+#include "framework/distributed/grad_reducer.h"
 #include "framework/distributed/launcher.h"
 #if CPF_HAVE_NCCL
 #include "framework/distributed/nccl/nccl_init.h"
@@ -94,6 +95,12 @@ class RankTrainer {
                                        flash_config(config)};
     }
     for (const auto& [name, t] : params_) tensors_.push_back(t);
+    // Gradients are summed over the world in buckets that start during backward, each as soon as its
+    // parameters' gradients are final (the loss is already divided by the world's token count).
+    if (groups_.world->size() > 1) {
+      reducer_ = std::make_unique<dist::GradientReducer>(tensors_, groups_.world,
+                                                         dist::GradientReducerOptions{.op = dist::ReduceOp::sum});
+    }
     loader_ = std::make_unique<data::DataLoader>(sources.train, config.data, groups_.dp_rank, groups_.dp_size);
   }
 
@@ -129,6 +136,7 @@ class RankTrainer {
   std::vector<Tensor> tensors_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   optim::LrSchedule schedule_;
+  std::unique_ptr<dist::GradientReducer> reducer_;  // null on one rank
   std::unique_ptr<data::DataLoader> loader_;
   int64_t step_ = 0;
   std::string last_checkpoint_;
@@ -163,7 +171,7 @@ double RankTrainer::train_step(int64_t step, double* grad_norm, int64_t* tokens)
   backward(loss);
   const bool distributed = groups_.world->size() > 1;
   // Each rank's loss is already divided by the world's token count: summing gives the mean.
-  if (distributed) dist::all_reduce_gradients(tensors_, *groups_.world, dist::ReduceOp::sum);
+  if (reducer_) reducer_->finish();
   const double step_loss = distributed ? groups_.world->all_reduce(loss.detach()).item<double>() : loss.item<double>();
   const double norm = c_.run.grad_clip > 0 ? optim::clip_grad_norm_(params_, c_.run.grad_clip) : optim::grad_norm(params_);
   *grad_norm = norm;

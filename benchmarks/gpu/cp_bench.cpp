@@ -1,0 +1,331 @@
+// Context-parallel attention on all visible GPUs over NCCL (one rank thread per GPU, dist::launch with
+// Backend::nccl): forward + backward, causal, bf16, bshd with b = 1, h = 16, d = 128, at equal tokens
+// per GPU (16k and 64k), for p2p, all_gather, a2a and, on 4 GPUs, a2a+p2p (2 x 2). Ends with the table
+// whose header starts "CP summary".
+//
+//   NCCL_NVLS_ENABLE=0 ./gpu_cp_bench [--ranks N] [--tokens 16384,65536] [--strategies p2p,all_gather,a2a,a2a+p2p]
+//                                     [--max-call-seconds 30]
+//
+// Efficiency (ring-flash-attention's convention, "theoretic flash_attn" = one GPU's rate / world size):
+// with n GPUs and T tokens per GPU the CP run computes one causal attention over S = n T tokens. Its
+// FLOPs are F(S) = 3.5 x 2 b h S^2 (d_qk + d_v) / 2 (forward 2 b h S^2 (d_qk + d_v), halved for causal;
+// backward 2.5 x forward, as gpu_attention_bench counts them). The dual-chunk layout gives every rank
+// exactly F(S) / n: rank r's query chunks r and 2n-1-r see r + 1/2 and 2n-1-r + 1/2 chunks of keys,
+// 2n chunk-pairs for every rank. "The same per-GPU work on one GPU" is therefore F(S) / n done at the
+// rate one GPU reaches on that causal attention, measured by running the whole S-token problem on
+// cuda:0 (time t1):
+//   per-GPU TFLOP/s = F(S) / n / t_cp          1-GPU TFLOP/s = F(S) / t1
+//   efficiency      = per-GPU / 1-GPU = t1 / (n t_cp)      (target >= 90% for p2p)
+// A causal attention over only T tokens is not that work: it has a larger share of diagonal tiles (and a
+// lower rate), which would flatter the CP run. Peak memory per rank is the caching allocator's peak during
+// the timed calls, inputs and gradients included.
+//
+// Timing: a warm-up call (plans, NCCL connections, allocator cache), a second call that sizes the
+// batches (`reps` calls, about 0.5 s), then 5 batches, each between a barrier and a device
+// synchronisation; the median batch, the slowest rank's. A case whose
+// warm-up call takes longer than --max-call-seconds (a slow fallback) is reported, not timed.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "attention/cp/context_parallel.h"
+#include "attention/dot_product_attention.h"
+#include "framework/autograd/ops.h"
+#include "framework/distributed/device_mesh.h"
+#include "framework/distributed/launcher.h"
+#include "framework/distributed/nccl/nccl_init.h"
+#include "framework/tensor/cuda/cuda.h"
+#include "framework/tensor/random.h"
+
+namespace {
+
+using namespace cpf;
+using cp::CommType;
+using Clock = std::chrono::steady_clock;
+
+constexpr int64_t kHeads = 16, kHeadDim = 128;
+constexpr int kBatches = 5;
+
+double flops_fwd_bwd(int64_t seq) {  // causal, b = 1
+  return 3.5 * 2.0 * kHeads * static_cast<double>(seq) * static_cast<double>(seq) * (2 * kHeadDim) / 2;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// Calls per timed batch: about half a second of work, at least 1.
+int reps_for(double seconds_per_call) {
+  return std::clamp(static_cast<int>(0.5 / std::max(seconds_per_call, 1e-6)), 1, 20);
+}
+
+struct Row {
+  int64_t tokens_per_gpu = 0;
+  std::string strategy;
+  std::string note;  // why it was not measured; empty when it was
+  double seconds = 0;
+  double bytes_sent = 0;  // per rank per call (forward + backward), the largest over ranks
+  double peak_max = 0, peak_min = 0;  // bytes, over ranks
+};
+
+struct Baseline {
+  std::string note;
+  double seconds = 0;
+  double peak = 0;
+};
+
+AttentionSpec causal() {
+  AttentionSpec spec;
+  spec.qkv_format = QkvFormat::bshd;
+  spec.mask = MaskType::causal;
+  spec.window = {-1, 0};
+  return spec;
+}
+
+// The whole S-token problem on cuda:0: dot_product_attention forward + backward from out.
+Baseline single_gpu(int64_t seq, double max_call_seconds) {
+  Baseline b;
+  try {
+    Generator gen(7);
+    const TensorOptions opts{.dtype = DType::bf16, .device = Device::cuda(0)};
+    Tensor q = uniform({1, seq, kHeads, kHeadDim}, -1, 1, opts, &gen).set_requires_grad();
+    Tensor k = uniform({1, seq, kHeads, kHeadDim}, -1, 1, opts, &gen).set_requires_grad();
+    Tensor v = uniform({1, seq, kHeads, kHeadDim}, -1, 1, opts, &gen).set_requires_grad();
+    const Tensor dout = uniform({1, seq, kHeads, kHeadDim}, -1, 1, opts, &gen);
+    auto call = [&] {
+      auto [out, lse] = dot_product_attention(q, k, v, causal());
+      backward({out}, {dout});
+      q.set_grad(Tensor());
+      k.set_grad(Tensor());
+      v.set_grad(Tensor());
+    };
+    cuda::reset_peak_memory_stats(0);
+    const auto t0 = Clock::now();
+    call();
+    cuda::synchronize(0);
+    const double warm = seconds_since(t0);
+    if (warm > max_call_seconds) {
+      b.note = "one call took " + std::to_string(warm) + " s";
+    } else {
+      const auto t1 = Clock::now();  // a second call, without the first one's plan building, sizes the batches
+      call();
+      cuda::synchronize(0);
+      const int reps = reps_for(seconds_since(t1));
+      std::vector<double> batches;
+      for (int i = 0; i < kBatches; ++i) {
+        const auto t = Clock::now();
+        for (int r = 0; r < reps; ++r) call();
+        cuda::synchronize(0);
+        batches.push_back(seconds_since(t) / reps);
+      }
+      b.seconds = median(batches);
+      b.peak = static_cast<double>(cuda::memory_stats(0).peak_allocated);
+    }
+  } catch (const Error& e) {
+    b.note = e.message();
+  } catch (const std::exception& e) {
+    b.note = e.what();
+  }
+  cuda::synchronize(0);
+  cuda::empty_cache(0);
+  return b;
+}
+
+// The largest (or smallest) of every rank's value.
+double over_ranks(dist::RankContext& ctx, double mine, dist::ReduceOp op) {
+  const Tensor t = full({1}, mine, {.dtype = DType::f64, .device = ctx.device});
+  return ctx.world->all_reduce(t, op).item<double>();
+}
+
+Row run_cp(int n, int64_t tokens, CommType comm, double max_call_seconds) {
+  Row row;
+  row.tokens_per_gpu = tokens;
+  row.strategy = cp::comm_type_name(comm);
+  std::mutex mutex;
+  try {
+    dist::launch(
+        n,
+        [&](dist::RankContext& ctx) {
+          dist::MeshShape shape{.cp = n, .require_cp = true};
+          if (comm == CommType::a2a_p2p) {
+            shape.cp_a2a = 2;
+            shape.hierarchical_cp = true;
+          }
+          dist::DeviceMesh mesh(ctx.world, shape);
+          const cp::ContextParallel cp_config{comm, mesh.cp(), mesh.cp_a2a(), mesh.cp_p2p(), {}};
+          const int dev = ctx.device.index;
+          Generator gen(100 + static_cast<uint64_t>(ctx.rank));
+          const TensorOptions opts{.dtype = DType::bf16, .device = ctx.device};
+          Tensor q = uniform({1, tokens, kHeads, kHeadDim}, -1, 1, opts, &gen).set_requires_grad();
+          Tensor k = uniform({1, tokens, kHeads, kHeadDim}, -1, 1, opts, &gen).set_requires_grad();
+          Tensor v = uniform({1, tokens, kHeads, kHeadDim}, -1, 1, opts, &gen).set_requires_grad();
+          const Tensor dout = uniform({1, tokens, kHeads, kHeadDim}, -1, 1, opts, &gen);
+          auto call = [&](const std::shared_ptr<cp::CpStats>& stats) {
+            auto [out, lse] = cp::context_parallel_attention(q, k, v, causal(), std::nullopt, cp_config, stats);
+            backward({out}, {dout});
+            q.set_grad(Tensor());
+            k.set_grad(Tensor());
+            v.set_grad(Tensor());
+          };
+          cuda::reset_peak_memory_stats(dev);
+          auto stats = std::make_shared<cp::CpStats>();
+          ctx.world->barrier();
+          const auto t0 = Clock::now();
+          call(stats);
+          cuda::synchronize(dev);
+          // Every rank takes the same decisions from the slowest warm-up.
+          const double warm = over_ranks(ctx, seconds_since(t0), dist::ReduceOp::max);
+          const double sent = over_ranks(
+              ctx, static_cast<double>(stats->forward_bytes_sent + stats->backward_bytes_sent), dist::ReduceOp::max);
+          if (warm > max_call_seconds) {
+            std::lock_guard lock(mutex);
+            row.note = "one call took " + std::to_string(warm) + " s";
+            return;
+          }
+          ctx.world->barrier();
+          const auto t1 = Clock::now();  // a second call, without the first one's plan building, sizes the batches
+          call(nullptr);
+          cuda::synchronize(dev);
+          const int reps = reps_for(over_ranks(ctx, seconds_since(t1), dist::ReduceOp::max));
+          std::vector<double> batches;
+          for (int i = 0; i < kBatches; ++i) {
+            ctx.world->barrier();
+            const auto t = Clock::now();
+            for (int r = 0; r < reps; ++r) call(nullptr);
+            cuda::synchronize(dev);
+            batches.push_back(seconds_since(t) / reps);
+          }
+          const double seconds = over_ranks(ctx, median(batches), dist::ReduceOp::max);
+          const double peak = static_cast<double>(cuda::memory_stats(dev).peak_allocated);
+          const double peak_max = over_ranks(ctx, peak, dist::ReduceOp::max);
+          const double peak_min = over_ranks(ctx, peak, dist::ReduceOp::min);
+          if (ctx.rank == 0) {
+            std::lock_guard lock(mutex);
+            row.seconds = seconds;
+            row.bytes_sent = sent;
+            row.peak_max = peak_max;
+            row.peak_min = peak_min;
+          }
+        },
+        {.timeout = std::chrono::seconds(600), .backend = dist::Backend::nccl});
+  } catch (const Error& e) {
+    row.note = e.message();
+  } catch (const std::exception& e) {
+    row.note = e.what();
+  }
+  for (int d = 0; d < n; ++d) cuda::empty_cache(d);
+  return row;
+}
+
+std::vector<std::string> split(const std::string& text) {
+  std::vector<std::string> parts;
+  std::stringstream ss(text);
+  for (std::string part; std::getline(ss, part, ',');) {
+    if (!part.empty()) parts.push_back(part);
+  }
+  return parts;
+}
+
+double gib(double bytes) { return bytes / 1073741824.0; }
+
+std::string fixed(const char* format, double value) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, format, value);
+  return buf;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int ranks = cuda::device_count();
+  std::vector<int64_t> tokens = {16384, 65536};
+  std::vector<std::string> strategies = {"p2p", "all_gather", "a2a", "a2a+p2p"};
+  double max_call_seconds = 30;
+  // Flags it does not know (e.g. run_suite.sh's --benchmark_* ones) are ignored.
+  for (int i = 1; i + 1 < argc; ++i) {
+    const std::string flag = argv[i];
+    const char* value = argv[i + 1];
+    if (flag == "--ranks") {
+      ranks = std::atoi(value);
+    } else if (flag == "--tokens") {
+      tokens.clear();
+      for (const std::string& t : split(value)) tokens.push_back(std::atoll(t.c_str()));
+    } else if (flag == "--strategies") {
+      strategies = split(value);
+    } else if (flag == "--max-call-seconds") {
+      max_call_seconds = std::atof(value);
+    } else {
+      continue;
+    }
+    ++i;
+  }
+  if (ranks < 2 || ranks > cuda::device_count()) {
+    std::printf("gpu_cp_bench: needs 2 or more GPUs (--ranks %d), %d visible; nothing to measure\n", ranks,
+                cuda::device_count());
+    return 0;
+  }
+  std::printf("gpu_cp_bench: %d ranks (one per GPU), NCCL %d, causal bf16 b=1 h=%lld d=%lld, NCCL_NVLS_ENABLE=%s\n",
+              ranks, dist::nccl::nccl_version(), static_cast<long long>(kHeads), static_cast<long long>(kHeadDim),
+              std::getenv("NCCL_NVLS_ENABLE") ? std::getenv("NCCL_NVLS_ENABLE") : "(unset)");
+  std::vector<Row> rows;
+  std::vector<Baseline> baselines;
+  for (const int64_t t : tokens) {
+    const int64_t seq = t * ranks;
+    const Baseline base = single_gpu(seq, max_call_seconds);
+    const std::string base_text = base.note.empty() ? fixed("%.2f ms, ", base.seconds * 1e3) +
+                                                          fixed("%.1f TFLOP/s", flops_fwd_bwd(seq) / base.seconds * 1e-12)
+                                                    : base.note;
+    std::printf("1 GPU, %lld tokens: %s\n", static_cast<long long>(seq), base_text.c_str());
+    std::fflush(stdout);
+    for (const std::string& name : strategies) {
+      const CommType comm = cp::parse_comm_type(name);
+      if (comm == CommType::a2a_p2p && (ranks % 2 != 0 || ranks < 4)) continue;  // needs a2a 2 x p2p >= 2
+      if ((comm == CommType::a2a || comm == CommType::a2a_p2p) && kHeads % (comm == CommType::a2a ? ranks : 2) != 0) {
+        continue;
+      }
+      Row row = run_cp(ranks, t, comm, max_call_seconds);
+      const std::string row_text = row.note.empty() ? fixed("%.2f ms per call", row.seconds * 1e3) : row.note;
+      std::printf("%d GPUs, %lld tokens per GPU, %s: %s\n", ranks, static_cast<long long>(t), name.c_str(),
+                  row_text.c_str());
+      std::fflush(stdout);
+      rows.push_back(row);
+      baselines.push_back(base);
+    }
+  }
+
+  std::printf("\nCP summary (%d GPUs over NCCL; fwd+bwd, causal, bf16, b=1 h=%lld d=%lld; efficiency = per-GPU "
+              "TFLOP/s / one GPU's TFLOP/s on the whole sequence = t1 / (n t_cp); target >= 90%% for p2p)\n",
+              ranks, static_cast<long long>(kHeads), static_cast<long long>(kHeadDim));
+  std::printf("%-10s | %-10s | %-10s | %-13s | %-13s | %-10s | %-14s | %-23s | %s\n", "tokens/GPU", "strategy",
+              "ms/call", "per-GPU TF/s", "1-GPU TF/s", "efficiency", "sent MiB/rank", "peak GiB/rank (max / min)",
+              "1-GPU peak GiB");
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Row& r = rows[i];
+    const Baseline& b = baselines[i];
+    const int64_t seq = r.tokens_per_gpu * ranks;
+    const double per_gpu = r.note.empty() ? flops_fwd_bwd(seq) / ranks / r.seconds * 1e-12 : 0;
+    const double one = b.note.empty() ? flops_fwd_bwd(seq) / b.seconds * 1e-12 : 0;
+    char eff[32] = "n/a";
+    if (per_gpu > 0 && one > 0) std::snprintf(eff, sizeof eff, "%.1f%%", 100 * per_gpu / one);
+    if (!r.note.empty()) {
+      std::printf("%-10lld | %-10s | not measured: %s\n", static_cast<long long>(r.tokens_per_gpu), r.strategy.c_str(),
+                  r.note.substr(0, 160).c_str());
+      continue;
+    }
+    const std::string one_text = b.note.empty() ? fixed("%.1f", one) : "n/a (" + b.note.substr(0, 60) + ")";
+    const std::string peaks = fixed("%.2f", gib(r.peak_max)) + " / " + fixed("%.2f", gib(r.peak_min));
+    std::printf("%-10lld | %-10s | %-10.2f | %-13.1f | %-13s | %-10s | %-14.1f | %-23s | %s\n",
+                static_cast<long long>(r.tokens_per_gpu), r.strategy.c_str(), r.seconds * 1e3, per_gpu,
+                one_text.c_str(), eff, r.bytes_sent / 1048576.0, peaks.c_str(),
+                b.note.empty() ? fixed("%.2f", gib(b.peak)).c_str() : "n/a");
+  }
+  return 0;
+}
