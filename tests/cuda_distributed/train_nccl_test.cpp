@@ -240,18 +240,24 @@ class ProcessLaunchNccl : public MultiGpuTest {
     std::lock_guard lock(mutex_);
     return lines_;
   }
+  void clear_output() {
+    std::lock_guard lock(mutex_);
+    lines_.clear();
+  }
   std::string bin_, config_;
   std::mutex mutex_;
   std::string lines_;
 };
 
-// The same 10 steps three ways must log the same losses. attention.deterministic makes cuDNN's backward
-// bitwise reproducible, and with 2 ranks every NCCL sum is a single a + b, so the runs are expected to
-// agree bit for bit; 1e-6 relative leaves room only for a different library path, not for a different step.
+// The same 10 bf16 steps, started two ways, must log the same losses (dp = 2, then cp = 2).
+// attention.deterministic makes cuDNN's backward bitwise reproducible (tests/cuda/training_test.cpp checks
+// that on one GPU), and with 2 ranks every NCCL sum is a single a + b, so the runs are expected to agree
+// bit for bit; 1e-6 relative leaves room only for a different library path, not for a different step.
 TEST_F(ProcessLaunchNccl, TwoProcessesLogTheLossesOfTheSingleCommand) {
   for (const std::string parallel : {"parallel.cp=1", "parallel.cp=2"}) {
     SCOPED_TRACE(parallel);
-    const std::vector<std::string> common = {"--set", "run.steps=10", "--set", parallel, "--set",
+    const std::vector<std::string> common = {"--set", "run.steps=10",          "--set", parallel,
+                                             "--set", "run.precision=bf16",    "--set",
                                              "attention.deterministic=true"};
     const fs::path one_dir = scratch("one_command_" + parallel.substr(9));
     std::vector<std::string> args = {"train", config_, "--gpus", "2", "--set", "run.out_dir=" + one_dir.string()};
@@ -280,7 +286,7 @@ TEST_F(ProcessLaunchNccl, TwoProcessesLogTheLossesOfTheSingleCommand) {
       if (two[i] != one[i]) std::printf("[train nccl] %s step %zu not bit-identical: %.17g vs %.17g\n",
                                         parallel.c_str(), i + 1, two[i], one[i]);
     }
-    lines_.clear();
+    clear_output();
   }
 }
 
