@@ -13,9 +13,10 @@
 #            so the multi-GPU tests only share that GPU on 4-GPU runs).
 #   bench    gpu_nccl_bench and gpu_cp_bench on 2 GPUs, then on 4.
 #   scaling  scripts/gpu/train_scaling.sh (cpformer --gpus 1, 2, 4).
-# VARIANT: a folder with bin/ and lib/ built from another branch (only what differs); its test binaries
-# run, at the end of the tests stage, over a copy of the carry with its libraries in front, and its
-# gpu_nccl_bench after ours in the bench stage.
+# VARIANT: a folder with bin/ and lib/ built from another branch (only what differs, e.g. its
+# libcpf_distributed_nccl.so and the tests it changed): copied over a copy of the carry, whose
+# cuda_distributed_* tests then run again at the end of the tests stage (binaries load the libraries
+# of their folder's lib/), and its gpu_nccl_bench after ours in the bench stage.
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -61,8 +62,7 @@ if [[ " $STAGES " == *" tests "* ]]; then
     section "cuda_distributed_* on $n GPUs" "$logs/tests_${n}gpu/results.md"
   done
   if [[ -n "${VARIANT:-}" ]]; then
-    names="$(ls "$ROOT/$VARIANT"/bin | grep '_test$' | tr '\n' ' ')"
-    CUDA_VISIBLE_DEVICES=$(visible "${counts[-1]}") TESTS="$names" SKIP_BENCH=1 \
+    CUDA_VISIBLE_DEVICES=$(visible "${counts[-1]}") TESTS="cuda_distributed_*" SKIP_BENCH=1 \
       "$ROOT/scripts/gpu/run_suite.sh" "$variant" "$logs/variant" >/dev/null 2>&1
     section "variant $VARIANT on ${counts[-1]} GPUs" "$logs/variant/results.md"
   fi
