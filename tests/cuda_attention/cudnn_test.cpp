@@ -406,14 +406,16 @@ TEST(CudnnUnsupportedReason, NamesWhatCudnnCannotRun) {
   // Offsets that differ per sequence and are not bottom-right aligned (equal lengths).
   const Case offsets{.name = "offsets", .format = QkvFormat::thd, .mask = MaskType::causal, .batch = 1, .s_q = 128,
                      .s_kv = 128, .seq = SequenceInfo::from_lengths({64, 64}).with_position_offsets({0, 10}, {0, 0})};
-  EXPECT_NE(reason_for(offsets).find("per-sequence position offsets differ"), std::string::npos) << reason_for(offsets);
+  EXPECT_NE(reason_for(offsets).find("not one band with the same diagonal in every sequence"), std::string::npos)
+      << reason_for(offsets);
 
-  // Positions that are not one contiguous run.
+  // Key positions that do not increase.
   std::vector<int64_t> q_pos(64), kv_pos(64);
   for (int64_t i = 0; i < 64; ++i) q_pos[static_cast<size_t>(i)] = kv_pos[static_cast<size_t>(i)] = 63 - i;
   const Case shuffled{.name = "shuffled", .format = QkvFormat::thd, .mask = MaskType::causal, .batch = 1, .s_q = 64,
                       .s_kv = 64, .seq = SequenceInfo::from_lengths({64}).with_positions(q_pos, kv_pos)};
-  EXPECT_NE(reason_for(shuffled).find("not one contiguous run"), std::string::npos) << reason_for(shuffled);
+  EXPECT_NE(reason_for(shuffled).find("the key positions of sequence 0 do not increase (63 then 62"), std::string::npos)
+      << reason_for(shuffled);
 
   // bshd rows with no keys cannot go through cuDNN's per-row form.
   const Case empty_row{.name = "empty_row", .mask = MaskType::padding, .s_q = 64, .s_kv = 64,
