@@ -13,7 +13,9 @@ Tensor batch_loss(const models::GPT& model, const data::Batch& batch, const Rank
   const models::GPTBatch b = models::to_device(models::make_gpt_batch(local), model.device());
   int64_t count = b.num_valid_labels;
   if (g.world && g.world->size() > 1) {
-    count = g.world->all_reduce(scalar_tensor(static_cast<double>(count), {.dtype = DType::i64})).item<int64_t>();
+    // On the model's device: an NCCL group only takes tensors on its GPU.
+    count = g.world->all_reduce(scalar_tensor(static_cast<double>(count), {.dtype = DType::i64, .device = model.device()}))
+                .item<int64_t>();
   }
   if (global_valid) *global_valid = count;
   const Tensor logits = model.forward(b.input, g.cp ? &*g.cp : nullptr);  // (T_local, V)
@@ -101,7 +103,7 @@ data::ExactMatchResult eval_exact_match(const models::GPT& model, const data::Sy
     result = data::evaluate_exact_match_batched(source, predict, end - begin, 64, begin);
   }
   if (world > 1) {
-    const Tensor counts = from_vector<int64_t>({result.num_correct}, {1});
+    const Tensor counts = from_vector<int64_t>({result.num_correct}, {1}, model.device());  // the group's device
     result.num_correct = g.world->all_reduce(counts).to_vector<int64_t>()[0];
   }
   result.num_examples = num_examples;

@@ -4,6 +4,9 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#if defined(CPF_WITH_OPENMP)
+#include <omp.h>
+#endif
 
 #include "apps/trainer/checkpointing.h"
 #include "apps/trainer/device_memory.h"
@@ -347,6 +350,12 @@ TrainOutcome train(const TrainConfig& config, std::ostream& out, bool progress_b
     rank.run();
   };
   if (env) {
+#if defined(CPF_WITH_OPENMP)
+    // What launch() does for rank threads: the cores of this node shared by its ranks.
+    const int local_ranks = std::max(1, env->local_world_size);
+    omp_set_num_threads(config.run.threads > 0 ? static_cast<int>(config.run.threads)
+                                               : std::max(1, omp_get_num_procs() / local_ranks));
+#endif
 #if CPF_HAVE_NCCL
     dist::RankContext ctx = dist::init_from_environment();
     run_rank(ctx);

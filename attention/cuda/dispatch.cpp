@@ -1,12 +1,14 @@
 // The CUDA attention entry points registered in register.cpp (attention_cuda.h): each call asks
 // backend_selection which implementation runs it (cuDNN's fused SDPA or the unfused path) and
-// forwards the call unchanged. The forward and the backward of one step choose independently: a
-// backward with a gradient on lse (CP's merged tiles) runs unfused even when cuDNN ran the forward;
-// both follow the same contract (flash_attention.h), so their results combine.
+// forwards the call unchanged, with q's device current (so the cuDNN probe, handles and plans are made
+// on that device even in rank threads that never called cudaSetDevice). The forward and the backward of
+// one step choose independently: a backward with a gradient on lse runs unfused even when cuDNN ran the
+// forward; both follow the same contract (flash_attention.h), so their results combine.
 #include "attention/cuda/attention_cuda.h"
 #include "attention/cuda/backend_selection.h"
 #include "attention/cuda/unfused_attention.h"
 #include "framework/core/error.h"
+#include "framework/tensor/cuda/runtime.cuh"
 #if CPF_HAVE_CUDNN
 #include "attention/cuda/cudnn_sdpa.h"
 #endif
@@ -14,6 +16,7 @@
 namespace cpf::attention_cuda {
 
 raw::AttentionForward forward(const AttentionProblem& p, const Tensor& q, const Tensor& k, const Tensor& v) {
+  const cuda::DeviceGuard device_guard(q.device().index);
   const BackendChoice choice = select_and_log_backend(p, q.dtype(), /*backward=*/false, /*has_dlse=*/false, q.device());
 #if CPF_HAVE_CUDNN
   if (choice.backend == AttentionBackend::cudnn) return cudnn::forward(p, q, k, v);
@@ -25,6 +28,7 @@ raw::AttentionForward forward(const AttentionProblem& p, const Tensor& q, const 
 
 raw::AttentionGrads backward(const AttentionProblem& p, const Tensor& dout, const Tensor& dlse, const Tensor& q,
                              const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse) {
+  const cuda::DeviceGuard device_guard(q.device().index);
   const BackendChoice choice = select_and_log_backend(p, q.dtype(), /*backward=*/true, dlse.defined(), q.device());
 #if CPF_HAVE_CUDNN
   // cuDNN's backward takes no dlse: selection only picks it when dlse is undefined.

@@ -123,7 +123,23 @@ EnvLookup process_environment() {
   };
 }
 
-std::optional<LaunchEnvironment> read_launch_environment(const EnvLookup& env) {
+// See LaunchEnvironment::rendezvous_port.
+static LaunchEnvironment with_rendezvous_port(LaunchEnvironment e, const EnvLookup& env) {
+  if (env("CPF_RENDEZVOUS_PORT")) {
+    e.rendezvous_port = *int_var(env, "CPF_RENDEZVOUS_PORT", e.launcher.c_str(), true);
+    CPF_CHECK(e.rendezvous_port >= 1 && e.rendezvous_port <= 65535, "launch environment (", e.launcher,
+              "): CPF_RENDEZVOUS_PORT=", e.rendezvous_port, " is not a TCP port (1..65535)");
+  } else if (e.launcher == "torchrun" && env("TORCHELASTIC_RUN_ID")) {
+    CPF_CHECK(e.master_port < 65535, "launch environment (torchrun): MASTER_PORT=", e.master_port,
+              " leaves no next port for the rendezvous (torchrun's agent holds MASTER_PORT); set CPF_RENDEZVOUS_PORT");
+    e.rendezvous_port = e.master_port + 1;
+  } else {
+    e.rendezvous_port = e.master_port;
+  }
+  return e;
+}
+
+static std::optional<LaunchEnvironment> read_launcher(const EnvLookup& env) {
   if (env("RANK")) return read_torchrun(env);
   if (env("WORLD_SIZE") || env("LOCAL_RANK")) {
     CPF_FAIL("launch environment (torchrun): ", env("WORLD_SIZE") ? "WORLD_SIZE" : "LOCAL_RANK",
@@ -132,6 +148,12 @@ std::optional<LaunchEnvironment> read_launch_environment(const EnvLookup& env) {
   if (env("OMPI_COMM_WORLD_RANK")) return read_openmpi(env);
   if (env("SLURM_PROCID")) return read_slurm(env);
   return std::nullopt;
+}
+
+std::optional<LaunchEnvironment> read_launch_environment(const EnvLookup& env) {
+  std::optional<LaunchEnvironment> e = read_launcher(env);
+  if (e) e = with_rendezvous_port(*e, env);
+  return e;
 }
 
 std::string first_slurm_host(const std::string& nodelist) {

@@ -32,6 +32,10 @@ struct LaunchEnvironment {
   int local_world_size = 0;  // 0: not given
   std::string master_addr;
   int master_port = 0;
+  // Where rank 0's TCP rendezvous listens: CPF_RENDEZVOUS_PORT when set; else MASTER_PORT + 1 in
+  // processes that torchrun's agent started (TORCHELASTIC_RUN_ID is set: the agent's own store keeps
+  // MASTER_PORT); else MASTER_PORT.
+  int rendezvous_port = 0;
 };
 
 // Looks a variable up: the value, or nullopt when unset.

@@ -46,8 +46,9 @@ rm -rf "$CARRY_DIR"
 mkdir -p "$CARRY_DIR/bin" "$CARRY_DIR/lib"
 for t in "${tests[@]}"; do cp "$BUILD_DIR/tests/$t" "$CARRY_DIR/bin/"; done
 for b in "${benches[@]}"; do cp "$BUILD_DIR/benchmarks/gpu/$b" "$CARRY_DIR/bin/"; done
-# The apps (GPU training runs) when asked for.
-if [[ -n "${WITH_APPS:-}" ]]; then
+# The apps (GPU training runs) when asked for, and always for the multi-GPU training test, which starts
+# cpformer from the folder it runs in.
+if [[ -n "${WITH_APPS:-}" || " ${tests[*]} " == *" cuda_distributed_train_nccl_test "* ]]; then
   cmake --build "$BUILD_DIR" -j "$JOBS" --target cpformer
   cp "$BUILD_DIR/apps/cpformer" "$CARRY_DIR/bin/"
 fi

@@ -46,6 +46,24 @@ TEST(LaunchEnvironment, Torchrun) {
   EXPECT_EQ(e->master_port, 29500);
 }
 
+TEST(LaunchEnvironment, RendezvousPortAvoidsTorchrunsAgentStore) {
+  // spawn_local_processes and hand-set variables: the rendezvous listens on MASTER_PORT itself.
+  EXPECT_EQ(dist::read_launch_environment(lookup(torchrun()))->rendezvous_port, 29500);
+  // A process torchrun's agent started: the agent's store holds MASTER_PORT, so the next port.
+  Vars v = torchrun();
+  v["TORCHELASTIC_RUN_ID"] = "none";
+  EXPECT_EQ(dist::read_launch_environment(lookup(v))->rendezvous_port, 29501);
+  // An explicit port wins for every launcher.
+  v["CPF_RENDEZVOUS_PORT"] = "31000";
+  EXPECT_EQ(dist::read_launch_environment(lookup(v))->rendezvous_port, 31000);
+  v["CPF_RENDEZVOUS_PORT"] = "70000";
+  EXPECT_CPF_ERROR(dist::read_launch_environment(lookup(v)), "CPF_RENDEZVOUS_PORT=70000 is not a TCP port (1..65535)");
+  v.erase("CPF_RENDEZVOUS_PORT");
+  v["MASTER_PORT"] = "65535";
+  EXPECT_CPF_ERROR(dist::read_launch_environment(lookup(v)),
+                   "MASTER_PORT=65535 leaves no next port for the rendezvous (torchrun's agent holds MASTER_PORT)");
+}
+
 TEST(LaunchEnvironment, TorchrunErrorsNameTheVariable) {
   for (const char* name : {"WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"}) {
     Vars v = torchrun();

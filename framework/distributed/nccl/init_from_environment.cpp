@@ -23,9 +23,12 @@ RankContext init_nccl_world(const LaunchEnvironment& env, const NcclInitOptions&
   const std::string context =
       detail::str_cat("init_from_environment (", env.launcher, ", rank ", env.rank, " of ", env.world_size, ")");
   const int gpus = cuda::device_count();
-  CPF_CHECK(env.local_rank < gpus, context, ": local rank ", env.local_rank, " needs cuda:", env.local_rank, " but ",
-            gpus, " GPUs are visible; start at most ", gpus, " ranks per node");
-  CPF_CUDA_CHECK(cudaSetDevice(env.local_rank));
+  // One visible GPU (srun --gpus-per-task=1, or CUDA_VISIBLE_DEVICES set per process): it is this rank's,
+  // whatever the local rank; otherwise local rank r takes cuda:r.
+  const int gpu = gpus == 1 ? 0 : env.local_rank;
+  CPF_CHECK(gpu < gpus, context, ": local rank ", env.local_rank, " needs cuda:", env.local_rank, " but ", gpus,
+            " GPUs are visible; start at most ", gpus, " ranks per node");
+  CPF_CUDA_CHECK(cudaSetDevice(gpu));
   nccl::default_nvls_off();
   std::string id_bytes;
   if (env.rank == 0) {
@@ -34,7 +37,8 @@ RankContext init_nccl_world(const LaunchEnvironment& env, const NcclInitOptions&
     id_bytes.assign(id.internal, sizeof id.internal);
   }
   std::unique_ptr<TcpRendezvous> rendezvous = TcpRendezvous::join({.host = env.master_addr,
-                                                                   .port = env.master_port,
+                                                                   .port = env.rendezvous_port > 0 ? env.rendezvous_port
+                                                                                                   : env.master_port,
                                                                    .rank = env.rank,
                                                                    .world_size = env.world_size,
                                                                    .payload = id_bytes,
@@ -55,10 +59,10 @@ RankContext init_nccl_world(const LaunchEnvironment& env, const NcclInitOptions&
                                  " and none has died since, so a rank stalls before creating its communicator, or "
                                  "NCCL cannot connect the ranks (NCCL_DEBUG=WARN tells more)")};
   ProcessGroupPtr world =
-      nccl::create_world_group(env.rank, env.world_size, id, env.local_rank, options.timeout, domain, watch);
+      nccl::create_world_group(env.rank, env.world_size, id, gpu, options.timeout, domain, watch);
   auto* group = static_cast<nccl::NcclProcessGroup*>(world.get());
   group->attach(std::shared_ptr<void>(std::move(rendezvous)));
-  return {.rank = env.rank, .world_size = env.world_size, .device = Device::cuda(env.local_rank), .world = world};
+  return {.rank = env.rank, .world_size = env.world_size, .device = Device::cuda(gpu), .world = world};
 }
 
 }  // namespace cpf::dist

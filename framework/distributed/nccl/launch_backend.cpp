@@ -32,12 +32,14 @@ class NcclLaunchWorld final : public LaunchWorld {
   ProcessGroupPtr join(int rank, Device device) override {
     CPF_CHECK(device.is_cuda() && device.index == rank, "launch (nccl backend): rank ", rank,
               " must run on cuda:", rank, ", got ", device);
-    // The rank thread stays on its GPU: NCCL and the kernels it launches without a guard use it.
-    CPF_CUDA_CHECK(cudaSetDevice(rank));
+    // Joined before cudaSetDevice: creating this GPU's context can take long enough that a short
+    // launch timeout would otherwise blame a rank that is only slow to start.
     {
       std::lock_guard lock(mutex_);
       joined_[static_cast<size_t>(rank)] = true;
     }
+    // The rank thread stays on its GPU: NCCL and the kernels it launches without a guard use it.
+    CPF_CUDA_CHECK(cudaSetDevice(rank));
     // Bounded: a rank that fails first aborts domain_, which stops the others at once, and one that
     // never gets here fails them at the launch timeout, named by absent_ranks().
     return create_world_group(rank, n_ranks_, id_, rank, timeout_, domain_,

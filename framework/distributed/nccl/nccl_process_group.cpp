@@ -225,10 +225,17 @@ std::shared_ptr<ProcessGroup> NcclProcessGroup::do_new_group(const std::vector<i
   // in the timeout (run() aborts the parent, stopping that thread, before it throws).
   ncclComm_t child = nullptr;
   const int color = member ? 0 : NCCL_SPLIT_NOCOLOR;
-  run_nccl(detail::str_cat("ncclCommSplit of ", describe(), " into '", group_name, "' (global ranks ", globals, ")"),
-           [&] { return ncclCommSplit(comm_->comm, color, key, &child, nullptr); }, context,
-           detail::str_cat("every rank of ", describe(), " must call new_group with the same ranks, and one ",
-                           "never did (it failed, returned, or waits in another operation)"));
+  try {
+    run_nccl(detail::str_cat("ncclCommSplit of ", describe(), " into '", group_name, "' (global ranks ", globals, ")"),
+             [&] { return ncclCommSplit(comm_->comm, color, key, &child, nullptr); }, context,
+             detail::str_cat("every rank of ", describe(), " must call new_group with the same ranks, and one ",
+                             "never did (it failed, returned, or waits in another operation)"));
+  } catch (...) {
+    // NCCL may have written the child before the abort: it is not registered anywhere, so abort it here
+    // (stops its proxy thread, frees its buffers) instead of leaking it.
+    if (child != nullptr) (void)ncclCommAbort(child);
+    throw;
+  }
   if (!member) return nullptr;
   CPF_CHECK(child != nullptr, context, ": ncclCommSplit returned no communicator for member rank ", rank_);
   return std::make_shared<NcclProcessGroup>(state_, child, key, std::move(globals), std::move(group_name));

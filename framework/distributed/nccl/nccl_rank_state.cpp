@@ -198,8 +198,16 @@ void NcclRankState::run(Communicator& comm, const std::string& call, const std::
     if (!was_aborted) status = calls();
   }
   if (was_aborted) CPF_FAIL(context, ": the NCCL world was aborted (", domain_->reason(), ")");
-  // An argument NCCL rejects leaves the communicator usable; NCCL's own failures surface in the poll.
-  if (nccl_failed(status)) throw_nccl_error(__FILE__, __LINE__, call.c_str(), status, nullptr, context);
+  // On a non-blocking communicator a failed call leaves its error as the communicator's state (every
+  // later call fails, and ncclCommDestroy refuses it): abort the world with this reason, as the poll
+  // below does for NCCL's own failures, so the peers learn why and nothing leaks.
+  if (nccl_failed(status)) {
+    const std::string reason = detail::str_cat(context, ": ", call, " failed: ", ncclGetErrorString(status),
+                                               " (ncclResult ", static_cast<int>(status), ")");
+    abort(reason);
+    abort_communicators();
+    CPF_FAIL(reason);
+  }
   // Also after ncclSuccess: ncclCommSplit returns it while the split still runs.
   wait_ready(comm, context, call, stall_cause);
 }
