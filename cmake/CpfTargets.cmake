@@ -10,7 +10,9 @@ function(cpf_add_library)
   list(FILTER _srcs EXCLUDE REGEX "/distributed/nccl/")  # its own library, cpf_distributed_nccl
   set(_target cpf_${ARG_NAME})
   if(_srcs)
-    add_library(${_target} STATIC ${_srcs})
+    add_library(${_target} ${CPF_LIBRARY_KIND} ${_srcs})
+    # No <target>_EXPORTS define: the objects stay identical to the static build's (ccache hits).
+    set_target_properties(${_target} PROPERTIES DEFINE_SYMBOL "")
     set(_scope PUBLIC)
   else()
     add_library(${_target} INTERFACE)

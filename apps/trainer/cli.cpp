@@ -1,5 +1,6 @@
 #include "apps/trainer/cli.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "apps/trainer/config.h"
@@ -101,6 +102,13 @@ TrainConfig load_config(const Args& a) {
   overrides.push_back("parallel.backend=nccl");
   const TrainConfig c = load_train_config(a.positional[0], overrides);
   if (c.parallel.dp * c.parallel.cp == n) return c;
+  const bool dp_given = std::any_of(a.overrides.begin(), a.overrides.end(),
+                                    [](const std::string& o) { return o.rfind("parallel.dp=", 0) == 0; });
+  if (dp_given) {
+    throw UsageError("--gpus " + std::to_string(n) + " and --set parallel.dp=" + std::to_string(c.parallel.dp) +
+                     " disagree: ranks = parallel.dp x parallel.cp = " + std::to_string(c.parallel.dp) + " x " +
+                     std::to_string(c.parallel.cp) + "; drop one of them");
+  }
   if (n % c.parallel.cp != 0) {
     throw UsageError("--gpus " + std::to_string(n) + " is not a multiple of parallel.cp=" +
                      std::to_string(c.parallel.cp) + " (ranks = parallel.dp x parallel.cp); pick a multiple or set "

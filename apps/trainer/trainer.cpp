@@ -17,6 +17,7 @@
 #include "framework/distributed/environment.h"
 #include "framework/distributed/grad_reducer.h"
 #include "framework/distributed/launcher.h"
+#include "framework/distributed/rendezvous_tcp.h"
 #if CPF_HAVE_NCCL
 #include "framework/distributed/nccl/nccl_init.h"
 #endif
@@ -358,7 +359,13 @@ TrainOutcome train(const TrainConfig& config, std::ostream& out, bool progress_b
 #endif
 #if CPF_HAVE_NCCL
     dist::RankContext ctx = dist::init_from_environment();
-    run_rank(ctx);
+    try {
+      run_rank(ctx);
+    } catch (const std::exception& e) {
+      // The other processes stop now, naming this rank and its message, instead of at their op timeout.
+      dist::report_failure_to_peers(e.what());
+      throw;
+    }
 #else
     CPF_FAIL("cpformer train: started by ", env->launcher, " (one process per rank) but this build has no NCCL ",
              "backend; rebuild with -DCPF_WITH_CUDA=ON -DCPF_WITH_NCCL=ON (docs/distributed.md)");

@@ -60,4 +60,16 @@ class SummaryReporter : public benchmark::ConsoleReporter {
   std::map<std::string, double> values_;
 };
 
+// The closing table of a bandwidth benchmark: every benchmark's median GB/s and its share of the
+// measured device-to-device copy (`roof_name`, the copy benchmark's name as the reporter keeps it).
+inline void print_copy_roof_table(const SummaryReporter& reporter, const std::string& roof_name, const char* header) {
+  const auto& v = reporter.values();
+  const auto it = v.find(roof_name);
+  const double roof = it != v.end() ? it->second : 0.0;
+  std::printf("\n%-44s %10s %14s\n", header, "GB/s", "vs D2D copy");
+  for (const auto& [name, gbs] : v) {
+    std::printf("%-44s %10.1f %13.1f%%\n", name.c_str(), gbs, roof > 0 ? 100.0 * gbs / roof : 0.0);
+  }
+}
+
 }  // namespace cpf::bench

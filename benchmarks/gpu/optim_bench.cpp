@@ -124,13 +124,7 @@ int main(int argc, char** argv) {
   }
   cpf::bench::SummaryReporter reporter("GB/s");
   benchmark::RunSpecifiedBenchmarks(&reporter);
-  const auto& v = reporter.values();
-  auto it = v.find("BM_memcpy_d2d/manual_time");
-  const double roof = it != v.end() ? it->second : 0.0;
-  std::printf("\n%-44s %10s %14s\n", "kernel (median), /0 f32, /1 bf16", "GB/s", "vs D2D copy");
-  for (const auto& [name, gbs] : v) {
-    std::printf("%-44s %10.1f %13.1f%%\n", name.c_str(), gbs, roof > 0 ? 100.0 * gbs / roof : 0.0);
-  }
+  cpf::bench::print_copy_roof_table(reporter, "BM_memcpy_d2d/manual_time", "kernel (median), /0 f32, /1 bf16");
   benchmark::Shutdown();
   return 0;
 }

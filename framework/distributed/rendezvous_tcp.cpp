@@ -11,7 +11,10 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <exception>
+#include <mutex>
 #include <optional>
 
 #include "framework/core/error.h"
@@ -141,13 +144,36 @@ int try_connect(const std::string& host, int port, Clock::time_point deadline, s
 
 std::string join_ints(const std::vector<int>& v) { return detail::str_cat(v); }
 
+// A reason fits on one protocol line: newlines become spaces, and it is kept short.
+std::string one_line(std::string text) {
+  std::replace(text.begin(), text.end(), '\n', ' ');
+  std::replace(text.begin(), text.end(), '\r', ' ');
+  constexpr size_t kMaxReason = 2000;
+  if (text.size() > kMaxReason) text = text.substr(0, kMaxReason) + "...";
+  return text;
+}
+
+// The rendezvous alive in this process, for report_failure_to_peers().
+std::mutex& registry_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+std::vector<TcpRendezvous*>& registry() {
+  static std::vector<TcpRendezvous*> alive;
+  return alive;
+}
+
+constexpr const char* kUnwindingReason =
+    "its process left the world while an exception was propagating (that rank's log has the error)";
+
 }  // namespace
 
 TcpRendezvous::TcpRendezvous(int rank, int world_size)
     : rank_(rank),
       world_size_(world_size),
       peers_(static_cast<size_t>(world_size), -1),
-      said_goodbye_(static_cast<size_t>(world_size), false) {}
+      said_goodbye_(static_cast<size_t>(world_size), false),
+      uncaught_at_construction_(std::uncaught_exceptions()) {}
 
 std::unique_ptr<TcpRendezvous> TcpRendezvous::join(const RendezvousOptions& o) {
   CPF_CHECK(o.world_size >= 1, "rendezvous: world_size must be at least 1, got ", o.world_size);
@@ -234,6 +260,9 @@ std::unique_ptr<TcpRendezvous> TcpRendezvous::join(const RendezvousOptions& o) {
                 " went away before it got the payload");
     }
     rv->payload_ = o.payload;
+    rv->joined_ = true;
+    std::lock_guard lock(registry_mutex());
+    registry().push_back(rv.get());
     return rv;
   }
   // Any other rank: reach rank 0, say hello, wait for the payload (or rank 0's error).
@@ -265,6 +294,9 @@ std::unique_ptr<TcpRendezvous> TcpRendezvous::join(const RendezvousOptions& o) {
   CPF_CHECK(read_until(fd, buffer, size, answer_deadline) == ReadStatus::ok, where, ": rank ", o.rank,
             " lost the connection to rank 0 while receiving the payload");
   rv->payload_ = buffer.substr(0, static_cast<size_t>(size));
+  rv->joined_ = true;
+  std::lock_guard lock(registry_mutex());
+  registry().push_back(rv.get());
   return rv;
 }
 
@@ -278,6 +310,10 @@ void TcpRendezvous::watch(std::function<void(int, const std::string&)> on_failur
 
 void TcpRendezvous::watch_loop() {
   std::vector<std::string> buffers(peers_.size());
+  // The callback, unless this process reported its own failure (then the peers' reactions are not news).
+  auto report = [&](int rank, const std::string& reason) {
+    if (!failed_.load()) on_failure_(rank, reason);
+  };
   while (true) {
     std::vector<pollfd> polls{{stop_pipe_[0], POLLIN, 0}};
     std::vector<int> ranks;
@@ -298,42 +334,87 @@ void TcpRendezvous::watch_loop() {
       const bool open = read_some(peers_[static_cast<size_t>(r)], buffer);
       while (auto line = take_line(buffer)) {
         if (*line == "BYE") said_goodbye_[static_cast<size_t>(r)] = true;
-        int dead = -1;
+        if (rank_ == 0 && line->rfind("FAIL ", 0) == 0) {  // rank r's process is failing: relay, then stop
+          const std::string reason = line->substr(5);
+          if (failed_.load()) return;
+          send_to_open_peers(detail::str_cat("FAILED ", r, " ", reason, "\n"), r);
+          report(r, reason);
+          return;
+        }
+        int dead = -1, offset = -1;
+        if (rank_ != 0 && std::sscanf(line->c_str(), "FAILED %d %n", &dead, &offset) == 1 && offset >= 0) {
+          report(dead, line->substr(static_cast<size_t>(offset)));
+          return;
+        }
         if (rank_ != 0 && std::sscanf(line->c_str(), "DEAD %d", &dead) == 1) {
-          on_failure_(dead, detail::str_cat("its process ended without leaving the world (crashed or was killed); ",
-                                            "rank 0 noticed its rendezvous connection close"));
+          report(dead, detail::str_cat("its process ended without leaving the world (crashed or was killed); ",
+                                       "rank 0 noticed its rendezvous connection close"));
           return;
         }
       }
       if (open && !said_goodbye_[static_cast<size_t>(r)]) continue;
-      close_fd(peers_[static_cast<size_t>(r)]);
+      {
+        std::lock_guard lock(send_mutex_);
+        close_fd(peers_[static_cast<size_t>(r)]);
+      }
       if (said_goodbye_[static_cast<size_t>(r)]) continue;
       // Closed without a goodbye: that process is gone.
-      if (rank_ == 0) {
-        for (int& fd : peers_) {
-          if (fd >= 0) send_all(fd, detail::str_cat("DEAD ", r, "\n"));
-        }
-      }
-      on_failure_(r,
-                  "its process ended without leaving the world (crashed or was killed): its rendezvous "
-                  "connection closed");
+      if (failed_.load()) return;
+      if (rank_ == 0) send_to_open_peers(detail::str_cat("DEAD ", r, "\n"), r);
+      report(r,
+             "its process ended without leaving the world (crashed or was killed): its rendezvous "
+             "connection closed");
       return;
     }
   }
 }
 
+void TcpRendezvous::send_to_open_peers(const std::string& line, int except_rank) {
+  std::lock_guard lock(send_mutex_);
+  for (size_t r = 0; r < peers_.size(); ++r) {
+    if (peers_[r] >= 0 && static_cast<int>(r) != except_rank) send_all(peers_[r], line);
+  }
+}
+
+void TcpRendezvous::send_failure(const std::string& reason) {
+  if (failed_.exchange(true)) return;  // told them already
+  const std::string text = one_line(reason);
+  // Rank 0 tells everyone itself; any other rank tells rank 0, which relays it.
+  send_to_open_peers(rank_ == 0 ? detail::str_cat("FAILED 0 ", text, "\n") : "FAIL " + text + "\n", -1);
+}
+
+void TcpRendezvous::report_failure(const std::string& reason) {
+  send_failure("its process reported: " + reason);
+}
+
 TcpRendezvous::~TcpRendezvous() {
+  {
+    std::lock_guard lock(registry_mutex());
+    auto& alive = registry();
+    alive.erase(std::remove(alive.begin(), alive.end(), this), alive.end());
+  }
+  // Destroyed by an exception's unwinding (the world group dropped while its process fails): the
+  // peers hear it now instead of waiting in their next collective until the op timeout. The
+  // exception's message is not reachable here; report_failure() carries it.
+  if (joined_ && std::uncaught_exceptions() > uncaught_at_construction_) send_failure(kUnwindingReason);
   if (watcher_.joinable()) {
     const char stop = 1;
     (void)!::write(stop_pipe_[1], &stop, 1);
     watcher_.join();
   }
   for (int& fd : peers_) {
-    if (fd >= 0) send_all(fd, "BYE\n");
+    // A failing process closes without a goodbye: a peer that missed its notice still sees a death.
+    if (fd >= 0 && !failed_.load()) send_all(fd, "BYE\n");
     close_fd(fd);
   }
   close_fd(stop_pipe_[0]);
   close_fd(stop_pipe_[1]);
+}
+
+int report_failure_to_peers(const std::string& reason) {
+  std::lock_guard lock(registry_mutex());
+  for (TcpRendezvous* rv : registry()) rv->report_failure(reason);
+  return static_cast<int>(registry().size());
 }
 
 int find_free_port() {

@@ -5,22 +5,26 @@
 #   scripts/gpu/build.sh            # -> build/gpu-carry/{bin/*, lib/libbenchmark.so.1debian}
 #   BUILD_DIR=... CARRY_DIR=... PACK_DIR=... JOBS=... scripts/gpu/build.sh
 #
-# The folder is also packed as $PACK_DIR/carry.tar.gz (default build/gpu-carry-pack): the static
-# binaries (cudart and every kernel in each) outgrow the device tool's 64 MiB carry limit unpacked
-# (69 MB for 9 binaries), about 23 MB packed. run_suite.sh takes either.
+# The libraries are built shared (CPF_SHARED_LIBS, with the shared cudart, both carried in lib/): static
+# binaries hold cudart and every kernel each (13-16 MB apiece), so the whole suite outgrew the device
+# tool's 64 MiB carry limit; shared, every test binary and benchmark fits in one carry. SHARED=0
+# builds static binaries instead (build/gpu). The folder is also packed as $PACK_DIR/carry.tar.gz
+# (default build/gpu-carry-pack); run_suite.sh takes either.
 #
 # Then, on the GPU machine: scripts/gpu/run_suite.sh (reads build/gpu-carry, writes to $OUT).
-# cudart is linked statically; cuBLASLt comes from the GPU machine (run_suite.sh sets the path);
-# Google Benchmark's shared library is copied next to the binaries (the GPU machines lack it).
+# cuBLASLt, cuDNN and NCCL come from the GPU machine (run_suite.sh sets the path); the cpf libraries,
+# cudart and Google Benchmark's shared library travel in lib/ (the GPU machines lack the latter).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-BUILD_DIR="${BUILD_DIR:-$ROOT/build/gpu}"
+SHARED="${SHARED:-1}"
+if [[ "$SHARED" == 1 ]]; then BUILD_DIR="${BUILD_DIR:-$ROOT/build/gpushared}"; else BUILD_DIR="${BUILD_DIR:-$ROOT/build/gpu}"; fi
 CARRY_DIR="${CARRY_DIR:-$ROOT/build/gpu-carry}"
 JOBS="${JOBS:-2}"
 
 cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCPF_WITH_CUDA=ON \
-  -DCMAKE_CUDA_ARCHITECTURES=90 -DCPF_BUILD_BENCHMARKS=ON -DCPF_BUILD_TESTS=ON
+  -DCMAKE_CUDA_ARCHITECTURES=90 -DCPF_BUILD_BENCHMARKS=ON -DCPF_BUILD_TESTS=ON \
+  -DCPF_SHARED_LIBS="$([[ "$SHARED" == 1 ]] && echo ON || echo OFF)"
 
 # Every tests/cuda*/NAME_test.cpp is one target <dir>_NAME_test; every benchmarks/gpu/NAME_bench.cpp
 # is gpu_NAME_bench. TARGETS (space-separated) restricts the build to some of them.
@@ -52,7 +56,16 @@ if [[ -n "${WITH_APPS:-}" || " ${tests[*]} " == *" cuda_distributed_train_nccl_t
   cmake --build "$BUILD_DIR" -j "$JOBS" --target cpformer
   cp "$BUILD_DIR/apps/cpformer" "$CARRY_DIR/bin/"
 fi
-strip --strip-unneeded "$CARRY_DIR"/bin/*
+# Shared build: the cpf libraries and the CUDA runtime they were linked against (the binaries' RUNPATH
+# points into the build tree; run_suite.sh puts lib/ first on LD_LIBRARY_PATH).
+if [[ "$SHARED" == 1 ]]; then
+  find "$BUILD_DIR" -name 'libcpf_*.so' -exec cp {} "$CARRY_DIR/lib/" \;
+  for dep in libcudart libyaml-cpp; do  # what the GPU machines lack
+    path="$(ldd "$CARRY_DIR"/lib/libcpf_*.so | awk -v d="$dep" 'index($1, d) == 1 && !p {print $3; p = 1}')"
+    [[ -n "$path" ]] && cp -L "$path" "$CARRY_DIR/lib/"
+  done
+fi
+strip --strip-unneeded "$CARRY_DIR"/bin/* "$CARRY_DIR"/lib/libcpf_*.so 2>/dev/null || true
 
 # The benchmark library under the soname the binaries ask for.
 bench_lib="$(ldd "$CARRY_DIR/bin/${benches[0]:-none}" 2>/dev/null | awk '/libbenchmark/ {print $3; exit}')"

@@ -72,6 +72,8 @@ TEST(CliGpus, BadCountsAreUsageErrors) {
   expect_usage({"train", default_config(), "--gpus", "two"}, "--gpus two: expected a number");
   expect_usage({"train", default_config(), "--gpus"}, "--gpus needs a value");
   expect_usage({"generate", "dir", "--gpus", "2"}, "'generate' takes no --gpus");
+  expect_usage({"check-config", default_config(), "--gpus", "4", "--set", "parallel.dp=1"},
+               "--gpus 4 and --set parallel.dp=1 disagree: ranks = parallel.dp x parallel.cp = 1 x 2; drop one of them");
 }
 
 TEST(CliGpus, WithoutAGpuTrainingStopsWithTheFix) {

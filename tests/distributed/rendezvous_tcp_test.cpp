@@ -205,5 +205,169 @@ TEST(TcpRendezvous, FinishedRanksAreNotBlamed) {
   EXPECT_EQ(failures.load(), 0);
 }
 
+// What the watchers of some ranks saw: watcher rank -> (failed rank, reason, seconds after watching began).
+class Watchers {
+ public:
+  void watch(Outcome& o, const std::vector<int>& ranks) {
+    start_ = std::chrono::steady_clock::now();
+    for (int r : ranks) {
+      o.handles[static_cast<size_t>(r)]->watch([this, r](int failed, const std::string& reason) {
+        std::lock_guard lock(mutex_);
+        const double at = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+        seen_[r] = {failed, reason, at};
+      });
+    }
+  }
+  // Waits up to 5 s until `count` watchers fired; returns what they saw.
+  struct Seen {
+    int rank;
+    std::string reason;
+    double seconds;
+  };
+  std::map<int, Seen> wait_for(size_t count) {
+    for (int i = 0; i < 100; ++i) {
+      {
+        std::lock_guard lock(mutex_);
+        if (seen_.size() >= count) break;
+      }
+      std::this_thread::sleep_for(50ms);
+    }
+    std::lock_guard lock(mutex_);
+    return seen_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::chrono::steady_clock::time_point start_;
+  std::map<int, Seen> seen_;
+};
+
+// A rank whose process fails with an error says so: the others are told at once (not at their op
+// timeout), with the rank and its reason, while its connection is still open.
+TEST(TcpRendezvous, ReportedFailureNamesTheRankAndTheReasonToEveryRank) {
+  Watchers watchers;  // outlives the handles whose callbacks use it
+  Outcome o = join_all(3, {0, 1, 2}, dist::find_free_port(), 10s);
+  for (int r = 0; r < 3; ++r) ASSERT_EQ(o.errors[r], "") << r;
+  watchers.watch(o, {0, 1, 2});
+  o.handles[1]->report_failure("corrupt checkpoint\nstep_100.bin");
+  o.handles[1]->report_failure("a second report is not sent");
+  std::map<int, Watchers::Seen> seen = watchers.wait_for(2);
+  std::this_thread::sleep_for(200ms);  // rank 1's own watcher has had time to (wrongly) fire
+  seen = watchers.wait_for(2);
+  ASSERT_EQ(seen.size(), 2u) << "rank 1's own watcher must stay quiet; the others must fire";
+  for (int r : {0, 2}) {
+    ASSERT_EQ(seen.count(r), 1u) << "watcher " << r;
+    EXPECT_EQ(seen[r].rank, 1) << "watcher " << r;
+    EXPECT_EQ(seen[r].reason, "its process reported: corrupt checkpoint step_100.bin") << "watcher " << r;
+    EXPECT_LT(seen[r].seconds, 1.0) << "watcher " << r;
+  }
+  for (auto& h : o.handles) h.reset();
+}
+
+TEST(TcpRendezvous, RankZerosReportedFailureReachesEveryRank) {
+  Watchers watchers;  // outlives the handles whose callbacks use it
+  Outcome o = join_all(3, {0, 1, 2}, dist::find_free_port(), 10s);
+  for (int r = 0; r < 3; ++r) ASSERT_EQ(o.errors[r], "") << r;
+  watchers.watch(o, {0, 1, 2});
+  o.handles[0]->report_failure("disk full writing the run folder");
+  std::map<int, Watchers::Seen> seen = watchers.wait_for(2);
+  std::this_thread::sleep_for(200ms);
+  seen = watchers.wait_for(2);
+  ASSERT_EQ(seen.size(), 2u) << "rank 0's own watcher must stay quiet; the others must fire";
+  for (int r : {1, 2}) {
+    ASSERT_EQ(seen.count(r), 1u) << "watcher " << r;
+    EXPECT_EQ(seen[r].rank, 0) << "watcher " << r;
+    EXPECT_EQ(seen[r].reason, "its process reported: disk full writing the run folder") << "watcher " << r;
+    EXPECT_LT(seen[r].seconds, 1.0) << "watcher " << r;
+  }
+}
+
+// Rank 2 is a forked process whose error handler reports through report_failure_to_peers() (it
+// cannot reach the rendezvous, which the world group owns), then ends.
+TEST(TcpRendezvous, ProcessWideReportReachesThePeers) {
+  const int port = dist::find_free_port();
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    try {
+      auto rv = dist::TcpRendezvous::join({.port = port, .rank = 2, .world_size = 3, .timeout = 10s});
+      std::this_thread::sleep_for(500ms);  // the others start watching
+      const int reported = dist::report_failure_to_peers("cannot read checkpoint step_100.bin");
+      std::this_thread::sleep_for(300ms);
+      rv.reset();
+      ::_exit(reported == 1 ? 0 : 3);
+    } catch (...) {
+      ::_exit(1);
+    }
+  }
+  Watchers watchers;  // outlives the handles whose callbacks use it
+  Outcome o = join_all(3, {0, 1}, port, 10s);
+  for (int r : {0, 1}) ASSERT_EQ(o.errors[r], "") << r;
+  watchers.watch(o, {0, 1});
+  std::map<int, Watchers::Seen> seen = watchers.wait_for(2);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status)) << "the child rank did not exit";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "1: the child failed to join; 3: report_failure_to_peers did not count 1";
+  ASSERT_EQ(seen.size(), 2u);
+  for (int r : {0, 1}) {
+    EXPECT_EQ(seen[r].rank, 2) << "watcher " << r;
+    EXPECT_EQ(seen[r].reason, "its process reported: cannot read checkpoint step_100.bin") << "watcher " << r;
+    EXPECT_LT(seen[r].seconds, 1.5) << "watcher " << r;
+  }
+}
+
+// Rank 2 is a forked process whose rendezvous is destroyed by an exception's unwinding (as when the
+// training throws on that rank only): the others hear that it failed, not that it finished or died.
+TEST(TcpRendezvous, UnwindingProcessIsNamedAsFailed) {
+  const int port = dist::find_free_port();
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    try {
+      auto rv = dist::TcpRendezvous::join({.port = port, .rank = 2, .world_size = 3, .timeout = 10s});
+      std::this_thread::sleep_for(500ms);
+      throw std::runtime_error("disk error");
+    } catch (const std::runtime_error&) {
+      std::this_thread::sleep_for(300ms);  // alive a while: the notice, not the closed socket, names it
+      ::_exit(0);
+    } catch (...) {
+      ::_exit(1);
+    }
+  }
+  Watchers watchers;  // outlives the handles whose callbacks use it
+  Outcome o = join_all(3, {0, 1}, port, 10s);
+  for (int r : {0, 1}) ASSERT_EQ(o.errors[r], "") << r;
+  watchers.watch(o, {0, 1});
+  std::map<int, Watchers::Seen> seen = watchers.wait_for(2);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child rank failed to join";
+  ASSERT_EQ(seen.size(), 2u);
+  for (int r : {0, 1}) {
+    EXPECT_EQ(seen[r].rank, 2) << "watcher " << r;
+    EXPECT_NE(seen[r].reason.find("left the world while an exception was propagating"), std::string::npos)
+        << "watcher " << r << ": " << seen[r].reason;
+    EXPECT_LT(seen[r].seconds, 1.5) << "watcher " << r;
+  }
+}
+
+// Destroyed inside a catch handler, the exception is handled, not propagating: a normal goodbye.
+TEST(TcpRendezvous, ACaughtExceptionIsNotAFailure) {
+  Watchers watchers;  // outlives the handles whose callbacks use it
+  Outcome o = join_all(3, {0, 1, 2}, dist::find_free_port(), 10s);
+  for (int r = 0; r < 3; ++r) ASSERT_EQ(o.errors[r], "") << r;
+  watchers.watch(o, {0, 1, 2});
+  try {
+    throw std::runtime_error("handled");
+  } catch (const std::runtime_error&) {
+    o.handles[2].reset();
+  }
+  o.handles[1].reset();
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(watchers.wait_for(0).size(), 0u);
+  o.handles[0].reset();
+}
+
 }  // namespace
 }  // namespace cpf::testing
