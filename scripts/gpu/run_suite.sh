@@ -7,7 +7,8 @@
 # (default $OUT, else out/gpu). Files written: results.md (the table, also printed last), tests.log,
 # <bench>.log per benchmark. Every bin/*_test and bin/gpu_*_bench is run; SKIP_BENCH=1 skips the
 # benchmarks, BENCHES="gpu_a_bench gpu_b_bench" restricts them, BENCH_TIMEOUT (s) bounds each,
-# GTEST_FILTER applies to the tests. Exit status: non-zero when a test binary failed.
+# GTEST_FILTER applies to the tests, TESTS="cuda_distributed_* other_test" (shell patterns) picks the test
+# binaries, TEST_TIMEOUT (s, default 300) bounds each. Exit status: non-zero when a test binary failed.
 #
 # Environment (shared/GPU.md): cuDNN/NCCL/cuBLAS from the machine's Python venv when present (the
 # system cuDNN 9.14 has a known sliding-window bug), NVLink multicast off.
@@ -43,10 +44,18 @@ device="$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,n
 } >"$results"
 
 status=0
+wanted_test() {
+  local -; set -f  # TESTS holds patterns, not files
+  local pattern
+  [[ -z "${TESTS:-}" ]] && return 0
+  for pattern in $TESTS; do [[ "$1" == $pattern ]] && return 0; done
+  return 1
+}
 for exe in "$CARRY_DIR"/bin/*_test; do
   name="$(basename "$exe")"
+  wanted_test "$name" || continue
   start=$(date +%s)
-  log="$(timeout 300 "$exe" --gtest_color=no 2>&1)"
+  log="$(timeout "${TEST_TIMEOUT:-300}" "$exe" --gtest_color=no 2>&1)"
   rc=$?
   secs=$(( $(date +%s) - start ))
   { echo "===== $name (exit $rc)"; echo "$log"; } >>"$tests_log"
