@@ -1,5 +1,7 @@
 #include "attention/cp/layout.h"
 
+#include <algorithm>
+
 #include "attention/mask.h"
 #include "framework/tensor/ops/index.h"
 
@@ -27,22 +29,38 @@ GroupLayout make_group_layout(const GlobalSequences& global, int64_t cp_size, co
   const int64_t n = global.num_sequences();
   std::vector<int64_t> cu_real{0}, cu_padded{0}, positions;
   layout.to_sequence_major.reserve(static_cast<size_t>(total));
+  struct Token {
+    int64_t position, member_major, global;
+  };
+  std::vector<Token> real_tokens;
   for (int64_t s = 0; s < n; ++s) {
-    // Real tokens of every member first, then every member's padding.
-    int64_t real = 0;
-    for (int pass = 0; pass < 2; ++pass) {
-      for (size_t m = 0; m < shards.size(); ++m) {
-        const ThdShard& sh = shards[m];
-        for (int64_t t = sh.cu_seqlens_padded_local[s]; t < sh.cu_seqlens_padded_local[s + 1]; ++t) {
-          if ((sh.valid[t] != 0) != (pass == 0)) continue;
-          layout.to_sequence_major.push_back(member_offset[m] + t);
-          layout.global_index.push_back(sh.global_index[t]);
-          positions.push_back(sh.position[t]);
-          real += pass == 0 ? 1 : 0;
-        }
+    // Real tokens of every member first, in position order (so a sequence gathered from all members is
+    // one contiguous run of positions, which cuDNN's index-based masks can express), then every
+    // member's padding.
+    real_tokens.clear();
+    for (size_t m = 0; m < shards.size(); ++m) {
+      const ThdShard& sh = shards[m];
+      for (int64_t t = sh.cu_seqlens_padded_local[s]; t < sh.cu_seqlens_padded_local[s + 1]; ++t) {
+        if (sh.valid[t] != 0) real_tokens.push_back({sh.position[t], member_offset[m] + t, sh.global_index[t]});
       }
     }
-    cu_real.push_back(cu_real.back() + real);
+    std::stable_sort(real_tokens.begin(), real_tokens.end(),
+                     [](const Token& a, const Token& b) { return a.position < b.position; });
+    for (const Token& tok : real_tokens) {
+      layout.to_sequence_major.push_back(tok.member_major);
+      layout.global_index.push_back(tok.global);
+      positions.push_back(tok.position);
+    }
+    for (size_t m = 0; m < shards.size(); ++m) {
+      const ThdShard& sh = shards[m];
+      for (int64_t t = sh.cu_seqlens_padded_local[s]; t < sh.cu_seqlens_padded_local[s + 1]; ++t) {
+        if (sh.valid[t] != 0) continue;
+        layout.to_sequence_major.push_back(member_offset[m] + t);
+        layout.global_index.push_back(sh.global_index[t]);
+        positions.push_back(sh.position[t]);
+      }
+    }
+    cu_real.push_back(cu_real.back() + static_cast<int64_t>(real_tokens.size()));
     cu_padded.push_back(static_cast<int64_t>(layout.global_index.size()));
   }
   layout.to_member_major.assign(static_cast<size_t>(total), 0);

@@ -9,9 +9,10 @@
 //   member-major order (what a gather/all-to-all produces):  [rank a: s0 s1 ...][rank b: s0 s1 ...]
 //   sequence-major order (what attention needs):              [s0: a's, b's][s1: a's, b's] ...
 //
-// In sequence-major order every sequence is one contiguous slot whose real tokens come first, and
-// every token carries its true position inside the sequence. Attention masks by positions, so the
-// order inside a slot does not matter: a diagonal, lower or upper ring tile, an all-gathered prefix
+// In sequence-major order every sequence is one contiguous slot whose real tokens come first, sorted
+// by position (so a gathered sequence is one run that cuDNN's index-based masks express), and every
+// token carries its true position inside the sequence. Attention masks by positions, so correctness
+// does not depend on the order inside a slot: a diagonal, lower or upper ring tile, an all-gathered prefix
 // and a Ulysses full sequence are all "this layout's queries against that layout's keys".
 #include <cstdint>
 #include <vector>

@@ -40,6 +40,11 @@ struct Child {
   // When it ended (steady clock, ns), seen by a thread blocked in waitid(WNOWAIT) on it: tells which
   // rank died first when a survivor, told of the death, exits within the same poll round.
   std::shared_ptr<std::atomic<int64_t>> ended_ns = std::make_shared<std::atomic<int64_t>>(INT64_MAX);
+  // When its output reached end of file. An exiting process closes its descriptors in order, stdout and
+  // stderr first, before its sockets (which is how a survivor learns of the death) and long before a
+  // GPU process becomes a zombie (the driver's teardown can take a second), so this orders deaths
+  // where ended_ns cannot.
+  int64_t output_closed_ns = INT64_MAX;
 };
 
 std::string describe_status(int status) {
@@ -194,6 +199,7 @@ SpawnResult spawn_local_processes(int n, const std::vector<std::string>& argv, c
         c.pending.append(chunk, static_cast<size_t>(got));
         flush_line(c, false);
       } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
+        c.output_closed_ns = now_ns();
         flush_line(c, true);
         ::close(c.out_fd);
         c.out_fd = -1;
@@ -250,10 +256,10 @@ SpawnResult spawn_local_processes(int n, const std::vector<std::string>& argv, c
     }
   }
   for (std::thread& t : exit_watchers) t.join();  // every child was reaped: each waitid has returned
-  // The rank to blame: of the failed ranks not ended by our signals, the one whose output closed first
-  // (then: the one reaped first).
+  // The rank to blame: of the failed ranks not ended by our signals, the one that ended first (its output
+  // closed, or it exited, whichever was seen earlier).
   auto blame_key = [&](const Child& c) {
-    const int64_t ended = c.ended_ns->load();
+    const int64_t ended = std::min(c.output_closed_ns, c.ended_ns->load());
     const bool ours = c.terminated_by_us && ended > kill_ns && WIFSIGNALED(c.status) &&
                       (WTERMSIG(c.status) == SIGTERM || WTERMSIG(c.status) == SIGKILL);
     return std::make_tuple(ours, ended, c.rank);

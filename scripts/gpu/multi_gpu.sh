@@ -13,8 +13,10 @@
 #            so the multi-GPU tests only share that GPU on 4-GPU runs).
 #   bench    gpu_nccl_bench and gpu_cp_bench on 2 GPUs, then on 4.
 #   scaling  scripts/gpu/train_scaling.sh (cpformer --gpus 1, 2, 4).
-# VARIANT: a folder with bin/ and lib/ built from another branch (only what differs); its test binaries
-# run, at the end of the tests stage, over a copy of the carry with its libraries in front.
+# VARIANT: a folder with bin/ and lib/ built from another branch (only what differs, e.g. its
+# libcpf_distributed_nccl.so and the tests it changed): copied over a copy of the carry, whose
+# cuda_distributed_* tests then run again at the end of the tests stage (binaries load the libraries
+# of their folder's lib/), and its gpu_nccl_bench after ours in the bench stage.
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -37,6 +39,11 @@ counts=(2)
 [[ "$gpus" -ge 4 ]] && counts+=(4)
 visible() { seq -s, 0 $(($1 - 1)); }
 
+variant="$work/variant"
+if [[ -n "${VARIANT:-}" ]]; then
+  cp -r "$CARRY" "$variant" && cp -r "$ROOT/$VARIANT"/. "$variant"/
+fi
+
 section() {  # title, results file
   { echo; echo "## $1"; echo; sed -n '/^| /p' "$2"; } >>"$summary"
 }
@@ -55,10 +62,7 @@ if [[ " $STAGES " == *" tests "* ]]; then
     section "cuda_distributed_* on $n GPUs" "$logs/tests_${n}gpu/results.md"
   done
   if [[ -n "${VARIANT:-}" ]]; then
-    variant="$work/variant"
-    cp -r "$CARRY" "$variant" && cp -r "$ROOT/$VARIANT"/. "$variant"/
-    names="$(ls "$ROOT/$VARIANT"/bin | tr '\n' ' ')"
-    CUDA_VISIBLE_DEVICES=$(visible "${counts[-1]}") TESTS="$names" SKIP_BENCH=1 \
+    CUDA_VISIBLE_DEVICES=$(visible "${counts[-1]}") TESTS="cuda_distributed_*" SKIP_BENCH=1 \
       "$ROOT/scripts/gpu/run_suite.sh" "$variant" "$logs/variant" >/dev/null 2>&1
     section "variant $VARIANT on ${counts[-1]} GPUs" "$logs/variant/results.md"
   fi
@@ -70,10 +74,16 @@ fi
 
 if [[ " $STAGES " == *" bench "* ]]; then
   for n in "${counts[@]}"; do
-    CUDA_VISIBLE_DEVICES=$(visible "$n") SKIP_TESTS=1 BENCHES="gpu_nccl_bench gpu_cp_bench" \
+    CUDA_VISIBLE_DEVICES=$(visible "$n") BENCHES="gpu_nccl_bench gpu_cp_bench" \
       BENCH_TIMEOUT="${BENCH_TIMEOUT:-300}" TESTS=none \
       "$ROOT/scripts/gpu/run_suite.sh" "$CARRY" "$logs/bench_${n}gpu" >/dev/null 2>&1
     { echo; echo "## benchmarks on $n GPUs"; sed -n '/^## gpu_/,$p' "$logs/bench_${n}gpu/results.md"; } >>"$summary"
+    variant_benches="$(ls "$variant/bin" 2>/dev/null | grep '^gpu_nccl_bench$')"
+    if [[ -n "${VARIANT:-}" && -n "$variant_benches" ]]; then
+      CUDA_VISIBLE_DEVICES=$(visible "$n") BENCHES="$variant_benches" TESTS=none \
+        "$ROOT/scripts/gpu/run_suite.sh" "$variant" "$logs/variant_bench_${n}gpu" >/dev/null 2>&1
+      { echo; echo "## variant $VARIANT benchmarks on $n GPUs"; sed -n '/^## gpu_/,$p' "$logs/variant_bench_${n}gpu/results.md"; } >>"$summary"
+    fi
   done
 fi
 

@@ -79,7 +79,8 @@ bench() {
     echo
     echo '```'
     # The summary table each benchmark prints last: its header names the medians or says "summary".
-    awk '/\(median\)|[Ss]ummary/ {on = 1} on' "$log"
+    # (or, for a program that prints only its own table, the log's last lines).
+    if grep -qE '\(median\)|[Ss]ummary' "$log"; then awk '/\(median\)|[Ss]ummary/ {on = 1} on' "$log"; else tail -n 15 "$log"; fi
     echo '```'
   } >>"$results"
 }

@@ -110,11 +110,92 @@ TEST(CudnnMapping, BottomRightOffsetsPerSequence) {
 TEST(CudnnMapping, ReasonsForWhatIndexMasksCannotExpress) {
   const auto differ = SequenceInfo::from_lengths({64, 64}).with_position_offsets({0, 10}, {0, 0});
   EXPECT_NE(map_to_cudnn(problem(QkvFormat::thd, MaskType::causal, {}, 1, 128, 128, differ))
-                .reason.find("per-sequence position offsets differ"),
+                .reason.find("not one band with the same diagonal in every sequence"),
             std::string::npos);
   const auto not_at_zero = SequenceInfo::from_cu_seqlens({0, 32, 64}, {0, 32, 64}, {8, 64, 128}, {8, 64, 128});
   EXPECT_NE(map_to_cudnn(problem(QkvFormat::bshd, MaskType::padding, {}, 2, 64, 64, not_at_zero))
                 .reason.find("does not start at index 0"),
+            std::string::npos);
+}
+
+// Positions [a, a + n) followed by [b, b + n): a rank's two dual chunks.
+std::vector<int64_t> two_runs(int64_t a, int64_t b, int64_t n) {
+  std::vector<int64_t> p;
+  for (int64_t i = 0; i < n; ++i) p.push_back(a + i);
+  for (int64_t i = 0; i < n; ++i) p.push_back(b + i);
+  return p;
+}
+
+// The tiles of the causal ring (cp_spec 1.1) for S = 256 over 2 ranks (chunks of 64): rank 0 holds
+// positions 0..63 and 192..255, rank 1 holds 64..191. Each must be one cuDNN call.
+TEST(CudnnMapping, RingDiagonalTileIsOneCausalBlock) {
+  const auto pos = two_runs(0, 192, 64);
+  const auto seq = SequenceInfo::from_lengths({128}).with_positions(pos, pos);
+  const SdpaMapping m = map_to_cudnn(problem(QkvFormat::thd, MaskType::causal, {}, 1, 128, 128, seq));
+  ASSERT_EQ(m.reason, "");
+  EXPECT_TRUE(m.right_bound);
+  EXPECT_EQ(m.right, 0);  // identical increasing positions: position order is index order
+  EXPECT_FALSE(m.left_bound);
+  EXPECT_FALSE(m.bottom_right);
+  EXPECT_TRUE(m.q_undefined.empty());
+  EXPECT_TRUE(m.kv_undefined.empty());
+}
+
+TEST(CudnnMapping, RingLowerTileKeepsTheFirstKeyHalfUnmasked) {
+  // Rank 1's queries (64..191) against rank 0's keys (0..63, 192..255): all see 0..63, none 192..255.
+  const auto seq = SequenceInfo::from_lengths({128}).with_positions(two_runs(64, 128, 64), two_runs(0, 192, 64));
+  const SdpaMapping m = map_to_cudnn(problem(QkvFormat::thd, MaskType::causal, {}, 1, 128, 128, seq));
+  ASSERT_EQ(m.reason, "");
+  ASSERT_EQ(m.b, 1);
+  EXPECT_EQ(m.kv_token[0], 0);
+  EXPECT_EQ(m.seq_len_kv[0], 64);
+  EXPECT_EQ(m.seq_len_q[0], 128);
+  EXPECT_FALSE(m.right_bound);
+  EXPECT_FALSE(m.left_bound);
+  EXPECT_TRUE(m.q_undefined.empty());
+  ASSERT_EQ(m.kv_undefined.size(), 128u);
+  EXPECT_EQ(m.kv_undefined[63], 0);
+  EXPECT_EQ(m.kv_undefined[64], 1);  // dK/dV of the hidden half are zero
+}
+
+TEST(CudnnMapping, RingUpperTileKeepsTheSecondQueryHalfUnmasked) {
+  // Rank 0's queries (0..63, 192..255) against rank 1's keys (64..191): 0..63 see nothing, 192.. all.
+  const auto seq = SequenceInfo::from_lengths({128}).with_positions(two_runs(0, 192, 64), two_runs(64, 128, 64));
+  const SdpaMapping m = map_to_cudnn(problem(QkvFormat::thd, MaskType::causal, {}, 1, 128, 128, seq));
+  ASSERT_EQ(m.reason, "");
+  EXPECT_EQ(m.q_token[0], 64);
+  EXPECT_EQ(m.seq_len_q[0], 64);
+  EXPECT_EQ(m.seq_len_kv[0], 128);
+  EXPECT_FALSE(m.right_bound);
+  ASSERT_EQ(m.q_undefined.size(), 128u);
+  EXPECT_EQ(m.q_undefined[0], 1);  // out 0, lse -inf: the merge skips them
+  EXPECT_EQ(m.q_undefined[64], 0);
+  EXPECT_TRUE(m.kv_undefined.empty());
+}
+
+TEST(CudnnMapping, SecondChunkAgainstBothChunksIsAShiftedDiagonal) {
+  // Queries 192..255 against keys 0..63, 192..255: all of the first run, then causal: r = 64.
+  std::vector<int64_t> q(64);
+  for (int64_t i = 0; i < 64; ++i) q[static_cast<size_t>(i)] = 192 + i;
+  const auto info = SequenceInfo::from_lengths({64}, {128}, 64, 128).with_positions(q, two_runs(0, 192, 64));
+  const SdpaMapping m = map_to_cudnn(problem(QkvFormat::thd, MaskType::causal, {}, 1, 64, 128, info));
+  ASSERT_EQ(m.reason, "");
+  EXPECT_TRUE(m.right_bound);
+  EXPECT_EQ(m.right, 64);
+  EXPECT_FALSE(m.bottom_right);
+}
+
+TEST(CudnnMapping, KeysOutOfPositionOrderOrTwoDiagonalsAreRejected) {
+  const auto unsorted = SequenceInfo::from_lengths({128}).with_positions(two_runs(0, 64, 64), two_runs(64, 0, 64));
+  EXPECT_NE(map_to_cudnn(problem(QkvFormat::thd, MaskType::causal, {}, 1, 128, 128, unsorted))
+                .reason.find("the key positions of sequence 0 do not increase (127 then 0"),
+            std::string::npos);
+  // all_gather's local queries (two chunks) against the whole sequence: two diagonals.
+  std::vector<int64_t> all(256);
+  for (int64_t i = 0; i < 256; ++i) all[static_cast<size_t>(i)] = i;
+  const auto gathered = SequenceInfo::from_lengths({128}, {256}, 128, 256).with_positions(two_runs(0, 192, 64), all);
+  EXPECT_NE(map_to_cudnn(problem(QkvFormat::thd, MaskType::causal, {}, 1, 128, 256, gathered))
+                .reason.find("not one band"),
             std::string::npos);
 }
 

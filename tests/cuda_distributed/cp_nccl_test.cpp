@@ -171,6 +171,9 @@ std::vector<std::vector<Tensors>> run_on_ranks(const Strategy& s, const std::vec
             auto host = [](const Tensor& t) { return raw::to(t.detach(), Device::cpu()); };
             results[i][static_cast<size_t>(r)] = {host(out), host(lse), host(q.grad()), host(kk.grad()),
                                                   host(v.grad())};
+            // Progress, so a run that stops names the case it stopped in.
+            std::fprintf(stderr, "[cp nccl] %s rank %d finished case %zu of %zu (%s)\n", strategy_name(s).c_str(), r,
+                         i + 1, cases.size(), k.name.c_str());
           } catch (const std::exception& e) {
             CPF_FAIL("case ", k.name, " on rank ", r, " (", rc.device.str(), "): ", e.what());
           }
