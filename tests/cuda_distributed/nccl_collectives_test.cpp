@@ -1,6 +1,15 @@
 // Every collective of NcclProcessGroup against a serial CPU computation, on 2 GPUs and on all
 // visible GPUs, in process (dist::launch with Backend::nccl). Failures name n, rank, dtype, layout.
+// Also the bounded waits: world creation and new_group with a rank that never comes end in errors
+// naming it, not in a hang.
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <future>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
 
 #include "cuda_distributed/nccl_test_utils.h"
 #include "framework/tensor/ops/join.h"
@@ -335,6 +344,140 @@ TEST_F(NcclCollectives, TimeoutAbortsWithAMessage) {
                    "did not complete within the timeout");
 }
 
+// Runs `body` on a thread of its own. A body still running after `limit` means the wait under test is
+// not bounded: say which and end the binary, since a hang would stall the whole suite.
+void within(std::chrono::seconds limit, const char* what, const std::function<void()>& body) {
+  auto done = std::async(std::launch::async, body);
+  if (done.wait_for(limit) != std::future_status::ready) {
+    std::fprintf(stderr, "FATAL: %s: still waiting after %lld s; that wait has no bound\n", what,
+                 static_cast<long long>(limit.count()));
+    std::fflush(stderr);
+    std::_Exit(3);
+  }
+  done.get();
+}
+
+// Backend::nccl for one test: the real in-process world (nccl::make_launch_world), except that rank
+// 1's join() first runs `rank_one` (which throws, or waits). What each rank's join threw is kept;
+// the real backend is registered again at the end.
+class HookedNcclLaunch {
+ public:
+  explicit HookedNcclLaunch(std::function<void()> rank_one) : rank_one_(std::move(rank_one)) {
+    dist::register_launch_backend(dist::Backend::nccl, [this](int n, const dist::LaunchOptions& options) {
+      return std::unique_ptr<dist::LaunchWorld>(new World(dist::nccl::make_launch_world(n, options), this));
+    });
+  }
+  ~HookedNcclLaunch() { dist::register_launch_backend(dist::Backend::nccl, dist::nccl::make_launch_world); }
+  HookedNcclLaunch(const HookedNcclLaunch&) = delete;
+  HookedNcclLaunch& operator=(const HookedNcclLaunch&) = delete;
+
+  std::string error_of(int rank) {
+    std::lock_guard lock(mutex_);
+    return errors_[rank];
+  }
+
+ private:
+  class World final : public dist::LaunchWorld {
+   public:
+    World(std::unique_ptr<dist::LaunchWorld> real, HookedNcclLaunch* hook) : real_(std::move(real)), hook_(hook) {}
+    dist::ProcessGroupPtr join(int rank, Device device) override {
+      if (rank == 1) hook_->rank_one_();
+      try {
+        return real_->join(rank, device);
+      } catch (const std::exception& e) {
+        std::lock_guard lock(hook_->mutex_);
+        hook_->errors_[rank] = e.what();
+        throw;
+      }
+    }
+    void abort(int rank, const std::string& reason) override { real_->abort(rank, reason); }
+    bool aborted() const override { return real_->aborted(); }
+    std::string abort_reason() const override { return real_->abort_reason(); }
+
+   private:
+    std::unique_ptr<dist::LaunchWorld> real_;
+    HookedNcclLaunch* hook_;
+  };
+
+  std::function<void()> rank_one_;
+  std::mutex mutex_;
+  std::map<int, std::string> errors_;
+};
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+TEST_F(NcclCollectives, WorldCreationStopsWhenARankFailsBeforeItsCommunicator) {
+  // Rank 1 throws before creating its communicator, half a second in, when rank 0 is waiting in its
+  // (non-blocking) creation: rank 0 must leave at rank 1's abort with rank 1 named, not at the 30 s
+  // timeout.
+  HookedNcclLaunch hook([] {
+    std::this_thread::sleep_for(500ms);
+    throw std::runtime_error("rank 1 broke before creating its communicator (on purpose)");
+  });
+  const auto start = std::chrono::steady_clock::now();
+  within(60s, "world creation after a rank failed", [&] {
+    EXPECT_CPF_ERROR(run_nccl(2, [](RankContext& ctx) { ADD_FAILURE() << "rank " << ctx.rank << " got a world"; }, 30s),
+                     "rank 1 failed: rank 1 broke before creating its communicator");
+  });
+  EXPECT_LT(seconds_since(start), 20.0) << "rank 0 should leave at rank 1's abort, not at the 30 s timeout";
+  const std::string rank0 = hook.error_of(0);
+  EXPECT_NE(rank0.find("NCCL world creation (rank 0 of 2 on cuda:0) stopped"), std::string::npos) << rank0;
+  EXPECT_NE(rank0.find("rank 1 failed: rank 1 broke"), std::string::npos) << rank0;
+}
+
+TEST_F(NcclCollectives, WorldCreationTimesOutWhenARankNeverComes) {
+  // Rank 1's thread is held elsewhere and never starts its communicator: rank 0's creation ends at
+  // the 2 s timeout, naming itself and rank 1. Rank 1 then gives up too.
+  HookedNcclLaunch* self = nullptr;
+  HookedNcclLaunch hook([&self] {
+    const auto start = std::chrono::steady_clock::now();
+    while (self->error_of(0).empty() && seconds_since(start) < 30.0) std::this_thread::sleep_for(10ms);
+    throw std::runtime_error("rank 1 gave up after rank 0 failed");
+  });
+  self = &hook;
+  const auto start = std::chrono::steady_clock::now();
+  within(60s, "world creation with a rank that never comes", [&] {
+    EXPECT_CPF_ERROR(run_nccl(2, [](RankContext& ctx) { ADD_FAILURE() << "rank " << ctx.rank << " got a world"; }, 2s),
+                     "rank 0 failed: NCCL world creation (rank 0 of 2 on cuda:0) did not complete within the "
+                     "timeout of 2 s: rank 1 of the launch never began creating its communicator");
+  });
+  EXPECT_LT(seconds_since(start), 20.0) << "the 2 s timeout should end it";
+}
+
+TEST_F(NcclCollectives, NewGroupThatAMemberNeverCallsTimesOutNamingTheGroup) {
+  // Rank 0 splits the world, rank 1 never does: rank 0's ncclCommSplit ends at the 2 s timeout
+  // with the parent group, the new group and the ranks named; the abort releases rank 1.
+  std::atomic<bool> rank0_done{false};
+  std::string rank0_error;
+  const auto start = std::chrono::steady_clock::now();
+  within(60s, "new_group with a member that never calls it", [&] {
+    EXPECT_CPF_ERROR(run_nccl(
+                         2,
+                         [&](RankContext& ctx) {
+                           if (ctx.rank == 1) {
+                             while (!rank0_done.load() && seconds_since(start) < 30.0)
+                               std::this_thread::sleep_for(10ms);
+                             return;
+                           }
+                           try {
+                             (void)ctx.world->new_group({0}, "lonely");
+                           } catch (const std::exception& e) {
+                             rank0_error = e.what();
+                             rank0_done = true;
+                             throw;
+                           }
+                           rank0_done = true;
+                         },
+                         2s),
+                     "rank 0 failed: new_group on group 'world': ncclCommSplit of group 'world' (global ranks [0,1]) "
+                     "into 'lonely' (global ranks [0]) did not complete within the timeout of 2 s");
+  });
+  EXPECT_LT(seconds_since(start), 20.0) << "the 2 s timeout should end it";
+  EXPECT_NE(rank0_error.find("must call new_group"), std::string::npos) << rank0_error;
+}
+
 TEST_F(NcclCollectives, RejectsWhatItCannotRun) {
   run_nccl(2, [&](RankContext& ctx) {
     EXPECT_CPF_ERROR(ctx.world->all_reduce(ones({4})), "is on cpu but this NCCL group runs on cuda:");
@@ -346,6 +489,10 @@ TEST_F(NcclCollectives, RejectsWhatItCannotRun) {
   EXPECT_CPF_ERROR(
       dist::launch(2, [](RankContext&) {}, {.devices = dist::DevicePolicy::cpu, .backend = dist::Backend::nccl}),
       "DevicePolicy::cpu is not possible");
+  // Blocking communicators would put NCCL's waits out of the timeouts' reach.
+  ::setenv("NCCL_COMM_BLOCKING", "1", 1);
+  EXPECT_CPF_ERROR(run_nccl(2, [](RankContext&) {}), "NCCL_COMM_BLOCKING=1 makes NCCL calls block");
+  ::unsetenv("NCCL_COMM_BLOCKING");
 }
 
 }  // namespace

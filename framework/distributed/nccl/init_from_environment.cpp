@@ -48,11 +48,18 @@ RankContext init_nccl_world(const LaunchEnvironment& env, const NcclInitOptions&
   ncclUniqueId id;
   std::memcpy(id.internal, rendezvous->payload().data(), sizeof id.internal);
   auto domain = std::make_shared<nccl::AbortDomain>();
-  ProcessGroupPtr world =
-      nccl::create_world_group(env.rank, env.world_size, id, gpu, options.timeout, domain);
-  // The rendezvous connections now tell this rank when a peer process dies; it lives as long as the
-  // world group (attached to it), and saying goodbye at its end keeps finished ranks from being blamed.
+  // The rendezvous connections now tell this rank when a peer process dies, from world creation on
+  // (which then stops at once, naming it); the rendezvous lives as long as the world group (attached
+  // to it), and saying goodbye at its end keeps finished ranks from being blamed.
   rendezvous->watch([domain](int rank, const std::string& reason) { domain->abort(rank, reason); });
+  // Every rank met at the rendezvous, so none is known missing: creation gets at least kCreationFloor.
+  const nccl::CreationWatch watch{
+      .absent = {},
+      .stalled = detail::str_cat("every rank met at the rendezvous on ", env.master_addr, ":", env.master_port,
+                                 " and none has died since, so a rank stalls before creating its communicator, or "
+                                 "NCCL cannot connect the ranks (NCCL_DEBUG=WARN tells more)")};
+  ProcessGroupPtr world =
+      nccl::create_world_group(env.rank, env.world_size, id, gpu, options.timeout, domain, watch);
   auto* group = static_cast<nccl::NcclProcessGroup*>(world.get());
   group->attach(std::shared_ptr<void>(std::move(rendezvous)));
   return {.rank = env.rank, .world_size = env.world_size, .device = Device::cuda(gpu), .world = world};

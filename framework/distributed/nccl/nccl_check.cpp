@@ -40,6 +40,12 @@ void default_nvls_off() {
   // Connect every peer while the world is created (all ranks are there), not lazily inside the first
   // collective, where a missing peer would block the host inside an NCCL call.
   ::setenv("NCCL_RUNTIME_CONNECT", "0", /*overwrite=*/0);
+  // NCCL_COMM_BLOCKING overrides ncclConfig_t::blocking: with 1, NCCL calls would block inside the
+  // rank's lock, out of reach of every timeout here (nccl_ready.cuh).
+  const char* blocking = std::getenv("NCCL_COMM_BLOCKING");
+  CPF_CHECK(blocking == nullptr || std::string(blocking) == "0", "nccl: NCCL_COMM_BLOCKING=", blocking,
+            " makes NCCL calls block, which this backend's bounded waits cannot interrupt; unset it (the backend "
+            "creates non-blocking communicators and bounds every wait itself)");
 }
 
 ncclRedOp_t nccl_reduce_op(ReduceOp op) {

@@ -1,8 +1,10 @@
 #pragma once
 // Status checks and type mappings for NCCL calls (private to framework/distributed/nccl: includes nccl.h).
 // A failure throws cpf::Error naming the call, NCCL's error string and its last error text:
-//   CPF_NCCL_CHECK(ncclAllReduce(...), ctx)
-//     -> "all_reduce on group 'world': ncclAllReduce(...) failed: unhandled system error (...): <last error>"
+//   CPF_NCCL_CHECK(ncclGetUniqueId(&id), nullptr, ctx)
+//     -> "launch (nccl backend): ncclGetUniqueId(&id) failed: unhandled system error (...): <last error>"
+// Only for calls outside a communicator: calls on one go through NcclRankState::run, which also
+// waits until the (non-blocking) communicator is ready again (nccl_ready.cuh).
 #include <nccl.h>
 
 #include <string>
@@ -23,7 +25,8 @@ ncclRedOp_t nccl_reduce_op(ReduceOp op);
 // Sets NCCL_NVLS_ENABLE=0 unless the variable is set: NVLink multicast stays off unless asked for (on
 // the shared multi-GPU machines a program using it can take the host's GPUs out of service).
 // Also NCCL_RUNTIME_CONNECT=0 unless set: peers connect at world creation. Called before the first
-// NCCL call of a world.
+// NCCL call of a world. Rejects NCCL_COMM_BLOCKING other than 0 (it would make the communicators
+// blocking, see nccl_ready.cuh).
 void default_nvls_off();
 
 }  // namespace cpf::dist::nccl

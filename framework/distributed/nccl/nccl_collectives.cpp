@@ -9,6 +9,7 @@
 #include "framework/core/error.h"
 #include "framework/distributed/nccl/nccl_check.cuh"
 #include "framework/distributed/nccl/nccl_process_group.cuh"
+#include "framework/distributed/nccl/nccl_ready.cuh"
 #include "framework/tensor/ops/copy.h"
 #include "framework/tensor/ops/views.h"
 
@@ -80,22 +81,32 @@ WorkPtr NcclProcessGroup::do_all_gather(const Tensor& input, int64_t dim, const 
     auto* base = static_cast<char*>(landing.raw_data());
     const size_t bytes = dtype_size(input.dtype());
     if (all_equal(sizes)) {
-      CPF_NCCL_CHECK(ncclAllGather(src.raw_data(), base, static_cast<size_t>(src.numel()), type, is.comm, is.stream),
-                     is.comm, is.context);
+      run_nccl(
+          "ncclAllGather",
+          [&] { return ncclAllGather(src.raw_data(), base, static_cast<size_t>(src.numel()), type, is.comm, is.stream); },
+          is.context);
     } else {
-      CPF_NCCL_CHECK(ncclGroupStart(), is.comm, is.context);
-      for (int j = 0; j < n; ++j) {
-        const size_t count_in = static_cast<size_t>(src.numel());
-        const int64_t count_j = outer * sizes[static_cast<size_t>(j)] * inner;
-        if (count_in > 0) {
-          CPF_NCCL_CHECK(ncclSend(src.raw_data(), count_in, type, j, is.comm, is.stream), is.comm, is.context);
-        }
-        if (count_j > 0) {
-          void* at = base + static_cast<size_t>(outer * offsets[static_cast<size_t>(j)] * inner) * bytes;
-          CPF_NCCL_CHECK(ncclRecv(at, static_cast<size_t>(count_j), type, j, is.comm, is.stream), is.comm, is.context);
-        }
-      }
-      CPF_NCCL_CHECK(ncclGroupEnd(), is.comm, is.context);
+      run_nccl(
+          "grouped ncclSend/ncclRecv",
+          [&] {
+            return in_group([&] {
+              for (int j = 0; j < n; ++j) {
+                const size_t count_in = static_cast<size_t>(src.numel());
+                const int64_t count_j = outer * sizes[static_cast<size_t>(j)] * inner;
+                if (count_in > 0) {
+                  const ncclResult_t sent = ncclSend(src.raw_data(), count_in, type, j, is.comm, is.stream);
+                  if (nccl_failed(sent)) return sent;
+                }
+                if (count_j > 0) {
+                  void* at = base + static_cast<size_t>(outer * offsets[static_cast<size_t>(j)] * inner) * bytes;
+                  const ncclResult_t received = ncclRecv(at, static_cast<size_t>(count_j), type, j, is.comm, is.stream);
+                  if (nccl_failed(received)) return received;
+                }
+              }
+              return ncclSuccess;
+            });
+          },
+          is.context);
     }
     if (!flat) {
       // Rank j's segment (outer, size_j, inner...) at outer * offset_j * inner goes to its slice of dst.
@@ -157,22 +168,33 @@ WorkPtr NcclProcessGroup::do_reduce_scatter(const Tensor& input, int64_t dim, Re
     const size_t bytes = dtype_size(input.dtype());
     if (all_equal(pieces)) {
       if (dst.numel() > 0) {
-        CPF_NCCL_CHECK(
-            ncclReduceScatter(base, dst.raw_data(), static_cast<size_t>(dst.numel()), type, red, is.comm, is.stream),
-            is.comm, is.context);
+        run_nccl(
+            "ncclReduceScatter",
+            [&] {
+              return ncclReduceScatter(base, dst.raw_data(), static_cast<size_t>(dst.numel()), type, red, is.comm,
+                                       is.stream);
+            },
+            is.context);
       }
     } else {
       // Uneven pieces: one reduce per piece to its owner, posted together.
-      CPF_NCCL_CHECK(ncclGroupStart(), is.comm, is.context);
-      for (int j = 0; j < n; ++j) {
-        const int64_t count = outer * pieces[static_cast<size_t>(j)] * inner;
-        if (count == 0) continue;
-        const void* from = base + static_cast<size_t>(outer * offsets[static_cast<size_t>(j)] * inner) * bytes;
-        // recvbuff is only written on the root (j == rank_).
-        CPF_NCCL_CHECK(ncclReduce(from, dst.raw_data(), static_cast<size_t>(count), type, red, j, is.comm, is.stream),
-                       is.comm, is.context);
-      }
-      CPF_NCCL_CHECK(ncclGroupEnd(), is.comm, is.context);
+      run_nccl(
+          "grouped ncclReduce",
+          [&] {
+            return in_group([&] {
+              for (int j = 0; j < n; ++j) {
+                const int64_t count = outer * pieces[static_cast<size_t>(j)] * inner;
+                if (count == 0) continue;
+                const void* from = base + static_cast<size_t>(outer * offsets[static_cast<size_t>(j)] * inner) * bytes;
+                // recvbuff is only written on the root (j == rank_).
+                const ncclResult_t status =
+                    ncclReduce(from, dst.raw_data(), static_cast<size_t>(count), type, red, j, is.comm, is.stream);
+                if (nccl_failed(status)) return status;
+              }
+              return ncclSuccess;
+            });
+          },
+          is.context);
     }
     if (!dst.is_same(result)) raw::copy_(result, dst);
   });
@@ -209,16 +231,22 @@ WorkPtr NcclProcessGroup::do_all_to_all(const Tensor& input, int64_t split_dim, 
     const size_t bytes = dtype_size(input.dtype()) * static_cast<size_t>(piece_numel);
     const auto* from = static_cast<const char*>(send.raw_data());
     auto* to = static_cast<char*>(landing.raw_data());
-    CPF_NCCL_CHECK(ncclGroupStart(), is.comm, is.context);
-    for (int j = 0; j < n; ++j) {
-      CPF_NCCL_CHECK(ncclSend(from + bytes * static_cast<size_t>(j), static_cast<size_t>(piece_numel), type, j, is.comm,
-                              is.stream),
-                     is.comm, is.context);
-      CPF_NCCL_CHECK(
-          ncclRecv(to + bytes * static_cast<size_t>(j), static_cast<size_t>(piece_numel), type, j, is.comm, is.stream),
-          is.comm, is.context);
-    }
-    CPF_NCCL_CHECK(ncclGroupEnd(), is.comm, is.context);
+    const size_t count = static_cast<size_t>(piece_numel);
+    run_nccl(
+        "grouped ncclSend/ncclRecv",
+        [&] {
+          return in_group([&] {
+            for (int j = 0; j < n; ++j) {
+              const size_t at = bytes * static_cast<size_t>(j);
+              const ncclResult_t sent = ncclSend(from + at, count, type, j, is.comm, is.stream);
+              if (nccl_failed(sent)) return sent;
+              const ncclResult_t received = ncclRecv(to + at, count, type, j, is.comm, is.stream);
+              if (nccl_failed(received)) return received;
+            }
+            return ncclSuccess;
+          });
+        },
+        is.context);
     if (!direct) {
       const int64_t c = piece[static_cast<size_t>(concat_dim)];
       for (int j = 0; j < n; ++j)

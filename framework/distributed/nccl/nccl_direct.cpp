@@ -3,6 +3,7 @@
 #include "framework/core/error.h"
 #include "framework/distributed/nccl/nccl_check.cuh"
 #include "framework/distributed/nccl/nccl_process_group.cuh"
+#include "framework/distributed/nccl/nccl_ready.cuh"
 #include "framework/tensor/cuda/runtime.cuh"
 
 namespace cpf::dist::nccl {
@@ -28,27 +29,39 @@ void issue_direct(ProcessGroup& group, DirectOp op, const Tensor& send, const Te
   const cudaStream_t stream = cuda::current_cuda_stream(device);
   ncclComm_t comm = nccl_group->comm();
   const ncclDataType_t type = nccl_dtype(send.dtype());
+  // Through run_nccl like the group's own calls: the communicator is non-blocking, so each call is
+  // followed by the wait until NCCL has launched it (the same host cost on both sides of the benchmark).
   switch (op) {
     case DirectOp::all_reduce_sum:
-      CPF_NCCL_CHECK(ncclAllReduce(send.raw_data(), recv.raw_data(), count, type, ncclSum, comm, stream), comm,
-                     context);
+      nccl_group->run_nccl(
+          "ncclAllReduce",
+          [&] { return ncclAllReduce(send.raw_data(), recv.raw_data(), count, type, ncclSum, comm, stream); }, context);
       break;
     case DirectOp::all_gather:
-      CPF_NCCL_CHECK(ncclAllGather(send.raw_data(), recv.raw_data(), count, type, comm, stream), comm, context);
+      nccl_group->run_nccl(
+          "ncclAllGather", [&] { return ncclAllGather(send.raw_data(), recv.raw_data(), count, type, comm, stream); },
+          context);
       break;
     case DirectOp::all_to_all: {
       const size_t piece = count / static_cast<size_t>(n);
       const size_t bytes = piece * dtype_size(send.dtype());
-      CPF_NCCL_CHECK(ncclGroupStart(), comm, context);
-      for (int j = 0; j < n; ++j) {
-        CPF_NCCL_CHECK(ncclSend(static_cast<const char*>(send.raw_data()) + bytes * static_cast<size_t>(j), piece, type,
-                                j, comm, stream),
-                       comm, context);
-        CPF_NCCL_CHECK(ncclRecv(static_cast<char*>(recv.raw_data()) + bytes * static_cast<size_t>(j), piece, type, j,
-                                comm, stream),
-                       comm, context);
-      }
-      CPF_NCCL_CHECK(ncclGroupEnd(), comm, context);
+      const auto* from = static_cast<const char*>(send.raw_data());
+      auto* to = static_cast<char*>(recv.raw_data());
+      nccl_group->run_nccl(
+          "grouped ncclSend/ncclRecv",
+          [&] {
+            return in_group([&] {
+              for (int j = 0; j < n; ++j) {
+                const size_t at = bytes * static_cast<size_t>(j);
+                const ncclResult_t sent = ncclSend(from + at, piece, type, j, comm, stream);
+                if (nccl_failed(sent)) return sent;
+                const ncclResult_t received = ncclRecv(to + at, piece, type, j, comm, stream);
+                if (nccl_failed(received)) return received;
+              }
+              return ncclSuccess;
+            });
+          },
+          context);
       break;
     }
   }

@@ -15,6 +15,7 @@
 // In one process, one thread per GPU: dist::launch(n, fn, {.backend = dist::Backend::nccl})
 // (launcher.h), which this library registers when it is linked.
 #include <chrono>
+#include <memory>
 
 #include "framework/distributed/environment.h"
 #include "framework/distributed/launcher.h"
@@ -22,7 +23,9 @@
 namespace cpf::dist {
 
 struct NcclInitOptions {
-  // Bound of every collective's completion; an operation older than this aborts the world.
+  // Bound of every collective's completion (an operation older than this aborts the world), of
+  // new_group, and of NCCL world creation after the rendezvous (there at least 60 s: every rank met,
+  // and NCCL's own setup of a large world takes seconds).
   std::chrono::milliseconds timeout = kDefaultTimeout;
   // Bound of the rendezvous: how long rank 0 waits for the others, and they for rank 0.
   std::chrono::milliseconds rendezvous_timeout = std::chrono::seconds(300);
@@ -38,6 +41,10 @@ RankContext init_nccl_world(const LaunchEnvironment& env, const NcclInitOptions&
 namespace nccl {
 // The NCCL library's version at run time, e.g. 22809 for 2.28.9.
 int nccl_version();
+// The world of n rank threads that dist::launch(n, fn, {.backend = Backend::nccl}) uses (what this
+// library registers): rank r joins on cuda:r; creation is bounded by options.timeout and stops when
+// another rank aborts the launch first. For programs and tests that drive the rank threads themselves.
+std::unique_ptr<LaunchWorld> make_launch_world(int n_ranks, const LaunchOptions& options);
 }  // namespace nccl
 
 }  // namespace cpf::dist

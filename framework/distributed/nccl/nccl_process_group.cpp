@@ -5,6 +5,7 @@
 
 #include "framework/core/error.h"
 #include "framework/distributed/nccl/nccl_check.cuh"
+#include "framework/distributed/nccl/nccl_ready.cuh"
 #include "framework/distributed/nccl/nccl_work.cuh"
 #include "framework/tensor/cuda/runtime.cuh"
 #include "framework/tensor/ops/copy.h"
@@ -91,7 +92,8 @@ std::vector<int64_t> NcclProcessGroup::exchange_sizes(int64_t mine, const std::s
     const Tensor buffer = empty_on({n + 1}, DType::i64, device());  // [mine, gathered...]
     auto* data = static_cast<int64_t*>(buffer.raw_data());
     CPF_CUDA_CHECK(cudaMemcpyAsync(data, &mine, sizeof(int64_t), cudaMemcpyHostToDevice, comm_stream()));
-    CPF_NCCL_CHECK(ncclAllGather(data, data + 1, 1, ncclInt64, comm_->comm, comm_stream()), comm_->comm, context);
+    run_nccl("ncclAllGather", [&] { return ncclAllGather(data, data + 1, 1, ncclInt64, comm_->comm, comm_stream()); },
+             context);
     CPF_CUDA_CHECK(cudaMemcpyAsync(sizes.data(), data + 1, sizeof(int64_t) * static_cast<size_t>(n),
                                    cudaMemcpyDeviceToHost, comm_stream()));
     CPF_CUDA_CHECK(cudaEventRecord(done, comm_stream()));
@@ -113,9 +115,15 @@ WorkPtr NcclProcessGroup::do_all_reduce(const Tensor& input, ReduceOp op, const 
   const Tensor result = out.defined() ? out : dst;
   return issue("all_reduce", {result}, {src, dst}, [&](const Issue& is, std::vector<Tensor>&) {
     if (input.numel() == 0) return;
-    CPF_NCCL_CHECK(ncclAllReduce(src.raw_data(), dst.raw_data(), static_cast<size_t>(input.numel()),
-                                 nccl_dtype(input.dtype()), nccl_reduce_op(op), is.comm, is.stream),
-                   is.comm, is.context);
+    const ncclDataType_t type = nccl_dtype(input.dtype());
+    const ncclRedOp_t red = nccl_reduce_op(op);
+    run_nccl(
+        "ncclAllReduce",
+        [&] {
+          return ncclAllReduce(src.raw_data(), dst.raw_data(), static_cast<size_t>(input.numel()), type, red, is.comm,
+                               is.stream);
+        },
+        is.context);
     if (!dst.is_same(result)) raw::copy_(result, dst);
   });
 }
@@ -130,9 +138,14 @@ WorkPtr NcclProcessGroup::do_broadcast(const Tensor& input, int root, const Tens
   return issue("broadcast", {result}, {src, dst}, [&](const Issue& is, std::vector<Tensor>&) {
     if (input.numel() == 0) return;
     const void* send = rank_ == root ? src.raw_data() : dst.raw_data();
-    CPF_NCCL_CHECK(ncclBroadcast(send, dst.raw_data(), static_cast<size_t>(input.numel()), nccl_dtype(input.dtype()),
-                                 root, is.comm, is.stream),
-                   is.comm, is.context);
+    const ncclDataType_t type = nccl_dtype(input.dtype());
+    run_nccl(
+        "ncclBroadcast",
+        [&] {
+          return ncclBroadcast(send, dst.raw_data(), static_cast<size_t>(input.numel()), type, root, is.comm,
+                               is.stream);
+        },
+        is.context);
     if (!dst.is_same(result)) raw::copy_(result, dst);
   });
 }
@@ -154,22 +167,27 @@ WorkPtr NcclProcessGroup::do_batch_p2p(const std::vector<P2POp>& ops) {
   }
   std::vector<Tensor> keep = buffers;
   return issue("batch_p2p", results, std::move(keep), [&](const Issue& is, std::vector<Tensor>&) {
-    CPF_NCCL_CHECK(ncclGroupStart(), is.comm, is.context);
+    std::vector<ncclDataType_t> types;
+    for (const Tensor& b : buffers) types.push_back(nccl_dtype(b.dtype()));
     // Tags are not NCCL's: messages between two ranks match in issue order, which is what the
     // ProcessGroup contract promises for one tag; distinct tags must also be issued in the same order.
-    for (size_t i = 0; i < ops.size(); ++i) {
-      const Tensor& b = buffers[i];
-      if (b.numel() == 0) continue;
-      const size_t count = static_cast<size_t>(b.numel());
-      if (ops[i].kind == P2POp::Kind::send) {
-        CPF_NCCL_CHECK(ncclSend(b.raw_data(), count, nccl_dtype(b.dtype()), ops[i].peer, is.comm, is.stream), is.comm,
-                       is.context);
-      } else {
-        CPF_NCCL_CHECK(ncclRecv(b.raw_data(), count, nccl_dtype(b.dtype()), ops[i].peer, is.comm, is.stream), is.comm,
-                       is.context);
-      }
-    }
-    CPF_NCCL_CHECK(ncclGroupEnd(), is.comm, is.context);
+    run_nccl(
+        "grouped ncclSend/ncclRecv",
+        [&] {
+          return in_group([&] {
+            for (size_t i = 0; i < ops.size(); ++i) {
+              const Tensor& b = buffers[i];
+              if (b.numel() == 0) continue;
+              const size_t count = static_cast<size_t>(b.numel());
+              const ncclResult_t status = ops[i].kind == P2POp::Kind::send
+                                              ? ncclSend(b.raw_data(), count, types[i], ops[i].peer, is.comm, is.stream)
+                                              : ncclRecv(b.raw_data(), count, types[i], ops[i].peer, is.comm, is.stream);
+              if (nccl_failed(status)) return status;
+            }
+            return ncclSuccess;
+          });
+        },
+        is.context);
     for (size_t i = 0; i < ops.size(); ++i) {
       if (ops[i].kind == P2POp::Kind::recv && !buffers[i].is_same(ops[i].tensor)) raw::copy_(ops[i].tensor, buffers[i]);
     }
@@ -182,8 +200,10 @@ WorkPtr NcclProcessGroup::do_barrier() {
       [&](const Issue& is, std::vector<Tensor>& staging) {
         const Tensor token = empty_on({1}, DType::i32, device());
         staging.push_back(token);
-        CPF_NCCL_CHECK(ncclAllReduce(token.raw_data(), token.raw_data(), 1, ncclInt32, ncclSum, is.comm, is.stream),
-                       is.comm, is.context);
+        run_nccl(
+            "ncclAllReduce",
+            [&] { return ncclAllReduce(token.raw_data(), token.raw_data(), 1, ncclInt32, ncclSum, is.comm, is.stream); },
+            is.context);
       },
       /*host_blocking=*/true);
 }
@@ -194,17 +214,30 @@ std::shared_ptr<ProcessGroup> NcclProcessGroup::do_new_group(const std::vector<i
   const auto it = std::find(ranks.begin(), ranks.end(), rank_);
   const bool member = it != ranks.end();
   const int key = member ? static_cast<int>(it - ranks.begin()) : 0;
-  cuda::DeviceGuard guard(state_->device());
-  ncclComm_t child = nullptr;
-  // Collective over this group; members get a communicator ranked by their position in `ranks`.
-  CPF_NCCL_CHECK(ncclCommSplit(comm_->comm, member ? 0 : NCCL_SPLIT_NOCOLOR, key, &child, nullptr), comm_->comm,
-                 context);
-  if (!member) return nullptr;
-  CPF_CHECK(child != nullptr, context, ": ncclCommSplit returned no communicator for member rank ", rank_);
   std::vector<int> globals;
   for (int r : ranks) globals.push_back(global_ranks_[static_cast<size_t>(r)]);
   std::string group_name = name;
   if (group_name.empty()) group_name = detail::str_cat(name_, "/", globals);
+  cuda::DeviceGuard guard(state_->device());
+  // Collective over this group; members get a communicator ranked by their position in `ranks`.
+  // Non-blocking (the child inherits the parent's configuration): NCCL writes `child` on its own
+  // thread when the split is done, which the parent's state tells; a rank that never joins ends
+  // in the timeout (run() aborts the parent, stopping that thread, before it throws).
+  ncclComm_t child = nullptr;
+  const int color = member ? 0 : NCCL_SPLIT_NOCOLOR;
+  try {
+    run_nccl(detail::str_cat("ncclCommSplit of ", describe(), " into '", group_name, "' (global ranks ", globals, ")"),
+             [&] { return ncclCommSplit(comm_->comm, color, key, &child, nullptr); }, context,
+             detail::str_cat("every rank of ", describe(), " must call new_group with the same ranks, and one ",
+                             "never did (it failed, returned, or waits in another operation)"));
+  } catch (...) {
+    // NCCL may have written the child before the abort: it is not registered anywhere, so abort it here
+    // (stops its proxy thread, frees its buffers) instead of leaking it.
+    if (child != nullptr) (void)ncclCommAbort(child);
+    throw;
+  }
+  if (!member) return nullptr;
+  CPF_CHECK(child != nullptr, context, ": ncclCommSplit returned no communicator for member rank ", rank_);
   return std::make_shared<NcclProcessGroup>(state_, child, key, std::move(globals), std::move(group_name));
 }
 

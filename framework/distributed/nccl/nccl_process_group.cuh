@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "framework/distributed/nccl/nccl_rank_state.cuh"
+#include "framework/distributed/nccl/nccl_ready.cuh"
 #include "framework/distributed/process_group.h"
 #include "framework/tensor/cuda/cuda.h"
 
@@ -42,8 +43,15 @@ class NcclProcessGroup final : public ProcessGroup {
   void abort(const std::string& reason) override { state_->abort(reason); }
 
   Device device() const { return Device::cuda(state_->device()); }
+  // The communicator, for NCCL calls made through run_nccl.
   ncclComm_t comm() const { return comm_->comm; }
   cudaStream_t comm_stream() const { return static_cast<cudaStream_t>(stream_.handle()); }
+  // NCCL calls on this group's communicator (NcclRankState::run): under the rank's lock, then
+  // bounded until the communicator is ready again; every NCCL call on it goes through here.
+  void run_nccl(const std::string& call, const std::function<ncclResult_t()>& calls, const std::string& context,
+                const std::string& stall_cause = NcclRankState::kPeerStallCause) {
+    state_->run(*comm_, call, calls, context, stall_cause);
+  }
   // Keeps `object` alive as long as this group (the world group holds its rendezvous).
   void attach(std::shared_ptr<void> object) { attached_.push_back(std::move(object)); }
 
@@ -93,9 +101,13 @@ Tensor empty_on(const Shape& shape, DType dtype, Device device);
 namespace cpf::dist::nccl {
 
 // This rank's world group over a fresh communicator (collective: every rank of `id` calls it);
-// `domain` joins ranks of one process that fail together (null: a domain of its own).
+// `domain` joins ranks of one process that fail together (null: a domain of its own). Creation is
+// non-blocking and bounded (create_communicator: `timeout` while `watch` names a missing rank, else
+// at least kCreationFloor); it stops at once when `domain` is aborted (another rank failed, a peer
+// process died). Errors name "NCCL world creation (rank r of n on cuda:d)".
 ProcessGroupPtr create_world_group(int rank, int world_size, const ncclUniqueId& id, int device,
-                                   std::chrono::milliseconds timeout, std::shared_ptr<AbortDomain> domain);
+                                   std::chrono::milliseconds timeout, std::shared_ptr<AbortDomain> domain,
+                                   const CreationWatch& watch);
 void register_launch_backend();
 
 }  // namespace cpf::dist::nccl

@@ -4,6 +4,7 @@
 
 #include "framework/core/error.h"
 #include "framework/distributed/nccl/nccl_check.cuh"
+#include "framework/distributed/nccl/nccl_ready.cuh"
 #include "framework/tensor/cuda/cuda_check.cuh"
 
 namespace cpf::dist::nccl {
@@ -185,6 +186,75 @@ void NcclRankState::watch_once() {
   finished.clear();
   if (reason.empty()) reason = poll_async_errors();
   if (!reason.empty()) domain_->abort(global_rank_, reason);
+}
+
+void NcclRankState::run(Communicator& comm, const std::string& call, const std::function<ncclResult_t()>& calls,
+                        const std::string& context, const std::string& stall_cause) {
+  ncclResult_t status = ncclSuccess;
+  bool was_aborted = false;
+  {
+    std::lock_guard lock(mutex_);
+    was_aborted = comm.aborted.load();
+    if (!was_aborted) status = calls();
+  }
+  if (was_aborted) CPF_FAIL(context, ": the NCCL world was aborted (", domain_->reason(), ")");
+  // On a non-blocking communicator a failed call leaves its error as the communicator's state (every
+  // later call fails, and ncclCommDestroy refuses it): abort the world with this reason, as the poll
+  // below does for NCCL's own failures, so the peers learn why and nothing leaks.
+  if (nccl_failed(status)) {
+    const std::string reason = detail::str_cat(context, ": ", call, " failed: ", ncclGetErrorString(status),
+                                               " (ncclResult ", static_cast<int>(status), ")");
+    abort(reason);
+    abort_communicators();
+    CPF_FAIL(reason);
+  }
+  // Also after ncclSuccess: ncclCommSplit returns it while the split still runs.
+  wait_ready(comm, context, call, stall_cause);
+}
+
+void NcclRankState::wait_ready(Communicator& comm, const std::string& context, const std::string& call,
+                               const std::string& stall_cause) {
+  const auto start = std::chrono::steady_clock::now();
+  PollPause pause;
+  while (true) {
+    ncclResult_t state = ncclInProgress;
+    bool was_aborted = false;
+    std::string last_error;
+    {
+      std::lock_guard lock(mutex_);
+      was_aborted = comm.aborted.load();
+      if (!was_aborted) {
+        const ncclResult_t asked = ncclCommGetAsyncError(comm.comm, &state);
+        if (asked != ncclSuccess) state = asked;
+        if (nccl_failed(state)) {
+          const char* last = ncclGetLastError(comm.comm);
+          if (last && *last) last_error = detail::str_cat(": ", last);
+        }
+      }
+    }
+    std::string reason;
+    if (was_aborted || domain_->aborted()) {
+      // Aborted elsewhere: make sure this rank's communicators are aborted (NCCL's thread joined)
+      // before the caller's state goes away.
+      abort_communicators();
+      CPF_FAIL(context, ": the NCCL world was aborted (", domain_->reason(), ")");
+    }
+    if (state == ncclSuccess) return;
+    if (state != ncclInProgress) {
+      reason = detail::str_cat(context, ": ", call, " failed: ", ncclGetErrorString(state), " (ncclResult ",
+                               static_cast<int>(state), ")", last_error,
+                               " (a peer rank may have died or be unreachable; NCCL_DEBUG=WARN tells more)");
+    } else if (std::chrono::steady_clock::now() - start > timeout_) {
+      reason = detail::str_cat(context, ": ", call, " did not complete within the timeout of ", seconds(timeout_),
+                               " s: ", stall_cause);
+    }
+    if (!reason.empty()) {
+      abort(reason);
+      abort_communicators();  // when another abort came first, ours did nothing: settle it here
+      CPF_FAIL(reason);
+    }
+    pause();
+  }
 }
 
 void NcclRankState::host_wait(cudaEvent_t event, const std::string& context) {

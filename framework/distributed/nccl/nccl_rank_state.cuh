@@ -8,11 +8,17 @@
 // user) aborts every communicator of the rank (ncclCommAbort, which also makes NCCL kernels that
 // wait for a dead peer return), and every later operation or wait() throws the reason. An
 // AbortDomain joins the ranks of one process: the first abort of one is the abort of all.
+//
+// Communicators are non-blocking (nccl_ready.cuh): every NCCL call on one goes through run(),
+// which holds the rank's lock for the call (the watchdog's polls and the aborts take it too: NCCL
+// allows one caller per communicator at a time) and then waits, bounded, until the communicator is
+// ready again.
 #include <cuda_runtime.h>
 #include <nccl.h>
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -116,6 +122,19 @@ class NcclRankState : public std::enable_shared_from_this<NcclRankState> {
   void remove_communicator(const std::shared_ptr<Communicator>& comm);
   void track(InFlight op);
 
+  // What a collective that does not get ready in time most likely waits for.
+  static constexpr const char* kPeerStallCause = "a peer rank died, hangs, or issued different operations";
+
+  // NCCL calls on `comm` (a communicator of this rank): runs `calls`, which return the first failing
+  // status (else the last one), under the rank's lock, then polls `comm` until it is ready again,
+  // at most the timeout: a non-blocking communicator may not be used (nor its streams given work)
+  // before. `call` names the calls in errors ("<context>: <call> failed: ..."). An NCCL error while
+  // waiting, or the timeout (whose message ends with `stall_cause`), aborts the world and throws;
+  // an abort from elsewhere throws its reason. Every communicator of the rank is aborted before it
+  // throws, so NCCL's own thread no longer runs then.
+  void run(Communicator& comm, const std::string& call, const std::function<ncclResult_t()>& calls,
+           const std::string& context, const std::string& stall_cause = kPeerStallCause);
+
   // Blocks the host until `event` completed, bounded by the timeout; checks for aborts and NCCL
   // errors meanwhile. A timeout aborts the world and throws.
   void host_wait(cudaEvent_t event, const std::string& context);
@@ -124,7 +143,11 @@ class NcclRankState : public std::enable_shared_from_this<NcclRankState> {
   friend class AbortDomain;
   NcclRankState(int device, int global_rank, int world_size, std::chrono::milliseconds timeout,
                 std::shared_ptr<AbortDomain> domain);
-  void abort_communicators();  // called by the domain, once
+  // Aborts every communicator of the rank not aborted yet; returns once each is (also when another
+  // thread is aborting them): called by the domain, and by run() before it throws.
+  void abort_communicators();
+  void wait_ready(Communicator& comm, const std::string& context, const std::string& call,
+                  const std::string& stall_cause);
   static void watchdog_loop(std::weak_ptr<NcclRankState> weak);
   void watch_once();
   // "" when every communicator is healthy, else a message naming the group and NCCL's error.
