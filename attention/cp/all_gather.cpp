@@ -9,16 +9,21 @@
 //                         C3         x  x  x  \                          C2        x  x  \  .
 //
 // Each local query chunk sees a prefix of the sequence (bottom-right aligned under causal; a
-// sliding window trims the start). With positions on every token that is just one kernel call of
-// the local queries against the gathered keys; tiles outside the mask are skipped, so rank 0's C0
-// costs one diagonal tile. No LSE merge is needed: every query sees all its keys in one call.
+// sliding window trims the start). The two chunks see their keys along two different diagonals, so
+// the queries go in one call per chunk (split_query_runs; a mask-free call stays one), each a single
+// band that cuDNN runs fused; tiles outside the mask are skipped, so rank 0's C0 costs one diagonal
+// tile. The calls cover disjoint query rows: their (out, lse) merge exactly, their gradients add.
 //
 // Backward gathers K and V again (not kept between passes, to save memory), computes dQ and the
 // dK/dV of every gathered token, and reduce-scatters dK/dV back to their owners.
+#include "attention/cp/lse_merge.h"
 #include "attention/cp/strategy.h"
+#include "framework/tensor/ops/elementwise.h"
 #include "framework/tensor/ops/copy.h"
 #include "framework/tensor/ops/join.h"
 #include "framework/tensor/ops/views.h"
+
+#include <optional>
 
 namespace cpf::cp {
 namespace {
@@ -38,35 +43,65 @@ std::pair<Tensor, Tensor> gather_kv(const CpContext& ctx, const GroupLayout& ful
   return {raw::contiguous(raw::narrow(gathered, -1, 0, d_qk)), raw::contiguous(raw::narrow(gathered, -1, d_qk, d_v))};
 }
 
+// The local queries against the gathered sequence: one call per query chunk (see the file comment).
+std::vector<SequenceInfo> query_parts(const CpContext& ctx, const GroupLayout& full) {
+  const SequenceInfo pair = pair_sequence_info(ctx.own_layout(), full);
+  const AttentionWindow window = effective_window(ctx.spec);
+  if (window.left < 0 && window.right < 0) return {pair};  // no mask: positions do not matter
+  return split_query_runs(pair);
+}
+
 }  // namespace
 
 CpForward all_gather_forward(const CpContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v) {
   const GroupLayout full = make_group_layout(ctx.global, ctx.cp_size, all_members(ctx));
   const auto [k_all, v_all] = gather_kv(ctx, full, k, v);
-  const auto result = raw::attention_forward(q, k_all, v_all, ctx.spec,
-                                             pair_sequence_info(ctx.own_layout(), full), ctx.groups.flash);
-  ctx.stats->forward_tiles.full += result.tiles.full;
-  ctx.stats->forward_tiles.partial += result.tiles.partial;
-  ctx.stats->forward_tiles.skipped += result.tiles.skipped;
-  return {result.out, result.lse, {}};
+  const std::vector<SequenceInfo> parts = query_parts(ctx, full);
+  std::optional<PartialMerge> merge;
+  raw::AttentionForward whole;
+  for (const SequenceInfo& part : parts) {
+    auto result = raw::attention_forward(q, k_all, v_all, ctx.spec, part, ctx.groups.flash);
+    ctx.stats->forward_tiles.full += result.tiles.full;
+    ctx.stats->forward_tiles.partial += result.tiles.partial;
+    ctx.stats->forward_tiles.skipped += result.tiles.skipped;
+    if (parts.size() == 1) {
+      whole = std::move(result);
+      break;
+    }
+    if (!merge) merge.emplace(q.size(0), q.size(1), v.size(-1), q.dtype(), q.device());
+    merge->add(result.out, result.lse);
+  }
+  if (!merge) return {whole.out, whole.lse, {}};
+  return {merge->out(q.dtype()), merge->lse(), {}};
 }
 
 CpGrads all_gather_backward(const CpContext& ctx, const Tensor& dout, const Tensor& dlse, const Tensor& q,
                             const Tensor& k, const Tensor& v, const CpSaved& saved) {
   const GroupLayout full = make_group_layout(ctx.global, ctx.cp_size, all_members(ctx));
   const auto [k_all, v_all] = gather_kv(ctx, full, k, v);
-  const auto grads = raw::attention_backward(dout, dlse, q, k_all, v_all, saved.out, saved.lse, ctx.spec,
-                                             pair_sequence_info(ctx.own_layout(), full), ctx.groups.flash);
-  ctx.stats->backward_tiles.full += grads.tiles.full;
-  ctx.stats->backward_tiles.partial += grads.tiles.partial;
-  ctx.stats->backward_tiles.skipped += grads.tiles.skipped;
-  // dK/dV of every gathered token, back in rank order, summed onto the owners.
   const DType acc = q.dtype() == DType::f64 ? DType::f64 : DType::f32;
-  const Tensor dkv = to_member_major(raw::to(raw::cat({grads.dk, grads.dv}, -1), acc), full);
+  Tensor dq, dkv_all;  // sums over the query parts, in the accumulation dtype
+  for (const SequenceInfo& part : query_parts(ctx, full)) {
+    const auto grads = raw::attention_backward(dout, dlse, q, k_all, v_all, saved.out, saved.lse, ctx.spec, part,
+                                               ctx.groups.flash);
+    ctx.stats->backward_tiles.full += grads.tiles.full;
+    ctx.stats->backward_tiles.partial += grads.tiles.partial;
+    ctx.stats->backward_tiles.skipped += grads.tiles.skipped;
+    const Tensor dkv_part = raw::to(raw::cat({grads.dk, grads.dv}, -1), acc);
+    if (!dq.defined()) {
+      dq = raw::to(grads.dq, acc);
+      dkv_all = dkv_part;
+    } else {
+      raw::add_(dq, raw::to(grads.dq, acc));
+      raw::add_(dkv_all, dkv_part);
+    }
+  }
+  // dK/dV of every gathered token, back in rank order, summed onto the owners.
+  const Tensor dkv = to_member_major(dkv_all, full);
   ctx.count_sent(dkv, 1, ctx.cp_size - 1, ctx.cp_size);
   const Tensor mine = ctx.groups.group->reduce_scatter(dkv, 0);
   const int64_t d_qk = k.size(-1), d_v = v.size(-1);
-  return {grads.dq, raw::to(raw::contiguous(raw::narrow(mine, -1, 0, d_qk)), k.dtype()),
+  return {raw::to(dq, q.dtype()), raw::to(raw::contiguous(raw::narrow(mine, -1, 0, d_qk)), k.dtype()),
           raw::to(raw::contiguous(raw::narrow(mine, -1, d_qk, d_v)), v.dtype())};
 }
 

@@ -58,6 +58,8 @@ Resolved resolve(const Tensor& q, const Tensor& k, const Tensor& v, const Attent
   CPF_CHECK(cp.group != nullptr, "context parallel (", name,
             "): no CP group given (ContextParallel::group is null); pass the cp group of your DeviceMesh");
   CPF_CHECK(q.defined() && k.defined() && v.defined(), "context parallel: q, k and v must be defined");
+  CPF_CHECK(cp.compute_streams == 1 || cp.compute_streams == 2, "context parallel (", name,
+            "): compute_streams must be 1 or 2, got ", cp.compute_streams);
   const QkvFormat format = spec.qkv_format;
   const int64_t rank = format == QkvFormat::thd ? 3 : 4;
   CPF_CHECK(q.dim() == rank && k.dim() == rank && v.dim() == rank, "context parallel: q, k and v must be ", rank,
@@ -77,6 +79,7 @@ Resolved resolve(const Tensor& q, const Tensor& k, const Tensor& v, const Attent
   ctx.cp_size = cp.group->size();
   ctx.cp_rank = cp.group->rank();
   ctx.groups = cp;
+  ctx.streams = cp.compute_streams;
   ctx.spec = spec;
   ctx.spec.qkv_format = QkvFormat::thd;
 

@@ -88,6 +88,41 @@ Tensor to_member_major(const Tensor& sequence_major, const GroupLayout& layout) 
   return reorder_rows(sequence_major, layout.to_member_major, layout);
 }
 
+std::vector<SequenceInfo> split_query_runs(const SequenceInfo& info) {
+  const int64_t n = info.num_sequences();
+  // Per sequence: (offset in the slot, length) of each run of consecutive positions.
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> runs(static_cast<size_t>(n));
+  size_t most = 0;
+  for (int64_t s = 0; s < n; ++s) {
+    auto& r = runs[static_cast<size_t>(s)];
+    const int64_t start = info.q_start(s);
+    for (int64_t t = 0; t < info.q_length(s); ++t) {
+      const int64_t p = info.q_positions[static_cast<size_t>(start + t)];
+      if (!r.empty() && info.q_positions[static_cast<size_t>(start + t - 1)] + 1 == p) {
+        r.back().second += 1;
+      } else {
+        r.push_back({t, 1});
+      }
+    }
+    most = std::max(most, r.size());
+  }
+  if (most <= 1) return {info};
+  std::vector<SequenceInfo> parts;
+  for (size_t k = 0; k < most; ++k) {
+    std::vector<int64_t> cu{0}, padded;
+    for (int64_t s = 0; s < n; ++s) {
+      const auto& r = runs[static_cast<size_t>(s)];
+      const auto [offset, length] = k < r.size() ? r[k] : std::pair<int64_t, int64_t>{info.q_length(s), 0};
+      padded.push_back(info.q_start(s) + offset);
+      cu.push_back(cu.back() + length);
+    }
+    padded.push_back(info.q_storage_tokens());
+    SequenceInfo part = SequenceInfo::from_cu_seqlens(cu, info.cu_seqlens_kv, padded, info.cu_seqlens_kv_padded);
+    parts.push_back(part.with_positions(info.q_positions, info.kv_positions));
+  }
+  return parts;
+}
+
 SequenceInfo pair_sequence_info(const GroupLayout& q, const GroupLayout& kv) {
   SequenceInfo info = SequenceInfo::from_cu_seqlens(q.info.cu_seqlens_q, kv.info.cu_seqlens_q,
                                                     q.info.cu_seqlens_q_padded, kv.info.cu_seqlens_q_padded);

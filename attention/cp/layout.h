@@ -53,6 +53,13 @@ Tensor to_member_major(const Tensor& sequence_major, const GroupLayout& layout);
 // from `kv`): sequences pair up by index; positions are explicit on both sides.
 SequenceInfo pair_sequence_info(const GroupLayout& q, const GroupLayout& kv);
 
+// The query side of `info` split by runs of consecutive positions: element k keeps, in every sequence,
+// only the k-th run of its real queries (the rest of the slot counts as padding: out 0, lse -inf, dq 0).
+// A rank's own queries are two chunks, so against a gathered sequence they see keys along two
+// diagonals; one call per run has one, which cuDNN's index-based masks express. The parts' results
+// cover disjoint rows: merged (or, for gradients, summed) they are the result of the whole call.
+std::vector<SequenceInfo> split_query_runs(const SequenceInfo& info);
+
 // Whether any real query of `q` sees any real key of `kv` (same sequence, inside `window`). Exact: it
 // compares runs of consecutive positions, so a ring step that sees nothing is skipped entirely.
 bool any_visible(const GroupLayout& q, const GroupLayout& kv, const AttentionWindow& window);

@@ -29,10 +29,13 @@
 // exact additive contributions and need no rescaling.
 #include "attention/cp/lse_merge.h"
 #include "attention/cp/strategy.h"
+#include "framework/tensor/device_stream.h"
 #include "framework/tensor/ops/copy.h"
 #include "framework/tensor/ops/elementwise.h"
 #include "framework/tensor/ops/join.h"
 #include "framework/tensor/ops/views.h"
+
+#include <optional>
 
 namespace cpf::cp {
 namespace {
@@ -94,24 +97,61 @@ CpForward ring_forward(const CpContext& ctx, dist::ProcessGroup& group, const st
   const AttentionWindow window = effective_window(ctx.spec);
   Tensor kv = pack_kv(k, v);  // (T, Hkv, Dqk + Dv)
   PartialMerge merge(q.size(0), q.size(1), v.size(-1), q.dtype(), q.device());
+  // Two compute streams, alternating by step (cp_spec 1.1): consecutive tiles may run side by side,
+  // which fills the GPU's tail waves; on the CPU both are the one in-order stream. A tile's partial
+  // result is merged on the main stream after the next tile was queued, so the merge never holds
+  // the next tile back.
+  const DeviceStream main_stream = DeviceStream::current(q.device());
+  const DeviceStream side_stream = ctx.streams == 2 ? DeviceStream::create(q.device()) : main_stream;
+  side_stream.wait_for(main_stream);  // q, k, v and kv are ready there
+  struct Pending {
+    raw::AttentionForward result;
+    bool on_side = false;
+  };
+  std::optional<Pending> pending;
+  auto merge_pending = [&] {
+    if (!pending) return;
+    if (pending->on_side) {
+      main_stream.wait_for(side_stream);
+      main_stream.record_use(pending->result.out);  // side-stream memory read by the merge
+      main_stream.record_use(pending->result.lse);
+    }
+    merge.add(pending->result.out, pending->result.lse);
+    pending.reset();
+  };
+  dist::WorkPtr arriving;  // the shift that brings this step's kv
   for (int step = 0; step < n; ++step) {
     const int src = (me - step + n) % n;
+    const bool on_side = step % 2 == 1 && !(side_stream == main_stream);
+    const DeviceStream& stream = on_side ? side_stream : main_stream;
+    if (arriving) {
+      const DeviceStreamScope scope(stream);
+      arriving->wait();  // only this step's stream waits for the transfer
+      stream.record_use(kv);
+    }
     const KvShift shift = post_kv_shift(ctx, group, layouts, kv, step);  // overlaps this step's compute
     ctx.stats->ring_steps += 1;
     if (any_visible(layouts[me], layouts[src], window)) {
-      const auto [k_step, v_step] = unpack_kv(kv, d_qk);
-      const auto result = raw::attention_forward(q, k_step, v_step, ctx.spec,
-                                                 pair_sequence_info(layouts[me], layouts[src]), ctx.groups.flash);
+      raw::AttentionForward result;
+      {
+        const DeviceStreamScope scope(stream);
+        const auto [k_step, v_step] = unpack_kv(kv, d_qk);
+        result = raw::attention_forward(q, k_step, v_step, ctx.spec, pair_sequence_info(layouts[me], layouts[src]),
+                                        ctx.groups.flash);
+      }
       add_tiles(ctx.stats->forward_tiles, result.tiles);
-      merge.add(result.out, result.lse);
+      merge_pending();  // the previous tile's, on the main stream, queued behind this one
+      pending = Pending{std::move(result), on_side};
     } else {
       ctx.stats->ring_steps_skipped += 1;  // the whole tile is outside the mask or window
     }
     if (shift.work) {
-      shift.work->wait();
+      arriving = shift.work;
       kv = shift.incoming;
     }
   }
+  merge_pending();
+  main_stream.wait_for(side_stream);  // everything the side stream did is done before the caller goes on
   return {merge.out(q.dtype()), merge.lse(), {}};
 }
 

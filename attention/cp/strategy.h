@@ -18,6 +18,7 @@ struct CpContext {
   std::vector<int> cp_rank_of_global;  // global rank -> CP rank (-1 outside the group)
   CpStats* stats = nullptr;            // never null inside a strategy
   bool backward = false;               // counts bytes into the backward figures when set
+  int streams = 2;                     // ContextParallel::compute_streams
 
   // This rank's own storage as a layout (one member).
   GroupLayout own_layout() const { return make_group_layout(global, cp_size, {cp_rank}); }

@@ -3,7 +3,8 @@
 // per GPU (16k and 64k), for p2p, all_gather, a2a and, on 4 GPUs, a2a+p2p (2 x 2). Ends with the table
 // whose header starts "CP summary".
 //
-//   NCCL_NVLS_ENABLE=0 ./gpu_cp_bench [--ranks N] [--tokens 16384,65536] [--strategies p2p,all_gather,a2a,a2a+p2p]
+//   NCCL_NVLS_ENABLE=0 ./gpu_cp_bench [--ranks N] [--tokens 16384,65536] [--strategies p2p,p2p:1,all_gather,a2a,a2a+p2p]
+//   (p2p:1 = the ring forward on one compute stream, for comparison with the default two)
 //                                     [--max-call-seconds 30]
 //
 // Efficiency (ring-flash-attention's convention, "theoretic flash_attn" = one GPU's rate / world size):
@@ -145,10 +146,10 @@ double over_ranks(dist::RankContext& ctx, double mine, dist::ReduceOp op) {
   return ctx.world->all_reduce(t, op).item<double>();
 }
 
-Row run_cp(int n, int64_t tokens, CommType comm, double max_call_seconds) {
+Row run_cp(int n, int64_t tokens, CommType comm, int streams, double max_call_seconds) {
   Row row;
   row.tokens_per_gpu = tokens;
-  row.strategy = cp::comm_type_name(comm);
+  row.strategy = cp::comm_type_name(comm) + (streams == 1 ? ":1" : "");
   std::mutex mutex;
   try {
     dist::launch(
@@ -160,7 +161,7 @@ Row run_cp(int n, int64_t tokens, CommType comm, double max_call_seconds) {
             shape.hierarchical_cp = true;
           }
           dist::DeviceMesh mesh(ctx.world, shape);
-          const cp::ContextParallel cp_config{comm, mesh.cp(), mesh.cp_a2a(), mesh.cp_p2p(), {}};
+          const cp::ContextParallel cp_config{comm, mesh.cp(), mesh.cp_a2a(), mesh.cp_p2p(), {}, streams};
           const int dev = ctx.device.index;
           Generator gen(100 + static_cast<uint64_t>(ctx.rank));
           const TensorOptions opts{.dtype = DType::bf16, .device = ctx.device};
@@ -247,7 +248,7 @@ std::string fixed(const char* format, double value) {
 int main(int argc, char** argv) {
   int ranks = cuda::device_count();
   std::vector<int64_t> tokens = {16384, 65536};
-  std::vector<std::string> strategies = {"p2p", "all_gather", "a2a", "a2a+p2p"};
+  std::vector<std::string> strategies = {"p2p", "p2p:1", "all_gather", "a2a", "a2a+p2p"};
   double max_call_seconds = 30;
   // Flags it does not know (e.g. run_suite.sh's --benchmark_* ones) are ignored.
   for (int i = 1; i + 1 < argc; ++i) {
@@ -286,12 +287,15 @@ int main(int argc, char** argv) {
     std::printf("1 GPU, %lld tokens: %s\n", static_cast<long long>(seq), base_text.c_str());
     std::fflush(stdout);
     for (const std::string& name : strategies) {
-      const CommType comm = cp::parse_comm_type(name);
+      // "p2p:1": the ring forward on one compute stream instead of two alternating ones.
+      const size_t colon = name.find(':');
+      const CommType comm = cp::parse_comm_type(name.substr(0, colon));
+      const int streams = colon == std::string::npos ? 2 : std::stoi(name.substr(colon + 1));
       if (comm == CommType::a2a_p2p && (ranks % 2 != 0 || ranks < 4)) continue;  // needs a2a 2 x p2p >= 2
       if ((comm == CommType::a2a || comm == CommType::a2a_p2p) && kHeads % (comm == CommType::a2a ? ranks : 2) != 0) {
         continue;
       }
-      Row row = run_cp(ranks, t, comm, max_call_seconds);
+      Row row = run_cp(ranks, t, comm, streams, max_call_seconds);
       const std::string row_text = row.note.empty() ? fixed("%.2f ms per call", row.seconds * 1e3) : row.note;
       std::printf("%d GPUs, %lld tokens per GPU, %s: %s\n", ranks, static_cast<long long>(t), name.c_str(),
                   row_text.c_str());

@@ -24,6 +24,19 @@ class DeviceBackend {
   virtual void copy(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes) = 0;
   virtual void fill_zero(void* ptr, size_t nbytes, Device device) = 0;
   virtual int device_count() const = 0;
+
+  // Streams of work (framework/tensor/device_stream.h). A device that runs everything in order, as the
+  // CPU does, keeps these defaults: one stream (the null handle), and nothing to wait for or record.
+  // A new stream, owned by the returned pointer (its handle is the pointer's get()), or null.
+  virtual std::shared_ptr<void> create_stream(Device device) { return nullptr; }
+  // The calling thread's current stream of `device`, and making one current (null: the default).
+  virtual void* current_stream(Device device) { return nullptr; }
+  virtual void set_current_stream(Device device, void* stream) {}
+  // Work queued on `waiter` from now on starts after the work queued on `waited` so far.
+  virtual void stream_wait(Device device, void* waiter, void* waited) {}
+  // The memory at `ptr` (a live allocation) is used by work queued on `stream`: the allocator must not
+  // hand it out again before that work is done.
+  virtual void record_stream_use(void* ptr, Device device, void* stream) {}
 };
 
 void register_device_backend(DeviceType type, DeviceBackend* backend);

@@ -24,6 +24,16 @@ TEST(CpValidation, MissingGroup) {
                    "no CP group given (ContextParallel::group is null)");
 }
 
+TEST(CpValidation, ComputeStreamsIsOneOrTwo) {
+  on_two_ranks(CommType::p2p, [](const ContextParallel& base) {
+    ContextParallel cp = base;
+    cp.compute_streams = 3;
+    Tensor q = zeros({1, 4, 2, 4});
+    EXPECT_CPF_ERROR(context_parallel_attention(q, q, q, bshd_causal(), std::nullopt, cp),
+                     "context parallel (p2p): compute_streams must be 1 or 2, got 3");
+  });
+}
+
 TEST(CpValidation, GroupOfSizeOneIsRefused) {
   dist::launch(1, [&](dist::RankContext& rc) {
     Tensor q = zeros({1, 4, 2, 4});

@@ -4,6 +4,7 @@
 
 #include "cuda_test_utils.h"
 #include "framework/tensor/device_ops.h"
+#include "framework/tensor/device_stream.h"
 #include "framework/tensor/ops/elementwise.h"
 #include "framework/tensor/ops/matmul.h"
 #include "framework/tensor/ops/reduce.h"
@@ -195,6 +196,31 @@ TEST_F(CudaBackendTest, StreamsArePerThreadAndGuarded) {
     s.synchronize();
   }
   EXPECT_EQ(cuda::current_stream().handle(), nullptr);
+}
+
+// The device-agnostic stream handle (framework/tensor/device_stream.h) the CP ring alternates with.
+TEST_F(CudaBackendTest, DeviceStreamsOrderWorkAcrossStreams) {
+  const Device gpu = Device::cuda(0);
+  const DeviceStream main_stream = DeviceStream::current(gpu);
+  const DeviceStream side = DeviceStream::create(gpu);
+  EXPECT_NE(side.handle(), nullptr);
+  EXPECT_FALSE(side == main_stream);
+  const Tensor x = random_cpu({1 << 22}, DType::f32, 5);
+  Tensor a = on_gpu(x);  // queued on the main stream
+  side.wait_for(main_stream);
+  Tensor b;
+  {
+    const DeviceStreamScope scope(side);
+    EXPECT_EQ(DeviceStream::current(gpu), side);
+    for (int i = 0; i < 20; ++i) b = raw::add(i == 0 ? a : b, a);  // long enough to race without the wait below
+  }
+  EXPECT_EQ(DeviceStream::current(gpu), main_stream);
+  main_stream.wait_for(side);
+  main_stream.record_use(b);  // b's memory came from the side stream's pool
+  const Tensor got = on_cpu(raw::mul(b, 1.0));
+  EXPECT_TRUE(testing::all_close(got, raw::mul(x, 21.0), 1e-5, 1e-5));
+  EXPECT_CPF_ERROR(side.wait_for(DeviceStream::current(Device::cpu())),
+                   "DeviceStream::wait_for: a stream of cuda:0 cannot wait for one of cpu");
 }
 
 TEST_F(CudaBackendTest, RankThreadsOnOwnStreamsComputeIndependently) {

@@ -156,6 +156,32 @@ class CudaBackend final : public DeviceBackend {
   }
 
   int device_count() const override { return cuda::device_count(); }
+
+  std::shared_ptr<void> create_stream(Device device) override {
+    auto stream = std::make_shared<Stream>(Stream::create(device.index));
+    return std::shared_ptr<void>(stream, stream->handle());  // aliasing: get() is the cudaStream_t
+  }
+  void* current_stream(Device device) override {
+    check_device_index(device.index);
+    return current_cuda_stream(device.index);
+  }
+  void set_current_stream(Device device, void* stream) override {
+    set_current_cuda_stream(device.index, static_cast<cudaStream_t>(stream));
+  }
+  void stream_wait(Device device, void* waiter, void* waited) override {
+    check_device_index(device.index);
+    DeviceGuard guard(device.index);
+    cudaEvent_t event = nullptr;
+    CPF_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+    const cudaError_t recorded = cudaEventRecord(event, static_cast<cudaStream_t>(waited));
+    const cudaError_t waited_on =
+        recorded == cudaSuccess ? cudaStreamWaitEvent(static_cast<cudaStream_t>(waiter), event, 0) : recorded;
+    (void)cudaEventDestroy(event);  // legal at once: the wait keeps what it needs
+    CPF_CUDA_CHECK(waited_on);
+  }
+  void record_stream_use(void* ptr, Device device, void* stream) override {
+    allocator_for(device.index).record_stream(ptr, static_cast<cudaStream_t>(stream));
+  }
 };
 
 }  // namespace

@@ -51,6 +51,11 @@ void check_device_index(int device) {
 
 cudaStream_t current_cuda_stream(int device) { return t_current_stream[static_cast<size_t>(device)]; }
 
+void set_current_cuda_stream(int device, cudaStream_t stream) {
+  check_device_index(device);
+  t_current_stream[static_cast<size_t>(device)] = stream;
+}
+
 DeviceGuard::DeviceGuard(int device) {
   CPF_CUDA_CHECK(cudaGetDevice(&previous_));
   if (previous_ == device) {

@@ -14,6 +14,9 @@ void check_device_index(int device);
 
 // This thread's current stream on `device` (nullptr = the legacy default stream).
 cudaStream_t current_cuda_stream(int device);
+// Makes `stream` current for `device` on this thread (the DeviceBackend's stream hooks; the public
+// form is set_current_stream(Stream)).
+void set_current_cuda_stream(int device, cudaStream_t stream);
 
 // Makes `device` current for the scope (cudaSetDevice), restoring the previous device afterwards.
 class DeviceGuard {
