@@ -11,7 +11,7 @@
 #   tests    cuda_distributed_* with GPUs 0,1 visible, then with all of them when there are 4. With
 #            SINGLE_GPU_SUITE=1 every other test binary runs meanwhile on the last GPU (its own process,
 #            so the multi-GPU tests only share that GPU on 4-GPU runs).
-#   bench    gpu_nccl_bench and gpu_cp_bench on 2 GPUs, then on 4.
+#   bench    gpu_nccl_bench and gpu_cp_bench on 2 GPUs, then on 4 (MULTI_BENCHES picks).
 #   scaling  scripts/gpu/train_scaling.sh (cpformer --gpus 1, 2, 4).
 # VARIANT: a folder with bin/ and lib/ built from another branch (only what differs, e.g. its
 # libcpf_distributed_nccl.so and the tests it changed): copied over a copy of the carry, whose
@@ -74,7 +74,7 @@ fi
 
 if [[ " $STAGES " == *" bench "* ]]; then
   for n in "${counts[@]}"; do
-    CUDA_VISIBLE_DEVICES=$(visible "$n") BENCHES="gpu_nccl_bench gpu_cp_bench" \
+    CUDA_VISIBLE_DEVICES=$(visible "$n") BENCHES="${MULTI_BENCHES:-gpu_nccl_bench gpu_cp_bench}" \
       BENCH_TIMEOUT="${BENCH_TIMEOUT:-300}" TESTS=none \
       "$ROOT/scripts/gpu/run_suite.sh" "$CARRY" "$logs/bench_${n}gpu" >/dev/null 2>&1
     { echo; echo "## benchmarks on $n GPUs"; sed -n '/^## gpu_/,$p' "$logs/bench_${n}gpu/results.md"; } >>"$summary"

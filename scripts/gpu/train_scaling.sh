@@ -7,7 +7,7 @@
 #                                      same row split over N GPUs; CP_COMM picks the strategy, default p2p)
 #
 #   scripts/gpu/train_scaling.sh [CPFORMER] [OUT_DIR]
-#   GPUS="1 2 4" STEPS=20 LOG_EVERY=10 CP_COMM=p2p scripts/gpu/train_scaling.sh
+#   GPUS="1 2 4" STEPS=20 LOG_EVERY=10 CP_COMM=p2p CASES="dp cp" scripts/gpu/train_scaling.sh
 #
 # CPFORMER: the binary (default: build/gpu-carry/bin/cpformer from `WITH_APPS=1 scripts/gpu/build.sh`, else
 # build/gpu/apps/cpformer); OUT_DIR (default $OUT, else out/train_scaling) receives train_scaling.md (the
@@ -35,6 +35,7 @@ GPUS="${GPUS:-1 2 4}"
 STEPS="${STEPS:-20}"
 LOG_EVERY="${LOG_EVERY:-10}"
 CP_COMM="${CP_COMM:-p2p}"
+CASES="${CASES:-dp cp}"  # which of the two cases run
 if [[ ! -x "$CPFORMER" ]]; then
   echo "train_scaling.sh: no cpformer binary at $CPFORMER (build it: WITH_APPS=1 scripts/gpu/build.sh)" >&2
   exit 1
@@ -99,10 +100,12 @@ run_case() {
 }
 
 for g in $GPUS; do
+  [[ " $CASES " == *" dp "* ]] || break
   if (( g > visible )); then echo "== skipping $g GPUs: $visible visible"; continue; fi
   run_case dp_seq1024 "dp, seq 1024" "$ROOT/configs/gpu_gpt2_124m.yaml" "$g" "dp=$g" --set parallel.cp=1
 done
 for g in $GPUS; do
+  [[ " $CASES " == *" cp "* ]] || break
   if (( g > visible )); then continue; fi
   run_case cp_seq32768 "cp, seq 32768" "$ROOT/configs/gpu_gpt2_124m_cp.yaml" "$g" "cp=$g ($CP_COMM)" --set "parallel.cp=$g" \
     --set "parallel.cp_comm_type=$CP_COMM"
