@@ -82,6 +82,18 @@ KvShift post_kv_shift(const CpContext& ctx, dist::ProcessGroup& group, const std
           incoming};
 }
 
+// The ring's second compute stream: one per thread and device, kept for the thread's life. A stream
+// made per call would be destroyed while tensors recorded as used on it (the received KV blocks) are
+// still alive, and each new stream would start an empty cache pool in the allocator.
+const DeviceStream& ring_side_stream(Device device) {
+  thread_local std::vector<DeviceStream> streams;
+  for (const DeviceStream& s : streams) {
+    if (s.device() == device) return s;
+  }
+  streams.push_back(DeviceStream::create(device));
+  return streams.back();
+}
+
 std::vector<GroupLayout> single_rank_layouts(const CpContext& ctx) {
   std::vector<GroupLayout> layouts;
   for (int r = 0; r < static_cast<int>(ctx.cp_size); ++r) layouts.push_back(make_group_layout(ctx.global, ctx.cp_size, {r}));
@@ -102,7 +114,7 @@ CpForward ring_forward(const CpContext& ctx, dist::ProcessGroup& group, const st
   // result is merged on the main stream after the next tile was queued, so the merge never holds
   // the next tile back.
   const DeviceStream main_stream = DeviceStream::current(q.device());
-  const DeviceStream side_stream = ctx.streams == 2 ? DeviceStream::create(q.device()) : main_stream;
+  const DeviceStream side_stream = ctx.streams == 2 ? ring_side_stream(q.device()) : main_stream;
   side_stream.wait_for(main_stream);  // q, k, v and kv are ready there
   struct Pending {
     raw::AttentionForward result;

@@ -30,6 +30,8 @@ void DeviceStream::record_use(const Tensor& tensor) const {
   device_backend(device_.type).record_stream_use(tensor.storage()->data(), device_, handle_);
 }
 
+void DeviceStream::synchronize() const { device_backend(device_.type).stream_synchronize(device_, handle_); }
+
 DeviceStreamScope::DeviceStreamScope(const DeviceStream& stream)
     : device_(stream.device()), previous_(device_backend(device_.type).current_stream(device_)) {
   device_backend(device_.type).set_current_stream(device_, stream.handle());

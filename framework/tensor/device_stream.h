@@ -26,6 +26,8 @@ class DeviceStream {
   void wait_for(const DeviceStream& other) const;
   // `tensor` (on this stream's device) is used by work queued on this stream.
   void record_use(const Tensor& tensor) const;
+  // Blocks until the work queued on this stream so far is done (then any stream may use its results).
+  void synchronize() const;
 
   Device device() const { return device_; }
   void* handle() const { return handle_; }

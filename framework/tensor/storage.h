@@ -34,6 +34,8 @@ class DeviceBackend {
   virtual void set_current_stream(Device device, void* stream) {}
   // Work queued on `waiter` from now on starts after the work queued on `waited` so far.
   virtual void stream_wait(Device device, void* waiter, void* waited) {}
+  // Blocks the host until the work queued on `stream` so far is done.
+  virtual void stream_synchronize(Device device, void* stream) {}
   // The memory at `ptr` (a live allocation) is used by work queued on `stream`: the allocator must not
   // hand it out again before that work is done.
   virtual void record_stream_use(void* ptr, Device device, void* stream) {}

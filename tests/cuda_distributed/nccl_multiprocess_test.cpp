@@ -44,9 +44,12 @@ void child_collectives(RankContext& ctx) {
 // Rank 1 dies without a word after the first barrier; rank 0 must leave its hanging all_reduce
 // with a message naming rank 1, long before the 60 s operation timeout.
 void child_die(RankContext& ctx) {
-  ctx.world->barrier();
-  if (ctx.rank == 1) std::_Exit(3);
+  if (ctx.rank == 1) {
+    ctx.world->barrier();
+    std::_Exit(3);
+  }
   try {
+    ctx.world->barrier();  // may already see rank 1 gone: its exit can beat our side of the barrier
     const Tensor x = ones({1024}, {.device = ctx.device});
     for (int i = 0; i < 100; ++i) {
       Tensor y = ctx.world->all_reduce(x);

@@ -58,13 +58,17 @@ std::vector<Tensor> finalize(const Tensor& buffer, const Tensor& out, Device dev
         copy_view(out, buffer);
       } else {
         raw::copy_(out, buffer);
+        device_written(out);
       }
     }
     out.bump_version();
     return {out};
   }
   buffer.bump_version();
-  return {device.is_cpu() ? buffer : raw::to(buffer, device)};
+  if (device.is_cpu()) return {buffer};
+  Tensor on_device = raw::to(buffer, device);
+  device_written(on_device);
+  return {on_device};
 }
 
 OpDesc make_desc(const char* kind, const Tensor& input, std::vector<int64_t> params) {
@@ -317,6 +321,7 @@ std::vector<Tensor> run_batch_p2p(GroupState& group, int rank, const std::vector
         op.tensor.bump_version();
       } else {
         raw::copy_(op.tensor, buffer);
+        device_written(op.tensor);
       }
       received.push_back(op.tensor);
     }

@@ -1,5 +1,7 @@
 #include "framework/distributed/thread/kernels.h"
 
+#include "framework/tensor/device_stream.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -149,6 +151,10 @@ void reduce_into(ReduceOp op, DType dtype, const std::vector<const void*>& input
 }
 
 Tensor host_view(const Tensor& t) { return t.device().is_cpu() ? t : raw::to(t, Device::cpu()); }
+
+void device_written(const Tensor& t) {
+  if (!t.device().is_cpu()) DeviceStream::current(t.device()).synchronize();
+}
 
 Tensor host_contiguous(const Tensor& t) { return raw::contiguous(host_view(t)); }
 

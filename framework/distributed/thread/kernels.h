@@ -29,6 +29,9 @@ void reduce_into(ReduceOp op, DType dtype, const std::vector<const void*>& input
 // The tensor as the data movement reads it: itself on the host, else a host copy. Reductions also
 // need it contiguous.
 Tensor host_view(const Tensor& t);
+// After this (progress) thread wrote a device tensor: waits until the write is done, so the rank may
+// read it on any stream once the operation's Work completes (this backend has no device events).
+void device_written(const Tensor& t);
 Tensor host_contiguous(const Tensor& t);
 
 }  // namespace cpf::dist::thread

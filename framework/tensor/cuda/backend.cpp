@@ -179,6 +179,12 @@ class CudaBackend final : public DeviceBackend {
     (void)cudaEventDestroy(event);  // legal at once: the wait keeps what it needs
     CPF_CUDA_CHECK(waited_on);
   }
+  void stream_synchronize(Device device, void* stream) override {
+    check_device_index(device.index);
+    DeviceGuard guard(device.index);
+    CPF_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
+    raise_device_errors(device.index);
+  }
   void record_stream_use(void* ptr, Device device, void* stream) override {
     allocator_for(device.index).record_stream(ptr, static_cast<cudaStream_t>(stream));
   }
