@@ -57,6 +57,12 @@ std::string version_reason(int64_t version, const SdpaMapping& m) {
     return "cuDNN 9.10.0/9.10.1 are known to give wrong bf16/f16 attention results; use 9.10.2+ or "
            "attention.backend: unfused";
   }
+  if (version < 91000 && ((m.right_bound && m.right < 0) || (m.left_bound && m.left <= 0))) {
+    // Verified on 9.19 (cudnn_test's fully masked rows); the frontend refuses such bounds before 9.10.
+    return "cuDNN " + std::to_string(version) + " takes no negative diagonal bounds (right " +
+           std::to_string(m.right) + ", left " + std::to_string(m.left) + "); use cuDNN 9.10.2+ or "
+           "attention.backend: unfused";
+  }
   if (version == 91400 && m.left_bound) {
     return "cuDNN 9.14.0 is known to give wrong sliding-window results for s_kv > 1024; use 9.14.1+ or "
            "attention.backend: unfused";

@@ -252,6 +252,8 @@ std::string choose_band(const AttentionProblem& p, SdpaMapping& m, std::vector<R
       }
     }
   }
+  // cuDNN builds a left bound with s_q > s_kv only in the padding form.
+  if (m.left_bound && m.s_q > m.s_kv) m.padding = true;
   // Top-left w is a FLOAT scalar (exact below 2^24); the rest is INT32 index arithmetic.
   const int64_t limit = m.bottom_right ? std::numeric_limits<int32_t>::max() / 2 : (int64_t{1} << 24);
   m.right = m.right_bound ? cr.max : 0;
@@ -272,7 +274,8 @@ void mark_undefined(const AttentionProblem& p, SdpaMapping& m, const std::vector
     const int64_t q_len = m.seq_len_q[n], kv_len = m.seq_len_kv[n];
     std::fill_n(kv_undefined.begin() + m.kv_token[n], kv_len, uint8_t{0});
     for (int64_t row = 0; row < q_len; ++row) {
-      const bool sees_a_key = rows[n].lo.empty() || rows[n].lo[static_cast<size_t>(row)] <= rows[n].hi[static_cast<size_t>(row)];
+      const auto r = static_cast<size_t>(row);
+      const bool sees_a_key = rows[n].lo.empty() || rows[n].lo[r] <= rows[n].hi[r];
       q_undefined[static_cast<size_t>(m.q_token[n] + row)] = sees_a_key ? 0 : 1;
       if (!sees_a_key) m.any_fully_masked_row = true;
     }

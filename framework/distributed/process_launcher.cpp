@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
@@ -190,16 +191,20 @@ SpawnResult spawn_local_processes(int n, const std::vector<std::string>& argv, c
       }
     }
     if (!polls.empty()) ::poll(polls.data(), polls.size(), 50);
+    const int64_t round_ns = now_ns();  // one stamp per round: no rank is earlier for its place in the loop
     for (size_t i = 0; i < polls.size(); ++i) {
       if (!polls[i].revents) continue;
       Child& c = *owners[i];
+      // Hang-up is reported while output may still be buffered: the close time is now, not when the
+      // buffered lines have been drained.
+      if ((polls[i].revents & POLLHUP) && c.output_closed_ns == INT64_MAX) c.output_closed_ns = round_ns;
       char chunk[4096];
       const ssize_t got = ::read(c.out_fd, chunk, sizeof chunk);
       if (got > 0) {
         c.pending.append(chunk, static_cast<size_t>(got));
         flush_line(c, false);
       } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
-        c.output_closed_ns = now_ns();
+        c.output_closed_ns = std::min(c.output_closed_ns, round_ns);
         flush_line(c, true);
         ::close(c.out_fd);
         c.out_fd = -1;

@@ -199,5 +199,93 @@ TEST(CudnnMapping, KeysOutOfPositionOrderOrTwoDiagonalsAreRejected) {
             std::string::npos);
 }
 
+std::vector<int64_t> iota_from(int64_t start, int64_t n) {
+  std::vector<int64_t> p(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) p[static_cast<size_t>(i)] = start + i;
+  return p;
+}
+
+TEST(CudnnMapping, SlidingWindowOverTwoChunksUsesTheSearchedIntervals) {
+  // q = kv = positions 0..63, 192..255 (not contiguous). Window left 200: a row of the second chunk at
+  // position 192 + j sees the first chunk from position j - 8 on, i.e. index row - 72: w = 73.
+  const auto pos = two_runs(0, 192, 64);
+  const auto seq = SequenceInfo::from_lengths({128}).with_positions(pos, pos);
+  const SdpaMapping m = map_to_cudnn(problem(QkvFormat::thd, MaskType::causal, {200, -1}, 1, 128, 128, seq));
+  ASSERT_EQ(m.reason, "");
+  EXPECT_TRUE(m.right_bound);
+  EXPECT_EQ(m.right, 0);
+  EXPECT_TRUE(m.left_bound);
+  EXPECT_EQ(m.left, 73);
+  // Window left 31 would reach into the gap between the chunks: no band reproduces that.
+  const SdpaMapping gap = map_to_cudnn(problem(QkvFormat::thd, MaskType::causal, {31, -1}, 1, 128, 128, seq));
+  EXPECT_NE(gap.reason.find("not one band"), std::string::npos) << gap.reason;
+}
+
+TEST(CudnnMapping, BottomRightWithALeftBound) {
+  // bshd rows (not trimmed) whose queries end where their keys end, window left 15: the diagonals
+  // agree only bottom-right aligned, and w is the shifted left constant plus one.
+  const auto seq = SequenceInfo::from_lengths({32, 64}, {64, 128}, 64, 128).with_position_offsets({32, 64}, {0, 0});
+  const SdpaMapping m =
+      map_to_cudnn(problem(QkvFormat::bshd, MaskType::padding_causal, {15, -1}, 2, 64, 128, seq));
+  ASSERT_EQ(m.reason, "");
+  EXPECT_TRUE(m.bottom_right);
+  EXPECT_TRUE(m.padding);
+  EXPECT_EQ(m.right, 0);
+  EXPECT_TRUE(m.left_bound);
+  EXPECT_EQ(m.left, 16);
+  // thd trims each sequence to the keys its queries see, after which the same diagonal is top-left.
+  const auto thd = SequenceInfo::from_lengths({32, 64}, {64, 128}).with_position_offsets({32, 64}, {0, 0});
+  const SdpaMapping t = map_to_cudnn(problem(QkvFormat::thd, MaskType::causal, {15, -1}, 1, 96, 192, thd));
+  ASSERT_EQ(t.reason, "");
+  EXPECT_FALSE(t.bottom_right);
+  EXPECT_EQ(t.right, 15);
+  EXPECT_EQ(t.left, 1);
+}
+
+TEST(CudnnMapping, TrimsLeadingKeysAndTrailingQueriesAndDropsHiddenEntries) {
+  // Sequence 0: queries at 0..63 against keys 100..163: nothing visible (causal), dropped.
+  // Sequence 1: queries at 10..73 against keys 0..127: keys 74.. are seen by nobody (trimmed at the end),
+  // and with window left 9 keys 0..0 are seen by nobody either (trimmed at the start).
+  std::vector<int64_t> q = iota_from(0, 64), k = iota_from(100, 64);
+  const auto q1 = iota_from(10, 64), k1 = iota_from(0, 128);
+  q.insert(q.end(), q1.begin(), q1.end());
+  k.insert(k.end(), k1.begin(), k1.end());
+  const auto seq =
+      SequenceInfo::from_cu_seqlens({0, 64, 128}, {0, 64, 192}, {0, 64, 128}, {0, 64, 192}).with_positions(q, k);
+  const SdpaMapping m = map_to_cudnn(problem(QkvFormat::thd, MaskType::causal, {9, -1}, 1, 128, 192, seq));
+  ASSERT_EQ(m.reason, "");
+  ASSERT_EQ(m.b, 1);
+  EXPECT_EQ(m.q_token[0], 64);
+  EXPECT_EQ(m.seq_len_q[0], 64);
+  EXPECT_EQ(m.kv_token[0], 64 + 1);  // key position 1 is the first any query (position 10) sees
+  EXPECT_EQ(m.seq_len_kv[0], 73);    // through key position 73
+  ASSERT_EQ(m.q_undefined.size(), 128u);
+  EXPECT_EQ(m.q_undefined[0], 1);  // the dropped sequence's queries
+  EXPECT_EQ(m.q_undefined[64], 0);
+  ASSERT_EQ(m.kv_undefined.size(), 192u);
+  EXPECT_EQ(m.kv_undefined[64], 1);
+  EXPECT_EQ(m.kv_undefined[65], 0);
+  const auto hidden = SequenceInfo::from_lengths({64}).with_positions(iota_from(0, 64), iota_from(100, 64));
+  EXPECT_EQ(map_to_cudnn(problem(QkvFormat::thd, MaskType::causal, {}, 1, 64, 64, hidden)).reason,
+            "no query sees a key");
+}
+
+TEST(CudnnMapping, AHiddenRowTheBandWouldShowIsRejected) {
+  // bshd (no trimming): queries 0..63 then 100..163 against keys 0..63 with window left 9: the second
+  // half sees nothing, but a band fitted to the first half would show it the last keys.
+  const auto seq =
+      SequenceInfo::from_lengths({128}, {64}, 128, 64).with_positions(two_runs(0, 100, 64), iota_from(0, 64));
+  const SdpaMapping m = map_to_cudnn(problem(QkvFormat::bshd, MaskType::causal, {9, -1}, 1, 128, 64, seq));
+  EXPECT_NE(m.reason.find("sees no key, but cuDNN's band would show it keys"), std::string::npos) << m.reason;
+}
+
+TEST(CudnnMapping, ALeftBoundWithMoreQueriesThanKeysUsesThePaddingForm) {
+  const SdpaMapping m = map_to_cudnn(problem(QkvFormat::bshd, MaskType::causal, {15, -1}, 1, 256, 128,
+                                             SequenceInfo::from_lengths({256}, {128}, 256, 128)));
+  ASSERT_EQ(m.reason, "");
+  EXPECT_TRUE(m.left_bound);
+  EXPECT_TRUE(m.padding);
+}
+
 }  // namespace
 }  // namespace cpf::attention_cuda::cudnn

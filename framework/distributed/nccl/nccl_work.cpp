@@ -30,11 +30,16 @@ NcclWork::~NcclWork() {
 void NcclWork::wait() {
   state_->check_alive(description_);
   cuda::DeviceGuard guard(state_->device());
-  CPF_CUDA_CHECK(cudaStreamWaitEvent(cuda::current_cuda_stream(state_->device()), done_->get(), 0));
+  const cudaStream_t current = cuda::current_cuda_stream(state_->device());
+  CPF_CUDA_CHECK(cudaStreamWaitEvent(current, done_->get(), 0));
+  // The kept tensors go back to the pool of the stream that issued the operation: when another stream
+  // waits (the CP ring waits on its side stream), order the issuing one after the operation too, or
+  // its next allocation could take a buffer the operation still reads.
+  if (current != issue_stream_) CPF_CUDA_CHECK(cudaStreamWaitEvent(issue_stream_, done_->get(), 0));
   if (host_blocking_) state_->host_wait(done_->get(), description_);
   state_->check_alive(description_);
   waited_.store(true);
-  keep_alive_.clear();  // the caller's stream is now ordered after the operation
+  keep_alive_.clear();  // the issuing stream (and the caller's) is now ordered after the operation
 }
 
 bool NcclWork::is_completed() const {
