@@ -278,6 +278,17 @@ SpawnResult spawn_local_processes(int n, const std::vector<std::string>& argv, c
     result.failed_rank = culprit->rank;
     result.exit_code = exit_code_of(culprit->status);
     result.message = detail::str_cat("rank ", culprit->rank, " ", describe_status(culprit->status));
+    // Other ranks that failed on their own (not by our signals) are named too: the order of two
+    // nearly simultaneous deaths is a heuristic (a GPU process's teardown can take a second).
+    std::vector<std::string> also;
+    for (const Child& c : children) {
+      const bool failed = !(WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0);
+      if (failed && &c != culprit && !std::get<0>(blame_key(c))) {
+        also.push_back(detail::str_cat("rank ", c.rank, " ", describe_status(c.status)));
+      }
+    }
+    for (size_t i = 0; i < also.size(); ++i) result.message += (i == 0 ? " (also: " : ", ") + also[i];
+    if (!also.empty()) result.message += ")";
     std::vector<int> terminated;
     for (const Child& c : children) {
       if (c.terminated_by_us && &c != culprit) terminated.push_back(c.rank);

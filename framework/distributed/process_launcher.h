@@ -38,7 +38,10 @@ struct SpawnOptions {
 struct SpawnResult {
   int exit_code = 0;  // 0 when every rank exited 0; else the first failure's code (128 + signal when killed)
   int failed_rank = -1;
-  std::string message;  // "rank 1 exited with status 3; terminated ranks [0,2]", or "" on success
+  // "rank 1 exited with status 3; terminated the other ranks [0,2]", or "" on success. Ranks that
+  // failed by themselves besides the one blamed follow it: "rank 0 exited with status 4 (also: rank 1
+  // exited with status 3)". The blamed one is the first seen to end, a heuristic when deaths coincide.
+  std::string message;
 };
 
 // Runs argv (argv[0] is looked up in PATH when it has no '/') n times. Returns once every child ended.

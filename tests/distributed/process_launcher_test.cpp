@@ -92,6 +92,17 @@ TEST(ProcessLauncher, AFailingRankTerminatesTheOthersAndIsNamed) {
   EXPECT_LT(seconds, 20.0) << "the survivors must be terminated, not waited for";
 }
 
+TEST(ProcessLauncher, AFailingSurvivorIsNamedBesideTheFirstDeath) {
+  Captured out;
+  // Rank 1 fails at once; rank 0 ignores SIGTERM and fails by itself a little later (a survivor that
+  // learnt of the death and exits with its own error).
+  const auto r = sh(2, "trap '' TERM; if [ \"$RANK\" = 1 ]; then exit 3; fi; sleep 0.3; exit 4", out, {.grace = 5s});
+  EXPECT_EQ(r.failed_rank, 1) << r.message;
+  EXPECT_EQ(r.exit_code, 3);
+  EXPECT_NE(r.message.find("rank 1 exited with status 3 (also: rank 0 exited with status 4)"), std::string::npos)
+      << r.message;
+}
+
 TEST(ProcessLauncher, SurvivorsIgnoringSigtermAreKilledAfterTheGrace) {
   Captured out;
   const auto start = std::chrono::steady_clock::now();
