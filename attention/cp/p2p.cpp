@@ -84,7 +84,8 @@ KvShift post_kv_shift(const CpContext& ctx, dist::ProcessGroup& group, const std
 
 // The ring's second compute stream: one per thread and device, kept for the thread's life. A stream
 // made per call would be destroyed while tensors recorded as used on it (the received KV blocks) are
-// still alive, and each new stream would start an empty cache pool in the allocator.
+// still alive, and each new stream would start an empty cache pool in the allocator. (When the thread
+// ends, the blocks cached for its side stream stay with the allocator until it frees its cache.)
 const DeviceStream& ring_side_stream(Device device) {
   thread_local std::vector<DeviceStream> streams;
   for (const DeviceStream& s : streams) {
@@ -132,9 +133,11 @@ CpForward ring_forward(const CpContext& ctx, dist::ProcessGroup& group, const st
     pending.reset();
   };
   dist::WorkPtr arriving;  // the shift that brings this step's kv
+  int computed = 0;        // tiles computed so far: they alternate, whichever steps a window skips
   for (int step = 0; step < n; ++step) {
     const int src = (me - step + n) % n;
-    const bool on_side = step % 2 == 1 && !(side_stream == main_stream);
+    const bool visible = any_visible(layouts[me], layouts[src], window);
+    const bool on_side = visible && computed % 2 == 1 && !(side_stream == main_stream);
     const DeviceStream& stream = on_side ? side_stream : main_stream;
     if (arriving) {
       const DeviceStreamScope scope(stream);
@@ -143,7 +146,8 @@ CpForward ring_forward(const CpContext& ctx, dist::ProcessGroup& group, const st
     }
     const KvShift shift = post_kv_shift(ctx, group, layouts, kv, step);  // overlaps this step's compute
     ctx.stats->ring_steps += 1;
-    if (any_visible(layouts[me], layouts[src], window)) {
+    if (visible) {
+      ++computed;
       raw::AttentionForward result;
       {
         const DeviceStreamScope scope(stream);
