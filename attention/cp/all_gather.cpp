@@ -45,10 +45,13 @@ std::pair<Tensor, Tensor> gather_kv(const CpContext& ctx, const GroupLayout& ful
 
 // The local queries against the gathered sequence: one call per query chunk (see the file comment).
 std::vector<SequenceInfo> query_parts(const CpContext& ctx, const GroupLayout& full) {
-  const SequenceInfo pair = pair_sequence_info(ctx.own_layout(), full);
+  const GroupLayout own = ctx.own_layout();
+  const SequenceInfo pair = pair_sequence_info(own, full);
   const AttentionWindow window = effective_window(ctx.spec);
   if (window.left < 0 && window.right < 0) return {pair};  // no mask: positions do not matter
-  return split_query_runs(pair);
+  // Split by chunk (runs of slot indices), not by runs of positions: explicit positions with gaps
+  // would make every query its own run.
+  return split_query_runs(pair, own.slot_index);
 }
 
 }  // namespace

@@ -52,6 +52,72 @@ struct Resolved {
   int64_t batch = 1, local_seq = 0;  // bshd/sbhd
 };
 
+// thd: the global SequenceInfo is the batch; the local shard holds 1/P of its padded storage.
+void resolve_thd(const Tensor& q, const std::optional<SequenceInfo>& seq, int64_t p, CpContext& ctx, CpQuery& query) {
+  CPF_CHECK(seq.has_value(), "context parallel (thd): sequence info is required (global cu_seqlens and "
+                             "cu_seqlens_padded)");
+  query.cross_attention = seq->cu_seqlens_q != seq->cu_seqlens_kv || seq->cu_seqlens_q_padded != seq->cu_seqlens_kv_padded;
+  ctx.global = {seq->cu_seqlens_q, seq->cu_seqlens_q_padded, {}, {}};
+  CPF_CHECK(seq->cu_seqlens_q_padded.size() == seq->cu_seqlens_q.size(),
+            "context parallel (thd): padded cu_seqlens are required (cu_seqlens_q=", seq->cu_seqlens_q,
+            ", cu_seqlens_q_padded=", seq->cu_seqlens_q_padded, "); pad every sequence to a multiple of 2*cp=",
+            2 * p, " with cp::pad_cu_seqlens");
+  CPF_CHECK(seq->cu_seqlens_q_padded.back() == q.size(0) * p, "context parallel (thd): the local shard has ",
+            q.size(0), " tokens but cu_seqlens_padded ", seq->cu_seqlens_q_padded, " over cp=", p, " needs ",
+            seq->cu_seqlens_q_padded.back() / p);
+}
+
+// A SequenceInfo for bshd/sbhd must describe the rows of the global batch, as dot_product_attention
+// requires: one slot per row starting at b * S, and without a padding mask whole rows. (It may be
+// given without a padding mask to carry explicit positions.)
+void check_row_sequences(const SequenceInfo& seq, const AttentionSpec& spec, int64_t batch, int64_t global_seq,
+                         int64_t p) {
+  CPF_CHECK(seq.num_sequences() == batch, "context parallel: sequence info describes ", seq.num_sequences(),
+            " sequences for a batch of ", batch);
+  for (int64_t b = 0; b <= batch; ++b) {
+    CPF_CHECK(seq.cu_seqlens_q_padded[b] == b * global_seq && seq.cu_seqlens_kv_padded[b] == b * global_seq,
+              "context parallel: the sequence info's slots (cu_seqlens_q_padded=", seq.cu_seqlens_q_padded,
+              ", cu_seqlens_kv_padded=", seq.cu_seqlens_kv_padded, ") must be the ", batch,
+              " rows of the global sequence length ", global_seq, " (local ", global_seq / p, " x cp ", p,
+              "); build it with SequenceInfo::from_lengths(lengths, ", global_seq, ")");
+  }
+  if (is_padding(spec.mask)) return;
+  for (int64_t b = 0; b < batch; ++b) {
+    CPF_CHECK(seq.q_length(b) == global_seq && seq.kv_length(b) == global_seq, "context parallel: mask ",
+              mask_type_name(spec.mask), " treats every ", qkv_format_name(spec.qkv_format),
+              " row as one whole sequence, but the sequence info gives row ", b, " ", seq.q_length(b), " q and ",
+              seq.kv_length(b), " kv tokens of ", global_seq, " (use a padding mask for shorter rows)");
+  }
+}
+
+// bshd/sbhd: every row is one sequence whose slot is the row of local_seq * P tokens; a padding mask
+// takes each row's real length from seq.
+void resolve_rows(const Tensor& q, const AttentionSpec& spec, const std::optional<SequenceInfo>& seq, int64_t p,
+                  Resolved& r, CpQuery& query) {
+  const QkvFormat format = spec.qkv_format;
+  r.batch = format == QkvFormat::bshd ? q.size(0) : q.size(1);
+  r.local_seq = format == QkvFormat::bshd ? q.size(1) : q.size(0);
+  CPF_CHECK(r.local_seq % 2 == 0, "context parallel: the local sequence length ", r.local_seq,
+            " must be even: each rank holds two chunks of the 2*cp=", 2 * p, " chunk layout (q=", q.shape(), ")");
+  const int64_t global_seq = r.local_seq * p;
+  CPF_CHECK(!is_padding(spec.mask) || seq.has_value(), "context parallel: a ", mask_type_name(spec.mask),
+            " mask needs sequence info with the real length of every row");
+  if (seq) {
+    query.cross_attention = seq->cu_seqlens_q != seq->cu_seqlens_kv;
+    if (!query.cross_attention) check_row_sequences(*seq, spec, r.batch, global_seq, p);
+  }
+  GlobalSequences& global = r.ctx.global;
+  global.cu_seqlens = {0};
+  global.cu_seqlens_padded = {0};
+  for (int64_t b = 0; b < r.batch; ++b) {
+    const int64_t real = seq && is_padding(spec.mask) ? seq->q_length(b) : global_seq;
+    CPF_CHECK(real <= global_seq, "context parallel: row ", b, " has real length ", real,
+              " beyond the global sequence length ", global_seq, " (local ", r.local_seq, " x cp ", p, ")");
+    global.cu_seqlens.push_back(global.cu_seqlens.back() + real);
+    global.cu_seqlens_padded.push_back(global.cu_seqlens_padded.back() + global_seq);
+  }
+}
+
 Resolved resolve(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec,
                  const std::optional<SequenceInfo>& seq, const ContextParallel& cp) {
   const std::string name = comm_type_name(cp.comm_type);
@@ -106,42 +172,18 @@ Resolved resolve(const Tensor& q, const Tensor& k, const Tensor& v, const Attent
   ctx.spec.num_heads = ctx.spec.num_kv_heads = ctx.spec.head_dim_qk = ctx.spec.head_dim_v = 0;
 
   const int64_t p = ctx.cp_size;
+  if (seq) seq->check();  // positions of the right size, ordered slots
   if (format == QkvFormat::thd) {
-    CPF_CHECK(seq.has_value(), "context parallel (thd): sequence info is required (global cu_seqlens and "
-                               "cu_seqlens_padded)");
-    query.cross_attention = seq->cu_seqlens_q != seq->cu_seqlens_kv || seq->cu_seqlens_q_padded != seq->cu_seqlens_kv_padded;
-    ctx.global = {seq->cu_seqlens_q, seq->cu_seqlens_q_padded};
-    CPF_CHECK(seq->cu_seqlens_q_padded.size() == seq->cu_seqlens_q.size(),
-              "context parallel (thd): padded cu_seqlens are required (cu_seqlens_q=", seq->cu_seqlens_q,
-              ", cu_seqlens_q_padded=", seq->cu_seqlens_q_padded, "); pad every sequence to a multiple of 2*cp=",
-              2 * p, " with cp::pad_cu_seqlens");
-    CPF_CHECK(seq->cu_seqlens_q_padded.back() == q.size(0) * p, "context parallel (thd): the local shard has ",
-              q.size(0), " tokens but cu_seqlens_padded ", seq->cu_seqlens_q_padded, " over cp=", p, " needs ",
-              seq->cu_seqlens_q_padded.back() / p);
+    resolve_thd(q, seq, p, ctx, query);
   } else {
-    r.batch = format == QkvFormat::bshd ? q.size(0) : q.size(1);
-    r.local_seq = format == QkvFormat::bshd ? q.size(1) : q.size(0);
-    CPF_CHECK(r.local_seq % 2 == 0, "context parallel: the local sequence length ", r.local_seq,
-              " must be even: each rank holds two chunks of the 2*cp=", 2 * p, " chunk layout (q=", q.shape(), ")");
-    const int64_t global_seq = r.local_seq * p;
-    ctx.global.cu_seqlens_padded.push_back(0);
-    ctx.global.cu_seqlens.push_back(0);
-    if (is_padding(spec.mask)) {
-      CPF_CHECK(seq.has_value(), "context parallel: a ", mask_type_name(spec.mask),
-                " mask needs sequence info with the real length of every row");
-      CPF_CHECK(seq->num_sequences() == r.batch, "context parallel: sequence info describes ", seq->num_sequences(),
-                " sequences for a batch of ", r.batch);
-      query.cross_attention = seq->cu_seqlens_q != seq->cu_seqlens_kv;
-    }
-    for (int64_t b = 0; b < r.batch; ++b) {
-      const int64_t real = is_padding(spec.mask) ? seq->q_length(b) : global_seq;
-      CPF_CHECK(real <= global_seq, "context parallel: row ", b, " has real length ", real,
-                " beyond the global sequence length ", global_seq, " (local ", r.local_seq, " x cp ", p, ")");
-      ctx.global.cu_seqlens.push_back(ctx.global.cu_seqlens.back() + real);
-      ctx.global.cu_seqlens_padded.push_back(ctx.global.cu_seqlens_padded.back() + global_seq);
-    }
+    resolve_rows(q, spec, seq, p, r, query);
   }
   if (auto reason = check(query)) CPF_FAIL("context parallel: ", *reason);
+  if (seq) {
+    // Every token keeps the position the caller gave it (gaps, offsets): the layouts hand them on.
+    ctx.global.q_positions = seq->q_positions;
+    ctx.global.kv_positions = seq->kv_positions;
+  }
   // Divisibility of every sequence by 2P, with the offending numbers.
   thd_shard(ctx.global.cu_seqlens, ctx.global.cu_seqlens_padded, p, ctx.cp_rank);
 

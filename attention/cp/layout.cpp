@@ -14,8 +14,23 @@ bool GroupLayout::identity_order() const {
   return true;
 }
 
+namespace {
+
+// The position of global storage token `global` as a query or key: the explicit one, or its slot index.
+int64_t position_of(const std::vector<int64_t>& explicit_positions, int64_t global, int64_t slot_index) {
+  return explicit_positions.empty() ? slot_index : explicit_positions[static_cast<size_t>(global)];
+}
+
+}  // namespace
+
 GroupLayout make_group_layout(const GlobalSequences& global, int64_t cp_size, const std::vector<int>& members) {
   CPF_CHECK(!members.empty(), "make_group_layout: empty member list");
+  CPF_CHECK((global.q_positions.empty() ||
+             static_cast<int64_t>(global.q_positions.size()) == global.cu_seqlens_padded.back()) &&
+                (global.kv_positions.empty() ||
+                 static_cast<int64_t>(global.kv_positions.size()) == global.cu_seqlens_padded.back()),
+            "make_group_layout: ", global.q_positions.size(), " q and ", global.kv_positions.size(),
+            " kv positions for a batch of ", global.cu_seqlens_padded.back(), " storage tokens");
   GroupLayout layout;
   layout.members = members;
   std::vector<ThdShard> shards;
@@ -26,48 +41,44 @@ GroupLayout make_group_layout(const GlobalSequences& global, int64_t cp_size, co
     member_offset.push_back(total);
     total += shards.back().local_tokens();
   }
-  const int64_t n = global.num_sequences();
-  std::vector<int64_t> cu_real{0}, cu_padded{0}, positions;
+  std::vector<int64_t> cu_real{0}, cu_padded{0}, q_positions, kv_positions;
   layout.to_sequence_major.reserve(static_cast<size_t>(total));
   struct Token {
-    int64_t position, member_major, global;
+    int64_t slot_index, member_major, global;
   };
-  std::vector<Token> real_tokens;
-  for (int64_t s = 0; s < n; ++s) {
-    // Real tokens of every member first, in position order (so a sequence gathered from all members is
-    // one contiguous run of positions, which cuDNN's index-based masks can express), then every
-    // member's padding.
-    real_tokens.clear();
-    for (size_t m = 0; m < shards.size(); ++m) {
-      const ThdShard& sh = shards[m];
-      for (int64_t t = sh.cu_seqlens_padded_local[s]; t < sh.cu_seqlens_padded_local[s + 1]; ++t) {
-        if (sh.valid[t] != 0) real_tokens.push_back({sh.position[t], member_offset[m] + t, sh.global_index[t]});
+  std::vector<Token> tokens;
+  auto append = [&](const Token& tok) {
+    layout.to_sequence_major.push_back(tok.member_major);
+    layout.global_index.push_back(tok.global);
+    layout.slot_index.push_back(tok.slot_index);
+    q_positions.push_back(position_of(global.q_positions, tok.global, tok.slot_index));
+    kv_positions.push_back(position_of(global.kv_positions, tok.global, tok.slot_index));
+  };
+  for (int64_t s = 0; s < global.num_sequences(); ++s) {
+    // Real tokens of every member first, in slot order (so a sequence gathered from all members is one
+    // contiguous run, which cuDNN's index-based masks can express), then every member's padding.
+    for (const bool real : {true, false}) {
+      tokens.clear();
+      for (size_t m = 0; m < shards.size(); ++m) {
+        const ThdShard& sh = shards[m];
+        for (int64_t t = sh.cu_seqlens_padded_local[s]; t < sh.cu_seqlens_padded_local[s + 1]; ++t) {
+          if ((sh.valid[t] != 0) == real) tokens.push_back({sh.position[t], member_offset[m] + t, sh.global_index[t]});
+        }
       }
-    }
-    std::stable_sort(real_tokens.begin(), real_tokens.end(),
-                     [](const Token& a, const Token& b) { return a.position < b.position; });
-    for (const Token& tok : real_tokens) {
-      layout.to_sequence_major.push_back(tok.member_major);
-      layout.global_index.push_back(tok.global);
-      positions.push_back(tok.position);
-    }
-    for (size_t m = 0; m < shards.size(); ++m) {
-      const ThdShard& sh = shards[m];
-      for (int64_t t = sh.cu_seqlens_padded_local[s]; t < sh.cu_seqlens_padded_local[s + 1]; ++t) {
-        if (sh.valid[t] != 0) continue;
-        layout.to_sequence_major.push_back(member_offset[m] + t);
-        layout.global_index.push_back(sh.global_index[t]);
-        positions.push_back(sh.position[t]);
+      if (real) {
+        std::stable_sort(tokens.begin(), tokens.end(),
+                         [](const Token& a, const Token& b) { return a.slot_index < b.slot_index; });
+        cu_real.push_back(cu_real.back() + static_cast<int64_t>(tokens.size()));
       }
+      for (const Token& tok : tokens) append(tok);
     }
-    cu_real.push_back(cu_real.back() + static_cast<int64_t>(real_tokens.size()));
     cu_padded.push_back(static_cast<int64_t>(layout.global_index.size()));
   }
   layout.to_member_major.assign(static_cast<size_t>(total), 0);
   for (int64_t s = 0; s < total; ++s) layout.to_member_major[layout.to_sequence_major[s]] = s;
   // cu_seqlens here are this storage's real counts; slot starts are cu_padded.
   layout.info = SequenceInfo::from_cu_seqlens(cu_real, cu_padded);
-  layout.info = layout.info.with_positions(positions, positions);
+  layout.info = layout.info.with_positions(std::move(q_positions), std::move(kv_positions));
   return layout;
 }
 
@@ -88,17 +99,21 @@ Tensor to_member_major(const Tensor& sequence_major, const GroupLayout& layout) 
   return reorder_rows(sequence_major, layout.to_member_major, layout);
 }
 
-std::vector<SequenceInfo> split_query_runs(const SequenceInfo& info) {
+std::vector<SequenceInfo> split_query_runs(const SequenceInfo& info) { return split_query_runs(info, info.q_positions); }
+
+std::vector<SequenceInfo> split_query_runs(const SequenceInfo& info, const std::vector<int64_t>& run_keys) {
+  CPF_CHECK(static_cast<int64_t>(run_keys.size()) == info.q_storage_tokens(), "split_query_runs: ", run_keys.size(),
+            " run keys for ", info.q_storage_tokens(), " query storage tokens");
   const int64_t n = info.num_sequences();
-  // Per sequence: (offset in the slot, length) of each run of consecutive positions.
+  // Per sequence: (offset in the slot, length) of each run of consecutive keys.
   std::vector<std::vector<std::pair<int64_t, int64_t>>> runs(static_cast<size_t>(n));
   size_t most = 0;
   for (int64_t s = 0; s < n; ++s) {
     auto& r = runs[static_cast<size_t>(s)];
     const int64_t start = info.q_start(s);
     for (int64_t t = 0; t < info.q_length(s); ++t) {
-      const int64_t p = info.q_positions[static_cast<size_t>(start + t)];
-      if (!r.empty() && info.q_positions[static_cast<size_t>(start + t - 1)] + 1 == p) {
+      const int64_t key = run_keys[static_cast<size_t>(start + t)];
+      if (!r.empty() && run_keys[static_cast<size_t>(start + t - 1)] + 1 == key) {
         r.back().second += 1;
       } else {
         r.push_back({t, 1});
@@ -126,7 +141,7 @@ std::vector<SequenceInfo> split_query_runs(const SequenceInfo& info) {
 SequenceInfo pair_sequence_info(const GroupLayout& q, const GroupLayout& kv) {
   SequenceInfo info = SequenceInfo::from_cu_seqlens(q.info.cu_seqlens_q, kv.info.cu_seqlens_q,
                                                     q.info.cu_seqlens_q_padded, kv.info.cu_seqlens_q_padded);
-  return info.with_positions(q.info.q_positions, kv.info.q_positions);
+  return info.with_positions(q.info.q_positions, kv.info.kv_positions);
 }
 
 }  // namespace cpf::cp
@@ -134,16 +149,19 @@ SequenceInfo pair_sequence_info(const GroupLayout& q, const GroupLayout& kv) {
 namespace cpf::cp {
 namespace {
 
-// Runs of consecutive positions among the real tokens of sequence n.
-std::vector<PositionRange> position_runs(const GroupLayout& layout, int64_t n) {
+// The position range of each run of consecutive slot indices (a chunk) among the real tokens of
+// sequence n, taken from `positions` (the layout's q or kv positions): with the default positions a
+// run's positions are consecutive and the range is exact; explicit ones give the run's hull.
+std::vector<PositionRange> position_runs(const GroupLayout& layout, int64_t n, const std::vector<int64_t>& positions) {
   std::vector<PositionRange> runs;
   const auto& info = layout.info;
   const int64_t start = info.cu_seqlens_q_padded[n];
   const int64_t real = info.cu_seqlens_q[n + 1] - info.cu_seqlens_q[n];
   for (int64_t t = start; t < start + real; ++t) {
-    const int64_t p = info.q_positions[t];
-    if (!runs.empty() && runs.back().max + 1 == p) {
-      runs.back().max = p;
+    const int64_t p = positions[t];
+    if (t > start && layout.slot_index[t - 1] + 1 == layout.slot_index[t]) {
+      runs.back().min = std::min(runs.back().min, p);
+      runs.back().max = std::max(runs.back().max, p);
     } else {
       runs.push_back({p, p});
     }
@@ -155,8 +173,8 @@ std::vector<PositionRange> position_runs(const GroupLayout& layout, int64_t n) {
 
 bool any_visible(const GroupLayout& q, const GroupLayout& kv, const AttentionWindow& window) {
   for (int64_t n = 0; n < q.info.num_sequences(); ++n) {
-    const auto kv_runs = position_runs(kv, n);
-    for (const PositionRange& qr : position_runs(q, n)) {
+    const auto kv_runs = position_runs(kv, n, kv.info.kv_positions);
+    for (const PositionRange& qr : position_runs(q, n, q.info.q_positions)) {
       for (const PositionRange& kr : kv_runs) {
         if (classify_tile(qr, kr, window) != TileKind::empty) return true;
       }

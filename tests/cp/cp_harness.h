@@ -15,6 +15,11 @@
 
 namespace cpf::cp::testing {
 
+// Positions of the global problem's tokens: the default (index within the slot), segment positions
+// with gaps (segment_pos = 2i), or q and kv offsets (with_position_offsets(3, 0): every query sees
+// three tokens further, the bottom-right form of docs/attention.md).
+enum class Positions : uint8_t { slot_index, gapped, offsets };
+
 struct CpCase {
   CommType comm = CommType::p2p;
   int cp = 2;
@@ -29,6 +34,8 @@ struct CpCase {
   std::vector<int64_t> thd_lengths{5, 16, 1, 11};
   DType dtype = DType::f32;
   uint64_t seed = 7;
+  // Explicit positions on the global SequenceInfo (the single-rank reference uses the same ones).
+  Positions positions = Positions::slot_index;
 };
 
 struct Tensors {
@@ -42,6 +49,16 @@ struct Global {
   std::vector<int64_t> cu, cu_padded;  // thd
   int64_t seq_dim = 1;                 // bshd 1, sbhd 0, thd 0
 };
+
+// The global SequenceInfo with c.positions applied (bshd/sbhd without one: one whole sequence per row).
+inline SequenceInfo with_explicit_positions(const CpCase& c, std::optional<SequenceInfo> seq) {
+  if (!seq) seq = SequenceInfo::from_lengths(std::vector<int64_t>(static_cast<size_t>(c.batch), c.seq), c.seq);
+  if (c.positions == Positions::offsets) return seq->with_position_offsets(3, 0);
+  std::vector<int64_t> q = seq->resolved_q_positions(), kv = seq->resolved_kv_positions();
+  for (int64_t& p : q) p *= 2;
+  for (int64_t& p : kv) p *= 2;
+  return seq->with_positions(q, kv);
+}
 
 inline Global make_global(const CpCase& c) {
   Global g;
@@ -69,6 +86,7 @@ inline Global make_global(const CpCase& c) {
       g.seq = SequenceInfo::from_lengths(lengths, c.seq);
     }
   }
+  if (c.positions != Positions::slot_index) g.seq = with_explicit_positions(c, g.seq);
   g.q = ::cpf::testing::random_tensor(shape(c.heads, c.d_qk, tokens), c.dtype, c.seed);
   g.k = ::cpf::testing::random_tensor(shape(c.kv_heads, c.d_qk, tokens), c.dtype, c.seed + 1);
   g.v = ::cpf::testing::random_tensor(shape(c.kv_heads, c.d_v, tokens), c.dtype, c.seed + 2);

@@ -84,6 +84,27 @@ TEST(CpValidation, ThdNeedsGlobalPaddedMetadata) {
   });
 }
 
+// A SequenceInfo given for bshd/sbhd (to carry positions, or a padding mask's lengths) must describe
+// the global rows, as it must for dot_product_attention; before, CP ignored it without a padding mask.
+TEST(CpValidation, RowSequenceInfoMustDescribeTheGlobalRows) {
+  on_two_ranks(CommType::p2p, [](const ContextParallel& cp) {
+    Tensor q = zeros({2, 4, 2, 4});  // global rows of 8 tokens
+    EXPECT_CPF_ERROR(context_parallel_attention(q, q, q, bshd_causal(), SequenceInfo::from_lengths({5, 8}), cp),
+                     "the sequence info's slots (cu_seqlens_q_padded=[0,5,13], cu_seqlens_kv_padded=[0,5,13]) must be "
+                     "the 2 rows of the global sequence length 8 (local 4 x cp 2); build it with "
+                     "SequenceInfo::from_lengths(lengths, 8)");
+    EXPECT_CPF_ERROR(context_parallel_attention(q, q, q, bshd_causal(), SequenceInfo::from_lengths({5, 8}, 8), cp),
+                     "mask causal treats every bshd row as one whole sequence, but the sequence info gives row 0 5 q "
+                     "and 5 kv tokens of 8 (use a padding mask for shorter rows)");
+    EXPECT_CPF_ERROR(context_parallel_attention(q, q, q, bshd_causal(), SequenceInfo::from_lengths({8}, 8), cp),
+                     "sequence info describes 1 sequences for a batch of 2");
+    SequenceInfo short_positions = SequenceInfo::from_lengths({8, 8}, 8);
+    short_positions.q_positions = {0, 2, 4};
+    EXPECT_CPF_ERROR(context_parallel_attention(q, q, q, bshd_causal(), short_positions, cp),
+                     "SequenceInfo: q_positions has 3 entries but the storage holds 16 tokens");
+  });
+}
+
 TEST(CpValidation, PaddingMaskNeedsLengths) {
   on_two_ranks(CommType::p2p, [](const ContextParallel& cp) {
     Tensor q = zeros({2, 4, 2, 4});

@@ -53,5 +53,43 @@ TEST(CpLayout, SplitQueryRunsKeepsOneChunkPerPart) {
   EXPECT_EQ(split_query_runs(pair_sequence_info(full, full)).size(), 1u);
 }
 
+// Explicit positions (here q = 2i + 3, kv = 2i: gaps and an offset) travel with their tokens: the
+// storage order stays the slot order, the query split stays one part per chunk, and a ring step is
+// skipped only when the positions hide it.
+TEST(CpLayout, ExplicitPositionsTravelWithTheirTokens) {
+  GlobalSequences global = two_sequences();
+  for (int64_t t = 0; t < 32; ++t) {
+    const int64_t slot_index = t % 16;
+    global.q_positions.push_back(2 * slot_index + 3);
+    global.kv_positions.push_back(2 * slot_index);
+  }
+  const GroupLayout own = make_group_layout(global, 2, {1}), full = make_group_layout(global, 2, {0, 1});
+  for (int64_t i = 0; i < full.tokens(); ++i) {
+    const size_t at = static_cast<size_t>(i);
+    EXPECT_EQ(full.slot_index[at], full.global_index[at] % 16);
+    EXPECT_EQ(full.info.q_positions[at], 2 * full.slot_index[at] + 3) << "token " << i;
+    EXPECT_EQ(full.info.kv_positions[at], 2 * full.slot_index[at]) << "token " << i;
+  }
+  const SequenceInfo pair = pair_sequence_info(own, full);
+  EXPECT_EQ(pair.q_positions, own.info.q_positions);
+  EXPECT_EQ(pair.kv_positions, full.info.kv_positions);
+  // Rank 1 holds chunks 1 and 2 (slot indices 4..11): one run of slot indices, so one part, although
+  // no two of its positions are consecutive.
+  EXPECT_EQ(split_query_runs(pair, own.slot_index).size(), 1u);
+  EXPECT_EQ(split_query_runs(pair).size(), 8u);  // by positions: one part per query of the longest sequence
+  // A ring step is skipped by the positions, not the slot indices. Under the diagonal-only window
+  // {0, 0}, rank 0 (slot indices 0..3, 12..15) sees none of rank 1's keys (4..11) by slot index, but
+  // with q positions shifted by one (with_position_offsets(1, 0)) its query at slot 3 sees key slot 4.
+  GlobalSequences shifted = two_sequences();
+  for (int64_t t = 0; t < 32; ++t) {
+    shifted.q_positions.push_back(t % 16 + 1);
+    shifted.kv_positions.push_back(t % 16);
+  }
+  const AttentionWindow diagonal{0, 0};
+  EXPECT_FALSE(any_visible(make_group_layout(two_sequences(), 2, {0}), make_group_layout(two_sequences(), 2, {1}),
+                           diagonal));
+  EXPECT_TRUE(any_visible(make_group_layout(shifted, 2, {0}), make_group_layout(shifted, 2, {1}), diagonal));
+}
+
 }  // namespace
 }  // namespace cpf::cp
