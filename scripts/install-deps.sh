@@ -20,6 +20,7 @@ packages=(
   libgmock-dev
   libbenchmark-dev
   nlohmann-json3-dev
+  libxxhash-dev
 )
 
 missing=()

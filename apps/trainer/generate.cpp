@@ -1,5 +1,6 @@
 #include "apps/trainer/generate.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -90,6 +91,7 @@ GenerateResult generate(const GenerateOptions& options) {
 
   models::GPT model(config.model);
   model.eval();
+  // Refuses (naming the tensor) weights that fail their checksums or hold NaN or inf.
   io::load_checkpoint(result.checkpoint, model.named_parameters(), nullptr, "");
   // The model saw at most seq_len tokens per sequence in training: keep that much context.
   const int64_t context = std::min(config.data.seq_len, config.model.positions == models::PositionType::learned
@@ -102,7 +104,11 @@ GenerateResult generate(const GenerateOptions& options) {
     const int64_t n = static_cast<int64_t>(sequence.size());
     const std::vector<int64_t> window(sequence.begin() + std::max<int64_t>(0, n - context), sequence.end());
     const Tensor logits = model.forward(models::make_prompt_input({window}));  // (T, V)
-    const int64_t next = sample(select(logits, 0, logits.size(0) - 1).to_vector<double>(), options.temperature, gen);
+    const std::vector<double> last = select(logits, 0, logits.size(0) - 1).to_vector<double>();
+    // Finite weights can still overflow; argmax over NaN would print token 0 as if it were an answer.
+    CPF_CHECK(std::all_of(last.begin(), last.end(), [](double v) { return std::isfinite(v); }), "generate: the model of ",
+              result.checkpoint, " gives non-finite logits after ", n, " tokens; refusing to sample from them");
+    const int64_t next = sample(last, options.temperature, gen);
     sequence.push_back(next);
     result.completion.push_back(next);
     if (next == tok.eot) {

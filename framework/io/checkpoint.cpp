@@ -5,25 +5,22 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <nlohmann/json.hpp>
 #include <set>
 
 #include "framework/autograd/grad_mode.h"
 #include "framework/core/logging.h"
+#include "framework/io/checkpoint_meta.h"
 #include "framework/io/file_io.h"
+#include "framework/io/tensor_integrity.h"
 #include "framework/tensor/ops/copy.h"
 
 namespace cpf::io {
 namespace {
 
 namespace fs = std::filesystem;
-using nlohmann::json;
-
 constexpr const char* kModelFile = "model.safetensors";
 constexpr const char* kOptimizerFile = "optimizer.safetensors";
-constexpr const char* kMetaFile = "meta.json";
-constexpr const char* kFormat = "cpformer-checkpoint";
-constexpr int64_t kVersion = 1;
+constexpr const char* kMetaFile = kCheckpointMetaFile;
 constexpr const char* kTempPrefix = ".tmp-";
 constexpr const char* kOldPrefix = ".old-";
 
@@ -64,92 +61,12 @@ std::vector<fs::directory_entry> list_dir(const fs::path& dir) {
   return out;
 }
 
-struct MetaFile {
-  CheckpointMeta meta;
-  std::map<std::string, uint64_t> file_sizes;
-};
-
-json meta_to_json(const CheckpointMeta& m, const std::map<std::string, uint64_t>& file_sizes) {
-  json j;
-  j["format"] = kFormat;
-  j["version"] = kVersion;
-  j["step"] = m.step;
-  j["rng_seed"] = m.rng_seed;
-  j["rng_offset"] = m.rng_offset;
-  j["data_cursor"] = m.data_cursor;
-  j["config_hash"] = m.config_hash;
-  j["optimizer"] = m.optimizer_name.empty() ? json(nullptr)
-                                            : json{{"name", m.optimizer_name}, {"step_count", m.optimizer_step}};
-  j["files"] = file_sizes;
-  j["extra"] = m.extra;
-  return j;
-}
-
-MetaFile parse_meta(const std::string& text) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    CPF_FAIL(kMetaFile, " is not valid JSON: ", e.what());
-  }
-  CPF_CHECK(j.is_object(), kMetaFile, " is not a JSON object");
-  auto field = [&](const char* key) -> const json& {
-    CPF_CHECK(j.contains(key), kMetaFile, " has no field '", key, "'");
-    return j[key];
-  };
-  auto non_negative = [&](const char* key) {
-    const json& v = field(key);
-    CPF_CHECK(v.is_number_integer() && v.get<int64_t>() >= 0, kMetaFile, ": '", key,
-              "' must be an integer >= 0, got ", v.dump());
-    return v.get<int64_t>();
-  };
-  auto unsigned_field = [&](const char* key) {
-    const json& v = field(key);
-    CPF_CHECK(v.is_number_unsigned(), kMetaFile, ": '", key, "' must be an unsigned integer, got ", v.dump());
-    return v.get<uint64_t>();
-  };
-  CPF_CHECK(field("format") == kFormat, kMetaFile, ": format ", field("format").dump(), " is not \"", kFormat, "\"");
-  CPF_CHECK(field("version") == kVersion, kMetaFile, ": version ", field("version").dump(),
-            " is not supported (expected ", kVersion, ")");
-  MetaFile out;
-  CheckpointMeta& m = out.meta;
-  m.step = non_negative("step");
-  m.rng_seed = unsigned_field("rng_seed");
-  m.rng_offset = unsigned_field("rng_offset");
-  const json& cursor = field("data_cursor");
-  CPF_CHECK(cursor.is_number_integer(), kMetaFile, ": 'data_cursor' must be an integer, got ", cursor.dump());
-  m.data_cursor = cursor.get<int64_t>();
-  CPF_CHECK(field("config_hash").is_string(), kMetaFile, ": 'config_hash' must be a string");
-  m.config_hash = field("config_hash").get<std::string>();
-  const json& opt = field("optimizer");
-  if (!opt.is_null()) {
-    CPF_CHECK(opt.is_object() && opt.contains("name") && opt["name"].is_string() && !opt["name"].empty() &&
-                  opt.contains("step_count") && opt["step_count"].is_number_integer() &&
-                  opt["step_count"].get<int64_t>() >= 0,
-              kMetaFile, ": 'optimizer' must be null or {\"name\": string, \"step_count\": integer >= 0}, got ",
-              opt.dump());
-    m.optimizer_name = opt["name"].get<std::string>();
-    m.optimizer_step = opt["step_count"].get<int64_t>();
-  }
-  const json& files = field("files");
-  CPF_CHECK(files.is_object(), kMetaFile, ": 'files' must be an object of byte sizes");
-  for (const auto& [name, size] : files.items()) {
-    CPF_CHECK(size.is_number_unsigned(), kMetaFile, ": size of '", name, "' must be an unsigned integer");
-    out.file_sizes[name] = size.get<uint64_t>();
-  }
-  const json& extra = field("extra");
-  CPF_CHECK(extra.is_object(), kMetaFile, ": 'extra' must be an object of strings");
-  for (const auto& [key, value] : extra.items()) {
-    CPF_CHECK(value.is_string(), kMetaFile, ": 'extra' value of '", key, "' is not a string: ", value.dump());
-    m.extra[key] = value.get<std::string>();
-  }
-  return out;
-}
+using MetaFile = CheckpointMetaFile;
 
 MetaFile read_meta_file(const fs::path& dir) {
   CPF_CHECK(fs::is_directory(dir), "not a folder");
   CPF_CHECK(fs::exists(dir / kMetaFile), kMetaFile, " is missing");
-  MetaFile mf = parse_meta(read_file((dir / kMetaFile).string()));
+  MetaFile mf = parse_checkpoint_meta(read_file((dir / kMetaFile).string()));
   const int64_t dir_step = parse_step_dir(dir.filename().string());
   CPF_CHECK(dir_step < 0 || dir_step == mf.meta.step, "folder name says step ", dir_step, " but ", kMetaFile,
             " says step ", mf.meta.step);
@@ -178,6 +95,18 @@ void check_tensor_list(std::map<std::string, StoredTensor> stored, const char* f
             " does not have (", stored.size(), " unexpected)");
 }
 
+// Format 2: the checksums recorded for `file` name exactly the tensors its header lists.
+void check_checksum_names(const char* file, const MetaFile& mf, const std::vector<SafetensorsEntry>& entries) {
+  if (!mf.has_checksums()) return;
+  const auto sums = mf.checksums.find(file);
+  CPF_CHECK(sums != mf.checksums.end(), kMetaFile, " records no checksums for ", file);
+  for (const SafetensorsEntry& e : entries) {
+    CPF_CHECK(sums->second.count(e.name) == 1, kMetaFile, " records no checksum for tensor '", e.name, "' of ", file);
+  }
+  CPF_CHECK(sums->second.size() == entries.size(), kMetaFile, " records checksums of ", sums->second.size(),
+            " tensors for ", file, ", which holds ", entries.size());
+}
+
 // Checks that `file` in `dir` has the size meta.json recorded and a valid header matching `expected`.
 void check_tensor_file(const fs::path& dir, const char* file, const MetaFile& mf, const optim::NamedTensors& expected,
                        const char* what) {
@@ -188,9 +117,11 @@ void check_tensor_file(const fs::path& dir, const char* file, const MetaFile& mf
   const uint64_t actual = size_of(path);
   CPF_CHECK(actual == recorded->second, file, " is ", actual, " bytes but ", kMetaFile, " records ", recorded->second,
             " (incomplete or modified file)");
+  const SafetensorsHeader header = read_safetensors_header(path.string());
   std::map<std::string, StoredTensor> stored;
-  for (const SafetensorsEntry& e : read_safetensors_header(path.string()).entries) stored[e.name] = {e.dtype, e.shape};
+  for (const SafetensorsEntry& e : header.entries) stored[e.name] = {e.dtype, e.shape};
   check_tensor_list(std::move(stored), file, expected, what);
+  check_checksum_names(file, mf, header.entries);
 }
 
 // The same check on tensors already read (the file could have changed since its header was checked).
@@ -199,6 +130,39 @@ void check_loaded(const optim::NamedTensors& loaded, const char* file, const opt
   std::map<std::string, StoredTensor> stored;
   for (const auto& [name, t] : loaded) stored[name] = {t.dtype(), t.shape()};
   check_tensor_list(std::move(stored), file, expected, what);
+}
+
+// One tensor's data against meta.json: its checksum (format 2) and finite floating-point values.
+void check_tensor_integrity(const char* file, const MetaFile& mf, const std::string& name, const std::string& checksum,
+                            const std::optional<NonFiniteValue>& non_finite) {
+  if (mf.has_checksums()) {
+    const std::string& recorded = mf.checksums.at(file).at(name);
+    CPF_CHECK(checksum == recorded, file, ": tensor '", name, "' fails its checksum (", kMetaFile, " records ",
+              recorded, ", the data hashes to ", checksum, "): the file is corrupted");
+  }
+  CPF_CHECK(!non_finite, file, ": ", non_finite ? non_finite->describe() : "",
+            "; a checkpoint of non-finite values cannot be used");
+}
+
+// Reads every tensor of `file` from the disk (in bounded chunks) and checks its integrity.
+void check_tensor_data(const fs::path& dir, const char* file, const MetaFile& mf) {
+  const FileReader reader((dir / file).string());
+  const SafetensorsHeader h = read_safetensors_header(reader);
+  check_checksum_names(file, mf, h.entries);
+  for (const SafetensorsEntry& e : h.entries) {
+    const StoredTensorCheck c = check_stored_tensor(reader, h.data_start + e.begin, e.end - e.begin, e.name, e.dtype);
+    check_tensor_integrity(file, mf, e.name, c.checksum, c.non_finite);
+  }
+}
+
+// The same on tensors already read into memory (what load_checkpoint is about to copy).
+void check_loaded_data(const optim::NamedTensors& loaded, const char* file, const MetaFile& mf) {
+  for (const auto& [name, t] : loaded) {
+    const size_t nbytes = static_cast<size_t>(t.numel()) * dtype_size(t.dtype());
+    const void* data = nbytes > 0 ? t.raw_data() : "";
+    check_tensor_integrity(file, mf, name, tensor_checksum(data, nbytes),
+                           find_non_finite(name, t.dtype(), data, t.numel()));
+  }
 }
 
 void check_checkpoint(const fs::path& dir, const MetaFile& mf, const optim::NamedTensors& model,
@@ -251,6 +215,43 @@ void remove_leftovers(const fs::path& dir) {
   }
 }
 
+// Non-finite weights or optimizer state would poison every resume from this checkpoint, and with
+// rotation push the good ones out: such a save is refused before anything is written. Every saved
+// checkpoint is therefore finite, so rotation (which keeps the new one) never removes the last
+// finite checkpoint.
+void refuse_non_finite(const std::string& dir, int64_t step, const optim::NamedTensors& model,
+                       const optim::Optimizer* optimizer) {
+  std::optional<NonFiniteValue> bad = find_non_finite(model);
+  const char* what = "model parameter";
+  if (!bad && optimizer) {
+    bad = find_non_finite(optimizer->state_tensors());
+    what = "optimizer state";
+  }
+  if (!bad) return;
+  const std::vector<std::string> kept = list_checkpoints(dir);
+  CPF_FAIL("save_checkpoint: refusing to write step ", step, " into ", dir, ": ", what, " ", bad->describe(),
+           "; the checkpoints already there are kept",
+           kept.empty() ? std::string(" (there are none)") : " (newest: " + kept.back() + ")");
+}
+
+// Keeps the newest keep_last - 1 checkpoints other than `name` and deletes the rest, oldest first.
+// Renaming before removing means a crash mid-delete never leaves a half-deleted step_* folder.
+void remove_older_checkpoints(const std::string& dir, const std::string& name, int keep_last) {
+  std::vector<std::string> others;
+  for (const std::string& path : list_checkpoints(dir)) {
+    if (fs::path(path).filename() != name) others.push_back(path);
+  }
+  const size_t keep_others = static_cast<size_t>(keep_last - 1);
+  const size_t remove_count = others.size() > keep_others ? others.size() - keep_others : 0;
+  for (size_t i = 0; i < remove_count; ++i) {
+    const fs::path victim(others[i]);
+    const fs::path aside = victim.parent_path() / (kOldPrefix + victim.filename().string());
+    rename_path(victim, aside);
+    remove_tree(aside);
+  }
+  if (remove_count > 0) sync_directory(dir);
+}
+
 }  // namespace
 
 std::string checkpoint_dir_name(int64_t step) {
@@ -280,6 +281,7 @@ std::string save_checkpoint(const std::string& dir, const optim::NamedTensors& m
   CPF_CHECK(keep_last >= 0, "save_checkpoint: keep_last must be >= 0 (0 keeps all), got ", keep_last);
   CPF_CHECK(!model.empty(), "save_checkpoint: the model has no parameters");
   const std::string name = checkpoint_dir_name(meta.step);
+  refuse_non_finite(dir, meta.step, model, optimizer);
   std::error_code ec;
   fs::create_directories(dir, ec);
   CPF_CHECK(!ec, "save_checkpoint: cannot create ", dir, ": ", ec.message());
@@ -290,19 +292,20 @@ std::string save_checkpoint(const std::string& dir, const optim::NamedTensors& m
   fs::create_directory(tmp, ec);
   CPF_CHECK(!ec, "save_checkpoint: cannot create ", tmp.string(), ": ", ec.message());
   try {
-    std::map<std::string, uint64_t> sizes;
-    save_safetensors((tmp / kModelFile).string(), model, {}, /*sync=*/true);
-    sizes[kModelFile] = size_of(tmp / kModelFile);
-    CheckpointMeta written = meta;
-    written.optimizer_name.clear();
-    written.optimizer_step = 0;
+    MetaFile written;
+    written.meta = meta;
+    written.meta.optimizer_name.clear();
+    written.meta.optimizer_step = 0;
+    written.checksums[kModelFile] = save_safetensors((tmp / kModelFile).string(), model, {}, /*sync=*/true);
+    written.file_sizes[kModelFile] = size_of(tmp / kModelFile);
     if (optimizer) {
-      save_safetensors((tmp / kOptimizerFile).string(), optimizer->state_tensors(), {}, /*sync=*/true);
-      sizes[kOptimizerFile] = size_of(tmp / kOptimizerFile);
-      written.optimizer_name = optimizer->name();
-      written.optimizer_step = optimizer->step_count();
+      written.checksums[kOptimizerFile] =
+          save_safetensors((tmp / kOptimizerFile).string(), optimizer->state_tensors(), {}, /*sync=*/true);
+      written.file_sizes[kOptimizerFile] = size_of(tmp / kOptimizerFile);
+      written.meta.optimizer_name = optimizer->name();
+      written.meta.optimizer_step = optimizer->step_count();
     }
-    write_file((tmp / kMetaFile).string(), meta_to_json(written, sizes).dump(2) + "\n", /*sync=*/true);
+    write_file((tmp / kMetaFile).string(), checkpoint_meta_json(written), /*sync=*/true);
     sync_directory(tmp.string());
     publish(tmp, final_path);
     sync_directory(dir);
@@ -310,24 +313,7 @@ std::string save_checkpoint(const std::string& dir, const optim::NamedTensors& m
     fs::remove_all(tmp, ec);  // best effort: the next save removes it otherwise
     throw;
   }
-
-  if (keep_last > 0) {
-    std::vector<std::string> others;
-    for (const std::string& path : list_checkpoints(dir)) {
-      if (fs::path(path).filename() != name) others.push_back(path);
-    }
-    // Keep the newest keep_last - 1 others; delete the rest, oldest first. Renaming before removing
-    // means a crash mid-delete never leaves a half-deleted step_* folder.
-    const size_t keep_others = static_cast<size_t>(keep_last - 1);
-    const size_t remove_count = others.size() > keep_others ? others.size() - keep_others : 0;
-    for (size_t i = 0; i < remove_count; ++i) {
-      const fs::path victim(others[i]);
-      const fs::path aside = victim.parent_path() / (kOldPrefix + victim.filename().string());
-      rename_path(victim, aside);
-      remove_tree(aside);
-    }
-    if (remove_count > 0) sync_directory(dir);
-  }
+  if (keep_last > 0) remove_older_checkpoints(dir, name, keep_last);
   return final_path.string();
 }
 
@@ -340,10 +326,15 @@ CheckpointMeta read_checkpoint_meta(const std::string& path) {
 }
 
 std::string checkpoint_problem(const std::string& path, const optim::NamedTensors& model,
-                               const optim::Optimizer* optimizer, const std::string& expected_config_hash) {
+                               const optim::Optimizer* optimizer, const std::string& expected_config_hash,
+                               CheckDepth depth) {
   try {
     const MetaFile mf = read_meta_file(path);
     check_checkpoint(path, mf, model, optimizer, expected_config_hash);
+    if (depth == CheckDepth::data) {
+      check_tensor_data(path, kModelFile, mf);
+      if (optimizer) check_tensor_data(path, kOptimizerFile, mf);
+    }
     return "";
   } catch (const Error& e) {
     return e.message();
@@ -357,7 +348,7 @@ std::optional<std::string> find_latest_valid(const std::string& dir, const optim
                                              const std::string& expected_config_hash) {
   const std::vector<std::string> candidates = list_checkpoints(dir);
   for (auto it = candidates.rbegin(); it != candidates.rend(); ++it) {
-    const std::string problem = checkpoint_problem(*it, model, optimizer, expected_config_hash);
+    const std::string problem = checkpoint_problem(*it, model, optimizer, expected_config_hash, CheckDepth::data);
     if (problem.empty()) return *it;
     log_warn("checkpoint: skipping ", *it, ": ", problem);
   }
@@ -368,28 +359,34 @@ CheckpointMeta load_checkpoint(const std::string& path, const optim::NamedTensor
                                const std::string& expected_config_hash) {
   const std::string problem = checkpoint_problem(path, model, optimizer, expected_config_hash);
   CPF_CHECK(problem.empty(), "load_checkpoint: ", path, ": ", problem);
-  const CheckpointMeta meta = read_checkpoint_meta(path);
-
+  MetaFile mf;
   // Read everything before touching live tensors: a bad byte anywhere aborts with nothing changed.
   const fs::path dir(path);
   optim::NamedTensors weights;
   optim::NamedTensors state;
   try {
+    mf = read_meta_file(path);
     weights = load_safetensors((dir / kModelFile).string());
     check_loaded(weights, kModelFile, model, "the model");
+    check_loaded_data(weights, kModelFile, mf);
     if (optimizer) {
       state = load_safetensors((dir / kOptimizerFile).string());
       check_loaded(state, kOptimizerFile, optimizer->state_tensors(), "the optimizer");
+      check_loaded_data(state, kOptimizerFile, mf);
     }
   } catch (const Error& e) {
     CPF_FAIL("load_checkpoint: ", path, ": ", e.message());
+  }
+  if (!mf.has_checksums()) {
+    log_info("checkpoint: ", path, " has no checksums (format version ", mf.version,
+             ", written before they were recorded): its data is loaded unverified");
   }
   const std::map<std::string, Tensor> by_name(weights.begin(), weights.end());
 
   NoGradGuard no_grad;
   for (const auto& [name, live] : model) raw::copy_(live, by_name.at(name));
-  if (optimizer) optimizer->load_state(state, meta.optimizer_step);
-  return meta;
+  if (optimizer) optimizer->load_state(state, mf.meta.optimizer_step);
+  return mf.meta;
 }
 
 }  // namespace cpf::io

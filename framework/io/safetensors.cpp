@@ -7,6 +7,7 @@
 #include <set>
 
 #include "framework/io/file_io.h"
+#include "framework/io/tensor_integrity.h"
 #include "framework/tensor/ops/copy.h"
 
 namespace cpf::io {
@@ -123,7 +124,8 @@ DType dtype_from_safetensors_name(const std::string& name) {
   CPF_FAIL("unsupported dtype '", name, "' (supported: F32, F64, BF16, I32, I64, BOOL)");
 }
 
-void save_safetensors(const std::string& path, const NamedTensors& tensors, const Metadata& metadata, bool sync) {
+TensorChecksums save_safetensors(const std::string& path, const NamedTensors& tensors, const Metadata& metadata,
+                                 bool sync) {
   const std::string where = "safetensors: " + path;
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) header[kMetadataKey] = metadata;
@@ -146,13 +148,16 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors, cons
   FileWriter writer(path);
   writer.write(header_length_bytes(text.size()).data(), 8);
   writer.write(text.data(), text.size());
+  TensorChecksums checksums;
   for (const auto& [name, t] : tensors) {
-    if (t.numel() == 0) continue;
     const Tensor host = raw::contiguous(raw::to(t, Device::cpu()));
-    writer.write(host.raw_data(), static_cast<size_t>(host.numel()) * dtype_size(host.dtype()));
+    const size_t nbytes = static_cast<size_t>(host.numel()) * dtype_size(host.dtype());
+    checksums[name] = tensor_checksum(nbytes > 0 ? host.raw_data() : "", nbytes);
+    if (nbytes > 0) writer.write(host.raw_data(), nbytes);
   }
   if (sync) writer.sync();
   writer.close();
+  return checksums;
 }
 
 namespace {
@@ -175,6 +180,9 @@ SafetensorsHeader read_header(const FileReader& reader) {
   std::string text(n, '\0');
   reader.read_at(8, text.data(), n);
   CPF_CHECK(text[0] == '{', where, ": header does not start with '{' (not a safetensors file)");
+  // The JSON parser stops at a NUL as if the text ended there: what follows would go unchecked.
+  const size_t nul = text.find('\0');
+  CPF_CHECK(nul == std::string::npos, where, ": header holds a NUL byte at offset ", 8 + nul, " (corrupt file)");
   const json parsed = parse_json_strict(text, where);
   h.data_start = 8 + n;
   for (const auto& [key, value] : parsed.items()) {
@@ -214,6 +222,8 @@ SafetensorsHeader read_safetensors_header(const std::string& path) {
   FileReader reader(path);
   return read_header(reader);
 }
+
+SafetensorsHeader read_safetensors_header(const FileReader& reader) { return read_header(reader); }
 
 NamedTensors load_safetensors(const std::string& path, Metadata* metadata) {
   FileReader reader(path);

@@ -50,14 +50,20 @@ struct SafetensorsHeader {
 std::string safetensors_dtype_name(DType dtype);
 DType dtype_from_safetensors_name(const std::string& name);
 
+// Name -> XXH3-64 checksum (framework/io/tensor_integrity.h) of the tensor's bytes as written.
+using TensorChecksums = std::map<std::string, std::string>;
+
 // Writes tensors (any device, any strides: each is copied to a contiguous host buffer in turn) in the
 // given order. Names must be unique, non-empty and not "__metadata__". With `sync` the file is
-// fsync'd before returning.
-void save_safetensors(const std::string& path, const NamedTensors& tensors, const Metadata& metadata = {},
-                      bool sync = false);
+// fsync'd before returning. Returns each tensor's checksum, computed from the very bytes written.
+TensorChecksums save_safetensors(const std::string& path, const NamedTensors& tensors, const Metadata& metadata = {},
+                                 bool sync = false);
 
 // Reads and validates the header only (cheap; what checkpoint validation uses).
 SafetensorsHeader read_safetensors_header(const std::string& path);
+// The same through a reader already open (its data read next is then from the very same file).
+class FileReader;
+SafetensorsHeader read_safetensors_header(const FileReader& reader);
 
 // Reads every tensor (contiguous, on the host) in data order; `metadata`, when given, receives the
 // "__metadata__" map.

@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <unistd.h>
 
 #include "framework/autograd/ops.h"
@@ -40,6 +41,14 @@ std::vector<std::vector<float>> snapshot(const optim::NamedTensors& tensors) {
   std::vector<std::vector<float>> out;
   for (const auto& [name, t] : tensors) out.push_back(t.to_vector<float>());
   return out;
+}
+
+// meta.json as format version 1 wrote it: no checksums.
+std::string format_1(const std::string& text) {
+  nlohmann::json j = nlohmann::json::parse(text);
+  for (const char* key : {"checksum_algorithm", "checksums", "meta_checksum"}) j.erase(key);
+  j["version"] = 1;
+  return j.dump(2) + "\n";
 }
 
 io::CheckpointMeta meta_at(int64_t step, const std::string& hash = "cfg-1") {
@@ -144,7 +153,7 @@ TEST_F(Checkpoint, CrashDuringSaveLeavesThePreviousCheckpointLoadable) {
   fs::resize_file(dir_ / ".tmp-step_00000002/model.safetensors", 20);
   // A step folder written by something non-atomic: meta.json present, model file cut short.
   fs::copy(step_dir(1), step_dir(3));
-  std::string meta3 = io::read_file(step_dir(1) + "/meta.json");
+  std::string meta3 = format_1(io::read_file(step_dir(1) + "/meta.json"));  // edited: no checksum
   meta3.replace(meta3.find("\"step\": 1"), 9, "\"step\": 3");
   io::write_file(step_dir(3) + "/meta.json", meta3, false);
   fs::resize_file(fs::path(step_dir(3)) / "model.safetensors", 100);
@@ -230,7 +239,9 @@ TEST_F(Checkpoint, MetaJsonProblemsAreReported) {
   io::save_checkpoint(dir(), net.named_parameters(), nullptr, meta_at(6));
   const std::string path = step_dir(6);
   const std::string meta_path = path + "/meta.json";
-  const std::string original = io::read_file(meta_path);
+  // Field checks on a format-1 file: in format 2 any edit would fail meta.json's own checksum first
+  // (checkpoint_integrity_test.cpp).
+  const std::string original = format_1(io::read_file(meta_path));
   auto with_meta = [&](const std::string& from, const std::string& to) {
     std::string text = original;
     const size_t at = text.find(from);
@@ -240,7 +251,7 @@ TEST_F(Checkpoint, MetaJsonProblemsAreReported) {
   };
   EXPECT_EQ(with_meta("\"step\": 6", "\"step\": 7"), "folder name says step 6 but meta.json says step 7");
   EXPECT_EQ(with_meta("\"step\": 6", "\"step\": -6"), "meta.json: 'step' must be an integer >= 0, got -6");
-  EXPECT_EQ(with_meta("\"version\": 1", "\"version\": 2"), "meta.json: version 2 is not supported (expected 1)");
+  EXPECT_EQ(with_meta("\"version\": 1", "\"version\": 3"), "meta.json: version 3 is not supported (expected 1 or 2)");
   EXPECT_EQ(with_meta("\"cpformer-checkpoint\"", "\"other\""),
             "meta.json: format \"other\" is not \"cpformer-checkpoint\"");
   EXPECT_EQ(with_meta("\"rng_seed\": 7", "\"rng_seed\": -7"), "meta.json: 'rng_seed' must be an unsigned integer, got -7");

@@ -135,6 +135,9 @@ TEST_F(Safetensors, RejectsBrokenFramesWithFileAndProblem) {
   p = write_raw(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"a":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})",
                 data + data);
   EXPECT_CPF_ERROR(io::load_safetensors(p), "header has the key 'a' more than once");
+  // A NUL ends the text for the JSON parser: whatever follows it (here a second entry) would be ignored.
+  p = write_raw(good + std::string(1, '\0') + "  ", data);
+  EXPECT_CPF_ERROR(io::load_safetensors(p), "raw.safetensors: header holds a NUL byte at offset 62 (corrupt file)");
   p = write_raw(good, data.substr(0, 5));
   EXPECT_CPF_ERROR(io::load_safetensors(p), "the tensors cover 8 bytes but the data section holds 5 (truncated file)");
   p = write_raw(good, data + "xx");
