@@ -5,6 +5,7 @@
 
 #include "apps/trainer/config.h"
 #include "apps/trainer/generate.h"
+#include "apps/trainer/stop_signals.h"
 #include "apps/trainer/trainer.h"
 #include "framework/distributed/launcher.h"
 #include "models/data/file_glob.h"
@@ -183,6 +184,12 @@ int train_command(const Args& a, std::ostream& out, bool terminal) {
   only_flags(a, true, false);
   const TrainConfig c = load_config(a);
   const TrainOutcome r = train(c, out, terminal);
+  if (r.stop_signal != 0) {  // stopped by SIGINT / SIGTERM (stop_signals.h): how to continue, and 128 + signal
+    if (r.reporter) {
+      out << "resume with: " << resume_command(a.positional[0], a.overrides, a.gpus, c.run.resume) << std::endl;
+    }
+    return stop_signal_exit_code(r.stop_signal);
+  }
   if (!r.reporter) return kExitOk;  // a rank > 0 process under a launcher: rank 0 reports
   std::string line = "done: step " + std::to_string(r.final_step) + "/" + std::to_string(c.run.steps) + " in " +
                      format_duration(r.seconds);

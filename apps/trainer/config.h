@@ -68,7 +68,7 @@ void describe(V& v, DataOptions& o) {
 
 namespace cpf::trainer {
 
-enum class ResumeMode { auto_resume, never };
+enum class ResumeMode { auto_resume, never, replace };
 enum class OptimizerType { adamw, sgd };
 enum class RunDevice { cpu, cuda };
 // Compute precision: fp32 everywhere, or bf16 activations and GEMMs over f32 master weights,
@@ -88,6 +88,7 @@ struct RunOptions {
   int64_t checkpoint_every = 0;  // 0 = only at the end
   int64_t keep_checkpoints = 2;
   ResumeMode resume = ResumeMode::auto_resume;
+  int64_t max_nonfinite_steps = 20;  // stop after this many consecutive non-finite steps; 0 = never
   double grad_clip = 1.0;         // 0 = no clipping
   double target_accuracy = 0.0;   // > 0: stop once exact-match accuracy reaches it
   double target_loss = 0.0;       // > 0: stop once the held-out loss falls to it
@@ -156,8 +157,14 @@ void describe(V& v, RunOptions& o) {
   v.field("checkpoint_every", o.checkpoint_every, "save a checkpoint every N steps (and always at the end); 0 = end only",
           Range{0, 1e12});
   v.field("keep_checkpoints", o.keep_checkpoints, "checkpoints kept in the run folder; 0 = all", Range{0, 1e6});
-  v.choice("resume", o.resume, config::Choices<ResumeMode>{{"auto", ResumeMode::auto_resume}, {"never", ResumeMode::never}},
-           "auto: continue from the newest valid checkpoint in the run folder");
+  v.choice("resume", o.resume,
+           config::Choices<ResumeMode>{
+               {"auto", ResumeMode::auto_resume}, {"never", ResumeMode::never}, {"replace", ResumeMode::replace}},
+           "auto: continue from the newest valid checkpoint in the run folder; never: start over, refused when the "
+           "folder holds checkpoints; replace: start over, deleting its checkpoints and metrics");
+  v.field("max_nonfinite_steps", o.max_nonfinite_steps,
+          "stop with an error after this many consecutive steps with a non-finite gradient norm; 0 = never",
+          Range{0, 1e12});
   v.field("grad_clip", o.grad_clip, "clip the global gradient norm to this; 0 = no clipping", Range{0, 1e9});
   v.field("target_accuracy", o.target_accuracy, "synthetic: stop once exact-match accuracy reaches it; 0 = off",
           Range{0, 1});

@@ -1,9 +1,15 @@
 #include "apps/trainer/metrics.h"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <cstdio>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "apps/trainer/run_folder.h"
 #include "framework/core/error.h"
 
 namespace cpf::trainer {
@@ -34,11 +40,24 @@ std::string format_count(double v) {
 }
 
 MetricsLogger::MetricsLogger(std::ostream& out, const std::string& metrics_path, int64_t total_steps, bool progress_bar)
-    : out_(out), total_steps_(total_steps), progress_bar_(progress_bar) {
-  if (!metrics_path.empty()) {
-    metrics_.open(metrics_path, std::ios::app);
-    CPF_CHECK(metrics_.good(), "cannot open ", metrics_path, " for writing");
-  }
+    : out_(out), metrics_path_(metrics_path), total_steps_(total_steps), progress_bar_(progress_bar) {}
+
+void MetricsLogger::start_metrics(int64_t start_step) {
+  if (metrics_path_.empty()) return;
+  truncate_metrics(metrics_path_, start_step);
+  metrics_ = AppendOnlyFile(metrics_path_);
+}
+
+void MetricsLogger::print_line(const std::string& line) {
+  errno = 0;
+  out_ << line << std::endl;
+  if (out_.good()) return;
+  const int err = errno;
+  // Where stdout goes, when it is a file (the console log of a batch job).
+  std::error_code ec;
+  const auto target = std::filesystem::read_symlink("/proc/self/fd/" + std::to_string(STDOUT_FILENO), ec);
+  CPF_FAIL("cannot write the training log to standard output", ec ? std::string() : " (" + target.string() + ")",
+           ": ", err != 0 ? std::strerror(err) : "the stream failed");
 }
 
 void MetricsLogger::clear_bar() {
@@ -50,8 +69,7 @@ void MetricsLogger::clear_bar() {
 
 void MetricsLogger::write_json(const std::string& line) {
   if (!metrics_.is_open()) return;
-  metrics_ << line << '\n';
-  metrics_.flush();
+  metrics_.append_line(line);
 }
 
 void MetricsLogger::step(const StepMetrics& m, bool print) {
@@ -72,7 +90,7 @@ void MetricsLogger::step(const StepMetrics& m, bool print) {
                 width, static_cast<long long>(m.step), static_cast<long long>(total_steps_), m.loss, m.lr, m.grad_norm,
                 format_count(m.tokens_per_second).c_str(), memory, format_duration(m.elapsed_seconds).c_str(),
                 format_duration(m.eta_seconds).c_str());
-  out_ << buf << std::endl;
+  print_line(buf);
   nlohmann::json j = {{"step", m.step},           {"loss", m.loss},
                       {"lr", m.lr},               {"grad_norm", m.grad_norm},
                       {"tokens_per_s", m.tokens_per_second}, {"elapsed_s", m.elapsed_seconds}};
@@ -80,7 +98,7 @@ void MetricsLogger::step(const StepMetrics& m, bool print) {
   write_json(j.dump());
 }
 
-void MetricsLogger::eval(const EvalMetrics& m) {
+void MetricsLogger::eval(const EvalMetrics& m, bool record) {
   clear_bar();
   const int width = static_cast<int>(std::to_string(total_steps_).size());
   char buf[256];
@@ -101,13 +119,13 @@ void MetricsLogger::eval(const EvalMetrics& m) {
     j["accuracy"] = *m.accuracy;
   }
   if (!m.loss && !m.accuracy) line += " | no held-out data (set run.eval_path)";
-  out_ << line << std::endl;
-  write_json(j.dump());
+  print_line(line);
+  if (record) write_json(j.dump());
 }
 
 void MetricsLogger::note(const std::string& line) {
   clear_bar();
-  out_ << line << std::endl;
+  print_line(line);
 }
 
 void MetricsLogger::progress(int64_t step, double elapsed_seconds) {

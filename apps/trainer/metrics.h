@@ -9,10 +9,11 @@
 // On cuda the step line also shows the allocator's peak: "... | 512.3k tok/s | peak mem 21.4 GiB | ...".
 #include <chrono>
 #include <cstdint>
-#include <fstream>
 #include <optional>
 #include <ostream>
 #include <string>
+
+#include "apps/trainer/checked_file.h"
 
 namespace cpf::trainer {
 
@@ -42,11 +43,17 @@ std::string format_count(double value);
 
 class MetricsLogger {
  public:
-  // `metrics_path` empty = no metrics.jsonl. `progress_bar`: draw a bar between log lines.
+  // `metrics_path` empty = no metrics.jsonl; it is opened by start_metrics, once the run's start step is
+  // known (nothing is written to the run folder before a resume is accepted). `progress_bar`: draw a
+  // bar between log lines. Every write is checked: a line that cannot be written (a full disk, a
+  // closed stdout) throws naming where it went and the OS error.
   MetricsLogger(std::ostream& out, const std::string& metrics_path, int64_t total_steps, bool progress_bar);
 
+  // Keeps the records of metrics.jsonl up to `start_step` (each step is recorded once after a resume)
+  // and opens it for appending.
+  void start_metrics(int64_t start_step);
   void step(const StepMetrics& m, bool print);  // recorded in metrics.jsonl only when print is true
-  void eval(const EvalMetrics& m);
+  void eval(const EvalMetrics& m, bool record = true);  // record = false: console only
   void note(const std::string& line);  // any other console line (checkpoints, resume, warnings)
   // The progress bar after step `step`; no-op without a terminal.
   void progress(int64_t step, double elapsed_seconds);
@@ -54,9 +61,11 @@ class MetricsLogger {
  private:
   void clear_bar();
   void write_json(const std::string& line);
+  void print_line(const std::string& line);  // to `out_`, checked
 
   std::ostream& out_;
-  std::ofstream metrics_;
+  std::string metrics_path_;
+  AppendOnlyFile metrics_;
   int64_t total_steps_;
   bool progress_bar_;
   bool bar_shown_ = false;

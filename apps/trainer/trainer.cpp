@@ -8,9 +8,13 @@
 #include <omp.h>
 #endif
 
+#include "apps/trainer/checked_file.h"
 #include "apps/trainer/checkpointing.h"
 #include "apps/trainer/device_memory.h"
 #include "apps/trainer/evaluation.h"
+#include "apps/trainer/resume_rules.h"
+#include "apps/trainer/run_folder.h"
+#include "apps/trainer/stop_signals.h"
 #include "framework/autograd/ops.h"
 #include "framework/distributed/autograd_collectives.h"
 #include "framework/distributed/device_mesh.h"
@@ -123,8 +127,12 @@ class RankTrainer {
     return bytes ? std::optional<double>(static_cast<double>(*bytes)) : std::nullopt;
   }
   void resume();
+  void start_writing();  // the run folder's config.yaml and metrics.jsonl, once the start is accepted
+  int agreed_stop_signal();
+  void stop_on_signal(int signal, int64_t saved_at, double seconds);
+  void check_nonfinite_steps(int64_t consecutive, double norm) const;
   double train_step(int64_t step, double* grad_norm, int64_t* tokens);
-  bool evaluate(int64_t step);  // true when a target is reached
+  bool evaluate(int64_t step, bool record = true);  // true when a target is reached
   void checkpoint(int64_t step);
 
   const TrainConfig& c_;
@@ -148,10 +156,19 @@ class RankTrainer {
 
 void RankTrainer::resume() {
   if (c_.run.resume == ResumeMode::never) return;
-  if (rank0() || shared_.process_per_rank) shared_.resume_path = find_resume_checkpoint(c_, params_, *optimizer_);
+  if (rank0() || shared_.process_per_rank) {
+    try {
+      shared_.resume_path = find_resume_checkpoint(c_, params_, *optimizer_);
+    } catch (const Error&) {
+      // A checkpoint of another config: name the keys that differ instead of two hashes.
+      if (auto why = explain_config_mismatch(c_)) CPF_FAIL(*why);
+      throw;
+    }
+  }
   groups_.world->barrier();
   if (shared_.resume_path) {
     const ResumeState state = load_training_checkpoint(*shared_.resume_path, c_, params_, *optimizer_);
+    check_resume_step(c_, state.step, *shared_.resume_path);
     loader_->set_cursor(state.cursor);
     step_ = state.step;
   }
@@ -164,8 +181,53 @@ void RankTrainer::resume() {
     CPF_CHECK(lo == hi, "resume: the ranks found different checkpoints (steps ", lo, " to ", hi,
               "); the run folder ", run_dir(c_), " must be on a filesystem every rank sees, or set run.resume: never");
   }
-  if (!shared_.resume_path) return;
-  if (rank0()) logger_->note("resumed from " + *shared_.resume_path + " at step " + std::to_string(step_));
+  if (!shared_.resume_path || !logger_) return;
+  logger_->note("resumed from " + *shared_.resume_path + " at step " + std::to_string(step_));
+  if (auto warning = schedule_change_warning(checkpoint_config(*shared_.resume_path), c_, step_)) logger_->note(*warning);
+}
+
+void RankTrainer::start_writing() {
+  if (!logger_) return;  // only the writing process's rank 0 has a logger
+  write_file_atomically((fs::path(run_dir(c_)) / "config.yaml").string(),
+                        "# Effective config of this run (written by cpformer train; defaults filled in).\n" + to_yaml(c_));
+  logger_->start_metrics(step_);
+}
+
+int RankTrainer::agreed_stop_signal() {
+  const int mine = pending_stop_signal();
+  if (groups_.world->size() == 1) return mine;
+  // Ranks see a signal at different moments, or only some processes get one: every rank must stop
+  // after the same step, or the others would wait in a collective forever.
+  const Tensor flag = full({1}, static_cast<double>(mine), {.dtype = DType::f64, .device = device_});
+  return static_cast<int>(groups_.world->all_reduce(flag, dist::ReduceOp::max).item<double>());
+}
+
+void RankTrainer::stop_on_signal(int signal, int64_t saved_at, double seconds) {
+  const bool save = step_ > 0 && saved_at != step_;
+  if (save) checkpoint(step_);
+  if (rank0() || shared_.process_per_rank) shared_.outcome.stop_signal = signal;
+  if (rank0()) {
+    shared_.outcome.final_step = step_;
+    shared_.outcome.seconds = seconds;
+  }
+  if (!logger_) return;
+  std::string where = "nothing to save (no step was trained)";
+  if (save) {
+    where = "checkpoint " + last_checkpoint_;
+  } else if (step_ > 0) {
+    where = "its checkpoint is " + (last_checkpoint_.empty() ? shared_.resume_path.value_or("") : last_checkpoint_);
+  }
+  logger_->note(std::string("stopped by ") + stop_signal_name(signal) + " after step " + std::to_string(step_) + "/" +
+                std::to_string(c_.run.steps) + ": " + where);
+}
+
+void RankTrainer::check_nonfinite_steps(int64_t consecutive, double norm) const {
+  const int64_t limit = c_.run.max_nonfinite_steps;
+  if (limit == 0 || consecutive < limit) return;
+  CPF_FAIL("step ", step_, ": the gradient norm was not finite (", norm, ") for ", consecutive,
+           " consecutive steps (run.max_nonfinite_steps=", limit, "), every update skipped; stopping without a ",
+           "checkpoint (the newest in ", checkpoints_dir(c_), ", if any, is from before). Lower optimizer.lr, ",
+           "set run.grad_clip, or look for NaN/Inf in the data or the weights");
 }
 
 double RankTrainer::train_step(int64_t step, double* grad_norm, int64_t* tokens) {
@@ -189,7 +251,7 @@ double RankTrainer::train_step(int64_t step, double* grad_norm, int64_t* tokens)
   return step_loss;
 }
 
-bool RankTrainer::evaluate(int64_t step) {
+bool RankTrainer::evaluate(int64_t step, bool record) {
   EvalMetrics m;
   m.step = step;
   m.loss = eval_loss(*model_, c_, sources_.eval, groups_);
@@ -202,7 +264,7 @@ bool RankTrainer::evaluate(int64_t step) {
   const bool accuracy_hit = c_.run.target_accuracy > 0 && m.accuracy && *m.accuracy >= c_.run.target_accuracy;
   const bool loss_hit = c_.run.target_loss > 0 && m.loss && *m.loss <= c_.run.target_loss;
   if (rank0()) {
-    logger_->eval(m);
+    logger_->eval(m, record);
     shared_.outcome.last_eval = m;
     if ((accuracy_hit || loss_hit) && !shared_.outcome.target_reached) {
       shared_.outcome.target_reached = true;
@@ -223,6 +285,7 @@ void RankTrainer::checkpoint(int64_t step) {
 
 void RankTrainer::run() {
   resume();
+  start_writing();
   const int64_t start = step_;
   if (rank0()) shared_.outcome.start_step = start;
   const auto t0 = Clock::now();
@@ -231,12 +294,15 @@ void RankTrainer::run() {
   int64_t saved_at = shared_.resume_path ? step_ : -1;  // the checkpoint we resumed from is this step's
   int64_t evaluated_at = -1;
   bool stop = false;
+  int64_t nonfinite_steps = 0;  // consecutive steps with a non-finite gradient norm
   while (step_ < c_.run.steps && !stop) {
+    if (const int signal = agreed_stop_signal()) return stop_on_signal(signal, saved_at, seconds_since(t0));
     const auto s0 = Clock::now();
     double norm = 0;
     int64_t tokens = 0;
     const double loss = train_step(step_, &norm, &tokens);
     ++step_;
+    nonfinite_steps = std::isfinite(norm) ? 0 : nonfinite_steps + 1;
     const double dt = seconds_since(s0);
     train_seconds += dt;
     if (rank0()) {
@@ -262,6 +328,7 @@ void RankTrainer::run() {
       }
       logger_->progress(step_, seconds_since(t0));
     }
+    check_nonfinite_steps(nonfinite_steps, norm);
     if (c_.run.eval_every > 0 && step_ % c_.run.eval_every == 0) {
       stop = evaluate(step_);
       evaluated_at = step_;
@@ -271,7 +338,8 @@ void RankTrainer::run() {
       saved_at = step_;
     }
   }
-  if (evaluated_at != step_) evaluate(step_);
+  // A finished run resumed again evaluates for its summary without recording that step twice.
+  if (evaluated_at != step_) evaluate(step_, step_ != start || !shared_.resume_path);
   if (saved_at != step_) checkpoint(step_);
   if (rank0()) {
     shared_.outcome.final_step = step_;
@@ -315,14 +383,13 @@ TrainOutcome train(const TrainConfig& config, std::ostream& out, bool progress_b
   } catch (const Error& e) {
     throw DataError("run.eval_path: " + e.message());
   }
+  // Ctrl-C / SIGTERM from here on stop the run between steps with a checkpoint.
+  const StopSignalScope stop_signals;
+  std::optional<RunFolderLock> lock;  // held until the run ends, however it ends
   std::optional<MetricsLogger> logger;
   if (writer) {
-    fs::create_directories(dir);
-    {
-      std::ofstream yaml(fs::path(dir) / "config.yaml");
-      CPF_CHECK(yaml.good(), "cannot write ", (fs::path(dir) / "config.yaml").string());
-      yaml << "# Effective config of this run (written by cpformer train; defaults filled in).\n" << to_yaml(config);
-    }
+    lock.emplace(dir);
+    apply_start_mode(config);
     logger.emplace(out, (fs::path(dir) / "metrics.jsonl").string(), config.run.steps, progress_bar);
     logger->note("cpformer train: " + config.run.name + " | " + sources.train->name() + " | " +
                  std::to_string(world) + " rank(s): dp=" + std::to_string(config.parallel.dp) +

@@ -12,7 +12,10 @@
 //
 // Rank 0 prints, writes metrics.jsonl and config.yaml, and saves checkpoints; resume: auto continues
 // from the newest valid checkpoint (weights, optimizer state, data cursor), reproducing the
-// uninterrupted run bit for bit.
+// uninterrupted run bit for bit. The writing process holds the run folder's lock (run_folder.h) for the
+// whole run and writes nothing there before a resume is accepted (resume_rules.h). SIGINT / SIGTERM
+// stop the run between steps with a checkpoint (stop_signals.h); run.max_nonfinite_steps consecutive
+// steps with a non-finite gradient norm stop it with an error.
 #include <memory>
 #include <optional>
 #include <ostream>
@@ -43,6 +46,8 @@ struct TrainOutcome {
   int64_t target_step = 0;
   double seconds = 0;
   std::string checkpoint;  // the last checkpoint written
+  // SIGINT or SIGTERM when the run stopped early on it (after a final checkpoint, unless no step ran); 0 otherwise.
+  int stop_signal = 0;
   // false in the processes of ranks > 0 under a launcher (torchrun/srun/mpirun): rank 0's process
   // reports the run; the others only say whether they finished without error.
   bool reporter = true;

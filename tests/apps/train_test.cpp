@@ -149,11 +149,13 @@ TEST(Train, ResumeRefusesCheckpointsOfAnotherConfig) {
   testing::write_file(dir / "other.yaml", base_yaml(dir, 4));
   const auto r = run({"train", (dir / "other.yaml").string(), "--set", "model.hidden_size=64"});
   EXPECT_EQ(r.code, kExitError);
-  EXPECT_NE(r.err.find("resume: none of the 1 checkpoints in"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("run.resume: never"), std::string::npos) << r.err;
-  // resume: never starts over.
+  EXPECT_NE(r.err.find("was written with another config: model.hidden_size: 32 in the checkpoint, 64 now"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("run.resume: replace"), std::string::npos) << r.err;
+  // resume: replace starts over.
   const auto fresh = run({"train", (dir / "other.yaml").string(), "--set", "model.hidden_size=64", "--set",
-                          "run.resume=never"});
+                          "run.resume=replace"});
   EXPECT_EQ(fresh.code, kExitOk) << fresh.err;
 }
 

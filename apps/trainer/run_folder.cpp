@@ -1,0 +1,105 @@
+#include "apps/trainer/run_folder.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "apps/trainer/checked_file.h"
+#include "apps/trainer/checkpointing.h"
+#include "framework/core/error.h"
+#include "framework/io/checkpoint.h"
+
+namespace cpf::trainer {
+namespace fs = std::filesystem;
+
+namespace {
+
+// The PID recorded in a lock file, or "unknown" when it holds none (its owner is between open and write).
+std::string recorded_pid(int fd) {
+  char buf[32] = {};
+  const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
+  std::string text = n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  return text.empty() ? "unknown" : text;
+}
+
+}  // namespace
+
+RunFolderLock::RunFolderLock(const std::string& dir) : path_((fs::path(dir) / ".lock").string()) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  CPF_CHECK(!ec, "cannot create the run folder ", dir, ": ", ec.message());
+  fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  CPF_CHECK(fd_ >= 0, "cannot open the run folder's lock file ", path_, ": ", std::strerror(errno));
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    const std::string holder = recorded_pid(fd_);
+    ::close(fd_);
+    fd_ = -1;
+    CPF_CHECK(err == EWOULDBLOCK, "cannot lock the run folder ", dir, " (", path_, "): ", std::strerror(err));
+    CPF_FAIL("the run folder ", dir, " is in use by another cpformer train (PID ", holder, ", lock ", path_,
+             "); wait for it to finish or stop it, or give this run another folder (run.out_dir or run.name)");
+  }
+  const std::string pid = std::to_string(::getpid()) + "\n";
+  int err = ::ftruncate(fd_, 0) == 0 ? 0 : errno;
+  if (err == 0 && ::pwrite(fd_, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) err = errno ? errno : EIO;
+  if (err != 0) {
+    ::close(fd_);
+    fd_ = -1;
+    CPF_FAIL("cannot write the run folder's lock file ", path_, ": ", std::strerror(err));
+  }
+}
+
+RunFolderLock::~RunFolderLock() {
+  if (fd_ >= 0) ::close(fd_);  // closing releases the flock
+}
+
+void apply_start_mode(const TrainConfig& config) {
+  const std::string dir = checkpoints_dir(config);
+  if (config.run.resume == ResumeMode::never) {
+    const auto existing = io::list_checkpoints(dir);
+    CPF_CHECK(existing.empty(), "run.resume: never, but the run folder ", run_dir(config), " holds ", existing.size(),
+              " checkpoint(s) (newest ", existing.empty() ? "" : existing.back(), "); a later run.resume: auto "
+              "would continue them instead of this run. Set run.resume: replace to delete them and start over, "
+              "run.resume: auto to continue, or give this run another folder (run.out_dir or run.name)");
+  } else if (config.run.resume == ResumeMode::replace) {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+    CPF_CHECK(!ec, "run.resume: replace: cannot delete ", dir, ": ", ec.message());
+    const fs::path metrics = fs::path(run_dir(config)) / "metrics.jsonl";
+    fs::remove(metrics, ec);
+    CPF_CHECK(!ec, "run.resume: replace: cannot delete ", metrics.string(), ": ", ec.message());
+  }
+}
+
+void truncate_metrics(const std::string& path, int64_t step) {
+  // Only a regular file is rewritten: a FIFO or device the user put there is theirs (and reading
+  // /dev/full or /dev/zero would never end).
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) return;
+  std::ifstream in(path, std::ios::binary);
+  CPF_CHECK(in.good(), "cannot read ", path, ": ", std::strerror(errno));
+  std::ostringstream kept;
+  std::string line;
+  bool dropped = false;
+  while (std::getline(in, line)) {
+    const nlohmann::json record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (record.is_object() && record.contains("step") && record["step"].is_number_integer() &&
+        record["step"].get<int64_t>() <= step) {
+      kept << line << '\n';
+    } else {
+      dropped = true;
+    }
+  }
+  CPF_CHECK(in.eof(), "cannot read ", path, ": ", std::strerror(errno));
+  if (dropped) write_file_atomically(path, kept.str());
+}
+
+}  // namespace cpf::trainer

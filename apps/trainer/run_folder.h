@@ -1,0 +1,44 @@
+#pragma once
+// The run folder's lifecycle outside the training loop: one trainer at a time (an exclusive flock),
+// the start-over modes of run.resume, and metrics.jsonl made consistent with the step a run starts at.
+//
+//   <run folder>/.lock        holds the PID of the trainer that has the folder; flock()ed while it runs
+//
+// The lock is advisory and per open file, so it also separates two trainers in one process. It is
+// released by the kernel when the process ends, however it ends; the file is left in place (removing
+// it could let a third trainer lock a new file while the second still holds the old one).
+#include <cstdint>
+#include <string>
+
+#include "apps/trainer/config.h"
+
+namespace cpf::trainer {
+
+class RunFolderLock {
+ public:
+  // Creates `dir` if needed and locks it. Throws cpf::Error naming the PID of the trainer that holds
+  // it (and the fix) when another trainer has it.
+  explicit RunFolderLock(const std::string& dir);
+  ~RunFolderLock();
+  RunFolderLock(const RunFolderLock&) = delete;
+  RunFolderLock& operator=(const RunFolderLock&) = delete;
+
+  const std::string& path() const { return path_; }
+
+ private:
+  int fd_ = -1;
+  std::string path_;
+};
+
+// Applies run.resume before anything is trained or written (the caller holds the lock):
+//   never:   refuses a folder that holds checkpoints (a later automatic resume would continue them),
+//   replace: deletes the folder's checkpoints and metrics.jsonl,
+//   auto:    nothing here (the ranks decide after validating the checkpoints).
+void apply_start_mode(const TrainConfig& config);
+
+// Rewrites metrics.jsonl to keep only the records of steps <= `step` (the step the run starts from),
+// so a resumed run records every step once. Lines that do not parse (a record torn by a crash) are
+// dropped. Throws naming the path and the OS error when it cannot be read or written.
+void truncate_metrics(const std::string& path, int64_t step);
+
+}  // namespace cpf::trainer
