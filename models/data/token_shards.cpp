@@ -1,45 +1,30 @@
 #include "models/data/token_shards.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <unistd.h>
-
+#include <algorithm>
 #include <array>
 #include <bit>
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 
+#include "framework/io/file_io.h"
 #include "models/data/file_glob.h"
 
 namespace cpf::data {
 
 static_assert(std::endian::native == std::endian::little, "token shards are little-endian; this host is not");
 
-// A read-only mapping of one shard's token area.
-struct TokenShardSource::MappedShard {
-  void* mapping = nullptr;
-  size_t mapped_bytes = 0;
-  const uint16_t* tokens = nullptr;
-  int64_t count = 0;
+namespace {
 
-  ~MappedShard() {
-    if (mapping != nullptr) munmap(mapping, mapped_bytes);
-  }
-};
+// Tokens read per pread while a shard is scanned for documents (2 MB).
+constexpr int64_t kScanTokens = int64_t{1} << 20;
 
-ShardHeader read_shard_header(const std::string& path) {
-  std::error_code ec;
-  CPF_CHECK(std::filesystem::exists(path, ec), "token shard '", path, "' does not exist");
-  const auto size = static_cast<int64_t>(std::filesystem::file_size(path, ec));
-  CPF_CHECK(!ec, "token shard '", path, "': cannot read its size: ", ec.message());
+// The header of an open shard, validated against the size the file had when it was opened.
+ShardHeader read_header(const io::FileReader& reader) {
+  const std::string& path = reader.path();
+  const auto size = static_cast<int64_t>(reader.size());
   CPF_CHECK(size >= kShardHeaderBytes, "token shard '", path, "': the file has ", size,
             " bytes, fewer than the 1024-byte header (truncated, or not an llm.c .bin shard)");
   std::array<int32_t, kShardHeaderInts> header{};
-  std::ifstream in(path, std::ios::binary);
-  in.read(reinterpret_cast<char*>(header.data()), kShardHeaderBytes);
-  CPF_CHECK(in.gcount() == kShardHeaderBytes, "token shard '", path, "': cannot read the 1024-byte header");
+  reader.read_at(0, header.data(), kShardHeaderBytes);
   CPF_CHECK(header[0] == kShardMagic, "token shard '", path, "': magic number ", header[0], " is not ", kShardMagic,
             " (not an llm.c token shard)");
   CPF_CHECK(header[1] == kShardVersion, "token shard '", path, "': version ", header[1], " is not supported (only ",
@@ -52,42 +37,64 @@ ShardHeader read_shard_header(const std::string& path) {
   return ShardHeader{count};
 }
 
+}  // namespace
+
+// One shard, open for positioned reads. Not memory-mapped: a file truncated under a mapping kills the
+// process with SIGBUS at the next touch of a lost page, while a short pread is an error naming it.
+struct TokenShardSource::OpenShard {
+  explicit OpenShard(const std::string& path) : reader(path) {}
+  io::FileReader reader;
+  int64_t count = 0;
+
+  // Tokens [begin, begin + n) into `out`; throws naming the file when it no longer holds them.
+  void read(int64_t begin, int64_t n, uint16_t* out) const {
+    try {
+      reader.read_at(static_cast<uint64_t>(kShardHeaderBytes + 2 * begin), out, static_cast<size_t>(2 * n));
+    } catch (const Error& e) {
+      CPF_FAIL("token shard '", reader.path(), "': cannot read tokens [", begin, ", ", begin + n, ") of the ", count,
+               " its header announced (", e.message(), "); the file was truncated or replaced while in use");
+    }
+  }
+};
+
+ShardHeader read_shard_header(const std::string& path) {
+  std::error_code ec;
+  CPF_CHECK(std::filesystem::exists(path, ec), "token shard '", path, "' does not exist");
+  const io::FileReader reader(path);
+  return read_header(reader);
+}
+
 TokenShardSource::TokenShardSource(const ShardOptions& options) : options_(options) {
   CPF_CHECK(options.vocab_size >= 1 && options.vocab_size <= 65536, "token shards: vocab_size=", options.vocab_size,
             " must lie in [1, 65536] (tokens are uint16)");
   CPF_CHECK(options.eot_token >= 0 && options.eot_token < options.vocab_size, "token shards: eot_token=",
             options.eot_token, " is outside [0, vocab_size=", options.vocab_size, ")");
   files_ = expand_file_pattern(options.path, "token shards");
+  std::vector<uint16_t> chunk;
   for (const std::string& file : files_) {
-    const ShardHeader header = read_shard_header(file);
-    auto shard = std::make_unique<MappedShard>();
-    shard->count = header.token_count;
-    if (header.token_count > 0) {
-      const int fd = ::open(file.c_str(), O_RDONLY);
-      CPF_CHECK(fd >= 0, "token shard '", file, "': cannot open: ", std::strerror(errno));
-      shard->mapped_bytes = static_cast<size_t>(kShardHeaderBytes + 2 * header.token_count);
-      shard->mapping = ::mmap(nullptr, shard->mapped_bytes, PROT_READ, MAP_PRIVATE, fd, 0);
-      const int map_errno = errno;
-      ::close(fd);
-      if (shard->mapping == MAP_FAILED) {
-        shard->mapping = nullptr;
-        CPF_FAIL("token shard '", file, "': mmap failed: ", std::strerror(map_errno));
-      }
-      shard->tokens = reinterpret_cast<const uint16_t*>(static_cast<const char*>(shard->mapping) + kShardHeaderBytes);
-    }
+    std::error_code ec;
+    CPF_CHECK(std::filesystem::exists(file, ec), "token shard '", file, "' does not exist");
+    auto shard = std::make_unique<OpenShard>(file);
+    shard->count = read_header(shard->reader).token_count;
     // Documents: maximal runs between end-of-text tokens; every token is range-checked once here.
     const int64_t shard_id = static_cast<int64_t>(shards_.size());
     int64_t begin = 0;
-    for (int64_t i = 0; i <= shard->count; ++i) {
-      const bool at_end = i == shard->count;
-      const int64_t token = at_end ? options.eot_token : shard->tokens[i];
-      CPF_CHECK(token < options.vocab_size, "token shard '", file, "': token ", token, " at index ", i,
-                " is not below vocab_size=", options.vocab_size);
-      if (token == options.eot_token) {
-        if (i > begin) documents_.push_back({shard_id, begin, i - begin});
-        begin = i + 1;
+    for (int64_t start = 0; start < shard->count; start += kScanTokens) {
+      const int64_t n = std::min(kScanTokens, shard->count - start);
+      chunk.resize(static_cast<size_t>(n));
+      shard->read(start, n, chunk.data());
+      for (int64_t j = 0; j < n; ++j) {
+        const int64_t i = start + j;
+        const int64_t token = chunk[static_cast<size_t>(j)];
+        CPF_CHECK(token < options.vocab_size, "token shard '", file, "': token ", token, " at index ", i,
+                  " is not below vocab_size=", options.vocab_size);
+        if (token == options.eot_token) {
+          if (i > begin) documents_.push_back({shard_id, begin, i - begin});
+          begin = i + 1;
+        }
       }
     }
+    if (shard->count > begin) documents_.push_back({shard_id, begin, shard->count - begin});
     total_tokens_ += shard->count;
     shards_.push_back(std::move(shard));
   }
@@ -105,9 +112,10 @@ int64_t TokenShardSource::document_length(int64_t index) const {
 Document TokenShardSource::document(int64_t index) const {
   check_document_index(*this, index);
   const DocumentSpan& span = documents_[static_cast<size_t>(index)];
-  const uint16_t* tokens = shards_[static_cast<size_t>(span.shard)]->tokens + span.begin;
+  std::vector<uint16_t> tokens(static_cast<size_t>(span.length));
+  shards_[static_cast<size_t>(span.shard)]->read(span.begin, span.length, tokens.data());
   Document doc;
-  doc.tokens.assign(tokens, tokens + span.length);
+  doc.tokens.assign(tokens.begin(), tokens.end());
   return doc;
 }
 

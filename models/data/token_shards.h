@@ -6,8 +6,10 @@
 //   bytes 1024..        N x uint16 token ids
 //
 // so a valid file has exactly 1024 + 2 N bytes. `path` is a file or a pattern ("data/*_train_*.bin",
-// models/data/file_glob.h); shards are read in sorted order and memory-mapped, so a corpus larger
-// than RAM works. Documents are the maximal runs of tokens between end-of-text tokens (50256 for
+// models/data/file_glob.h); shards are read in sorted order with positioned reads (pread), a
+// document at a time, so a corpus larger than RAM works, and a shard truncated while it is read gives
+// an error naming it (a memory mapping would die of SIGBUS instead); each shard keeps one file
+// descriptor open. Documents are the maximal runs of tokens between end-of-text tokens (50256 for
 // GPT-2, `eot_token`); a document never spans two shards. Every token is checked against vocab_size
 // when the shard is opened.
 #include <cstdint>
@@ -56,7 +58,7 @@ class TokenShardSource : public DocumentSource {
   std::string decode(const std::vector<int64_t>& tokens) const override;
 
  private:
-  struct MappedShard;
+  struct OpenShard;
   struct DocumentSpan {
     int64_t shard;
     int64_t begin;  // token index inside the shard
@@ -65,7 +67,7 @@ class TokenShardSource : public DocumentSource {
 
   ShardOptions options_;
   std::vector<std::string> files_;
-  std::vector<std::unique_ptr<MappedShard>> shards_;
+  std::vector<std::unique_ptr<OpenShard>> shards_;
   std::vector<DocumentSpan> documents_;
   int64_t total_tokens_ = 0;
 };

@@ -1,10 +1,13 @@
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <unistd.h>
 
+#include "models/data/data_loader.h"
 #include "models/data/token_shards.h"
 #include "support/test_utils.h"
 
@@ -119,6 +122,66 @@ TEST_F(TokenShardTest, ContentErrors) {
   const std::string empty = path("empty.bin");
   write_shard(empty, {});
   EXPECT_CPF_ERROR(TokenShardSource({.path = empty}), "hold no document (0 tokens");
+}
+
+// Documents of 99 tokens and an end-of-text each: 1000 documents, 200 KB of tokens (many pages).
+std::vector<uint16_t> many_documents() {
+  std::vector<uint16_t> tokens;
+  for (int d = 0; d < 1000; ++d) {
+    for (int t = 0; t < 99; ++t) tokens.push_back(static_cast<uint16_t>(1 + (d + t) % 1000));
+    tokens.push_back(kEot);
+  }
+  return tokens;
+}
+
+// A shard cut short after it was opened gives an error naming it (memory-mapped, the read of a lost
+// page killed the process with SIGBUS).
+TEST_F(TokenShardTest, AShardTruncatedAfterOpeningIsAnErrorNamingIt) {
+  const std::string file = path("train_000.bin");
+  write_shard(file, many_documents());
+  const TokenShardSource source({.path = file});
+  ASSERT_EQ(source.num_documents(), 1000);
+  fs::resize_file(file, 1024 + 2 * 100 * 10);  // ten documents remain
+  EXPECT_EQ(source.document(9).tokens.size(), 99u);
+  EXPECT_CPF_ERROR(source.document(999),
+                   "token shard '" + file + "': cannot read tokens [99900, 99999) of the 100000 its header announced (" +
+                       file + ": unexpected end of file at byte 200824 (198 more bytes expected)); the file was "
+                       "truncated or replaced while in use");
+  // Opening it again reports the truncation from the header.
+  EXPECT_CPF_ERROR(TokenShardSource({.path = file}), "the header says 100000 tokens, i.e. 201024 bytes, but the file "
+                                                     "has 3024 bytes (truncated)");
+}
+
+// The same while a loader is reading batches from it on another thread.
+TEST_F(TokenShardTest, ALoaderReadingAShardThatShrinksStopsWithAnErrorNamingIt) {
+  const std::string file = path("train_000.bin");
+  write_shard(file, many_documents());
+  DataOptions options;
+  options.source = "shards";
+  options.path = file;
+  options.seq_len = 64;
+  options.batch_size = 4;
+  DataLoader loader(options);
+  std::atomic<int64_t> batches{0};
+  std::string error;
+  std::atomic<bool> finished{false};
+  std::thread reader([&] {
+    try {
+      // Two epochs hold 4000 batches: after the truncation some document is out of reach long before.
+      for (int i = 0; i < 4000; ++i) {
+        loader.next();
+        ++batches;
+      }
+    } catch (const Error& e) {
+      error = e.what();
+    }
+    finished = true;
+  });
+  while (batches < 5 && !finished) std::this_thread::yield();
+  fs::resize_file(file, 1024 + 2 * 100 * 10);
+  reader.join();
+  EXPECT_NE(error.find("token shard '" + file + "': cannot read tokens ["), std::string::npos) << error;
+  EXPECT_NE(error.find("the file was truncated or replaced while in use"), std::string::npos) << error;
 }
 
 TEST_F(TokenShardTest, PathAndOptionErrors) {
