@@ -48,8 +48,11 @@ RunFolderLock::RunFolderLock(const std::string& dir) : path_((fs::path(dir) / ".
              "); wait for it to finish or stop it, or give this run another folder (run.out_dir or run.name)");
   }
   const std::string pid = std::to_string(::getpid()) + "\n";
+  errno = 0;
   int err = ::ftruncate(fd_, 0) == 0 ? 0 : errno;
-  if (err == 0 && ::pwrite(fd_, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) err = errno ? errno : EIO;
+  if (err == 0 && ::pwrite(fd_, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
+    err = errno != 0 ? errno : EIO;
+  }
   if (err != 0) {
     ::close(fd_);
     fd_ = -1;

@@ -63,7 +63,8 @@ namespace {
 std::string shell_quote(const std::string& word) {
   bool plain = !word.empty();
   for (char ch : word) {
-    plain = plain && ch != 0 && (std::isalnum(static_cast<unsigned char>(ch)) || std::strchr("-_./=:,+", ch) != nullptr);
+    const bool word_char = std::isalnum(static_cast<unsigned char>(ch)) || std::strchr("-_./=:,+", ch) != nullptr;
+    plain = plain && ch != 0 && word_char;
   }
   if (plain) return word;
   std::string quoted = "'";

@@ -155,7 +155,7 @@ class RankTrainer {
 };
 
 void RankTrainer::resume() {
-  if (c_.run.resume == ResumeMode::never) return;
+  if (c_.run.resume != ResumeMode::auto_resume) return;  // never / replace start over (apply_start_mode)
   if (rank0() || shared_.process_per_rank) {
     try {
       shared_.resume_path = find_resume_checkpoint(c_, params_, *optimizer_);
@@ -179,17 +179,19 @@ void RankTrainer::resume() {
     const double lo = groups_.world->all_reduce(mine, dist::ReduceOp::min).item<double>();
     const double hi = groups_.world->all_reduce(mine, dist::ReduceOp::max).item<double>();
     CPF_CHECK(lo == hi, "resume: the ranks found different checkpoints (steps ", lo, " to ", hi,
-              "); the run folder ", run_dir(c_), " must be on a filesystem every rank sees, or set run.resume: never");
+              "); the run folder ", run_dir(c_),
+              " must be on a filesystem every rank sees, or set run.resume: replace");
   }
   if (!shared_.resume_path || !logger_) return;
   logger_->note("resumed from " + *shared_.resume_path + " at step " + std::to_string(step_));
-  if (auto warning = schedule_change_warning(checkpoint_config(*shared_.resume_path), c_, step_)) logger_->note(*warning);
+  const TrainConfig saved = checkpoint_config(*shared_.resume_path);
+  if (auto warning = schedule_change_warning(saved, c_, step_)) logger_->note(*warning);
 }
 
 void RankTrainer::start_writing() {
   if (!logger_) return;  // only the writing process's rank 0 has a logger
-  write_file_atomically((fs::path(run_dir(c_)) / "config.yaml").string(),
-                        "# Effective config of this run (written by cpformer train; defaults filled in).\n" + to_yaml(c_));
+  const std::string yaml = "# Effective config of this run (written by cpformer train; defaults filled in).\n";
+  write_file_atomically((fs::path(run_dir(c_)) / "config.yaml").string(), yaml + to_yaml(c_));
   logger_->start_metrics(step_);
 }
 

@@ -135,7 +135,8 @@ TEST(StopSignals, ResumeCommandQuotesAndOverridesTheStartOverModes) {
             "cpformer train cfg.yaml --set run.steps=10");
   EXPECT_EQ(resume_command("my runs/it's.yaml", {"run.name=a b"}, std::string("4"), ResumeMode::never),
             "cpformer train 'my runs/it'\\''s.yaml' --set 'run.name=a b' --gpus 4 --set run.resume=auto");
-  EXPECT_EQ(resume_command("c.yaml", {}, std::nullopt, ResumeMode::replace), "cpformer train c.yaml --set run.resume=auto");
+  EXPECT_EQ(resume_command("c.yaml", {}, std::nullopt, ResumeMode::replace),
+            "cpformer train c.yaml --set run.resume=auto");
 }
 
 }  // namespace
