@@ -54,6 +54,10 @@ endif()
 if(TARGET nlohmann_json::nlohmann_json)
   string(APPEND CPF_CONFIG_DEPENDENCIES "find_dependency(nlohmann_json)\n")
 endif()
+# A static cpf_distributed hands its private libcrypto (the rendezvous's HMAC) to the consumer's link.
+if(NOT CPF_SHARED_LIBS)
+  string(APPEND CPF_CONFIG_DEPENDENCIES "find_dependency(OpenSSL COMPONENTS Crypto)\n")
+endif()
 
 configure_package_config_file(
   "${PROJECT_SOURCE_DIR}/cmake/cpformerConfig.cmake.in"

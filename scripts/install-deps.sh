@@ -21,6 +21,7 @@ packages=(
   libbenchmark-dev
   nlohmann-json3-dev
   libxxhash-dev
+  libssl-dev
 )
 
 missing=()

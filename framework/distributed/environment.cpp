@@ -123,7 +123,7 @@ EnvLookup process_environment() {
   };
 }
 
-// See LaunchEnvironment::rendezvous_port.
+// See LaunchEnvironment::rendezvous_port, rendezvous_token and rendezvous_bind.
 static LaunchEnvironment with_rendezvous_port(LaunchEnvironment e, const EnvLookup& env) {
   if (env("CPF_RENDEZVOUS_PORT")) {
     e.rendezvous_port = *int_var(env, "CPF_RENDEZVOUS_PORT", e.launcher.c_str(), true);
@@ -136,6 +136,11 @@ static LaunchEnvironment with_rendezvous_port(LaunchEnvironment e, const EnvLook
   } else {
     e.rendezvous_port = e.master_port;
   }
+  e.rendezvous_token = env("CPF_RENDEZVOUS_TOKEN").value_or("");
+  e.rendezvous_bind = env("CPF_RENDEZVOUS_BIND").value_or("");
+  CPF_CHECK(!env("CPF_RENDEZVOUS_BIND") || !e.rendezvous_bind.empty(), "launch environment (", e.launcher,
+            "): CPF_RENDEZVOUS_BIND is set but empty; unset it (rank 0 listens on MASTER_ADDR's address) or set ",
+            "an address (0.0.0.0, :: or * for every interface)");
   return e;
 }
 

@@ -36,6 +36,11 @@ struct LaunchEnvironment {
   // processes that torchrun's agent started (TORCHELASTIC_RUN_ID is set: the agent's own store keeps
   // MASTER_PORT); else MASTER_PORT.
   int rendezvous_port = 0;
+  // The job's rendezvous secret, CPF_RENDEZVOUS_TOKEN (empty when unset: then allowed on loopback only).
+  std::string rendezvous_token;
+  // Where rank 0 listens, CPF_RENDEZVOUS_BIND (empty when unset: the address MASTER_ADDR resolves to;
+  // "0.0.0.0", "::" or "*" for every interface).
+  std::string rendezvous_bind;
 };
 
 // Looks a variable up: the value, or nullopt when unset.

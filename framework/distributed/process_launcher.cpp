@@ -128,13 +128,15 @@ SpawnResult spawn_local_processes(int n, const std::vector<std::string>& argv, c
   CPF_CHECK(!argv.empty() && !argv[0].empty(), "spawn_local_processes: argv is empty; give the program to run");
   const auto output = options.output ? options.output : default_output;
   const int port = options.master_port > 0 ? options.master_port : find_free_port();
+  // One secret per launch: only these children can join rank 0's rendezvous.
+  const std::string token = generate_rendezvous_token();
   std::vector<Child> children(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) {
     std::map<std::string, std::string> vars = {
         {"RANK", std::to_string(r)},       {"WORLD_SIZE", std::to_string(n)},
         {"LOCAL_RANK", std::to_string(r)}, {"LOCAL_WORLD_SIZE", std::to_string(n)},
         {"MASTER_ADDR", "127.0.0.1"},      {"MASTER_PORT", std::to_string(port)},
-        {"NCCL_NVLS_ENABLE", "0"},
+        {"NCCL_NVLS_ENABLE", "0"},         {"CPF_RENDEZVOUS_TOKEN", token},
     };
     for (const auto& [k, v] : options.extra_env) vars[k] = v;
     int pipe_fds[2];

@@ -6,9 +6,10 @@
 //   if (r.exit_code != 0) std::cerr << r.message << "\n";
 //
 // Each child gets the parent's environment plus RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
-// MASTER_ADDR=127.0.0.1, MASTER_PORT=<a free port> and NCCL_NVLS_ENABLE=0 (NVLink multicast stays
-// off on the shared GPU machines), then `extra_env` (which may override any of them). The children's
-// stdout and stderr are forwarded line by line with a "[rank r] " prefix.
+// MASTER_ADDR=127.0.0.1, MASTER_PORT=<a free port>, CPF_RENDEZVOUS_TOKEN=<a fresh random secret of this
+// launch> and NCCL_NVLS_ENABLE=0 (NVLink multicast stays off on the shared GPU machines), then
+// `extra_env` (which may override any of them). The children's stdout and stderr are forwarded line
+// by line with a "[rank r] " prefix.
 //
 // If a child exits non-zero or is killed by a signal, the others are terminated (SIGTERM, then
 // SIGKILL after `grace`), and the result names the first rank that failed and its status; it never

@@ -4,13 +4,19 @@
 //
 //   // every rank (one process each):
 //   auto rv = TcpRendezvous::join({.host = "node0", .port = 29500, .rank = r, .world_size = n,
-//                                  .payload = r == 0 ? unique_id_bytes : ""});
+//                                  .payload = r == 0 ? unique_id_bytes : "", .token = job_secret});
 //   std::string id = rv->payload();   // rank 0's payload, on every rank
 //
-// Rank 0 listens on `port` (all interfaces); every other rank connects to host:port (retrying until
-// rank 0 is up) and says hello with its rank. Once all world_size - 1 ranks said hello, rank 0 sends
-// its payload to each. If they do not all arrive within the timeout, every rank fails with a
-// message naming the ranks that never arrived; a rank that cannot reach rank 0 names host:port.
+// Rank 0 listens on `port` of the address `host` resolves to (or of `bind`; "0.0.0.0", "::" or "*"
+// for every interface); every other rank connects to host:port (retrying until rank 0 is up) and
+// says hello with its rank, proving that it holds the job's `token` (HMAC over fresh nonces of both
+// ends, rendezvous_tcp_auth.h); rank 0's answer proves the token in turn. Once all world_size - 1
+// ranks said hello, rank 0 sends its payload to each. A connection that does not speak the protocol
+// or fails the proof is closed and logged, and the join goes on; ranks that prove the token but
+// disagree (world size, a rank twice) fail every rank at once, naming both. If the ranks do not all
+// arrive within the timeout, every rank fails naming the ranks that never arrived; a rank that
+// cannot reach rank 0 names host:port. The token may be empty only where every address involved is
+// loopback (a single-host job); see docs/distributed.md for the trust model.
 //
 // Afterwards the connections stay open as a liveness channel (watch()): a process that ends without
 // destroying its TcpRendezvous (a crash, a kill) closes its socket without saying goodbye; rank 0
@@ -20,11 +26,14 @@
 // exception propagates (the message is not visible there). Rank 0 relays it like a death, so the
 // peers stop at once, naming the rank and the reason, instead of waiting for their op timeout.
 // Destroying the rendezvous normally says goodbye, so ranks that finish at different times are not
-// blamed.
+// blamed. Watching ranks exchange heartbeats: a peer silent for heartbeat_timeout (a host that
+// vanished without closing its connections, a stopped process) is reported like a death.
 //
-// Wire (one line each, all ranks run the same binary): HELLO r n / OK size + payload / ERR text
-// during join; BYE (clean end), FAIL reason (rank r to rank 0), DEAD r and FAILED r reason (rank 0
-// to the others) afterwards. A failing rank closes without BYE, so a peer that missed the FAIL line
+// Wire (one line each, all ranks run the same binary): CHALLENGE v nonce (rank 0, on accept) /
+// HELLO r n nonce mac / OK size mac + payload, or ERR text, during join; afterwards BYE (clean end),
+// PING (heartbeat), FAIL reason (rank r to rank 0), DEAD r and FAILED r reason (rank 0 to the
+// others). Every read and write is bounded in time and size (rendezvous_tcp_wire.h), so no peer can
+// hang or exhaust a rank. A failing rank closes without BYE, so a peer that missed the FAIL line
 // still sees a death.
 #include <atomic>
 #include <chrono>
@@ -38,13 +47,28 @@
 namespace cpf::dist {
 
 struct RendezvousOptions {
-  std::string host = "127.0.0.1";  // rank 0's address (MASTER_ADDR), for the other ranks
+  std::string host = "127.0.0.1";  // rank 0's address (MASTER_ADDR, IPv4 or IPv6), for every rank
   int port = 0;                    // MASTER_PORT
   int rank = 0;
   int world_size = 1;
-  std::string payload;  // rank 0's: delivered to every rank (e.g. the ncclUniqueId bytes)
+  std::string payload;  // rank 0's: delivered to every rank (e.g. the ncclUniqueId bytes); at most 4096 bytes
   std::chrono::milliseconds timeout = std::chrono::seconds(300);
+  // The job's shared secret (CPF_RENDEZVOUS_TOKEN), at least 16 characters; the same on every rank.
+  // Empty only when every address involved is loopback.
+  std::string token;
+  // Where rank 0 listens (CPF_RENDEZVOUS_BIND): empty for `host`'s address; "0.0.0.0", "::" or "*" for
+  // every interface (IPv4, IPv6, both).
+  std::string bind;
+  // Watching ranks send a heartbeat this often, and report a peer silent for heartbeat_timeout.
+  std::chrono::milliseconds heartbeat_interval = std::chrono::seconds(5);
+  std::chrono::milliseconds heartbeat_timeout = std::chrono::seconds(60);
+  // Where rank 0 tells about connections it closed during the join (garbage, failed proofs); default
+  // cpf::log_warn.
+  std::function<void(const std::string& message)> log;
 };
+
+// A fresh random token (32 hex digits, 128 bits) for a launcher to give every rank of one job.
+std::string generate_rendezvous_token();
 
 class TcpRendezvous {
  public:
@@ -73,18 +97,28 @@ class TcpRendezvous {
  private:
   TcpRendezvous(int rank, int world_size);
   void watch_loop();
+  // One line from rank r's connection; true when the watcher has reported and stops.
+  bool handle_line(int r, const std::string& line);
+  // Rank r is gone or failing: rank 0 tells the others (`relay`: the line), then the callback.
+  void peer_lost(int r, const std::string& reason, const std::string& relay);
+  // Sends PING when it is due; false (after reporting) when a peer did not take it.
+  bool send_heartbeat(std::chrono::steady_clock::time_point& next);
   // Sends this rank's failure notice once: FAIL to rank 0, or (on rank 0) FAILED 0 to every rank.
   void send_failure(const std::string& reason);
-  // `line` to every rank whose connection is still open, except `except_rank`; takes send_mutex_.
-  void send_to_open_peers(const std::string& line, int except_rank);
+  // `line` to every rank whose connection is still open, except `except_rank`, each send bounded
+  // (a peer that does not drain is skipped); takes send_mutex_. Returns the ranks it could not reach.
+  std::vector<int> send_to_open_peers(const std::string& line, int except_rank);
 
   const int rank_;
   const int world_size_;
   std::string payload_;
   // On rank 0: the socket of each rank (index = rank; -1 for rank 0 and for ranks gone); elsewhere
-  // peers_[0] is the connection to rank 0.
+  // peers_[0] is the connection to rank 0. Non-blocking sockets.
   std::vector<int> peers_;
   std::vector<bool> said_goodbye_;
+  std::string leftover_;  // bytes rank 0 sent after the payload, read by the join (not rank 0)
+  std::chrono::milliseconds heartbeat_interval_{0};
+  std::chrono::milliseconds heartbeat_timeout_{0};
   int stop_pipe_[2] = {-1, -1};
   std::function<void(int, const std::string&)> on_failure_;
   std::thread watcher_;

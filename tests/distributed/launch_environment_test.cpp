@@ -64,6 +64,20 @@ TEST(LaunchEnvironment, RendezvousPortAvoidsTorchrunsAgentStore) {
                    "MASTER_PORT=65535 leaves no next port for the rendezvous (torchrun's agent holds MASTER_PORT)");
 }
 
+TEST(LaunchEnvironment, RendezvousTokenAndBindAddressFlowToTheRendezvous) {
+  const auto plain = dist::read_launch_environment(lookup(torchrun()));
+  EXPECT_EQ(plain->rendezvous_token, "");
+  EXPECT_EQ(plain->rendezvous_bind, "");
+  Vars v = torchrun();
+  v["CPF_RENDEZVOUS_TOKEN"] = "0123456789abcdef0123";
+  v["CPF_RENDEZVOUS_BIND"] = "0.0.0.0";
+  const auto set = dist::read_launch_environment(lookup(v));
+  EXPECT_EQ(set->rendezvous_token, "0123456789abcdef0123");
+  EXPECT_EQ(set->rendezvous_bind, "0.0.0.0");
+  v["CPF_RENDEZVOUS_BIND"] = "";
+  EXPECT_CPF_ERROR(dist::read_launch_environment(lookup(v)), "launch environment (torchrun): CPF_RENDEZVOUS_BIND is set but empty");
+}
+
 TEST(LaunchEnvironment, TorchrunErrorsNameTheVariable) {
   for (const char* name : {"WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"}) {
     Vars v = torchrun();

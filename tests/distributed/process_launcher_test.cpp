@@ -69,6 +69,25 @@ TEST(ProcessLauncher, EveryRankGetsItsEnvironment) {
   }
 }
 
+// Every launch gets its own rendezvous secret, the same for all of its ranks.
+TEST(ProcessLauncher, EachLaunchGivesItsRanksOneFreshToken) {
+  auto tokens = [] {
+    Captured out;
+    const auto r = sh(2, "echo token=$CPF_RENDEZVOUS_TOKEN", out);
+    EXPECT_EQ(r.exit_code, 0) << r.message;
+    std::lock_guard lock(out.mutex);
+    std::vector<std::string> seen;
+    for (const auto& [rank, line] : out.lines) seen.push_back(line);
+    return seen;
+  };
+  const std::vector<std::string> first = tokens(), second = tokens();
+  ASSERT_EQ(first.size(), 2u);
+  ASSERT_EQ(second.size(), 2u);
+  EXPECT_EQ(first[0], first[1]);
+  EXPECT_EQ(first[0].size(), std::string("token=").size() + 32) << first[0];
+  EXPECT_NE(first[0], second[0]);
+}
+
 TEST(ProcessLauncher, ExtraEnvironmentOverridesAndStderrIsForwarded) {
   Captured out;
   const auto r = sh(2, "echo to-stderr-$NCCL_NVLS_ENABLE 1>&2; printf 'no newline at the end'", out,

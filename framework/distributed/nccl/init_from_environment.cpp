@@ -42,7 +42,9 @@ RankContext init_nccl_world(const LaunchEnvironment& env, const NcclInitOptions&
                                                                    .rank = env.rank,
                                                                    .world_size = env.world_size,
                                                                    .payload = id_bytes,
-                                                                   .timeout = options.rendezvous_timeout});
+                                                                   .timeout = options.rendezvous_timeout,
+                                                                   .token = env.rendezvous_token,
+                                                                   .bind = env.rendezvous_bind});
   CPF_CHECK(rendezvous->payload().size() == sizeof(ncclUniqueId), context, ": the rendezvous delivered ",
             rendezvous->payload().size(), " bytes instead of an ncclUniqueId (", sizeof(ncclUniqueId), ")");
   ncclUniqueId id;

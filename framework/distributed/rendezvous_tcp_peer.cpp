@@ -1,0 +1,126 @@
+// A rank other than 0 joining: reach rank 0, answer its challenge, check that its answer proves the
+// token, take the payload. Whatever the other end sends is bounded in size and time.
+#include <algorithm>
+#include <thread>
+
+#include "framework/core/error.h"
+#include "framework/distributed/rendezvous_tcp_auth.h"
+#include "framework/distributed/rendezvous_tcp_join.h"
+
+namespace cpf::dist::rdzv {
+namespace {
+
+using namespace std::chrono_literals;
+
+double seconds_of(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// Rank 0 reports missing ranks at its own deadline: a rank waits this much longer for that message.
+constexpr auto kAnswerGrace = 10s;
+
+enum class Attempt { joined, retry };
+
+class PeerJoin {
+ public:
+  explicit PeerJoin(const JoinSetup& setup) : s_(setup), rank_(setup.options.rank) {}
+  int run(std::string& payload, std::string& leftover);
+
+ private:
+  Attempt handshake(int fd, std::string& payload, std::string& leftover);
+  std::optional<std::string> read_line(int fd, LineReader& reader, const char* waiting_for);
+  void check_challenge(const std::string& line, std::string& server_nonce) const;
+  Attempt take_answer(int fd, LineReader& reader, const std::string& server_nonce, const std::string& client_nonce,
+                      std::string& payload);
+
+  const JoinSetup& s_;
+  const int rank_;
+  std::string why_ = "no attempt";  // the last reason an attempt did not join
+  IoStatus last_status_ = IoStatus::ok;
+};
+
+int PeerJoin::run(std::string& payload, std::string& leftover) {
+  while (Clock::now() < s_.deadline) {
+    int fd = try_connect(s_.endpoints, s_.deadline, why_);
+    if (fd >= 0) {
+      if (handshake(fd, payload, leftover) == Attempt::joined) return fd;
+      close_fd(fd);
+    }
+    std::this_thread::sleep_for(50ms);
+  }
+  CPF_FAIL(s_.where, ": rank ", rank_, " could not reach rank 0 within the timeout of ",
+           seconds_of(s_.options.timeout), " s (last error: ", why_,
+           "); is rank 0 running, and do all ranks use the same MASTER_ADDR and MASTER_PORT?");
+}
+
+// A closed connection before rank 0 answered is retried: rank 0 drops waiting connections when
+// flooded, and its listener can outlive it for a moment. An answer that rank 0 gives is final.
+Attempt PeerJoin::handshake(int fd, std::string& payload, std::string& leftover) {
+  LineReader reader(kMaxAnswerLine);
+  std::optional<std::string> line = read_line(fd, reader, "its challenge");
+  if (!line) return Attempt::retry;
+  std::string server_nonce;
+  check_challenge(*line, server_nonce);
+  const std::string client_nonce = random_hex(kNonceHexDigits / 2);
+  const std::string mac = hello_mac(s_.options.token, server_nonce, client_nonce, rank_, s_.options.world_size);
+  const std::string hello = detail::str_cat("HELLO ", rank_, " ", s_.options.world_size, " ", client_nonce, " ", mac, "\n");
+  if (send_within(fd, hello, s_.deadline + kAnswerGrace) != IoStatus::ok) {
+    why_ = "the connection broke while saying hello";
+    return Attempt::retry;
+  }
+  const Attempt attempt = take_answer(fd, reader, server_nonce, client_nonce, payload);
+  if (attempt == Attempt::joined) leftover = *reader.take_bytes(reader.buffered());
+  return attempt;
+}
+
+std::optional<std::string> PeerJoin::read_line(int fd, LineReader& reader, const char* waiting_for) {
+  bool overflowed = false;
+  std::optional<std::string> line = read_line_within(fd, reader, s_.deadline + kAnswerGrace, last_status_, overflowed);
+  CPF_CHECK(!overflowed, s_.where, ": rank ", rank_, " got more than ", kMaxAnswerLine,
+            " bytes without a newline from the process on that port while waiting for ", waiting_for, ": '",
+            escaped(reader.pending()), "' (is it a cpformer rendezvous?)");
+  CPF_CHECK(last_status_ != IoStatus::timed_out, s_.where, ": rank ", rank_, " got no answer from rank 0 within ",
+            seconds_of(s_.options.timeout + kAnswerGrace), " s (the timeout of ", seconds_of(s_.options.timeout),
+            " s plus ", kAnswerGrace.count(), " s for rank 0's report) while waiting for ", waiting_for);
+  if (!line) why_ = detail::str_cat("rank 0 closed the connection before ", waiting_for);
+  return line;
+}
+
+void PeerJoin::check_challenge(const std::string& line, std::string& server_nonce) const {
+  if (line.rfind("ERR ", 0) == 0) CPF_FAIL(escaped(std::string_view(line).substr(4), kMaxAnswerLine));
+  const std::vector<std::string_view> w = split_words(line);
+  const bool ok = w.size() == 3 && w[0] == "CHALLENGE" && w[1] == kProtocol && is_hex(w[2], kNonceHexDigits);
+  CPF_CHECK(ok, s_.where, ": the process on that port is not a cpformer rendezvous of this version (it sent '",
+            escaped(line), "'; expected 'CHALLENGE ", kProtocol, " <nonce>')");
+  server_nonce = std::string(w[2]);
+}
+
+Attempt PeerJoin::take_answer(int fd, LineReader& reader, const std::string& server_nonce,
+                              const std::string& client_nonce, std::string& payload) {
+  const std::optional<std::string> line = read_line(fd, reader, "the payload");
+  if (!line) return Attempt::retry;
+  if (line->rfind("ERR ", 0) == 0) CPF_FAIL(escaped(std::string_view(*line).substr(4), kMaxAnswerLine));
+  const std::vector<std::string_view> w = split_words(*line);
+  std::optional<long long> size;
+  if (w.size() == 3 && w[0] == "OK" && is_hex(w[2], kMacHexDigits)) {
+    size = parse_decimal(w[1], 0, static_cast<long long>(kMaxPayload));
+  }
+  CPF_CHECK(size.has_value(), s_.where, ": unexpected answer from rank 0: '", escaped(*line),
+            "' (expected 'OK <size up to ", kMaxPayload, "> <proof>')");
+  std::optional<std::string> bytes =
+      read_bytes_within(fd, reader, static_cast<size_t>(*size), s_.deadline + kAnswerGrace, last_status_);
+  CPF_CHECK(bytes.has_value(), s_.where, ": rank ", rank_, " lost the connection to rank 0 while receiving the payload");
+  const std::string expected =
+      answer_mac(s_.options.token, server_nonce, client_nonce, rank_, s_.options.world_size, *bytes);
+  CPF_CHECK(macs_equal(expected, w[2]), s_.where, ": rank 0's answer does not prove the token: ",
+            "CPF_RENDEZVOUS_TOKEN differs between rank ", rank_,
+            " and rank 0 (or is set on one of them only), or the process on that port is not this job's rank 0");
+  payload = std::move(*bytes);
+  return Attempt::joined;
+}
+
+}  // namespace
+
+int peer_join(const JoinSetup& setup, std::string& payload, std::string& leftover) {
+  return PeerJoin(setup).run(payload, leftover);
+}
+
+}  // namespace cpf::dist::rdzv
