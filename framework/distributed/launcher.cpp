@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <new>
 #include <thread>
 #include <vector>
 
@@ -22,6 +23,12 @@ int available_cores() {
 #else
   return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 #endif
+}
+
+// std::bad_alloc says only "std::bad_alloc": name the rank's phase and what to change.
+std::string out_of_memory_message(const char* doing, int n_ranks) {
+  return std::string("out of host memory (std::bad_alloc) while ") + doing + " with " + std::to_string(n_ranks) +
+         " rank(s) in this process; lower the model or batch size or the rank count, or raise the memory limit";
 }
 
 int cuda_device_count() {
@@ -92,7 +99,12 @@ void launch(int n_ranks, const std::function<void(RankContext&)>& fn, const Laun
       options.omp_threads_per_rank > 0 ? options.omp_threads_per_rank : std::max(1, available_cores() / n_ranks);
   std::unique_ptr<LaunchWorld> world;
   if (options.backend == Backend::thread) {
-    world = std::make_unique<ThreadLaunchWorld>(n_ranks, options.timeout, omp_threads);
+    try {
+      world = std::make_unique<ThreadLaunchWorld>(n_ranks, options.timeout, omp_threads);
+    } catch (const std::bad_alloc&) {
+      CPF_FAIL("launch: out of host memory (std::bad_alloc) while creating the thread world of ", n_ranks,
+               " ranks; lower the rank count or raise the memory limit");
+    }
   } else {
     LaunchWorldFactory factory;
     {
@@ -117,7 +129,7 @@ void launch(int n_ranks, const std::function<void(RankContext&)>& fn, const Laun
     std::vector<std::thread> threads;
     threads.reserve(static_cast<size_t>(n_ranks));
     for (int r = 0; r < n_ranks; ++r) {
-      threads.emplace_back([&world, &fn, &ctx = contexts[static_cast<size_t>(r)], &devices, n_ranks, r, omp_threads] {
+      auto body = [&world, &fn, &ctx = contexts[static_cast<size_t>(r)], &devices, n_ranks, r, omp_threads] {
 #if defined(CPF_WITH_OPENMP)
         omp_set_num_threads(omp_threads);
 #else
@@ -125,16 +137,30 @@ void launch(int n_ranks, const std::function<void(RankContext&)>& fn, const Laun
 #endif
         // The first failure aborts the world; it is the one reported (later errors on the other
         // ranks are usually the abort itself).
+        const char* doing = "joining the world group";
         try {
           const Device device = devices[static_cast<size_t>(r)];
           ctx = {.rank = r, .world_size = n_ranks, .device = device, .world = world->join(r, device)};
+          doing = "running";
           fn(ctx);
+        } catch (const std::bad_alloc&) {
+          world->abort(r, out_of_memory_message(doing, n_ranks));
         } catch (const std::exception& e) {
           world->abort(r, e.what());
         } catch (...) {
           world->abort(r, "an exception that is not a std::exception");
         }
-      });
+      };
+      // A thread that cannot start (thread or memory limits) fails the launch: the ranks already
+      // running leave their collectives through the abort, and are joined before the error is thrown.
+      try {
+        threads.emplace_back(std::move(body));
+      } catch (const std::exception& e) {
+        world->abort(r, "could not start the thread of rank " + std::to_string(r) + " of " + std::to_string(n_ranks) +
+                            " (" + e.what() + "); lower the rank count (parallel.dp x parallel.cp) or raise the "
+                            "thread and memory limits (ulimit -u, ulimit -v)");
+        break;
+      }
     }
     for (std::thread& t : threads) t.join();
     if (world->aborted()) failure = world->abort_reason();

@@ -1,5 +1,11 @@
 #include "framework/distributed/thread/rank_stream.h"
 
+#include <cstdio>
+#include <cstdlib>
+#include <system_error>
+
+#include "framework/core/error.h"
+
 #if defined(CPF_WITH_OPENMP)
 #include <omp.h>
 #endif
@@ -18,8 +24,16 @@ RankStream::~RankStream() {
 void RankStream::enqueue(std::function<void()> task) {
   {
     std::lock_guard lock(mutex_);
+    // Started before the task is queued: a thread that cannot start leaves nothing queued behind.
+    if (!thread_.joinable()) {
+      try {
+        thread_ = std::thread([this] { run(); });
+      } catch (const std::system_error& e) {
+        CPF_FAIL("thread backend: could not start the progress thread of rank ", global_rank_, " (", e.what(),
+                 "); lower the rank count (parallel.dp x parallel.cp) or raise the thread limit (ulimit -u)");
+      }
+    }
     queue_.push_back(std::move(task));
-    if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
   }
   cv_.notify_one();
 }
@@ -37,7 +51,15 @@ void RankStream::run() {
       task = std::move(queue_.front());
       queue_.pop_front();
     }
-    task();
+    // Tasks report failures through their Work; one escaping here (memory exhausted while reporting)
+    // has no one to tell, so it ends the process with a message instead of a bare std::terminate.
+    try {
+      task();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "cpformer: thread backend: the progress thread of rank %d failed outside its operation "
+                           "(%s); aborting\n", global_rank_, e.what());
+      std::abort();
+    }
   }
 }
 

@@ -55,8 +55,10 @@ WorkPtr ThreadProcessGroup::submit(const char* op, bool collective, Body body) {
   // The task holds the group state, not the world or this handle: the world must never be
   // destroyed on its own progress thread.
   world_->stream(global_rank()).enqueue([state = state_, rank = rank_, seq, work, body = std::move(body)]() {
-    const OpContext ctx{*state, rank, seq, work->description()};
-    run_into(*work, [&] { return body(ctx); });
+    run_into(*work, [&] {
+      const OpContext ctx{*state, rank, seq, work->description()};  // allocates: a failure fails the Work
+      return body(ctx);
+    });
   });
   return work;
 }
