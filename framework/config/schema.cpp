@@ -3,10 +3,13 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
+
+#include "framework/config/yaml_strict.h"
 
 namespace cpf::config {
 
@@ -57,22 +60,22 @@ std::string Location::str() const {
 std::shared_ptr<ConfigDocument> load_config_string(const std::string& yaml, const std::string& name) {
   auto doc = std::make_shared<ConfigDocument>();
   doc->file = name;
-  try {
-    doc->root = YAML::Load(yaml);
-  } catch (const YAML::Exception& e) {
-    throw ConfigError(name + ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1) +
-                      ": invalid YAML: " + e.msg);
-  }
-  if (doc->root.IsNull()) doc->root = YAML::Node(YAML::NodeType::Map);
+  doc->root = load_strict_yaml(yaml, name);
   if (!doc->root.IsMap()) throw ConfigError(name + ":1:1: the config must be a mapping of sections");
   return doc;
 }
 
 std::shared_ptr<ConfigDocument> load_config_file(const std::string& path) {
-  std::ifstream in(path);
+  // A directory opens as an empty stream on Linux: it would read as an empty config.
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    throw ConfigError(path + ": is a directory, not a config file; name the YAML file in it");
+  }
+  std::ifstream in(path, std::ios::binary);
   if (!in) throw ConfigError(path + ": cannot open the config file");
   std::stringstream buffer;
   buffer << in.rdbuf();
+  if (in.bad()) throw ConfigError(path + ": reading the config file failed");
   return load_config_string(buffer.str(), path);
 }
 
@@ -81,23 +84,37 @@ void apply_override(ConfigDocument& doc, const std::string& assignment) {
   const std::string text = "--set " + assignment;
   if (eq == std::string::npos || eq == 0) throw ConfigError(text + ": expected key.path=value");
   const std::string path = assignment.substr(0, eq);
+  const auto parts = split_path(path);
+  for (const auto& part : parts) {
+    if (part.empty() || part.find_first_of(" \t") != std::string::npos || path.back() == '.') {
+      throw ConfigError(text + ": '" + path + "' is not a key path (expected section.key, no empty parts)");
+    }
+  }
   YAML::Node value;
   try {
     value = YAML::Load(assignment.substr(eq + 1));
   } catch (const YAML::Exception& e) {
     throw ConfigError(text + ": invalid value: " + e.msg);
   }
-  const auto parts = split_path(path);
-  // Walk down with a vector of nodes (yaml-cpp nodes are handles; reassignment would rebind).
+  check_unique_keys(value, text, path);
+  // Walk down with a vector of nodes (yaml-cpp nodes are handles; reassignment would rebind). Sections
+  // the override creates are its own: an error about them names the --set, not the file.
   std::vector<YAML::Node> chain{doc.root};
+  std::string prefix;
   for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    prefix += (i ? "." : "") + parts[i];
     YAML::Node child = chain.back()[parts[i]];
     if (!child.IsDefined() || child.IsNull()) {
       chain.back()[parts[i]] = YAML::Node(YAML::NodeType::Map);
       child = chain.back()[parts[i]];
+      doc.overrides.emplace(prefix, text);
     }
     if (!child.IsMap()) throw ConfigError(text + ": '" + parts[i] + "' is not a section");
     chain.push_back(child);
+  }
+  const YAML::Node current = chain.back()[parts.back()];
+  if (current.IsDefined() && current.IsMap() && !value.IsMap()) {
+    throw ConfigError(text + ": '" + path + "' is a section; set its keys one by one (--set " + path + ".KEY=VALUE)");
   }
   chain.back()[parts.back()] = value;
   doc.overrides[path] = text;
@@ -170,6 +187,8 @@ void ConfigReader::fail(const std::string& path, const std::string& message) con
     state_->locations[path] = state_->locate(path, node);                                                      \
     const std::string text = scalar_text(node);                                                                \
     TYPE parsed{};                                                                                             \
+    const std::string zero = leading_zero_problem(text);                                                       \
+    if (!zero.empty()) fail(path, path + "=" + text + ": " + zero);                                            \
     try {                                                                                                      \
       if (!node.IsScalar()) throw YAML::Exception(YAML::Mark::null_mark(), "");                                \
       parsed = CONVERT;                                                                                        \
