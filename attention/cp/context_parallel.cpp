@@ -255,3 +255,17 @@ AttentionOutput context_parallel_attention(const Tensor& q, const Tensor& k, con
 }
 
 }  // namespace cpf::cp
+
+namespace cpf::cp {
+
+AttentionOutput context_parallel_attention(const ShardedTensor& q, const ShardedTensor& k, const ShardedTensor& v,
+                                           const AttentionSpec& spec, const std::optional<SequenceInfo>& seq,
+                                           const ContextParallel& cp, std::shared_ptr<CpStats> stats) {
+  const std::string who = "context parallel (" + comm_type_name(cp.comm_type) + ")";
+  CPF_CHECK(cp.group != nullptr, who, ": no CP group given (ContextParallel::group is null); pass the cp group of ",
+            "your DeviceMesh");
+  check_attention_shardings(q.sharding, k.sharding, v.sharding, cp.group->size(), cp.group->rank(), who);
+  return context_parallel_attention(q.tensor, k.tensor, v.tensor, spec, seq, cp, std::move(stats));
+}
+
+}  // namespace cpf::cp

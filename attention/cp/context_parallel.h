@@ -2,10 +2,12 @@
 // context_parallel_attention: dot_product_attention over a sequence sharded across a CP group.
 //
 // Every rank passes its own shard of q, k, v in the load-balanced dual-chunk layout (sharding.h:
-// rank r holds chunks r and 2P-1-r of every sequence; cp::shard_sequence / cp::shard_tokens produce
-// it) and the GLOBAL sequence metadata (the SequenceInfo of the unsharded batch; thd needs
-// cu_seqlens and cu_seqlens_padded, every padded length a multiple of 2P). Each rank gets out, lse
-// for its own tokens, equal to the single-rank result on that shard, and gradients for its shard.
+// rank r holds chunks r and 2P-1-r of every sequence; cp::dual_chunk_shard tags it, and the
+// ShardedTensor overload refuses q, k, v cut differently) and the GLOBAL sequence metadata (the
+// SequenceInfo of the unsharded batch; thd needs cu_seqlens and cu_seqlens_padded, every padded
+// length a multiple of 2P; explicit positions, with gaps or offsets, are honoured by every
+// strategy). Each rank gets out, lse for its own tokens, equal to the single-rank result on that
+// shard, and gradients for its shard.
 //
 // Strategies (cp_comm_type), one file each:
 //   p2p         ring: KV travels around the CP group, partial results merge by LSE   (p2p.cpp)
@@ -18,6 +20,7 @@
 #include <optional>
 #include <string>
 
+#include "attention/cp/sharded_tensor.h"
 #include "attention/dot_product_attention.h"
 #include "framework/distributed/process_group.h"
 
@@ -51,6 +54,14 @@ struct CpStats {
 // Differentiable in q, k, v (through out and lse). `stats`, when given, is filled by the forward
 // and, later, the backward (it must outlive the backward).
 AttentionOutput context_parallel_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                           const AttentionSpec& spec, const std::optional<SequenceInfo>& seq,
+                                           const ContextParallel& cp, std::shared_ptr<CpStats> stats = nullptr);
+
+// The same with each input's sharding carried along (sharded_tensor.h): q, k and v must all be
+// dual-chunk shards for this rank of cp.group, or the call is refused before any communication with
+// a message naming the sharding of q, k and v. The Tensor overload above takes all three to be
+// dual-chunk shards of this rank (what cp::shard_sequence / cp::shard_tokens produce).
+AttentionOutput context_parallel_attention(const ShardedTensor& q, const ShardedTensor& k, const ShardedTensor& v,
                                            const AttentionSpec& spec, const std::optional<SequenceInfo>& seq,
                                            const ContextParallel& cp, std::shared_ptr<CpStats> stats = nullptr);
 

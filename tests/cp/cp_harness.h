@@ -123,6 +123,12 @@ inline Tensor shard(const CpCase& c, const Global& g, const Tensor& t, int64_t d
   return shard_sequence(t, dim, c.cp, rank);
 }
 
+// A rank's q, k or v shard, tagged dual-chunk by the function that cut it (sharded_tensor.h).
+inline ShardedTensor sharded_input(const CpCase& c, const Global& g, const Tensor& t, int rank) {
+  if (c.format == QkvFormat::thd) return dual_chunk_shard(t, thd_shard(g.cu, g.cu_padded, c.cp, rank));
+  return dual_chunk_shard(t, g.seq_dim, c.cp, rank);
+}
+
 // Runs the CP problem; returns per-rank results and the per-rank stats.
 inline std::vector<Tensors> run_cp(const CpCase& c, const Global& g, std::vector<CpStats>* stats_out = nullptr) {
   std::vector<Tensors> results(static_cast<size_t>(c.cp));
@@ -139,13 +145,12 @@ inline std::vector<Tensors> run_cp(const CpCase& c, const Global& g, std::vector
     dist::DeviceMesh mesh(rc.world, shape);
     ContextParallel cp{c.comm, mesh.cp(), mesh.cp_a2a(), mesh.cp_p2p()};
     const int r = rc.rank;
-    Tensor q = shard(c, g, g.q, g.seq_dim, r).set_requires_grad();
-    Tensor k = shard(c, g, g.k, g.seq_dim, r).set_requires_grad();
-    Tensor v = shard(c, g, g.v, g.seq_dim, r).set_requires_grad();
+    ShardedTensor q = sharded_input(c, g, g.q, r), k = sharded_input(c, g, g.k, r), v = sharded_input(c, g, g.v, r);
+    for (ShardedTensor* t : {&q, &k, &v}) t->tensor.set_requires_grad();
     auto st = std::make_shared<CpStats>();
     auto [out, lse] = context_parallel_attention(q, k, v, spec_of(c), g.seq, cp, st);
     backward({out, lse}, {shard(c, g, g.dout, g.seq_dim, r), raw::to(shard(c, g, g.dlse, lse_dim, r), lse.dtype())});
-    results[r] = {out.detach(), lse.detach(), q.grad(), k.grad(), v.grad()};
+    results[r] = {out.detach(), lse.detach(), q.tensor.grad(), k.tensor.grad(), v.tensor.grad()};
     stats[r] = *st;
   }, {.timeout = std::chrono::milliseconds(60'000)});
   if (stats_out) *stats_out = stats;
