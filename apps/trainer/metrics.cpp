@@ -51,6 +51,10 @@ void MetricsLogger::start_metrics(int64_t start_step) {
 void MetricsLogger::print_line(const std::string& line) {
   errno = 0;
   out_ << line << std::endl;
+  check_output();
+}
+
+void MetricsLogger::check_output() {
   if (out_.good()) return;
   const int err = errno;
   // Where stdout goes, when it is a file (the console log of a batch job).
@@ -135,8 +139,10 @@ void MetricsLogger::progress(int64_t step, double elapsed_seconds) {
   const int filled = static_cast<int>(frac * kWidth);
   std::string bar(static_cast<size_t>(filled), '#');
   bar.resize(kWidth, '.');
+  errno = 0;
   out_ << "\r[" << bar << "] " << static_cast<int>(frac * 100) << "% step " << step << "/" << total_steps_ << " "
        << format_duration(elapsed_seconds) << std::flush;
+  check_output();
   bar_shown_ = true;
 }
 

@@ -62,6 +62,7 @@ class MetricsLogger {
   void clear_bar();
   void write_json(const std::string& line);
   void print_line(const std::string& line);  // to `out_`, checked
+  void check_output();  // throws, naming stdout's target and errno, once `out_` failed
 
   std::ostream& out_;
   std::string metrics_path_;
