@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "framework/autograd/ops.h"
+#include "framework/distributed/rendezvous_tcp.h"
 
 int main() {
   cpf::Tensor w = cpf::from_vector<float>({1.0f, 2.0f, 3.0f}, {3});
@@ -13,5 +14,7 @@ int main() {
   std::cout << "loss = " << loss.item<float>() << "\ndloss/dw = [";
   for (size_t i = 0; i < grad.size(); ++i) std::cout << (i ? ", " : "") << grad[i];
   std::cout << "]\n";
-  return grad == std::vector<float>{2.0f, 4.0f, 6.0f} ? 0 : 1;
+  const std::string token = cpf::dist::generate_rendezvous_token();  // links libcrypto
+  std::cout << "rendezvous token: " << token.size() << " hex digits\n";
+  return grad == std::vector<float>{2.0f, 4.0f, 6.0f} && token.size() == 32 ? 0 : 1;
 }
