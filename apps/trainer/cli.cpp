@@ -239,7 +239,8 @@ std::string usage() {
          "  check-config CONFIG [--set key.path=value]... [--gpus N]\n"
          "                                             validate a config (CP support included) without training\n"
          "  docs                                       print the table of every config key (docs/config.md)\n"
-         "exit codes: 0 ok, 1 error, 2 config or usage error, 3 unreadable data, 4 training target not reached\n";
+         "exit codes: 0 ok, 1 error, 2 config or usage error, 3 unreadable data, 4 training target not reached,\n"
+         "            130 / 143 stopped by SIGINT / SIGTERM (after a checkpoint; run the same command to resume)\n";
 }
 
 int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostream& err, bool terminal) {
