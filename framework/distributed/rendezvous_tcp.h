@@ -84,7 +84,9 @@ class TcpRendezvous {
 
   // Starts a thread that calls on_failure(rank, reason) once, for the first peer whose process ends
   // without saying goodbye or reports its failure (rank 0 relays what it sees to the others). Runs
-  // on that thread, so it must be quick and thread-safe (e.g. abort the NCCL world). Call at most once.
+  // on that thread, so it must be quick and thread-safe (e.g. abort the NCCL world). Call at most once,
+  // on every rank, soon after join(): the thread also sends the heartbeat the peers expect, and names
+  // a peer silent for heartbeat_timeout (its process stopped, or its host vanished).
   void watch(std::function<void(int rank, const std::string& reason)> on_failure);
 
   // Tells the peers that this process is failing (their callbacks get this rank and "its process
