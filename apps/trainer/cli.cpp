@@ -1,14 +1,17 @@
 #include "apps/trainer/cli.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <new>
 
+#include "apps/trainer/checkpointing.h"
 #include "apps/trainer/config.h"
+#include "apps/trainer/config_check.h"
 #include "apps/trainer/generate.h"
 #include "apps/trainer/stop_signals.h"
 #include "apps/trainer/trainer.h"
 #include "framework/distributed/launcher.h"
-#include "models/data/file_glob.h"
 
 namespace cpf::trainer {
 namespace {
@@ -131,51 +134,10 @@ std::string fixed(double v, const char* format = "%.4f") {
   return buf;
 }
 
-std::string describe_model(const TrainConfig& c) {
-  const auto& m = c.model;
-  const char* attention = m.attention == models::AttentionType::mha   ? "mha"
-                          : m.attention == models::AttentionType::gqa ? "gqa"
-                                                                      : "mla";
-  return std::to_string(m.num_layers) + " layers, hidden " + std::to_string(m.hidden_size) + ", " +
-         std::to_string(m.num_heads) + " heads (" + attention +
-         (m.attention == models::AttentionType::gqa ? ", " + std::to_string(m.num_kv_heads) + " kv heads" : "") +
-         "), vocab " + std::to_string(m.vocab_size) + ", " + nn::activation_name(m.mlp) + ", " +
-         (m.norm == models::NormType::rmsnorm ? "rmsnorm" : "layernorm") + ", " +
-         (m.positions == models::PositionType::rope ? "rope" : "learned positions");
-}
-
 int check_config(const Args& a, std::ostream& out) {
   expect_positional(a, "config file");
   only_flags(a, true, false);
-  const TrainConfig c = load_config(a);
-  out << a.positional[0] << ": OK\n";
-  out << "  model: " << describe_model(c) << "\n";
-  out << "  data: " << c.data.source << (c.data.source == "synthetic" ? ":" + c.data.task : " " + c.data.path) << ", "
-      << c.data.layout << ", seq_len " << c.data.seq_len << "\n";
-  out << "  parallel: dp=" << c.parallel.dp << " cp=" << c.parallel.cp << " backend "
-      << dist::backend_name(c.parallel.backend);
-  if (c.parallel.cp > 1) {
-    out << " cp_comm_type=" << cp::comm_type_name(c.parallel.cp_comm_type) << ": supported (CP support check passed)";
-  }
-  out << "\n";
-  out << "  compute: " << (c.run.device == RunDevice::cuda ? "cuda" : "cpu") << ", "
-      << (c.run.precision == PrecisionMode::bf16 ? "bf16 (f32 master weights)" : "fp32")
-      << ", attention backend " << attention_backend_name(c.attention.backend)
-      << (c.attention.deterministic ? " (deterministic)" : "") << "\n";
-  // Files are checked when present; a config may be validated before its data is downloaded.
-  bool files_present = c.data.source == "synthetic";
-  if (!files_present) {
-    try {
-      data::expand_file_pattern(c.data.path, "data.path");
-      files_present = true;
-    } catch (const Error& e) {
-      out << "  data files: not checked (" << e.message() << ")\n";
-    }
-  }
-  if (files_present) {
-    const auto source = open_training_source(c);
-    out << "  data files: OK (" << source->name() << ", " << source->num_documents() << " documents)\n";
-  }
+  print_config_check(a.positional[0], load_config(a), out);
   return kExitOk;
 }
 
@@ -213,16 +175,38 @@ int train_command(const Args& a, std::ostream& out, bool terminal) {
   return r.target_set && !r.target_reached ? kExitTargetMissed : kExitOk;
 }
 
-int generate_command(const Args& a, std::ostream& out) {
-  expect_positional(a, "checkpoint folder");
-  only_flags(a, false, true);
+// Every generate argument is checked before any sampling, so a bad one is a usage error (exit 2) like
+// every other command's, not a runtime error.
+GenerateOptions generate_options(const Args& a) {
   GenerateOptions o;
   o.checkpoint = a.positional[0];
   o.prompt = a.prompt;
-  if (a.tokens) o.max_new_tokens = number<int64_t>("--tokens", *a.tokens);
-  if (a.temperature) o.temperature = number<double>("--temperature", *a.temperature);
-  if (a.seed) o.seed = number<uint64_t>("--seed", *a.seed);
-  const GenerateResult r = generate(o);
+  if (a.tokens) {
+    o.max_new_tokens = number<int64_t>("--tokens", *a.tokens);
+    if (o.max_new_tokens < 1) throw UsageError("--tokens " + *a.tokens + ": expected at least 1 token to generate");
+  }
+  if (a.temperature) {
+    o.temperature = number<double>("--temperature", *a.temperature);
+    if (!std::isfinite(o.temperature) || o.temperature < 0) {
+      throw UsageError("--temperature " + *a.temperature + ": expected a finite number >= 0 (0 = greedy)");
+    }
+  }
+  if (a.seed) {
+    if (a.seed->find('-') != std::string::npos) throw UsageError("--seed " + *a.seed + ": expected a number >= 0");
+    o.seed = number<uint64_t>("--seed", *a.seed);
+  }
+  if (o.prompt && o.prompt->empty()) throw UsageError("--prompt: the prompt is empty; give the text to continue");
+  // Only synthetic models have a default prompt (their first held-out example).
+  if (!o.prompt && checkpoint_config(resolve_checkpoint(o.checkpoint)).data.source == "text") {
+    throw UsageError("generate: a text model needs a prompt (--prompt TEXT)");
+  }
+  return o;
+}
+
+int generate_command(const Args& a, std::ostream& out) {
+  expect_positional(a, "checkpoint folder");
+  only_flags(a, false, true);
+  const GenerateResult r = generate(generate_options(a));
   out << r.prompt_text << r.completion_text << std::endl;
   return kExitOk;
 }
@@ -271,6 +255,12 @@ int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostrea
     return kExitData;
   } catch (const Error& e) {
     err << "cpformer: error: " << e.message() << std::endl;
+    return kExitError;
+  } catch (const std::bad_alloc&) {
+    // Tensor storage names its size; anything else only says std::bad_alloc.
+    err << "cpformer: error: out of host memory (std::bad_alloc) in '" << (args.empty() ? "cpformer" : args[0])
+        << "' outside the tensor allocator; lower the model, batch or data sizes, or raise the memory limit"
+        << std::endl;
     return kExitError;
   } catch (const std::exception& e) {
     err << "cpformer: error: " << e.what() << std::endl;

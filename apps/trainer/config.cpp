@@ -1,6 +1,10 @@
 #include "apps/trainer/config.h"
 
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
 #include <map>
+#include <tuple>
 
 #include "attention/cp/cp_support.h"
 #include "framework/tensor/storage.h"
@@ -59,6 +63,9 @@ class Checker {
   [[noreturn]] void fail(const std::string& path, const std::string& problem) const {
     reader_.fail(path, path + "=" + values_.get(path) + " " + problem);
   }
+  // Whether the key's value came from a --set (cross-field messages then blame that --set).
+  bool from_set(const std::string& path) const { return !reader_.location(path).override_text.empty(); }
+  std::string value(const std::string& path) const { return values_.get(path); }
   // A message of the form "key=value problem" from a component, re-rooted at `section`.
   [[noreturn]] void fail_message(const std::string& section, const std::string& key, const std::string& message) const {
     reader_.fail(section + "." + key, section + "." + message);
@@ -93,6 +100,68 @@ const std::vector<std::string> kDataKeys = {"source",     "task",           "min
                                             "path",       "text_split",     "text_separator", "eot_token", "vocab_size",
                                             "layout",     "bshd_fill",      "seq_len",   "batch_size", "tokens_per_batch",
                                             "pad_multiple", "seed",         "shuffle"};
+
+// A target no evaluation can ever meet would train to the last step and then report it missed. The
+// key a --set changed is blamed when the other one comes from the file.
+void check_targets_reachable(const Checker& check, const TrainConfig& c) {
+  auto refuse = [&](const std::string& target, const std::string& cause, const std::string& why,
+                    const std::string& fix) {
+    if (check.from_set(cause) && !check.from_set(target)) {
+      check.fail(cause, "makes " + target + "=" + check.value(target) + " unreachable: " + why + "; " + fix);
+    }
+    check.fail(target, "can never be reached: " + cause + "=" + check.value(cause) + " " + why + "; " + fix);
+  };
+  const auto& run = c.run;
+  if (run.target_accuracy > 0 && run.eval_examples == 0) {
+    refuse("run.target_accuracy", "run.eval_examples", "measures no exact match",
+           "set run.eval_examples > 0 or run.target_accuracy: 0");
+  }
+  if (run.target_loss > 0 && run.eval_batches == 0) {
+    refuse("run.target_loss", "run.eval_batches", "measures no held-out loss",
+           "set run.eval_batches > 0 or run.target_loss: 0");
+  }
+  if (run.target_loss > 0 && c.data.source != "synthetic" && run.eval_path.empty()) {
+    refuse("run.target_loss", "data.source", "has no held-out loss without run.eval_path",
+           "set run.eval_path or run.target_loss: 0");
+  }
+}
+
+// `text` in double quotes with control characters as \xNN, so the message shows what is there.
+std::string quoted_visible(const std::string& text) {
+  std::string out = "\"";
+  for (const char ch : text) {
+    const auto byte = static_cast<unsigned char>(ch);
+    if (byte < 0x20 || byte == 0x7f) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02x", byte);
+      out += hex;
+    } else {
+      out += ch;
+    }
+  }
+  return out + "\"";
+}
+
+// Names and paths become folder and file names: a control character (a NUL cuts the name short, a
+// backspace hides itself) or a space at either end makes a folder nobody can find by its name.
+void check_names(const Checker& check, const TrainConfig& c) {
+  const std::tuple<const char*, const char*, const std::string*> names[] = {{"run", "name", &c.run.name},
+                                                                            {"run", "out_dir", &c.run.out_dir},
+                                                                            {"run", "eval_path", &c.run.eval_path},
+                                                                            {"data", "path", &c.data.path}};
+  for (const auto& [section, key, value] : names) {
+    const std::string shown = std::string(key) + "=" + quoted_visible(*value);
+    const bool control = std::any_of(value->begin(), value->end(), [](char ch) {
+      return static_cast<unsigned char>(ch) < 0x20 || static_cast<unsigned char>(ch) == 0x7f;
+    });
+    if (control) check.fail_message(section, key, shown + " holds a control character; names and paths may not");
+    if (!value->empty() && (std::isspace(static_cast<unsigned char>(value->front())) ||
+                            std::isspace(static_cast<unsigned char>(value->back())))) {
+      check.fail_message(section, key,
+                         shown + " begins or ends with a space; remove it (it would become part of a folder name)");
+    }
+  }
+}
 
 void check(const config::ConfigReader& reader, TrainConfig& c) {
   {
@@ -156,6 +225,8 @@ void check(const config::ConfigReader& reader, TrainConfig& c) {
   if (!run.eval_path.empty() && c.data.source == "synthetic") {
     check.fail("run.eval_path", "applies to text and shards; synthetic tasks have their own held-out split");
   }
+  check_targets_reachable(check, c);
+  check_names(check, c);
   if (c.run.out_dir.empty()) c.run.out_dir = "runs/" + c.run.name;
 }
 

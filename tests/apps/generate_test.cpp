@@ -56,7 +56,7 @@ TEST(Generate, TextModelNeedsAPromptAndSamplesBytes) {
   EXPECT_EQ(g.code, 0) << g.err;
   EXPECT_EQ(g.out.rfind("hel", 0), 0u);
   const auto none = run({"generate", (dir / "run").string()});
-  EXPECT_EQ(none.code, 1);
+  EXPECT_EQ(none.code, kExitConfig);  // a missing argument: a usage error
   EXPECT_NE(none.err.find("generate: a text model needs a prompt (--prompt TEXT)"), std::string::npos) << none.err;
 }
 
