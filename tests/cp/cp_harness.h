@@ -16,9 +16,10 @@
 namespace cpf::cp::testing {
 
 // Positions of the global problem's tokens: the default (index within the slot), segment positions
-// with gaps (segment_pos = 2i), or q and kv offsets (with_position_offsets(3, 0): every query sees
-// three tokens further, the bottom-right form of docs/attention.md).
-enum class Positions : uint8_t { slot_index, gapped, offsets };
+// with gaps (segment_pos = 2i), q and kv offsets (with_position_offsets(3, 0): every query sees three
+// tokens further, the bottom-right form of docs/attention.md), or per-sequence offsets (sequence n's
+// queries shifted by n against its keys).
+enum class Positions : uint8_t { slot_index, gapped, offsets, sequence_offsets };
 
 struct CpCase {
   CommType comm = CommType::p2p;
@@ -54,6 +55,11 @@ struct Global {
 inline SequenceInfo with_explicit_positions(const CpCase& c, std::optional<SequenceInfo> seq) {
   if (!seq) seq = SequenceInfo::from_lengths(std::vector<int64_t>(static_cast<size_t>(c.batch), c.seq), c.seq);
   if (c.positions == Positions::offsets) return seq->with_position_offsets(3, 0);
+  if (c.positions == Positions::sequence_offsets) {
+    std::vector<int64_t> q_offsets;
+    for (int64_t n = 0; n < seq->num_sequences(); ++n) q_offsets.push_back(n);
+    return seq->with_position_offsets(q_offsets, std::vector<int64_t>(q_offsets.size(), 0));
+  }
   std::vector<int64_t> q = seq->resolved_q_positions(), kv = seq->resolved_kv_positions();
   for (int64_t& p : q) p *= 2;
   for (int64_t& p : kv) p *= 2;

@@ -1,7 +1,7 @@
 // Explicit positions on the global SequenceInfo travel with every token through every strategy:
-// segment positions with gaps (2i) and q/kv position offsets (with_position_offsets(3, 0)), with
-// and without a sliding window, every format, MHA and GQA+MLA; each rank's out, lse, dq, dk, dv
-// equal the single-rank result on its shard (fp32, |a - b| <= 2e-6 + 1e-5 |b|).
+// segment positions with gaps (2i), q/kv position offsets (with_position_offsets(3, 0)) and offsets
+// that differ per sequence, with and without a sliding window, every format, MHA and GQA+MLA; each
+// rank's out, lse, dq, dk, dv equal the single-rank result on its shard (fp32, |a - b| <= 2e-6 + 1e-5 |b|).
 #include <gtest/gtest.h>
 
 #include <sstream>
@@ -45,6 +45,16 @@ struct Param {
   HeadCase heads;
 };
 
+const char* positions_name(Positions positions) {
+  switch (positions) {
+    case Positions::gapped: return "gapped";
+    case Positions::offsets: return "offsets";
+    case Positions::sequence_offsets: return "sequence_offsets";
+    case Positions::slot_index: break;
+  }
+  return "slot_index";
+}
+
 std::string param_name(const ::testing::TestParamInfo<Param>& info) {
   const Param& p = info.param;
   std::string comm = comm_type_name(p.comm);
@@ -53,7 +63,7 @@ std::string param_name(const ::testing::TestParamInfo<Param>& info) {
   }
   std::ostringstream os;
   os << comm << "_cp" << p.cp << "_" << qkv_format_name(p.format) << "_"
-     << (p.positions == Positions::gapped ? "gapped" : "offsets") << "_" << p.mask.name << "_" << p.heads.name;
+     << positions_name(p.positions) << "_" << p.mask.name << "_" << p.heads.name;
   return os.str();
 }
 
@@ -63,7 +73,7 @@ std::vector<Param> grid() {
     for (int cp : {2, 4}) {
       if (comm == CommType::a2a_p2p && cp != 4) continue;  // a2a+p2p runs as 2 x 2
       for (QkvFormat format : {QkvFormat::bshd, QkvFormat::sbhd, QkvFormat::thd}) {
-        for (Positions positions : {Positions::gapped, Positions::offsets}) {
+        for (Positions positions : {Positions::gapped, Positions::offsets, Positions::sequence_offsets}) {
           for (const MaskCase& mask : kMasks) {
             for (const HeadCase& heads : kHeads) params.push_back({comm, cp, format, positions, mask, heads});
           }
@@ -109,6 +119,48 @@ TEST_P(CpExplicitPositions, ShardsEqualTheSingleRankResult) {
 }
 
 INSTANTIATE_TEST_SUITE_P(GappedAndOffset, CpExplicitPositions, ::testing::ValuesIn(grid()), param_name);
+
+// The issue's own case: segment_pos = 2i from SequenceInfo::from_segment_ids (one segment per bshd
+// row), causal with a window of 3, every strategy on four ranks.
+class CpSegmentPositions : public ::testing::TestWithParam<CommType> {};
+
+TEST_P(CpSegmentPositions, GappedSegmentPositionsEqualTheSingleRankResult) {
+  CpCase c;
+  c.comm = GetParam();
+  c.cp = 4;
+  c.a2a = c.comm == CommType::a2a_p2p ? 2 : 1;
+  c.window = {3, 0};
+  c.seq = 32;
+  Global g = make_global(c);
+  std::vector<int64_t> ids, pos;
+  for (int64_t b = 0; b < c.batch; ++b) {
+    for (int64_t i = 0; i < c.seq; ++i) {
+      ids.push_back(1);
+      pos.push_back(2 * i);
+    }
+  }
+  g.seq = SequenceInfo::from_segment_ids(spec_of(c), from_vector(ids, {c.batch, c.seq}),
+                                         from_vector(pos, {c.batch, c.seq}));
+  ASSERT_EQ(g.seq->q_positions, pos);
+  const Tensors ref = reference(c, g);
+  const auto cp = run_cp(c, g);
+  for (int r = 0; r < c.cp; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    EXPECT_TRUE(::cpf::testing::all_close(cp[r].out, shard(c, g, ref.out, g.seq_dim, r), 2e-6, 1e-5)) << "out";
+    EXPECT_TRUE(::cpf::testing::all_close(cp[r].lse, shard(c, g, ref.lse, 2, r), 2e-6, 1e-5)) << "lse";
+    EXPECT_TRUE(::cpf::testing::all_close(cp[r].dq, shard(c, g, ref.dq, g.seq_dim, r), 2e-6, 1e-5)) << "dq";
+    EXPECT_TRUE(::cpf::testing::all_close(cp[r].dk, shard(c, g, ref.dk, g.seq_dim, r), 2e-6, 1e-5)) << "dk";
+    EXPECT_TRUE(::cpf::testing::all_close(cp[r].dv, shard(c, g, ref.dv, g.seq_dim, r), 2e-6, 1e-5)) << "dv";
+  }
+}
+
+std::string comm_name(const ::testing::TestParamInfo<CommType>& info) {
+  return info.param == CommType::a2a_p2p ? "a2a_p2p" : comm_type_name(info.param);
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryStrategy, CpSegmentPositions,
+                         ::testing::Values(CommType::p2p, CommType::all_gather, CommType::a2a, CommType::a2a_p2p),
+                         comm_name);
 
 }  // namespace
 }  // namespace cpf::cp::testing
