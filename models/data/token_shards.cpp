@@ -52,7 +52,7 @@ struct TokenShardSource::OpenShard {
       reader.read_at(static_cast<uint64_t>(kShardHeaderBytes + 2 * begin), out, static_cast<size_t>(2 * n));
     } catch (const Error& e) {
       CPF_FAIL("token shard '", reader.path(), "': cannot read tokens [", begin, ", ", begin + n, ") of the ", count,
-               " its header announced (", e.message(), "); the file was truncated or replaced while in use");
+               " its header announced (", e.message(), "); the file shrank while in use (truncated or rewritten)");
     }
   }
 };

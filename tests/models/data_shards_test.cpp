@@ -145,8 +145,8 @@ TEST_F(TokenShardTest, AShardTruncatedAfterOpeningIsAnErrorNamingIt) {
   EXPECT_EQ(source.document(9).tokens.size(), 99u);
   EXPECT_CPF_ERROR(source.document(999),
                    "token shard '" + file + "': cannot read tokens [99900, 99999) of the 100000 its header announced (" +
-                       file + ": unexpected end of file at byte 200824 (198 more bytes expected)); the file was "
-                       "truncated or replaced while in use");
+                       file + ": unexpected end of file at byte 200824 (198 more bytes expected)); the file "
+                       "shrank while in use (truncated or rewritten)");
   // Opening it again reports the truncation from the header.
   EXPECT_CPF_ERROR(TokenShardSource({.path = file}), "the header says 100000 tokens, i.e. 201024 bytes, but the file "
                                                      "has 3024 bytes (truncated)");
@@ -181,7 +181,7 @@ TEST_F(TokenShardTest, ALoaderReadingAShardThatShrinksStopsWithAnErrorNamingIt) 
   fs::resize_file(file, 1024 + 2 * 100 * 10);
   reader.join();
   EXPECT_NE(error.find("token shard '" + file + "': cannot read tokens ["), std::string::npos) << error;
-  EXPECT_NE(error.find("the file was truncated or replaced while in use"), std::string::npos) << error;
+  EXPECT_NE(error.find("the file shrank while in use (truncated or rewritten)"), std::string::npos) << error;
 }
 
 TEST_F(TokenShardTest, PathAndOptionErrors) {
