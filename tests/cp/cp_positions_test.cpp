@@ -84,6 +84,12 @@ std::vector<Param> grid() {
   return params;
 }
 
+// gtest would print a Param's bytes, padding included; its name says what it is.
+void PrintTo(const Param& p, std::ostream* os) {
+  *os << comm_type_name(p.comm) << " cp" << p.cp << " " << qkv_format_name(p.format) << " "
+      << positions_name(p.positions) << " " << p.mask.name << " " << p.heads.name;
+}
+
 class CpExplicitPositions : public ::testing::TestWithParam<Param> {};
 
 TEST_P(CpExplicitPositions, ShardsEqualTheSingleRankResult) {
