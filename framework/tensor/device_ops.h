@@ -85,6 +85,9 @@ struct DeviceOps {
   // rows (K, R) contiguous floating -> out (K) contiguous: rows' dtype, i64 for argmax. R may be 0
   // (sum 0, mean NaN, logsumexp -inf); the caller rejects amax/argmax over an empty dim.
   void (*reduce_rows)(DeviceReduceOp op, const Tensor& out, const Tensor& rows) = nullptr;
+  // cols (R, K) contiguous floating -> out (K) contiguous of cols' dtype, folded over R in place (no
+  // transposing copy): op is sum, mean or amax. R may be 0 (sum 0, mean NaN).
+  void (*reduce_cols)(DeviceReduceOp op, const Tensor& out, const Tensor& cols) = nullptr;
 
   // a (and b for the backward ops) contiguous, one shape and floating dtype; out contiguous, same
   // shape and dtype. Forward: a = x. Backward: a = grad_y, b = y.

@@ -68,7 +68,9 @@ fi
 strip --strip-unneeded "$CARRY_DIR"/bin/* "$CARRY_DIR"/lib/libcpf_*.so 2>/dev/null || true
 
 # The benchmark library under the soname the binaries ask for.
-bench_lib="$(ldd "$CARRY_DIR/bin/${benches[0]:-none}" 2>/dev/null | awk '/libbenchmark/ {print $3; exit}')"
+# (None when TARGETS names no benchmark: ldd of a missing file must not end the script under set -e.)
+bench_lib=""
+[[ ${#benches[@]} -gt 0 ]] && bench_lib="$(ldd "$CARRY_DIR/bin/${benches[0]}" 2>/dev/null | awk '/libbenchmark/ {print $3; exit}')"
 if [[ -n "$bench_lib" ]]; then
   soname="$(ldd "$CARRY_DIR/bin/${benches[0]}" | awk '/libbenchmark/ {print $1; exit}')"
   cp -L "$bench_lib" "$CARRY_DIR/lib/$soname"

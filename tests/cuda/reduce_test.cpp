@@ -1,5 +1,6 @@
 // Reductions on the GPU against the CPU: every op, dims leading/trailing/middle/all, short rows (a
-// warp per row), long rows (a block per row) and very long ones split across blocks.
+// warp per row), long rows (a block per row) and very long ones split across blocks, and leading dims
+// folded as columns in place.
 #include <cmath>
 
 #include "cuda_test_utils.h"
@@ -67,6 +68,32 @@ TEST_F(CudaReduceTest, LongRowsAreSplitAcrossBlocks) {
     EXPECT_TRUE(all_close(on_cpu(raw::logsumexp(gx, {-1})), raw::logsumexp(raw::to(x, DType::f64), {-1}), 1e-5, 1e-5));
     EXPECT_TRUE(all_close(on_cpu(raw::argmax(gx, -1)), raw::argmax(x, -1), 0, 0));
   }
+}
+
+TEST_F(CudaReduceTest, LeadingDimsFoldAsColumnsInPlace) {
+  // Reductions over leading dims of a contiguous tensor (a bias gradient dY (T, C).sum(0)) fold the
+  // columns in place, split into row chunks whose partials combine in order: a GPT-2 bias gradient,
+  // a ragged tile, few columns over many rows, one row, and two leading dims.
+  const std::vector<std::pair<Shape, std::vector<int64_t>>> cases{
+      {{32768, 768}, {0}}, {{4099, 33}, {0}}, {{100000, 3}, {0}}, {{1, 5}, {0}}, {{8, 512, 40}, {0, 1}}};
+  for (DType dtype : {DType::f32, DType::bf16, DType::f64}) {
+    for (const auto& [shape, dims] : cases) {
+      Tensor x = random_cpu(shape, dtype, 23, -1, 1);
+      Tensor gx = on_gpu(x);
+      int64_t terms = 1;
+      for (int64_t d : dims) terms *= shape[static_cast<size_t>(d)];
+      const double atol = sum_atol(dtype, terms), rtol = testing::rtol_for(dtype);
+      const std::string what = dtype_name(dtype) + " " + shape_str(shape);
+      EXPECT_TRUE(all_close(on_cpu(raw::sum(gx, dims)), raw::sum(x, dims), atol, rtol)) << "sum " << what;
+      EXPECT_TRUE(all_close(on_cpu(raw::mean(gx, dims, true)), raw::mean(x, dims, true), atol, rtol)) << "mean " << what;
+      EXPECT_TRUE(all_close(on_cpu(raw::amax(gx, dims)), raw::amax(x, dims), 0, 0)) << "amax " << what;
+    }
+  }
+  // A NaN or +inf in a column decides its amax; -inf columns stay -inf.
+  const float inf = INFINITY;
+  Tensor special = from_vector<float>({1, -inf, 2, NAN, -inf, inf, 3, -inf, 0}, {3, 3});
+  EXPECT_TRUE(all_close(on_cpu(raw::amax(on_gpu(special), {0})), raw::amax(special, {0}), 0, 0));
+  EXPECT_TRUE(all_close(on_cpu(raw::sum(on_gpu(special), {0})), raw::sum(special, {0}), 0, 0));
 }
 
 TEST_F(CudaReduceTest, SpecialValuesAndEmptyDims) {

@@ -66,6 +66,10 @@ void launch_scale(const Iter& it, double value, cudaStream_t stream);  // x (out
 size_t reduce_workspace_bytes(int dtype, int64_t rows, int64_t cols, int sm_count);
 void launch_reduce_rows(int op, int dtype, const void* in, void* out, int64_t rows, int64_t cols, void* workspace,
                         int sm_count, cudaStream_t stream);
+// in (R, K) contiguous of dtype -> out (K) of dtype, folded over R; op is sum, mean or amax.
+size_t reduce_cols_workspace_bytes(int dtype, int64_t rows, int64_t cols, int sm_count);
+void launch_reduce_cols(int op, int dtype, const void* in, void* out, int64_t rows, int64_t cols, void* workspace,
+                        int sm_count, cudaStream_t stream);
 
 // (outer, size, inner) contiguous; b is null for the forward ops.
 void launch_softmax(int op, int dtype, const void* a, const void* b, void* out, int64_t outer, int64_t size,

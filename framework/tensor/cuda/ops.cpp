@@ -215,6 +215,18 @@ void reduce_rows(DeviceReduceOp op, const Tensor& out, const Tensor& rows) {
                         ws_bytes ? ws.raw_data() : nullptr, launch.sm_count, launch.stream);
 }
 
+void reduce_cols(DeviceReduceOp op, const Tensor& out, const Tensor& cols) {
+  CPF_CHECK(op == DeviceReduceOp::sum || op == DeviceReduceOp::mean || op == DeviceReduceOp::amax,
+            "reduce_cols (cuda): only sum, mean and amax fold columns, got op ", static_cast<int>(op));
+  Launch launch(cols.device());
+  const int64_t R = cols.size(0), K = cols.size(1);
+  const size_t ws_bytes = k::reduce_cols_workspace_bytes(code(cols.dtype()), R, K, launch.sm_count);
+  Tensor ws = ws_bytes ? empty({static_cast<int64_t>(ws_bytes)}, {.dtype = DType::boolean, .device = cols.device()})
+                       : Tensor();
+  k::launch_reduce_cols(static_cast<int>(op), code(cols.dtype()), cols.raw_data(), out.raw_data(), R, K,
+                        ws_bytes ? ws.raw_data() : nullptr, launch.sm_count, launch.stream);
+}
+
 void softmax(DeviceSoftmaxOp op, const Tensor& out, const Tensor& a, const Tensor& b, int64_t dim) {
   Launch launch(a.device());
   int64_t outer = 1, size = 1, inner = 1;
@@ -489,6 +501,7 @@ const DeviceOps& cuda_device_ops() {
     t.add_ = &add_;
     t.mul_ = &mul_;
     t.reduce_rows = &reduce_rows;
+    t.reduce_cols = &reduce_cols;
     t.softmax = &softmax;
     t.matmul = &matmul;
     t.norm = &norm;

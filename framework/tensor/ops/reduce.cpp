@@ -42,16 +42,41 @@ ReductionLayout layout_for(const Tensor& x, const std::vector<int64_t>& dims, bo
     order.push_back(d);
     layout.reduced *= x.size(d);
   }
-  Tensor src = x.dtype() == DType::bf16 ? to(x, DType::f32) : x;
+  // The CPU folds bf16 in f32 arrays; device kernels read bf16 and accumulate in f32 themselves.
+  Tensor src = x.dtype() == DType::bf16 && x.device().is_cpu() ? to(x, DType::f32) : x;
   layout.rows = contiguous(permute(src, order));
   layout.out_shape = reduced_shape(x.shape(), reduce_dims, keepdim);
   return layout;
+}
+
+// A device reduction of a contiguous x over its leading dims (a bias gradient: dY (T, C) summed over
+// T) folded in place as (R, K) columns: no transposing copy of x. Undefined when that does not apply.
+Tensor reduce_leading_dims_on_device(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim, const char* op,
+                                     DeviceReduceOp kind) {
+  if (x.device().is_cpu() || !x.is_contiguous() || x.numel() == 0 || !has_kernel(x.device(), &DeviceOps::reduce_cols) ||
+      (kind != DeviceReduceOp::sum && kind != DeviceReduceOp::mean && kind != DeviceReduceOp::amax) ||
+      !is_floating(x.dtype())) {
+    return {};
+  }
+  const std::vector<int64_t> reduce_dims = normalize_dims(dims, x.dim(), op);  // sorted
+  const auto count = static_cast<int64_t>(reduce_dims.size());
+  if (count == 0 || count >= x.dim()) return {};  // nothing kept: the row kernel reads it in place already
+  for (int64_t i = 0; i < count; ++i) {
+    if (reduce_dims[static_cast<size_t>(i)] != i) return {};  // not a leading prefix
+  }
+  int64_t reduced = 1;
+  for (int64_t d = 0; d < count; ++d) reduced *= x.size(d);
+  const int64_t kept = x.numel() / reduced;
+  Tensor out = empty(reduced_shape(x.shape(), reduce_dims, keepdim), {.dtype = x.dtype(), .device = x.device()});
+  device_kernel(x.device(), &DeviceOps::reduce_cols, op)(kind, view(out, {kept}), view(x, {reduced, kept}));
+  return out;
 }
 
 // out[k] = fn(row k as an Eigen array) for each kept index k, in the compute dtype of x.
 template <class Fn>
 Tensor reduce_rows(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim, const char* op, DeviceReduceOp kind,
                    Fn&& fn) {
+  if (Tensor folded = reduce_leading_dims_on_device(x, dims, keepdim, op, kind); folded.defined()) return folded;
   ReductionLayout layout = layout_for(x, dims, keepdim, op);
   if (!x.device().is_cpu()) {
     Tensor out = empty(layout.out_shape, {.dtype = layout.rows.dtype(), .device = x.device()});
