@@ -133,10 +133,16 @@ struct ConfigReader::State {
   Location locate(const std::string& path, const YAML::Node& node) const {
     Location loc;
     loc.file = doc->file;
-    auto it = doc->overrides.find(path);
-    if (it != doc->overrides.end()) {
-      loc.override_text = it->second;
-      return loc;
+    // The key, or a section above it, set by a --set: positions inside a --set value are not the file's.
+    for (std::string p = path;;) {
+      auto it = doc->overrides.find(p);
+      if (it != doc->overrides.end()) {
+        loc.override_text = it->second;
+        return loc;
+      }
+      const size_t dot = p.rfind('.');
+      if (dot == std::string::npos) break;
+      p.resize(dot);
     }
     if (node.IsDefined() && node.Mark().line >= 0) {
       loc.line = node.Mark().line + 1;

@@ -145,6 +145,12 @@ TEST(ConfigStrictYaml, OverrideMistakesBlameTheOverride) {
                "--set run={steps: 1, steps: 2}: duplicate key 'run.steps'; YAML keeps one of them silently, so keep only "
                "the one you mean",
                {"run={steps: 1, steps: 2}"});
+  // Keys inside a section a --set replaced are the --set's, not lines of the file.
+  expect_error("run:\n  steps: 5\n",
+               "--set run={steps: 2, stepz: 3}: unknown key 'run.stepz' (valid keys here: lr, name, steps)",
+               {"run={steps: 2, stepz: 3}"});
+  expect_error("run:\n  steps: 5\n", "--set run={steps: 0}: run.steps=0 is out of range [1, 1e+12]",
+               {"run={steps: 0}"});
   EXPECT_EQ(read("run:\n  steps: 5\n", {"run.steps=6"}).run.steps, 6);
 }
 
