@@ -1,5 +1,6 @@
 #include "framework/distributed/rendezvous_tcp.h"
 
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -7,10 +8,8 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <climits>
 #include <cstring>
 #include <exception>
-#include <fcntl.h>
 #include <mutex>
 #include <optional>
 

@@ -55,16 +55,16 @@ struct RendezvousOptions {
   std::chrono::milliseconds timeout = std::chrono::seconds(300);
   // The job's shared secret (CPF_RENDEZVOUS_TOKEN), at least 16 characters; the same on every rank.
   // Empty only when every address involved is loopback.
-  std::string token;
+  std::string token{};
   // Where rank 0 listens (CPF_RENDEZVOUS_BIND): empty for `host`'s address; "0.0.0.0", "::" or "*" for
   // every interface (IPv4, IPv6, both).
-  std::string bind;
+  std::string bind{};
   // Watching ranks send a heartbeat this often, and report a peer silent for heartbeat_timeout.
   std::chrono::milliseconds heartbeat_interval = std::chrono::seconds(5);
   std::chrono::milliseconds heartbeat_timeout = std::chrono::seconds(60);
   // Where rank 0 tells about connections it closed during the join (garbage, failed proofs); default
   // cpf::log_warn.
-  std::function<void(const std::string& message)> log;
+  std::function<void(const std::string& message)> log = nullptr;
 };
 
 // A fresh random token (32 hex digits, 128 bits) for a launcher to give every rank of one job.

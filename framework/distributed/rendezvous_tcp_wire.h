@@ -93,7 +93,7 @@ std::string escaped(std::string_view bytes, size_t max = 80);
 std::vector<std::string_view> split_words(std::string_view line);
 // A decimal integer in [low, high] with nothing else around it (no sign, spaces or overflow tricks).
 std::optional<long long> parse_decimal(std::string_view text, long long low, long long high);
-// `bytes` lowercase hexadecimal digits exactly.
+// Exactly `digits` lowercase hexadecimal digits.
 bool is_hex(std::string_view text, size_t digits);
 
 }  // namespace cpf::dist::rdzv
