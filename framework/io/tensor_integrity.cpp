@@ -108,6 +108,7 @@ std::optional<NonFiniteValue> find_non_finite(const std::vector<std::pair<std::s
 StoredTensorCheck check_stored_tensor(const FileReader& reader, uint64_t offset, uint64_t nbytes,
                                       const std::string& name, DType dtype) {
   XXH3_state_t state;
+  XXH3_INITSTATE(&state);
   XXH3_64bits_reset(&state);
   const uint64_t element = dtype_size(dtype);
   std::vector<unsigned char> buffer(static_cast<size_t>(std::min(nbytes, kChunkBytes)));
