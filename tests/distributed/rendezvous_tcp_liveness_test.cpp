@@ -3,6 +3,7 @@
 // where asked (IPv4 and IPv6), running out of descriptors backs off, and the wire primitives keep
 // their limits. Loopback only; every case is bounded in time.
 #include <gtest/gtest.h>
+#include <netinet/tcp.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -274,6 +275,41 @@ TEST(TcpRendezvousLiveness, RejectsBadOptions) {
   const std::string token = dist::generate_rendezvous_token();
   EXPECT_EQ(token.size(), 32u);
   EXPECT_NE(token, dist::generate_rendezvous_token());
+}
+
+// The joined connections carry TCP keepalive and TCP_USER_TIMEOUT on the heartbeat's scale, so the
+// kernel too breaks a connection to a host that vanished. Found among this process's sockets by port.
+TEST(TcpRendezvousLiveness, JoinedConnectionsUseKeepalive) {
+  const int port = dist::find_free_port();
+  JoinThread root, one;
+  dist::RendezvousOptions o0 = options(port, 0, 2, 5s), o1 = options(port, 1, 2, 5s);
+  o0.heartbeat_timeout = o1.heartbeat_timeout = 12s;
+  root.start(o0);
+  one.start(o1);
+  root.wait();
+  one.wait();
+  ASSERT_EQ(root.error + one.error, "");
+  int found = 0;
+  for (int fd = 3; fd < 4096; ++fd) {
+    sockaddr_in mine{}, theirs{};
+    socklen_t a = sizeof mine, b = sizeof theirs;
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&mine), &a) != 0 || mine.sin_family != AF_INET) continue;
+    if (::getpeername(fd, reinterpret_cast<sockaddr*>(&theirs), &b) != 0) continue;
+    if (ntohs(mine.sin_port) != port && ntohs(theirs.sin_port) != port) continue;
+    int keepalive = 0, idle = 0;
+    unsigned user_timeout = 0;
+    socklen_t n = sizeof keepalive;
+    ::getsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &keepalive, &n);
+    n = sizeof idle;
+    ::getsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, &n);
+    n = sizeof user_timeout;
+    ::getsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, &n);
+    EXPECT_EQ(keepalive, 1) << "fd " << fd;
+    EXPECT_EQ(idle, 4) << "fd " << fd;  // a third of 12 s
+    EXPECT_EQ(user_timeout, 12000u) << "fd " << fd;
+    ++found;
+  }
+  EXPECT_EQ(found, 2) << "rank 0's accepted socket and rank 1's connection";
 }
 
 }  // namespace
