@@ -62,7 +62,8 @@ TEST(TensorIntegrity, StoredTensorsAreCheckedInChunksAcrossTheirWholeLength) {
   values[1'500'000] = -std::numeric_limits<float>::infinity();
   values[2'999'999] = std::numeric_limits<float>::quiet_NaN();
   const Tensor t = from_vector(values, {3'000'000});
-  const io::TensorChecksums sums = io::save_safetensors(path.string(), {{"head", zeros({3})}, {"big", t}});
+  const io::TensorChecksums sums =
+      io::save_safetensors(path.string(), {{"head", zeros({3})}, {"none", zeros({0, 4})}, {"big", t}});
   EXPECT_EQ(sums.at("big"), io::tensor_checksum(values.data(), values.size() * 4));
 
   const io::FileReader reader(path.string());
@@ -78,6 +79,10 @@ TEST(TensorIntegrity, StoredTensorsAreCheckedInChunksAcrossTheirWholeLength) {
   const io::StoredTensorCheck zero = io::check_stored_tensor(reader, h.data_start + head->begin, 12, "head", DType::f32);
   EXPECT_FALSE(zero.non_finite.has_value());
   EXPECT_EQ(zero.checksum, sums.at("head"));
+  const io::SafetensorsEntry* none = h.find("none");
+  EXPECT_EQ(io::check_stored_tensor(reader, h.data_start + none->begin, 0, "none", DType::f32).checksum,
+            sums.at("none"));
+  EXPECT_EQ(sums.at("none"), io::tensor_checksum("", 0));
   // Reading past the end (the file shrank since its header was read) is an error naming the file.
   EXPECT_CPF_ERROR(io::check_stored_tensor(reader, h.file_size - 8, 16, "x", DType::f32),
                    path.string() + ": unexpected end of file at byte " + std::to_string(h.file_size));
