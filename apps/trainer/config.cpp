@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <initializer_list>
 #include <map>
 #include <tuple>
 
@@ -59,11 +60,18 @@ class Checker {
   Checker(const config::ConfigReader& reader, TrainConfig& config) : reader_(reader), config_(config) {
     describe(values_, config_);
   }
-  // "file:line:column: path=value problem"
-  [[noreturn]] void fail(const std::string& path, const std::string& problem) const {
-    reader_.fail(path, path + "=" + values_.get(path) + " " + problem);
+  // "file:line:column: path=value problem". `causes` are the other keys of the conflict: when `path`
+  // comes from the file and a cause from a --set, the problem is that --set's and is located there.
+  [[noreturn]] void fail(const std::string& path, const std::string& problem,
+                         std::initializer_list<const char*> causes = {}) const {
+    const std::string message = path + "=" + values_.get(path) + " " + problem;
+    if (!from_set(path)) {
+      for (const char* cause : causes) {
+        if (from_set(cause)) throw config::ConfigError(reader_.location(cause).str() + ": " + message);
+      }
+    }
+    reader_.fail(path, message);
   }
-  // Whether the key's value came from a --set (cross-field messages then blame that --set).
   bool from_set(const std::string& path) const { return !reader_.location(path).override_text.empty(); }
   std::string value(const std::string& path) const { return values_.get(path); }
   // A message of the form "key=value problem" from a component, re-rooted at `section`.
@@ -101,28 +109,26 @@ const std::vector<std::string> kDataKeys = {"source",     "task",           "min
                                             "layout",     "bshd_fill",      "seq_len",   "batch_size", "tokens_per_batch",
                                             "pad_multiple", "seed",         "shuffle"};
 
-// A target no evaluation can ever meet would train to the last step and then report it missed. The
-// key a --set changed is blamed when the other one comes from the file.
+// A target no evaluation can ever meet would train to the last step and then report it missed.
 void check_targets_reachable(const Checker& check, const TrainConfig& c) {
-  auto refuse = [&](const std::string& target, const std::string& cause, const std::string& why,
-                    const std::string& fix) {
-    if (check.from_set(cause) && !check.from_set(target)) {
-      check.fail(cause, "makes " + target + "=" + check.value(target) + " unreachable: " + why + "; " + fix);
-    }
-    check.fail(target, "can never be reached: " + cause + "=" + check.value(cause) + " " + why + "; " + fix);
-  };
   const auto& run = c.run;
   if (run.target_accuracy > 0 && run.eval_examples == 0) {
-    refuse("run.target_accuracy", "run.eval_examples", "measures no exact match",
-           "set run.eval_examples > 0 or run.target_accuracy: 0");
+    check.fail("run.target_accuracy",
+               "can never be reached: run.eval_examples=0 measures no exact match; set run.eval_examples > 0 or "
+               "run.target_accuracy: 0",
+               {"run.eval_examples"});
   }
   if (run.target_loss > 0 && run.eval_batches == 0) {
-    refuse("run.target_loss", "run.eval_batches", "measures no held-out loss",
-           "set run.eval_batches > 0 or run.target_loss: 0");
+    check.fail("run.target_loss",
+               "can never be reached: run.eval_batches=0 measures no held-out loss; set run.eval_batches > 0 or "
+               "run.target_loss: 0",
+               {"run.eval_batches"});
   }
   if (run.target_loss > 0 && c.data.source != "synthetic" && run.eval_path.empty()) {
-    refuse("run.target_loss", "data.source", "has no held-out loss without run.eval_path",
-           "set run.eval_path or run.target_loss: 0");
+    check.fail("run.target_loss",
+               "can never be reached: data.source=" + c.data.source +
+                   " has no held-out loss without run.eval_path; set run.eval_path or run.target_loss: 0",
+               {"data.source", "run.eval_path"});
   }
 }
 
@@ -175,14 +181,16 @@ void check(const config::ConfigReader& reader, TrainConfig& c) {
     if (c.model.vocab_size == 0) {
       c.model.vocab_size = vocab;
     } else if (c.model.vocab_size < vocab) {
-      early.fail("model.vocab_size", "is smaller than the vocabulary of the data (" + std::to_string(vocab) + " tokens)");
+      early.fail("model.vocab_size", "is smaller than the vocabulary of the data (" + std::to_string(vocab) + " tokens)",
+                 {"data.source", "data.vocab_size"});
     }
   }
   const Checker check(reader, c);  // sees the resolved vocab_size
   if (auto p = models::check_options(c.model)) check.fail_message("model", p->key, p->message);
   if (c.model.positions == models::PositionType::learned && c.model.max_positions < c.data.seq_len) {
     check.fail("model.max_positions",
-               "must be at least data.seq_len=" + std::to_string(c.data.seq_len) + " with learned positions");
+               "must be at least data.seq_len=" + std::to_string(c.data.seq_len) + " with learned positions",
+               {"data.seq_len", "model.positions"});
   }
 
   const auto& par = c.parallel;
@@ -190,40 +198,51 @@ void check(const config::ConfigReader& reader, TrainConfig& c) {
     const int64_t chunks = 2 * par.cp;
     if (c.data.layout == "thd" && c.data.pad_multiple % chunks != 0) {
       check.fail("data.pad_multiple", "must be a multiple of 2 x parallel.cp = " + std::to_string(chunks) +
-                                          " (context parallelism cuts every sequence slot into 2 x cp chunks)");
+                                          " (context parallelism cuts every sequence slot into 2 x cp chunks)",
+                 {"parallel.cp", "data.layout"});
     }
     if (c.data.layout == "bshd" && c.data.seq_len % chunks != 0) {
       check.fail("data.seq_len", "must be a multiple of 2 x parallel.cp = " + std::to_string(chunks) +
-                                     " (context parallelism cuts every row into 2 x cp chunks)");
+                                     " (context parallelism cuts every row into 2 x cp chunks)",
+                 {"parallel.cp", "data.layout"});
     }
-    if (auto reason = cp_problem(c)) check.fail("parallel.cp_comm_type", "is not supported here: " + *reason);
+    if (auto reason = cp_problem(c)) {
+      check.fail("parallel.cp_comm_type", "is not supported here: " + *reason,
+                 {"parallel.cp", "parallel.cp_a2a_size", "model.num_heads", "model.num_kv_heads", "model.attention",
+                  "model.hidden_size", "model.head_dim", "model.window"});
+    }
   }
 
   const auto& opt = c.optimizer;
   if (opt.type == OptimizerType::sgd && opt.nesterov && opt.momentum <= 0) {
-    check.fail("optimizer.nesterov", "needs optimizer.momentum > 0");
+    check.fail("optimizer.nesterov", "needs optimizer.momentum > 0", {"optimizer.momentum", "optimizer.type"});
   }
   const optim::LrScheduleOptions sched = schedule_options(c);
   if (sched.decay != optim::LrDecay::constant && sched.warmup_steps > sched.total_steps) {
     check.fail("schedule.warmup_steps",
-               "must not exceed the decay length of " + std::to_string(sched.total_steps) + " steps");
+               "must not exceed the decay length of " + std::to_string(sched.total_steps) + " steps",
+               {"run.steps", "schedule.total_steps", "schedule.decay"});
   }
 
   if (par.backend == dist::Backend::nccl && c.run.device != RunDevice::cuda) {
     check.fail("parallel.backend", "nccl runs one rank per GPU but run.device=cpu; set run.device: cuda "
-                                   "(or use parallel.backend: thread)");
+                                   "(or use parallel.backend: thread)",
+               {"run.device"});
   }
   if (c.attention.backend != AttentionBackend::automatic && c.run.device == RunDevice::cpu) {
     check.fail("attention.backend", "selects CUDA attention kernels but run.device=cpu (the CPU has one attention "
-                                    "implementation); use attention.backend: auto, or run.device: cuda");
+                                    "implementation); use attention.backend: auto, or run.device: cuda",
+               {"run.device"});
   }
 
   const auto& run = c.run;
   if (run.target_accuracy > 0 && c.data.source != "synthetic") {
-    check.fail("run.target_accuracy", "needs data.source: synthetic (exact match is defined for synthetic tasks)");
+    check.fail("run.target_accuracy", "needs data.source: synthetic (exact match is defined for synthetic tasks)",
+               {"data.source"});
   }
   if (!run.eval_path.empty() && c.data.source == "synthetic") {
-    check.fail("run.eval_path", "applies to text and shards; synthetic tasks have their own held-out split");
+    check.fail("run.eval_path", "applies to text and shards; synthetic tasks have their own held-out split",
+               {"data.source"});
   }
   check_targets_reachable(check, c);
   check_names(check, c);

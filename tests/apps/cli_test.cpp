@@ -1,8 +1,12 @@
 // The cpformer command line: config errors (exit 2, one "file:line:column: key=value problem" line),
 // usage errors, check-config on every shipped config, and docs/config.md staying in sync.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
 
 #include "apps/trainer/config.h"
 #include "framework/distributed/launcher.h"
@@ -106,6 +110,18 @@ TEST(CliConfig, OverridesAreCheckedAndLocatedAsSuch) {
   expect_config_error("run:\n  steps: 5\n",
                       "--set data.pad_multiple=2: data.pad_multiple=2 must be a multiple of 2 x parallel.cp = 4",
                       {"--set=parallel.cp=2", "--set", "data.pad_multiple=2"});
+  // A cross-field conflict a --set introduced with a key of the file (or a default) names the --set.
+  expect_config_error("data:\n  pad_multiple: 2\n",
+                      "--set parallel.cp=2: data.pad_multiple=2 must be a multiple of 2 x parallel.cp = 4",
+                      {"--set", "parallel.cp=2"});
+  expect_config_error("schedule:\n  warmup_steps: 20\n",
+                      "--set run.steps=10: schedule.warmup_steps=20 must not exceed the decay length of 10 steps",
+                      {"--set", "run.steps=10"});
+  expect_config_error("run:\n  steps: 5\n", "--set parallel.cp=2: data.pad_multiple=1 must be a multiple of 2",
+                      {"--set", "parallel.cp=2"});
+  // Both in the file: the file's key is named.
+  expect_config_error("run:\n  steps: 10\nschedule:\n  warmup_steps: 20\n",
+                      "x.yaml:4:17: schedule.warmup_steps=20 must not exceed the decay length of 10 steps");
 }
 
 TEST(CliConfig, UnreadableOrInvalidYaml) {
@@ -156,7 +172,7 @@ TEST(CliStrictConfig, TargetsThatCanNeverBeReached) {
                       "without run.eval_path; set run.eval_path or run.target_loss: 0");
   // The --set that makes a target unreachable is the one blamed.
   expect_config_error("run:\n  target_accuracy: 0.9\n",
-                      "--set run.eval_examples=0: run.eval_examples=0 makes run.target_accuracy=0.9 unreachable: "
+                      "--set run.eval_examples=0: run.target_accuracy=0.9 can never be reached: run.eval_examples=0 "
                       "measures no exact match; set run.eval_examples > 0 or run.target_accuracy: 0",
                       {"--set", "run.eval_examples=0"});
 }
@@ -173,6 +189,43 @@ TEST(CliStrictConfig, DirectoriesAndSetMistakes) {
                       {"--set", "run=7"});
   expect_config_error("run:\n  steps: 5\n", "--set run.steps=08: run.steps=08: a leading zero makes YAML read",
                       {"--set", "run.steps=08"});
+}
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kSanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+#else
+constexpr bool kSanitized = false;
+#endif
+
+// In a death-test child: 100 rank threads in an address space capped at what is mapped now plus
+// 256 MiB (8 MiB stacks each: they cannot all start). Exits with cpformer's code, its stderr printed.
+[[noreturn]] void train_100_ranks_with_capped_memory(const std::string& out_dir) {
+  std::ifstream statm("/proc/self/statm");
+  size_t pages = 0;
+  statm >> pages;
+  const rlim_t cap = pages * 4096 + (rlim_t{256} << 20);
+  const rlimit limit{cap, cap};
+  if (setrlimit(RLIMIT_AS, &limit) != 0) std::exit(5);
+  const auto r = run({"train", (repo_root() / "configs" / "tiny.yaml").string(), "--set", "parallel.dp=100", "--set",
+                      "run.steps=2", "--set", "run.out_dir=" + out_dir});
+  std::fputs(r.err.c_str(), stderr);
+  std::exit(r.code);
+}
+
+TEST(CliResources, RanksThatCannotStartEndWithANamedErrorNotTerminate) {
+  if (kSanitized) GTEST_SKIP() << "address-space limits are incompatible with the sanitizer runtime";
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  // Was "terminate called without an active exception" (exit 134). Which resource runs out first
+  // (a rank thread, a rank's progress thread, or memory) depends on the machine; each is named.
+  EXPECT_EXIT(train_100_ranks_with_capped_memory(scratch_dir("run").string()), ::testing::ExitedWithCode(kExitError),
+              "cpformer: error: launch: rank [0-9]+ failed: (could not start the thread of rank [0-9]+ of 100|thread "
+              "backend: could not start the progress thread of rank [0-9]+|out of host memory)");
 }
 
 TEST(CliUsage, GenerateArgumentsAreUsageErrors) {
