@@ -22,6 +22,10 @@ using namespace std::chrono_literals;
 
 double seconds_of(std::chrono::milliseconds ms) { return static_cast<double>(ms.count()) / 1000.0; }
 
+// A flood of bad connections must not flood the log: the first ones one by one, then a count.
+constexpr size_t kLoggedClosures = 20;
+constexpr size_t kListedRejections = 8;
+
 class HostJoin {
  public:
   explicit HostJoin(const JoinSetup& setup)
@@ -50,6 +54,7 @@ class HostJoin {
   void on_hello(Pending& p, const std::string& line);
   void seat_or_fail(Pending& p, int rank, int size, const std::string& client_nonce);
   void drop(Pending& p, const std::string& what, bool tell);
+  void log_closed(const std::string& message);
   void expire_pending();
   std::string missing_message() const;
   void deliver();
@@ -63,7 +68,9 @@ class HostJoin {
   std::vector<Seat> seats_;
   int arrived_ = 1;
   std::string error_;
-  std::vector<std::string> rejected_;  // hellos that failed the proof, for the timeout message
+  std::vector<std::string> rejected_;  // the first hellos that failed the proof, for the timeout message
+  size_t rejected_count_ = 0;
+  size_t closed_count_ = 0;  // connections closed during the join, for the log's rate limit
   Clock::time_point accept_paused_until_{};
   std::string accept_trouble_;  // why accept() failed, for the log (once) and the timeout message
 };
@@ -175,12 +182,13 @@ void HostJoin::on_hello(Pending& p, const std::string& line) {
   const std::string expected = hello_mac(s_.options.token, p.nonce, client_nonce, int(*rank), int(*size));
   if (!macs_equal(expected, w[4])) {
     const std::string what = detail::str_cat("rank ", *rank, " from ", p.peer);
-    rejected_.push_back(what);
+    if (rejected_.size() < kListedRejections) rejected_.push_back(what);
+    ++rejected_count_;
     const std::string why = detail::str_cat(
         s_.where, ": rank 0 rejected the hello of ", what,
         ": its proof of the token does not match (CPF_RENDEZVOUS_TOKEN differs between that rank and rank 0, "
         "or is set on one of them only)");
-    s_.log(why);
+    log_closed(why);
     send_within(p.fd, "ERR " + why + "\n", Clock::now() + 200ms);
     close_fd(p.fd);
     return;
@@ -207,10 +215,20 @@ void HostJoin::seat_or_fail(Pending& p, int rank, int size, const std::string& c
 
 // Closes a connection that is not a rank of this job; the join goes on.
 void HostJoin::drop(Pending& p, const std::string& what, bool tell) {
-  s_.log(detail::str_cat(s_.where, ": closed the connection from ", p.peer, ", which ", what,
-                         "; the rendezvous goes on"));
+  log_closed(detail::str_cat(s_.where, ": closed the connection from ", p.peer, ", which ", what,
+                             "; the rendezvous goes on"));
   if (tell) send_within(p.fd, "ERR not a cpformer rendezvous hello\n", Clock::now());
   close_fd(p.fd);
+}
+
+void HostJoin::log_closed(const std::string& message) {
+  ++closed_count_;
+  if (closed_count_ <= kLoggedClosures) {
+    s_.log(message);
+  } else if (closed_count_ % 100 == 0) {
+    s_.log(detail::str_cat(s_.where, ": ", closed_count_, " connections closed so far (the first ", kLoggedClosures,
+                           " were logged one by one)"));
+  }
 }
 
 void HostJoin::expire_pending() {
@@ -243,8 +261,8 @@ std::string HostJoin::missing_message() const {
   }
   if (!rejected_.empty()) {
     text += "; hellos rejected for a token that does not match: ";
-    for (size_t i = 0; i < rejected_.size() && i < 8; ++i) text += (i ? ", " : "") + rejected_[i];
-    if (rejected_.size() > 8) text += detail::str_cat(" and ", rejected_.size() - 8, " more");
+    for (size_t i = 0; i < rejected_.size(); ++i) text += (i ? ", " : "") + rejected_[i];
+    if (rejected_count_ > rejected_.size()) text += detail::str_cat(" and ", rejected_count_ - rejected_.size(), " more");
   }
   if (!accept_trouble_.empty()) text += "; " + accept_trouble_;
   return text;

@@ -161,14 +161,15 @@ TEST(TcpRendezvousHostile, ConflictingProvenHellosFailFastNamingBoth) {
   ::close(second);
 }
 
-// A pending connection costs rank 0 nothing for long: at most 64 wait, the oldest go first.
+// A pending connection costs rank 0 nothing for long: at most 64 wait, the oldest go first, and the
+// log does not grow with the flood.
 TEST(TcpRendezvousHostile, AFloodOfSilentConnectionsDoesNotKeepARankOut) {
   const int port = dist::find_free_port();
   LogCapture log;
   JoinThread root;
-  start_root(root, port, 2, log);
+  start_root(root, port, 2, log, 10s);  // pending connections may wait 3.3 s
   std::vector<int> silent;
-  for (int i = 0; i < 80; ++i) silent.push_back(raw_connect(port));
+  for (int i = 0; i < 200; ++i) silent.push_back(raw_connect(port));
   std::this_thread::sleep_for(200ms);  // rank 0 accepts them all
   JoinThread one;
   one.start(options(port, 1, 2, 5s));
@@ -176,6 +177,10 @@ TEST(TcpRendezvousHostile, AFloodOfSilentConnectionsDoesNotKeepARankOut) {
   one.wait();
   EXPECT_EQ(root.error + one.error, "");
   EXPECT_NE(log.all().find("had not said hello while 64 connections waited"), std::string::npos) << log.all();
+  // 136 closed: the first 20 logged one by one, then a count.
+  EXPECT_GE(log.size(), 21u) << log.all();
+  EXPECT_LE(log.size(), 22u) << log.all();
+  EXPECT_NE(log.all().find("100 connections closed so far (the first 20 were logged one by one)"), std::string::npos);
   for (int fd : silent) ::close(fd);
 }
 
