@@ -16,6 +16,7 @@ std::atomic<int> g_received{0};
 static_assert(std::atomic<int>::is_always_lock_free, "the signal handler needs a lock-free flag");
 std::atomic<bool> g_installed{false};
 struct sigaction g_previous_int, g_previous_term;
+bool g_caught_int = false, g_caught_term = false;  // false: the signal was ignored at start and stays so
 
 void say(const char* text) {
   // write(2) is async-signal-safe; a failed write to stderr has nowhere to be reported.
@@ -37,6 +38,15 @@ void on_stop_signal(int signal) {
   ::_exit(stop_signal_exit_code(signal));
 }
 
+// A signal ignored when the process started stays ignored, as POSIX tools do: nohup, `trap '' TERM`
+// and the background jobs of a non-interactive shell (SIGINT) asked for that.
+bool catch_unless_ignored(int signal, const struct sigaction& action, struct sigaction* previous) {
+  ::sigaction(signal, nullptr, previous);
+  if (previous->sa_handler == SIG_IGN) return false;
+  ::sigaction(signal, &action, previous);
+  return true;
+}
+
 }  // namespace
 
 StopSignalScope::StopSignalScope() {
@@ -47,13 +57,13 @@ StopSignalScope::StopSignalScope() {
   action.sa_handler = on_stop_signal;
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;  // blocking reads and waits resume; the loop checks the flag itself
-  ::sigaction(SIGINT, &action, &g_previous_int);
-  ::sigaction(SIGTERM, &action, &g_previous_term);
+  g_caught_int = catch_unless_ignored(SIGINT, action, &g_previous_int);
+  g_caught_term = catch_unless_ignored(SIGTERM, action, &g_previous_term);
 }
 
 StopSignalScope::~StopSignalScope() {
-  ::sigaction(SIGINT, &g_previous_int, nullptr);
-  ::sigaction(SIGTERM, &g_previous_term, nullptr);
+  if (g_caught_int) ::sigaction(SIGINT, &g_previous_int, nullptr);
+  if (g_caught_term) ::sigaction(SIGTERM, &g_previous_term, nullptr);
   g_installed.store(false);
 }
 

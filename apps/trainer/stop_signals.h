@@ -6,6 +6,8 @@
 // a collective the others left), every rank takes part in a final checkpoint, and the run ends with
 // exit code 128 + signal (130 for SIGINT, 143 for SIGTERM). A second signal ends the process at once
 // with that code and no checkpoint (the checkpoint being written is atomic, so nothing is torn).
+// A signal that was ignored when the process started (nohup, `trap '' TERM`, SIGINT in the background
+// jobs of a non-interactive shell) stays ignored.
 #include <optional>
 #include <string>
 #include <vector>

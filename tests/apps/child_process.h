@@ -32,9 +32,10 @@ inline std::string cpformer_binary() {
 
 class ChildProcess {
  public:
-  // Starts `cpformer args...` with stdout to `stdout_path` and stderr to `stderr_path`.
+  // Starts `cpformer args...` with stdout to `stdout_path` and stderr to `stderr_path`; `ignored_signal`
+  // (when not 0) is ignored from the start, as nohup or `trap '' TERM` would leave it.
   ChildProcess(const std::vector<std::string>& args, const std::filesystem::path& stdout_path,
-               const std::filesystem::path& stderr_path)
+               const std::filesystem::path& stderr_path, int ignored_signal = 0)
       : stdout_path_(stdout_path), stderr_path_(stderr_path) {
     const std::string bin = cpformer_binary();
     std::vector<std::string> argv = {bin};
@@ -51,6 +52,7 @@ class ChildProcess {
       if (out_fd < 0 || err_fd < 0 || ::dup2(out_fd, STDOUT_FILENO) < 0 || ::dup2(err_fd, STDERR_FILENO) < 0) {
         ::_exit(127);
       }
+      if (ignored_signal != 0) ::signal(ignored_signal, SIG_IGN);
       ::execv(cargv[0], cargv.data());
       ::_exit(127);
     }

@@ -130,6 +130,24 @@ TEST(StopSignals, ASecondSignalExitsAtOnceWithoutACheckpoint) {
   EXPECT_EQ(next.code, kExitOk) << next.err;
 }
 
+TEST(StopSignals, ASignalIgnoredAtStartStaysIgnored) {
+  ASSERT_FALSE(testing::cpformer_binary().empty()) << "set CPF_CPFORMER_BIN to the cpformer binary";
+  const fs::path dir = scratch_dir("ignored");
+  write_file(dir / "long.yaml", long_run_yaml(dir / "run"));
+  ChildProcess child({"train", (dir / "long.yaml").string()}, dir / "stdout.txt", dir / "stderr.txt", SIGTERM);
+  ASSERT_TRUE(child.wait_for_output("/1000000 | loss", 2)) << child.out() << child.err();
+  ASSERT_EQ(::kill(child.pid(), SIGTERM), 0);
+  // Still training some steps later (the stderr note of a caught signal never comes).
+  const size_t lines = child.out().size();
+  ASSERT_TRUE(child.wait_for_output("/1000000 | loss", 20)) << child.out() << child.err();
+  EXPECT_GT(child.out().size(), lines);
+  EXPECT_EQ(child.err().find("SIGTERM received"), std::string::npos) << child.err();
+  // SIGINT was not ignored: it stops the run as usual.
+  ASSERT_EQ(::kill(child.pid(), SIGINT), 0);
+  EXPECT_EQ(child.wait(), 130) << child.out() << child.err();
+  EXPECT_NE(child.out().find("stopped by SIGINT after step "), std::string::npos) << child.out();
+}
+
 TEST(StopSignals, ResumeCommandQuotesAndOverridesTheStartOverModes) {
   EXPECT_EQ(resume_command("cfg.yaml", {"run.steps=10"}, std::nullopt, ResumeMode::auto_resume),
             "cpformer train cfg.yaml --set run.steps=10");
