@@ -136,7 +136,10 @@ void check_loaded(const optim::NamedTensors& loaded, const char* file, const opt
 void check_tensor_integrity(const char* file, const MetaFile& mf, const std::string& name, const std::string& checksum,
                             const std::optional<NonFiniteValue>& non_finite) {
   if (mf.has_checksums()) {
-    const std::string& recorded = mf.checksums.at(file).at(name);
+    const auto sums = mf.checksums.find(file);
+    CPF_CHECK(sums != mf.checksums.end() && sums->second.count(name) == 1, kMetaFile,
+              " records no checksum for tensor '", name, "' of ", file);
+    const std::string& recorded = sums->second.at(name);
     CPF_CHECK(checksum == recorded, file, ": tensor '", name, "' fails its checksum (", kMetaFile, " records ",
               recorded, ", the data hashes to ", checksum, "): the file is corrupted");
   }
