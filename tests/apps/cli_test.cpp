@@ -4,11 +4,14 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <thread>
 
 #include "apps/trainer/config.h"
+#include "apps/trainer/fatal_handler.h"
 #include "framework/distributed/launcher.h"
 #include "framework/tensor/storage.h"
 #include "support/test_utils.h"
@@ -226,6 +229,18 @@ TEST(CliResources, RanksThatCannotStartEndWithANamedErrorNotTerminate) {
   EXPECT_EXIT(train_100_ranks_with_capped_memory(scratch_dir("run").string()), ::testing::ExitedWithCode(kExitError),
               "cpformer: error: launch: rank [0-9]+ failed: (could not start the thread of rank [0-9]+ of 100|thread "
               "backend: could not start the progress thread of rank [0-9]+|out of host memory)");
+}
+
+TEST(CliResources, AnExceptionNoCodeCanCatchIsNamedBeforeTheAbort) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  auto escape_from_thread = [](auto make_exception) {
+    install_fatal_handler();
+    std::thread([&] { throw make_exception(); }).join();
+  };
+  EXPECT_EXIT(escape_from_thread([] { return std::bad_alloc(); }), ::testing::KilledBySignal(SIGABRT),
+              "cpformer: fatal: out of host memory \\(std::bad_alloc\\) in a thread that cannot report it");
+  EXPECT_EXIT(escape_from_thread([] { return std::runtime_error("disk on fire"); }), ::testing::KilledBySignal(SIGABRT),
+              "cpformer: fatal: uncaught exception in a thread that cannot report it: disk on fire");
 }
 
 TEST(CliUsage, GenerateArgumentsAreUsageErrors) {
