@@ -221,7 +221,8 @@ std::string usage() {
          "  generate CHECKPOINT_DIR [--prompt TEXT] [--tokens N] [--temperature T] [--seed S]\n"
          "                                             sample from a checkpoint (or run folder); greedy by default\n"
          "  check-config CONFIG [--set key.path=value]... [--gpus N]\n"
-         "                                             validate a config (CP support included) without training\n"
+         "                                             validate a config (CP support included) without training;\n"
+         "                                             OK only when its data files and devices were checked too\n"
          "  docs                                       print the table of every config key (docs/config.md)\n"
          "exit codes: 0 ok, 1 error, 2 config or usage error, 3 unreadable data, 4 training target not reached,\n"
          "            130 / 143 stopped by SIGINT / SIGTERM (after a checkpoint; run the same command to resume)\n";
