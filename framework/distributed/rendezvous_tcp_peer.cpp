@@ -34,6 +34,7 @@ class PeerJoin {
   const JoinSetup& s_;
   const int rank_;
   std::string why_ = "no attempt";  // the last reason an attempt did not join
+  std::string closed_;  // set when rank 0 once closed a connection before answering (did it fail?)
   IoStatus last_status_ = IoStatus::ok;
 };
 
@@ -48,6 +49,7 @@ int PeerJoin::run(std::string& payload, std::string& leftover) {
   }
   CPF_FAIL(s_.where, ": rank ", rank_, " could not reach rank 0 within the timeout of ",
            seconds_of(s_.options.timeout), " s (last error: ", why_,
+           closed_.empty() || closed_ == why_ ? "" : "; earlier, " + closed_ + ": did rank 0 fail?",
            "); is rank 0 running, and do all ranks use the same MASTER_ADDR and MASTER_PORT?");
 }
 
@@ -64,6 +66,7 @@ Attempt PeerJoin::handshake(int fd, std::string& payload, std::string& leftover)
   const std::string hello = detail::str_cat("HELLO ", rank_, " ", s_.options.world_size, " ", client_nonce, " ", mac, "\n");
   if (send_within(fd, hello, s_.deadline + kAnswerGrace) != IoStatus::ok) {
     why_ = "the connection broke while saying hello";
+    closed_ = why_;
     return Attempt::retry;
   }
   const Attempt attempt = take_answer(fd, reader, server_nonce, client_nonce, payload);
@@ -80,7 +83,7 @@ std::optional<std::string> PeerJoin::read_line(int fd, LineReader& reader, const
   CPF_CHECK(last_status_ != IoStatus::timed_out, s_.where, ": rank ", rank_, " got no answer from rank 0 within ",
             seconds_of(s_.options.timeout + kAnswerGrace), " s (the timeout of ", seconds_of(s_.options.timeout),
             " s plus ", kAnswerGrace.count(), " s for rank 0's report) while waiting for ", waiting_for);
-  if (!line) why_ = detail::str_cat("rank 0 closed the connection before ", waiting_for);
+  if (!line) closed_ = why_ = detail::str_cat("rank 0 closed the connection before ", waiting_for);
   return line;
 }
 

@@ -237,5 +237,32 @@ TEST(TcpRendezvousHostile, AFakeRankZeroIsRefusedQuickly) {
   }
 }
 
+// Rank 0 takes the hello and vanishes: the rank retries until its timeout (a flooded rank 0 drops
+// connections too), then says both what it last saw and that rank 0 once closed on it.
+TEST(TcpRendezvousHostile, ARankZeroThatVanishesMidJoinIsSuspected) {
+  const int port = dist::find_free_port();
+  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(listener, 4), 0);
+  JoinThread one;
+  one.start(options(port, 1, 2, 1000ms));
+  const int fd = ::accept(listener, nullptr, nullptr);
+  ASSERT_GE(fd, 0);
+  raw_send(fd, "CHALLENGE cpf-rendezvous-v1 " + std::string(32, '1') + "\n");
+  raw_line(fd);  // the hello
+  ::close(fd);
+  ::close(listener);
+  one.wait();
+  EXPECT_NE(one.error.find("rank 1 could not reach rank 0 within the timeout of 1 s"), std::string::npos) << one.error;
+  EXPECT_NE(one.error.find("earlier, rank 0 closed the connection before the payload: did rank 0 fail?"),
+            std::string::npos)
+      << one.error;
+  EXPECT_LT(one.seconds, 2.0);
+}
+
 }  // namespace
 }  // namespace cpf::testing
