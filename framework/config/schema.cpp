@@ -130,7 +130,7 @@ struct ConfigReader::State {
   std::map<std::string, std::set<std::string>> known;  // section path -> keys it accepts
   std::map<std::string, Location> locations;
 
-  Location locate(const std::string& path, const YAML::Node& node) const {
+  Location locate(const std::string& path, const YAML::Mark& mark) const {
     Location loc;
     loc.file = doc->file;
     // The key, or a section above it, set by a --set: positions inside a --set value are not the file's.
@@ -144,9 +144,9 @@ struct ConfigReader::State {
       if (dot == std::string::npos) break;
       p.resize(dot);
     }
-    if (node.IsDefined() && node.Mark().line >= 0) {
-      loc.line = node.Mark().line + 1;
-      loc.column = node.Mark().column + 1;
+    if (mark.line >= 0) {
+      loc.line = mark.line + 1;
+      loc.column = mark.column + 1;
     }
     return loc;
   }
@@ -161,12 +161,21 @@ ConfigReader::~ConfigReader() = default;
 
 namespace {
 
-// The value node for `key` in the current mapping, or an undefined node.
-YAML::Node lookup(const YAML::Node& map, const std::string& key) {
+// The value node for `key` in the current mapping, or an undefined node. `mark` is where the value is,
+// or the key when the value is empty (yaml-cpp marks an empty value at the next line).
+YAML::Node lookup(const YAML::Node& map, const std::string& key, YAML::Mark& mark) {
   for (auto it = map.begin(); it != map.end(); ++it) {
-    if (it->first.Scalar() == key) return it->second;
+    if (it->first.Scalar() == key) {
+      mark = it->second.IsNull() ? it->first.Mark() : it->second.Mark();
+      return it->second;
+    }
   }
   return YAML::Node(YAML::NodeType::Undefined);
+}
+
+// "run.steps: no value": an empty value is a mistake, not a request for the default.
+std::string no_value(const std::string& path) {
+  return path + " has no value; write one, or remove the key to keep the default";
 }
 
 }  // namespace
@@ -187,10 +196,12 @@ void ConfigReader::fail(const std::string& path, const std::string& message) con
   void ConfigReader::field(const std::string& key, TYPE& value, const std::string&, Range range) {             \
     const std::string path = join_path(state_->prefix, key);                                                   \
     state_->known[join_path(state_->prefix, "")].insert(key);                                                  \
-    YAML::Node node = lookup(state_->nodes.back(), key);                                                       \
+    YAML::Mark mark;                                                                                           \
+    YAML::Node node = lookup(state_->nodes.back(), key, mark);                                                 \
     if (!node.IsDefined()) return;                                                                             \
     state_->consumed.insert(path);                                                                             \
-    state_->locations[path] = state_->locate(path, node);                                                      \
+    state_->locations[path] = state_->locate(path, mark);                                                      \
+    if (node.IsNull()) fail(path, no_value(path));                                                             \
     const std::string text = scalar_text(node);                                                                \
     TYPE parsed{};                                                                                             \
     const std::string zero = leading_zero_problem(text);                                                       \
@@ -217,10 +228,12 @@ CPF_CONFIG_READ_SCALAR(double, node.as<double>(), "a number")
 void ConfigReader::field(const std::string& key, bool& value, const std::string&) {
   const std::string path = join_path(state_->prefix, key);
   state_->known[join_path(state_->prefix, "")].insert(key);
-  YAML::Node node = lookup(state_->nodes.back(), key);
+  YAML::Mark mark;
+  YAML::Node node = lookup(state_->nodes.back(), key, mark);
   if (!node.IsDefined()) return;
   state_->consumed.insert(path);
-  state_->locations[path] = state_->locate(path, node);
+  state_->locations[path] = state_->locate(path, mark);
+  if (node.IsNull()) fail(path, no_value(path));
   try {
     if (!node.IsScalar()) throw YAML::Exception(YAML::Mark::null_mark(), "");
     value = node.as<bool>();
@@ -232,10 +245,12 @@ void ConfigReader::field(const std::string& key, bool& value, const std::string&
 void ConfigReader::field(const std::string& key, std::string& value, const std::string&) {
   const std::string path = join_path(state_->prefix, key);
   state_->known[join_path(state_->prefix, "")].insert(key);
-  YAML::Node node = lookup(state_->nodes.back(), key);
+  YAML::Mark mark;
+  YAML::Node node = lookup(state_->nodes.back(), key, mark);
   if (!node.IsDefined()) return;
   state_->consumed.insert(path);
-  state_->locations[path] = state_->locate(path, node);
+  state_->locations[path] = state_->locate(path, mark);
+  if (node.IsNull()) fail(path, no_value(path));
   if (!node.IsScalar()) fail(path, path + "=" + scalar_text(node) + ": expected a string");
   value = node.Scalar();
 }
@@ -258,13 +273,14 @@ void ConfigReader::read_choice(const std::string& key, std::string& name, const 
 bool ConfigReader::enter(const std::string& key) {
   const std::string path = join_path(state_->prefix, key);
   state_->known[join_path(state_->prefix, "")].insert(key);
-  YAML::Node node = lookup(state_->nodes.back(), key);
+  YAML::Mark mark;
+  YAML::Node node = lookup(state_->nodes.back(), key, mark);
   if (!node.IsDefined() || node.IsNull()) {
     state_->consumed.insert(path);
     return false;
   }
   state_->consumed.insert(path);
-  state_->locations[path] = state_->locate(path, node);
+  state_->locations[path] = state_->locate(path, mark);
   if (!node.IsMap()) fail(path, path + ": expected a section (a mapping of keys), got " + scalar_text(node));
   state_->nodes.push_back(node);
   state_->prefix.push_back(key);
@@ -294,7 +310,7 @@ void ConfigReader::finish() {
         for (const auto& k : state_->known[item.prefix.empty() ? "" : item.prefix + "."]) {
           valid += (valid.empty() ? "" : ", ") + k;
         }
-        throw ConfigError(state_->locate(path, it->first).str() + ": unknown key '" + path + "'" +
+        throw ConfigError(state_->locate(path, it->first.Mark()).str() + ": unknown key '" + path + "'" +
                           (valid.empty() ? "" : " (valid keys here: " + valid + ")"));
       }
       if (it->second.IsMap()) stack.push_back({it->second, path});

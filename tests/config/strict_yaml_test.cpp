@@ -154,6 +154,15 @@ TEST(ConfigStrictYaml, OverrideMistakesBlameTheOverride) {
   EXPECT_EQ(read("run:\n  steps: 5\n", {"run.steps=6"}).run.steps, 6);
 }
 
+TEST(ConfigStrictYaml, EmptyValuesAreRefusedAtTheirKey) {
+  expect_error("run:\n  steps:\n  lr: 0.1\n",
+               "x.yaml:2:3: run.steps has no value; write one, or remove the key to keep the default");
+  expect_error("run:\n  name:\n", "x.yaml:2:3: run.name has no value; write one, or remove the key to keep the default");
+  expect_error("run:\n  steps: 5\n", "--set run.lr=: run.lr has no value; write one, or remove the key to keep the default",
+               {"run.lr="});
+  EXPECT_EQ(read("run:\n  name: \"\"\n").run.name, "");  // an empty string is written as ""
+}
+
 TEST(ConfigStrictYaml, DirectoriesAreNotConfigFiles) {
   const auto dir = std::filesystem::temp_directory_path() / "cpf_strict_yaml_dir";
   std::filesystem::create_directories(dir);
