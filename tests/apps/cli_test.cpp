@@ -212,7 +212,10 @@ constexpr bool kSanitized = false;
   std::ifstream statm("/proc/self/statm");
   size_t pages = 0;
   statm >> pages;
-  const rlim_t cap = pages * 4096 + (rlim_t{256} << 20);
+  rlim_t cap = pages * 4096 + (rlim_t{256} << 20);
+  rlimit current{};
+  getrlimit(RLIMIT_AS, &current);
+  if (current.rlim_max != RLIM_INFINITY && current.rlim_max < cap) cap = current.rlim_max;  // only lowered
   const rlimit limit{cap, cap};
   if (setrlimit(RLIMIT_AS, &limit) != 0) std::exit(5);
   const auto r = run({"train", (repo_root() / "configs" / "tiny.yaml").string(), "--set", "parallel.dp=100", "--set",

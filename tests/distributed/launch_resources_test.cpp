@@ -37,7 +37,10 @@ size_t mapped_bytes() {
 // In a death-test child: caps the address space at what is mapped now plus 48 MiB, so a few 8 MiB thread
 // stacks fit and the rest cannot start, then launches 256 ranks. Exit 3 with the message on stderr.
 [[noreturn]] void launch_with_capped_address_space() {
-  const rlim_t cap = mapped_bytes() + (rlim_t{48} << 20);
+  rlim_t cap = mapped_bytes() + (rlim_t{48} << 20);
+  rlimit current{};
+  getrlimit(RLIMIT_AS, &current);
+  if (current.rlim_max != RLIM_INFINITY && current.rlim_max < cap) cap = current.rlim_max;  // only lowered
   const rlimit limit{cap, cap};
   if (setrlimit(RLIMIT_AS, &limit) != 0) std::exit(5);
   try {
