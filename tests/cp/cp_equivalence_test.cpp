@@ -84,6 +84,12 @@ std::vector<Param> grid() {
   return params;
 }
 
+// gtest would print a Param's bytes, padding included (uninitialised under valgrind); its name says it.
+void PrintTo(const Param& p, std::ostream* os) {
+  *os << comm_type_name(p.comm) << " cp" << p.cp << " " << qkv_format_name(p.format) << " " << p.mask.name << " "
+      << p.heads.name;
+}
+
 class CpEquivalence : public ::testing::TestWithParam<Param> {};
 
 TEST_P(CpEquivalence, ShardsEqualTheSingleRankResult) {
