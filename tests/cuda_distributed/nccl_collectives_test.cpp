@@ -447,8 +447,8 @@ TEST_F(NcclCollectives, WorldCreationTimesOutWhenARankNeverComes) {
 }
 
 TEST_F(NcclCollectives, NewGroupThatAMemberNeverCallsTimesOutNamingTheGroup) {
-  // Rank 0 splits the world, rank 1 never does: rank 0's ncclCommSplit ends at the 2 s timeout
-  // with the parent group, the new group and the ranks named; the abort releases rank 1.
+  // Rank 0 splits the world, rank 1 never does: rank 0's wait for it ends at the 2 s timeout with
+  // the parent group, the new group and the absent rank named; the abort releases rank 1.
   std::atomic<bool> rank0_done{false};
   std::string rank0_error;
   const auto start = std::chrono::steady_clock::now();
@@ -471,8 +471,8 @@ TEST_F(NcclCollectives, NewGroupThatAMemberNeverCallsTimesOutNamingTheGroup) {
                            rank0_done = true;
                          },
                          2s),
-                     "rank 0 failed: new_group on group 'world': ncclCommSplit of group 'world' (global ranks [0,1]) "
-                     "into 'lonely' (global ranks [0]) did not complete within the timeout of 2 s");
+                     "rank 0 failed: new_group on group 'world': rank 1 (global 1) did not arrive at new_group #1 "
+                     "on this group (before ncclCommSplit into 'lonely') within the timeout of 2 s");
   });
   EXPECT_LT(seconds_since(start), 20.0) << "the 2 s timeout should end it";
   EXPECT_NE(rank0_error.find("must call new_group"), std::string::npos) << rank0_error;

@@ -89,7 +89,7 @@ ProcessGroupPtr create_world_group(int rank, int world_size, const ncclUniqueId&
   ncclComm_t comm = create_communicator(world_size, id, rank, timeout, *state->domain(), what, watch);
   std::vector<int> ranks(static_cast<size_t>(world_size));
   for (int r = 0; r < world_size; ++r) ranks[static_cast<size_t>(r)] = r;
-  return std::make_shared<NcclProcessGroup>(std::move(state), comm, rank, std::move(ranks), "world");
+  return std::make_shared<NcclProcessGroup>(std::move(state), comm, rank, std::move(ranks), "world", "world");
 }
 
 std::unique_ptr<LaunchWorld> make_launch_world(int n_ranks, const LaunchOptions& options) {

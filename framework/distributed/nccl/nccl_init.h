@@ -28,7 +28,7 @@ struct NcclInitOptions {
   // and NCCL's own setup of a large world takes seconds).
   std::chrono::milliseconds timeout = kDefaultTimeout;
   // Bound of the rendezvous: how long rank 0 waits for the others, and they for rank 0.
-  std::chrono::milliseconds rendezvous_timeout = std::chrono::seconds(300);
+  std::chrono::milliseconds rendezvous_timeout = kDefaultTimeout;
 };
 
 // Joins the NCCL world described by the launcher's environment variables (read_launch_environment):

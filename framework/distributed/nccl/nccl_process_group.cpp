@@ -1,6 +1,5 @@
 #include "framework/distributed/nccl/nccl_process_group.cuh"
 
-#include <algorithm>
 #include <chrono>
 
 #include "framework/core/error.h"
@@ -17,20 +16,21 @@ Tensor empty_on(const Shape& shape, DType dtype, Device device) {
 }
 
 NcclProcessGroup::NcclProcessGroup(std::shared_ptr<NcclRankState> state, ncclComm_t comm, int rank,
-                                   std::vector<int> global_ranks, std::string name)
+                                   std::vector<int> global_ranks, std::string name, std::string id)
     : state_(std::move(state)),
       rank_(rank),
       global_ranks_(std::move(global_ranks)),
       name_(std::move(name)),
+      id_(std::move(id)),
       stream_(cuda::Stream::create(state_->device())) {
   comm_ = state_->add_communicator(comm, name_);
 }
 
 NcclProcessGroup::~NcclProcessGroup() {
-  // Work still queued on the communication stream finishes before the communicator goes (an
-  // aborted communicator's kernels have returned already).
+  // Work still queued on the communication stream finishes before the stream goes (an aborted
+  // communicator's kernels have returned already). The communicator itself stays with the rank
+  // state until the rank ends: destroying it now can deadlock (NcclRankState::add_communicator).
   if (!state_->aborted()) (void)cudaStreamSynchronize(comm_stream());
-  state_->remove_communicator(comm_);
 }
 
 void NcclProcessGroup::check_device(const Tensor& t, const std::string& context, const char* what) const {
@@ -206,39 +206,6 @@ WorkPtr NcclProcessGroup::do_barrier() {
             is.context);
       },
       /*host_blocking=*/true);
-}
-
-std::shared_ptr<ProcessGroup> NcclProcessGroup::do_new_group(const std::vector<int>& ranks, const std::string& name) {
-  const std::string context = op_context("new_group");
-  state_->check_alive(context);
-  const auto it = std::find(ranks.begin(), ranks.end(), rank_);
-  const bool member = it != ranks.end();
-  const int key = member ? static_cast<int>(it - ranks.begin()) : 0;
-  std::vector<int> globals;
-  for (int r : ranks) globals.push_back(global_ranks_[static_cast<size_t>(r)]);
-  std::string group_name = name;
-  if (group_name.empty()) group_name = detail::str_cat(name_, "/", globals);
-  cuda::DeviceGuard guard(state_->device());
-  // Collective over this group; members get a communicator ranked by their position in `ranks`.
-  // Non-blocking (the child inherits the parent's configuration): NCCL writes `child` on its own
-  // thread when the split is done, which the parent's state tells; a rank that never joins ends
-  // in the timeout (run() aborts the parent, stopping that thread, before it throws).
-  ncclComm_t child = nullptr;
-  const int color = member ? 0 : NCCL_SPLIT_NOCOLOR;
-  try {
-    run_nccl(detail::str_cat("ncclCommSplit of ", describe(), " into '", group_name, "' (global ranks ", globals, ")"),
-             [&] { return ncclCommSplit(comm_->comm, color, key, &child, nullptr); }, context,
-             detail::str_cat("every rank of ", describe(), " must call new_group with the same ranks, and one ",
-                             "never did (it failed, returned, or waits in another operation)"));
-  } catch (...) {
-    // NCCL may have written the child before the abort: it is not registered anywhere, so abort it here
-    // (stops its proxy thread, frees its buffers) instead of leaking it.
-    if (child != nullptr) (void)ncclCommAbort(child);
-    throw;
-  }
-  if (!member) return nullptr;
-  CPF_CHECK(child != nullptr, context, ": ncclCommSplit returned no communicator for member rank ", rank_);
-  return std::make_shared<NcclProcessGroup>(state_, child, key, std::move(globals), std::move(group_name));
 }
 
 }  // namespace cpf::dist::nccl

@@ -29,9 +29,10 @@ namespace cpf::dist::nccl {
 class NcclProcessGroup final : public ProcessGroup {
  public:
   // Takes ownership of `comm` (an initialised communicator of `global_ranks.size()` ranks on
-  // state->device()).
+  // state->device()). `id` names the group alike on every rank ("world", "world/2": the world's
+  // second new_group) for the arrival board of group creation (AbortDomain::meet_at_new_group).
   NcclProcessGroup(std::shared_ptr<NcclRankState> state, ncclComm_t comm, int rank, std::vector<int> global_ranks,
-                   std::string name);
+                   std::string name, std::string id);
   ~NcclProcessGroup() override;
 
   int rank() const override { return rank_; }
@@ -49,7 +50,7 @@ class NcclProcessGroup final : public ProcessGroup {
   // NCCL calls on this group's communicator (NcclRankState::run): under the rank's lock, then
   // bounded until the communicator is ready again; every NCCL call on it goes through here.
   void run_nccl(const std::string& call, const std::function<ncclResult_t()>& calls, const std::string& context,
-                const std::string& stall_cause = NcclRankState::kPeerStallCause) {
+                const StallCause& stall_cause = NcclRankState::kPeerStallCause) {
     state_->run(*comm_, call, calls, context, stall_cause);
   }
   // Keeps `object` alive as long as this group (the world group holds its rendezvous).
@@ -83,12 +84,23 @@ class NcclProcessGroup final : public ProcessGroup {
   void check_device(const Tensor& t, const std::string& context, const char* what) const;
   // Every rank's size of something (e.g. its piece along a dim): a small all_gather the host waits for.
   std::vector<int64_t> exchange_sizes(int64_t mine, const std::string& context);
+  // The first step of new_group (nccl_new_group.cpp) when every rank of this group runs in this
+  // process: they meet at their `count`-th new_group on the domain's arrival board and show they
+  // ask for the same group; throws naming the ranks that never came (by the timeout) or that asked
+  // for another group.
+  void meet_for_new_group(const std::vector<int>& ranks, const std::string& name, int count,
+                          const std::string& new_name, const std::string& context);
+  std::string split_stall_cause() const;
+  // "rank 1 (global 3)", "ranks [0,1] (global [2,3])": members of this group given by global rank.
+  std::string describe_members(const std::vector<int>& globals) const;
 
   std::shared_ptr<NcclRankState> state_;
   std::shared_ptr<Communicator> comm_;
   const int rank_;
   const std::vector<int> global_ranks_;
   const std::string name_;
+  const std::string id_;
+  int new_groups_ = 0;  // new_group calls on this group so far
   cuda::Stream stream_;
   std::vector<std::shared_ptr<void>> attached_;
 };

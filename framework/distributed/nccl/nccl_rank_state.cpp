@@ -27,6 +27,7 @@ void AbortDomain::abort(int rank, const std::string& reason) {
     reason_ = reason;
     aborted_.store(true, std::memory_order_release);
     ranks = ranks_;
+    arrived_.notify_all();  // ranks meeting at a new_group leave
   }
   for (const auto& weak : ranks) {
     if (auto state = weak.lock()) state->abort_communicators();
@@ -44,10 +45,52 @@ void AbortDomain::add(std::weak_ptr<NcclRankState> rank) {
   std::shared_ptr<NcclRankState> late;
   {
     std::lock_guard lock(mutex_);
+    if (auto state = rank.lock()) global_ranks_.push_back(state->global_rank());
     ranks_.push_back(rank);
     if (aborted_.load(std::memory_order_relaxed)) late = rank.lock();
   }
   if (late) late->abort_communicators();
+}
+
+AbortDomain::NewGroupMeeting AbortDomain::meet_at_new_group(const std::string& group_id, int global_rank, int count,
+                                                            int64_t fingerprint, const std::vector<int>& global_ranks,
+                                                            std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::unique_lock lock(mutex_);
+  std::map<int, Arrival>& group = new_group_arrivals_[group_id];
+  group[global_rank] = {count, fingerprint};
+  arrived_.notify_all();
+  // A rank can be no further than `count` here: the split that ends this new_group needs this rank.
+  const auto absent = [&] {
+    std::vector<int> out;
+    for (int g : global_ranks) {
+      const auto it = group.find(g);
+      if (it == group.end() || it->second.count < count) out.push_back(g);
+    }
+    return out;
+  };
+  NewGroupMeeting meeting;
+  while (true) {
+    meeting.absent = absent();
+    if (meeting.absent.empty() || aborted_.load(std::memory_order_relaxed)) break;
+    if (arrived_.wait_until(lock, deadline) == std::cv_status::timeout) {
+      meeting.absent = absent();
+      break;
+    }
+  }
+  if (meeting.absent.empty()) {
+    for (int g : global_ranks) meeting.fingerprints[g] = group[g].fingerprint;
+  }
+  return meeting;
+}
+
+std::vector<int> AbortDomain::not_in_this_process(const std::vector<int>& global_ranks) const {
+  std::lock_guard lock(mutex_);
+  std::vector<int> out;
+  for (int g : global_ranks) {
+    if (std::find(global_ranks_.begin(), global_ranks_.end(), g) == global_ranks_.end()) out.push_back(g);
+  }
+  return out;
 }
 
 // ---- NcclRankState ----
@@ -71,12 +114,21 @@ NcclRankState::NcclRankState(int device, int global_rank, int world_size, std::c
       domain_(domain ? std::move(domain) : std::make_shared<AbortDomain>()) {}
 
 NcclRankState::~NcclRankState() {
-  if (!watchdog_.joinable()) return;
-  // The watchdog may drop the last reference itself (through the last Work it looked at).
-  if (watchdog_.get_id() == std::this_thread::get_id()) {
-    watchdog_.detach();
-  } else {
-    watchdog_.join();
+  if (watchdog_.joinable()) {
+    // The watchdog may drop the last reference itself (through the last Work it looked at).
+    if (watchdog_.get_id() == std::this_thread::get_id()) {
+      watchdog_.detach();
+    } else {
+      watchdog_.join();
+    }
+  }
+  // Every group of this rank is gone, so it issues nothing more: its communicators go now, children
+  // before parents (see add_communicator for why not when each group's handle went). Nothing else
+  // reaches this state any more (the domain holds it weakly), so no lock is needed.
+  QuietDeviceGuard guard(device_);
+  for (auto it = comms_.rbegin(); it != comms_.rend(); ++it) {
+    // exchange: an aborted communicator was freed by its abort already.
+    if (!(*it)->aborted.exchange(true)) (void)ncclCommDestroy((*it)->comm);
   }
 }
 
@@ -97,17 +149,6 @@ std::shared_ptr<Communicator> NcclRankState::add_communicator(ncclComm_t comm, c
   }
   if (abort_now) abort_communicators();
   return handle;
-}
-
-void NcclRankState::remove_communicator(const std::shared_ptr<Communicator>& comm) {
-  std::lock_guard lock(mutex_);
-  comms_.erase(std::remove(comms_.begin(), comms_.end(), comm), comms_.end());
-  // exchange: an abort racing with this removal frees the communicator at most once.
-  if (!comm->aborted.exchange(true)) {
-    QuietDeviceGuard guard(device_);
-    // A healthy communicator: errors here have nobody left to report them to.
-    (void)ncclCommDestroy(comm->comm);
-  }
 }
 
 void NcclRankState::abort_communicators() {
@@ -189,7 +230,7 @@ void NcclRankState::watch_once() {
 }
 
 void NcclRankState::run(Communicator& comm, const std::string& call, const std::function<ncclResult_t()>& calls,
-                        const std::string& context, const std::string& stall_cause) {
+                        const std::string& context, const StallCause& stall_cause) {
   ncclResult_t status = ncclSuccess;
   bool was_aborted = false;
   {
@@ -213,7 +254,7 @@ void NcclRankState::run(Communicator& comm, const std::string& call, const std::
 }
 
 void NcclRankState::wait_ready(Communicator& comm, const std::string& context, const std::string& call,
-                               const std::string& stall_cause) {
+                               const StallCause& stall_cause) {
   const auto start = std::chrono::steady_clock::now();
   PollPause pause;
   while (true) {
@@ -246,7 +287,7 @@ void NcclRankState::wait_ready(Communicator& comm, const std::string& context, c
                                " (a peer rank may have died or be unreachable; NCCL_DEBUG=WARN tells more)");
     } else if (std::chrono::steady_clock::now() - start > timeout_) {
       reason = detail::str_cat(context, ": ", call, " did not complete within the timeout of ", seconds(timeout_),
-                               " s: ", stall_cause);
+                               " s: ", stall_cause());
     }
     if (!reason.empty()) {
       abort(reason);
@@ -257,7 +298,7 @@ void NcclRankState::wait_ready(Communicator& comm, const std::string& context, c
   }
 }
 
-void NcclRankState::host_wait(cudaEvent_t event, const std::string& context) {
+void NcclRankState::host_wait(cudaEvent_t event, const std::string& context, const StallCause& stall_cause) {
   const auto start = std::chrono::steady_clock::now();
   auto pause = std::chrono::microseconds(20);
   while (true) {
@@ -268,8 +309,7 @@ void NcclRankState::host_wait(cudaEvent_t event, const std::string& context) {
               cudaGetErrorString(q));
     if (std::chrono::steady_clock::now() - start > timeout_) {
       const std::string reason = detail::str_cat(context, " did not complete within the timeout of ", seconds(timeout_),
-                                                 " s: a peer rank died, hangs, or issued different "
-                                                 "operations");
+                                                 " s: ", stall_cause());
       abort(reason);
       CPF_FAIL(reason);
     }

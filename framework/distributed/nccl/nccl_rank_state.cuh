@@ -18,7 +18,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -38,12 +40,32 @@ class AbortDomain {
   std::string reason() const;  // "rank 1 failed: <reason>", or "" while not aborted
   void add(std::weak_ptr<NcclRankState> rank);
 
+  // Group creation's arrival board, for groups whose ranks all run in this process: rank
+  // `global_rank` reached its `count`-th new_group on the group `group_id` (an id every rank of
+  // the group derives alike) asking for `fingerprint`; waits until every rank of `global_ranks`
+  // has reached it, the domain is aborted, or `timeout` passed.
+  struct NewGroupMeeting {
+    std::vector<int> absent;             // ranks that did not reach it in time (empty: all met)
+    std::map<int, int64_t> fingerprints;  // by global rank, once all met
+  };
+  NewGroupMeeting meet_at_new_group(const std::string& group_id, int global_rank, int count, int64_t fingerprint,
+                                    const std::vector<int>& global_ranks, std::chrono::milliseconds timeout);
+  // Of `global_ranks`, those not running in this process (no rank state of theirs joined it).
+  std::vector<int> not_in_this_process(const std::vector<int>& global_ranks) const;
+
  private:
   mutable std::mutex mutex_;
   std::atomic<bool> aborted_{false};
   int failed_rank_ = -1;
   std::string reason_;
   std::vector<std::weak_ptr<NcclRankState>> ranks_;
+  std::vector<int> global_ranks_;  // of ranks_, as they joined
+  struct Arrival {
+    int count = 0;
+    int64_t fingerprint = 0;
+  };
+  std::map<std::string, std::map<int, Arrival>> new_group_arrivals_;  // group id -> global rank -> latest
+  std::condition_variable arrived_;                                   // a new arrival, or the abort
 };
 
 // Makes `device` current and restores the previous device; never throws (for destructors and for
@@ -97,6 +119,20 @@ struct InFlight {
   std::chrono::steady_clock::time_point issued;
 };
 
+// What a wait that runs out of time blames: a fixed text, or one computed then (e.g. the ranks that
+// have not arrived by that time).
+class StallCause {
+ public:
+  StallCause(const char* text) : text_(text) {}
+  StallCause(std::string text) : text_(std::move(text)) {}
+  explicit StallCause(std::function<std::string()> compute) : compute_(std::move(compute)) {}
+  std::string operator()() const { return compute_ ? compute_() : text_; }
+
+ private:
+  std::string text_;
+  std::function<std::string()> compute_;
+};
+
 class NcclRankState : public std::enable_shared_from_this<NcclRankState> {
  public:
   static std::shared_ptr<NcclRankState> create(int device, int global_rank, int world_size,
@@ -117,9 +153,13 @@ class NcclRankState : public std::enable_shared_from_this<NcclRankState> {
   // Aborts the whole domain, blaming this rank.
   void abort(const std::string& reason) { domain_->abort(global_rank_, reason); }
 
+  // Registers a group's communicator. It stays registered (polled, aborted with the rank) until
+  // this rank state ends, also after its group's handle is gone: the destructor destroys them all.
+  // Why not earlier: with several ranks of a communicator in one process, NCCL frees all of them in
+  // the last one's ncclCommDestroy and waits for each of their GPUs to go idle; a rank that already
+  // moved on to a collective needing the destroying rank keeps its GPU busy forever (a deadlock, and
+  // the destroying thread cannot be aborted). Once a rank state ends, its rank issues nothing more.
   std::shared_ptr<Communicator> add_communicator(ncclComm_t comm, const std::string& group);
-  // Destroys it (ncclCommDestroy) unless it was aborted.
-  void remove_communicator(const std::shared_ptr<Communicator>& comm);
   void track(InFlight op);
 
   // What a collective that does not get ready in time most likely waits for.
@@ -133,11 +173,12 @@ class NcclRankState : public std::enable_shared_from_this<NcclRankState> {
   // an abort from elsewhere throws its reason. Every communicator of the rank is aborted before it
   // throws, so NCCL's own thread no longer runs then.
   void run(Communicator& comm, const std::string& call, const std::function<ncclResult_t()>& calls,
-           const std::string& context, const std::string& stall_cause = kPeerStallCause);
+           const std::string& context, const StallCause& stall_cause = kPeerStallCause);
 
   // Blocks the host until `event` completed, bounded by the timeout; checks for aborts and NCCL
-  // errors meanwhile. A timeout aborts the world and throws.
-  void host_wait(cudaEvent_t event, const std::string& context);
+  // errors meanwhile. A timeout aborts the world and throws "<context> did not complete within the
+  // timeout of <t> s: <stall_cause>" (by default: a peer died, hangs or issued other operations).
+  void host_wait(cudaEvent_t event, const std::string& context, const StallCause& stall_cause = kPeerStallCause);
 
  private:
   friend class AbortDomain;
@@ -147,7 +188,7 @@ class NcclRankState : public std::enable_shared_from_this<NcclRankState> {
   // thread is aborting them): called by the domain, and by run() before it throws.
   void abort_communicators();
   void wait_ready(Communicator& comm, const std::string& context, const std::string& call,
-                  const std::string& stall_cause);
+                  const StallCause& stall_cause);
   static void watchdog_loop(std::weak_ptr<NcclRankState> weak);
   void watch_once();
   // "" when every communicator is healthy, else a message naming the group and NCCL's error.
