@@ -363,6 +363,56 @@ TEST_F(ProcessLaunchNccl, KilledRankIsNamedAndTheSurvivorExitsNonZero) {
                            << log;
 }
 
+// SIGTERM reaches rank 1 only (a watcher in its wrapper shell fires once rank 0 has logged 3 steps): the
+// ranks agree to stop after the same step (rank 0 never got a signal), rank 0 writes the checkpoint of
+// that step and says how to resume, and the run exits 143. `cpformer train --gpus 2` then continues it.
+TEST_F(ProcessLaunchNccl, SigtermToOneRankStopsEveryRankAfterACheckpoint) {
+  const fs::path dir = scratch("run");
+  const std::string script =
+      "if [ \"$RANK\" = 1 ]; then\n"
+      "  (\n"
+      "    i=0\n"
+      "    while [ $i -lt 1200 ]; do\n"
+      "      [ \"$(grep -c '\"lr\"' \"$CPF_TEST_METRICS\" 2>/dev/null)\" -ge 3 ] 2>/dev/null && break\n"
+      "      sleep 0.1; i=$((i + 1))\n"
+      "    done\n"
+      "    kill -TERM $$\n"
+      "  ) &\n"
+      "fi\n"
+      "exec \"$@\"\n";
+  dist::SpawnOptions options = capture(std::chrono::seconds(60));
+  options.extra_env = {{"CPF_TEST_METRICS", (dir / "metrics.jsonl").string()}};
+  const dist::SpawnResult r = dist::spawn_local_processes(
+      2,
+      {"/bin/sh", "-c", script, "sh", bin_, "train", config_, "--set", "parallel.backend=nccl", "--set",
+       "parallel.dp=2", "--set", "run.out_dir=" + dir.string()},
+      options);
+  const std::string log = output();
+  EXPECT_EQ(r.exit_code, 143) << r.message << "\n" << log;
+  const std::string stopped = "[rank 0] stopped by SIGTERM after step ";
+  const size_t at = log.find(stopped);
+  ASSERT_NE(at, std::string::npos) << log;
+  const int64_t step = std::stoll(log.substr(at + stopped.size()));
+  ASSERT_GE(step, 3) << log;
+  char name[32];
+  std::snprintf(name, sizeof name, "step_%08lld", static_cast<long long>(step));
+  const fs::path checkpoint = dir / "checkpoints" / name;
+  EXPECT_NE(log.find("/2000: checkpoint " + checkpoint.string()), std::string::npos) << log;
+  EXPECT_TRUE(fs::exists(checkpoint / "meta.json")) << log;
+  EXPECT_NE(log.find("[rank 0] resume with: cpformer train " + config_), std::string::npos) << log;
+
+  std::ostringstream out, err;
+  ASSERT_EQ(run_cli({"train", config_, "--gpus", "2", "--set", "run.out_dir=" + dir.string(), "--set",
+                     "run.resume=auto", "--set", "run.steps=" + std::to_string(step + 2)},
+                    out, err),
+            kExitOk)
+      << out.str() << err.str();
+  EXPECT_NE(out.str().find("resumed from " + checkpoint.string() + " at step " + std::to_string(step)),
+            std::string::npos)
+      << out.str();
+  EXPECT_NE(out.str().find("done: step " + std::to_string(step + 2) + "/"), std::string::npos) << out.str();
+}
+
 #else  // built without the apps (CPF_BUILD_APPS=OFF): no trainer to drive
 
 TEST(TrainNccl, NeedsTheTrainer) { GTEST_SKIP() << "built without apps/ (CPF_BUILD_APPS=OFF): no trainer to test"; }
