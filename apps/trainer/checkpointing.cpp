@@ -59,7 +59,7 @@ std::optional<std::string> find_resume_checkpoint(const TrainConfig& config, con
   if (auto found = io::find_latest_valid(dir, params, &optimizer, hash)) return found;
   CPF_FAIL("resume: none of the ", all.size(), " checkpoints in ", dir, " can be loaded; the newest, ", all.back(),
            ": ", io::checkpoint_problem(all.back(), params, &optimizer, hash, io::CheckDepth::data),
-           ". Use another run.out_dir, or run.resume: never to start over in this folder");
+           ". Use another run.out_dir, or run.resume: replace to delete them and start over in this folder");
 }
 
 ResumeState load_training_checkpoint(const std::string& path, const TrainConfig& config,
