@@ -192,8 +192,11 @@ class CudaBackend final : public DeviceBackend {
 
 }  // namespace
 
+void register_profile_hooks();  // profile_hooks.cpp
+
 void register_backend() {
   static CudaBackend* backend = new CudaBackend;  // process lifetime: storages may outlive main()
+  register_profile_hooks();
   register_device_backend(DeviceType::cuda, backend);
   register_device_ops(DeviceType::cuda, &cuda_device_ops());
 }
