@@ -48,11 +48,25 @@ endif()
 if(CPF_CUDA_ENABLED)
   string(APPEND CPF_CONFIG_DEPENDENCIES "find_dependency(CUDAToolkit)\n")
 endif()
-if(TARGET yaml-cpp OR TARGET yaml-cpp::yaml-cpp)
-  string(APPEND CPF_CONFIG_DEPENDENCIES "find_dependency(yaml-cpp)\n")
+# Found in framework/ (a subdirectory), so `if(TARGET ...)` cannot see them from here: both are
+# REQUIRED by the build, and the static libraries' link interfaces name their imported targets.
+string(APPEND CPF_CONFIG_DEPENDENCIES "find_dependency(nlohmann_json 3)\nfind_dependency(yaml-cpp)\n")
+# The tokenizers (models/): ICU's regex engine (CMake's FindICU) and SentencePiece.
+string(APPEND CPF_CONFIG_DEPENDENCIES "find_dependency(ICU COMPONENTS uc i18n)\nfind_dependency(CpfSentencepiece)\n")
+# SentencePiece, NCCL and cuDNN have no CMake package: the find modules that made their imported targets
+# for the build are installed with the config and re-run on the consumer's machine.
+set(_cpf_find_modules "${PROJECT_SOURCE_DIR}/cmake/FindCpfSentencepiece.cmake")
+if(TARGET cpf_distributed_nccl)
+  list(APPEND _cpf_find_modules "${PROJECT_SOURCE_DIR}/cmake/FindCpfNccl.cmake")
+  string(APPEND CPF_CONFIG_DEPENDENCIES "find_dependency(CpfNccl)\n")
 endif()
-if(TARGET nlohmann_json::nlohmann_json)
-  string(APPEND CPF_CONFIG_DEPENDENCIES "find_dependency(nlohmann_json)\n")
+if(CPF_CUDA_ENABLED AND CPF_WITH_CUDNN)
+  list(APPEND _cpf_find_modules "${PROJECT_SOURCE_DIR}/cmake/FindCpfCudnn.cmake")
+  string(APPEND CPF_CONFIG_DEPENDENCIES "find_dependency(CpfCudnn)\n")
+endif()
+if(_cpf_find_modules)
+  string(PREPEND CPF_CONFIG_DEPENDENCIES "list(APPEND CMAKE_MODULE_PATH \"\${CMAKE_CURRENT_LIST_DIR}\")\n")
+  install(FILES ${_cpf_find_modules} DESTINATION ${CPF_INSTALL_CMAKEDIR})
 endif()
 # A static cpf_distributed hands its private libcrypto (the rendezvous's HMAC) to the consumer's link.
 if(NOT CPF_SHARED_LIBS)

@@ -61,3 +61,7 @@ function(cpf_add_tests)
                          NO_PRETTY_VALUES)
   endforeach()
 endfunction()
+
+# Find modules of dependencies without a CMake package of their own (FindCpfNccl, FindCpfCudnn); they
+# are installed with the package so the consumer re-finds them the same way.
+list(APPEND CMAKE_MODULE_PATH "${CMAKE_CURRENT_LIST_DIR}")
