@@ -157,7 +157,7 @@ Tensor GPT::forward(const GPTInput& in, const cp::ContextParallel* cp) const {
   x = precision.to_compute(final_norm_fn_(x));  // (T, C) in the compute dtype
   if (lm_head_) return lm_head_->forward(x);    // (T, V)
   const Tensor table = nn::compute_parameter(embed_tokens_->weight(), x.dtype(), "GPT", "tied embedding");
-  return matmul(x, transpose(table, 0, 1));  // (T, V)
+  return linear(x, table);  // (T, V): the gradient of the table arrives (V, C), as the table is
 }
 
 Tensor GPT::loss(const Tensor& logits, const Tensor& labels, int64_t normalizer, int64_t valid_labels) {

@@ -29,8 +29,8 @@ Tensor Linear::forward(const Tensor& x) const {
             " does not end in in_features=", options_.in_features);
   // Computes in x's dtype: f32 master weights are cast for a bf16 input (framework/nn/precision.h).
   const Tensor w = compute_parameter(weight_, x.dtype(), "Linear", "weight");  // (out, in)
-  const Tensor y = matmul(x, transpose(w, 0, 1));                               // (..., out)
-  return bias_.defined() ? add(y, compute_parameter(bias_, x.dtype(), "Linear", "bias")) : y;
+  const Tensor b = compute_parameter(bias_, x.dtype(), "Linear", "bias");      // (out) or undefined
+  return linear(x, w, b);                                                       // (..., out)
 }
 
 }  // namespace cpf::nn

@@ -97,6 +97,9 @@ struct DeviceOps {
   // leading dims; K > 0. a and b have one floating dtype and either of their last two strides equal
   // to 1 (transposed views are read in place).
   void (*matmul)(const Tensor& out, const Tensor& a, const Tensor& b) = nullptr;
+  // out (M, N) = a (M, K) @ b (K, N) + bias (N), the bias added in the GEMM's epilogue: 2-D operands as
+  // for matmul, f32 or bf16, M, N, K > 0, bias contiguous and 16-byte aligned, of out's dtype.
+  void (*matmul_bias)(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias) = nullptr;
 
   // LayerNorm (centered) / RMSNorm over the last dim. x (rows, C) contiguous floating; weight, bias (C)
   // contiguous of x's dtype or undefined. y (rows, C) x's dtype; mean (rows, centered only), rstd (rows)

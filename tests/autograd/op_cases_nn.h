@@ -36,6 +36,15 @@ inline void add_join_cases(std::vector<OpCase>& cases) {
 }
 
 inline void add_matmul_cases(std::vector<OpCase>& cases) {
+  // linear: x (..., K) @ W^T + b in one node (a GEMM epilogue adds b on a device).
+  cases.push_back({"linear_bias_3d", "linear", {diff({2, 3, 4}), diff({5, 4}), diff({5})}, [](const Inputs& x) -> Outputs {
+                     return {linear(x[0], x[1], x[2])};
+                   }});
+  cases.push_back({"linear_no_bias_strided", "linear", {strided({6, 3}), diff({7, 3})}, [](const Inputs& x) -> Outputs {
+                     return {linear(x[0], x[1])};
+                   }});
+  cases.push_back({"linear_transposed_weight", "linear", {diff({4, 6}), diff({6, 8}), diff({8})},
+                   [](const Inputs& x) -> Outputs { return {linear(x[0], transpose(x[1], 0, 1), x[2])}; }});
   cases.push_back(
       {"matmul_batched_broadcast", "matmul", {diff({2, 3, 4}), diff({4, 5})}, [](const Inputs& x) -> Outputs {
          return {matmul(x[0], x[1])};

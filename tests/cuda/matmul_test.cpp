@@ -3,6 +3,8 @@
 // dims, vectors, K = 0. Errors are norm-wise (||out - ref|| / ||ref||, see METHOD: f32 far under
 // 1e-3, TF32 near 3e-4, bf16 a few 1e-3 from rounding the output to bf16 alone).
 #include "cuda_test_utils.h"
+#include "framework/tensor/ops/elementwise.h"
+#include "framework/tensor/ops/linear.h"
 #include "framework/tensor/ops/matmul.h"
 #include "framework/tensor/ops/views.h"
 
@@ -108,6 +110,35 @@ TEST_F(CudaMatmulTest, EmptyAndZeroInnerDims) {
   EXPECT_EQ(on_cpu(raw::matmul(a, b)).to_vector<float>(), std::vector<float>(12, 0.0f));
   const TensorOptions on_dev{.device = Device::cuda()};
   EXPECT_EQ(raw::matmul(zeros({0, 5}, on_dev), zeros({5, 2}, on_dev)).numel(), 0);
+}
+
+// raw::linear: the bias in cuBLASLt's epilogue (f32, bf16) against x @ W^T + b in f64 on the CPU; a
+// GPT-2 projection, a ragged shape, 3-D input, a bias view at an odd offset (copied aligned) and f64
+// (no epilogue: matmul then add).
+TEST_F(CudaMatmulTest, LinearAddsTheBiasInTheEpilogue) {
+  struct Case {
+    Shape x, w;
+  };
+  for (const Case& c : {Case{{4096, 768}, {2304, 768}}, Case{{37, 19}, {23, 19}}, Case{{3, 5, 64}, {48, 64}}}) {
+    for (DType dtype : {DType::f32, DType::bf16, DType::f64}) {
+      Tensor x = random_cpu(c.x, dtype, 31);
+      Tensor w = random_cpu(c.w, dtype, 32);
+      Tensor b_storage = random_cpu({c.w[0] + 1}, dtype, 33);
+      for (bool odd_offset : {false, true}) {
+        Tensor b = raw::narrow(b_storage, 0, odd_offset ? 1 : 0, c.w[0]);  // (N)
+        Tensor out = raw::linear(on_gpu(x), on_gpu(w), on_gpu(b));
+        Tensor x64 = raw::to(x, DType::f64), w64 = raw::to(w, DType::f64), b64 = raw::to(b, DType::f64);
+        Tensor ref = raw::binary(raw::BinaryOp::add, raw::matmul(x64, raw::transpose(w64, 0, 1)), b64);
+        const std::string what = dtype_name(dtype) + " x " + shape_str(c.x) + (odd_offset ? " odd bias" : "");
+        ASSERT_EQ(out.shape(), ref.shape()) << what;
+        EXPECT_EQ(out.dtype(), dtype) << what;
+        EXPECT_LT(rel_error(raw::to(on_cpu(out), DType::f64), ref), tolerance(dtype)) << what;
+      }
+      Tensor no_bias = raw::linear(on_gpu(x), on_gpu(w), Tensor());
+      Tensor ref = raw::matmul(raw::to(x, DType::f64), raw::transpose(raw::to(w, DType::f64), 0, 1));
+      EXPECT_LT(rel_error(raw::to(on_cpu(no_bias), DType::f64), ref), tolerance(dtype)) << "no bias";
+    }
+  }
 }
 
 }  // namespace

@@ -9,5 +9,7 @@ const DeviceOps& cuda_device_ops();
 
 // The DeviceOps::matmul entry (matmul.cpp, cuBLASLt).
 void matmul(const Tensor& out, const Tensor& a, const Tensor& b);
+// The DeviceOps::matmul_bias entry: the bias in the GEMM's epilogue.
+void matmul_bias(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias);
 
 }  // namespace cpf::cuda

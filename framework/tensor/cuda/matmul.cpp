@@ -86,9 +86,10 @@ struct GemmKey {
   int64_t lda, ldb, ldc;
   int64_t batch, stride_a, stride_b, stride_c;
   uint32_t align_a, align_b, align_c;
+  bool bias;  // CUBLASLT_EPILOGUE_BIAS: a vector of m values added to every column of C
   auto tie() const {
     return std::tie(device, dtype, tf32, opa, opb, m, n, k, lda, ldb, ldc, batch, stride_a, stride_b, stride_c,
-                    align_a, align_b, align_c);
+                    align_a, align_b, align_c, bias);
   }
   bool operator<(const GemmKey& o) const { return tie() < o.tie(); }
 };
@@ -129,8 +130,8 @@ Types types_for(DType dtype, bool tf32) {
 }
 
 // One cuBLASLt call: `batch` products with element strides between consecutive ones.
-void gemm(const GemmKey& key, DType dtype, const void* a_ptr, const void* b_ptr, void* c_ptr, void* workspace,
-          cudaStream_t stream) {
+void gemm(const GemmKey& key, DType dtype, const void* a_ptr, const void* b_ptr, void* c_ptr, const void* bias,
+          void* workspace, cudaStream_t stream) {
   const Types t = types_for(dtype, key.tf32);
   cublasLtHandle_t handle = handle_for(key.device);
   cublasLtMatmulDesc_t desc = nullptr;
@@ -142,6 +143,14 @@ void gemm(const GemmKey& key, DType dtype, const void* a_ptr, const void* b_ptr,
   const auto opa = static_cast<cublasOperation_t>(key.opa), opb = static_cast<cublasOperation_t>(key.opb);
   CPF_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa)));
   CPF_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb)));
+  if (key.bias) {
+    // The bias has C's data type (the default): one value per row of the column-major C, i.e. per
+    // column of our row-major result.
+    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    CPF_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+    CPF_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+  }
   // Stored shapes: op(A') is (m, k) and op(B') is (k, n), column-major.
   const bool ta = opa == CUBLAS_OP_T, tb = opb == CUBLAS_OP_T;
   LayoutGuard la(t.data, ta ? key.k : key.m, ta ? key.m : key.k, key.lda, key.batch, key.stride_a);
@@ -190,52 +199,56 @@ void gemm(const GemmKey& key, DType dtype, const void* a_ptr, const void* b_ptr,
                                   lc.get(), &algo, workspace, kWorkspaceBytes, stream));
 }
 
-}  // namespace
+// How one matmul runs: the cuBLASLt key of its innermost (strided) batch and the outer batch dims
+// looped over here, with the element strides of (out, a, b) along each.
+struct GemmPlan {
+  GemmKey key{};
+  Shape sizes;                   // batch dims after merging; the last is cuBLASLt's strided batch
+  std::array<Shape, 3> strides;  // out, a, b
+};
 
-void matmul(const Tensor& out, const Tensor& a, const Tensor& b) {
-  const int device = out.device().index;
-  DeviceGuard guard(device);
-  cudaStream_t stream = current_cuda_stream(device);
-  const int64_t M = a.size(-2), K = a.size(-1), N = b.size(-1);
+// The batch dims of out (the broadcast of a's and b's) merged where every operand's strides allow.
+void merge_batch_dims(const Tensor& out, const Tensor& a, const Tensor& b, GemmPlan& plan) {
   const Shape batch(out.shape().begin(), out.shape().end() - 2);
-
-  // Batch strides (elements) of out, a and b over the broadcast batch shape, merged where possible.
   auto batch_strides = [&](const Tensor& t) {
-    Shape s(batch.size(), 0);
+    Shape st(batch.size(), 0);
     const int64_t lead = static_cast<int64_t>(batch.size()) - (t.dim() - 2);
     for (int64_t d = 0; d < t.dim() - 2; ++d) {
-      if (t.size(d) != 1) s[static_cast<size_t>(d + lead)] = t.stride(d);
+      if (t.size(d) != 1) st[static_cast<size_t>(d + lead)] = t.stride(d);
     }
-    return s;
+    return st;
   };
   const std::array<Shape, 3> full{batch_strides(out), batch_strides(a), batch_strides(b)};
-  Shape sizes;
-  std::array<Shape, 3> strides;
   for (size_t d = 0; d < batch.size(); ++d) {
     if (batch[d] == 1) continue;
-    if (!sizes.empty()) {
+    if (!plan.sizes.empty()) {
       bool mergeable = true;
-      for (size_t k = 0; k < 3; ++k) mergeable &= strides[k].back() == full[k][d] * batch[d];
+      for (size_t k = 0; k < 3; ++k) mergeable &= plan.strides[k].back() == full[k][d] * batch[d];
       if (mergeable) {
-        sizes.back() *= batch[d];
-        for (size_t k = 0; k < 3; ++k) strides[k].back() = full[k][d];
+        plan.sizes.back() *= batch[d];
+        for (size_t k = 0; k < 3; ++k) plan.strides[k].back() = full[k][d];
         continue;
       }
     }
-    sizes.push_back(batch[d]);
-    for (size_t k = 0; k < 3; ++k) strides[k].push_back(full[k][d]);
+    plan.sizes.push_back(batch[d]);
+    for (size_t k = 0; k < 3; ++k) plan.strides[k].push_back(full[k][d]);
   }
-  if (sizes.empty()) {
-    sizes.push_back(1);
-    for (auto& s : strides) s.push_back(0);
+  if (plan.sizes.empty()) {
+    plan.sizes.push_back(1);
+    for (auto& st : plan.strides) st.push_back(0);
   }
+}
 
+GemmPlan plan_gemm(const Tensor& out, const Tensor& a, const Tensor& b) {
+  const int64_t M = a.size(-2), K = a.size(-1), N = b.size(-1);
+  GemmPlan plan;
+  merge_batch_dims(out, a, b, plan);
   // C^T (N, M) = B^T A^T: cuBLASLt's A is our b, its B is our a.
   const Operand ob = describe(K, N, b.stride(-2), b.stride(-1));
   const Operand oa = describe(M, K, a.stride(-2), a.stride(-1));
   const size_t es = dtype_size(out.dtype());
-  GemmKey key{};
-  key.device = device;
+  GemmKey& key = plan.key;
+  key.device = out.device().index;
   key.dtype = static_cast<int>(out.dtype());
   key.tf32 = out.dtype() == DType::f32 && allow_tf32();
   key.opa = ob.op;
@@ -246,40 +259,64 @@ void matmul(const Tensor& out, const Tensor& a, const Tensor& b) {
   key.lda = ob.ld;
   key.ldb = oa.ld;
   key.ldc = N;
-  key.batch = sizes.back();
-  key.stride_a = strides[2].back();
-  key.stride_b = strides[1].back();
-  key.stride_c = strides[0].back();
+  key.batch = plan.sizes.back();
+  key.stride_a = plan.strides[2].back();
+  key.stride_b = plan.strides[1].back();
+  key.stride_c = plan.strides[0].back();
   // Every pointer a call may get (base plus any batch offset) and the leading dims share this alignment.
   auto align = [&](const void* base, const Shape& batch_strides, int64_t ld) {
     uint32_t al = alignment_of({reinterpret_cast<uintptr_t>(base), static_cast<uint64_t>(ld) * es});
-    for (int64_t s : batch_strides) al = std::min(al, alignment_of({static_cast<uint64_t>(s) * es}));
+    for (int64_t st : batch_strides) al = std::min(al, alignment_of({static_cast<uint64_t>(st) * es}));
     return al;
   };
-  key.align_a = align(b.raw_data(), strides[2], ob.ld);
-  key.align_b = align(a.raw_data(), strides[1], oa.ld);
-  key.align_c = align(out.raw_data(), strides[0], N);
+  key.align_a = align(b.raw_data(), plan.strides[2], ob.ld);
+  key.align_b = align(a.raw_data(), plan.strides[1], oa.ld);
+  key.align_c = align(out.raw_data(), plan.strides[0], N);
+  return plan;
+}
 
-  // The outer (non-merged) batch dims: one cuBLASLt call per index.
-  const size_t outer_dims = sizes.size() - 1;
+// One cuBLASLt call per index of the outer (non-merged) batch dims.
+void run_gemm(const GemmPlan& plan, const Tensor& out, const Tensor& a, const Tensor& b, const void* bias) {
+  DeviceGuard guard(plan.key.device);
+  cudaStream_t stream = current_cuda_stream(plan.key.device);
+  const size_t outer_dims = plan.sizes.size() - 1;
   int64_t outer = 1;
-  for (size_t d = 0; d < outer_dims; ++d) outer *= sizes[d];
+  for (size_t d = 0; d < outer_dims; ++d) outer *= plan.sizes[d];
   Tensor workspace = empty({static_cast<int64_t>(kWorkspaceBytes)}, {.dtype = DType::boolean, .device = out.device()});
+  const auto es = static_cast<int64_t>(dtype_size(out.dtype()));
   auto* pa = static_cast<const char*>(a.raw_data());
   auto* pb = static_cast<const char*>(b.raw_data());
   auto* pc = static_cast<char*>(out.raw_data());
   for (int64_t i = 0; i < outer; ++i) {
     int64_t rest = i, off_c = 0, off_a = 0, off_b = 0;
     for (int64_t d = static_cast<int64_t>(outer_dims) - 1; d >= 0; --d) {
-      const int64_t idx = rest % sizes[static_cast<size_t>(d)];
-      rest /= sizes[static_cast<size_t>(d)];
-      off_c += idx * strides[0][static_cast<size_t>(d)];
-      off_a += idx * strides[1][static_cast<size_t>(d)];
-      off_b += idx * strides[2][static_cast<size_t>(d)];
+      const auto du = static_cast<size_t>(d);
+      const int64_t idx = rest % plan.sizes[du];
+      rest /= plan.sizes[du];
+      off_c += idx * plan.strides[0][du];
+      off_a += idx * plan.strides[1][du];
+      off_b += idx * plan.strides[2][du];
     }
-    gemm(key, out.dtype(), pb + off_b * static_cast<int64_t>(es), pa + off_a * static_cast<int64_t>(es),
-         pc + off_c * static_cast<int64_t>(es), workspace.raw_data(), stream);
+    gemm(plan.key, out.dtype(), pb + off_b * es, pa + off_a * es, pc + off_c * es, bias, workspace.raw_data(), stream);
   }
+}
+
+}  // namespace
+
+void matmul(const Tensor& out, const Tensor& a, const Tensor& b) {
+  run_gemm(plan_gemm(out, a, b), out, a, b, nullptr);
+}
+
+void matmul_bias(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias) {
+  CPF_CHECK(out.dim() == 2 && a.dim() == 2 && b.dim() == 2 && bias.dim() == 1 && bias.size(0) == b.size(1) &&
+                bias.is_contiguous() && reinterpret_cast<uintptr_t>(bias.raw_data()) % 16 == 0 &&
+                (out.dtype() == DType::f32 || out.dtype() == DType::bf16) && bias.dtype() == out.dtype(),
+            "matmul_bias (cuda): needs 2-D f32/bf16 operands and a contiguous, 16-byte aligned bias of out's dtype, "
+            "got a ", a.shape(), " b ", b.shape(), " bias ", bias.shape(), " ", bias.dtype(),
+            " (internal: raw::linear prepares these)");
+  GemmPlan plan = plan_gemm(out, a, b);
+  plan.key.bias = true;
+  run_gemm(plan, out, a, b, bias.raw_data());
 }
 
 }  // namespace cpf::cuda

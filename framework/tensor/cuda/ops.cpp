@@ -504,6 +504,7 @@ const DeviceOps& cuda_device_ops() {
     t.reduce_cols = &reduce_cols;
     t.softmax = &softmax;
     t.matmul = &matmul;
+    t.matmul_bias = &matmul_bias;
     t.norm = &norm;
     t.norm_backward = &norm_backward;
     t.gather = &gather;
