@@ -53,7 +53,8 @@ ReductionLayout layout_for(const Tensor& x, const std::vector<int64_t>& dims, bo
 // T) folded in place as (R, K) columns: no transposing copy of x. Undefined when that does not apply.
 Tensor reduce_leading_dims_on_device(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim, const char* op,
                                      DeviceReduceOp kind) {
-  if (x.device().is_cpu() || !x.is_contiguous() || x.numel() == 0 || !has_kernel(x.device(), &DeviceOps::reduce_cols) ||
+  if (!x.defined() || x.device().is_cpu() || !x.is_contiguous() || x.numel() == 0 ||
+      !has_kernel(x.device(), &DeviceOps::reduce_cols) ||
       (kind != DeviceReduceOp::sum && kind != DeviceReduceOp::mean && kind != DeviceReduceOp::amax) ||
       !is_floating(x.dtype())) {
     return {};
