@@ -6,7 +6,7 @@ find_library(CPF_CUDNN_LIBRARY NAMES cudnn HINTS ${CUDAToolkit_LIBRARY_DIR} /usr
 include(FindPackageHandleStandardArgs)
 find_package_handle_standard_args(CpfCudnn
   REQUIRED_VARS CPF_CUDNN_LIBRARY CPF_CUDNN_INCLUDE_DIR
-  REASON_FAILURE_MESSAGE "cuDNN 9 (cudnn_graph.h / libcudnn.so) not found; install cuDNN 9, set CPF_CUDNN_LIBRARY and CPF_CUDNN_INCLUDE_DIR, or build cpformer with -DCPF_WITH_CUDNN=OFF")
+  REASON_FAILURE_MESSAGE "cuDNN 9 (cudnn_graph.h / libcudnn.so) not found: install cuDNN 9, set CPF_CUDNN_LIBRARY and CPF_CUDNN_INCLUDE_DIR, or build cpformer with -DCPF_WITH_CUDNN=OFF")
 if(CpfCudnn_FOUND AND NOT TARGET CpfCudnn::cudnn)
   add_library(CpfCudnn::cudnn UNKNOWN IMPORTED)
   set_target_properties(CpfCudnn::cudnn PROPERTIES

@@ -7,7 +7,7 @@ find_library(CPF_NCCL_LIBRARY NAMES nccl HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/l
 include(FindPackageHandleStandardArgs)
 find_package_handle_standard_args(CpfNccl
   REQUIRED_VARS CPF_NCCL_LIBRARY CPF_NCCL_INCLUDE_DIR
-  REASON_FAILURE_MESSAGE "NCCL (nccl.h / libnccl.so) not found in the CUDA toolkit; install NCCL, set CPF_NCCL_LIBRARY and CPF_NCCL_INCLUDE_DIR, or build cpformer with -DCPF_WITH_NCCL=OFF")
+  REASON_FAILURE_MESSAGE "NCCL (nccl.h / libnccl.so) not found in the CUDA toolkit: install NCCL, set CPF_NCCL_LIBRARY and CPF_NCCL_INCLUDE_DIR, or build cpformer with -DCPF_WITH_NCCL=OFF")
 if(CpfNccl_FOUND AND NOT TARGET CpfNccl::nccl)
   add_library(CpfNccl::nccl UNKNOWN IMPORTED)
   set_target_properties(CpfNccl::nccl PROPERTIES
