@@ -22,6 +22,9 @@ packages=(
   nlohmann-json3-dev
   libxxhash-dev
   libssl-dev
+  pkg-config
+  libicu-dev
+  libsentencepiece-dev
 )
 
 missing=()

@@ -1,0 +1,116 @@
+#include "models/data/bpe_pretokenizer.h"
+
+#include <unicode/regex.h>
+#include <unicode/unistr.h>
+#include <unicode/utf16.h>
+
+#include "framework/core/error.h"
+
+namespace cpf::data {
+namespace {
+
+// \s -> \p{White_Space}, \S -> \P{White_Space}; other escapes (\\s included) are kept as they are.
+std::string with_unicode_whitespace(const std::string& pattern) {
+  std::string out;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    if (pattern[i] == '\\' && i + 1 < pattern.size()) {
+      const char next = pattern[++i];
+      if (next == 's') {
+        out += "\\p{White_Space}";
+      } else if (next == 'S') {
+        out += "\\P{White_Space}";
+      } else {
+        out += '\\';
+        out += next;
+      }
+    } else {
+      out += pattern[i];
+    }
+  }
+  return out;
+}
+
+// Length of the valid UTF-8 sequence at text[i] and its code point, or 0 when the bytes there are not
+// valid UTF-8 (overlong forms, surrogates and values above U+10FFFF included).
+int utf8_sequence(std::string_view text, size_t i, UChar32& cp) {
+  const auto byte = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
+  const unsigned char b0 = byte(i);
+  int length;
+  UChar32 min;
+  if (b0 < 0x80) {
+    cp = b0;
+    return 1;
+  } else if ((b0 & 0xE0) == 0xC0) {
+    length = 2, cp = b0 & 0x1F, min = 0x80;
+  } else if ((b0 & 0xF0) == 0xE0) {
+    length = 3, cp = b0 & 0x0F, min = 0x800;
+  } else if ((b0 & 0xF8) == 0xF0) {
+    length = 4, cp = b0 & 0x07, min = 0x10000;
+  } else {
+    return 0;
+  }
+  if (i + static_cast<size_t>(length) > text.size()) return 0;
+  for (int k = 1; k < length; ++k) {
+    const unsigned char b = byte(i + static_cast<size_t>(k));
+    if ((b & 0xC0) != 0x80) return 0;
+    cp = (cp << 6) | (b & 0x3F);
+  }
+  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+  return length;
+}
+
+}  // namespace
+
+struct BpePreTokenizer::Compiled {
+  std::unique_ptr<icu::RegexPattern> regex;
+};
+
+BpePreTokenizer::BpePreTokenizer(const std::string& pattern)
+    : pattern_(pattern), compiled_(std::make_unique<Compiled>()) {
+  UErrorCode status = U_ZERO_ERROR;
+  UParseError where{};
+  const icu::UnicodeString source = icu::UnicodeString::fromUTF8(with_unicode_whitespace(pattern));
+  compiled_->regex.reset(icu::RegexPattern::compile(source, 0, where, status));
+  CPF_CHECK(U_SUCCESS(status) && compiled_->regex, "tokenizer: the pre-tokenizer pattern ", pattern,
+            " does not compile (", u_errorName(status), " near offset ", where.offset, ")");
+}
+
+BpePreTokenizer::~BpePreTokenizer() = default;
+
+std::vector<std::string_view> BpePreTokenizer::split(std::string_view text) const {
+  // UTF-16 for ICU, with the byte offset of every UTF-16 unit (and of the end).
+  icu::UnicodeString units;
+  std::vector<size_t> byte_at;
+  byte_at.reserve(text.size() + 1);
+  for (size_t i = 0; i < text.size();) {
+    UChar32 cp = 0;
+    int length = utf8_sequence(text, i, cp);
+    if (length == 0) cp = 0xFFFD, length = 1;
+    units.append(cp);
+    for (int k = 0; k < U16_LENGTH(cp); ++k) byte_at.push_back(i);
+    i += static_cast<size_t>(length);
+  }
+  byte_at.push_back(text.size());
+
+  UErrorCode status = U_ZERO_ERROR;
+  std::unique_ptr<icu::RegexMatcher> matcher(compiled_->regex->matcher(units, status));
+  CPF_CHECK(U_SUCCESS(status), "tokenizer: cannot run the pre-tokenizer pattern (", u_errorName(status), ")");
+  std::vector<std::string_view> pieces;
+  size_t covered = 0;  // bytes already in pieces
+  const auto add = [&](size_t begin, size_t end) {
+    if (end > begin) pieces.push_back(text.substr(begin, end - begin));
+  };
+  while (matcher->find(status) && U_SUCCESS(status)) {
+    const size_t begin = byte_at[static_cast<size_t>(matcher->start(status))];
+    const size_t end = byte_at[static_cast<size_t>(matcher->end(status))];
+    add(covered, begin);  // text the pattern skipped
+    add(begin, end);
+    covered = std::max(covered, end);
+  }
+  CPF_CHECK(U_SUCCESS(status), "tokenizer: the pre-tokenizer pattern failed on the input (", u_errorName(status),
+            ")");
+  add(covered, text.size());
+  return pieces;
+}
+
+}  // namespace cpf::data
