@@ -1,5 +1,7 @@
 #include "attention/attention_problem.h"
 
+#include "attention/attention_sink.h"
+
 #include "framework/core/error.h"
 
 namespace cpf {
@@ -76,6 +78,7 @@ AttentionProblem check_attention_inputs(const Tensor& q, const Tensor& k, const 
             " but q has head dim ", dq.dim, ": q=", q.shape());
   CPF_CHECK(spec.head_dim_v == 0 || spec.head_dim_v == dv.dim, op, ": spec head_dim_v=", spec.head_dim_v,
             " but v has head dim ", dv.dim, ": v=", v.shape());
+  if (spec.sink.defined()) check_attention_sink(spec.sink, dq.heads, q.dtype(), q.device(), op);
   CPF_CHECK(config.block_q > 0 && config.block_kv > 0, op, ": tile sizes must be positive: block_q=", config.block_q,
             " block_kv=", config.block_kv);
   const bool thd = spec.qkv_format == QkvFormat::thd;

@@ -2,6 +2,7 @@
 
 #include <limits>
 
+#include "attention/attention_sink.h"
 #include "attention/cpu/flash_kernels.h"
 #include "framework/core/error.h"
 #include "framework/tensor/ops/copy.h"
@@ -32,13 +33,27 @@ const DeviceAttentionKernels* device_kernels(const Device& device, const char* o
   return kernels;
 }
 
+// The kernels' result with the sink in every row's denominator (attention_sink.h), when the spec has one.
+AttentionForward with_sink(AttentionForward forward, const AttentionSpec& spec) {
+  if (!spec.sink.defined()) return forward;
+  SinkRescaled rescaled = apply_attention_sink(forward.out, forward.lse, spec.sink, spec.qkv_format);
+  return {rescaled.out, rescaled.lse, forward.tiles};
+}
+
+// dq/dk/dv from the kernels plus d(sink): out and lse already hold the sink, so the kernels need nothing.
+AttentionGrads with_sink_grad(AttentionGrads grads, const Tensor& dout, const Tensor& dlse, const Tensor& out,
+                              const Tensor& lse, const AttentionSpec& spec) {
+  if (spec.sink.defined()) grads.dsink = attention_sink_grad(dout, dlse, out, lse, spec.sink, spec.qkv_format);
+  return grads;
+}
+
 }  // namespace
 
 AttentionForward attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec,
                                    const std::optional<SequenceInfo>& seq, const FlashConfig& config) {
   const AttentionProblem p = check_attention_inputs(q, k, v, spec, seq, config);
   if (const DeviceAttentionKernels* device = device_kernels(q.device(), "attention_forward")) {
-    return device->forward(p, q, k, v);
+    return with_sink(device->forward(p, q, k, v), spec);
   }
   const DType ct = compute_dtype(q.dtype());
   const Tensor qc = prepare(q, ct), kc = prepare(k, ct), vc = prepare(v, ct);
@@ -47,7 +62,7 @@ AttentionForward attention_forward(const Tensor& q, const Tensor& k, const Tenso
   const TileStats stats = visit_compute_dtype(ct, "attention_forward", [&]<class T>() {
     return attention_cpu::flash_forward<T>(p, qc.data<T>(), kc.data<T>(), vc.data<T>(), out.data<T>(), lse.data<T>());
   });
-  return {raw::to(out, q.dtype()), lse, stats};
+  return with_sink({raw::to(out, q.dtype()), lse, stats}, spec);
 }
 
 AttentionGrads attention_backward(const Tensor& dout, const Tensor& dlse, const Tensor& q, const Tensor& k,
@@ -59,7 +74,7 @@ AttentionGrads attention_backward(const Tensor& dout, const Tensor& dlse, const 
   check_same_shape(lse, p.lse_shape(), "lse", "the log-sum-exp", q.device());
   if (dlse.defined()) check_same_shape(dlse, p.lse_shape(), "dlse", "the log-sum-exp", q.device());
   if (const DeviceAttentionKernels* device = device_kernels(q.device(), "attention_backward")) {
-    return device->backward(p, dout, dlse, q, k, v, out, lse);
+    return with_sink_grad(device->backward(p, dout, dlse, q, k, v, out, lse), dout, dlse, out, lse, spec);
   }
   const DType ct = compute_dtype(q.dtype());
   const Tensor qc = prepare(q, ct), kc = prepare(k, ct), vc = prepare(v, ct);
@@ -71,7 +86,8 @@ AttentionGrads attention_backward(const Tensor& dout, const Tensor& dlse, const 
                                             lc.data<T>(), dlc.defined() ? dlc.data<T>() : nullptr, dq.data<T>(),
                                             dk.data<T>(), dv.data<T>());
   });
-  return {raw::to(dq, q.dtype()), raw::to(dk, k.dtype()), raw::to(dv, v.dtype()), stats};
+  return with_sink_grad({raw::to(dq, q.dtype()), raw::to(dk, k.dtype()), raw::to(dv, v.dtype()), stats}, dout, dlse,
+                        out, lse, spec);
 }
 
 }  // namespace cpf::raw

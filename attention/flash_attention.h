@@ -37,6 +37,7 @@ struct AttentionForward {
 struct AttentionGrads {
   Tensor dq, dk, dv;  // shapes and dtype of q, k, v; exactly 0 at padded storage and masked rows
   TileStats tiles;
+  Tensor dsink;       // (h_q) in the sink's dtype when spec.sink is set (attention_sink.h), else undefined
 };
 
 AttentionForward attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec,
@@ -44,7 +45,8 @@ AttentionForward attention_forward(const Tensor& q, const Tensor& k, const Tenso
                                    const FlashConfig& config = {});
 
 // dout has out's shape; dlse has lse's shape or is undefined (no gradient reaches lse). out and lse
-// are the forward results (or, for a CP tile, the merged global ones).
+// are the forward results (or, for a CP tile, the merged global ones). With spec.sink set, the
+// forward returns the rows with the sink in their denominator and the backward also returns dsink.
 AttentionGrads attention_backward(const Tensor& dout, const Tensor& dlse, const Tensor& q, const Tensor& k,
                                   const Tensor& v, const Tensor& out, const Tensor& lse, const AttentionSpec& spec,
                                   const std::optional<SequenceInfo>& seq = std::nullopt,

@@ -58,6 +58,7 @@ std::string AttentionSpec::str() const {
   if (num_kv_heads) os << ", num_kv_heads: " << num_kv_heads;
   if (head_dim_qk) os << ", head_dim_qk: " << head_dim_qk;
   if (head_dim_v) os << ", head_dim_v: " << head_dim_v;
+  if (sink.defined()) os << ", sink: (" << sink.size(0) << ")";
   return os.str();
 }
 

@@ -12,6 +12,8 @@
 #include <string>
 #include <string_view>
 
+#include "framework/tensor/tensor.h"
+
 namespace cpf {
 
 enum class QkvFormat : uint8_t {
@@ -38,6 +40,10 @@ struct AttentionSpec {
   int64_t num_kv_heads = 0;  // key/value heads (GQA/MQA: num_heads % num_kv_heads == 0)
   int64_t head_dim_qk = 0;   // Q and K head dim
   int64_t head_dim_v = 0;    // V and output head dim (MLA: may differ from head_dim_qk)
+  // Attention sink (attention_sink.h): one learnable logit per query head, (num_heads) f32 (f64 for
+  // f64 inputs), that joins every softmax denominator as a key with a zero value. Undefined = none.
+  // Not a YAML key: the attention modules own the parameter (model.attention_sink).
+  Tensor sink;
 
   // "qkv_format: thd, mask: causal, window: [-1, 0], ..." for logs and error messages.
   std::string str() const;

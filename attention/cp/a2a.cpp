@@ -79,8 +79,10 @@ CpForward a2a_forward(const CpContext& ctx, const Tensor& q, const Tensor& k, co
   ctx.stats->forward_tiles.full += result.tiles.full;
   ctx.stats->forward_tiles.partial += result.tiles.partial;
   ctx.stats->forward_tiles.skipped += result.tiles.skipped;
-  CpForward forward = ulysses_out(ctx, *u.group, u.layout, result.out, result.lse);
-  forward.extra = {qkv[0], qkv[1], qkv[2], result.out, result.lse};
+  // The sink joins the merged rows of this rank's head slice; the backward uses those rows.
+  const CpForward heads = with_sink(ctx, {result.out, result.lse, {}}, u.group->rank() * qkv[0].size(1));
+  CpForward forward = ulysses_out(ctx, *u.group, u.layout, heads.out, heads.lse);
+  forward.extra = {qkv[0], qkv[1], qkv[2], heads.out, heads.lse};
   return forward;
 }
 

@@ -58,7 +58,9 @@ Hierarchy hierarchy(const CpContext& ctx) {
 CpForward a2a_p2p_forward(const CpContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v) {
   const Hierarchy h = hierarchy(ctx);
   const auto qkv = ulysses_in(ctx, *h.a2a, h.own, q, k, v);
-  const CpForward ring = ring_forward(ctx, *h.p2p, h.members, qkv[0], qkv[1], qkv[2]);
+  // The sink joins the ring's merged rows of this rank's head slice, once.
+  const CpForward ring =
+      with_sink(ctx, ring_forward(ctx, *h.p2p, h.members, qkv[0], qkv[1], qkv[2]), h.a2a->rank() * qkv[0].size(1));
   CpForward forward = ulysses_out(ctx, *h.a2a, h.own, ring.out, ring.lse);
   forward.extra = {qkv[0], qkv[1], qkv[2], ring.out, ring.lse};
   return forward;

@@ -74,8 +74,8 @@ CpForward all_gather_forward(const CpContext& ctx, const Tensor& q, const Tensor
     if (!merge) merge.emplace(q.size(0), q.size(1), v.size(-1), q.dtype(), q.device());
     merge->add(result.out, result.lse);
   }
-  if (!merge) return {whole.out, whole.lse, {}};
-  return {merge->out(q.dtype()), merge->lse(), {}};
+  if (!merge) return with_sink(ctx, {whole.out, whole.lse, {}});
+  return with_sink(ctx, {merge->out(q.dtype()), merge->lse(), {}});
 }
 
 CpGrads all_gather_backward(const CpContext& ctx, const Tensor& dout, const Tensor& dlse, const Tensor& q,

@@ -2,6 +2,7 @@
 // view every strategy works on, dispatch, and the autograd node.
 #include "attention/cp/context_parallel.h"
 
+#include "attention/attention_sink.h"
 #include "attention/cp/cp_support.h"
 #include "attention/cp/strategy.h"
 #include "framework/autograd/node.h"
@@ -170,6 +171,13 @@ Resolved resolve(const Tensor& q, const Tensor& k, const Tensor& v, const Attent
             "context parallel: the spec (", spec.str(), ") does not match q=", q.shape(), " k=", k.shape(),
             " v=", v.shape());
   ctx.spec.num_heads = ctx.spec.num_kv_heads = ctx.spec.head_dim_qk = ctx.spec.head_dim_v = 0;
+  // The sink joins each merged row once (strategy.h, with_sink); no tile kernel sees it.
+  if (spec.sink.defined()) {
+    check_attention_sink(spec.sink, q.size(-2), q.dtype(), q.device(), ("context parallel (" + name + ")").c_str());
+    ctx.sink = spec.sink.detach();
+    query.attention_sink = true;
+  }
+  ctx.spec.sink = Tensor();
 
   const int64_t p = ctx.cp_size;
   if (seq) seq->check();  // positions of the right size, ordered slots
@@ -232,7 +240,8 @@ AttentionOutput context_parallel_attention(const Tensor& q, const Tensor& k, con
   using autograd::SavedTensor;
   std::vector<SavedTensor> extra;
   for (const Tensor& t : forward.extra) extra.emplace_back(t);
-  auto backward = [ctx = r.ctx, format = r.format, stats, q_shape = q.shape(), k_shape = k.shape(),
+  const bool has_sink = spec.sink.defined();
+  auto backward = [ctx = r.ctx, format = r.format, stats, has_sink, q_shape = q.shape(), k_shape = k.shape(),
                    v_shape = v.shape(), sq = SavedTensor(q_thd), sk = SavedTensor(k_thd), sv = SavedTensor(v_thd),
                    sout = SavedTensor(forward.out), slse = SavedTensor(forward.lse),
                    extra](const autograd::GradList& grads) mutable {
@@ -246,11 +255,16 @@ AttentionOutput context_parallel_attention(const Tensor& q, const Tensor& k, con
     for (const auto& e : extra) saved.extra.push_back(e.unpack());
     const CpGrads g = run_backward(ctx, raw::contiguous(dout), dlse.defined() ? raw::contiguous(dlse) : dlse, q_saved,
                                    sk.unpack(), sv.unpack(), saved);
-    return autograd::GradList{from_thd(g.dq, format, q_shape), from_thd(g.dk, format, k_shape),
+    autograd::GradList result{from_thd(g.dq, format, q_shape), from_thd(g.dk, format, k_shape),
                               from_thd(g.dv, format, v_shape)};
+    // d(sink) of this rank's rows; the world's gradient all-reduce sums it over the CP group.
+    if (has_sink) result.push_back(raw::attention_sink_grad(dout, dlse, saved.out, saved.lse, ctx.sink, QkvFormat::thd));
+    return result;
   };
+  std::vector<Tensor> inputs{q, k, v};
+  if (has_sink) inputs.push_back(spec.sink);
   auto outputs = autograd::record("context_parallel_attention[" + comm_type_name(cp.comm_type) + "]", {out, lse},
-                                  {q, k, v}, backward);
+                                  inputs, backward);
   return {outputs[0], outputs[1]};
 }
 

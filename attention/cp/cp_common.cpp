@@ -1,4 +1,5 @@
 // Building blocks shared by the CP strategies: the context's helpers and the Ulysses exchange.
+#include "attention/attention_sink.h"
 #include "framework/tensor/ops/copy.h"
 #include "framework/tensor/ops/index.h"
 #include "framework/tensor/ops/reduce.h"
@@ -51,6 +52,19 @@ Tensor reduce_replicated_kv_heads(const Tensor& grad, int64_t num_kv_heads) {
   // (T, A, D) -> (T, Hkv, A / Hkv, D) -> sum over the replicas.
   Tensor grouped = raw::reshape(grad, {grad.size(0), num_kv_heads, replicated / num_kv_heads, grad.size(2)});
   return raw::sum(grouped, {2});
+}
+
+}  // namespace cpf::cp
+
+namespace cpf::cp {
+
+CpForward with_sink(const CpContext& ctx, CpForward forward, int64_t first_head) {
+  if (!ctx.sink.defined()) return forward;
+  const Tensor slice = raw::contiguous(raw::narrow(ctx.sink, 0, first_head, forward.out.size(1)));
+  raw::SinkRescaled rescaled = raw::apply_attention_sink(forward.out, forward.lse, slice, QkvFormat::thd);
+  forward.out = rescaled.out;
+  forward.lse = rescaled.lse;
+  return forward;
 }
 
 }  // namespace cpf::cp

@@ -113,6 +113,8 @@ const MatrixRow kRows[] = {
     {"KV heads < a2a size (8 q / 2 kv, cp 4)", [](CpQuery& q) { q.num_kv_heads = 2; }},
     {"MLA (d_qk 192, d_v 128)", [](CpQuery& q) { q.head_dim_qk = 192; q.head_dim_v = 128; }},
     {"GQA + MLA", [](CpQuery& q) { q.num_kv_heads = 2; q.head_dim_qk = 192; q.head_dim_v = 128; }},
+    {"attention sink (learnable logit per query head)", [](CpQuery& q) { q.attention_sink = true; }},
+    {"attention sink + GQA + MLA + sliding window", [](CpQuery& q) { q.attention_sink = true; q.num_kv_heads = 2; q.head_dim_qk = 192; q.head_dim_v = 128; q.window = {128, 0}; }},
     {"heads not divisible by a2a size (6 q / 6 kv, cp 4)", [](CpQuery& q) { q.num_heads = 6; q.num_kv_heads = 6; }},
     {"KV heads neither dividing nor divisible (12 q / 3 kv, cp 4)", [](CpQuery& q) { q.num_heads = 12; q.num_kv_heads = 3; }},
     {"cross-attention", [](CpQuery& q) { q.cross_attention = true; }},

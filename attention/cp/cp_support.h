@@ -22,6 +22,7 @@ struct CpQuery {
   int64_t head_dim_qk = 64;
   int64_t head_dim_v = 64;
   bool cross_attention = false;  // q and kv sequences differ
+  bool attention_sink = false;   // spec.sink: every strategy applies it once per merged row
 };
 
 // nullopt when supported; otherwise the reason, naming the values.

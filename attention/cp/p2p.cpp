@@ -216,7 +216,7 @@ CpGrads ring_backward(const CpContext& ctx, dist::ProcessGroup& group, const std
 }
 
 CpForward p2p_forward(const CpContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v) {
-  return ring_forward(ctx, *ctx.groups.group, single_rank_layouts(ctx), q, k, v);
+  return with_sink(ctx, ring_forward(ctx, *ctx.groups.group, single_rank_layouts(ctx), q, k, v));
 }
 
 CpGrads p2p_backward(const CpContext& ctx, const Tensor& dout, const Tensor& dlse, const Tensor& q, const Tensor& k,

@@ -19,6 +19,9 @@ struct CpContext {
   CpStats* stats = nullptr;            // never null inside a strategy
   bool backward = false;               // counts bytes into the backward figures when set
   int streams = 2;                     // ContextParallel::compute_streams
+  // The attention sink (Hq) of the call, or undefined. ctx.spec never carries it (every tile and ring
+  // step runs without it); each strategy applies it once to its merged rows with with_sink().
+  Tensor sink;
 
   // This rank's own storage as a layout (one member).
   GroupLayout own_layout() const { return make_group_layout(global, cp_size, {cp_rank}); }
@@ -61,6 +64,10 @@ CpGrads a2a_p2p_backward(const CpContext& ctx, const Tensor& dout, const Tensor&
                          const Tensor& k, const Tensor& v, const CpSaved& saved);
 
 // ---- shared building blocks ----
+
+// `forward` with ctx.sink in every row's denominator (attention_sink.h), for merged rows holding
+// query heads [first_head, first_head + heads) (a Ulysses head slice starts past 0). No-op without a sink.
+CpForward with_sink(const CpContext& ctx, CpForward forward, int64_t first_head = 0);
 
 // The ring over `group`: member j of the group holds storage layouts[j] (sequence-major); q, k, v
 // are in layouts[group.rank()]. Used by p2p (one rank per member) and a2a+p2p (one a2a group per

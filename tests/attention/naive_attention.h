@@ -105,4 +105,43 @@ inline NaiveAttention naive_attention(const Tensor& q, const Tensor& k, const Te
   return naive_attention_masked(q, k, v, spec, naive_mask(spec, info, rows, s_q, s_kv));
 }
 
+// The oracle with an attention sink (h_q): the softmax runs over the visible keys plus one more
+// column holding sink_h, whose value is zero. Rows that see no key keep out = 0 and lse = -inf (the
+// rule of attention_sink.h). Built from autograd primitives, so d(sink) comes from the engine.
+inline NaiveAttention naive_attention_with_sink(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                const AttentionSpec& spec, const std::optional<SequenceInfo>& seq,
+                                                const Tensor& sink) {
+  const QkvFormat f = spec.qkv_format;
+  const bool thd = f == QkvFormat::thd;
+  const int64_t rows = thd ? 1 : q.size(f == QkvFormat::bshd ? 0 : 1);
+  const int64_t s_q = thd ? q.size(0) : q.size(f == QkvFormat::bshd ? 1 : 0);
+  const int64_t s_kv = thd ? k.size(0) : k.size(f == QkvFormat::bshd ? 1 : 0);
+  const SequenceInfo info = seq ? *seq
+                                : SequenceInfo::from_lengths(std::vector<int64_t>(rows, s_q),
+                                                             std::vector<int64_t>(rows, s_kv), s_q, s_kv);
+  const Tensor mask = naive_mask(spec, info, rows, s_q, s_kv);
+  Tensor qh = to_rows_heads(q, f), kh = to_rows_heads(k, f), vh = to_rows_heads(v, f);
+  const int64_t h_q = qh.size(1), h_kv = kh.size(1), group = h_q / h_kv;
+  auto repeat_heads = [&](const Tensor& t) {
+    Tensor e = expand(unsqueeze(t, 2), {rows, h_kv, group, t.size(2), t.size(3)});
+    return reshape(e, {rows, h_q, t.size(2), t.size(3)});
+  };
+  kh = repeat_heads(kh);
+  vh = repeat_heads(vh);
+  const DType dt = q.dtype();
+  const Tensor row_valid = raw::compare(raw::CompareOp::gt, raw::sum(raw::to(mask, dt), {-1}, true), 0.0);
+  const double scale = spec.softmax_scale.value_or(1.0 / std::sqrt(static_cast<double>(q.size(-1))));
+  const double inf = std::numeric_limits<double>::infinity();
+  Tensor scores = matmul(qh, transpose(kh, -1, -2)) * scale;
+  scores = where(mask, scores, full({}, -inf, {.dtype = dt}));
+  const Tensor sink_column = expand(reshape(sink, {1, h_q, 1, 1}), {rows, h_q, s_q, 1});
+  Tensor with_sink = cat({scores, sink_column}, -1);  // (R, H, Sq, Skv + 1)
+  Tensor lse = logsumexp(with_sink, {-1}, true);
+  Tensor probs = narrow(exp(with_sink - lse), -1, 0, s_kv);
+  Tensor out = where(row_valid, matmul(probs, vh), zeros({}, {.dtype = dt}));
+  lse = squeeze(where(row_valid, lse, full({}, -inf, {.dtype = dt})), -1);
+  if (thd) lse = select(lse, 0, 0);
+  return {from_rows_heads(out, f), lse};
+}
+
 }  // namespace cpf::testing

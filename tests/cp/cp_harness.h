@@ -37,15 +37,19 @@ struct CpCase {
   uint64_t seed = 7;
   // Explicit positions on the global SequenceInfo (the single-rank reference uses the same ones).
   Positions positions = Positions::slot_index;
+  // An attention sink (one learnable logit per query head, spec.sink) on both sides.
+  bool sink = false;
 };
 
 struct Tensors {
   Tensor out, lse, dq, dk, dv;
+  Tensor dsink;  // CpCase::sink: the reference's d(sink), or this rank's share of it
 };
 
 // Global problem: full tensors, sequence info, upstream gradients.
 struct Global {
   Tensor q, k, v, dout, dlse;
+  Tensor sink;  // (heads) f32 (f64 for f64 cases) when CpCase::sink
   std::optional<SequenceInfo> seq;
   std::vector<int64_t> cu, cu_padded;  // thd
   int64_t seq_dim = 1;                 // bshd 1, sbhd 0, thd 0
@@ -99,6 +103,9 @@ inline Global make_global(const CpCase& c) {
   g.dout = ::cpf::testing::random_tensor(shape(c.heads, c.d_v, tokens), c.dtype, c.seed + 3);
   const Shape lse_shape = c.format == QkvFormat::thd ? Shape{c.heads, tokens} : Shape{c.batch, c.heads, tokens};
   g.dlse = ::cpf::testing::random_tensor(lse_shape, c.dtype == DType::f64 ? DType::f64 : DType::f32, c.seed + 4);
+  if (c.sink) {
+    g.sink = ::cpf::testing::random_tensor({c.heads}, c.dtype == DType::f64 ? DType::f64 : DType::f32, c.seed + 5, -2, 2);
+  }
   return g;
 }
 
@@ -114,9 +121,12 @@ inline AttentionSpec spec_of(const CpCase& c) {
 inline Tensors reference(const CpCase& c, const Global& g) {
   Tensor q = raw::clone(g.q).set_requires_grad(), k = raw::clone(g.k).set_requires_grad(),
          v = raw::clone(g.v).set_requires_grad();
-  auto [out, lse] = dot_product_attention(q, k, v, spec_of(c), g.seq);
+  AttentionSpec spec = spec_of(c);
+  Tensor sink;
+  if (g.sink.defined()) spec.sink = sink = raw::clone(g.sink).set_requires_grad();
+  auto [out, lse] = dot_product_attention(q, k, v, spec, g.seq);
   backward({out, lse}, {g.dout, raw::to(g.dlse, lse.dtype())});
-  return {out.detach(), lse.detach(), q.grad(), k.grad(), v.grad()};
+  return {out.detach(), lse.detach(), q.grad(), k.grad(), v.grad(), sink.defined() ? sink.grad() : Tensor()};
 }
 
 // A rank's shard of a global tensor along the token dimension.
@@ -154,9 +164,13 @@ inline std::vector<Tensors> run_cp(const CpCase& c, const Global& g, std::vector
     ShardedTensor q = sharded_input(c, g, g.q, r), k = sharded_input(c, g, g.k, r), v = sharded_input(c, g, g.v, r);
     for (ShardedTensor* t : {&q, &k, &v}) t->tensor.set_requires_grad();
     auto st = std::make_shared<CpStats>();
-    auto [out, lse] = context_parallel_attention(q, k, v, spec_of(c), g.seq, cp, st);
+    AttentionSpec spec = spec_of(c);
+    Tensor sink;
+    if (g.sink.defined()) spec.sink = sink = raw::clone(g.sink).set_requires_grad();
+    auto [out, lse] = context_parallel_attention(q, k, v, spec, g.seq, cp, st);
     backward({out, lse}, {shard(c, g, g.dout, g.seq_dim, r), raw::to(shard(c, g, g.dlse, lse_dim, r), lse.dtype())});
-    results[r] = {out.detach(), lse.detach(), q.tensor.grad(), k.tensor.grad(), v.tensor.grad()};
+    results[r] = {out.detach(), lse.detach(), q.tensor.grad(), k.tensor.grad(), v.tensor.grad(),
+                  sink.defined() ? sink.grad() : Tensor()};
     stats[r] = *st;
   }, {.timeout = std::chrono::milliseconds(60'000)});
   if (stats_out) *stats_out = stats;

@@ -1,0 +1,132 @@
+// Attention sinks under context parallelism: every strategy (cp 2 and 4), format, causal / windowed /
+// padding masks, MHA, GQA+MLA and MQA (KV heads replicated under Ulysses) against one rank: out,
+// lse, dq, dk, dv of each shard, and d(sink) summed over the ranks (each rank's share is its own
+// rows; the trainer's world all-reduce sums them). The sink counts once per row: a strategy that
+// added it per ring step or per query chunk would change out and lse here.
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "attention/cp/cp_support.h"
+#include "cp/cp_harness.h"
+#include "framework/tensor/ops/elementwise.h"
+
+namespace cpf::cp::testing {
+namespace {
+
+struct MaskCase {
+  const char* name;
+  MaskType mask;
+  AttentionWindow window;
+};
+
+const MaskCase kMasks[] = {
+    {"causal", MaskType::causal, {-1, 0}},
+    {"causal_left3", MaskType::causal, {3, 0}},
+    {"window_2_1", MaskType::no_mask, {2, 1}},
+    {"padding_window_5_2", MaskType::padding, {5, 2}},
+};
+
+struct HeadCase {
+  const char* name;
+  int64_t heads, kv_heads, d_qk, d_v;
+};
+
+const HeadCase kHeads[] = {
+    {"mha", 4, 4, 8, 8},
+    {"gqa_mla", 4, 2, 8, 4},
+    {"mqa", 4, 1, 6, 6},
+};
+
+struct Param {
+  CommType comm;
+  int cp;
+  QkvFormat format;
+  MaskCase mask;
+  HeadCase heads;
+};
+
+std::string param_name(const ::testing::TestParamInfo<Param>& info) {
+  const Param& p = info.param;
+  std::string comm = comm_type_name(p.comm);
+  for (char& ch : comm) {
+    if (ch == '+') ch = '_';
+  }
+  std::ostringstream os;
+  os << comm << "_cp" << p.cp << "_" << qkv_format_name(p.format) << "_" << p.mask.name << "_" << p.heads.name;
+  return os.str();
+}
+
+std::vector<Param> grid() {
+  std::vector<Param> params;
+  for (CommType comm : {CommType::p2p, CommType::all_gather, CommType::a2a, CommType::a2a_p2p}) {
+    for (int cp : {2, 4}) {
+      if (comm == CommType::a2a_p2p && cp != 4) continue;  // a2a+p2p runs as 2 x 2
+      for (QkvFormat format : {QkvFormat::bshd, QkvFormat::sbhd, QkvFormat::thd}) {
+        for (const MaskCase& mask : kMasks) {
+          for (const HeadCase& heads : kHeads) params.push_back({comm, cp, format, mask, heads});
+        }
+      }
+    }
+  }
+  return params;
+}
+
+void PrintTo(const Param& p, std::ostream* os) {
+  *os << comm_type_name(p.comm) << " cp" << p.cp << " " << qkv_format_name(p.format) << " " << p.mask.name << " "
+      << p.heads.name;
+}
+
+class CpSink : public ::testing::TestWithParam<Param> {};
+
+TEST_P(CpSink, ShardsAndSinkGradientEqualTheSingleRankResult) {
+  const Param& p = GetParam();
+  CpCase c;
+  c.comm = p.comm;
+  c.cp = p.cp;
+  c.a2a = p.comm == CommType::a2a_p2p ? 2 : 1;
+  c.format = p.format;
+  c.mask = p.mask.mask;
+  c.window = p.mask.window;
+  c.heads = p.heads.heads;
+  c.kv_heads = p.heads.kv_heads;
+  c.d_qk = p.heads.d_qk;
+  c.d_v = p.heads.d_v;
+  c.seq = 8 * c.cp;
+  c.sink = true;
+  CpQuery query{c.comm, c.cp, c.a2a, c.format, c.mask, c.window, c.heads, c.kv_heads, c.d_qk, c.d_v, false, true};
+  ASSERT_FALSE(check(query).has_value()) << *check(query);
+
+  const Global g = make_global(c);
+  const Tensors ref = reference(c, g);
+  const auto cp = run_cp(c, g);
+  const int64_t lse_dim = c.format == QkvFormat::thd ? 1 : 2;
+  Tensor dsink_sum = zeros_like(ref.dsink);
+  for (int r = 0; r < c.cp; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    const Tensors& got = cp[r];
+    EXPECT_TRUE(::cpf::testing::all_close(got.out, shard(c, g, ref.out, g.seq_dim, r), 2e-6, 1e-5)) << "out";
+    EXPECT_TRUE(::cpf::testing::all_close(got.lse, shard(c, g, ref.lse, lse_dim, r), 2e-6, 1e-5)) << "lse";
+    EXPECT_TRUE(::cpf::testing::all_close(got.dq, shard(c, g, ref.dq, g.seq_dim, r), 2e-6, 1e-5)) << "dq";
+    EXPECT_TRUE(::cpf::testing::all_close(got.dk, shard(c, g, ref.dk, g.seq_dim, r), 2e-6, 1e-5)) << "dk";
+    EXPECT_TRUE(::cpf::testing::all_close(got.dv, shard(c, g, ref.dv, g.seq_dim, r), 2e-6, 1e-5)) << "dv";
+    ASSERT_TRUE(got.dsink.defined()) << "no d(sink) on rank " << r;
+    dsink_sum = raw::binary(raw::BinaryOp::add, dsink_sum, got.dsink);
+  }
+  EXPECT_TRUE(::cpf::testing::all_close(dsink_sum, ref.dsink, 1e-5, 1e-5)) << "d(sink) summed over the ranks";
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryStrategy, CpSink, ::testing::ValuesIn(grid()), param_name);
+
+// A sink that does not match q's heads is refused before any communication.
+TEST(CpSinkValidation, RejectsASinkOfTheWrongShape) {
+  CpCase c;
+  c.sink = true;
+  Global g = make_global(c);
+  g.sink = zeros({c.heads + 1}, {.dtype = DType::f32});
+  EXPECT_CPF_ERROR(run_cp(c, g), "context parallel (p2p): the attention sink must hold one logit per query head, "
+                                 "shape [4]: sink=[5]");
+}
+
+}  // namespace
+}  // namespace cpf::cp::testing
