@@ -133,14 +133,20 @@ Tensor GPT::forward(const GPTInput& in, const cp::ContextParallel* cp) const {
   CPF_CHECK(in.tokens.device() == device() && in.positions.device() == device(), "GPT: tokens on ",
             in.tokens.device(), " and positions on ", in.positions.device(), " must be on the model's device ",
             device(), " (move the batch, e.g. models::to_device in models/gpt_input.h)");
-  const nn::Precision precision = this->precision();
-  Tensor x = embed_tokens_->forward(in.tokens);  // (T, C) in the parameter dtype: the residual stream
+  Tensor x = embed(in.tokens, in.positions);
+  for (const auto& block : blocks_) x = block->forward(x, in.seq, cp);
+  return logits(x);
+}
+
+Tensor GPT::embed(const Tensor& tokens, const Tensor& positions) const {
+  const int64_t t = tokens.size(0);
+  Tensor x = embed_tokens_->forward(tokens);  // (T, C) in the parameter dtype: the residual stream
   if (embed_positions_) {
     // Only padding can sit beyond the table (the config checks max_positions >= seq_len); its
     // embedding never reaches a loss or another token, so clamping it is harmless.
     Tensor clamped;  // (T) i64
     if (device().is_cpu()) {
-      std::vector<int64_t> pos = in.positions.to_vector<int64_t>();
+      std::vector<int64_t> pos = positions.to_vector<int64_t>();
       for (int64_t& p : pos) {
         CPF_CHECK(p >= 0, "GPT: negative position ", p);
         p = std::min(p, options_.max_positions - 1);
@@ -149,15 +155,33 @@ Tensor GPT::forward(const GPTInput& in, const cp::ContextParallel* cp) const {
     } else {
       // On a device: clamp there instead of reading the positions back (a host sync every step). The
       // embedding kernel still rejects negative ids.
-      clamped = raw::binary(raw::BinaryOp::minimum, in.positions, static_cast<double>(options_.max_positions - 1));
+      clamped = raw::binary(raw::BinaryOp::minimum, positions, static_cast<double>(options_.max_positions - 1));
     }
     x = add(x, embed_positions_->forward(clamped));
   }
-  for (const auto& block : blocks_) x = block->forward(x, in.seq, cp);
-  x = precision.to_compute(final_norm_fn_(x));  // (T, C) in the compute dtype
-  if (lm_head_) return lm_head_->forward(x);    // (T, V)
+  return x;
+}
+
+Tensor GPT::logits(const Tensor& x_in) const {
+  const Tensor x = precision().to_compute(final_norm_fn_(x_in));  // (T, C) in the compute dtype
+  if (lm_head_) return lm_head_->forward(x);                    // (T, V)
   const Tensor table = nn::compute_parameter(embed_tokens_->weight(), x.dtype(), "GPT", "tied embedding");
   return linear(x, table);  // (T, V): the gradient of the table arrives (V, C), as the table is
+}
+
+Tensor GPT::forward_cached(const Tensor& tokens, const nn::KVCacheStep& step, std::vector<nn::KVCache>& caches) const {
+  step.check();
+  CPF_CHECK(tokens.defined() && tokens.dim() == 1 && tokens.dtype() == DType::i64 && tokens.size(0) == step.total_new(),
+            "GPT::forward_cached: tokens must be 1-D i64 with the step's ", step.total_new(), " new tokens, got ",
+            tokens.defined() ? tokens.shape() : Shape{});
+  CPF_CHECK(tokens.device() == device(), "GPT::forward_cached: tokens on ", tokens.device(),
+            " must be on the model's device ", device());
+  CPF_CHECK(caches.size() == blocks_.size(), "GPT::forward_cached: need one KVCache per block (", blocks_.size(),
+            "), got ", caches.size());
+  const std::vector<int64_t> pos = step.positions();
+  Tensor x = embed(tokens, from_vector(pos, {static_cast<int64_t>(pos.size())}, device()));
+  for (size_t i = 0; i < blocks_.size(); ++i) x = blocks_[i]->forward_cached(x, step, caches[i]);
+  return logits(x);
 }
 
 Tensor GPT::loss(const Tensor& logits, const Tensor& labels, int64_t normalizer, int64_t valid_labels) {

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "attention/cp/context_parallel.h"
+#include "attention/modules/kv_cache.h"
 #include "attention/sequence_info.h"
 #include "framework/config/schema.h"
 #include "framework/core/generator.h"
@@ -56,6 +57,7 @@ struct GPTOptions {
   int64_t qk_rope_head_dim = 16;
   int64_t v_head_dim = 32;
   int64_t window = -1;  // sliding window: keys at most `window` positions back; -1 = unbounded
+  bool attention_sink = false;  // a learnable logit per query head in every softmax denominator (gpt-oss)
   nn::Activation mlp = nn::Activation::gelu;
   int64_t intermediate_size = 0;  // 0 = 4 * hidden (gelu) or 8/3 * hidden rounded up to 8 (swiglu)
   NormType norm = NormType::rmsnorm;
@@ -93,6 +95,8 @@ void describe(V& v, GPTOptions& o) {
   v.field("v_head_dim", o.v_head_dim, "mla: value dims per head", Range{1, 4096});
   v.field("window", o.window, "sliding-window attention: keys at most this many positions back; -1 = unbounded",
           Range{-1, 1e9});
+  v.field("attention_sink", o.attention_sink,
+          "a learnable logit per query head in every softmax denominator (parameter attn.sinks, gpt-oss)");
   v.choice("mlp", o.mlp, Choices<nn::Activation>{{"gelu", nn::Activation::gelu}, {"swiglu", nn::Activation::swiglu}},
            "feed-forward block: GELU (GPT-2) or SwiGLU (Llama)");
   v.field("intermediate_size", o.intermediate_size,
@@ -140,6 +144,12 @@ class GPT : public nn::Module {
   // logits (T, vocab_size). `cp`: context parallelism (null or a group of size 1 = none).
   Tensor forward(const GPTInput& input, const cp::ContextParallel* cp = nullptr) const;
 
+  // Incremental decoding (models/gpt_decoder.h drives it): tokens (T_new) i64 are `step`'s new tokens
+  // packed per sequence (attention/modules/kv_cache.h), `caches` one KVCache per block. Returns their
+  // logits (T_new, vocab_size): the rows forward() gives for the same tokens over each whole prefix.
+  // Under NoGradGuard, without CP.
+  Tensor forward_cached(const Tensor& tokens, const nn::KVCacheStep& step, std::vector<nn::KVCache>& caches) const;
+
   // The summed cross-entropy over labels != -100 divided by `normalizer` (the number of valid labels
   // over every rank sharing the step, >= 1), so that summing it over those ranks gives their mean. The
   // loss is f32 for f32 or bf16 logits. `valid_labels`: the count of labels != -100 when the caller
@@ -154,6 +164,9 @@ class GPT : public nn::Module {
   Device device() const { return embed_tokens_->weight().device(); }
 
  private:
+  Tensor embed(const Tensor& tokens, const Tensor& positions) const;  // (T, C) residual stream
+  Tensor logits(const Tensor& x) const;                               // final norm and LM head
+
   GPTOptions options_;
   std::shared_ptr<nn::Embedding> embed_tokens_, embed_positions_;
   std::vector<std::shared_ptr<GPTBlock>> blocks_;

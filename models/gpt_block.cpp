@@ -42,8 +42,8 @@ GPTBlock::GPTBlock(const GPTOptions& o, Generator* gen)
   attn_norm_ = make_norm(o);
   register_module("attn_norm", attn_norm_.module);
   if (o.attention == AttentionType::mla) {
-    mla_ = register_module("attn", std::make_shared<MultiHeadLatentAttention>(
-                                       MultiHeadLatentAttentionOptions{.hidden_size = o.hidden_size,
+    mla_ = register_module("attn", std::make_shared<nn::MultiHeadLatentAttention>(
+                                       nn::MultiHeadLatentAttentionOptions{.hidden_size = o.hidden_size,
                                                                        .num_heads = o.num_heads,
                                                                        .q_lora_rank = o.q_lora_rank,
                                                                        .kv_lora_rank = o.kv_lora_rank,
@@ -59,13 +59,14 @@ GPTBlock::GPTBlock(const GPTOptions& o, Generator* gen)
                                                                        .bias = o.bias,
                                                                        .init_std = o.init_std,
                                                                        .dtype = o.dtype,
+                                                                       .attention_sink = o.attention_sink,
                                                                        .flash = o.flash},
                                        gen));
     reinit_normal(parameter(*mla_, "o_proj.weight"), residual_std, gen);
   } else {
     mha_ = register_module(
-        "attn", std::make_shared<MultiHeadAttention>(
-                    MultiHeadAttentionOptions{.hidden_size = o.hidden_size,
+        "attn", std::make_shared<nn::MultiHeadAttention>(
+                    nn::MultiHeadAttentionOptions{.hidden_size = o.hidden_size,
                                               .num_heads = o.num_heads,
                                               .num_kv_heads = o.attention == AttentionType::gqa ? o.num_kv_heads : 0,
                                               .head_dim = o.head_dim,
@@ -78,6 +79,7 @@ GPTBlock::GPTBlock(const GPTOptions& o, Generator* gen)
                                               .bias = o.bias,
                                               .init_std = o.init_std,
                                               .dtype = o.dtype,
+                                              .attention_sink = o.attention_sink,
                                               .flash = o.flash},
                     gen));
     reinit_normal(parameter(*mha_, "o_proj.weight"), residual_std, gen);
@@ -100,6 +102,14 @@ Tensor GPTBlock::forward(const Tensor& x, const SequenceInfo& seq, const cp::Con
   const Tensor x1 = add(x, precision_.to_param(attn));
   const Tensor m = mlp_->forward(precision_.to_compute(mlp_norm_.apply(x1)));  // (T, C) compute dtype
   return add(x1, precision_.to_param(m));                                       // (T, C)
+}
+
+Tensor GPTBlock::forward_cached(const Tensor& x, const nn::KVCacheStep& step, nn::KVCache& cache) const {
+  const Tensor h = precision_.to_compute(attn_norm_.apply(x));  // (T_new, C) compute dtype
+  const Tensor attn = mha_ ? mha_->forward_cached(h, step, cache) : mla_->forward_cached(h, step, cache);
+  const Tensor x1 = add(x, precision_.to_param(attn));
+  const Tensor m = mlp_->forward(precision_.to_compute(mlp_norm_.apply(x1)));
+  return add(x1, precision_.to_param(m));  // (T_new, C)
 }
 
 }  // namespace cpf::models

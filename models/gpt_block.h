@@ -33,12 +33,14 @@ class GPTBlock : public nn::Module {
   GPTBlock(const GPTOptions& options, Generator* gen);
   // x (T, C) -> (T, C); seq and cp as for GPT::forward.
   Tensor forward(const Tensor& x, const SequenceInfo& seq, const cp::ContextParallel* cp) const;
+  // Incremental decoding: x (T_new, C) holds `step`'s new tokens; `cache` is this block's (kv_cache.h).
+  Tensor forward_cached(const Tensor& x, const nn::KVCacheStep& step, nn::KVCache& cache) const;
 
  private:
   nn::Precision precision_;
   NormLayer attn_norm_, mlp_norm_;
-  std::shared_ptr<MultiHeadAttention> mha_;
-  std::shared_ptr<MultiHeadLatentAttention> mla_;
+  std::shared_ptr<nn::MultiHeadAttention> mha_;
+  std::shared_ptr<nn::MultiHeadLatentAttention> mla_;
   std::shared_ptr<nn::MLP> mlp_;
 };
 

@@ -7,6 +7,7 @@
 #include <map>
 #include <tuple>
 
+#include "apps/trainer/grad_accumulation.h"
 #include "attention/cp/cp_support.h"
 #include "framework/tensor/storage.h"
 #include "models/data/synthetic_tasks.h"
@@ -211,6 +212,12 @@ void check(const config::ConfigReader& reader, TrainConfig& c) {
                  {"parallel.cp", "parallel.cp_a2a_size", "model.num_heads", "model.num_kv_heads", "model.attention",
                   "model.hidden_size", "model.head_dim", "model.window"});
     }
+  }
+
+  if (auto p = accumulation_problem(c)) {
+    check.fail(p->key, p->problem,
+               {"data.total_batch_tokens", "run.grad_accum_steps", "data.batch_size", "data.seq_len",
+                "data.tokens_per_batch", "parallel.dp"});
   }
 
   const auto& opt = c.optimizer;

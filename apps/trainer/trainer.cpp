@@ -12,6 +12,9 @@
 #include "apps/trainer/checkpointing.h"
 #include "apps/trainer/device_memory.h"
 #include "apps/trainer/evaluation.h"
+#include "apps/trainer/grad_accumulation.h"
+#include "apps/trainer/process_memory.h"
+#include "apps/trainer/run_plot.h"
 #include "apps/trainer/resume_rules.h"
 #include "apps/trainer/run_folder.h"
 #include "apps/trainer/stop_signals.h"
@@ -110,6 +113,7 @@ class RankTrainer {
                                                          dist::GradientReducerOptions{.op = dist::ReduceOp::sum});
     }
     loader_ = std::make_unique<data::DataLoader>(sources.train, config.data, groups_.dp_rank, groups_.dp_size);
+    accum_steps_ = grad_accum_steps(config);
   }
 
   void run();
@@ -163,6 +167,9 @@ void RankTrainer::resume() {
       // A checkpoint of another config: name the keys that differ instead of two hashes.
       if (auto why = explain_config_mismatch(c_)) CPF_FAIL(*why);
       throw;
+  int64_t accum_steps_ = 1;  // micro-batches per optimizer step
+  int64_t tokens_seen_ = 0;  // rank 0: training tokens of steps 1..step_, resumed sessions included
+  std::optional<int64_t> tokens_at_start_;  // rank 0: from metrics.jsonl; nullopt when it does not tell
     }
   }
   groups_.world->barrier();
@@ -233,14 +240,15 @@ void RankTrainer::check_nonfinite_steps(int64_t consecutive, double norm) const 
 }
 
 double RankTrainer::train_step(int64_t step, double* grad_norm, int64_t* tokens) {
-  const data::Batch batch = loader_->next();
-  *tokens = batch.tokens.numel() * groups_.dp_size;
-  Tensor loss = batch_loss(*model_, batch, groups_);
-  backward(loss);
-  const bool distributed = groups_.world->size() > 1;
-  // Each rank's loss is already divided by the world's token count: summing gives the mean.
-  if (reducer_) reducer_->finish();
-  const double step_loss = distributed ? groups_.world->all_reduce(loss.detach()).item<double>() : loss.item<double>();
+  // run.grad_accum_steps micro-batches, accumulated exactly as one batch (grad_accumulation.h); each
+  // micro-batch's loss is divided by the step's token count over the world, so the sum is the mean.
+  std::vector<data::Batch> micro_batches;
+  *tokens = 0;
+  for (int64_t i = 0; i < accum_steps_; ++i) {
+    micro_batches.push_back(loader_->next());
+    *tokens += micro_batches.back().tokens.numel() * groups_.dp_size;
+  }
+  const double step_loss = accumulate_gradients(*model_, micro_batches, groups_, reducer_.get()).loss;
   const double norm = c_.run.grad_clip > 0 ? optim::clip_grad_norm_(params_, c_.run.grad_clip) : optim::grad_norm(params_);
   *grad_norm = norm;
   if (std::isfinite(norm)) {
@@ -323,6 +331,11 @@ void RankTrainer::run() {
                                   .tokens_per_second = window_tokens / std::max(window_seconds, 1e-9),
                                   .elapsed_seconds = seconds_since(t0),
                                   .eta_seconds = per_step * static_cast<double>(c_.run.steps - step_),
+  if (logger_ && accum_steps_ > 1) {
+    logger_->note("gradient accumulation: " + std::to_string(accum_steps_) + " micro-batches per step (" +
+                  std::to_string(accum_steps_ * micro_step_tokens(c_)) + " tokens per step over " +
+                  std::to_string(groups_.dp_size) + " DP rank(s))");
+  }
                                   .peak_memory_bytes = peak_memory()},
                       true);
         window_seconds = window_loss = 0;

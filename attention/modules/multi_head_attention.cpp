@@ -3,7 +3,7 @@
 #include "attention/modules/attention_layout.h"
 #include "framework/autograd/ops.h"
 
-namespace cpf {
+namespace cpf::nn {
 namespace {
 
 constexpr const char* kOp = "MultiHeadAttention";
@@ -52,6 +52,8 @@ MultiHeadAttention::MultiHeadAttention(const MultiHeadAttentionOptions& options,
   k_proj_ = register_module("k_proj", linear(o.hidden_size, o.num_kv_heads * o.head_dim));
   v_proj_ = register_module("v_proj", linear(o.hidden_size, o.num_kv_heads * o.head_dim));
   o_proj_ = register_module("o_proj", linear(o.num_heads * o.head_dim, o.hidden_size));
+  // The spec holds the parameter's handle: in-place updates, loads and moves reach every call.
+  if (o.attention_sink) spec_.sink = register_parameter("sinks", attention_modules::sink_parameter(o.num_heads, o.dtype));
 }
 
 Tensor MultiHeadAttention::forward(const Tensor& x, const std::optional<SequenceInfo>& seq,
@@ -79,4 +81,24 @@ Tensor MultiHeadAttention::forward(const Tensor& x, const std::optional<Sequence
   return o_proj_->forward(attention_modules::merge_heads(attn.out));  // (.., C)
 }
 
-}  // namespace cpf
+Tensor MultiHeadAttention::forward_cached(const Tensor& x, const KVCacheStep& step, KVCache& cache) const {
+  const MultiHeadAttentionOptions& o = options_;
+  check_cached_attention(spec_, x, step, kOp);
+  attention_modules::check_hidden(x, o.qkv_format, o.hidden_size, kOp);
+  using attention_modules::split_heads;
+  Tensor q = split_heads(q_proj_->forward(x), o.num_heads, o.head_dim);     // (T_new, H, D)
+  Tensor k = split_heads(k_proj_->forward(x), o.num_kv_heads, o.head_dim);  // (T_new, H_kv, D)
+  Tensor v = split_heads(v_proj_->forward(x), o.num_kv_heads, o.head_dim);  // (T_new, H_kv, D)
+  if (o.rope) {
+    const std::vector<int64_t> pos = step.positions();
+    const Tensor positions = from_vector(pos, {static_cast<int64_t>(pos.size())}, x.device());
+    q = attention_modules::apply_rope(q, o.qkv_format, positions, o.rope_base, o.rotary_dim);
+    k = attention_modules::apply_rope(k, o.qkv_format, positions, o.rope_base, o.rotary_dim);
+  }
+  cache.append(k, v, step);
+  const AttentionOutput attn =
+      dot_product_attention(q, cache.keys(), cache.values(), spec_, step.attention_info(), o.flash);
+  return o_proj_->forward(attention_modules::merge_heads(attn.out));  // (T_new, C)
+}
+
+}  // namespace cpf::nn

@@ -12,12 +12,13 @@
 
 #include "attention/cp/context_parallel.h"
 #include "attention/dot_product_attention.h"
+#include "attention/modules/kv_cache.h"
 #include "framework/core/generator.h"
 #include "framework/distributed/process_group.h"
 #include "framework/nn/linear.h"
 #include "framework/nn/module.h"
 
-namespace cpf {
+namespace cpf::nn {
 
 struct MultiHeadAttentionOptions {
   int64_t hidden_size = 0;
@@ -34,6 +35,9 @@ struct MultiHeadAttentionOptions {
   bool bias = false;
   double init_std = 0.0;  // forwarded to the projections (0 = uniform +-1/sqrt(in))
   DType dtype = DType::f32;
+  // A learnable logit per query head in every softmax denominator (attention_sink.h): parameter
+  // "sinks" (num_heads), f32 (f64 for f64 modules), zero at init (model.attention_sink).
+  bool attention_sink = false;
   FlashConfig flash;  // kernel choice (backend, deterministic) of the attention call without CP
 };
 
@@ -47,6 +51,12 @@ class MultiHeadAttention : public nn::Module {
   Tensor forward(const Tensor& x, const std::optional<SequenceInfo>& seq = std::nullopt,
                  const cp::ContextParallel* cp = nullptr) const;
 
+  // Incremental decoding (qkv_format thd, a causal mask, under NoGradGuard): x (T_new, C) holds the
+  // step's new tokens packed per sequence; their keys and values (after RoPE) join `cache` and each new
+  // token attends to its sequence's cached tokens and itself (kv_cache.h). Gives the rows forward()
+  // gives for the same tokens over each whole prefix.
+  Tensor forward_cached(const Tensor& x, const KVCacheStep& step, KVCache& cache) const;
+
   const MultiHeadAttentionOptions& options() const { return options_; }
   // The spec every forward call uses (heads and dims resolved).
   const AttentionSpec& spec() const { return spec_; }
@@ -57,4 +67,11 @@ class MultiHeadAttention : public nn::Module {
   std::shared_ptr<nn::Linear> q_proj_, k_proj_, v_proj_, o_proj_;
 };
 
+}  // namespace cpf::nn
+
+namespace cpf {
+// The old names, kept for one release.
+using MultiHeadAttention [[deprecated("use cpf::nn::MultiHeadAttention (moved to cpf::nn)")]] = nn::MultiHeadAttention;
+using MultiHeadAttentionOptions [[deprecated("use cpf::nn::MultiHeadAttentionOptions (moved to cpf::nn)")]] =
+    nn::MultiHeadAttentionOptions;
 }  // namespace cpf

@@ -6,7 +6,7 @@
 #include "framework/autograd/ops.h"
 #include "framework/nn/precision.h"
 
-namespace cpf {
+namespace cpf::nn {
 namespace {
 
 constexpr const char* kOp = "MultiHeadLatentAttention";
@@ -63,6 +63,8 @@ MultiHeadLatentAttention::MultiHeadLatentAttention(const MultiHeadLatentAttentio
   kv_a_norm_weight_ = kv_norm->weight;
   kv_b_proj_ = register_module("kv_b_proj", linear(o.kv_lora_rank, o.num_heads * (o.qk_nope_head_dim + o.v_head_dim)));
   o_proj_ = register_module("o_proj", linear(o.num_heads * o.v_head_dim, o.hidden_size));
+  // The spec holds the parameter's handle: in-place updates, loads and moves reach every call.
+  if (o.attention_sink) spec_.sink = register_parameter("sinks", attention_modules::sink_parameter(o.num_heads, o.dtype));
 }
 
 Tensor MultiHeadLatentAttention::project_q(const Tensor& x) const {
@@ -72,22 +74,16 @@ Tensor MultiHeadLatentAttention::project_q(const Tensor& x) const {
   return q_b_proj_->forward(rms_norm(latent, weight, options_.norm_eps));
 }
 
-Tensor MultiHeadLatentAttention::forward(const Tensor& x, const std::optional<SequenceInfo>& seq,
-                                         const cp::ContextParallel* cp) const {
+MultiHeadLatentAttention::QKV MultiHeadLatentAttention::project_qkv(const Tensor& x, const Tensor& q_positions,
+                                                                     const Tensor& kv_positions) const {
   const MultiHeadLatentAttentionOptions& o = options_;
-  const bool use_cp = cp != nullptr && cp->group != nullptr && cp->group->size() > 1;
-  auto positions = [&](const Tensor& t, bool kv) {
-    return use_cp ? attention_modules::cp_rope_positions(t, o.qkv_format, seq, kv, cp->group->size(), cp->group->rank())
-                  : attention_modules::rope_positions(t, o.qkv_format, seq, kv);
-  };
-  attention_modules::check_hidden(x, o.qkv_format, o.hidden_size, kOp);
   using attention_modules::apply_rope;
   using attention_modules::split_heads;
   const int64_t nope = o.qk_nope_head_dim, rope_dim = o.qk_rope_head_dim;
 
   const Tensor q = split_heads(project_q(x), o.num_heads, nope + rope_dim);  // (.., H, nope + rope)
   const std::vector<Tensor> q_parts = split(q, std::vector<int64_t>{nope, rope_dim}, -1);
-  const Tensor q_pe = apply_rope(q_parts[1], o.qkv_format, positions(q, false), o.rope_base, -1);
+  const Tensor q_pe = apply_rope(q_parts[1], o.qkv_format, q_positions, o.rope_base, -1);
 
   const std::vector<Tensor> kv_a = split(kv_a_proj_->forward(x), std::vector<int64_t>{o.kv_lora_rank, rope_dim}, -1);
   const Tensor kv_norm = nn::compute_parameter(kv_a_norm_weight_, kv_a[0].dtype(), kOp, "kv_a_layernorm weight");
@@ -96,16 +92,45 @@ Tensor MultiHeadLatentAttention::forward(const Tensor& x, const std::optional<Se
   const std::vector<Tensor> kv_parts = split(kv, std::vector<int64_t>{nope, o.v_head_dim}, -1);
   // One RoPE key per token, shared by every head: rotate it as a single head, then broadcast.
   Tensor k_pe = unsqueeze(kv_a[1], -2);  // (.., 1, rope)
-  k_pe = apply_rope(k_pe, o.qkv_format, positions(k_pe, true), o.rope_base, -1);
+  k_pe = apply_rope(k_pe, o.qkv_format, kv_positions, o.rope_base, -1);
   Shape heads_shape = k_pe.shape();
   heads_shape[heads_shape.size() - 2] = o.num_heads;
   k_pe = expand(k_pe, heads_shape);  // (.., H, rope)
 
-  const Tensor q_full = nope > 0 ? cat({q_parts[0], q_pe}, -1) : q_pe;
-  const Tensor k_full = nope > 0 ? cat({kv_parts[0], k_pe}, -1) : k_pe;
-  const AttentionOutput attn = use_cp ? cp::context_parallel_attention(q_full, k_full, kv_parts[1], spec_, seq, *cp)
-                                      : dot_product_attention(q_full, k_full, kv_parts[1], spec_, seq, o.flash);
+  return {.q = nope > 0 ? cat({q_parts[0], q_pe}, -1) : q_pe,
+          .k = nope > 0 ? cat({kv_parts[0], k_pe}, -1) : k_pe,
+          .v = kv_parts[1]};
+}
+
+Tensor MultiHeadLatentAttention::forward(const Tensor& x, const std::optional<SequenceInfo>& seq,
+                                         const cp::ContextParallel* cp) const {
+  const MultiHeadLatentAttentionOptions& o = options_;
+  const bool use_cp = cp != nullptr && cp->group != nullptr && cp->group->size() > 1;
+  attention_modules::check_hidden(x, o.qkv_format, o.hidden_size, kOp);
+  // Positions depend only on the leading (token) dims, the same for q and k: take them from x as one head.
+  const Tensor x_heads = attention_modules::split_heads(x, 1, o.hidden_size);
+  auto positions = [&](bool kv) {
+    return use_cp ? attention_modules::cp_rope_positions(x_heads, o.qkv_format, seq, kv, cp->group->size(),
+                                                         cp->group->rank())
+                  : attention_modules::rope_positions(x_heads, o.qkv_format, seq, kv);
+  };
+  const QKV qkv = project_qkv(x, positions(false), positions(true));
+  const AttentionOutput attn = use_cp ? cp::context_parallel_attention(qkv.q, qkv.k, qkv.v, spec_, seq, *cp)
+                                      : dot_product_attention(qkv.q, qkv.k, qkv.v, spec_, seq, o.flash);
   return o_proj_->forward(attention_modules::merge_heads(attn.out));  // (.., C)
 }
 
-}  // namespace cpf
+Tensor MultiHeadLatentAttention::forward_cached(const Tensor& x, const KVCacheStep& step, KVCache& cache) const {
+  check_cached_attention(spec_, x, step, kOp);
+  attention_modules::check_hidden(x, options_.qkv_format, options_.hidden_size, kOp);
+  const std::vector<int64_t> pos = step.positions();
+  const Tensor positions = from_vector(pos, {static_cast<int64_t>(pos.size())}, x.device());
+  const QKV qkv = project_qkv(x, positions, positions);
+  // The cache holds the per-head keys and values (not the latent): attention reads them directly.
+  cache.append(qkv.k, qkv.v, step);
+  const AttentionOutput attn =
+      dot_product_attention(qkv.q, cache.keys(), cache.values(), spec_, step.attention_info(), options_.flash);
+  return o_proj_->forward(attention_modules::merge_heads(attn.out));  // (T_new, C)
+}
+
+}  // namespace cpf::nn

@@ -14,12 +14,13 @@
 
 #include "attention/cp/context_parallel.h"
 #include "attention/dot_product_attention.h"
+#include "attention/modules/kv_cache.h"
 #include "framework/core/generator.h"
 #include "framework/distributed/process_group.h"
 #include "framework/nn/linear.h"
 #include "framework/nn/module.h"
 
-namespace cpf {
+namespace cpf::nn {
 
 struct MultiHeadLatentAttentionOptions {
   int64_t hidden_size = 0;
@@ -38,6 +39,9 @@ struct MultiHeadLatentAttentionOptions {
   bool bias = false;
   double init_std = 0.0;
   DType dtype = DType::f32;
+  // A learnable logit per query head in every softmax denominator (attention_sink.h): parameter
+  // "sinks" (num_heads), f32 (f64 for f64 modules), zero at init (model.attention_sink).
+  bool attention_sink = false;
   FlashConfig flash;  // kernel choice (backend, deterministic) of the attention call without CP
 };
 
@@ -51,11 +55,22 @@ class MultiHeadLatentAttention : public nn::Module {
   Tensor forward(const Tensor& x, const std::optional<SequenceInfo>& seq = std::nullopt,
                  const cp::ContextParallel* cp = nullptr) const;
 
+  // Incremental decoding (qkv_format thd, a causal mask, under NoGradGuard): x (T_new, C) holds the
+  // step's new tokens packed per sequence; their keys and values (after RoPE) join `cache` and each new
+  // token attends to its sequence's cached tokens and itself (kv_cache.h). Gives the rows forward()
+  // gives for the same tokens over each whole prefix.
+  Tensor forward_cached(const Tensor& x, const KVCacheStep& step, KVCache& cache) const;
+
   const MultiHeadLatentAttentionOptions& options() const { return options_; }
   const AttentionSpec& spec() const { return spec_; }
 
  private:
   Tensor project_q(const Tensor& x) const;
+  // q (.., H, nope + rope), k (.., H, nope + rope) and v (.., H, v_head_dim), RoPE applied at the positions.
+  struct QKV {
+    Tensor q, k, v;
+  };
+  QKV project_qkv(const Tensor& x, const Tensor& q_positions, const Tensor& kv_positions) const;
 
   MultiHeadLatentAttentionOptions options_;
   AttentionSpec spec_;
@@ -63,4 +78,12 @@ class MultiHeadLatentAttention : public nn::Module {
   Tensor q_a_norm_weight_, kv_a_norm_weight_;
 };
 
+}  // namespace cpf::nn
+
+namespace cpf {
+// The old names, kept for one release.
+using MultiHeadLatentAttention [[deprecated("use cpf::nn::MultiHeadLatentAttention (moved to cpf::nn)")]] =
+    nn::MultiHeadLatentAttention;
+using MultiHeadLatentAttentionOptions [[deprecated("use cpf::nn::MultiHeadLatentAttentionOptions (moved to cpf::nn)")]] =
+    nn::MultiHeadLatentAttentionOptions;
 }  // namespace cpf

@@ -9,6 +9,12 @@
 namespace cpf {
 namespace {
 
+// The modules live in cpf::nn (the cpf:: names are deprecated aliases, tested below).
+using nn::MultiHeadAttention;
+using nn::MultiHeadAttentionOptions;
+using nn::MultiHeadLatentAttention;
+using nn::MultiHeadLatentAttentionOptions;
+
 using Inputs = std::vector<Tensor>;
 
 // x first, then the module's parameters (perturbed in place by gradcheck, so the module sees them).

@@ -3,6 +3,8 @@
 // group guard and option validation.
 #include <gtest/gtest.h>
 
+#include <type_traits>
+
 #include <mutex>
 
 #include "attention/modules/multi_head_attention.h"
@@ -14,6 +16,12 @@
 
 namespace cpf {
 namespace {
+
+// The modules live in cpf::nn (the cpf:: names are deprecated aliases, tested below).
+using nn::MultiHeadAttention;
+using nn::MultiHeadAttentionOptions;
+using nn::MultiHeadLatentAttention;
+using nn::MultiHeadLatentAttentionOptions;
 
 using testing::all_close;
 using testing::random_tensor;
@@ -167,6 +175,15 @@ TEST(AttentionModules, RejectBadOptionsAndInputs) {
   EXPECT_CPF_ERROR(mla.forward(random_tensor({2, 6, 9}, DType::f64)),
                    "MultiHeadLatentAttention: qkv_format bshd expects (batch, seq, hidden) inputs with hidden = 10");
 }
+
+// The names before the move to cpf::nn stay for one release, as deprecated aliases of the same types.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+static_assert(std::is_same_v<cpf::MultiHeadAttention, nn::MultiHeadAttention>);
+static_assert(std::is_same_v<cpf::MultiHeadAttentionOptions, nn::MultiHeadAttentionOptions>);
+static_assert(std::is_same_v<cpf::MultiHeadLatentAttention, nn::MultiHeadLatentAttention>);
+static_assert(std::is_same_v<cpf::MultiHeadLatentAttentionOptions, nn::MultiHeadLatentAttentionOptions>);
+#pragma GCC diagnostic pop
 
 }  // namespace
 }  // namespace cpf
