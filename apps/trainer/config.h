@@ -56,6 +56,10 @@ void describe(V& v, DataOptions& o) {
   v.field("batch_size", o.batch_size, "bshd: rows per batch; thd: sets the default tokens_per_batch", Range{1, 1e7});
   v.field("tokens_per_batch", o.tokens_per_batch, "thd: storage tokens per batch and DP rank; 0 = batch_size x seq_len",
           Range{0, 1e9});
+  v.field("total_batch_tokens", o.total_batch_tokens,
+          "tokens per optimizer step over all DP ranks (gradient accumulation: a multiple of tokens per batch x "
+          "parallel.dp); 0 = one batch per step (or run.grad_accum_steps)",
+          Range{0, 1e15});
   v.field("pad_multiple", o.pad_multiple, "pad every sequence slot to a multiple; under CP a multiple of 2 x cp",
           Range{1, 1e6});
   int64_t seed = static_cast<int64_t>(o.seed);
@@ -93,6 +97,7 @@ struct RunOptions {
   double target_accuracy = 0.0;   // > 0: stop once exact-match accuracy reaches it
   double target_loss = 0.0;       // > 0: stop once the held-out loss falls to it
   int64_t threads = 0;            // OpenMP threads per rank; 0 = cores / ranks
+  int64_t grad_accum_steps = 1;   // micro-batches per optimizer step (apps/trainer/grad_accumulation.h)
   RunDevice device = RunDevice::cpu;  // cuda: rank r on cuda:(r % visible GPUs)
   PrecisionMode precision = PrecisionMode::fp32;
 };
@@ -170,6 +175,9 @@ void describe(V& v, RunOptions& o) {
           Range{0, 1});
   v.field("target_loss", o.target_loss, "stop once the held-out loss falls to it; 0 = off", Range{0, 1e9});
   v.field("threads", o.threads, "OpenMP threads per rank; 0 = cores / ranks", Range{0, 1024});
+  v.field("grad_accum_steps", o.grad_accum_steps,
+          "micro-batches per optimizer step, accumulated exactly as one batch (or set data.total_batch_tokens)",
+          Range{1, 1e6});
   v.choice("device", o.device, config::Choices<RunDevice>{{"cpu", RunDevice::cpu}, {"cuda", RunDevice::cuda}},
            "where every rank computes: cpu, or cuda (rank r on GPU r % visible GPUs)");
   v.choice("precision", o.precision,

@@ -13,8 +13,6 @@
 #include "apps/trainer/device_memory.h"
 #include "apps/trainer/evaluation.h"
 #include "apps/trainer/grad_accumulation.h"
-#include "apps/trainer/process_memory.h"
-#include "apps/trainer/run_plot.h"
 #include "apps/trainer/resume_rules.h"
 #include "apps/trainer/run_folder.h"
 #include "apps/trainer/stop_signals.h"
@@ -155,6 +153,7 @@ class RankTrainer {
   std::unique_ptr<dist::GradientReducer> reducer_;  // null on one rank
   std::unique_ptr<data::DataLoader> loader_;
   int64_t step_ = 0;
+  int64_t accum_steps_ = 1;  // micro-batches per optimizer step
   std::string last_checkpoint_;
 };
 
@@ -167,9 +166,6 @@ void RankTrainer::resume() {
       // A checkpoint of another config: name the keys that differ instead of two hashes.
       if (auto why = explain_config_mismatch(c_)) CPF_FAIL(*why);
       throw;
-  int64_t accum_steps_ = 1;  // micro-batches per optimizer step
-  int64_t tokens_seen_ = 0;  // rank 0: training tokens of steps 1..step_, resumed sessions included
-  std::optional<int64_t> tokens_at_start_;  // rank 0: from metrics.jsonl; nullopt when it does not tell
     }
   }
   groups_.world->barrier();
@@ -296,6 +292,11 @@ void RankTrainer::checkpoint(int64_t step) {
 void RankTrainer::run() {
   resume();
   start_writing();
+  if (logger_ && accum_steps_ > 1) {
+    logger_->note("gradient accumulation: " + std::to_string(accum_steps_) + " micro-batches per step (" +
+                  std::to_string(accum_steps_ * micro_step_tokens(c_)) + " tokens per step over " +
+                  std::to_string(groups_.dp_size) + " DP rank(s))");
+  }
   const int64_t start = step_;
   if (rank0()) shared_.outcome.start_step = start;
   const auto t0 = Clock::now();
@@ -331,11 +332,6 @@ void RankTrainer::run() {
                                   .tokens_per_second = window_tokens / std::max(window_seconds, 1e-9),
                                   .elapsed_seconds = seconds_since(t0),
                                   .eta_seconds = per_step * static_cast<double>(c_.run.steps - step_),
-  if (logger_ && accum_steps_ > 1) {
-    logger_->note("gradient accumulation: " + std::to_string(accum_steps_) + " micro-batches per step (" +
-                  std::to_string(accum_steps_ * micro_step_tokens(c_)) + " tokens per step over " +
-                  std::to_string(groups_.dp_size) + " DP rank(s))");
-  }
                                   .peak_memory_bytes = peak_memory()},
                       true);
         window_seconds = window_loss = 0;

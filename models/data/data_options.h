@@ -33,6 +33,7 @@ struct DataOptions {
   int64_t batch_size = 8;              // bshd: B; thd: tokens_per_batch defaults to batch_size * seq_len
   int64_t tokens_per_batch = 0;        // thd: storage tokens per batch (0 = batch_size * seq_len)
   int64_t pad_multiple = 1;            // slot/row padding; 2 * cp_size (or a multiple) under CP
+  int64_t total_batch_tokens = 0;      // per optimizer step over the DP ranks (gradient accumulation); 0 = one batch
 
   // ---- order ----
   uint64_t seed = 1234;

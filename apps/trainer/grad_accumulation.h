@@ -1,0 +1,50 @@
+#pragma once
+// Gradient accumulation: one optimizer step over several micro-batches (llm.c's "total batch size").
+//
+// Each DP rank runs run.grad_accum_steps micro-batches per step, each the usual data batch
+// (data.batch_size rows, or data.tokens_per_batch tokens). data.total_batch_tokens sets the count from a
+// total instead:  grad_accum_steps = total_batch_tokens / (tokens per batch x parallel.dp).
+//
+// Exactness: the valid labels of every micro-batch of every rank are counted before the first forward,
+// and each micro-batch's summed token loss is divided by that total. The gradients that accumulate in
+// .grad, and the summed loss, are then those of the mean over one batch holding all the micro-batches;
+// only the order of the float additions differs. DP ranks all-reduce the gradients once, in the last
+// micro-batch's backward (GradientReducer::set_sync); CP ranks shard every micro-batch as usual.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "apps/trainer/config.h"
+#include "apps/trainer/evaluation.h"
+#include "framework/distributed/grad_reducer.h"
+
+namespace cpf::trainer {
+
+// Storage tokens one micro-step processes over the world: tokens per batch and DP rank x parallel.dp.
+int64_t micro_step_tokens(const TrainConfig& config);
+
+// The config's problem with accumulation as {key, "problem"} (for the config reader's file:line:column
+// message), or nullopt: data.total_batch_tokens not a multiple of micro_step_tokens, or disagreeing with
+// an explicit run.grad_accum_steps.
+struct AccumulationProblem {
+  std::string key;
+  std::string problem;
+};
+std::optional<AccumulationProblem> accumulation_problem(const TrainConfig& config);
+
+// Micro-batches per optimizer step (>= 1). Throws Error with the problem above.
+int64_t grad_accum_steps(const TrainConfig& config);
+
+struct AccumulatedLoss {
+  double loss = 0;               // mean token loss of the whole step (every rank gets it)
+  int64_t valid_labels = 0;      // labels of the whole step over the world
+};
+
+// Forward and backward of this rank's micro-batches of one step, accumulating into the parameters'
+// .grad (which the caller zeroes after the optimizer step). `reducer` (null on one rank) has its sync
+// off for every micro-batch but the last, and is finished before returning.
+AccumulatedLoss accumulate_gradients(const models::GPT& model, const std::vector<data::Batch>& micro_batches,
+                                     const RankGroups& groups, dist::GradientReducer* reducer);
+
+}  // namespace cpf::trainer
