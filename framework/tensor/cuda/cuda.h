@@ -24,6 +24,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "framework/tensor/tensor.h"
 
@@ -35,6 +36,8 @@ void register_backend();
 // Number of visible CUDA devices; 0 when there is no GPU or no driver (never throws).
 int device_count();
 inline bool is_available() { return device_count() > 0; }
+// The device's marketing name (cudaDeviceProp::name, e.g. "NVIDIA H100 80GB HBM3").
+std::string device_name(int device = 0);
 
 struct MemoryStats {
   size_t allocated = 0;       // bytes in blocks handed out to tensors (size-class rounded)

@@ -29,6 +29,14 @@ std::atomic<bool> g_allow_tf32{false};
 
 }  // namespace
 
+std::string device_name(int device) {
+  CPF_CHECK(device >= 0 && device < device_count(), "cuda::device_name: no CUDA device ", device, " (",
+            device_count(), " visible)");
+  cudaDeviceProp prop{};
+  CPF_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  return prop.name;
+}
+
 int device_count() {
   // Cached: the count cannot change while the process runs. No driver or no GPU gives 0.
   static const int count = [] {
