@@ -5,6 +5,7 @@
 #include "framework/autograd/ops.h"
 #include "framework/tensor/ops/elementwise.h"
 #include "models/gpt_block.h"
+#include "framework/tensor/profile.h"
 
 namespace cpf::models {
 namespace {
@@ -185,6 +186,7 @@ Tensor GPT::forward_cached(const Tensor& tokens, const nn::KVCacheStep& step, st
 }
 
 Tensor GPT::loss(const Tensor& logits, const Tensor& labels, int64_t normalizer, int64_t valid_labels) {
+  const profile::Scope scope("forward/loss", logits.defined() ? logits.device() : Device::cpu());
   CPF_CHECK(normalizer >= 1, "GPT::loss: normalizer=", normalizer, " must be at least 1 (the valid-label count)");
   CPF_CHECK(labels.defined() && logits.defined() && labels.dim() == 1 && logits.dim() == 2 &&
                 labels.size(0) == logits.size(0),

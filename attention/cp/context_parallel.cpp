@@ -8,6 +8,7 @@
 #include "framework/autograd/node.h"
 #include "framework/tensor/ops/copy.h"
 #include "framework/tensor/ops/views.h"
+#include "framework/tensor/profile.h"
 
 namespace cpf::cp {
 namespace {
@@ -229,6 +230,7 @@ CpGrads run_backward(const CpContext& ctx, const Tensor& dout, const Tensor& dls
 AttentionOutput context_parallel_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                            const AttentionSpec& spec, const std::optional<SequenceInfo>& seq,
                                            const ContextParallel& cp, std::shared_ptr<CpStats> stats) {
+  const profile::Scope scope("forward/cp_attention", q.defined() ? q.device() : Device::cpu());
   Resolved r = resolve(q, k, v, spec, seq, cp);
   if (!stats) stats = std::make_shared<CpStats>();
   r.ctx.stats = stats.get();

@@ -1,5 +1,6 @@
 #include "framework/autograd/engine.h"
 
+#include <optional>
 #include <queue>
 #include <unordered_map>
 #include <unordered_set>
@@ -7,9 +8,19 @@
 #include "framework/autograd/grad_mode.h"
 #include "framework/autograd/node.h"
 #include "framework/tensor/ops/elementwise.h"
+#include "framework/tensor/profile.h"
 
 namespace cpf {
 namespace {
+
+// The device of a node's incoming gradients (the CPU when none is defined): where its backward runs,
+// for the profiler's GPU timer.
+Device grads_device(const std::vector<Tensor>& grads) {
+  for (const Tensor& g : grads) {
+    if (g.defined()) return g.device();
+  }
+  return Device::cpu();
+}
 
 using autograd::Edge;
 using autograd::Node;
@@ -104,7 +115,12 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
     Node* node = ready.top();
     ready.pop();
     NodeTask& task = tasks[node];
-    std::vector<Tensor> input_grads = node->apply(task.grads);
+    std::vector<Tensor> input_grads;
+    {
+      std::optional<profile::Scope> scope;
+      if (profile::enabled()) scope.emplace("backward/" + node->name(), grads_device(task.grads));
+      input_grads = node->apply(task.grads);
+    }
     task.grads.clear();
     const auto& edges = node->next_edges();
     CPF_CHECK(input_grads.size() == edges.size() || edges.empty(), "autograd: backward of '", node->name(),

@@ -4,6 +4,7 @@
 
 #include "framework/autograd/ops.h"
 #include "framework/nn/precision.h"
+#include "framework/tensor/profile.h"
 
 namespace cpf::nn {
 
@@ -25,6 +26,7 @@ Linear::Linear(const LinearOptions& options, Generator* gen) : options_(options)
 }
 
 Tensor Linear::forward(const Tensor& x) const {
+  const profile::Scope scope("forward/linear", x.device());
   CPF_CHECK(x.dim() >= 1 && x.size(-1) == options_.in_features, "Linear: input of shape ", x.shape(),
             " does not end in in_features=", options_.in_features);
   // Computes in x's dtype: f32 master weights are cast for a bf16 input (framework/nn/precision.h).
