@@ -84,3 +84,11 @@ Tensor apply_rope(const Tensor& x_heads, QkvFormat format, const Tensor& positio
 }
 
 }  // namespace cpf::attention_modules
+
+namespace cpf::attention_modules {
+
+Tensor sink_parameter(int64_t heads, DType module_dtype) {
+  return zeros({heads}, {.dtype = module_dtype == DType::f64 ? DType::f64 : DType::f32});
+}
+
+}  // namespace cpf::attention_modules

@@ -32,6 +32,10 @@ Tensor rope_positions(const Tensor& x_heads, QkvFormat format, const std::option
 Tensor cp_rope_positions(const Tensor& x_heads, QkvFormat format, const std::optional<SequenceInfo>& seq, bool kv,
                          int64_t cp_size, int64_t cp_rank);
 
+// The attention sink parameter of a module (attention_sink.h): (heads) zeros, f32 (f64 for f64 modules),
+// the dtypes the kernels take with any input dtype.
+Tensor sink_parameter(int64_t heads, DType module_dtype);
+
 // Rotates the first rotary_dim dims of every head of x (format, heads, dim) at `positions`.
 Tensor apply_rope(const Tensor& x_heads, QkvFormat format, const Tensor& positions, double base, int64_t rotary_dim);
 

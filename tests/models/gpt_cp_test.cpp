@@ -109,6 +109,24 @@ TEST(GPTContextParallel, GqaMlaAndLearnedPositions) {
   expect_cp_matches(options(AttentionType::mha, PositionType::learned), cp::CommType::p2p, 2);
 }
 
+// model.attention_sink: the blocks' "attn.sinks" gradients summed over the ranks equal one rank's.
+TEST(GPTContextParallel, AttentionSinksMatchOneRank) {
+  GPTOptions gqa = options(AttentionType::gqa, PositionType::rope);
+  gqa.attention_sink = true;
+  gqa.window = 5;
+  expect_cp_matches(gqa, cp::CommType::p2p, 2);
+  expect_cp_matches(gqa, cp::CommType::a2a, 2);
+  expect_cp_matches(gqa, cp::CommType::a2a_p2p, 4);
+  GPTOptions mla = options(AttentionType::mla, PositionType::rope);
+  mla.attention_sink = true;
+  expect_cp_matches(mla, cp::CommType::all_gather, 2);
+  Generator gen(3);
+  const GPT model(mla, &gen);
+  int sinks = 0;
+  for (const auto& [name, p] : model.named_parameters()) sinks += name.ends_with(".attn.sinks") ? 1 : 0;
+  EXPECT_EQ(sinks, mla.num_layers);
+}
+
 TEST(GPTContextParallel, ShardedInputMustMatchTheGlobalSequenceInfo) {
   const data::Batch batch = packed_batch();
   dist::launch(2, [&](dist::RankContext& ctx) {
