@@ -284,6 +284,7 @@ std::optional<std::string> cp_problem(const TrainConfig& c) {
   q.format = QkvFormat::thd;
   q.mask = MaskType::padding_causal;
   q.window = {m.window, 0};
+  q.attention_sink = m.attention_sink;
   q.num_heads = m.num_heads;
   if (m.attention == models::AttentionType::mla) {
     q.num_kv_heads = m.num_heads;
