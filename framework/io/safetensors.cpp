@@ -46,7 +46,87 @@ json parse_json_strict(const std::string& text, const std::string& where) {
 
 bool checked_mul(uint64_t a, uint64_t b, uint64_t& out) { return !__builtin_mul_overflow(a, b, &out); }
 
-SafetensorsEntry parse_entry(const std::string& where, const std::string& name, const json& value) {
+// A dtype Python writes that cpformer has no tensor type for, and the native dtype it widens to exactly.
+struct WidenedDType {
+  const char* name;
+  DType dtype;
+  uint64_t size;  // bytes per element in the file
+};
+constexpr WidenedDType kWidened[] = {{"F16", DType::f32, 2}, {"I8", DType::i32, 1},  {"U8", DType::i32, 1},
+                                     {"I16", DType::i32, 2}, {"U16", DType::i32, 2}, {"U32", DType::i64, 4},
+                                     {"U64", DType::i64, 8}};
+
+const WidenedDType* find_widened(const std::string& name) {
+  for (const WidenedDType& w : kWidened) {
+    if (name == w.name) return &w;
+  }
+  return nullptr;
+}
+
+// IEEE half -> float, exactly (every half is a float): subnormals, infinities and NaN payloads included.
+float half_to_float(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exponent = (h >> 10) & 0x1fu;
+  uint32_t mantissa = h & 0x3ffu;
+  uint32_t bits = 0;
+  if (exponent == 0x1f) {
+    bits = sign | 0x7f800000u | (mantissa << 13);
+  } else if (exponent != 0) {
+    bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
+  } else if (mantissa != 0) {  // subnormal: normalise
+    int shift = 0;
+    while ((mantissa & 0x400u) == 0) {
+      mantissa <<= 1;
+      ++shift;
+    }
+    bits = sign | (static_cast<uint32_t>(113 - shift) << 23) | ((mantissa & 0x3ffu) << 13);
+  } else {
+    bits = sign;
+  }
+  return std::bit_cast<float>(bits);
+}
+
+template <class From, class To>
+void widen_integers(const unsigned char* bytes, uint64_t count, To* out) {
+  for (uint64_t i = 0; i < count; ++i) {
+    From v;
+    std::memcpy(&v, bytes + i * sizeof(From), sizeof(From));
+    out[i] = static_cast<To>(v);
+  }
+}
+
+// Converts `count` elements of file dtype `w` from `bytes` into `t` (of w.dtype).
+void widen(const WidenedDType& w, const unsigned char* bytes, uint64_t count, Tensor& t, const std::string& where) {
+  const std::string name = w.name;
+  if (name == "F16") {
+    auto* out = static_cast<float*>(t.raw_data());
+    for (uint64_t i = 0; i < count; ++i) {
+      uint16_t h;
+      std::memcpy(&h, bytes + 2 * i, 2);
+      out[i] = half_to_float(h);
+    }
+  } else if (name == "I8") {
+    widen_integers<int8_t>(bytes, count, static_cast<int32_t*>(t.raw_data()));
+  } else if (name == "U8") {
+    widen_integers<uint8_t>(bytes, count, static_cast<int32_t*>(t.raw_data()));
+  } else if (name == "I16") {
+    widen_integers<int16_t>(bytes, count, static_cast<int32_t*>(t.raw_data()));
+  } else if (name == "U16") {
+    widen_integers<uint16_t>(bytes, count, static_cast<int32_t*>(t.raw_data()));
+  } else if (name == "U32") {
+    widen_integers<uint32_t>(bytes, count, static_cast<int64_t*>(t.raw_data()));
+  } else {  // U64
+    for (uint64_t i = 0; i < count; ++i) {
+      uint64_t v;
+      std::memcpy(&v, bytes + 8 * i, 8);
+      CPF_CHECK(v <= static_cast<uint64_t>(INT64_MAX), where, ": U64 element ", i, " is ", v,
+                ", above the largest i64 (", INT64_MAX, ") that cpformer loads U64 into");
+      static_cast<int64_t*>(t.raw_data())[i] = static_cast<int64_t>(v);
+    }
+  }
+}
+
+SafetensorsEntry parse_entry(const std::string& where, const std::string& name, const json& value, bool widen) {
   CPF_CHECK(!name.empty(), where, ": a tensor has an empty name");
   CPF_CHECK(value.is_object(), where, ": tensor '", name, "' is not a JSON object");
   for (const auto& [key, field] : value.items()) {
@@ -62,10 +142,19 @@ SafetensorsEntry parse_entry(const std::string& where, const std::string& name, 
   SafetensorsEntry e;
   e.name = name;
   const std::string dtype = value["dtype"].get<std::string>();
-  try {
-    e.dtype = dtype_from_safetensors_name(dtype);
-  } catch (const Error& err) {
-    CPF_FAIL(where, ": tensor '", name, "': ", err.message());
+  e.file_dtype = dtype;
+  uint64_t element_size = 0;
+  if (const WidenedDType* w = widen ? find_widened(dtype) : nullptr) {
+    e.dtype = w->dtype;
+    element_size = w->size;
+  } else {
+    try {
+      e.dtype = dtype_from_safetensors_name(dtype);
+    } catch (const Error& err) {
+      CPF_FAIL(where, ": tensor '", name, "': ", err.message(),
+               widen ? "; also read: F16, I8, U8, I16, U16, U32, U64" : "");
+    }
+    element_size = dtype_size(e.dtype);
   }
   uint64_t numel = 1;
   for (const json& d : value["shape"]) {
@@ -84,7 +173,7 @@ SafetensorsEntry parse_entry(const std::string& where, const std::string& name, 
   CPF_CHECK(e.begin <= e.end, where, ": tensor '", name, "' has data_offsets [", e.begin, ",", e.end,
             "] with begin after end");
   uint64_t nbytes = 0;
-  CPF_CHECK(checked_mul(numel, dtype_size(e.dtype), nbytes) && nbytes == e.end - e.begin, where, ": tensor '", name,
+  CPF_CHECK(checked_mul(numel, element_size, nbytes) && nbytes == e.end - e.begin, where, ": tensor '", name,
             "' of shape ", e.shape, " and dtype ", dtype, " needs ", nbytes, " bytes but data_offsets [", e.begin, ",",
             e.end, "] span ", e.end - e.begin);
   return e;
@@ -162,7 +251,7 @@ TensorChecksums save_safetensors(const std::string& path, const NamedTensors& te
 
 namespace {
 
-SafetensorsHeader read_header(const FileReader& reader) {
+SafetensorsHeader read_header(const FileReader& reader, bool widen) {
   const std::string where = "safetensors: " + reader.path();
   SafetensorsHeader h;
   h.file_size = reader.size();
@@ -194,7 +283,7 @@ SafetensorsHeader read_header(const FileReader& reader) {
       }
       continue;
     }
-    h.entries.push_back(parse_entry(where, key, value));
+    h.entries.push_back(parse_entry(where, key, value, widen));
   }
   // The tensors must tile the data section exactly.
   std::sort(h.entries.begin(), h.entries.end(), [](const SafetensorsEntry& a, const SafetensorsEntry& b) {
@@ -220,19 +309,26 @@ SafetensorsHeader read_header(const FileReader& reader) {
 
 SafetensorsHeader read_safetensors_header(const std::string& path) {
   FileReader reader(path);
-  return read_header(reader);
+  return read_header(reader, false);
 }
 
-SafetensorsHeader read_safetensors_header(const FileReader& reader) { return read_header(reader); }
+SafetensorsHeader read_safetensors_header(const FileReader& reader) { return read_header(reader, false); }
 
 NamedTensors load_safetensors(const std::string& path, Metadata* metadata) {
   FileReader reader(path);
-  const SafetensorsHeader h = read_header(reader);
+  const SafetensorsHeader h = read_header(reader, true);
   NamedTensors out;
   out.reserve(h.entries.size());
   for (const SafetensorsEntry& e : h.entries) {
     Tensor t = empty(e.shape, {.dtype = e.dtype});
     const uint64_t nbytes = e.end - e.begin;
+    if (const WidenedDType* w = find_widened(e.file_dtype)) {
+      std::vector<unsigned char> bytes(nbytes);
+      if (nbytes > 0) reader.read_at(h.data_start + e.begin, bytes.data(), nbytes);
+      widen(*w, bytes.data(), nbytes / w->size, t, "safetensors: " + path + ": tensor '" + e.name + "'");
+      out.emplace_back(e.name, std::move(t));
+      continue;
+    }
     if (nbytes > 0) reader.read_at(h.data_start + e.begin, t.raw_data(), nbytes);
     if (e.dtype == DType::boolean) {
       // Any byte other than 0 or 1 is not a valid C++ bool.

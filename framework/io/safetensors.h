@@ -8,7 +8,10 @@
 //              padded with spaces so the data starts 8-byte aligned (8 + N is a multiple of 8)
 //   [rest]     the tensors' bytes, row-major, little-endian; offsets are relative to this section
 //
-// Dtypes: F32, F64, BF16, I32, I64, BOOL (one byte, 0 or 1). Reading validates everything before a
+// Dtypes: F32, F64, BF16, I32, I64, BOOL (one byte, 0 or 1) are read and written as they are. What
+// Python also writes is read by load_safetensors, widened exactly to a dtype cpformer computes in: F16
+// -> f32; I8, U8, I16, U16 -> i32; U32 -> i64; U64 -> i64 (values above INT64_MAX are refused). The
+// header-only reader (checkpoint validation) accepts only the six native dtypes. Reading validates everything before a
 // byte of data is used: header length against the file size, JSON syntax, duplicate names, known
 // dtypes, non-negative shapes, shape x dtype size == byte length, and that the tensors tile the data
 // section exactly (sorted by offset, first at 0, no gap, no overlap, last ending at the file's end),
@@ -31,7 +34,8 @@ inline constexpr uint64_t kMaxSafetensorsHeader = 100'000'000;
 
 struct SafetensorsEntry {
   std::string name;
-  DType dtype = DType::f32;
+  DType dtype = DType::f32;  // what it loads as
+  std::string file_dtype;    // as the file names it ("F16", "U8", ...; equal to dtype's name when native)
   Shape shape;
   uint64_t begin = 0;  // byte offsets into the data section, [begin, end)
   uint64_t end = 0;
@@ -65,8 +69,8 @@ SafetensorsHeader read_safetensors_header(const std::string& path);
 class FileReader;
 SafetensorsHeader read_safetensors_header(const FileReader& reader);
 
-// Reads every tensor (contiguous, on the host) in data order; `metadata`, when given, receives the
-// "__metadata__" map.
+// Reads every tensor (contiguous, on the host) in data order, widening F16 and the 8/16-bit and unsigned
+// integer dtypes (see above); `metadata`, when given, receives the "__metadata__" map.
 NamedTensors load_safetensors(const std::string& path, Metadata* metadata = nullptr);
 
 }  // namespace cpf::io

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -194,6 +195,54 @@ TEST_F(Safetensors, WriterRejectsBadNames) {
   EXPECT_CPF_ERROR(io::save_safetensors(path("x"), {{"a", Tensor()}}), "tensor 'a' is undefined");
   EXPECT_CPF_ERROR(io::save_safetensors(path("no/such/dir/x"), {{"a", t}}), "cannot create");
   EXPECT_CPF_ERROR(io::dtype_from_safetensors_name("U8"), "unsupported dtype 'U8'");
+}
+
+// What Python (torch / numpy through safetensors) also writes, widened exactly on load. F16 bit patterns:
+// 1.0 = 0x3C00, -2.0 = 0xC000, 65504 (largest) = 0x7BFF, 2^-24 (smallest subnormal) = 0x0001,
+// 2^-14 (smallest normal) = 0x0400, 0.5 = 0x3800, -0.0 = 0x8000, +inf = 0x7C00.
+TEST_F(Safetensors, LoadWidensF16AndTheIntegerDtypesPythonWrites) {
+  const std::string f16 = bytes_of<uint16_t>({0x3C00, 0xC000, 0x7BFF, 0x0001, 0x0400, 0x3800, 0x8000, 0x7C00});
+  const std::string i8 = bytes_of<int8_t>({-128, 127}), u8 = bytes_of<uint8_t>({0, 255});
+  const std::string i16 = bytes_of<int16_t>({-32768, 32767}), u16 = bytes_of<uint16_t>({65535, 1});
+  const std::string u32 = bytes_of<uint32_t>({4294967295u}), u64 = bytes_of<uint64_t>({uint64_t{INT64_MAX}});
+  const std::string header =
+      R"({"h":{"dtype":"F16","shape":[8],"data_offsets":[0,16]},)"
+      R"("a":{"dtype":"I8","shape":[2],"data_offsets":[16,18]},"b":{"dtype":"U8","shape":[2],"data_offsets":[18,20]},)"
+      R"("c":{"dtype":"I16","shape":[2],"data_offsets":[20,24]},"d":{"dtype":"U16","shape":[2],"data_offsets":[24,28]},)"
+      R"("e":{"dtype":"U32","shape":[1],"data_offsets":[28,32]},"f":{"dtype":"U64","shape":[1],"data_offsets":[32,40]}})";
+  const NamedTensors t = io::load_safetensors(write_raw(header, f16 + i8 + u8 + i16 + u16 + u32 + u64));
+  ASSERT_EQ(t.size(), 7u);
+  EXPECT_EQ(t[0].second.dtype(), DType::f32);
+  const std::vector<float> h = t[0].second.to_vector<float>();
+  EXPECT_EQ(h[0], 1.0f);
+  EXPECT_EQ(h[1], -2.0f);
+  EXPECT_EQ(h[2], 65504.0f);
+  EXPECT_EQ(h[3], std::ldexp(1.0f, -24));
+  EXPECT_EQ(h[4], std::ldexp(1.0f, -14));
+  EXPECT_EQ(h[5], 0.5f);
+  EXPECT_TRUE(h[6] == 0.0f && std::signbit(h[6]));
+  EXPECT_TRUE(std::isinf(h[7]) && h[7] > 0);
+  EXPECT_EQ(t[1].second.dtype(), DType::i32);
+  EXPECT_EQ(t[1].second.to_vector<int32_t>(), (std::vector<int32_t>{-128, 127}));
+  EXPECT_EQ(t[2].second.to_vector<int32_t>(), (std::vector<int32_t>{0, 255}));
+  EXPECT_EQ(t[3].second.to_vector<int32_t>(), (std::vector<int32_t>{-32768, 32767}));
+  EXPECT_EQ(t[4].second.to_vector<int32_t>(), (std::vector<int32_t>{65535, 1}));
+  EXPECT_EQ(t[5].second.dtype(), DType::i64);
+  EXPECT_EQ(t[5].second.to_vector<int64_t>(), (std::vector<int64_t>{4294967295}));
+  EXPECT_EQ(t[6].second.to_vector<int64_t>(), (std::vector<int64_t>{INT64_MAX}));
+}
+
+TEST_F(Safetensors, LoadRefusesWhatItCannotWidenExactly) {
+  const std::string big = bytes_of<uint64_t>({uint64_t{INT64_MAX} + 1});
+  EXPECT_CPF_ERROR(io::load_safetensors(write_raw(R"({"n":{"dtype":"U64","shape":[1],"data_offsets":[0,8]}})", big)),
+                   "tensor 'n': U64 element 0 is 9223372036854775808, above the largest i64");
+  EXPECT_CPF_ERROR(io::load_safetensors(write_raw(R"({"q":{"dtype":"F8_E4M3","shape":[2],"data_offsets":[0,2]}})", "ab")),
+                   "tensor 'q': unsupported dtype 'F8_E4M3' (supported: F32, F64, BF16, I32, I64, BOOL); also read: "
+                   "F16, I8, U8, I16, U16, U32, U64");
+  // The sizes of the file's dtype, not the widened one, must match the offsets.
+  EXPECT_CPF_ERROR(io::load_safetensors(write_raw(R"({"h":{"dtype":"F16","shape":[2],"data_offsets":[0,8]}})",
+                                                  std::string(8, '\0'))),
+                   "tensor 'h' of shape [2] and dtype F16 needs 4 bytes but data_offsets [0,8] span 8");
 }
 
 }  // namespace
