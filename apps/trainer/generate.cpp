@@ -1,16 +1,22 @@
 #include "apps/trainer/generate.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
 #include <limits>
+#include <memory>
 
 #include "apps/trainer/checkpointing.h"
 #include "apps/trainer/evaluation.h"
 #include "framework/autograd/ops.h"
 #include "framework/io/checkpoint.h"
+#include "framework/tensor/ops/copy.h"
 #include "models/data/synthetic_tasks.h"
 #include "models/data/text_source.h"
-#include "models/gpt_input.h"
+#include "models/gpt_decoder.h"
 
 namespace cpf::trainer {
 namespace {
@@ -38,86 +44,164 @@ struct Tokenizer {
   }
 };
 
-// Index of the sampled token from one row of logits.
-int64_t sample(const std::vector<double>& logits, double temperature, Generator& gen) {
-  int64_t best = 0;
-  for (size_t i = 1; i < logits.size(); ++i) {
-    if (logits[i] > logits[static_cast<size_t>(best)]) best = static_cast<int64_t>(i);
+// The lines of the prompts file that hold a prompt (a trailing '\r' is dropped, empty lines skipped).
+std::vector<std::string> read_prompts_file(const std::string& path) {
+  std::ifstream in(path);
+  CPF_CHECK(in.good(), "generate: cannot read the prompts file ", path, ": ", std::strerror(errno));
+  std::vector<std::string> prompts;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (!line.empty()) prompts.push_back(line);
   }
-  if (temperature <= 0) return best;
-  std::vector<double> p(logits.size());
-  double total = 0;
-  for (size_t i = 0; i < logits.size(); ++i) {
-    p[i] = std::exp((logits[i] - logits[static_cast<size_t>(best)]) / temperature);
-    total += p[i];
+  CPF_CHECK(!in.bad(), "generate: reading the prompts file ", path, " failed: ", std::strerror(errno));
+  CPF_CHECK(!prompts.empty(), "generate: the prompts file ", path,
+            " holds no prompt (one prompt per line; empty lines are skipped)");
+  return prompts;
+}
+
+std::vector<std::vector<int64_t>> encode_prompts(const GenerateOptions& options, const TrainConfig& config,
+                                                 const Tokenizer& tok) {
+  if (options.prompts_file) {
+    std::vector<std::vector<int64_t>> prompts;
+    for (const std::string& text : read_prompts_file(*options.prompts_file)) prompts.push_back(tok.encode(text));
+    return prompts;
   }
-  double u = uniform({1}, 0.0, 1.0, {.dtype = DType::f64}, &gen).item<double>() * total;
-  for (size_t i = 0; i < p.size(); ++i) {
-    u -= p[i];
-    if (u <= 0) return static_cast<int64_t>(i);
+  if (options.prompt) {
+    CPF_CHECK(!options.prompt->empty(), "generate: the prompt is empty");
+    return {tok.encode(*options.prompt)};
   }
-  return static_cast<int64_t>(p.size()) - 1;
+  CPF_CHECK(tok.synthetic, "generate: a text model needs a prompt (--prompt TEXT)");
+  const data::SyntheticSource source({.task = data::parse_synthetic_task(config.data.task),
+                                      .min_len = config.data.min_len,
+                                      .max_len = config.data.max_len,
+                                      .num_examples = config.data.num_examples,
+                                      .seed = config.data.seed});
+  return {source.example(0, data::Split::eval).prompt};
+}
+
+Device checked_device(const std::string& text) {
+  const Device device = Device::parse(text);
+  if (device.is_cpu()) return device;
+  CPF_CHECK(has_device_backend(DeviceType::cuda), "generate: --device ", text,
+            ": this build has no CUDA backend; rebuild with -DCPF_WITH_CUDA=ON (docs/build.md), or use --device cpu");
+  const int gpus = device_backend(DeviceType::cuda).device_count();
+  CPF_CHECK(device.index < gpus, "generate: --device ", text, ": this machine has ", gpus,
+            " visible CUDA device(s) (check nvidia-smi and CUDA_VISIBLE_DEVICES), or use --device cpu");
+  return device;
+}
+
+std::string checked_precision(const GenerateOptions& options, Device device) {
+  const std::string precision = options.precision.value_or(device.is_cpu() ? "fp32" : "bf16");
+  CPF_CHECK(precision == "fp32" || precision == "bf16", "generate: --precision ", precision,
+            " is not one of fp32, bf16");
+  return precision;
+}
+
+// The next-token logits rows (A, V) as doubles on the host, refusing non-finite values.
+std::vector<double> host_rows(const Tensor& rows, const std::string& checkpoint) {
+  const std::vector<double> values = raw::to(raw::to(rows, DType::f32), Device::cpu()).to_vector<double>();
+  // Finite weights can still overflow; argmax over NaN would print token 0 as if it were an answer.
+  CPF_CHECK(std::all_of(values.begin(), values.end(), [](double v) { return std::isfinite(v); }),
+            "generate: the model of ", checkpoint, " gives non-finite logits; refusing to sample from them");
+  return values;
 }
 
 }  // namespace
 
-GenerateResult generate(const GenerateOptions& options) {
+void check_generate_options(const GenerateOptions& options) {
   CPF_CHECK(options.max_new_tokens >= 1, "generate: --tokens ", options.max_new_tokens, " must be at least 1");
-  CPF_CHECK(std::isfinite(options.temperature) && options.temperature >= 0, "generate: --temperature ",
-            options.temperature, " must be >= 0 (0 = greedy)");
-  GenerateResult result;
-  result.checkpoint = resolve_checkpoint(options.checkpoint);
-  const TrainConfig config = checkpoint_config(result.checkpoint);
-  CPF_CHECK(config.data.source != "shards", "generate: ", result.checkpoint,
+  check_sampling_options({.temperature = options.temperature, .top_k = options.top_k, .top_p = options.top_p});
+  CPF_CHECK(!(options.prompt && options.prompts_file), "generate: give either --prompt or --prompts FILE, not both");
+  checked_precision(options, Device::parse(options.device));
+}
+
+GenerateBatchResult generate_batch(const GenerateOptions& options) {
+  check_generate_options(options);
+  const Device device = checked_device(options.device);
+  GenerateBatchResult batch;
+  batch.device = device.str();
+  batch.precision = checked_precision(options, device);
+  batch.kv_cache = options.kv_cache;
+  const SamplingOptions sampling{.temperature = options.temperature, .top_k = options.top_k, .top_p = options.top_p};
+
+  const std::string checkpoint = resolve_checkpoint(options.checkpoint);
+  const TrainConfig config = checkpoint_config(checkpoint);
+  CPF_CHECK(config.data.source != "shards", "generate: ", checkpoint,
             " is a token-shard model (data.source: shards); cpformer bundles no tokenizer for it, so only byte-level "
             "text and synthetic models can be prompted");
-  Tokenizer tok{config.data.source == "synthetic",
-                config.data.source == "synthetic" ? data::synthetic_vocab::kEndOfText : data::TextSource::kEndOfText};
-
-  std::vector<int64_t> prompt;
-  if (options.prompt) {
-    prompt = tok.encode(*options.prompt);
-  } else {
-    CPF_CHECK(tok.synthetic, "generate: a text model needs a prompt (--prompt TEXT)");
-    const data::SyntheticSource source({.task = data::parse_synthetic_task(config.data.task),
-                                        .min_len = config.data.min_len,
-                                        .max_len = config.data.max_len,
-                                        .num_examples = config.data.num_examples,
-                                        .seed = config.data.seed});
-    prompt = source.example(0, data::Split::eval).prompt;
+  const Tokenizer tok{config.data.source == "synthetic", config.data.source == "synthetic"
+                                                             ? data::synthetic_vocab::kEndOfText
+                                                             : data::TextSource::kEndOfText};
+  std::vector<std::vector<int64_t>> sequences = encode_prompts(options, config, tok);
+  int64_t longest = 0;
+  for (const auto& prompt : sequences) {
+    CPF_CHECK(!prompt.empty(), "generate: a prompt is empty");
+    longest = std::max<int64_t>(longest, static_cast<int64_t>(prompt.size()));
+    GenerateResult result;
+    result.checkpoint = checkpoint;
+    result.prompt_text = tok.decode(prompt);
+    batch.results.push_back(std::move(result));
   }
-  CPF_CHECK(!prompt.empty(), "generate: the prompt is empty");
-  result.prompt_text = tok.decode(prompt);
 
-  models::GPT model(config.model);
+  models::GPTOptions model_options = config.model;
+  model_options.compute_dtype = batch.precision == "bf16" ? std::optional<DType>(DType::bf16) : std::nullopt;
+  model_options.flash = flash_config(config);
+  models::GPT model(model_options);
   model.eval();
   // Refuses (naming the tensor) weights that fail their checksums or hold NaN or inf.
-  io::load_checkpoint(result.checkpoint, model.named_parameters(), nullptr, "");
+  io::load_checkpoint(checkpoint, model.named_parameters(), nullptr, "");
+  model.to(device);
   // The model saw at most seq_len tokens per sequence in training: keep that much context.
   const int64_t context = std::min(config.data.seq_len, config.model.positions == models::PositionType::learned
                                                             ? config.model.max_positions
                                                             : std::numeric_limits<int64_t>::max());
-  Generator gen(options.seed);
-  std::vector<int64_t> sequence = prompt;
-  NoGradGuard no_grad;
-  for (int64_t i = 0; i < options.max_new_tokens; ++i) {
-    const int64_t n = static_cast<int64_t>(sequence.size());
-    const std::vector<int64_t> window(sequence.begin() + std::max<int64_t>(0, n - context), sequence.end());
-    const Tensor logits = model.forward(models::make_prompt_input({window}));  // (T, V)
-    const std::vector<double> last = select(logits, 0, logits.size(0) - 1).to_vector<double>();
-    // Finite weights can still overflow; argmax over NaN would print token 0 as if it were an answer.
-    CPF_CHECK(std::all_of(last.begin(), last.end(), [](double v) { return std::isfinite(v); }), "generate: the model of ",
-              result.checkpoint, " gives non-finite logits after ", n, " tokens; refusing to sample from them");
-    const int64_t next = sample(last, options.temperature, gen);
-    sequence.push_back(next);
-    result.completion.push_back(next);
-    if (next == tok.eot) {
-      result.ended = true;
-      break;
+  const int64_t n = static_cast<int64_t>(sequences.size());
+  models::GPTDecoder decoder(model, n, {.context = context, .max_length = longest + options.max_new_tokens,
+                                        .kv_cache = options.kv_cache});
+  std::vector<std::unique_ptr<Generator>> gens;  // Generator is not movable (an atomic offset)
+  for (int64_t i = 0; i < n; ++i) gens.push_back(std::make_unique<Generator>(options.seed + static_cast<uint64_t>(i)));
+  std::vector<bool> active(static_cast<size_t>(n), true);
+
+  const auto start = std::chrono::steady_clock::now();
+  for (int64_t step = 0; step < options.max_new_tokens; ++step) {
+    if (std::find(active.begin(), active.end(), true) == active.end()) break;
+    const std::vector<double> rows = host_rows(decoder.next_logits(sequences, active), checkpoint);
+    const size_t vocab = rows.size() / static_cast<size_t>(std::count(active.begin(), active.end(), true));
+    size_t row = 0;
+    for (size_t i = 0; i < sequences.size(); ++i) {
+      if (!active[i]) continue;
+      const std::vector<double> logits(rows.begin() + static_cast<std::ptrdiff_t>(row * vocab),
+                                       rows.begin() + static_cast<std::ptrdiff_t>((row + 1) * vocab));
+      ++row;
+      const int64_t next = sample_token(logits, sampling, *gens[i]);
+      sequences[i].push_back(next);
+      batch.results[i].completion.push_back(next);
+      ++batch.new_tokens;
+      if (next == tok.eot) {
+        batch.results[i].ended = true;
+        active[i] = false;
+      }
     }
   }
-  result.completion_text = tok.decode(result.completion);
-  return result;
+  batch.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  batch.tokens_per_second = batch.seconds > 0 ? static_cast<double>(batch.new_tokens) / batch.seconds : 0.0;
+  batch.tokens_fed = decoder.tokens_fed();
+  for (GenerateResult& r : batch.results) r.completion_text = tok.decode(r.completion);
+  return batch;
+}
+
+GenerateResult generate(const GenerateOptions& options) {
+  CPF_CHECK(!options.prompts_file, "generate: a prompts file gives several completions; call generate_batch");
+  return generate_batch(options).results.front();
+}
+
+std::string throughput_line(const GenerateBatchResult& batch) {
+  char line[256];
+  std::snprintf(line, sizeof line, "%lld tokens in %.3f s: %.1f tokens/s (%s, %s, %s)",
+                static_cast<long long>(batch.new_tokens), batch.seconds, batch.tokens_per_second, batch.device.c_str(),
+                batch.precision.c_str(), batch.kv_cache ? "kv cache" : "full window");
+  return line;
 }
 
 }  // namespace cpf::trainer
