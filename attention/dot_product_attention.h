@@ -10,7 +10,8 @@
 // (batch, h_q, s_q) for bshd/sbhd and (h_q, t) for thd, f32 (f64 for f64 inputs). A query that sees
 // no key (fully masked row, padded storage) gets out = 0, lse = -inf and exactly zero gradients.
 //
-// Differentiable in q, k and v, through out and lse both (a CP merge differentiates through lse).
+// Differentiable in q, k and v (and spec.sink when set: attention_sink.h), through out and lse both (a
+// CP merge differentiates through lse).
 // The backward is the hand-written flash backward (flash_attention.h), not a composition of ops.
 #include <optional>
 
