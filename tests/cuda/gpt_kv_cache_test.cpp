@@ -1,0 +1,147 @@
+// KV-cache decoding on the GPU: for MHA, GQA and MLA models on cuda:0, the cached decoder's logits
+// equal full-window decoding's (f32: to rounding; bf16: to bf16 steps) and the CPU's (f32), and
+// `cpformer generate --device cuda` (bf16 by default) completes prompts of a CPU-trained checkpoint
+// with the CPU's greedy tokens in f32. Skips without a visible GPU.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <algorithm>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "apps/trainer/config.h"
+#include "apps/trainer/generate.h"
+#include "apps/trainer/trainer.h"
+#include "models/gpt.h"
+#include "models/gpt_decoder.h"
+#include "tests/cuda/cuda_test_utils.h"
+
+namespace cpf {
+namespace {
+
+using cpf::testing::CudaTest;
+
+models::GPTOptions model_options(models::AttentionType attention) {
+  models::GPTOptions o;
+  o.vocab_size = 32;
+  o.hidden_size = 64;
+  o.num_layers = 2;
+  o.num_heads = 4;
+  o.attention = attention;
+  if (attention == models::AttentionType::gqa) o.num_kv_heads = 2;
+  o.kv_lora_rank = 32;
+  o.qk_nope_head_dim = 16;
+  o.qk_rope_head_dim = 16;
+  o.v_head_dim = 16;
+  o.init_std = 0.1;
+  return o;
+}
+
+// Greedy decoding with `decoder`, returning every step's logits (host f64) and the tokens.
+std::vector<std::vector<double>> decode(models::GPTDecoder& decoder, std::vector<std::vector<int64_t>> seqs,
+                                        int64_t steps) {
+  std::vector<std::vector<double>> logits;
+  const std::vector<bool> active(seqs.size(), true);
+  for (int64_t s = 0; s < steps; ++s) {
+    const Tensor rows = raw::to(raw::to(decoder.next_logits(seqs, active), DType::f32), Device::cpu());
+    const std::vector<double> v = rows.to_vector<double>();
+    const int64_t vocab = rows.size(1);
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      const auto begin = v.begin() + static_cast<std::ptrdiff_t>(i * vocab);
+      seqs[i].push_back(std::max_element(begin, begin + vocab) - begin);
+    }
+    logits.push_back(v);
+  }
+  return logits;
+}
+
+double max_abs_diff(const std::vector<std::vector<double>>& a, const std::vector<std::vector<double>>& b) {
+  double m = 0;
+  for (size_t s = 0; s < a.size(); ++s) {
+    for (size_t i = 0; i < a[s].size(); ++i) m = std::max(m, std::abs(a[s][i] - b[s][i]));
+  }
+  return m;
+}
+
+class CudaKVCache : public CudaTest, public ::testing::WithParamInterface<models::AttentionType> {};
+
+TEST_P(CudaKVCache, CachedDecodingMatchesFullWindowAndTheCpu) {
+  const std::vector<std::vector<int64_t>> prompts{{1, 2, 3, 4, 5}, {6}, {7, 8, 9}};
+  const models::GPTDecoderOptions cached{.context = 12, .max_length = 20, .kv_cache = true};
+  models::GPTDecoderOptions full = cached;
+  full.kv_cache = false;
+  // Context 12 < 5 + 15: the first prompt's window slides during decoding.
+  const int64_t steps = 15;
+
+  Generator g_cpu(9);
+  models::GPT cpu(model_options(GetParam()), &g_cpu);
+  cpu.eval();
+  models::GPTDecoder cpu_full(cpu, 3, full);
+  const auto reference = decode(cpu_full, prompts, steps);
+
+  Generator g_gpu(9);
+  models::GPT gpu(model_options(GetParam()), &g_gpu);
+  gpu.eval();
+  gpu.to(Device::cuda(0));
+  models::GPTDecoder gpu_cached(gpu, 3, cached), gpu_full(gpu, 3, full);
+  EXPECT_LT(max_abs_diff(decode(gpu_cached, prompts, steps), decode(gpu_full, prompts, steps)), 1e-4);
+  EXPECT_LT(max_abs_diff(decode(gpu_cached, prompts, steps), reference), 1e-4);
+
+  models::GPTOptions bf16_options = model_options(GetParam());
+  bf16_options.compute_dtype = DType::bf16;
+  Generator g_bf16(9);
+  models::GPT bf16(bf16_options, &g_bf16);
+  bf16.eval();
+  bf16.to(Device::cuda(0));
+  models::GPTDecoder bf16_cached(bf16, 3, cached), bf16_full(bf16, 3, full);
+  // Both paths round to bf16 in different orders: logits of size ~1 agree to a few bf16 steps.
+  EXPECT_LT(max_abs_diff(decode(bf16_cached, prompts, steps), decode(bf16_full, prompts, steps)), 0.1);
+}
+
+INSTANTIATE_TEST_SUITE_P(Attention, CudaKVCache,
+                         ::testing::Values(models::AttentionType::mha, models::AttentionType::gqa,
+                                           models::AttentionType::mla),
+                         [](const auto& info) {
+                           return info.param == models::AttentionType::mha   ? std::string("mha")
+                                  : info.param == models::AttentionType::gqa ? std::string("gqa")
+                                                                              : std::string("mla");
+                         });
+
+class CudaGenerate : public CudaTest {};
+
+TEST_F(CudaGenerate, GeneratesOnTheGpuInBf16AndF32) {
+  const auto dir = std::filesystem::temp_directory_path() / "cpformer_gpu_tests" / "CudaGenerate.run";
+  std::filesystem::remove_all(dir);
+  const std::string yaml = "run:\n  out_dir: " + dir.string() +
+                           "\n  steps: 30\n  eval_every: 0\n  threads: 1\n"
+                           "model:\n  hidden_size: 64\n  num_layers: 2\n  num_heads: 4\n"
+                           "data:\n  min_len: 1\n  max_len: 2\n  seq_len: 16\n  tokens_per_batch: 256\n";
+  std::ostringstream log;
+  trainer::train(trainer::load_train_config_string(yaml, "gpu_generate.yaml", {}), log);
+  std::filesystem::path prompts = dir / "prompts.txt";
+  std::ofstream(prompts) << "3+4=\n12+9=\n";
+  trainer::GenerateOptions o;
+  o.checkpoint = dir.string();
+  o.prompts_file = prompts.string();
+  o.max_new_tokens = 20;  // past seq_len 16: the window slides
+  const trainer::GenerateBatchResult cpu = trainer::generate_batch(o);
+  o.device = "cuda";
+  o.precision = "fp32";
+  const trainer::GenerateBatchResult gpu_f32 = trainer::generate_batch(o);
+  ASSERT_EQ(gpu_f32.results.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) EXPECT_EQ(gpu_f32.results[i].completion, cpu.results[i].completion) << i;
+  EXPECT_EQ(gpu_f32.device, "cuda:0");
+  o.precision.reset();
+  const trainer::GenerateBatchResult gpu_bf16 = trainer::generate_batch(o);
+  EXPECT_EQ(gpu_bf16.precision, "bf16");
+  EXPECT_GT(gpu_bf16.new_tokens, 0);
+  EXPECT_GT(gpu_bf16.tokens_per_second, 0);
+  std::cout << trainer::throughput_line(gpu_bf16) << "\n";
+  o.kv_cache = false;
+  const trainer::GenerateBatchResult gpu_bf16_full = trainer::generate_batch(o);
+  std::cout << trainer::throughput_line(gpu_bf16_full) << "\n";
+}
+
+}  // namespace
+}  // namespace cpf
