@@ -39,6 +39,17 @@ class Module {
   // copied exactly; a no-op for tensors already there.
   void to(Device device);
 
+  // Writes every parameter and buffer, under its named_parameters()/named_buffers() name, to a plain
+  // safetensors file (readable by any safetensors library). It is written next to `path` and renamed
+  // over it when complete, so an interrupted save never leaves a truncated file at `path`.
+  // Defined in cpf_io (framework/io/module_io.cpp): link cpformer::io (or cpformer::models) to use it.
+  void save(const std::string& path) const;
+  // Loads such a file into the parameters and buffers in place (on their devices, converted to their
+  // dtypes). The file must hold exactly the module's names with the same shapes and finite values:
+  // otherwise it throws, listing every missing, unexpected and mis-shaped tensor, and changes nothing.
+  // Defined in cpf_io like save().
+  void load(const std::string& path);
+
  protected:
   // Marks `value` as a parameter (requires grad) and returns the same handle.
   Tensor register_parameter(const std::string& name, Tensor value);
