@@ -106,7 +106,7 @@ class Checker {
 };
 
 const std::vector<std::string> kDataKeys = {"source",     "task",           "min_len",   "max_len",    "num_examples",
-                                            "path",       "text_split",     "text_separator", "eot_token", "vocab_size",
+                                            "path",       "text_split",     "text_separator", "eot_token", "vocab_size", "tokenizer",
                                             "layout",     "bshd_fill",      "seq_len",   "batch_size", "tokens_per_batch",
                                             "pad_multiple", "seed",         "shuffle"};
 
@@ -178,7 +178,12 @@ void check(const config::ConfigReader& reader, TrainConfig& c) {
     } catch (const Error& e) {
       early.fail_component("data", kDataKeys, e.message());
     }
-    const int64_t vocab = data_vocab_size(c.data);
+    int64_t vocab = 0;
+    try {
+      vocab = data_vocab_size(c.data);  // loads data.tokenizer
+    } catch (const Error& e) {
+      early.fail("data.tokenizer", e.message(), {"data.source"});
+    }
     if (c.model.vocab_size == 0) {
       c.model.vocab_size = vocab;
     } else if (c.model.vocab_size < vocab) {
@@ -259,9 +264,7 @@ void check(const config::ConfigReader& reader, TrainConfig& c) {
 }  // namespace
 
 int64_t data_vocab_size(const data::DataOptions& o) {
-  if (o.source == "synthetic") return data::synthetic_vocab::kSize;
-  if (o.source == "text") return data::TextSource::kVocabSize;
-  return o.vocab_size;
+  return data::data_source_vocab_size(o);
 }
 
 optim::LrScheduleOptions schedule_options(const TrainConfig& c) {

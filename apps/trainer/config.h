@@ -46,8 +46,11 @@ void describe(V& v, DataOptions& o) {
            Names{{"blank_lines", "blank_lines"}, {"separator", "separator"}, {"file", "file"}},
            "text: how files are cut into documents");
   v.field("text_separator", o.text_separator, "text: the separator when text_split is separator");
-  v.field("eot_token", o.eot_token, "shards: the end-of-text token id", Range{0, 65535});
-  v.field("vocab_size", o.vocab_size, "shards: every token id must be below it", Range{1, 65536});
+  v.field("eot_token", o.eot_token, "shards: the end-of-text token id", Range{0, 2147483647});
+  v.field("vocab_size", o.vocab_size, "shards: every token id must be below it", Range{1, 2147483648.0});
+  v.field("tokenizer", o.tokenizer,
+          "text: bytes (default), gpt2, or a tokenizer.json / SentencePiece .model file; shards: the one they were "
+          "made with (default gpt2 when eot_token is 50256), for generate");
   v.choice("layout", o.layout, Names{{"thd", "thd"}, {"bshd", "bshd"}},
            "thd: packed documents, attention never crosses them; bshd: fixed (batch_size, seq_len) rows");
   v.choice("bshd_fill", o.bshd_fill, Names{{"document", "document"}, {"window", "window"}},

@@ -1,9 +1,11 @@
 #include "models/data/data_options.h"
 
+#include "models/data/gpt2_tokenizer.h"
 #include "models/data/packing.h"
 #include "models/data/synthetic_tasks.h"
 #include "models/data/text_source.h"
 #include "models/data/token_shards.h"
+#include "models/data/tokenizer.h"
 
 namespace cpf::data {
 
@@ -26,9 +28,11 @@ void validate_data_options(const DataOptions& o) {
     CPF_CHECK(split != TextSplit::separator || !o.text_separator.empty(),
               "data: text_split is 'separator' but text_separator is empty");
   }
+  CPF_CHECK(o.source != "synthetic" || o.tokenizer.empty(), "data: tokenizer=", o.tokenizer,
+            " applies to source text or shards; synthetic tasks have their own 14-token alphabet");
   if (o.source == "shards") {
-    CPF_CHECK(o.vocab_size >= 1 && o.vocab_size <= 65536, "data: vocab_size=", o.vocab_size,
-              " must lie in [1, 65536] (shard tokens are uint16)");
+    CPF_CHECK(o.vocab_size >= 1 && o.vocab_size <= kMaxShardVocabSize, "data: vocab_size=", o.vocab_size,
+              " must lie in [1, 2^31]");
     CPF_CHECK(o.eot_token >= 0 && o.eot_token < o.vocab_size, "data: eot_token=", o.eot_token,
               " is outside [0, vocab_size=", o.vocab_size, ")");
   }
@@ -56,6 +60,37 @@ void validate_data_options(const DataOptions& o) {
   }
 }
 
+std::string effective_tokenizer(const DataOptions& o) {
+  if (o.source == "synthetic") return "";
+  if (!o.tokenizer.empty()) return o.tokenizer;
+  if (o.source == "text") return "bytes";
+  return o.eot_token == kGpt2EndOfText && o.vocab_size >= kGpt2VocabSize ? "gpt2" : "";
+}
+
+namespace {
+
+// The shards' tokenizer must agree with data.eot_token and data.vocab_size, or its text would be wrong.
+std::shared_ptr<const Tokenizer> shard_tokenizer(const DataOptions& o) {
+  const std::string spec = effective_tokenizer(o);
+  if (spec.empty()) return nullptr;
+  auto tok = load_tokenizer(spec);
+  CPF_CHECK(tok->eot_token() == o.eot_token, "data: tokenizer ", spec, " ends documents with id ", tok->eot_token(),
+            " but eot_token=", o.eot_token, "; set data.eot_token: ", tok->eot_token(),
+            " or name the tokenizer the shards were made with");
+  CPF_CHECK(tok->vocab_size() <= o.vocab_size, "data: tokenizer ", spec, " has ", tok->vocab_size(),
+            " tokens, more than vocab_size=", o.vocab_size, "; set data.vocab_size: ", tok->vocab_size());
+  return tok;
+}
+
+}  // namespace
+
+int64_t data_source_vocab_size(const DataOptions& o) {
+  if (o.source == "synthetic") return synthetic_vocab::kSize;
+  if (o.source == "text") return load_tokenizer(effective_tokenizer(o))->vocab_size();
+  shard_tokenizer(o);  // a tokenizer that disagrees with the shards is a config error, found here
+  return o.vocab_size;
+}
+
 int64_t effective_tokens_per_batch(const DataOptions& o) {
   if (o.layout == "thd" && o.tokens_per_batch > 0) return o.tokens_per_batch;
   return o.batch_size * o.seq_len;
@@ -71,11 +106,13 @@ std::shared_ptr<const DocumentSource> make_document_source(const DataOptions& o)
                                                               .seed = o.seed});
   }
   if (o.source == "text") {
-    return std::make_shared<TextSource>(
-        TextOptions{.path = o.path, .split = parse_text_split(o.text_split), .separator = o.text_separator});
+    return std::make_shared<TextSource>(TextOptions{.path = o.path,
+                                                    .split = parse_text_split(o.text_split),
+                                                    .separator = o.text_separator,
+                                                    .tokenizer = load_tokenizer(effective_tokenizer(o))});
   }
-  return std::make_shared<TokenShardSource>(
-      ShardOptions{.path = o.path, .eot_token = o.eot_token, .vocab_size = o.vocab_size});
+  return std::make_shared<TokenShardSource>(ShardOptions{
+      .path = o.path, .eot_token = o.eot_token, .vocab_size = o.vocab_size, .tokenizer = shard_tokenizer(o)});
 }
 
 }  // namespace cpf::data

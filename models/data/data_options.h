@@ -25,6 +25,9 @@ struct DataOptions {
   std::string text_separator;              // text: the separator string when text_split = separator
   int64_t eot_token = 50256;               // shards: the end-of-text id (GPT-2's by default)
   int64_t vocab_size = 50257;              // shards: ids must lie below it
+  // text: how text becomes tokens ("" = bytes); shards: the tokenizer they were made with, for
+  // generate and samples ("" = gpt2 when eot_token is 50256, else none). bytes | gpt2 | a .json / .model file
+  std::string tokenizer;
 
   // ---- batches ----
   std::string layout = "thd";          // thd (packed documents) | bshd (fixed (B, T) rows)
@@ -45,6 +48,13 @@ void validate_data_options(const DataOptions& options);
 
 // tokens_per_batch with its default applied (thd), or batch_size * seq_len (bshd).
 int64_t effective_tokens_per_batch(const DataOptions& options);
+
+// The tokenizer the options name once defaults apply: "bytes", "gpt2", a file, or "" (synthetic data,
+// and shards whose end-of-text is not GPT-2's when data.tokenizer is not set).
+std::string effective_tokenizer(const DataOptions& options);
+
+// Token ids of the source lie below it (loads the tokenizer of a text source).
+int64_t data_source_vocab_size(const DataOptions& options);
 
 // Validates the options and opens the source they name (reads text files, maps token shards).
 std::shared_ptr<const DocumentSource> make_document_source(const DataOptions& options);

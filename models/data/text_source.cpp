@@ -41,6 +41,22 @@ TextSource::TextSource(const TextOptions& options) {
             "text source: text_split is 'separator' but text_separator is empty");
   files_ = expand_file_pattern(options.path, "text source");
   for (const std::string& file : files_) add_file(file, options);
+  if (options.tokenizer && options.tokenizer->name() != "bytes") {
+    tokenizer_ = options.tokenizer;
+    encode_documents();
+  }
+}
+
+void TextSource::encode_documents() {
+  CPF_CHECK(tokenizer_->vocab_size() <= (int64_t{1} << 31), "text source: tokenizer ", tokenizer_->name(), " has ",
+            tokenizer_->vocab_size(), " tokens, more than int32 ids hold");
+  for (int64_t i = 0; i < num_documents(); ++i) {
+    const Span& span = spans_[static_cast<size_t>(i)];
+    const std::vector<int64_t> ids = tokenizer_->encode(
+        std::string_view(bytes_).substr(static_cast<size_t>(span.begin), static_cast<size_t>(span.length)));
+    token_spans_.push_back({static_cast<int64_t>(token_ids_.size()), static_cast<int64_t>(ids.size())});
+    token_ids_.insert(token_ids_.end(), ids.begin(), ids.end());
+  }
 }
 
 void TextSource::add_file(const std::string& path, const TextOptions& options) {
@@ -100,11 +116,17 @@ std::string TextSource::document_text(int64_t index) const {
 
 int64_t TextSource::document_length(int64_t index) const {
   check_document_index(*this, index);
-  return spans_[static_cast<size_t>(index)].length;
+  return (tokenizer_ ? token_spans_ : spans_)[static_cast<size_t>(index)].length;
 }
 
 Document TextSource::document(int64_t index) const {
   check_document_index(*this, index);
+  if (tokenizer_) {
+    const Span& span = token_spans_[static_cast<size_t>(index)];
+    Document doc;
+    doc.tokens.assign(token_ids_.begin() + span.begin, token_ids_.begin() + span.begin + span.length);
+    return doc;
+  }
   const Span& span = spans_[static_cast<size_t>(index)];
   Document doc;
   doc.tokens.reserve(static_cast<size_t>(span.length));
@@ -115,6 +137,7 @@ Document TextSource::document(int64_t index) const {
 }
 
 std::string TextSource::decode(const std::vector<int64_t>& tokens) const {
+  if (tokenizer_) return tokenizer_->decode(tokens);
   std::string text;
   for (int64_t t : tokens) {
     if (t >= 0 && t < 256) {

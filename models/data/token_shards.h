@@ -1,11 +1,14 @@
 #pragma once
-// Token shards in llm.c's `.bin` layout (dev/data/data_common.py in karpathy/llm.c):
+// Token shards in llm.c's `.bin` layouts (dev/data/data_common.py in karpathy/llm.c):
 //
-//   bytes 0..1023       256 x int32 little-endian header: [0] magic 20240520, [1] version 1,
-//                       [2] token count N, the rest 0
-//   bytes 1024..        N x uint16 token ids
+//   bytes 0..1023       256 x int32 little-endian header: [0] magic, [1] version, [2] token count N,
+//                       the rest 0
+//   bytes 1024..        N token ids, little-endian
 //
-// so a valid file has exactly 1024 + 2 N bytes. `path` is a file or a pattern ("data/*_train_*.bin",
+//   GPT-2 layout     magic 20240520, version 1, uint16 ids: 1024 + 2 N bytes (vocabularies <= 65536)
+//   Llama 3 layout   magic 20240801, version 7, uint32 ids: 1024 + 4 N bytes
+//
+// Each shard names its own layout, so a pattern may mix them; shard_writer.h writes both. `path` is a file or a pattern ("data/*_train_*.bin",
 // models/data/file_glob.h); shards are read in sorted order with positioned reads (pread), a
 // document at a time, so a corpus larger than RAM works, and a shard truncated while it is read gives
 // an error naming it (a memory mapping would die of SIGBUS instead); each shard keeps one file
@@ -18,23 +21,31 @@
 #include <vector>
 
 #include "models/data/document_source.h"
+#include "models/data/tokenizer.h"
 
 namespace cpf::data {
 
-constexpr int32_t kShardMagic = 20240520;
+constexpr int32_t kShardMagic = 20240520;  // uint16 tokens
 constexpr int32_t kShardVersion = 1;
+constexpr int32_t kShardMagicU32 = 20240801;  // uint32 tokens (llm.c's Llama 3 shards)
+constexpr int32_t kShardVersionU32 = 7;
 constexpr int64_t kShardHeaderInts = 256;
 constexpr int64_t kShardHeaderBytes = kShardHeaderInts * 4;
+
+// The largest vocabulary a shard can hold: uint32 ids, capped where int32 token counts and ids meet.
+constexpr int64_t kMaxShardVocabSize = int64_t{1} << 31;
 
 struct ShardOptions {
   std::string path;
   int64_t eot_token = 50256;
-  int64_t vocab_size = 50257;
+  int64_t vocab_size = 50257;  // in [1, 2^31]; uint16 shards hold ids below 65536 whatever it says
+  std::shared_ptr<const Tokenizer> tokenizer;  // decodes samples; null: ids print as "<id>"
 };
 
 // The header of one shard, validated against the file size (errors name the file and the values).
 struct ShardHeader {
   int64_t token_count = 0;
+  int64_t token_bytes = 2;  // 2 (uint16, version 1) or 4 (uint32, version 7)
 };
 ShardHeader read_shard_header(const std::string& path);
 
@@ -54,7 +65,7 @@ class TokenShardSource : public DocumentSource {
   Document document(int64_t index) const override;
   int64_t vocab_size() const override { return options_.vocab_size; }
   int64_t eot_token() const override { return options_.eot_token; }
-  // No tokenizer is bundled: ids print as "<id>" (end-of-text as "<|endoftext|>").
+  // Text through the tokenizer; without one, ids print as "<id>" (end-of-text as "<|endoftext|>").
   std::string decode(const std::vector<int64_t>& tokens) const override;
 
  private:

@@ -1,6 +1,8 @@
 #include "models/data/tokenizer.h"
 
 #include <filesystem>
+#include <map>
+#include <mutex>
 
 #include "framework/core/error.h"
 #include "models/data/document_source.h"
@@ -102,8 +104,18 @@ std::shared_ptr<const Tokenizer> load_tokenizer(const std::string& spec) {
             "); files are recognized by their .json or .model extension");
   std::error_code ec;
   CPF_CHECK(std::filesystem::is_regular_file(spec, ec), "tokenizer file '", spec, "' does not exist");
-  if (json) return load_hf_tokenizer_json(spec);
-  return load_sentencepiece_model(spec);
+  // A config names its tokenizer several times (vocabulary, train and eval sources): parse a file once
+  // while it is unchanged.
+  const auto stamp = std::filesystem::last_write_time(spec, ec).time_since_epoch().count() ^
+                     static_cast<int64_t>(std::filesystem::file_size(spec, ec));
+  static std::mutex mutex;
+  static std::map<std::string, std::pair<int64_t, std::shared_ptr<const Tokenizer>>> loaded;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto& entry = loaded[spec];
+  if (!entry.second || entry.first != stamp) {
+    entry = {stamp, json ? load_hf_tokenizer_json(spec) : load_sentencepiece_model(spec)};
+  }
+  return entry.second;
 }
 
 }  // namespace cpf::data

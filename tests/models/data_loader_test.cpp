@@ -334,8 +334,10 @@ TEST(DataOptions, EveryInvalidFieldIsRejectedByName) {
                "unknown text_split 'para'");
   expect_error([](DataOptions& o) { o.source = "text"; o.path = "a.txt"; o.text_split = "separator"; },
                "text_split is 'separator' but text_separator is empty");
-  expect_error([](DataOptions& o) { o.source = "shards"; o.path = "a.bin"; o.vocab_size = 65537; },
-               "vocab_size=65537 must lie in [1, 65536]");
+  expect_error([](DataOptions& o) { o.source = "shards"; o.path = "a.bin"; o.vocab_size = (int64_t{1} << 31) + 1; },
+               "vocab_size=2147483649 must lie in [1, 2^31]");
+  expect_error([](DataOptions& o) { o.source = "synthetic"; o.tokenizer = "gpt2"; },
+               "tokenizer=gpt2 applies to source text or shards");
   expect_error([](DataOptions& o) { o.source = "shards"; o.path = "a.bin"; o.eot_token = -1; },
                "eot_token=-1 is outside [0, vocab_size=50257)");
   expect_error([](DataOptions& o) { o.layout = "sbhd"; }, "unknown layout 'sbhd' (layout: thd | bshd)");

@@ -87,7 +87,8 @@ TEST_F(TokenShardTest, HeaderErrorsNameTheFileAndTheValues) {
   const std::string magic = path("magic.bin");
   write_shard(magic, {1, 2}, 12345);
   EXPECT_CPF_ERROR(TokenShardSource({.path = magic}),
-                   "token shard '" + magic + "': magic number 12345 is not 20240520 (not an llm.c token shard)");
+                   "token shard '" + magic + "': magic number 12345 is not 20240520 (not an llm.c token shard); uint32 "
+                   "shards have 20240801");
   const std::string version = path("version.bin");
   write_shard(version, {1, 2}, 20240520, 2);
   EXPECT_CPF_ERROR(TokenShardSource({.path = version}), "token shard '" + version + "': version 2 is not supported");
@@ -192,8 +193,8 @@ TEST_F(TokenShardTest, PathAndOptionErrors) {
   write_shard(path("ok.bin"), {1, 2});
   EXPECT_CPF_ERROR(TokenShardSource({.path = path("ok.bin"), .eot_token = 50257}),
                    "eot_token=50257 is outside [0, vocab_size=50257)");
-  EXPECT_CPF_ERROR(TokenShardSource({.path = path("ok.bin"), .vocab_size = 70000}),
-                   "vocab_size=70000 must lie in [1, 65536] (tokens are uint16)");
+  EXPECT_CPF_ERROR(TokenShardSource({.path = path("ok.bin"), .vocab_size = (int64_t{1} << 31) + 1}),
+                   "vocab_size=2147483649 must lie in [1, 2^31]");
   const TokenShardSource source({.path = path("ok.bin")});
   EXPECT_CPF_ERROR(source.document(-1), "shards: document index -1 is outside [0, 1)");
 }
