@@ -1,5 +1,6 @@
 #pragma once
-// The `cpformer` command line: train, generate, check-config, docs.
+// The `cpformer` command line: train, generate, check-config, plot, docs (the table of commands and
+// their options is command_table.h; `cpformer --help`, `cpformer COMMAND --help`, `cpformer --version`).
 //
 // Exit codes: 0 success; 1 a runtime error; 2 a config or usage error (one line
 // "file:line:column: key.path=value problem"); 3 data that cannot be read (missing, empty, truncated or
@@ -19,6 +20,6 @@ inline constexpr int kExitTargetMissed = 4;
 // args exclude the program name. `terminal`: stdout is a terminal (progress bar).
 int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostream& err, bool terminal = false);
 
-std::string usage();
+std::string usage();  // `cpformer --help` (command_table.cpp)
 
 }  // namespace cpf::trainer

@@ -232,7 +232,9 @@ void check(const config::ConfigReader& reader, TrainConfig& c) {
   const optim::LrScheduleOptions sched = schedule_options(c);
   if (sched.decay != optim::LrDecay::constant && sched.warmup_steps > sched.total_steps) {
     check.fail("schedule.warmup_steps",
-               "must not exceed the decay length of " + std::to_string(sched.total_steps) + " steps",
+               "must not exceed the decay length of " + std::to_string(sched.total_steps) +
+                   " steps; lower it (--set schedule.warmup_steps=" + std::to_string(sched.total_steps) +
+                   " or less), raise run.steps (or schedule.total_steps), or use schedule.decay: constant",
                {"run.steps", "schedule.total_steps", "schedule.decay"});
   }
 

@@ -4,11 +4,13 @@
 
 #include <cerrno>
 #include <cmath>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "apps/trainer/process_memory.h"
 #include "apps/trainer/run_folder.h"
 #include "framework/core/error.h"
 
@@ -29,7 +31,9 @@ std::string format_duration(double seconds) {
 
 std::string format_count(double v) {
   char buf[32];
-  if (v >= 1e6) {
+  if (v >= 1e9) {
+    std::snprintf(buf, sizeof buf, "%.2fG", v / 1e9);
+  } else if (v >= 1e6) {
     std::snprintf(buf, sizeof buf, "%.2fM", v / 1e6);
   } else if (v >= 1e3) {
     std::snprintf(buf, sizeof buf, "%.1fk", v / 1e3);
@@ -39,19 +43,58 @@ std::string format_count(double v) {
   return buf;
 }
 
-MetricsLogger::MetricsLogger(std::ostream& out, const std::string& metrics_path, int64_t total_steps, bool progress_bar)
-    : out_(out), metrics_path_(metrics_path), total_steps_(total_steps), progress_bar_(progress_bar) {}
+namespace {
 
-void MetricsLogger::start_metrics(int64_t start_step) {
-  if (metrics_path_.empty()) return;
-  truncate_metrics(metrics_path_, start_step);
-  metrics_ = AppendOnlyFile(metrics_path_);
+// The "tokens" of the last record of metrics.jsonl (records are in step order after truncation).
+std::optional<int64_t> tokens_of_last_record(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::nullopt;
+  std::optional<int64_t> tokens = 0;
+  std::string line;
+  bool any_step = false;
+  while (std::getline(in, line)) {
+    const nlohmann::json record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!record.is_object() || !record.contains("loss")) continue;  // eval records carry no tokens
+    any_step = true;
+    tokens = record.contains("tokens") && record["tokens"].is_number_integer()
+                 ? std::optional<int64_t>(record["tokens"].get<int64_t>())
+                 : std::nullopt;
+  }
+  return any_step ? tokens : std::optional<int64_t>(0);
+}
+
+}  // namespace
+
+MetricsLogger::MetricsLogger(std::ostream& out, LoggerOptions options)
+    : out_(out), options_(std::move(options)), train_log_(options_.train_log_path, options_.rank) {
+  if (options_.heartbeat_seconds > 0) {
+    heartbeat_ = std::make_unique<Heartbeat>(std::chrono::duration<double>(options_.heartbeat_seconds),
+                                             [this](const std::string& what, double seconds) {
+                                               heartbeat_line(what, seconds);
+                                             });
+  }
+}
+
+MetricsLogger::~MetricsLogger() { heartbeat_.reset(); }  // the thread ends before the fields it uses
+
+std::optional<int64_t> MetricsLogger::start_metrics(int64_t start_step) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  train_log_.open();
+  if (options_.metrics_path.empty()) return std::nullopt;
+  truncate_metrics(options_.metrics_path, start_step);
+  std::error_code ec;
+  const bool existed = std::filesystem::exists(options_.metrics_path, ec);
+  const std::optional<int64_t> tokens = existed ? tokens_of_last_record(options_.metrics_path) : 0;
+  metrics_ = AppendOnlyFile(options_.metrics_path);
+  return start_step == 0 ? 0 : tokens;
 }
 
 void MetricsLogger::print_line(const std::string& line) {
   errno = 0;
   out_ << line << std::endl;
   check_output();
+  train_log_.write(line);
+  if (heartbeat_) heartbeat_->printed();
 }
 
 void MetricsLogger::check_output() {
@@ -78,38 +121,43 @@ void MetricsLogger::write_json(const std::string& line) {
 
 void MetricsLogger::step(const StepMetrics& m, bool print) {
   if (!print) return;
+  std::lock_guard<std::mutex> lock(mutex_);
   clear_bar();
-  char buf[256];
-  const int width = static_cast<int>(std::to_string(total_steps_).size());
-  char memory[64] = "";
+  char buf[320];
+  const int width = static_cast<int>(std::to_string(options_.total_steps).size());
+  std::string memory;
   if (m.peak_memory_bytes) {
-    const double gib = *m.peak_memory_bytes / 1073741824.0;  // MiB below 1 GiB, so small runs do not show 0.0
-    if (gib >= 1.0) {
-      std::snprintf(memory, sizeof memory, " | peak mem %.1f GiB", gib);
-    } else {
-      std::snprintf(memory, sizeof memory, " | peak mem %.0f MiB", gib * 1024.0);
-    }
+    memory = " | peak mem " + format_memory(*m.peak_memory_bytes);
+  } else if (m.resident_memory_bytes) {
+    memory = " | rss " + format_memory(*m.resident_memory_bytes);
   }
-  std::snprintf(buf, sizeof buf, "step %*lld/%lld | loss %.4f | lr %.2e | grad %.3f | %s tok/s%s | %s elapsed | ETA %s",
-                width, static_cast<long long>(m.step), static_cast<long long>(total_steps_), m.loss, m.lr, m.grad_norm,
-                format_count(m.tokens_per_second).c_str(), memory, format_duration(m.elapsed_seconds).c_str(),
-                format_duration(m.eta_seconds).c_str());
+  std::snprintf(buf, sizeof buf,
+                "step %*lld/%lld | loss %.4f | lr %.2e | grad %.3f | %s tok/s | %s tok%s | %s elapsed | ETA %s", width,
+                static_cast<long long>(m.step), static_cast<long long>(options_.total_steps), m.loss, m.lr,
+                m.grad_norm, format_count(m.tokens_per_second).c_str(),
+                format_count(static_cast<double>(m.tokens_seen)).c_str(), memory.c_str(),
+                format_duration(m.elapsed_seconds).c_str(), format_duration(m.eta_seconds).c_str());
   print_line(buf);
-  nlohmann::json j = {{"step", m.step},           {"loss", m.loss},
-                      {"lr", m.lr},               {"grad_norm", m.grad_norm},
-                      {"tokens_per_s", m.tokens_per_second}, {"elapsed_s", m.elapsed_seconds}};
+  nlohmann::json j = {{"step", m.step},
+                      {"loss", m.loss},
+                      {"lr", m.lr},
+                      {"grad_norm", m.grad_norm},
+                      {"tokens_per_s", m.tokens_per_second},
+                      {"tokens", m.tokens_seen},
+                      {"elapsed_s", m.elapsed_seconds}};
   if (m.peak_memory_bytes) j["peak_memory_bytes"] = *m.peak_memory_bytes;
+  if (m.resident_memory_bytes) j["rss_bytes"] = *m.resident_memory_bytes;
   write_json(j.dump());
 }
 
 void MetricsLogger::eval(const EvalMetrics& m, bool record) {
+  std::lock_guard<std::mutex> lock(mutex_);
   clear_bar();
-  const int width = static_cast<int>(std::to_string(total_steps_).size());
+  const int width = static_cast<int>(std::to_string(options_.total_steps).size());
   char buf[256];
-  std::string line;
   std::snprintf(buf, sizeof buf, "eval %*lld/%lld", width, static_cast<long long>(m.step),
-                static_cast<long long>(total_steps_));
-  line = buf;
+                static_cast<long long>(options_.total_steps));
+  std::string line = buf;
   nlohmann::json j = {{"step", m.step}};
   if (m.loss) {
     std::snprintf(buf, sizeof buf, " | loss %.4f", *m.loss);
@@ -128,20 +176,38 @@ void MetricsLogger::eval(const EvalMetrics& m, bool record) {
 }
 
 void MetricsLogger::note(const std::string& line) {
+  std::lock_guard<std::mutex> lock(mutex_);
   clear_bar();
   print_line(line);
 }
 
-void MetricsLogger::progress(int64_t step, double elapsed_seconds) {
-  if (!progress_bar_) return;
+void MetricsLogger::activity(const std::string& what) {
+  if (heartbeat_) heartbeat_->activity(what);
+}
+
+void MetricsLogger::heartbeat_line(const std::string& activity, double activity_seconds) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  clear_bar();
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+  std::string line = "heartbeat: " + activity + " running for " + format_duration(activity_seconds) + " | " +
+                     format_duration(elapsed) + " elapsed";
+  if (const auto rss = resident_memory()) line += " | rss " + format_memory(static_cast<double>(rss->current_bytes));
+  print_line(line);
+}
+
+void MetricsLogger::progress(int64_t step, double elapsed_seconds, double eta_seconds, double tokens_per_second) {
+  if (!options_.progress_bar) return;
+  std::lock_guard<std::mutex> lock(mutex_);
   constexpr int kWidth = 30;
-  const double frac = total_steps_ > 0 ? static_cast<double>(step) / static_cast<double>(total_steps_) : 1.0;
+  const int64_t total = options_.total_steps;
+  const double frac = total > 0 ? static_cast<double>(step) / static_cast<double>(total) : 1.0;
   const int filled = static_cast<int>(frac * kWidth);
   std::string bar(static_cast<size_t>(filled), '#');
   bar.resize(kWidth, '.');
   errno = 0;
-  out_ << "\r[" << bar << "] " << static_cast<int>(frac * 100) << "% step " << step << "/" << total_steps_ << " "
-       << format_duration(elapsed_seconds) << std::flush;
+  out_ << "\r[" << bar << "] " << static_cast<int>(frac * 100) << "% step " << step << "/" << total << " | "
+       << format_count(tokens_per_second) << " tok/s | " << format_duration(elapsed_seconds) << " elapsed | ETA "
+       << format_duration(eta_seconds) << std::flush;
   check_output();
   bar_shown_ = true;
 }

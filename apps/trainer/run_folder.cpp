@@ -76,9 +76,12 @@ void apply_start_mode(const TrainConfig& config) {
     std::error_code ec;
     fs::remove_all(dir, ec);
     CPF_CHECK(!ec, "run.resume: replace: cannot delete ", dir, ": ", ec.message());
-    const fs::path metrics = fs::path(run_dir(config)) / "metrics.jsonl";
-    fs::remove(metrics, ec);
-    CPF_CHECK(!ec, "run.resume: replace: cannot delete ", metrics.string(), ": ", ec.message());
+    // The records of the old run go with it (train.log and loss.svg too: they describe the old run).
+    for (const char* name : {"metrics.jsonl", "train.log", "loss.svg"}) {
+      const fs::path file = fs::path(run_dir(config)) / name;
+      fs::remove(file, ec);
+      CPF_CHECK(!ec, "run.resume: replace: cannot delete ", file.string(), ": ", ec.message());
+    }
   }
 }
 

@@ -12,6 +12,8 @@
 #include "apps/trainer/checkpointing.h"
 #include "apps/trainer/device_memory.h"
 #include "apps/trainer/evaluation.h"
+#include "apps/trainer/process_memory.h"
+#include "apps/trainer/run_plot.h"
 #include "apps/trainer/grad_accumulation.h"
 #include "apps/trainer/resume_rules.h"
 #include "apps/trainer/run_folder.h"
@@ -128,6 +130,12 @@ class RankTrainer {
     const auto bytes = peak_device_memory(device_);
     return bytes ? std::optional<double>(static_cast<double>(*bytes)) : std::nullopt;
   }
+  // CPU runs: the process's resident memory (a GPU run shows its device peak instead).
+  std::optional<double> resident_bytes() const {
+    if (device_.is_cuda()) return std::nullopt;
+    const auto rss = resident_memory();
+    return rss ? std::optional<double>(static_cast<double>(rss->current_bytes)) : std::nullopt;
+  }
   void resume();
   void start_writing();  // the run folder's config.yaml and metrics.jsonl, once the start is accepted
   int agreed_stop_signal();
@@ -136,6 +144,12 @@ class RankTrainer {
   double train_step(int64_t step, double* grad_norm, int64_t* tokens);
   bool evaluate(int64_t step, bool record = true);  // true when a target is reached
   void checkpoint(int64_t step);
+  // Rank 0: the steps since the last step line, printed as one line (their mean loss).
+  struct LogWindow {
+    double seconds = 0, loss = 0;
+    int64_t tokens = 0, steps = 0;
+  };
+  void log_step(LogWindow& window, double norm, double train_seconds, int64_t start, Clock::time_point t0);
 
   const TrainConfig& c_;
   Shared& shared_;
@@ -154,6 +168,8 @@ class RankTrainer {
   std::unique_ptr<data::DataLoader> loader_;
   int64_t step_ = 0;
   int64_t accum_steps_ = 1;  // micro-batches per optimizer step
+  int64_t tokens_seen_ = 0;  // rank 0: training tokens of steps 1..step_, resumed sessions included
+  std::optional<int64_t> tokens_at_start_;  // rank 0: from metrics.jsonl; nullopt when it does not tell
   std::string last_checkpoint_;
 };
 
@@ -195,7 +211,7 @@ void RankTrainer::start_writing() {
   if (!logger_) return;  // only the writing process's rank 0 has a logger
   const std::string yaml = "# Effective config of this run (written by cpformer train; defaults filled in).\n";
   write_file_atomically((fs::path(run_dir(c_)) / "config.yaml").string(), yaml + to_yaml(c_));
-  logger_->start_metrics(step_);
+  tokens_at_start_ = logger_->start_metrics(step_);
 }
 
 int RankTrainer::agreed_stop_signal() {
@@ -258,6 +274,7 @@ double RankTrainer::train_step(int64_t step, double* grad_norm, int64_t* tokens)
 }
 
 bool RankTrainer::evaluate(int64_t step, bool record) {
+  if (logger_) logger_->activity("evaluation at step " + std::to_string(step));
   EvalMetrics m;
   m.step = step;
   m.loss = eval_loss(*model_, c_, sources_.eval, groups_);
@@ -281,6 +298,7 @@ bool RankTrainer::evaluate(int64_t step, bool record) {
 }
 
 void RankTrainer::checkpoint(int64_t step) {
+  if (logger_) logger_->activity("checkpoint at step " + std::to_string(step));
   if (rank0()) {
     last_checkpoint_ = save_training_checkpoint(c_, params_, *optimizer_, step, loader_->cursor());
     shared_.outcome.checkpoint = last_checkpoint_;
@@ -289,8 +307,34 @@ void RankTrainer::checkpoint(int64_t step) {
   groups_.world->barrier();
 }
 
+void RankTrainer::log_step(LogWindow& window, double norm, double train_seconds, int64_t start,
+                           Clock::time_point t0) {
+  const double per_step = train_seconds / static_cast<double>(step_ - start);
+  const double loss = window.loss / static_cast<double>(window.steps);
+  logger_->step(StepMetrics{.step = step_,
+                            .loss = loss,
+                            .lr = schedule_.lr_at(step_ - 1),
+                            .grad_norm = norm,
+                            .tokens_per_second = window.tokens / std::max(window.seconds, 1e-9),
+                            .tokens_seen = tokens_seen_,
+                            .elapsed_seconds = seconds_since(t0),
+                            .eta_seconds = per_step * static_cast<double>(c_.run.steps - step_),
+                            .peak_memory_bytes = peak_memory(),
+                            .resident_memory_bytes = resident_bytes()},
+                true);
+  // The summary's train loss is this same quantity: the mean over the last step line's steps.
+  shared_.outcome.train_loss = loss;
+  shared_.outcome.train_loss_steps = window.steps;
+  window = LogWindow{};
+}
+
 void RankTrainer::run() {
   resume();
+  if (!c_.run.init_from.empty()) {
+    // Fine-tuning starts from these weights; a resumed run continues its own (init_from.h).
+    const std::string loaded = shared_.resume_path ? "" : load_init_weights(c_.run.init_from, c_, params_);
+    if (logger_) logger_->note(loaded.empty() ? "run.init_from ignored: resuming this run's checkpoint" : "init_from: " + loaded);
+  }
   start_writing();
   if (logger_ && accum_steps_ > 1) {
     logger_->note("gradient accumulation: " + std::to_string(accum_steps_) + " micro-batches per step (" +
@@ -300,16 +344,18 @@ void RankTrainer::run() {
   const int64_t start = step_;
   if (rank0()) shared_.outcome.start_step = start;
   const auto t0 = Clock::now();
-  double train_seconds = 0, window_seconds = 0, window_loss = 0;
-  int64_t window_tokens = 0, window_steps = 0;
+  double train_seconds = 0;
+  LogWindow window;
   int64_t saved_at = shared_.resume_path ? step_ : -1;  // the checkpoint we resumed from is this step's
   int64_t evaluated_at = -1;
   bool stop = false;
   int64_t nonfinite_steps = 0;  // consecutive steps with a non-finite gradient norm
+  double norm = 0;
+  int64_t session_tokens = 0;  // this call's steps, for the progress bar's rate
   while (step_ < c_.run.steps && !stop) {
     if (const int signal = agreed_stop_signal()) return stop_on_signal(signal, saved_at, seconds_since(t0));
+    if (logger_) logger_->activity("step " + std::to_string(step_ + 1) + "/" + std::to_string(c_.run.steps));
     const auto s0 = Clock::now();
-    double norm = 0;
     int64_t tokens = 0;
     const double loss = train_step(step_, &norm, &tokens);
     ++step_;
@@ -317,27 +363,22 @@ void RankTrainer::run() {
     const double dt = seconds_since(s0);
     train_seconds += dt;
     if (rank0()) {
-      shared_.outcome.losses.push_back(loss);
-      window_seconds += dt;
-      window_loss += loss;
-      window_tokens += tokens;
-      ++window_steps;
-      const bool print = step_ % c_.run.log_every == 0 || step_ == c_.run.steps;
-      if (print) {
-        const double per_step = train_seconds / static_cast<double>(step_ - start);
-        logger_->step(StepMetrics{.step = step_,
-                                  .loss = window_loss / static_cast<double>(window_steps),
-                                  .lr = schedule_.lr_at(step_ - 1),
-                                  .grad_norm = norm,
-                                  .tokens_per_second = window_tokens / std::max(window_seconds, 1e-9),
-                                  .elapsed_seconds = seconds_since(t0),
-                                  .eta_seconds = per_step * static_cast<double>(c_.run.steps - step_),
-                                  .peak_memory_bytes = peak_memory()},
-                      true);
-        window_seconds = window_loss = 0;
-        window_tokens = window_steps = 0;
+      if (step_ == start + 1) {
+        // Without a record of the tokens before a resume, every step is assumed this size.
+        tokens_seen_ = tokens_at_start_.value_or(start * tokens);
       }
-      logger_->progress(step_, seconds_since(t0));
+      tokens_seen_ += tokens;
+      session_tokens += tokens;
+      shared_.outcome.losses.push_back(loss);
+      shared_.outcome.tokens_seen = tokens_seen_;
+      window.seconds += dt;
+      window.loss += loss;
+      window.tokens += tokens;
+      ++window.steps;
+      if (step_ % c_.run.log_every == 0 || step_ == c_.run.steps) log_step(window, norm, train_seconds, start, t0);
+      const double per_step = train_seconds / static_cast<double>(step_ - start);
+      logger_->progress(step_, seconds_since(t0), per_step * static_cast<double>(c_.run.steps - step_),
+                        static_cast<double>(session_tokens) / std::max(train_seconds, 1e-9));
     }
     check_nonfinite_steps(nonfinite_steps, norm);
     if (c_.run.eval_every > 0 && step_ % c_.run.eval_every == 0) {
@@ -349,12 +390,26 @@ void RankTrainer::run() {
       saved_at = step_;
     }
   }
+  // A run that stopped at its target between step lines: its last steps get their line, so the
+  // summary's train loss is a printed one.
+  if (rank0() && window.steps > 0) log_step(window, norm, train_seconds, start, t0);
   // A finished run resumed again evaluates for its summary without recording that step twice.
   if (evaluated_at != step_) evaluate(step_, step_ != start || !shared_.resume_path);
   if (saved_at != step_) checkpoint(step_);
   if (rank0()) {
     shared_.outcome.final_step = step_;
     shared_.outcome.seconds = seconds_since(t0);
+  }
+}
+
+// The writing process draws loss.svg from the run's metrics.jsonl (resumed sessions included). The
+// run itself succeeded: a plot that cannot be written is a warning line, not a failed run.
+void write_loss_plot(std::optional<MetricsLogger>& logger, const std::string& dir) {
+  if (!logger) return;
+  try {
+    write_run_plot(dir);
+  } catch (const std::exception& e) {
+    logger->note(std::string("warning: loss.svg not written: ") + e.what());
   }
 }
 
@@ -401,7 +456,12 @@ TrainOutcome train(const TrainConfig& config, std::ostream& out, bool progress_b
   if (writer) {
     lock.emplace(dir);
     apply_start_mode(config);
-    logger.emplace(out, (fs::path(dir) / "metrics.jsonl").string(), config.run.steps, progress_bar);
+    logger.emplace(out, LoggerOptions{.metrics_path = (fs::path(dir) / "metrics.jsonl").string(),
+                                      .train_log_path = (fs::path(dir) / "train.log").string(),
+                                      .total_steps = config.run.steps,
+                                      .progress_bar = progress_bar,
+                                      .rank = 0,
+                                      .heartbeat_seconds = progress_bar ? 0.0 : kHeartbeatSeconds});
     logger->note("cpformer train: " + config.run.name + " | " + sources.train->name() + " | " +
                  std::to_string(world) + " rank(s): dp=" + std::to_string(config.parallel.dp) +
                  " cp=" + std::to_string(config.parallel.cp) +
@@ -448,6 +508,7 @@ TrainOutcome train(const TrainConfig& config, std::ostream& out, bool progress_b
     CPF_FAIL("cpformer train: started by ", env->launcher, " (one process per rank) but this build has no NCCL ",
              "backend; rebuild with -DCPF_WITH_CUDA=ON -DCPF_WITH_NCCL=ON (docs/distributed.md)");
 #endif
+    write_loss_plot(logger, dir);
     return shared.outcome;
   }
   dist::LaunchOptions launch_options;
@@ -455,6 +516,7 @@ TrainOutcome train(const TrainConfig& config, std::ostream& out, bool progress_b
   launch_options.omp_threads_per_rank = static_cast<int>(config.run.threads);
   launch_options.backend = config.parallel.backend;
   dist::launch(world, run_rank, launch_options);
+  write_loss_plot(logger, dir);
   return shared.outcome;
 }
 

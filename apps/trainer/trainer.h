@@ -40,6 +40,10 @@ struct TrainOutcome {
   int64_t start_step = 0;  // > 0 when resumed
   int64_t final_step = 0;
   std::vector<double> losses;  // training loss of each step this call ran (steps start_step+1 ...)
+  // The loss of the last step line: the mean over its train_loss_steps steps (what the summary shows).
+  std::optional<double> train_loss;
+  int64_t train_loss_steps = 0;
+  int64_t tokens_seen = 0;  // training tokens of steps 1..final_step, resumed sessions included
   std::optional<EvalMetrics> last_eval;
   bool target_set = false;
   bool target_reached = false;

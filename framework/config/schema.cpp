@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 
+#include "framework/config/did_you_mean.h"
 #include "framework/config/yaml_strict.h"
 
 namespace cpf::config {
@@ -307,11 +308,14 @@ void ConfigReader::finish() {
       const std::string path = item.prefix.empty() ? key : item.prefix + "." + key;
       if (!state_->consumed.count(path)) {
         std::string valid;
-        for (const auto& k : state_->known[item.prefix.empty() ? "" : item.prefix + "."]) {
-          valid += (valid.empty() ? "" : ", ") + k;
-        }
+        const auto& here = state_->known[item.prefix.empty() ? "" : item.prefix + "."];
+        for (const auto& k : here) valid += (valid.empty() ? "" : ", ") + k;
+        // A typo of a key of this section: name the key it probably meant, in full.
+        const auto guess = closest_match(key, std::vector<std::string>(here.begin(), here.end()));
+        const std::string hint =
+            guess ? "; did you mean '" + (item.prefix.empty() ? "" : item.prefix + ".") + *guess + "'?" : "";
         throw ConfigError(state_->locate(path, it->first.Mark()).str() + ": unknown key '" + path + "'" +
-                          (valid.empty() ? "" : " (valid keys here: " + valid + ")"));
+                          (valid.empty() ? "" : " (valid keys here: " + valid + ")") + hint);
       }
       if (it->second.IsMap()) stack.push_back({it->second, path});
     }

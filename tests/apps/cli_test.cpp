@@ -275,7 +275,7 @@ TEST(CliUsage, BadCommandLinesExitWithUsage) {
   expect_usage({"check-config", "a.yaml", "b.yaml"}, "'check-config' takes exactly one config file, got 2");
   expect_usage({"train", "a.yaml", "--bogus"}, "unknown option '--bogus'");
   expect_usage({"train", "a.yaml", "--set"}, "--set needs a value");
-  expect_usage({"train", "a.yaml", "--prompt", "x"}, "--prompt, --tokens, --temperature and --seed apply to 'generate' only");
+  expect_usage({"train", "a.yaml", "--prompt", "x"}, "'train' takes no --prompt (an option of 'generate')");
   expect_usage({"generate", "dir", "--tokens", "ten"}, "--tokens ten: expected a number");
   expect_usage({"generate", "dir", "--set", "a=b"}, "'generate' takes no --set");
   expect_usage({"docs", "extra"}, "'docs' takes no arguments");

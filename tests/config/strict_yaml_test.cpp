@@ -147,7 +147,8 @@ TEST(ConfigStrictYaml, OverrideMistakesBlameTheOverride) {
                {"run={steps: 1, steps: 2}"});
   // Keys inside a section a --set replaced are the --set's, not lines of the file.
   expect_error("run:\n  steps: 5\n",
-               "--set run={steps: 2, stepz: 3}: unknown key 'run.stepz' (valid keys here: lr, name, steps)",
+               "--set run={steps: 2, stepz: 3}: unknown key 'run.stepz' (valid keys here: lr, name, steps); did you mean "
+               "'run.steps'?",
                {"run={steps: 2, stepz: 3}"});
   expect_error("run:\n  steps: 5\n", "--set run={steps: 0}: run.steps=0 is out of range [1, 1e+12]",
                {"run={steps: 0}"});

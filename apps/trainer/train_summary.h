@@ -1,0 +1,21 @@
+#pragma once
+// The closing line of `cpformer train`:
+//
+//   done: step 2000/3000 in 0:33 | train loss 0.0846 (mean of steps 1901-2000) | eval loss 0.0401 |
+//         exact match 96.5% (193/200) | 8.19M tok | target exact match >= 95.0% reached at step 2000 | runs/default
+//
+// "train loss" is the loss of the last step line (the mean over the steps it covers), so the summary
+// and the log agree.
+#include <string>
+
+#include "apps/trainer/config.h"
+#include "apps/trainer/trainer.h"
+
+namespace cpf::trainer {
+
+std::string summary_line(const TrainConfig& config, const TrainOutcome& outcome);
+
+// Appends `line` to the run folder's train.log (the console lines the CLI prints after the trainer).
+void append_to_train_log(const TrainOutcome& outcome, const std::string& line);
+
+}  // namespace cpf::trainer
