@@ -97,6 +97,7 @@ AttentionProblem check_attention_inputs(const Tensor& q, const Tensor& k, const 
   p.d_v = dv.dim;
   p.scale = softmax_scale(spec, dq.dim);
   p.window = effective_window(spec);
+  p.sink = spec.sink;
   p.config = config;
 
   const SequenceInfo info = seq ? *seq : SequenceInfo::from_lengths(std::vector<int64_t>(dq.batch, dq.seq),

@@ -49,6 +49,7 @@ struct AttentionProblem {
   std::vector<AttentionSequence> sequences;
   std::vector<int64_t> q_pos, kv_pos;  // per storage token
   FlashConfig config;
+  Tensor sink;  // spec.sink (undefined = none): kernels may apply it natively (AttentionForward::sink_applied)
 
   int64_t group() const { return h_q / h_kv; }
   // Element offset of token (row, col), head `head`, dim 0 in a contiguous tensor of this format with

@@ -35,9 +35,9 @@ const DeviceAttentionKernels* device_kernels(const Device& device, const char* o
 
 // The kernels' result with the sink in every row's denominator (attention_sink.h), when the spec has one.
 AttentionForward with_sink(AttentionForward forward, const AttentionSpec& spec) {
-  if (!spec.sink.defined()) return forward;
+  if (!spec.sink.defined() || forward.sink_applied) return forward;
   SinkRescaled rescaled = apply_attention_sink(forward.out, forward.lse, spec.sink, spec.qkv_format);
-  return {rescaled.out, rescaled.lse, forward.tiles};
+  return {rescaled.out, rescaled.lse, forward.tiles, true};
 }
 
 // dq/dk/dv from the kernels plus d(sink): out and lse already hold the sink, so the kernels need nothing.
@@ -62,7 +62,7 @@ AttentionForward attention_forward(const Tensor& q, const Tensor& k, const Tenso
   const TileStats stats = visit_compute_dtype(ct, "attention_forward", [&]<class T>() {
     return attention_cpu::flash_forward<T>(p, qc.data<T>(), kc.data<T>(), vc.data<T>(), out.data<T>(), lse.data<T>());
   });
-  return with_sink({raw::to(out, q.dtype()), lse, stats}, spec);
+  return with_sink({raw::to(out, q.dtype()), lse, stats, false}, spec);
 }
 
 AttentionGrads attention_backward(const Tensor& dout, const Tensor& dlse, const Tensor& q, const Tensor& k,
@@ -86,8 +86,8 @@ AttentionGrads attention_backward(const Tensor& dout, const Tensor& dlse, const 
                                             lc.data<T>(), dlc.defined() ? dlc.data<T>() : nullptr, dq.data<T>(),
                                             dk.data<T>(), dv.data<T>());
   });
-  return with_sink_grad({raw::to(dq, q.dtype()), raw::to(dk, k.dtype()), raw::to(dv, v.dtype()), stats}, dout, dlse,
-                        out, lse, spec);
+  return with_sink_grad({raw::to(dq, q.dtype()), raw::to(dk, k.dtype()), raw::to(dv, v.dtype()), stats, {}}, dout,
+                        dlse, out, lse, spec);
 }
 
 }  // namespace cpf::raw

@@ -32,6 +32,9 @@ struct AttentionForward {
   Tensor out;  // q's format with head dim d_v, q's dtype; 0 at padded or fully masked rows
   Tensor lse;  // (batch, h_q, s_q) or (h_q, t) for thd; -inf at padded or fully masked rows
   TileStats tiles;
+  // A device kernel that put spec.sink into every row itself (cuDNN's sink graph) sets this; otherwise
+  // raw::attention_forward rescales the rows after the kernel (attention_sink.h).
+  bool sink_applied = false;
 };
 
 struct AttentionGrads {

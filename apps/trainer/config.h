@@ -138,6 +138,7 @@ struct ParallelOptions {
 struct AttentionOptions {
   AttentionBackend backend = AttentionBackend::automatic;
   bool deterministic = false;
+  cp::MlaLatentMode cp_mla_latent = cp::MlaLatentMode::automatic;  // MLA under p2p / all_gather (latent_kv.h)
 };
 
 struct TrainConfig {
@@ -245,6 +246,11 @@ void describe(V& v, AttentionOptions& o) {
            "CUDA attention kernels: auto (cuDNN when it can run the call, else unfused), cudnn or unfused");
   v.field("deterministic", o.deterministic,
           "CUDA: bitwise reproducible attention backward (cuDNN's slower path; the CPU always is)");
+  using M = cp::MlaLatentMode;
+  v.choice("cp_mla_latent", o.cp_mla_latent,
+           config::Choices<M>{{"auto", M::automatic}, {"on", M::on}, {"off", M::off}},
+           "MLA under p2p / all_gather CP: move the latent (kv_lora_rank + rope per token) instead of the expanded "
+           "K/V; auto weighs bytes against re-expansion FLOPs and logs why");
 }
 
 template <class V>

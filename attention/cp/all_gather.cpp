@@ -35,10 +35,18 @@ std::vector<int> all_members(const CpContext& ctx) {
 }
 
 // K and V of every rank in sequence-major order of the whole group.
-std::pair<Tensor, Tensor> gather_kv(const CpContext& ctx, const GroupLayout& full, const Tensor& k, const Tensor& v) {
-  const Tensor kv = raw::cat({k, v}, -1);  // (T, Hkv, Dqk + Dv): one collective for both
+// With MLA latent communication (ctx.latent) the latent is gathered and expanded here; `latent_out`
+// then receives the gathered latent (the backward projects dK/dV through it).
+std::pair<Tensor, Tensor> gather_kv(const CpContext& ctx, const GroupLayout& full, const Tensor& k, const Tensor& v,
+                                    Tensor* latent_out = nullptr) {
+  // (T, Hkv, Dqk + Dv): one collective for both; or the latent (T, 1, r + rope).
+  const Tensor kv = ctx.latent ? k : raw::cat({k, v}, -1);
   ctx.count_sent(kv, ctx.cp_size - 1);
   const Tensor gathered = to_sequence_major(ctx.groups.group->all_gather(kv, 0), full);
+  if (ctx.latent) {
+    if (latent_out) *latent_out = gathered;
+    return ctx.latent->expand(gathered);
+  }
   const int64_t d_qk = k.size(-1), d_v = v.size(-1);
   return {raw::contiguous(raw::narrow(gathered, -1, 0, d_qk)), raw::contiguous(raw::narrow(gathered, -1, d_qk, d_v))};
 }
@@ -71,7 +79,7 @@ CpForward all_gather_forward(const CpContext& ctx, const Tensor& q, const Tensor
       whole = std::move(result);
       break;
     }
-    if (!merge) merge.emplace(q.size(0), q.size(1), v.size(-1), q.dtype(), q.device());
+    if (!merge) merge.emplace(q.size(0), q.size(1), ctx.value_dim(v), q.dtype(), q.device());
     merge->add(result.out, result.lse);
   }
   if (!merge) return with_sink(ctx, {whole.out, whole.lse, {}});
@@ -81,7 +89,8 @@ CpForward all_gather_forward(const CpContext& ctx, const Tensor& q, const Tensor
 CpGrads all_gather_backward(const CpContext& ctx, const Tensor& dout, const Tensor& dlse, const Tensor& q,
                             const Tensor& k, const Tensor& v, const CpSaved& saved) {
   const GroupLayout full = make_group_layout(ctx.global, ctx.cp_size, all_members(ctx));
-  const auto [k_all, v_all] = gather_kv(ctx, full, k, v);
+  Tensor latent_all;  // MLA latent communication: the gathered latent
+  const auto [k_all, v_all] = gather_kv(ctx, full, k, v, &latent_all);
   const DType acc = q.dtype() == DType::f64 ? DType::f64 : DType::f32;
   Tensor dq, dkv_all;  // sums over the query parts, in the accumulation dtype
   for (const SequenceInfo& part : query_parts(ctx, full)) {
@@ -99,10 +108,17 @@ CpGrads all_gather_backward(const CpContext& ctx, const Tensor& dout, const Tens
       raw::add_(dkv_all, dkv_part);
     }
   }
-  // dK/dV of every gathered token, back in rank order, summed onto the owners.
+  // MLA latent: dK/dV of every gathered token projected through the up-projection on this rank;
+  // only the latent's gradient is reduce-scattered.
+  if (ctx.latent) {
+    const int64_t d_qk = k_all.size(-1), d_v = v_all.size(-1);
+    dkv_all = ctx.latent->project_grad(latent_all, raw::narrow(dkv_all, -1, 0, d_qk), raw::narrow(dkv_all, -1, d_qk, d_v), acc);
+  }
+  // dK/dV (or the latent's gradient) of every gathered token, back in rank order, summed onto the owners.
   const Tensor dkv = to_member_major(dkv_all, full);
   ctx.count_sent(dkv, 1, ctx.cp_size - 1, ctx.cp_size);
   const Tensor mine = ctx.groups.group->reduce_scatter(dkv, 0);
+  if (ctx.latent) return {raw::to(dq, q.dtype()), raw::to(mine, k.dtype()), Tensor()};
   const int64_t d_qk = k.size(-1), d_v = v.size(-1);
   return {raw::to(dq, q.dtype()), raw::to(raw::contiguous(raw::narrow(mine, -1, 0, d_qk)), k.dtype()),
           raw::to(raw::contiguous(raw::narrow(mine, -1, d_qk, d_v)), v.dtype())};

@@ -285,3 +285,85 @@ AttentionOutput context_parallel_attention(const ShardedTensor& q, const Sharded
 }
 
 }  // namespace cpf::cp
+
+namespace cpf::cp {
+namespace {
+
+// Checks what only the latent call has: the strategy, the latent's and q's shapes, the dtypes.
+void check_mla_latent_inputs(const Tensor& q, const Tensor& latent, const Tensor& weight, const Tensor& bias,
+                             const MlaLatentShape& shape, const ContextParallel& cp) {
+  const std::string who = "context parallel (" + comm_type_name(cp.comm_type) + ")";
+  CPF_CHECK(cp.comm_type == CommType::p2p || cp.comm_type == CommType::all_gather, who,
+            ": MLA latent communication runs under p2p and all_gather (Ulysses moves heads, not K/V blocks); set "
+            "attention.cp_mla_latent: off or auto");
+  CPF_CHECK(q.defined() && latent.defined() && weight.defined(), who, ": q, the latent and the up-projection weight "
+            "must be defined");
+  CPF_CHECK(latent.dim() == q.dim() && latent.size(-2) == 1 && latent.size(-1) == shape.latent_dim(), who,
+            ": the MLA latent must be q's layout with one head of kv_lora_rank + qk_rope_head_dim = ",
+            shape.latent_dim(), " values: latent=", latent.shape(), " q=", q.shape());
+  for (int64_t d = 0; d + 2 < q.dim(); ++d) {
+    CPF_CHECK(latent.size(d) == q.size(d), who, ": q and the latent must hold the same tokens: q=", q.shape(),
+              " latent=", latent.shape());
+  }
+  CPF_CHECK(q.size(-2) == shape.num_heads && q.size(-1) == shape.head_dim_qk(), who, ": q=", q.shape(),
+            " must have num_heads=", shape.num_heads, " heads of qk_nope_head_dim + qk_rope_head_dim = ",
+            shape.head_dim_qk());
+  CPF_CHECK(latent.dtype() == q.dtype() && weight.dtype() == q.dtype() && (!bias.defined() || bias.dtype() == q.dtype()),
+            who, ": q, the latent and the up-projection must share a dtype: q ", q.dtype(), ", latent ",
+            latent.dtype(), ", weight ", weight.dtype());
+}
+
+}  // namespace
+
+AttentionOutput context_parallel_mla_attention(const Tensor& q, const Tensor& latent, const Tensor& kv_b_weight,
+                                               const Tensor& kv_b_bias, const MlaLatentShape& shape,
+                                               const AttentionSpec& spec, const std::optional<SequenceInfo>& seq,
+                                               const ContextParallel& cp, std::shared_ptr<CpStats> stats) {
+  const profile::Scope scope("forward/cp_attention", q.defined() ? q.device() : Device::cpu());
+  check_mla_latent_inputs(q, latent, kv_b_weight, kv_b_bias, shape, cp);
+  // The expanded K and V as zero-stride views (no memory): the shared validation sees the call as it is.
+  Shape v_shape = q.shape();
+  v_shape.back() = shape.v_head_dim;
+  const Tensor one = zeros(Shape(static_cast<size_t>(q.dim()), 1), {.dtype = q.dtype(), .device = q.device()});
+  Resolved r = resolve(q, raw::expand(one, q.shape()), raw::expand(one, v_shape), spec, seq, cp);
+  const Tensor weight = kv_b_weight.detach(), bias = kv_b_bias.defined() ? kv_b_bias.detach() : Tensor();
+  r.ctx.latent = std::make_shared<LatentKv>(shape, weight, bias);
+  if (!stats) stats = std::make_shared<CpStats>();
+  r.ctx.stats = stats.get();
+  const Tensor q_thd = to_thd(q, r.format), latent_thd = to_thd(latent, r.format);
+  CpForward forward = run_forward(r.ctx, q_thd, latent_thd, Tensor());
+
+  using autograd::SavedTensor;
+  const bool has_sink = spec.sink.defined(), has_bias = bias.defined();
+  auto backward = [ctx = r.ctx, format = r.format, stats, has_sink, has_bias, shape, weight, bias,
+                   q_shape = q.shape(), latent_shape = latent.shape(), sq = SavedTensor(q_thd),
+                   slatent = SavedTensor(latent_thd), sout = SavedTensor(forward.out),
+                   slse = SavedTensor(forward.lse)](const autograd::GradList& grads) mutable {
+    ctx.stats = stats.get();
+    ctx.backward = true;
+    auto latent_kv = std::make_shared<LatentKv>(shape, weight, bias);  // fresh dW/db accumulators
+    ctx.latent = latent_kv;
+    const Tensor& q_saved = sq.unpack();
+    Tensor dout = grads[0].defined() ? to_thd(grads[0], format) : zeros_like(sout.unpack());
+    dout = raw::contiguous(raw::to(dout, q_saved.dtype()));
+    Tensor dlse = lse_to_thd(grads[1], format);
+    if (dlse.defined()) dlse = raw::contiguous(dlse);
+    const CpSaved saved{sout.unpack(), slse.unpack(), {}};
+    const CpGrads g = run_backward(ctx, dout, dlse, q_saved, slatent.unpack(), Tensor(), saved);
+    autograd::GradList result{from_thd(g.dq, format, q_shape), from_thd(g.dk, format, latent_shape),
+                              latent_kv->weight_grad()};
+    if (has_bias) result.push_back(latent_kv->bias_grad());
+    if (has_sink) result.push_back(raw::attention_sink_grad(dout, dlse, saved.out, saved.lse, ctx.sink, QkvFormat::thd));
+    return result;
+  };
+  std::vector<Tensor> inputs{q, latent, kv_b_weight};
+  if (has_bias) inputs.push_back(kv_b_bias);
+  if (has_sink) inputs.push_back(spec.sink);
+  auto outputs = autograd::record("context_parallel_mla_attention[" + comm_type_name(cp.comm_type) + "]",
+                                  {from_thd(forward.out, r.format, v_shape),
+                                   lse_from_thd(forward.lse, r.format, r.batch, r.local_seq)},
+                                  inputs, backward);
+  return {outputs[0], outputs[1]};
+}
+
+}  // namespace cpf::cp

@@ -51,6 +51,12 @@ std::pair<Tensor, Tensor> unpack_kv(const Tensor& kv, int64_t d_qk) {
   return {raw::contiguous(raw::narrow(kv, -1, 0, d_qk)), raw::contiguous(raw::narrow(kv, -1, d_qk, d_v))};
 }
 
+// What travels: K and V packed, or the MLA latent (latent_kv.h), which each rank expands on use.
+Tensor travelling_kv(const CpContext& ctx, const Tensor& k, const Tensor& v) { return ctx.latent ? k : pack_kv(k, v); }
+std::pair<Tensor, Tensor> block_kv(const CpContext& ctx, const Tensor& kv, int64_t d_qk) {
+  return ctx.latent ? ctx.latent->expand(kv) : unpack_kv(kv, d_qk);
+}
+
 Tensor like_rows(const Tensor& t, int64_t rows, DType dtype) {
   Shape shape = t.shape();
   shape[0] = rows;
@@ -108,8 +114,8 @@ CpForward ring_forward(const CpContext& ctx, dist::ProcessGroup& group, const st
   const int n = group.size(), me = group.rank();
   const int64_t d_qk = k.size(-1);
   const AttentionWindow window = effective_window(ctx.spec);
-  Tensor kv = pack_kv(k, v);  // (T, Hkv, Dqk + Dv)
-  PartialMerge merge(q.size(0), q.size(1), v.size(-1), q.dtype(), q.device());
+  Tensor kv = travelling_kv(ctx, k, v);  // (T, Hkv, Dqk + Dv), or the latent (T, 1, r + rope)
+  PartialMerge merge(q.size(0), q.size(1), ctx.value_dim(v), q.dtype(), q.device());
   // Two compute streams, alternating by step (cp_spec 1.1): consecutive tiles may run side by side,
   // which fills the GPU's tail waves; on the CPU both are the one in-order stream. A tile's partial
   // result is merged on the main stream after the next tile was queued, so the merge never holds
@@ -151,7 +157,7 @@ CpForward ring_forward(const CpContext& ctx, dist::ProcessGroup& group, const st
       raw::AttentionForward result;
       {
         const DeviceStreamScope scope(stream);
-        const auto [k_step, v_step] = unpack_kv(kv, d_qk);
+        const auto [k_step, v_step] = block_kv(ctx, kv, d_qk);
         result = raw::attention_forward(q, k_step, v_step, ctx.spec, pair_sequence_info(layouts[me], layouts[src]),
                                         ctx.groups.flash);
       }
@@ -179,7 +185,7 @@ CpGrads ring_backward(const CpContext& ctx, dist::ProcessGroup& group, const std
   const int64_t d_qk = k.size(-1);
   const AttentionWindow window = effective_window(ctx.spec);
   const DType acc = q.dtype() == DType::f64 ? DType::f64 : DType::f32;
-  Tensor kv = pack_kv(k, v);
+  Tensor kv = travelling_kv(ctx, k, v);
   Tensor dq = zeros(q.shape(), {.dtype = acc, .device = q.device()});
   dist::WorkPtr grad_shift;
   Tensor grad_in;  // partial dK/dV of the block held next, from prev
@@ -188,12 +194,13 @@ CpGrads ring_backward(const CpContext& ctx, dist::ProcessGroup& group, const std
     const KvShift shift = post_kv_shift(ctx, group, layouts, kv, step);  // overlaps this step's compute
     Tensor dkv;  // this rank's contribution to block src
     if (any_visible(layouts[me], layouts[src], window)) {
-      const auto [k_step, v_step] = unpack_kv(kv, d_qk);
+      const auto [k_step, v_step] = block_kv(ctx, kv, d_qk);
       const auto grads = raw::attention_backward(dout, dlse, q, k_step, v_step, saved.out, saved.lse, ctx.spec,
                                                  pair_sequence_info(layouts[me], layouts[src]), ctx.groups.flash);
       add_tiles(ctx.stats->backward_tiles, grads.tiles);
       raw::add_(dq, raw::to(grads.dq, acc));
-      dkv = raw::to(pack_kv(grads.dk, grads.dv), acc);
+      // MLA latent: dK/dV projected through the up-projection here; only the latent's gradient travels.
+      dkv = ctx.latent ? ctx.latent->project_grad(kv, grads.dk, grads.dv, acc) : raw::to(pack_kv(grads.dk, grads.dv), acc);
     } else {
       dkv = zeros(kv.shape(), {.dtype = acc, .device = kv.device()});
     }
@@ -211,6 +218,7 @@ CpGrads ring_backward(const CpContext& ctx, dist::ProcessGroup& group, const std
     }
   }
   grad_shift->wait();  // grad_in now holds the complete gradient of this rank's own block
+  if (ctx.latent) return {raw::to(dq, q.dtype()), raw::to(grad_in, k.dtype()), Tensor()};
   const auto [dk, dv] = unpack_kv(grad_in, d_qk);
   return {raw::to(dq, q.dtype()), raw::to(dk, k.dtype()), raw::to(dv, v.dtype())};
 }

@@ -6,6 +6,7 @@
 
 #include "attention/cp/context_parallel.h"
 #include "attention/cp/layout.h"
+#include "attention/cp/latent_kv.h"
 
 namespace cpf::cp {
 
@@ -22,7 +23,13 @@ struct CpContext {
   // The attention sink (Hq) of the call, or undefined. ctx.spec never carries it (every tile and ring
   // step runs without it); each strategy applies it once to its merged rows with with_sink().
   Tensor sink;
+  // MLA latent-KV communication (latent_kv.h; p2p and all_gather): when set, the strategies' `k` is the
+  // latent (T, 1, kv_lora_rank + rope), `v` is undefined, blocks are expanded where they are used, and
+  // the backward returns the latent's gradient in CpGrads::dk (dv undefined).
+  std::shared_ptr<const LatentKv> latent;
 
+  // d_v of the call: v's head dim, or the latent's v_head_dim.
+  int64_t value_dim(const Tensor& v) const { return latent ? latent->shape().v_head_dim : v.size(-1); }
   // This rank's own storage as a layout (one member).
   GroupLayout own_layout() const { return make_group_layout(global, cp_size, {cp_rank}); }
   // CP ranks of the members of a sub-group, in the sub-group's rank order.

@@ -124,6 +124,10 @@ Prepared prepare(const AttentionProblem& p, DType dtype, bool backward, bool has
   k.left_bound = m.left_bound;
   k.bottom_right = m.bottom_right;
   k.deterministic = backward && p.config.deterministic;
+  // The sink joins cuDNN's forward graph from 9.13 on. A row that sees no key would get lse = sink
+  // there, where the contract keeps -inf (attention_sink.h): such calls run the plain graph and
+  // raw::attention_forward rescales the rows instead, as it does for every other kernel.
+  k.sink = !backward && p.sink.defined() && !m.any_fully_masked_row && runtime_version() >= 91300;
   return r;
 }
 
@@ -157,9 +161,16 @@ const ExecutionPlan& plan_for(const Prepared& prepared, const char* op) {
   return *entry.plan;
 }
 
+// A sink graph for which cuDNN offers no engine falls back to the plain graph (the rows are then
+// rescaled after the kernel, attention_sink.h): the sink never makes a call unsupported.
+void without_unbuildable_sink(Prepared& prepared) {
+  if (prepared.reason.empty() && prepared.key.sink && !cached_plan(prepared.key).plan) prepared.key.sink = false;
+}
+
 Prepared prepare_on(const AttentionProblem& p, const Tensor& q, bool backward, bool has_dlse) {
   Prepared prepared = prepare(p, q.dtype(), backward, has_dlse);
   prepared.key.device = q.device().index;
+  without_unbuildable_sink(prepared);
   return prepared;
 }
 
@@ -312,6 +323,7 @@ std::string unsupported_reason(const AttentionProblem& p, DType dtype, bool back
   int device = 0;
   CPF_CUDA_CHECK(cudaGetDevice(&device));
   prepared.key.device = device;
+  without_unbuildable_sink(prepared);
   const CachedPlan& entry = cached_plan(prepared.key);
   return entry.plan ? "" : entry.failure;
 }
@@ -335,6 +347,7 @@ raw::AttentionForward forward(const AttentionProblem& p, const Tensor& q, const 
   pack.add(kUidV, vc);
   pack.add(kUidO, out);
   pack.add(kUidStats, stats);
+  if (key.sink) pack.add(kUidSink, dense(p.sink, DType::f32));
   add_common(pack, scalars, p, m, key, device);
   pack.run(plan, device);
 
@@ -348,7 +361,7 @@ raw::AttentionForward forward(const AttentionProblem& p, const Tensor& q, const 
     out = raw::masked_fill(out, token_mask(p, m.q_undefined, p.s_q, device), 0.0);
     lse = raw::masked_fill(lse, lse_mask(p, m.q_undefined, device), -kInf);
   }
-  return {out, lse, {}};
+  return {out, lse, {}, key.sink};
 }
 
 raw::AttentionGrads backward(const AttentionProblem& p, const Tensor& dout, const Tensor& q, const Tensor& k,
@@ -404,7 +417,7 @@ raw::AttentionGrads backward(const AttentionProblem& p, const Tensor& dout, cons
     dk = raw::masked_fill(dk, mask, 0.0);
     dv = raw::masked_fill(dv, mask, 0.0);
   }
-  return {dq, dk, dv, {}};
+  return {dq, dk, dv, {}, {}};
 }
 
 }  // namespace cpf::attention_cuda::cudnn

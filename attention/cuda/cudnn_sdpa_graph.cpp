@@ -128,12 +128,29 @@ std::unique_ptr<ExecutionPlan> build_forward(const SdpaGraphKey& key, cudnnHandl
   if (key.padding) scaled = s.padding_mask(scaled);
   scaled = s.band_masks(scaled);
 
+  // With a sink (cudnn-frontend's composite softmax with a sink): the row max also covers the sink
+  // logit, and exp(sink - max) joins the row sum, so Stats and the probabilities include it.
+  Desc sink = key.sink ? g.tensor(kUidSink, kF32, {1, key.h_q, 1, 1}, {key.h_q, 1, 1, 1}) : nullptr;
   Desc max = s.row_stat();
-  g.reduction(CUDNN_REDUCE_TENSOR_MAX, scaled, max);
+  if (sink) {
+    Desc score_max = s.row_stat();
+    g.reduction(CUDNN_REDUCE_TENSOR_MAX, scaled, score_max);
+    g.pointwise(CUDNN_POINTWISE_MAX, score_max, sink, nullptr, max, kF32);
+  } else {
+    g.reduction(CUDNN_REDUCE_TENSOR_MAX, scaled, max);
+  }
   Desc centered = g.pointwise(CUDNN_POINTWISE_SUB, scaled, max, nullptr, s.score(), kF32);
   Desc exps = g.pointwise(CUDNN_POINTWISE_EXP, centered, nullptr, nullptr, s.score(), kF32);
   Desc sum = s.row_stat();
-  g.reduction(CUDNN_REDUCE_TENSOR_ADD, exps, sum);
+  if (sink) {
+    Desc sink_centered = g.pointwise(CUDNN_POINTWISE_SUB, sink, max, nullptr, s.row_stat(), kF32);
+    Desc sink_exp = g.pointwise(CUDNN_POINTWISE_EXP, sink_centered, nullptr, nullptr, s.row_stat(), kF32);
+    Desc score_sum = s.row_stat();
+    g.reduction(CUDNN_REDUCE_TENSOR_ADD, exps, score_sum);
+    g.pointwise(CUDNN_POINTWISE_ADD, score_sum, sink_exp, nullptr, sum, kF32);
+  } else {
+    g.reduction(CUDNN_REDUCE_TENSOR_ADD, exps, sum);
+  }
   Desc log_sum = g.pointwise(CUDNN_POINTWISE_LOG, sum, nullptr, nullptr, s.row_stat(), kF32);
   g.pointwise(CUDNN_POINTWISE_ADD, max, log_sum, nullptr, stats, kF32);
   // The probabilities feed the second matmul in the I/O type (a requirement of the fused engine).
@@ -224,7 +241,7 @@ std::string SdpaGraphKey::str() const {
      << " skv=" << s_kv << " dqk=" << d_qk << " dv=" << d_v << (padding ? " padding" : "") << (ragged ? " ragged" : "")
      << (ragged_int64 ? "64" : "") << (right_bound ? " right_bound" : "") << (right_shift ? "+shift" : "")
      << (left_bound ? " left_bound" : "") << (bottom_right ? " bottom_right" : "")
-     << (backward && deterministic ? " deterministic" : "");
+     << (backward && deterministic ? " deterministic" : "") << (!backward && sink ? " sink" : "");
   return os.str();
 }
 

@@ -40,6 +40,7 @@ enum SdpaUid : int64_t {
   kUidOffsetO,
   kUidRightBound,
   kUidLeftBound,
+  kUidSink,  // (1, h_q, 1, 1) f32: the attention sink of each query head
 };
 
 using Strides4 = std::array<int64_t, 4>;  // (b, h, s, d) element strides
@@ -60,6 +61,7 @@ struct SdpaGraphKey {
   bool left_bound = false;      // keep col + w > row (w by value; bottom_right subtracts seq_len_kv - seq_len_q)
   bool bottom_right = false;    // diagonal offset per batch from the seq_len tensors (needs padding)
   bool deterministic = false;   // backward: dQ written directly (dP workspace) instead of an fp32 accumulator
+  bool sink = false;            // forward: the attention sink joins the softmax (cuDNN 9.13+, attention_sink.h)
 
   auto operator<=>(const SdpaGraphKey&) const = default;
   std::string str() const;  // "fwd b=2 hq=16 hkv=16 sq=1024 ..." for reasons and logs

@@ -195,7 +195,7 @@ raw::AttentionForward forward(const AttentionProblem& p, const Tensor& q, const 
       run.template operator()<float>();
     }
   }
-  return {raw::to(out, q.dtype()), lse, {}};
+  return {raw::to(out, q.dtype()), lse, {}, false};
 }
 
 raw::AttentionGrads backward(const AttentionProblem& p, const Tensor& dout, const Tensor& dlse, const Tensor& q,
@@ -233,7 +233,7 @@ raw::AttentionGrads backward(const AttentionProblem& p, const Tensor& dout, cons
       run.template operator()<float>();
     }
   }
-  return {raw::to(dq, q.dtype()), raw::to(dk, k.dtype()), raw::to(dv, v.dtype()), {}};
+  return {raw::to(dq, q.dtype()), raw::to(dk, k.dtype()), raw::to(dv, v.dtype()), {}, {}};
 }
 
 }  // namespace cpf::attention_cuda::unfused

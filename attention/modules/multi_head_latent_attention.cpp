@@ -74,32 +74,62 @@ Tensor MultiHeadLatentAttention::project_q(const Tensor& x) const {
   return q_b_proj_->forward(rms_norm(latent, weight, options_.norm_eps));
 }
 
+Tensor MultiHeadLatentAttention::rotated_q(const Tensor& x, const Tensor& q_positions) const {
+  const MultiHeadLatentAttentionOptions& o = options_;
+  const int64_t nope = o.qk_nope_head_dim, rope_dim = o.qk_rope_head_dim;
+  const Tensor q = attention_modules::split_heads(project_q(x), o.num_heads, nope + rope_dim);  // (.., H, nope + rope)
+  const std::vector<Tensor> q_parts = split(q, std::vector<int64_t>{nope, rope_dim}, -1);
+  const Tensor q_pe = attention_modules::apply_rope(q_parts[1], o.qkv_format, q_positions, o.rope_base, -1);
+  return nope > 0 ? cat({q_parts[0], q_pe}, -1) : q_pe;
+}
+
+std::pair<Tensor, Tensor> MultiHeadLatentAttention::latent_parts(const Tensor& x, const Tensor& kv_positions) const {
+  const MultiHeadLatentAttentionOptions& o = options_;
+  const std::vector<Tensor> kv_a =
+      split(kv_a_proj_->forward(x), std::vector<int64_t>{o.kv_lora_rank, o.qk_rope_head_dim}, -1);
+  const Tensor kv_norm = nn::compute_parameter(kv_a_norm_weight_, kv_a[0].dtype(), kOp, "kv_a_layernorm weight");
+  const Tensor c_kv = rms_norm(kv_a[0], kv_norm, o.norm_eps);  // (.., kv_lora_rank)
+  // One RoPE key per token, shared by every head: rotated as a single head.
+  const Tensor k_pe = attention_modules::apply_rope(unsqueeze(kv_a[1], -2), o.qkv_format, kv_positions, o.rope_base, -1);
+  return {c_kv, k_pe};  // k_pe (.., 1, rope)
+}
+
 MultiHeadLatentAttention::QKV MultiHeadLatentAttention::project_qkv(const Tensor& x, const Tensor& q_positions,
                                                                      const Tensor& kv_positions) const {
   const MultiHeadLatentAttentionOptions& o = options_;
-  using attention_modules::apply_rope;
-  using attention_modules::split_heads;
-  const int64_t nope = o.qk_nope_head_dim, rope_dim = o.qk_rope_head_dim;
-
-  const Tensor q = split_heads(project_q(x), o.num_heads, nope + rope_dim);  // (.., H, nope + rope)
-  const std::vector<Tensor> q_parts = split(q, std::vector<int64_t>{nope, rope_dim}, -1);
-  const Tensor q_pe = apply_rope(q_parts[1], o.qkv_format, q_positions, o.rope_base, -1);
-
-  const std::vector<Tensor> kv_a = split(kv_a_proj_->forward(x), std::vector<int64_t>{o.kv_lora_rank, rope_dim}, -1);
-  const Tensor kv_norm = nn::compute_parameter(kv_a_norm_weight_, kv_a[0].dtype(), kOp, "kv_a_layernorm weight");
-  const Tensor c_kv = rms_norm(kv_a[0], kv_norm, o.norm_eps);                                  // (.., kv_lora_rank)
-  const Tensor kv = split_heads(kv_b_proj_->forward(c_kv), o.num_heads, nope + o.v_head_dim);  // (.., H, nope + v)
+  const int64_t nope = o.qk_nope_head_dim;
+  const auto [c_kv, k_pe_one] = latent_parts(x, kv_positions);
+  const Tensor kv =
+      attention_modules::split_heads(kv_b_proj_->forward(c_kv), o.num_heads, nope + o.v_head_dim);  // (.., H, nope + v)
   const std::vector<Tensor> kv_parts = split(kv, std::vector<int64_t>{nope, o.v_head_dim}, -1);
-  // One RoPE key per token, shared by every head: rotate it as a single head, then broadcast.
-  Tensor k_pe = unsqueeze(kv_a[1], -2);  // (.., 1, rope)
-  k_pe = apply_rope(k_pe, o.qkv_format, kv_positions, o.rope_base, -1);
-  Shape heads_shape = k_pe.shape();
+  Shape heads_shape = k_pe_one.shape();
   heads_shape[heads_shape.size() - 2] = o.num_heads;
-  k_pe = expand(k_pe, heads_shape);  // (.., H, rope)
+  const Tensor k_pe = expand(k_pe_one, heads_shape);  // (.., H, rope)
+  return {.q = rotated_q(x, q_positions), .k = nope > 0 ? cat({kv_parts[0], k_pe}, -1) : k_pe, .v = kv_parts[1]};
+}
 
-  return {.q = nope > 0 ? cat({q_parts[0], q_pe}, -1) : q_pe,
-          .k = nope > 0 ? cat({kv_parts[0], k_pe}, -1) : k_pe,
-          .v = kv_parts[1]};
+cp::MlaLatentShape MultiHeadLatentAttention::latent_shape() const {
+  const MultiHeadLatentAttentionOptions& o = options_;
+  return {.num_heads = o.num_heads,
+          .kv_lora_rank = o.kv_lora_rank,
+          .qk_nope_head_dim = o.qk_nope_head_dim,
+          .qk_rope_head_dim = o.qk_rope_head_dim,
+          .v_head_dim = o.v_head_dim};
+}
+
+AttentionOutput MultiHeadLatentAttention::latent_cp_attention(const Tensor& x, const Tensor& q_positions,
+                                                              const Tensor& kv_positions,
+                                                              const std::optional<SequenceInfo>& seq,
+                                                              const cp::ContextParallel& cp) const {
+  const auto [c_kv, k_pe] = latent_parts(x, kv_positions);
+  const Tensor latent = cat({unsqueeze(c_kv, -2), k_pe}, -1);  // (.., 1, kv_lora_rank + rope)
+  // The up-projection in the latent's dtype (a differentiable cast under mixed precision).
+  const Tensor weight = nn::compute_parameter(kv_b_proj_->weight(), latent.dtype(), kOp, "kv_b_proj weight");
+  const Tensor bias = kv_b_proj_->bias().defined()
+                          ? nn::compute_parameter(kv_b_proj_->bias(), latent.dtype(), kOp, "kv_b_proj bias")
+                          : Tensor();
+  return cp::context_parallel_mla_attention(rotated_q(x, q_positions), latent, weight, bias, latent_shape(), spec_, seq,
+                                            cp);
 }
 
 Tensor MultiHeadLatentAttention::forward(const Tensor& x, const std::optional<SequenceInfo>& seq,
@@ -114,6 +144,15 @@ Tensor MultiHeadLatentAttention::forward(const Tensor& x, const std::optional<Se
                                                          cp->group->rank())
                   : attention_modules::rope_positions(x_heads, o.qkv_format, seq, kv);
   };
+  // Under p2p / all_gather the latent may travel instead of K/V (attention.cp_mla_latent).
+  const bool latent = use_cp && cp::resolve_mla_latent(cp->mla_latent, cp::comm_type_name(cp->comm_type),
+                                                       cp->comm_type == cp::CommType::p2p ||
+                                                           cp->comm_type == cp::CommType::all_gather,
+                                                       latent_shape(), x.dtype(), x.device());
+  if (latent) {
+    const AttentionOutput attn = latent_cp_attention(x, positions(false), positions(true), seq, *cp);
+    return o_proj_->forward(attention_modules::merge_heads(attn.out));  // (.., C)
+  }
   const QKV qkv = project_qkv(x, positions(false), positions(true));
   const AttentionOutput attn = use_cp ? cp::context_parallel_attention(qkv.q, qkv.k, qkv.v, spec_, seq, *cp)
                                       : dot_product_attention(qkv.q, qkv.k, qkv.v, spec_, seq, o.flash);

@@ -71,6 +71,14 @@ class MultiHeadLatentAttention : public nn::Module {
     Tensor q, k, v;
   };
   QKV project_qkv(const Tensor& x, const Tensor& q_positions, const Tensor& kv_positions) const;
+  // Its pieces: q with RoPE (.., H, nope + rope); the latent: normalised c_kv (.., kv_lora_rank) and the
+  // rotated RoPE key (.., 1, rope).
+  Tensor rotated_q(const Tensor& x, const Tensor& q_positions) const;
+  std::pair<Tensor, Tensor> latent_parts(const Tensor& x, const Tensor& kv_positions) const;
+  // Attention under CP moving the latent instead of K/V (cp::context_parallel_mla_attention).
+  AttentionOutput latent_cp_attention(const Tensor& x, const Tensor& q_positions, const Tensor& kv_positions,
+                                      const std::optional<SequenceInfo>& seq, const cp::ContextParallel& cp) const;
+  cp::MlaLatentShape latent_shape() const;
 
   MultiHeadLatentAttentionOptions options_;
   AttentionSpec spec_;

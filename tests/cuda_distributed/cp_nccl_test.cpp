@@ -18,6 +18,8 @@
 // the attention contract makes it exact zeros and -inf on both sides). A failure names the strategy,
 // case, rank, tensor, the error against its bound and the worst element with its (token, head, dim)
 // and the token's global position; every case prints its largest errors, a record of the margins.
+// Attention sinks: the causal GQA cases run once more with a sink (spec.sink, f32 per query head); d(sink)
+// summed over the ranks must equal the single-GPU d(sink) within the case's bound (f32: 1e-4 relative).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -54,6 +56,7 @@ struct Case {
   DType dtype = DType::f32;
   AttentionBackend backend = AttentionBackend::unfused;
   bool lse_gradient = true;  // backward from (out, lse) or from out alone
+  bool sink = false;         // with an attention sink (CpCase::sink)
   Global global;             // in `dtype` (bf16: the f32 draw rounded once)
   Tensors reference;         // the single-GPU result, on the CPU
 };
@@ -83,14 +86,17 @@ Tensors single_device_result(const Case& k, Device device) {
   q.set_requires_grad();
   kk.set_requires_grad();
   v.set_requires_grad();
-  auto [out, lse] = dot_product_attention(q, kk, v, spec_of(k.c), g.seq, {.backend = k.backend});
+  AttentionSpec spec = spec_of(k.c);
+  if (g.sink.defined()) spec.sink = put(g.sink).set_requires_grad();
+  auto [out, lse] = dot_product_attention(q, kk, v, spec, g.seq, {.backend = k.backend});
   if (k.lse_gradient) {
     backward({out, lse}, {put(g.dout), put(g.dlse)});
   } else {
     backward({out}, {put(g.dout)});
   }
   auto host = [](const Tensor& t) { return raw::to(t.detach(), Device::cpu()); };
-  return {host(out), host(lse), host(q.grad()), host(kk.grad()), host(v.grad())};
+  return {host(out), host(lse), host(q.grad()), host(kk.grad()), host(v.grad()),
+          spec.sink.defined() ? host(spec.sink.grad()) : Tensor()};
 }
 
 std::vector<Case> cases_of(const Strategy& s, Device reference_device) {
@@ -98,8 +104,12 @@ std::vector<Case> cases_of(const Strategy& s, Device reference_device) {
   for (QkvFormat format : {QkvFormat::bshd, QkvFormat::thd}) {
     for (MaskType mask : {MaskType::no_mask, MaskType::causal}) {
       for (const HeadCase& heads : kHeads) {
-        for (DType dtype : {DType::f32, DType::bf16}) {
+        // (dtype, with a sink): the sink only joins the causal GQA cases.
+        for (const auto& [dtype, sink] : {std::pair{DType::f32, false}, std::pair{DType::bf16, false},
+                                          std::pair{DType::f32, true}, std::pair{DType::bf16, true}}) {
+          if (sink && (mask != MaskType::causal || heads.kv_heads == heads.heads)) continue;
           Case k;
+          k.sink = sink;
           CpCase& c = k.c;
           c.comm = s.comm;
           c.cp = s.cp;
@@ -116,12 +126,14 @@ std::vector<Case> cases_of(const Strategy& s, Device reference_device) {
           c.thd_lengths = {37, 133, 3, 200};
           c.dtype = DType::f32;  // drawn in f32; bf16 cases round it once
           c.seed = 100 + cases.size();
+          c.sink = sink;
           k.dtype = dtype;
           k.backend = dtype == DType::f32 ? AttentionBackend::unfused : AttentionBackend::automatic;
           k.lse_gradient = dtype == DType::f32;
           std::ostringstream name;
           name << qkv_format_name(format) << "_" << mask_type_name(mask) << "_" << heads.name << "_"
                << dtype_name(dtype) << "_" << attention_backend_name(k.backend);
+          if (sink) name << "_sink";
           k.name = name.str();
           const CpQuery query{c.comm, c.cp, c.a2a, c.format, c.mask, c.window, c.heads, c.kv_heads, c.d_qk, c.d_v,
                               false};
@@ -162,15 +174,17 @@ std::vector<std::vector<Tensors>> run_on_ranks(const Strategy& s, const std::vec
             q.set_requires_grad();
             kk.set_requires_grad();
             v.set_requires_grad();
-            auto [out, lse] = context_parallel_attention(q, kk, v, spec_of(k.c), g.seq, cp);
+            AttentionSpec spec = spec_of(k.c);
+            if (g.sink.defined()) spec.sink = raw::to(g.sink, rc.device).set_requires_grad();
+            auto [out, lse] = context_parallel_attention(q, kk, v, spec, g.seq, cp);
             if (k.lse_gradient) {
               backward({out, lse}, {put(g.dout, g.seq_dim), put(g.dlse, lse_dim(k.c))});
             } else {
               backward({out}, {put(g.dout, g.seq_dim)});
             }
             auto host = [](const Tensor& t) { return raw::to(t.detach(), Device::cpu()); };
-            results[i][static_cast<size_t>(r)] = {host(out), host(lse), host(q.grad()), host(kk.grad()),
-                                                  host(v.grad())};
+            results[i][static_cast<size_t>(r)] = {host(out), host(lse), host(q.grad()), host(kk.grad()), host(v.grad()),
+                                                  spec.sink.defined() ? host(spec.sink.grad()) : Tensor()};
             // Progress, so a run that stops names the case it stopped in.
             std::fprintf(stderr, "[cp nccl] %s rank %d finished case %zu of %zu (%s)\n", strategy_name(s).c_str(), r,
                          i + 1, cases.size(), k.name.c_str());
@@ -300,6 +314,25 @@ TEST_P(CpNccl, EveryRankShardEqualsTheSingleGpuResult) {
         EXPECT_TRUE(c.failure.empty()) << strategy_name(s) << " " << k.name << ", rank " << r << " of " << s.cp
                                        << " (cuda:" << r << "), " << items[t].what << ": " << c.failure;
       }
+    }
+    if (k.sink) {
+      // d(sink): each rank holds its rows' share; the sum over the ranks is the single-GPU gradient.
+      std::vector<double> sum(static_cast<size_t>(k.c.heads), 0.0);
+      for (int r = 0; r < s.cp; ++r) {
+        const Tensor& d = results[i][static_cast<size_t>(r)].dsink;
+        ASSERT_TRUE(d.defined()) << k.name << ": no d(sink) on rank " << r;
+        const auto v = raw::to(d, DType::f64).to_vector<double>();
+        for (size_t h = 0; h < sum.size(); ++h) sum[h] += v[h];
+      }
+      const auto want = raw::to(k.reference.dsink, DType::f64).to_vector<double>();
+      double scale = 0, err = 0;
+      for (size_t h = 0; h < sum.size(); ++h) {
+        scale = std::max(scale, std::abs(want[h]));
+        err = std::max(err, std::abs(sum[h] - want[h]));
+      }
+      const double bound = bf16 ? tol : 1e-4;
+      EXPECT_LE(err, bound * scale) << strategy_name(s) << " " << k.name << ": d(sink) summed over the ranks, max "
+                                    << "error " << err << " vs max |ref| " << scale;
     }
     std::printf("[cp nccl] %-16s %-34s worst over ranks %s: out %.2e lse %.2e dq %.2e dk %.2e dv %.2e\n",
                 strategy_name(s).c_str(), k.name.c_str(),

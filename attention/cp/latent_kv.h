@@ -1,0 +1,83 @@
+#pragma once
+// MLA latent-KV communication for the ring (p2p) and all_gather strategies.
+//
+// In DeepSeek-style MLA every token's keys and values come from a small latent: the normalised
+// c_kv (kv_lora_rank values) and the decoupled RoPE key (rope values), expanded per head by the
+// up-projection kv_b_proj (weight W: (H (nope + d_v), kv_lora_rank), optional bias b):
+//
+//   [k_nope | v] = c_kv W^T + b   (split per head)      k = [k_nope | k_pe broadcast to every head]
+//
+// The strategies move the latent (T, 1, kv_lora_rank + rope) instead of K and V (T, H, nope + rope +
+// d_v): the receiving rank expands it with the weight it holds (replicated under CP). Backward: the
+// rank that computed a block's dK/dV projects them back through the up-projection,
+//
+//   d[k_nope | v] -> d c_kv = d[k_nope | v] W,   d k_pe = sum over heads of dk[.., nope:]
+//   dW += d[k_nope | v]^T c_kv,   db += column sums of d[k_nope | v]
+//
+// and only the latent's gradient travels; dW and db stay with the rank that computed them (the
+// world's gradient all-reduce sums them, as for every replicated weight), so they are exact.
+#include <memory>
+#include <string>
+
+#include "framework/tensor/tensor.h"
+
+namespace cpf::cp {
+
+// The MLA shapes of one call.
+struct MlaLatentShape {
+  int64_t num_heads = 0;
+  int64_t kv_lora_rank = 0;
+  int64_t qk_nope_head_dim = 0;
+  int64_t qk_rope_head_dim = 0;
+  int64_t v_head_dim = 0;
+
+  int64_t latent_dim() const { return kv_lora_rank + qk_rope_head_dim; }
+  int64_t head_dim_qk() const { return qk_nope_head_dim + qk_rope_head_dim; }
+};
+
+// attention.cp_mla_latent: whether MLA under p2p / all_gather moves the latent.
+enum class MlaLatentMode : uint8_t { automatic, on, off };
+std::string mla_latent_mode_name(MlaLatentMode mode);  // "auto", "on", "off"
+MlaLatentMode parse_mla_latent_mode(const std::string& name);
+
+// The `auto` rule: the latent travels when the bytes it saves per token outweigh the expansion it
+// costs the receivers, measured as time: bytes / link_bytes_per_s against the re-expansion FLOPs (and
+// the backward's projection, three times the forward's GEMM) / flops_per_s. `why` explains the choice.
+struct MlaLatentChoice {
+  bool latent = false;
+  std::string why;
+};
+MlaLatentChoice choose_mla_latent(const MlaLatentShape& shape, int64_t element_bytes, double link_bytes_per_s,
+                                  double flops_per_s);
+
+// Whether one call moves the latent. off: no; on: yes (a strategy that moves no K/V blocks then refuses
+// the call, naming it); auto: when the strategy moves K/V blocks (p2p, all_gather) and choose_mla_latent
+// says so at the device's nominal rates (CPU thread ranks 10 GB/s and 100 GFLOP/s; CUDA 100 GB/s and
+// 400 TFLOP/s). auto logs its choice and why, once per configuration.
+bool resolve_mla_latent(MlaLatentMode mode, const std::string& strategy, bool strategy_moves_kv,
+                        const MlaLatentShape& shape, DType dtype, const Device& device);
+
+// The expansion and its adjoint, on raw tensors of any device (compute dtype of the weight).
+class LatentKv {
+ public:
+  // weight (H (nope + d_v), kv_lora_rank), bias (H (nope + d_v)) or undefined: detached values.
+  LatentKv(const MlaLatentShape& shape, Tensor weight, Tensor bias);
+
+  const MlaLatentShape& shape() const { return shape_; }
+  // latent (T, 1, kv_lora_rank + rope) -> k (T, H, nope + rope), v (T, H, d_v), contiguous.
+  std::pair<Tensor, Tensor> expand(const Tensor& latent) const;
+  // dK/dV of the block expanded from `latent` -> the latent's gradient (T, 1, kv_lora_rank + rope) in
+  // `acc`; adds this block's dW (and db) to the accumulators.
+  Tensor project_grad(const Tensor& latent, const Tensor& dk, const Tensor& dv, DType acc) const;
+  // The summed weight (and bias) gradients, in the weight's dtype; zeros when no block was projected.
+  Tensor weight_grad() const;
+  Tensor bias_grad() const;
+
+ private:
+  MlaLatentShape shape_;
+  Tensor weight_, bias_;
+  // Accumulated over the backward's blocks; the strategies hold the context by const reference.
+  std::shared_ptr<Tensor> dweight_ = std::make_shared<Tensor>(), dbias_ = std::make_shared<Tensor>();
+};
+
+}  // namespace cpf::cp
