@@ -104,7 +104,7 @@ class RankTrainer {
     if (groups_.cp_size > 1) {
       groups_.cp = cp::ContextParallel{config.parallel.cp_comm_type, mesh_.cp(), mesh_.cp_a2a(), mesh_.cp_p2p(),
                                        flash_config(config)};
-      groups_.cp.mla_latent = config.attention.cp_mla_latent;
+      groups_.cp->mla_latent = config.attention.cp_mla_latent;
     }
     for (const auto& [name, t] : params_) tensors_.push_back(t);
     // Gradients are summed over the world in buckets that start during backward, each as soon as its
