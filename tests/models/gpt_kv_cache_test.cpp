@@ -67,6 +67,12 @@ std::vector<Case> cases() {
   GPTOptions window = base();
   window.window = 3;
   out.push_back({"mha_sliding_window", window});
+  GPTOptions sink = gqa;
+  sink.attention_sink = true;
+  out.push_back({"gqa_attention_sink", sink});
+  GPTOptions mla_sink = mla;
+  mla_sink.attention_sink = true;
+  out.push_back({"mla_attention_sink", mla_sink});
   return out;
 }
 
