@@ -38,7 +38,7 @@ class Heartbeat {
   std::mutex mutex_;
   std::condition_variable wake_;
   bool stop_ = false;
-  std::string activity_ = "starting";
+  std::string activity_ = "setting up (model, data, resume)";
   Clock::time_point activity_since_, last_line_;
   std::thread thread_;  // last: started once every field above is set
 };

@@ -135,7 +135,11 @@ double render_legend(std::string& svg, const std::vector<LegendEntry>& legend, d
     svg += "<g class=\"legend-entry\"><line x1=\"" + num(x) + "\" y1=\"" + num(y - 4) + "\" x2=\"" + num(x + 26) +
            "\" y2=\"" + num(y - 4) + "\" stroke=\"" + e.color + "\" stroke-width=\"2\"" +
            (e.dashed ? " stroke-dasharray=\"6 4\"" : "") + "/>";
-    if (e.markers) svg += "<circle cx=\"" + num(x + 13) + "\" cy=\"" + num(y - 4) + "\" r=\"2.6\" fill=\"" + e.color + "\"/>";
+    // A round <rect>, not a <circle>: ImageMagick's own renderer draws stray lines after a legend circle.
+    if (e.markers) {
+      svg += "<rect x=\"" + num(x + 10.4) + "\" y=\"" + num(y - 6.6) + "\" width=\"5.2\" height=\"5.2\" rx=\"2.6\" fill=\"" +
+             e.color + "\"/>";
+    }
     svg += "<text x=\"" + num(x + 32) + "\" y=\"" + num(y) + "\">" + xml_escape(e.label) + "</text></g>\n";
     x += w;
   }
