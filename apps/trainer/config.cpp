@@ -290,6 +290,8 @@ std::optional<std::string> cp_problem(const TrainConfig& c) {
   q.mask = MaskType::padding_causal;
   q.window = {m.window, 0};
   q.attention_sink = m.attention_sink;
+  // attention.cp_mla_latent: on asks an MLA model to move its latent, which only p2p and all_gather can.
+  q.mla_latent = m.attention == models::AttentionType::mla && c.attention.cp_mla_latent == cp::MlaLatentMode::on;
   q.num_heads = m.num_heads;
   if (m.attention == models::AttentionType::mla) {
     q.num_kv_heads = m.num_heads;

@@ -293,9 +293,7 @@ namespace {
 void check_mla_latent_inputs(const Tensor& q, const Tensor& latent, const Tensor& weight, const Tensor& bias,
                              const MlaLatentShape& shape, const ContextParallel& cp) {
   const std::string who = "context parallel (" + comm_type_name(cp.comm_type) + ")";
-  CPF_CHECK(cp.comm_type == CommType::p2p || cp.comm_type == CommType::all_gather, who,
-            ": MLA latent communication runs under p2p and all_gather (Ulysses moves heads, not K/V blocks); set "
-            "attention.cp_mla_latent: off or auto");
+  if (auto reason = mla_latent_problem(cp.comm_type)) CPF_FAIL("context parallel: ", *reason);
   CPF_CHECK(q.defined() && latent.defined() && weight.defined(), who, ": q, the latent and the up-projection weight "
             "must be defined");
   CPF_CHECK(latent.dim() == q.dim() && latent.size(-2) == 1 && latent.size(-1) == shape.latent_dim(), who,

@@ -49,6 +49,12 @@ std::optional<std::string> check_heads(const CpQuery& q, int64_t a2a, const std:
 
 }  // namespace
 
+std::optional<std::string> mla_latent_problem(CommType comm_type) {
+  if (comm_type == CommType::p2p || comm_type == CommType::all_gather) return std::nullopt;
+  return comm_type_name(comm_type) + ": MLA latent communication runs under p2p and all_gather (Ulysses moves heads, "
+                                     "not K/V blocks); set attention.cp_mla_latent: off or auto";
+}
+
 std::optional<std::string> check(const CpQuery& q) {
   const std::string name = comm_type_name(q.comm_type);
   if (q.cp_size < 2) {
@@ -70,6 +76,9 @@ std::optional<std::string> check(const CpQuery& q) {
   }
   if (is_causal(q.mask) && q.window.right > 0) {
     return name + ": a causal mask cannot look ahead: window right=" + std::to_string(q.window.right);
+  }
+  if (q.mla_latent) {
+    if (auto reason = mla_latent_problem(q.comm_type)) return reason;
   }
   switch (q.comm_type) {
     case CommType::p2p:
@@ -113,6 +122,7 @@ const MatrixRow kRows[] = {
     {"KV heads < a2a size (8 q / 2 kv, cp 4)", [](CpQuery& q) { q.num_kv_heads = 2; }},
     {"MLA (d_qk 192, d_v 128)", [](CpQuery& q) { q.head_dim_qk = 192; q.head_dim_v = 128; }},
     {"GQA + MLA", [](CpQuery& q) { q.num_kv_heads = 2; q.head_dim_qk = 192; q.head_dim_v = 128; }},
+    {"MLA moving its latent (attention.cp_mla_latent)", [](CpQuery& q) { q.head_dim_qk = 192; q.head_dim_v = 128; q.mla_latent = true; }},
     {"attention sink (learnable logit per query head)", [](CpQuery& q) { q.attention_sink = true; }},
     {"attention sink + GQA + MLA + sliding window", [](CpQuery& q) { q.attention_sink = true; q.num_kv_heads = 2; q.head_dim_qk = 192; q.head_dim_v = 128; q.window = {128, 0}; }},
     {"heads not divisible by a2a size (6 q / 6 kv, cp 4)", [](CpQuery& q) { q.num_heads = 6; q.num_kv_heads = 6; }},

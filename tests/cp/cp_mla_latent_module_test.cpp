@@ -180,7 +180,7 @@ TEST(CpMlaLatentValidation, RejectsUlyssesAndMismatchedShapes) {
     const AttentionSpec spec{.mask = MaskType::causal};
     EXPECT_CPF_ERROR(context_parallel_mla_attention(q, latent, w, Tensor(), s, spec, std::nullopt,
                                                     ContextParallel{CommType::a2a, mesh.cp()}),
-                     "context parallel (a2a): MLA latent communication runs under p2p and all_gather (Ulysses moves "
+                     "context parallel: a2a: MLA latent communication runs under p2p and all_gather (Ulysses moves "
                      "heads, not K/V blocks); set attention.cp_mla_latent: off or auto");
     const ContextParallel p2p{CommType::p2p, mesh.cp()};
     EXPECT_CPF_ERROR(context_parallel_mla_attention(q, random_tensor({1, 4, 1, 6}, DType::f64, 4), w, Tensor(), s, spec,
