@@ -100,7 +100,24 @@ void register_device_hooks(DeviceType type, const DeviceHooks& h) {
   hooks()[static_cast<size_t>(type)] = h;
 }
 
-Scope::Scope(std::string_view name) { open(name, nullptr); }
+namespace {
+thread_local bool t_has_device = false;
+thread_local Device t_device;
+}  // namespace
+
+DeviceScope::DeviceScope(Device device) : had_previous_(t_has_device), previous_(t_device) {
+  t_has_device = true;
+  t_device = device;
+}
+
+DeviceScope::~DeviceScope() {
+  t_has_device = had_previous_;
+  t_device = previous_;
+}
+
+const Device* thread_device() { return t_has_device ? &t_device : nullptr; }
+
+Scope::Scope(std::string_view name) { open(name, thread_device()); }
 Scope::Scope(std::string_view name, Device device) { open(name, &device); }
 
 void Scope::open(std::string_view name, const Device* device) {

@@ -4,6 +4,7 @@
 //   {
 //     cpf::profile::Scope scope("attention");                     // NVTX range + host wall time
 //     cpf::profile::Scope step("step", Device::cuda(0));          // ... + GPU time on cuda:0's current stream
+//     cpf::profile::DeviceScope rank_device(Device::cuda(1));     // later Scope("x") on this thread time cuda:1
 //     ...
 //   }
 //   cpf::profile::set_enabled(true);   // before the scopes whose times should be recorded
@@ -36,11 +37,29 @@ namespace cpf::profile {
 void set_enabled(bool enabled);
 bool enabled();
 
+// The device whose current stream Scope(name) times on this thread: none by default. A rank thread
+// (the trainer's, or a user's) sets it once, and library code then writes Scope("name") alone. RAII:
+// restores the previous setting (scopes nest).
+class DeviceScope {
+ public:
+  explicit DeviceScope(Device device);
+  ~DeviceScope();
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  bool had_previous_ = false;
+  Device previous_;
+};
+// This thread's device set by DeviceScope, or nullptr.
+const Device* thread_device();
+
 class Scope {
  public:
+  // GPU time too when a DeviceScope of a CUDA device is open on this thread.
   explicit Scope(std::string_view name);
   // `device`: also measure GPU time on its current stream when it is a CUDA device and the CUDA
-  // backend is linked (a CPU device measures host time only).
+  // backend is linked (a CPU device measures host time only), whatever DeviceScope says.
   Scope(std::string_view name, Device device);
   ~Scope();
   Scope(const Scope&) = delete;

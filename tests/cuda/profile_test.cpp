@@ -57,6 +57,21 @@ TEST_F(CudaProfile, TimesTheStreamThatIsCurrent) {
   EXPECT_GT(stats[0].gpu_total_ms, 0.0);
 }
 
+TEST_F(CudaProfile, DeviceScopeTimesPlainScopes) {
+  const Tensor a = testing::on_gpu(testing::random_cpu({512, 512}, DType::f32, 3));
+  profile::reset();
+  profile::set_enabled(true);
+  {
+    profile::DeviceScope rank(Device::cuda(0));
+    profile::Scope scope("library op");
+    Tensor c = raw::matmul(a, a);
+  }
+  const std::vector<profile::Stats> stats = profile::snapshot();
+  ASSERT_EQ(stats.size(), 1u);
+  EXPECT_EQ(stats[0].gpu_calls, 1);
+  EXPECT_GT(stats[0].gpu_total_ms, 0.0);
+}
+
 TEST_F(CudaProfile, DisabledScopesRecordNothing) {
   profile::reset();
   { profile::Scope scope("off", Device::cuda(0)); }

@@ -138,6 +138,32 @@ TEST_F(Profile, DeviceScopesTimeWithEventsReadLate) {
   EXPECT_EQ(find(stats, "host only")->gpu_calls, 0);
 }
 
+TEST_F(Profile, DeviceScopeGivesPlainScopesGpuTimeOnItsThread) {
+  set_enabled(true);
+  EXPECT_EQ(thread_device(), nullptr);
+  {
+    DeviceScope rank(Device::cuda(2));
+    { Scope scope("layer"); }
+    {
+      DeviceScope host(Device::cpu());  // nested: a CPU device times nothing, then cuda:2 again
+      { Scope scope("host"); }
+    }
+    ASSERT_NE(thread_device(), nullptr);
+    EXPECT_EQ(*thread_device(), Device::cuda(2));
+    std::thread other([] { Scope scope("other thread"); });  // another thread has no device
+    other.join();
+  }
+  EXPECT_EQ(thread_device(), nullptr);
+  { Scope scope("layer"); }
+  ASSERT_EQ(fake_.timers.size(), 1u);
+  EXPECT_EQ(fake_.timers[0].device, 2);
+  const std::vector<Stats> stats = snapshot();
+  EXPECT_EQ(find(stats, "layer")->calls, 2);
+  EXPECT_EQ(find(stats, "layer")->gpu_calls, 1);
+  EXPECT_EQ(find(stats, "host")->gpu_calls, 0);
+  EXPECT_EQ(find(stats, "other thread")->gpu_calls, 0);
+}
+
 TEST_F(Profile, ResetDropsRowsAndReleasesPendingTimers) {
   set_enabled(true);
   { Scope scope("step", Device::cuda(0)); }
