@@ -17,6 +17,7 @@
 #include "apps/trainer/grad_accumulation.h"
 #include "apps/trainer/resume_rules.h"
 #include "apps/trainer/run_folder.h"
+#include "apps/trainer/run_tokenizer.h"
 #include "apps/trainer/stop_signals.h"
 #include "framework/autograd/ops.h"
 #include "framework/distributed/autograd_collectives.h"
@@ -212,6 +213,7 @@ void RankTrainer::start_writing() {
   if (!logger_) return;  // only the writing process's rank 0 has a logger
   const std::string yaml = "# Effective config of this run (written by cpformer train; defaults filled in).\n";
   write_file_atomically((fs::path(run_dir(c_)) / "config.yaml").string(), yaml + to_yaml(c_));
+  record_run_tokenizer(c_, run_dir(c_));  // generate finds data.tokenizer's file here (run_tokenizer.h)
   tokens_at_start_ = logger_->start_metrics(step_);
 }
 
