@@ -193,6 +193,22 @@ TEST(PlotPng, WrittenByAConverterOnPathOrTheReasonWhyNot) {
   EXPECT_EQ(bytes.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
 }
 
+TEST(PlotPng, AFailingConverterIsAWarningAndTheSvgStays) {
+  const auto a = fake_run("run", 40, 1.0);
+  const auto bin = scratch_dir("bin");
+  write_file(bin / "rsvg-convert", "#!/bin/sh\nexit 3\n");
+  std::filesystem::permissions(bin / "rsvg-convert", std::filesystem::perms::owner_all);
+  const std::string path = std::getenv("PATH") ? std::getenv("PATH") : "";
+  setenv("PATH", bin.c_str(), 1);
+  const auto out = scratch_dir("out") / "p.svg";
+  const auto r = run({"plot", a.string(), "--out", out.string()});
+  setenv("PATH", path.c_str(), 1);
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_EQ(r.out, "wrote " + out.string() + "\nwarning: PNG not written: " + (bin / "rsvg-convert").string() +
+                       " exited with 3 (the SVG is complete)\n");
+  EXPECT_EQ(xml_problem(read_file(out)), "");
+}
+
 TEST(PlotErrors, RejectedInputsNameTheProblem) {
   auto expect = [](const std::vector<std::string>& args, int code, const std::string& message) {
     const auto r = run(args);
@@ -212,6 +228,7 @@ TEST(PlotErrors, RejectedInputsNameTheProblem) {
   expect({"plot", bad.string()}, kExitData,
          "cpformer: data error: " + (bad / "metrics.jsonl").string() +
              ":2: not a metrics record (expected a JSON object with an integer \"step\")");
+  expect({"plot", "/dev/null"}, kExitData, "cpformer: data error: /dev/null: not a run folder or a metrics.jsonl file");
   const auto blank = scratch_dir("blank");
   write_file(blank / "metrics.jsonl", "");
   expect({"plot", blank.string()}, kExitData,

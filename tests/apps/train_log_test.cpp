@@ -75,6 +75,17 @@ TEST(TrainLog, ResumedSessionsAppendAndReplaceStartsOver) {
   EXPECT_EQ(count(log, "] cpformer train: "), 1u) << log;
 }
 
+TEST(TrainLog, AnUnwritableLogStopsTheRunNamingIt) {
+  const auto dir = scratch_dir("run");
+  std::filesystem::create_directories(dir / "train.log");  // a folder where the log goes
+  const auto r = train_tiny(dir);
+  EXPECT_EQ(r.code, kExitError) << r.out;
+  EXPECT_NE(r.err.find("cannot open " + (dir / "train.log").string() + " for writing: Is a directory"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.out.find("step "), std::string::npos) << "nothing was trained: " << r.out;
+}
+
 TEST(TrainLog, StepLinesAndMetricsCountTokensAndShowResidentMemory) {
   const auto dir = scratch_dir("run");
   const auto r = train_tiny(dir);
