@@ -159,17 +159,4 @@ Tensor MultiHeadLatentAttention::forward(const Tensor& x, const std::optional<Se
   return o_proj_->forward(attention_modules::merge_heads(attn.out));  // (.., C)
 }
 
-Tensor MultiHeadLatentAttention::forward_cached(const Tensor& x, const KVCacheStep& step, KVCache& cache) const {
-  check_cached_attention(spec_, x, step, kOp);
-  attention_modules::check_hidden(x, options_.qkv_format, options_.hidden_size, kOp);
-  const std::vector<int64_t> pos = step.positions();
-  const Tensor positions = from_vector(pos, {static_cast<int64_t>(pos.size())}, x.device());
-  const QKV qkv = project_qkv(x, positions, positions);
-  // The cache holds the per-head keys and values (not the latent): attention reads them directly.
-  cache.append(qkv.k, qkv.v, step);
-  const AttentionOutput attn =
-      dot_product_attention(qkv.q, cache.keys(), cache.values(), spec_, step.attention_info(), options_.flash);
-  return o_proj_->forward(attention_modules::merge_heads(attn.out));  // (T_new, C)
-}
-
 }  // namespace cpf::nn

@@ -56,9 +56,11 @@ class MultiHeadLatentAttention : public nn::Module {
                  const cp::ContextParallel* cp = nullptr) const;
 
   // Incremental decoding (qkv_format thd, a causal mask, under NoGradGuard): x (T_new, C) holds the
-  // step's new tokens packed per sequence; their keys and values (after RoPE) join `cache` and each new
-  // token attends to its sequence's cached tokens and itself (kv_cache.h). Gives the rows forward()
-  // gives for the same tokens over each whole prefix.
+  // step's new tokens packed per sequence; each new token attends to its sequence's cached tokens and
+  // itself (kv_cache.h). Gives the rows forward() gives for the same tokens over each whole prefix.
+  // The cache holds the latent, not per-head keys/values: keys (S * capacity, 1, kv_lora_rank +
+  // qk_rope_head_dim), values (S * capacity, 1, kv_lora_rank), one more column each with bias
+  // (multi_head_latent_attention_cached.cpp).
   Tensor forward_cached(const Tensor& x, const KVCacheStep& step, KVCache& cache) const;
 
   const MultiHeadLatentAttentionOptions& options() const { return options_; }

@@ -16,6 +16,7 @@
 #include "models/gpt.h"
 #include "models/gpt_decoder.h"
 #include "models/gpt_input.h"
+#include "support/test_utils.h"
 
 namespace cpf::models {
 namespace {
@@ -73,6 +74,15 @@ std::vector<Case> cases() {
   GPTOptions mla_sink = mla;
   mla_sink.attention_sink = true;
   out.push_back({"mla_attention_sink", mla_sink});
+  // Biases ride on an extra latent column, exact also with sinks (sum of probabilities < 1).
+  GPTOptions mla_bias = mla_sink;
+  mla_bias.bias = true;
+  mla_bias.norm = NormType::layernorm;
+  out.push_back({"mla_bias_sink", mla_bias});
+  GPTOptions mla_rope_only = mla_q;
+  mla_rope_only.qk_nope_head_dim = 0;
+  mla_rope_only.window = 2;
+  out.push_back({"mla_rope_only_window", mla_rope_only});
   return out;
 }
 
@@ -150,6 +160,23 @@ TEST(KVCache, PrefillLogitsEqualTheFullForwardOfEveryPromptToken) {
   for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-10) << i;
   // Each layer's cache holds both slots: (2 sequences x capacity 5, heads, head dim).
   EXPECT_EQ(caches[0].keys().shape(), (Shape{10, 4, 4}));
+}
+
+TEST(KVCache, MlaCachesTheLatentNotPerHeadKeys) {
+  GPTOptions o = base();
+  o.attention = AttentionType::mla;
+  Generator gen(6);
+  GPT model(o, &gen);
+  model.eval();
+  NoGradGuard no_grad;
+  std::vector<nn::KVCache> caches(2);
+  const nn::KVCacheStep step{.capacity = 4, .past = {0}, .new_tokens = {3}};
+  const Tensor cached = model.forward_cached(from_vector<int64_t>({1, 2, 3}, {3}), step, caches);
+  const Tensor full = model.forward(make_prompt_input({{1, 2, 3}}));
+  EXPECT_TRUE(testing::all_close(cached, full, 1e-10, 1e-10));
+  // keys [c_kv | k_pe]: kv_lora_rank 8 + rope 4 in one shared head; values c_kv.
+  EXPECT_EQ(caches[0].keys().shape(), (Shape{4, 1, 12}));
+  EXPECT_EQ(caches[0].values().shape(), (Shape{4, 1, 8}));
 }
 
 std::string error_of(const std::function<void()>& f) {
