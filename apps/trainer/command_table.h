@@ -88,5 +88,6 @@ CommandSpec check_config_command();  // train_command.cpp
 CommandSpec docs_command();          // train_command.cpp
 CommandSpec generate_command();      // generate_command.cpp
 CommandSpec plot_command();          // plot_command.cpp
+CommandSpec export_command();        // export_command.cpp
 
 }  // namespace cpf::trainer

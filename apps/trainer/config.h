@@ -101,6 +101,7 @@ struct RunOptions {
   double target_loss = 0.0;       // > 0: stop once the held-out loss falls to it
   int64_t threads = 0;            // OpenMP threads per rank; 0 = cores / ranks
   int64_t grad_accum_steps = 1;   // micro-batches per optimizer step (apps/trainer/grad_accumulation.h)
+  std::string init_from;          // starting weights: a cpformer checkpoint or an HF folder (init_from.h)
   RunDevice device = RunDevice::cpu;  // cuda: rank r on cuda:(r % visible GPUs)
   PrecisionMode precision = PrecisionMode::fp32;
 };
@@ -182,6 +183,9 @@ void describe(V& v, RunOptions& o) {
   v.field("grad_accum_steps", o.grad_accum_steps,
           "micro-batches per optimizer step, accumulated exactly as one batch (or set data.total_batch_tokens)",
           Range{1, 1e6});
+  v.field("init_from", o.init_from,
+          "start from these weights (fine-tuning): a cpformer checkpoint or run folder, or a Hugging Face folder "
+          "(config.json + model.safetensors, GPT-2 or Llama shape); empty = random init; ignored when resuming");
   v.choice("device", o.device, config::Choices<RunDevice>{{"cpu", RunDevice::cpu}, {"cuda", RunDevice::cuda}},
            "where every rank computes: cpu, or cuda (rank r on GPU r % visible GPUs)");
   v.choice("precision", o.precision,

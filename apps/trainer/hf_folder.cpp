@@ -1,0 +1,215 @@
+#include "apps/trainer/hf_folder.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <typeinfo>
+
+#include "apps/trainer/checked_file.h"
+
+namespace cpf::trainer {
+namespace fs = std::filesystem;
+using nlohmann::json;
+using nlohmann::ordered_json;
+using models::HfArchitecture;
+
+namespace {
+
+int64_t kv_heads(const models::GPTOptions& m) {
+  return m.attention == models::AttentionType::gqa && m.num_kv_heads > 0 ? m.num_kv_heads : m.num_heads;
+}
+int64_t head_dim(const models::GPTOptions& m) { return m.head_dim > 0 ? m.head_dim : m.hidden_size / m.num_heads; }
+
+ordered_json gpt2_config(const models::GPTOptions& m) {
+  return {{"architectures", {"GPT2LMHeadModel"}},
+          {"model_type", "gpt2"},
+          {"vocab_size", m.vocab_size},
+          {"n_positions", m.max_positions},
+          {"n_ctx", m.max_positions},
+          {"n_embd", m.hidden_size},
+          {"n_layer", m.num_layers},
+          {"n_head", m.num_heads},
+          {"n_inner", models::effective_intermediate_size(m)},
+          {"activation_function", "gelu_new"},  // cpformer's gelu is the tanh approximation
+          {"layer_norm_epsilon", m.norm_eps},
+          {"resid_pdrop", 0.0},
+          {"embd_pdrop", 0.0},
+          {"attn_pdrop", 0.0},
+          {"initializer_range", m.init_std},
+          {"scale_attn_weights", true},
+          {"tie_word_embeddings", m.tie_embeddings},
+          {"use_cache", true},
+          {"torch_dtype", "float32"}};
+}
+
+ordered_json llama_config(const models::GPTOptions& m) {
+  return {{"architectures", {"LlamaForCausalLM"}},
+          {"model_type", "llama"},
+          {"vocab_size", m.vocab_size},
+          {"hidden_size", m.hidden_size},
+          {"intermediate_size", models::effective_intermediate_size(m)},
+          {"num_hidden_layers", m.num_layers},
+          {"num_attention_heads", m.num_heads},
+          {"num_key_value_heads", kv_heads(m)},
+          {"head_dim", head_dim(m)},
+          {"hidden_act", "silu"},
+          {"max_position_embeddings", m.max_positions},
+          {"rms_norm_eps", m.norm_eps},
+          {"rope_theta", m.rope_base},
+          {"rope_scaling", nullptr},
+          {"attention_bias", m.bias},
+          {"mlp_bias", m.bias},
+          {"attention_dropout", 0.0},
+          {"initializer_range", m.init_std},
+          {"tie_word_embeddings", m.tie_embeddings},
+          {"use_cache", true},
+          {"torch_dtype", "float32"}};
+}
+
+json read_json(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  CPF_CHECK(in, path, ": cannot open");
+  std::stringstream text;
+  text << in.rdbuf();
+  try {
+    return json::parse(text.str());
+  } catch (const json::exception& e) {
+    CPF_FAIL(path, ": not valid JSON: ", e.what());
+  }
+}
+
+// The architecture config.json describes (model_type, else architectures[0]).
+HfArchitecture hf_architecture_of(const json& config, const std::string& path) {
+  std::string type = config.value("model_type", "");
+  if (type.empty() && config.contains("architectures") && config["architectures"].is_array() &&
+      !config["architectures"].empty() && config["architectures"][0].is_string()) {
+    const std::string a = config["architectures"][0].get<std::string>();
+    type = a == "GPT2LMHeadModel" ? "gpt2" : a == "LlamaForCausalLM" ? "llama" : a;
+  }
+  if (type == "gpt2") return HfArchitecture::gpt2;
+  if (type == "llama") return HfArchitecture::llama;
+  CPF_FAIL(path, ": model_type '", type, "' is not one cpformer reads (gpt2: GPT2LMHeadModel, llama: LlamaForCausalLM)");
+}
+
+// One config.json key against the model option it must equal.
+class ConfigComparer {
+ public:
+  ConfigComparer(const json& config, std::string path) : config_(config), path_(std::move(path)) {}
+  // `fallback`: HF's default when the key is absent or null.
+  template <class T>
+  void equal(const std::string& key, const std::string& option, T ours, std::optional<T> fallback = std::nullopt) const {
+    const bool present = config_.contains(key) && !config_[key].is_null();
+    CPF_CHECK(present || fallback, path_, ": has no '", key, "' (needed for model.", option, ")");
+    T theirs = *fallback;
+    if (present) {
+      try {
+        theirs = config_[key].get<T>();
+      } catch (const json::exception&) {
+        CPF_FAIL(path_, ": '", key, "' is ", config_[key].dump(), ", not a ", typeid(T) == typeid(bool) ? "boolean" : "number");
+      }
+    }
+    CPF_CHECK(theirs == ours, path_, " has ", key, " ", show(theirs), " but model.", option, " is ", show(ours),
+              "; set model.", option, ": ", show(theirs), " (the model: section must describe the weights)");
+  }
+  void text(const std::string& key, const std::vector<std::string>& accepted, const std::string& why) const {
+    const std::string value = config_.contains(key) && config_[key].is_string() ? config_[key].get<std::string>() : "";
+    for (const auto& a : accepted) {
+      if (value == a) return;
+    }
+    CPF_FAIL(path_, " has ", key, " '", value, "', but ", why);
+  }
+
+ private:
+  template <class T>
+  static std::string show(T v) {
+    if constexpr (std::is_same_v<T, bool>) {
+      return v ? "true" : "false";
+    } else {
+      std::ostringstream s;
+      s << v;
+      return s.str();
+    }
+  }
+  const json& config_;
+  std::string path_;
+};
+
+void check_gpt2_config(const ConfigComparer& c, const models::GPTOptions& m) {
+  c.equal<int64_t>("vocab_size", "vocab_size", m.vocab_size);
+  c.equal<int64_t>("n_embd", "hidden_size", m.hidden_size);
+  c.equal<int64_t>("n_layer", "num_layers", m.num_layers);
+  c.equal<int64_t>("n_head", "num_heads", m.num_heads);
+  c.equal<int64_t>("n_positions", "max_positions", m.max_positions);
+  c.equal<int64_t>("n_inner", "intermediate_size", models::effective_intermediate_size(m), 4 * m.hidden_size);
+  c.equal<double>("layer_norm_epsilon", "norm_eps", m.norm_eps, 1e-5);
+  c.equal<bool>("tie_word_embeddings", "tie_embeddings", m.tie_embeddings, true);
+  c.text("activation_function", {"gelu_new", "gelu_pytorch_tanh"},
+         "cpformer's gelu is the tanh approximation (gelu_new); the weights would compute another function");
+}
+
+void check_llama_config(const ConfigComparer& c, const models::GPTOptions& m) {
+  c.equal<int64_t>("vocab_size", "vocab_size", m.vocab_size);
+  c.equal<int64_t>("hidden_size", "hidden_size", m.hidden_size);
+  c.equal<int64_t>("intermediate_size", "intermediate_size", models::effective_intermediate_size(m));
+  c.equal<int64_t>("num_hidden_layers", "num_layers", m.num_layers);
+  c.equal<int64_t>("num_attention_heads", "num_heads", m.num_heads);
+  c.equal<int64_t>("num_key_value_heads", "num_kv_heads", kv_heads(m), m.num_heads);
+  c.equal<int64_t>("head_dim", "head_dim", head_dim(m), m.hidden_size / m.num_heads);
+  c.equal<double>("rms_norm_eps", "norm_eps", m.norm_eps, 1e-6);
+  c.equal<double>("rope_theta", "rope_base", m.rope_base, 10000.0);
+  c.equal<bool>("attention_bias", "bias", m.bias, false);
+  c.equal<bool>("mlp_bias", "bias", m.bias, false);
+  c.equal<bool>("tie_word_embeddings", "tie_embeddings", m.tie_embeddings, false);
+  c.text("hidden_act", {"silu"}, "cpformer's swiglu gates with SiLU");
+}
+
+}  // namespace
+
+bool is_hf_folder(const std::string& path) {
+  std::error_code ec;
+  return fs::is_directory(path, ec) && fs::is_regular_file(fs::path(path) / kHfConfigFile, ec) &&
+         fs::is_regular_file(fs::path(path) / kHfWeightsFile, ec);
+}
+
+std::string hf_config_json(const models::GPTOptions& model, HfArchitecture arch) {
+  return (arch == HfArchitecture::gpt2 ? gpt2_config(model) : llama_config(model)).dump(2) + "\n";
+}
+
+HfArchitecture write_hf_folder(const std::string& dir, const models::GPTOptions& model, const io::NamedTensors& params) {
+  const models::HfMatch match = models::match_hf_architecture(model);
+  CPF_CHECK(match.arch, "export --format hf: the model fits no Hugging Face architecture: ", match.why_not);
+  std::error_code ec;
+  CPF_CHECK(!fs::exists(dir, ec) || (fs::is_directory(dir, ec) && fs::is_empty(dir, ec)), "export: ", dir,
+            " exists and is not an empty folder; choose another with --out (nothing is overwritten)");
+  fs::create_directories(dir, ec);
+  CPF_CHECK(!ec, "export: cannot create ", dir, ": ", ec.message());
+  const io::NamedTensors hf = models::to_hf_weights(model, *match.arch, params);
+  io::save_safetensors((fs::path(dir) / kHfWeightsFile).string(), hf, {{"format", "pt"}}, true);
+  write_file_atomically((fs::path(dir) / kHfConfigFile).string(), hf_config_json(model, *match.arch));
+  return *match.arch;
+}
+
+io::NamedTensors read_hf_folder(const std::string& dir, const models::GPTOptions& model,
+                                const io::NamedTensors& params) {
+  const std::string config_path = (fs::path(dir) / kHfConfigFile).string();
+  const json config = read_json(config_path);
+  CPF_CHECK(config.is_object(), config_path, ": not a JSON object");
+  const HfArchitecture arch = hf_architecture_of(config, config_path);
+  const models::HfMatch match = models::match_hf_architecture(model);
+  CPF_CHECK(match.arch == arch, config_path, " is a ", models::hf_architecture_name(arch),
+            " but the model: section describes ",
+            match.arch ? models::hf_architecture_name(*match.arch) : "neither HF architecture (" + match.why_not + ")",
+            "; set the model: section to the ", models::hf_model_type(arch), " shape (docs/checkpoints.md)");
+  const ConfigComparer compare(config, config_path);
+  if (arch == HfArchitecture::gpt2) {
+    check_gpt2_config(compare, model);
+  } else {
+    check_llama_config(compare, model);
+  }
+  const std::string weights_path = (fs::path(dir) / kHfWeightsFile).string();
+  return models::from_hf_weights(model, arch, io::load_safetensors(weights_path), params, weights_path);
+}
+
+}  // namespace cpf::trainer
