@@ -15,6 +15,7 @@
 #include "apps/trainer/process_memory.h"
 #include "apps/trainer/run_plot.h"
 #include "apps/trainer/grad_accumulation.h"
+#include "apps/trainer/init_from.h"
 #include "apps/trainer/resume_rules.h"
 #include "apps/trainer/run_folder.h"
 #include "apps/trainer/run_tokenizer.h"
