@@ -65,9 +65,11 @@ class Block : public nn::Module {
                                         gen));
     mlp_norm_ = register_module("mlp_norm", std::make_shared<nn::RMSNorm>(nn::RMSNormOptions{.dim = c.hidden}));
     mlp_ = register_module("mlp", std::make_shared<nn::Sequential>());
-    mlp_->add(std::make_shared<nn::Linear>(nn::LinearOptions{.in_features = c.hidden, .out_features = 4 * c.hidden}, gen));
+    mlp_->add(
+        std::make_shared<nn::Linear>(nn::LinearOptions{.in_features = c.hidden, .out_features = 4 * c.hidden}, gen));
     mlp_->add("gelu", [](const Tensor& x) { return gelu(x); });
-    mlp_->add(std::make_shared<nn::Linear>(nn::LinearOptions{.in_features = 4 * c.hidden, .out_features = c.hidden}, gen));
+    mlp_->add(
+        std::make_shared<nn::Linear>(nn::LinearOptions{.in_features = 4 * c.hidden, .out_features = c.hidden}, gen));
     dropout_ = register_module("dropout", std::make_shared<nn::Dropout>(c.dropout, gen));
   }
 
@@ -87,8 +89,9 @@ class Block : public nn::Module {
 class TinyTransformer : public nn::Module {
  public:
   TinyTransformer(const Config& c, Generator* gen) {
-    embed_ = register_module("embed", std::make_shared<nn::Embedding>(
-                                          nn::EmbeddingOptions{.num_embeddings = c.vocab, .embedding_dim = c.hidden}, gen));
+    embed_ =
+        register_module("embed", std::make_shared<nn::Embedding>(
+                                     nn::EmbeddingOptions{.num_embeddings = c.vocab, .embedding_dim = c.hidden}, gen));
     blocks_ = register_module("blocks", std::make_shared<nn::ModuleList>());
     for (int64_t i = 0; i < c.layers; ++i) blocks_->push_back(std::make_shared<Block>(c, gen));
     norm_ = register_module("norm", std::make_shared<nn::RMSNorm>(nn::RMSNormOptions{.dim = c.hidden}));

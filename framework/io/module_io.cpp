@@ -77,7 +77,8 @@ void Module::save(const std::string& path) const {
   const std::vector<NamedTensor> state = state_of(*this, "Module::save");
   CPF_CHECK(!path.empty(), "Module::save: the path is empty");
   const fs::path target(path);
-  CPF_CHECK(!fs::is_directory(target), "Module::save: ", path, " is a folder; give a file name (e.g. model.safetensors)");
+  CPF_CHECK(!fs::is_directory(target), "Module::save: ", path,
+            " is a folder; give a file name (e.g. model.safetensors)");
   const std::string partial = path + ".partial";
   io::save_safetensors(partial, state, {{"format", "cpformer.module"}}, /*sync=*/true);
   std::error_code ec;

@@ -211,9 +211,11 @@ TEST(KVCache, AppendRejectsACallThatDoesNotFitTheCache) {
                 cache.append(zeros({1, 2, 3}, {.dtype = DType::f64}), zeros({1, 2, 3}, {.dtype = DType::f64}),
                              nn::KVCacheStep{.capacity = 8, .past = {2}, .new_tokens = {1}});
               }),
-              ::testing::HasSubstr("allocated for 1 sequences of capacity 4, but the step has 1 sequences of capacity 8"));
+              ::testing::HasSubstr(
+                  "allocated for 1 sequences of capacity 4, but the step has 1 sequences of capacity 8"));
   EXPECT_THAT(error_of([&] {
-                cache.append(zeros({1, 2, 3}), zeros({1, 2, 3}), nn::KVCacheStep{.capacity = 4, .past = {2}, .new_tokens = {1}});
+                cache.append(zeros({1, 2, 3}), zeros({1, 2, 3}),
+                             nn::KVCacheStep{.capacity = 4, .past = {2}, .new_tokens = {1}});
               }),
               ::testing::HasSubstr("the cache holds keys [4,2,3] f64 on cpu and values [4,2,3]; got k=[1,2,3] f32"));
   EXPECT_THAT(error_of([&] {

@@ -89,9 +89,11 @@ TEST(Dropout, RefusesBadProbabilitiesAndInputs) {
 TEST(Sequential, RunsStagesInOrderWithTorchStyleNames) {
   Generator gen(5);
   Sequential net;
-  auto fc1 = net.add(std::make_shared<Linear>(LinearOptions{.in_features = 3, .out_features = 4, .dtype = DType::f64}, &gen));
+  auto fc1 =
+      net.add(std::make_shared<Linear>(LinearOptions{.in_features = 3, .out_features = 4, .dtype = DType::f64}, &gen));
   net.add("tanh", [](const Tensor& x) { return tanh(x); });
-  auto fc2 = net.add(std::make_shared<Linear>(LinearOptions{.in_features = 4, .out_features = 2, .dtype = DType::f64}, &gen));
+  auto fc2 =
+      net.add(std::make_shared<Linear>(LinearOptions{.in_features = 4, .out_features = 2, .dtype = DType::f64}, &gen));
   EXPECT_EQ(net.size(), 3u);
   EXPECT_THAT(names_of(net), ElementsAre("0.weight", "0.bias", "2.weight", "2.bias"));
   const Tensor x = testing::random_tensor({5, 3}, DType::f64, 6);
