@@ -14,7 +14,8 @@ namespace cpf::trainer {
 const std::vector<CommandSpec>& all_commands() {
   // One line per command; the order is the order of `cpformer --help`.
   static const std::vector<CommandSpec> table = {
-      train_command(), generate_command(), check_config_command(), plot_command(), export_command(), docs_command(),
+      train_command(),    generate_command(),        check_config_command(), plot_command(), export_command(),
+      tokenize_command(), train_tokenizer_command(), docs_command(),
   };
   return table;
 }

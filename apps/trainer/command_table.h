@@ -89,5 +89,7 @@ CommandSpec docs_command();          // train_command.cpp
 CommandSpec generate_command();      // generate_command.cpp
 CommandSpec plot_command();          // plot_command.cpp
 CommandSpec export_command();        // export_command.cpp
+CommandSpec tokenize_command();         // tokenize_command.cpp
+CommandSpec train_tokenizer_command();  // tokenize_command.cpp
 
 }  // namespace cpf::trainer

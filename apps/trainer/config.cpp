@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <filesystem>
 #include <initializer_list>
 #include <map>
 #include <tuple>
@@ -182,7 +183,14 @@ void check(const config::ConfigReader& reader, TrainConfig& c) {
     try {
       vocab = data_vocab_size(c.data);  // loads data.tokenizer
     } catch (const Error& e) {
-      early.fail("data.tokenizer", e.message(), {"data.source"});
+      // A checkpoint's config (vocab_size resolved) may name a tokenizer file that has since moved:
+      // generate reads the run folder's copy (run_tokenizer.h), and training reports the file when it
+      // opens the data.
+      std::error_code ec;
+      if (c.model.vocab_size == 0 || std::filesystem::exists(c.data.tokenizer, ec)) {
+        early.fail("data.tokenizer", e.message(), {"data.source"});
+      }
+      vocab = c.model.vocab_size;
     }
     if (c.model.vocab_size == 0) {
       c.model.vocab_size = vocab;

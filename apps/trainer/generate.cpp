@@ -11,6 +11,7 @@
 
 #include "apps/trainer/checkpointing.h"
 #include "apps/trainer/evaluation.h"
+#include "apps/trainer/run_tokenizer.h"
 #include "framework/autograd/ops.h"
 #include "framework/io/checkpoint.h"
 #include "framework/tensor/ops/copy.h"
@@ -21,28 +22,26 @@
 namespace cpf::trainer {
 namespace {
 
+// Synthetic tasks use their 14-token alphabet; text and shard models the tokenizer of their run
+// (run_tokenizer.h). Special tokens in a prompt ("<|endoftext|>") become their ids.
 struct Tokenizer {
   bool synthetic = false;
   int64_t eot = 0;
-  std::vector<int64_t> encode(const std::string& text) const {
-    if (synthetic) return data::synthetic_encode(text);
-    std::vector<int64_t> ids;
-    for (unsigned char ch : text) ids.push_back(ch);
-    return ids;
+  std::shared_ptr<const data::Tokenizer> text;
+  std::vector<int64_t> encode(const std::string& prompt) const {
+    if (synthetic) return data::synthetic_encode(prompt);
+    return text->encode(prompt, data::SpecialTokens::parse);
   }
   std::string decode(const std::vector<int64_t>& ids) const {
-    if (synthetic) return data::synthetic_decode(ids);
-    std::string text;
-    for (int64_t id : ids) {
-      if (id == eot) {
-        text += "<|endoftext|>";
-      } else {
-        text += static_cast<char>(id);
-      }
-    }
-    return text;
+    return synthetic ? data::synthetic_decode(ids) : text->decode(ids);
   }
 };
+
+Tokenizer model_tokenizer(const std::string& checkpoint, const TrainConfig& config) {
+  if (config.data.source == "synthetic") return {true, data::synthetic_vocab::kEndOfText, nullptr};
+  auto text = checkpoint_tokenizer(checkpoint, config);
+  return {false, text->eot_token(), text};
+}
 
 // The lines of the prompts file that hold a prompt (a trailing '\r' is dropped, empty lines skipped).
 std::vector<std::string> read_prompts_file(const std::string& path) {
@@ -127,12 +126,7 @@ GenerateBatchResult generate_batch(const GenerateOptions& options) {
 
   const std::string checkpoint = resolve_checkpoint(options.checkpoint);
   const TrainConfig config = checkpoint_config(checkpoint);
-  CPF_CHECK(config.data.source != "shards", "generate: ", checkpoint,
-            " is a token-shard model (data.source: shards); cpformer bundles no tokenizer for it, so only byte-level "
-            "text and synthetic models can be prompted");
-  const Tokenizer tok{config.data.source == "synthetic", config.data.source == "synthetic"
-                                                             ? data::synthetic_vocab::kEndOfText
-                                                             : data::TextSource::kEndOfText};
+  const Tokenizer tok = model_tokenizer(checkpoint, config);
   std::vector<std::vector<int64_t>> sequences = encode_prompts(options, config, tok);
   int64_t longest = 0;
   for (const auto& prompt : sequences) {

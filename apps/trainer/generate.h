@@ -1,9 +1,10 @@
 #pragma once
-// `cpformer generate`: sampling from a trained checkpoint, for byte-level text and synthetic models.
+// `cpformer generate`: sampling from a trained checkpoint, for text, token-shard and synthetic models.
 //
 // The checkpoint carries its effective config (meta.json extra.config), which rebuilds the model and
-// picks the tokenizer: synthetic tasks use their 14-token alphabet ("12+34="), text uses bytes.
-// Token shards have no bundled tokenizer, so they are refused.
+// picks the tokenizer: synthetic tasks use their 14-token alphabet ("12+34="), text and shard models
+// the run's tokenizer (data.tokenizer: bytes, gpt2 or the run folder's copy of a tokenizer file;
+// run_tokenizer.h). Special tokens in prompts ("<|endoftext|>") become their ids.
 //
 // Prompts decode together as one batch (one prompt, or one per line of a prompts file). The model sees
 // the last data.seq_len tokens of each sequence, as in training. With the KV cache (the default) each

@@ -43,7 +43,7 @@ GenerateOptions generate_options(const CommandLine& line) {
     throw UsageError(e.message());
   }
   // Only synthetic models have a default prompt (their first held-out example).
-  if (!o.prompt && !o.prompts_file && checkpoint_config(resolve_checkpoint(o.checkpoint)).data.source == "text") {
+  if (!o.prompt && !o.prompts_file && checkpoint_config(resolve_checkpoint(o.checkpoint)).data.source != "synthetic") {
     throw UsageError("generate: a text model needs a prompt (--prompt TEXT)");
   }
   return o;
