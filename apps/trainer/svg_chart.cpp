@@ -64,22 +64,47 @@ void render_axes(std::string& svg, const ChartPanel& panel, const Frame& f, cons
   svg += "</g>\n";
 }
 
+// Pixel coordinates of one unbroken run of points. A long run (a million steps) is thinned per pixel
+// column to its first, lowest, highest and last point: the drawn line looks the same (spikes kept),
+// and the file stays small.
+std::vector<std::pair<double, double>> thin_to_pixels(const std::vector<std::pair<double, double>>& run) {
+  if (run.size() <= 4 * kPanelWidth) return run;
+  std::vector<std::pair<double, double>> kept;
+  size_t begin = 0;
+  while (begin < run.size()) {
+    size_t end = begin;
+    size_t lo = begin, hi = begin;
+    while (end < run.size() && std::floor(run[end].first) == std::floor(run[begin].first)) {
+      if (run[end].second < run[lo].second) lo = end;
+      if (run[end].second > run[hi].second) hi = end;
+      ++end;
+    }
+    for (size_t i : {begin, std::min(lo, hi), std::max(lo, hi), end - 1}) {
+      if (kept.empty() || kept.back() != run[i]) kept.push_back(run[i]);
+    }
+    begin = end;
+  }
+  return kept;
+}
+
 void render_series(std::string& svg, const ChartSeries& s, const Frame& f) {
   svg += "<g class=\"series\" stroke=\"" + s.color + "\" fill=\"none\"><title>" + xml_escape(s.label) + "</title>\n";
-  std::string points;
+  std::vector<std::pair<double, double>> run;  // pixels of the unbroken stretch so far
   auto flush = [&] {
-    if (points.empty()) return;
+    if (run.empty()) return;
+    std::string points;
+    for (const auto& [px, py] : thin_to_pixels(run)) points += (points.empty() ? "" : " ") + num(px) + "," + num(py);
     // Stroke and fill on the element itself: some renderers (ImageMagick's own) do not inherit them.
     svg += "<polyline fill=\"none\" stroke=\"" + s.color + "\" stroke-width=\"1.8\"" +
            std::string(s.dashed ? " stroke-dasharray=\"6 4\"" : "") + " points=\"" + points + "\"/>\n";
-    points.clear();
+    run.clear();
   };
   for (const auto& [x, y] : s.points) {
     if (!std::isfinite(x) || !std::isfinite(y)) {
       flush();
       continue;
     }
-    points += (points.empty() ? "" : " ") + num(f.x(x)) + "," + num(f.y(y));
+    run.emplace_back(f.x(x), f.y(y));
   }
   flush();
   if (s.markers) {
