@@ -98,9 +98,14 @@ const OptionSpec* find_option(const CommandSpec& spec, const std::string& name) 
 CommandLine parse_command_line(const CommandSpec& spec, const std::vector<std::string>& args) {
   CommandLine line;
   line.command = spec.name;
+  bool options_ended = false;  // after "--" every argument is positional (a file named "-x")
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
-    if (arg.size() < 2 || arg[0] != '-' || arg == "--") {
+    if (!options_ended && arg == "--") {
+      options_ended = true;
+      continue;
+    }
+    if (options_ended || arg.size() < 2 || arg[0] != '-') {
       line.positional.push_back(arg);
       continue;
     }

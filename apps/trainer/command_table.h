@@ -74,7 +74,8 @@ std::string version_text();
 
 // Parses the arguments after the command name. Throws UsageError for an unknown option (naming the
 // nearest option of this command), an option of another command, a missing value, a value given to a
-// flag or a repeated single-use option. --help/-h are recognised by the caller before this runs.
+// flag or a repeated single-use option. --help/-h are recognised by the caller before this runs. After
+// "--" every argument is positional.
 CommandLine parse_command_line(const CommandSpec& spec, const std::vector<std::string>& args);
 
 // A whole-string integer or floating-point number of an option, or UsageError "FLAG TEXT: expected a number".

@@ -98,6 +98,19 @@ TEST(CliHelp, OptionsOfAnotherCommandNameThatCommand) {
   EXPECT_NE(r.err.find("'plot'"), std::string::npos) << r.err;
 }
 
+TEST(CliHelp, AfterDoubleDashEverythingIsPositional) {
+  const CommandSpec* plot = find_command("plot");
+  ASSERT_NE(plot, nullptr);
+  const CommandLine line = parse_command_line(*plot, {"a", "--no-png", "--", "--out", "-h"});
+  EXPECT_EQ(line.positional, (std::vector<std::string>{"a", "--out", "-h"}));
+  EXPECT_TRUE(line.has("--no-png"));
+  EXPECT_FALSE(line.has("--out"));
+  // --help after "--" is a file name, not a request for help.
+  const auto r = run({"plot", "--no-png", "--", "--help"});
+  EXPECT_EQ(r.code, kExitData);
+  EXPECT_EQ(r.err, "cpformer: data error: --help: no such run folder or metrics file\n");
+}
+
 TEST(CliHelp, OptionValuesAreCheckedUniformly) {
   expect_usage_error({"generate", "dir", "--tokens"}, "--tokens needs a value");
   expect_usage_error({"generate", "dir", "--tokens", "3", "--tokens", "4"},
