@@ -1,6 +1,7 @@
 #include "apps/trainer/config_check.h"
 
 #include "apps/trainer/evaluation.h"
+#include "apps/trainer/grad_accumulation.h"
 #include "apps/trainer/trainer.h"
 #include "framework/distributed/environment.h"
 #include "framework/distributed/launcher.h"
@@ -107,6 +108,10 @@ void print_config_check(const std::string& name, const TrainConfig& c, std::ostr
   out << "  model: " << describe_model(c) << "\n";
   out << "  data: " << c.data.source << (c.data.source == "synthetic" ? ":" + c.data.task : " " + c.data.path) << ", "
       << c.data.layout << ", seq_len " << c.data.seq_len << "\n";
+  if (const int64_t accum = grad_accum_steps(c); accum > 1) {
+    out << "  batch: " << accum * micro_step_tokens(c) << " tokens per step = " << accum << " accumulated micro-batches x "
+        << data::effective_tokens_per_batch(c.data) << " tokens x dp " << c.parallel.dp << "\n";
+  }
   out << "  parallel: dp=" << c.parallel.dp << " cp=" << c.parallel.cp << " backend "
       << dist::backend_name(c.parallel.backend);
   if (c.parallel.cp > 1) {

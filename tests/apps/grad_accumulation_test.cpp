@@ -182,6 +182,22 @@ TEST(GradAccumulation, RejectsDisagreeingKeys) {
                       "run.grad_accum_steps=0");
 }
 
+TEST(GradAccumulation, CheckConfigReportsTheStep) {
+  const auto dir = testing::scratch_dir("cfg");
+  testing::write_file(dir / "c.yaml", config_yaml("  total_batch_tokens: 512\n"));
+  const testing::CliResult r = testing::run({"check-config", (dir / "c.yaml").string()});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("  batch: 512 tokens per step = 4 accumulated micro-batches x 64 tokens x dp 2\n"),
+            std::string::npos)
+      << r.out;
+  testing::write_file(dir / "bad.yaml", config_yaml("  total_batch_tokens: 500\n"));
+  const testing::CliResult bad = testing::run({"check-config", (dir / "bad.yaml").string()});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("data.total_batch_tokens=500 must be a multiple of the tokens of one micro-step"),
+            std::string::npos)
+      << bad.err;
+}
+
 // The trainer runs the micro-steps: the tokens of a step (metrics) are grad_accum_steps batches.
 TEST(GradAccumulation, TrainerStepsCountEveryMicroBatch) {
   const auto dir = testing::scratch_dir("run");
