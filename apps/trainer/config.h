@@ -139,7 +139,7 @@ struct ParallelOptions {
 struct AttentionOptions {
   AttentionBackend backend = AttentionBackend::automatic;
   bool deterministic = false;
-  cp::MlaLatentMode cp_mla_latent = cp::MlaLatentMode::automatic;  // MLA under p2p / all_gather (latent_kv.h)
+  cp::MlaLatentMode cp_mla_latent = cp::MlaLatentMode::automatic;  // MLA under ring CP (latent_kv.h)
 };
 
 struct TrainConfig {
@@ -253,8 +253,8 @@ void describe(V& v, AttentionOptions& o) {
   using M = cp::MlaLatentMode;
   v.choice("cp_mla_latent", o.cp_mla_latent,
            config::Choices<M>{{"auto", M::automatic}, {"on", M::on}, {"off", M::off}},
-           "MLA under p2p / all_gather CP: move the latent (kv_lora_rank + rope per token) instead of the expanded "
-           "K/V; auto weighs bytes against re-expansion FLOPs and logs why");
+           "MLA under p2p, all_gather or a2a+p2p CP: move the latent (kv_lora_rank + rope per token) instead of the "
+           "expanded K/V; auto weighs bytes against re-expansion FLOPs and logs why");
 }
 
 template <class V>

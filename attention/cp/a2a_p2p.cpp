@@ -14,6 +14,8 @@
 // each member's storage described by its a2a group's layout. Positions on every token keep the
 // masks exact; the output and lse go back through the inverse a2a.
 #include "attention/cp/strategy.h"
+#include "framework/tensor/ops/copy.h"
+#include "framework/tensor/ops/views.h"
 
 namespace cpf::cp {
 
@@ -53,10 +55,51 @@ Hierarchy hierarchy(const CpContext& ctx) {
   return h;
 }
 
+// MLA latent communication (latent_kv.h): q goes through the a2a as usual, but instead of trading K/V
+// heads the a2a group all-gathers the latent; the ring then moves the a2a group's latent and every rank
+// expands its head slice [a H/A, (a+1) H/A) with the matching rows of the up-projection.
+int64_t slice_heads(const CpContext& ctx, const Hierarchy& h) { return ctx.latent->shape().num_heads / h.a2a->size(); }
+
+CpContext with_latent_slice(const CpContext& ctx, std::shared_ptr<LatentKv> slice) {
+  CpContext sliced = ctx;
+  sliced.latent = std::move(slice);
+  return sliced;
+}
+
+CpForward latent_forward(const CpContext& ctx, const Hierarchy& h, const Tensor& q, const Tensor& latent) {
+  const int64_t heads = slice_heads(ctx, h), first = h.a2a->rank() * heads;
+  const Tensor q_heads = to_sequence_major(seq_to_head_split(ctx, *h.a2a, q), h.own);
+  ctx.count_sent(latent, h.a2a->size() - 1);
+  const Tensor latent_group = to_sequence_major(h.a2a->all_gather(raw::contiguous(latent), 0), h.own);
+  const CpContext sliced = with_latent_slice(ctx, std::make_shared<LatentKv>(ctx.latent->head_slice(first, heads)));
+  const CpForward ring = with_sink(ctx, ring_forward(sliced, *h.p2p, h.members, q_heads, latent_group, Tensor()), first);
+  CpForward forward = ulysses_out(ctx, *h.a2a, h.own, ring.out, ring.lse);
+  forward.extra = {q_heads, latent_group, ring.out, ring.lse};
+  return forward;
+}
+
+CpGrads latent_backward(const CpContext& ctx, const Hierarchy& h, const Tensor& dout, const Tensor& dlse,
+                        const CpSaved& saved) {
+  const int64_t heads = slice_heads(ctx, h), first = h.a2a->rank() * heads;
+  const auto [dout_heads, dlse_heads] = ulysses_grad_in(ctx, *h.a2a, h.own, dout, dlse);
+  const auto& e = saved.extra;  // q, latent, out, lse of this rank's head slice, sequence-major
+  auto slice = std::make_shared<LatentKv>(ctx.latent->head_slice(first, heads));
+  const CpGrads g = ring_backward(with_latent_slice(ctx, slice), *h.p2p, h.members, dout_heads, dlse_heads, e[0],
+                                  e[1], Tensor(), {e[2], e[3], {}});
+  ctx.latent->add_slice_grads(*slice, first);
+  // dq back through the inverse a2a; the latent's gradient (this head slice's share) summed over the
+  // a2a group onto the ranks that own the tokens.
+  const Tensor dq = head_to_seq_split(ctx, *h.a2a, to_member_major(g.dq, h.own));
+  const Tensor dlatent = raw::contiguous(to_member_major(g.dk, h.own));
+  ctx.count_sent(dlatent, 1, h.a2a->size() - 1, h.a2a->size());
+  return {dq, h.a2a->reduce_scatter(dlatent, 0), Tensor()};
+}
+
 }  // namespace
 
 CpForward a2a_p2p_forward(const CpContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v) {
   const Hierarchy h = hierarchy(ctx);
+  if (ctx.latent) return latent_forward(ctx, h, q, k);
   const auto qkv = ulysses_in(ctx, *h.a2a, h.own, q, k, v);
   // The sink joins the ring's merged rows of this rank's head slice, once.
   const CpForward ring =
@@ -69,6 +112,7 @@ CpForward a2a_p2p_forward(const CpContext& ctx, const Tensor& q, const Tensor& k
 CpGrads a2a_p2p_backward(const CpContext& ctx, const Tensor& dout, const Tensor& dlse, const Tensor& q,
                          const Tensor& k, const Tensor& v, const CpSaved& saved) {
   const Hierarchy h = hierarchy(ctx);
+  if (ctx.latent) return latent_backward(ctx, h, dout, dlse, saved);
   const auto [dout_heads, dlse_heads] = ulysses_grad_in(ctx, *h.a2a, h.own, dout, dlse);
   const auto& e = saved.extra;  // q, k, v, out, lse of this rank's head slice, sequence-major
   const CpGrads heads = ring_backward(ctx, *h.p2p, h.members, dout_heads, dlse_heads, e[0], e[1], e[2], {e[3], e[4], {}});

@@ -333,10 +333,12 @@ AttentionOutput context_parallel_mla_attention(const Tensor& q, const Tensor& la
 
   using autograd::SavedTensor;
   const bool has_sink = spec.sink.defined(), has_bias = bias.defined();
+  std::vector<SavedTensor> extra;  // a2a+p2p keeps its head-split state for the backward
+  for (const Tensor& t : forward.extra) extra.emplace_back(t);
   auto backward = [ctx = r.ctx, format = r.format, stats, has_sink, has_bias, shape, weight, bias,
                    q_shape = q.shape(), latent_shape = latent.shape(), sq = SavedTensor(q_thd),
                    slatent = SavedTensor(latent_thd), sout = SavedTensor(forward.out),
-                   slse = SavedTensor(forward.lse)](const autograd::GradList& grads) mutable {
+                   slse = SavedTensor(forward.lse), extra](const autograd::GradList& grads) mutable {
     ctx.stats = stats.get();
     ctx.backward = true;
     auto latent_kv = std::make_shared<LatentKv>(shape, weight, bias);  // fresh dW/db accumulators
@@ -346,7 +348,8 @@ AttentionOutput context_parallel_mla_attention(const Tensor& q, const Tensor& la
     dout = raw::contiguous(raw::to(dout, q_saved.dtype()));
     Tensor dlse = lse_to_thd(grads[1], format);
     if (dlse.defined()) dlse = raw::contiguous(dlse);
-    const CpSaved saved{sout.unpack(), slse.unpack(), {}};
+    CpSaved saved{sout.unpack(), slse.unpack(), {}};
+    for (const auto& e : extra) saved.extra.push_back(e.unpack());
     const CpGrads g = run_backward(ctx, dout, dlse, q_saved, slatent.unpack(), Tensor(), saved);
     autograd::GradList result{from_thd(g.dq, format, q_shape), from_thd(g.dk, format, latent_shape),
                               latent_kv->weight_grad()};

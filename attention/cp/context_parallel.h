@@ -40,7 +40,7 @@ struct ContextParallel {
   // Ring forward (p2p, a2a+p2p): 2 = tiles alternate between two compute streams so neighbours can
   // overlap (cp_spec 1.1), 1 = one stream. Devices that run in order (the CPU) have one either way.
   int compute_streams = 2;
-  // MLA modules under p2p / all_gather: move the latent instead of the expanded K/V (latent_kv.h;
+  // MLA modules under p2p, all_gather, a2a+p2p: move the latent instead of the expanded K/V (latent_kv.h;
   // attention.cp_mla_latent). `automatic` lets choose_mla_latent decide per call shape.
   MlaLatentMode mla_latent = MlaLatentMode::automatic;
 };
@@ -65,7 +65,7 @@ AttentionOutput context_parallel_attention(const Tensor& q, const Tensor& k, con
 // dual-chunk shards for this rank of cp.group, or the call is refused before any communication with
 // a message naming the sharding of q, k and v. The Tensor overload above takes all three to be
 // dual-chunk shards of this rank (what cp::shard_sequence / cp::shard_tokens produce).
-// MLA with latent-KV communication (p2p and all_gather; latent_kv.h): q (.., H, nope + rope) as above and
+// MLA with latent-KV communication (p2p, all_gather, a2a+p2p; latent_kv.h): q (.., H, nope + rope) as above and
 // the latent (.., 1, kv_lora_rank + rope) = [normalised c_kv | rotated k_pe] of this rank's tokens in
 // q's layout; K and V are expanded from it with kv_b_weight (H (nope + d_v), kv_lora_rank) and
 // kv_b_bias (or undefined) wherever a block is used. Differentiable in q, the latent, the weight, the

@@ -50,9 +50,9 @@ std::optional<std::string> check_heads(const CpQuery& q, int64_t a2a, const std:
 }  // namespace
 
 std::optional<std::string> mla_latent_problem(CommType comm_type) {
-  if (comm_type == CommType::p2p || comm_type == CommType::all_gather) return std::nullopt;
-  return comm_type_name(comm_type) + ": MLA latent communication runs under p2p and all_gather (Ulysses moves heads, "
-                                     "not K/V blocks); set attention.cp_mla_latent: off or auto";
+  if (comm_type != CommType::a2a) return std::nullopt;
+  return comm_type_name(comm_type) + ": MLA latent communication runs under p2p, all_gather and a2a+p2p (Ulysses "
+                                     "alone moves heads, not K/V blocks); set attention.cp_mla_latent: off or auto";
 }
 
 std::optional<std::string> check(const CpQuery& q) {

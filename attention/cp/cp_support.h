@@ -23,7 +23,7 @@ struct CpQuery {
   int64_t head_dim_v = 64;
   bool cross_attention = false;  // q and kv sequences differ
   bool attention_sink = false;   // spec.sink: every strategy applies it once per merged row
-  bool mla_latent = false;       // MLA latent-KV communication (latent_kv.h): p2p and all_gather only
+  bool mla_latent = false;       // MLA latent-KV communication (latent_kv.h): not under a2a
 };
 
 // Why `comm_type` cannot move the MLA latent (latent_kv.h), or nullopt.

@@ -145,3 +145,33 @@ bool resolve_mla_latent(MlaLatentMode mode, const std::string& strategy, bool st
 }
 
 }  // namespace cpf::cp
+
+namespace cpf::cp {
+
+LatentKv LatentKv::head_slice(int64_t first_head, int64_t heads) const {
+  CPF_CHECK(first_head >= 0 && heads > 0 && first_head + heads <= shape_.num_heads, "cp_mla_latent: head slice [",
+            first_head, ", ", first_head + heads, ") is outside the ", shape_.num_heads, " heads");
+  MlaLatentShape shape = shape_;
+  shape.num_heads = heads;
+  const int64_t per_head = shape_.qk_nope_head_dim + shape_.v_head_dim;
+  Tensor weight = raw::contiguous(raw::narrow(weight_, 0, first_head * per_head, heads * per_head));
+  Tensor bias = bias_.defined() ? raw::contiguous(raw::narrow(bias_, 0, first_head * per_head, heads * per_head))
+                                : Tensor();
+  return LatentKv(shape, std::move(weight), std::move(bias));
+}
+
+void LatentKv::add_slice_grads(const LatentKv& slice, int64_t first_head) const {
+  const int64_t per_head = shape_.qk_nope_head_dim + shape_.v_head_dim;
+  const int64_t row0 = first_head * per_head, rows = slice.shape().num_heads * per_head;
+  // The accumulators are shared pointers: a const expansion still collects its backward's gradients.
+  auto fold = [&](const std::shared_ptr<Tensor>& into, const Tensor& like, const std::shared_ptr<Tensor>& part) {
+    if (!part->defined()) return;
+    if (!into->defined()) *into = zeros(like.shape(), {.dtype = part->dtype(), .device = part->device()});
+    Tensor rows_view = raw::narrow(*into, 0, row0, rows);
+    raw::add_(rows_view, *part);
+  };
+  fold(dweight_, weight_, slice.dweight_);
+  if (bias_.defined()) fold(dbias_, bias_, slice.dbias_);
+}
+
+}  // namespace cpf::cp

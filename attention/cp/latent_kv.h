@@ -1,5 +1,5 @@
 #pragma once
-// MLA latent-KV communication for the ring (p2p) and all_gather strategies.
+// MLA latent-KV communication for the ring (p2p, and the ring stage of a2a+p2p) and all_gather.
 //
 // In DeepSeek-style MLA every token's keys and values come from a small latent: the normalised
 // c_kv (kv_lora_rank values) and the decoupled RoPE key (rope values), expanded per head by the
@@ -35,7 +35,7 @@ struct MlaLatentShape {
   int64_t head_dim_qk() const { return qk_nope_head_dim + qk_rope_head_dim; }
 };
 
-// attention.cp_mla_latent: whether MLA under p2p / all_gather moves the latent.
+// attention.cp_mla_latent: whether MLA under p2p, all_gather or a2a+p2p moves the latent.
 enum class MlaLatentMode : uint8_t { automatic, on, off };
 std::string mla_latent_mode_name(MlaLatentMode mode);  // "auto", "on", "off"
 MlaLatentMode parse_mla_latent_mode(const std::string& name);
@@ -69,6 +69,11 @@ class LatentKv {
   // dK/dV of the block expanded from `latent` -> the latent's gradient (T, 1, kv_lora_rank + rope) in
   // `acc`; adds this block's dW (and db) to the accumulators.
   Tensor project_grad(const Tensor& latent, const Tensor& dk, const Tensor& dv, DType acc) const;
+  // The same expansion for query heads [first_head, first_head + heads) only (a Ulysses head slice): the
+  // matching rows of the weight and bias, its own accumulators (fold them back with add_slice_grads).
+  LatentKv head_slice(int64_t first_head, int64_t heads) const;
+  // Adds a head slice's accumulated dW / db into this expansion's rows of those heads.
+  void add_slice_grads(const LatentKv& slice, int64_t first_head) const;
   // The summed weight (and bias) gradients, in the weight's dtype; zeros when no block was projected.
   Tensor weight_grad() const;
   Tensor bias_grad() const;

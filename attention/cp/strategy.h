@@ -23,7 +23,7 @@ struct CpContext {
   // The attention sink (Hq) of the call, or undefined. ctx.spec never carries it (every tile and ring
   // step runs without it); each strategy applies it once to its merged rows with with_sink().
   Tensor sink;
-  // MLA latent-KV communication (latent_kv.h; p2p and all_gather): when set, the strategies' `k` is the
+  // MLA latent-KV communication (latent_kv.h; p2p, all_gather, a2a+p2p): when set, the strategies' `k` is the
   // latent (T, 1, kv_lora_rank + rope), `v` is undefined, blocks are expanded where they are used, and
   // the backward returns the latent's gradient in CpGrads::dk (dv undefined).
   std::shared_ptr<const LatentKv> latent;

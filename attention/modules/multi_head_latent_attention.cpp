@@ -144,10 +144,9 @@ Tensor MultiHeadLatentAttention::forward(const Tensor& x, const std::optional<Se
                                                          cp->group->rank())
                   : attention_modules::rope_positions(x_heads, o.qkv_format, seq, kv);
   };
-  // Under p2p / all_gather the latent may travel instead of K/V (attention.cp_mla_latent).
+  // Under p2p, all_gather and a2a+p2p the latent may travel instead of K/V (attention.cp_mla_latent).
   const bool latent = use_cp && cp::resolve_mla_latent(cp->mla_latent, cp::comm_type_name(cp->comm_type),
-                                                       cp->comm_type == cp::CommType::p2p ||
-                                                           cp->comm_type == cp::CommType::all_gather,
+                                                       cp->comm_type != cp::CommType::a2a,
                                                        latent_shape(), x.dtype(), x.device());
   if (latent) {
     const AttentionOutput attn = latent_cp_attention(x, positions(false), positions(true), seq, *cp);

@@ -84,8 +84,8 @@ TEST(CliConfig, UnsupportedContextParallelCombination) {
   expect_config_error(
       "model:\n  attention: mla\ndata:\n  pad_multiple: 4\nparallel:\n  cp: 2\n  cp_comm_type: a2a\nattention:\n  "
       "cp_mla_latent: on\n",
-      "x.yaml:7:17: parallel.cp_comm_type=a2a is not supported here: a2a: MLA latent communication runs under p2p and "
-      "all_gather (Ulysses moves heads, not K/V blocks); set attention.cp_mla_latent: off or auto");
+      "x.yaml:7:17: parallel.cp_comm_type=a2a is not supported here: a2a: MLA latent communication runs under p2p, "
+      "all_gather and a2a+p2p (Ulysses alone moves heads, not K/V blocks); set attention.cp_mla_latent: off or auto");
   // The padding CP needs, when the key is not in the file: the file is named without a position.
   expect_config_error("parallel:\n  cp: 2\n",
                       "x.yaml: data.pad_multiple=1 must be a multiple of 2 x parallel.cp = 4 (context parallelism cuts "

@@ -69,8 +69,13 @@ void expect_module_matches_one_rank(CommType comm, int cp_size, MlaLatentMode mo
   std::vector<std::map<std::string, Tensor>> rank_grads(static_cast<size_t>(cp_size));
   std::mutex mu;
   dist::launch(cp_size, [&](dist::RankContext& rc) {
-    dist::DeviceMesh mesh(rc.world, {.cp = cp_size, .require_cp = true});
-    ContextParallel cp{comm, mesh.cp()};
+    dist::MeshShape shape{.cp = cp_size, .require_cp = true};
+    if (comm == CommType::a2a_p2p) {
+      shape.cp_a2a = 2;
+      shape.hierarchical_cp = true;
+    }
+    dist::DeviceMesh mesh(rc.world, shape);
+    ContextParallel cp{comm, mesh.cp(), mesh.cp_a2a(), mesh.cp_p2p()};
     cp.mla_latent = mode;
     const ThdShard shard = thd_shard(pr.cu, pr.cu_padded, cp_size, rc.rank);
     const auto mla = make_mla(bias, sink);
@@ -88,8 +93,9 @@ void expect_module_matches_one_rank(CommType comm, int cp_size, MlaLatentMode mo
 }
 
 TEST(CpMlaLatentModule, OnOffAndAutoEqualOneRank) {
-  for (CommType comm : {CommType::p2p, CommType::all_gather}) {
+  for (CommType comm : {CommType::p2p, CommType::all_gather, CommType::a2a_p2p}) {
     for (int cp : {2, 4}) {
+      if (comm == CommType::a2a_p2p && cp != 4) continue;  // 2 (a2a) x 2 (p2p)
       for (MlaLatentMode mode : {MlaLatentMode::on, MlaLatentMode::off, MlaLatentMode::automatic}) {
         SCOPED_TRACE(comm_type_name(comm) + " cp " + std::to_string(cp) + " " + mla_latent_mode_name(mode));
         expect_module_matches_one_rank(comm, cp, mode, false, false);
@@ -180,8 +186,8 @@ TEST(CpMlaLatentValidation, RejectsUlyssesAndMismatchedShapes) {
     const AttentionSpec spec{.mask = MaskType::causal};
     EXPECT_CPF_ERROR(context_parallel_mla_attention(q, latent, w, Tensor(), s, spec, std::nullopt,
                                                     ContextParallel{CommType::a2a, mesh.cp()}),
-                     "context parallel: a2a: MLA latent communication runs under p2p and all_gather (Ulysses moves "
-                     "heads, not K/V blocks); set attention.cp_mla_latent: off or auto");
+                     "context parallel: a2a: MLA latent communication runs under p2p, all_gather and a2a+p2p "
+                     "(Ulysses alone moves heads, not K/V blocks); set attention.cp_mla_latent: off or auto");
     const ContextParallel p2p{CommType::p2p, mesh.cp()};
     EXPECT_CPF_ERROR(context_parallel_mla_attention(q, random_tensor({1, 4, 1, 6}, DType::f64, 4), w, Tensor(), s, spec,
                                                     std::nullopt, p2p),

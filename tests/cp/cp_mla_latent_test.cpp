@@ -86,7 +86,8 @@ LatentRun run_rank(const LatentCase& lc, const CpCase& c, const Global& g, const
 std::string case_name(const ::testing::TestParamInfo<LatentCase>& info) {
   const LatentCase& p = info.param;
   std::ostringstream os;
-  os << comm_type_name(p.comm) << "_cp" << p.cp << "_" << qkv_format_name(p.format) << "_" << mask_type_name(p.mask)
+  os << (p.comm == CommType::a2a_p2p ? std::string("a2a_p2p") : comm_type_name(p.comm)) << "_cp" << p.cp << "_"
+     << qkv_format_name(p.format) << "_" << mask_type_name(p.mask)
      << (p.window.left >= 0 ? "_window" : "") << (p.bias ? "_bias" : "") << (p.sink ? "_sink" : "");
   return os.str();
 }
@@ -98,6 +99,7 @@ TEST_P(CpMlaLatent, EqualsTheExpandedCallAndOneRank) {
   CpCase c;
   c.comm = lc.comm;
   c.cp = lc.cp;
+  c.a2a = lc.comm == CommType::a2a_p2p ? 2 : 1;
   c.format = lc.format;
   c.mask = lc.mask;
   c.window = lc.window;
@@ -129,8 +131,13 @@ TEST_P(CpMlaLatent, EqualsTheExpandedCallAndOneRank) {
   std::vector<LatentRun> latent_runs(static_cast<size_t>(c.cp)), expanded_runs(static_cast<size_t>(c.cp));
   std::vector<CpStats> latent_stats(static_cast<size_t>(c.cp)), expanded_stats(static_cast<size_t>(c.cp));
   dist::launch(c.cp, [&](dist::RankContext& rc) {
-    dist::DeviceMesh mesh(rc.world, {.cp = c.cp, .require_cp = true});
-    const ContextParallel cp{c.comm, mesh.cp()};
+    dist::MeshShape shape{.cp = c.cp, .require_cp = true};
+    if (c.comm == CommType::a2a_p2p) {
+      shape.cp_a2a = 2;
+      shape.hierarchical_cp = true;
+    }
+    dist::DeviceMesh mesh(rc.world, shape);
+    const ContextParallel cp{c.comm, mesh.cp(), mesh.cp_a2a(), mesh.cp_p2p()};
     const int r = rc.rank;
     latent_runs[r] = run_rank(lc, c, g, latent, weight, bias, cp, r, false, &latent_stats[r]);
     expanded_runs[r] = run_rank(lc, c, g, latent, weight, bias, cp, r, true, &expanded_stats[r]);
@@ -152,9 +159,11 @@ TEST_P(CpMlaLatent, EqualsTheExpandedCallAndOneRank) {
     dweight = raw::binary(raw::BinaryOp::add, dweight, got.dweight);
     if (lc.bias) dbias = raw::binary(raw::BinaryOp::add, dbias, got.dbias);
     if (lc.sink) dsink = raw::binary(raw::BinaryOp::add, dsink, got.dsink);
-    // The latent travels instead of K and V: (P - 1) blocks of it per rank forward, both strategies.
+    // The latent travels instead of K and V: (P - 1) blocks of it per rank forward under p2p and
+    // all_gather; a2a+p2p adds q, out and lse through the a2a.
     const int64_t latent_bytes = shard(c, g, latent, g.seq_dim, r).numel() * 8;
-    EXPECT_EQ(latent_stats[r].forward_bytes_sent, (c.cp - 1) * latent_bytes);
+    if (c.comm != CommType::a2a_p2p) EXPECT_EQ(latent_stats[r].forward_bytes_sent, (c.cp - 1) * latent_bytes);
+    EXPECT_LT(latent_stats[r].forward_bytes_sent, expanded_stats[r].forward_bytes_sent);
     EXPECT_LT(latent_stats[r].backward_bytes_sent, expanded_stats[r].backward_bytes_sent);
   }
   EXPECT_TRUE(all_close(dweight, w1.grad(), 1e-10, 1e-10)) << "dW summed over the ranks";
@@ -175,10 +184,17 @@ std::vector<LatentCase> latent_cases() {
       cases.push_back({comm, cp, QkvFormat::bshd, MaskType::padding_causal, {-1, 0}, false, true});
     }
   }
+  // a2a+p2p as 2 x 2: the latent moves around the p2p ring, gathered inside each a2a group.
+  for (QkvFormat format : {QkvFormat::bshd, QkvFormat::sbhd, QkvFormat::thd}) {
+    const MaskType padding = format == QkvFormat::thd ? MaskType::padding_causal : MaskType::causal;
+    cases.push_back({CommType::a2a_p2p, 4, format, padding, {-1, 0}, false, false});
+    cases.push_back({CommType::a2a_p2p, 4, format, MaskType::causal, {3, 0}, true, true});
+    cases.push_back({CommType::a2a_p2p, 4, format, MaskType::no_mask, {2, 1}, true, false});
+  }
   return cases;
 }
 
-INSTANTIATE_TEST_SUITE_P(P2pAndAllGather, CpMlaLatent, ::testing::ValuesIn(latent_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(RingStrategies, CpMlaLatent, ::testing::ValuesIn(latent_cases()), case_name);
 
 }  // namespace
 }  // namespace cpf::cp::testing
