@@ -43,7 +43,7 @@ struct AttentionSpec {
   // Attention sink (attention_sink.h): one learnable logit per query head, (num_heads) f32 (f64 for
   // f64 inputs), that joins every softmax denominator as a key with a zero value. Undefined = none.
   // Not a YAML key: the attention modules own the parameter (model.attention_sink).
-  Tensor sink;
+  Tensor sink{};
 
   // "qkv_format: thd, mask: causal, window: [-1, 0], ..." for logs and error messages.
   std::string str() const;
