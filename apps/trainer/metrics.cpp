@@ -82,9 +82,14 @@ std::optional<int64_t> MetricsLogger::start_metrics(int64_t start_step) {
   train_log_.open();
   if (options_.metrics_path.empty()) return std::nullopt;
   truncate_metrics(options_.metrics_path, start_step);
+  // Only a regular file is read back: a FIFO or /dev/full in its place would never end.
   std::error_code ec;
-  const bool existed = std::filesystem::exists(options_.metrics_path, ec);
-  const std::optional<int64_t> tokens = existed ? tokens_of_last_record(options_.metrics_path) : 0;
+  std::optional<int64_t> tokens = 0;
+  if (std::filesystem::is_regular_file(options_.metrics_path, ec)) {
+    tokens = tokens_of_last_record(options_.metrics_path);
+  } else if (std::filesystem::exists(options_.metrics_path, ec)) {
+    tokens = std::nullopt;
+  }
   metrics_ = AppendOnlyFile(options_.metrics_path);
   return start_step == 0 ? 0 : tokens;
 }
@@ -131,10 +136,12 @@ void MetricsLogger::step(const StepMetrics& m, bool print) {
   } else if (m.resident_memory_bytes) {
     memory = " | rss " + format_memory(*m.resident_memory_bytes);
   }
+  char mfu[32] = "";
+  if (m.mfu) std::snprintf(mfu, sizeof mfu, " | MFU %.1f%%", 100.0 * *m.mfu);
   std::snprintf(buf, sizeof buf,
-                "step %*lld/%lld | loss %.4f | lr %.2e | grad %.3f | %s tok/s | %s tok%s | %s elapsed | ETA %s", width,
+                "step %*lld/%lld | loss %.4f | lr %.2e | grad %.3f | %s tok/s%s | %s tok%s | %s elapsed | ETA %s", width,
                 static_cast<long long>(m.step), static_cast<long long>(options_.total_steps), m.loss, m.lr,
-                m.grad_norm, format_count(m.tokens_per_second).c_str(),
+                m.grad_norm, format_count(m.tokens_per_second).c_str(), mfu,
                 format_count(static_cast<double>(m.tokens_seen)).c_str(), memory.c_str(),
                 format_duration(m.elapsed_seconds).c_str(), format_duration(m.eta_seconds).c_str());
   print_line(buf);
@@ -147,6 +154,7 @@ void MetricsLogger::step(const StepMetrics& m, bool print) {
                       {"elapsed_s", m.elapsed_seconds}};
   if (m.peak_memory_bytes) j["peak_memory_bytes"] = *m.peak_memory_bytes;
   if (m.resident_memory_bytes) j["rss_bytes"] = *m.resident_memory_bytes;
+  if (m.mfu) j["mfu"] = *m.mfu;
   write_json(j.dump());
 }
 

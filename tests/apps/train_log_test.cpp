@@ -86,6 +86,15 @@ TEST(TrainLog, AnUnwritableLogStopsTheRunNamingIt) {
   EXPECT_EQ(r.out.find("step "), std::string::npos) << "nothing was trained: " << r.out;
 }
 
+TEST(TrainLog, ADeviceInPlaceOfTheMetricsIsNotReadBack) {
+  // Reading /dev/zero back for the tokens seen would never end (it once read /dev/full for a minute).
+  const auto dir = scratch_dir("run");
+  std::filesystem::create_symlink("/dev/zero", dir / "metrics.jsonl");
+  const auto r = train_tiny(dir, {"--set", "run.steps=5", "--set", "run.eval_every=0"});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_NE(r.out.find(" | 640 tok | "), std::string::npos) << r.out;
+}
+
 TEST(TrainLog, StepLinesAndMetricsCountTokensAndShowResidentMemory) {
   const auto dir = scratch_dir("run");
   const auto r = train_tiny(dir);
