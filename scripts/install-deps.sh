@@ -25,6 +25,7 @@ packages=(
   pkg-config
   libicu-dev
   libsentencepiece-dev
+  librsvg2-bin  # rsvg-convert: the PNG of cpformer plot (optional at run time; the tests then check it)
 )
 
 missing=()
