@@ -8,6 +8,7 @@
 //   steps that carry a gradient on lse): TransformerEngine's tolerances, atol = rtol = 2.5e-2 for MHA
 //   and 3.5e-2 for GQA, against the f32 reference computed from the same bf16-rounded inputs; lse
 //   (f32 on both sides) within 1e-5 relative for unfused and those tolerances for auto.
+// The causal GQA cases also run with an attention sink: d(sink) summed over the ranks against the reference.
 #include <gtest/gtest.h>
 
 #include <sstream>
@@ -16,6 +17,7 @@
 #include "attention/cp/lse_merge.h"
 #include "cp/cp_harness.h"
 #include "cuda/cuda_test_utils.h"
+#include "framework/tensor/ops/elementwise.h"
 #include "framework/tensor/ops/views.h"
 
 namespace cpf::cp::testing {
@@ -40,6 +42,7 @@ struct Param {
   HeadCase heads;
   DType dtype;
   AttentionBackend backend;
+  bool sink = false;  // with an attention sink (spec.sink): d(sink) summed over the ranks is compared too
 };
 
 std::string param_name(const ::testing::TestParamInfo<Param>& info) {
@@ -51,6 +54,7 @@ std::string param_name(const ::testing::TestParamInfo<Param>& info) {
   std::ostringstream os;
   os << comm << "_cp" << p.cp << "_" << qkv_format_name(p.format) << "_" << mask_type_name(p.mask) << "_"
      << p.heads.name << "_" << dtype_name(p.dtype) << "_" << attention_backend_name(p.backend);
+  if (p.sink) os << "_sink";
   return os.str();
 }
 
@@ -63,6 +67,10 @@ std::vector<Param> grid() {
         for (const HeadCase& heads : kHeads) {
           params.push_back({comm, cp, format, mask, heads, DType::f32, AttentionBackend::unfused});
           params.push_back({comm, cp, format, mask, heads, DType::bf16, AttentionBackend::automatic});
+          if (mask == MaskType::causal && heads.kv_heads != heads.heads) {
+            params.push_back({comm, cp, format, mask, heads, DType::f32, AttentionBackend::unfused, true});
+            params.push_back({comm, cp, format, mask, heads, DType::bf16, AttentionBackend::automatic, true});
+          }
         }
       }
     }
@@ -84,6 +92,7 @@ CpCase case_of(const Param& p) {
   c.d_v = p.heads.d_v;
   c.seq = 8 * c.cp;
   c.dtype = DType::f32;  // the global problem is drawn in f32; bf16 runs round it once
+  c.sink = p.sink;
   return c;
 }
 
@@ -118,10 +127,13 @@ std::vector<Tensors> run_cp_on_gpu(const CpCase& c, const Global& g, const Flash
         Tensor q = on_device(g.q, g.seq_dim).set_requires_grad();
         Tensor k = on_device(g.k, g.seq_dim).set_requires_grad();
         Tensor v = on_device(g.v, g.seq_dim).set_requires_grad();
-        auto [out, lse] = context_parallel_attention(q, k, v, spec_of(c), g.seq, cp);
+        AttentionSpec spec = spec_of(c);
+        if (g.sink.defined()) spec.sink = raw::to(g.sink, rc.device).set_requires_grad();
+        auto [out, lse] = context_parallel_attention(q, k, v, spec, g.seq, cp);
         backward({out, lse}, {on_device(g.dout, g.seq_dim), raw::to(on_device(g.dlse, lse_dim), lse.dtype())});
         auto host = [](const Tensor& t) { return raw::to(t.detach(), Device::cpu()); };
-        results[static_cast<size_t>(r)] = {host(out), host(lse), host(q.grad()), host(k.grad()), host(v.grad())};
+        results[static_cast<size_t>(r)] = {host(out), host(lse), host(q.grad()), host(k.grad()), host(v.grad()),
+                                           spec.sink.defined() ? host(spec.sink.grad()) : Tensor()};
       },
       {.timeout = std::chrono::milliseconds(120'000), .devices = dist::DevicePolicy::cuda});
   return results;
@@ -157,6 +169,12 @@ TEST_P(CpOneGpu, ShardsEqualTheSingleRankResult) {
     EXPECT_TRUE(::cpf::testing::all_close(f32(t.dq), shard(c, g, ref.dq, g.seq_dim, r), atol, rtol)) << "dq";
     EXPECT_TRUE(::cpf::testing::all_close(f32(t.dk), shard(c, g, ref.dk, g.seq_dim, r), atol, rtol)) << "dk";
     EXPECT_TRUE(::cpf::testing::all_close(f32(t.dv), shard(c, g, ref.dv, g.seq_dim, r), atol, rtol)) << "dv";
+  }
+  if (p.sink) {
+    // Each rank's d(sink) covers its own rows; their sum is the single-rank gradient.
+    Tensor dsink = zeros_like(ref.dsink);
+    for (const Tensors& t : got) dsink = raw::binary(raw::BinaryOp::add, dsink, raw::to(t.dsink, DType::f32));
+    EXPECT_TRUE(::cpf::testing::all_close(dsink, ref.dsink, atol * 10, rtol)) << "d(sink) summed over the ranks";
   }
 }
 
