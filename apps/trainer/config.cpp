@@ -233,6 +233,14 @@ void check(const config::ConfigReader& reader, TrainConfig& c) {
                 "data.tokens_per_batch", "parallel.dp"});
   }
 
+  if (c.run.profile > 0 && c.run.profile + 1 > c.run.steps) {
+    check.fail("run.profile",
+               "needs run.steps >= " + std::to_string(c.run.profile + 1) + " (it profiles the steps after the first), got " +
+                   std::to_string(c.run.steps) + "; lower it to at most " +
+                   std::to_string(std::max<int64_t>(c.run.steps - 1, 0)) + " or raise run.steps",
+               {"run.steps"});
+  }
+
   const auto& opt = c.optimizer;
   if (opt.type == OptimizerType::sgd && opt.nesterov && opt.momentum <= 0) {
     check.fail("optimizer.nesterov", "needs optimizer.momentum > 0", {"optimizer.momentum", "optimizer.type"});

@@ -95,6 +95,7 @@ struct RunOptions {
   int64_t checkpoint_every = 0;  // 0 = only at the end
   int64_t keep_checkpoints = 2;
   ResumeMode resume = ResumeMode::auto_resume;
+  int64_t profile = 0;  // profile this many steps after the first (step_profiler.h); 0 = off
   int64_t max_nonfinite_steps = 20;  // stop after this many consecutive non-finite steps; 0 = never
   double grad_clip = 1.0;         // 0 = no clipping
   double target_accuracy = 0.0;   // > 0: stop once exact-match accuracy reaches it
@@ -172,6 +173,10 @@ void describe(V& v, RunOptions& o) {
                {"auto", ResumeMode::auto_resume}, {"never", ResumeMode::never}, {"replace", ResumeMode::replace}},
            "auto: continue from the newest valid checkpoint in the run folder; never: start over, refused when the "
            "folder holds checkpoints; replace: start over, deleting its checkpoints and metrics");
+  v.field("profile", o.profile,
+          "time this many steps after the first per module and autograd op (GPU events, NVTX ranges); the table "
+          "is printed and written to profile.txt; 0 = off",
+          Range{0, 1e9});
   v.field("max_nonfinite_steps", o.max_nonfinite_steps,
           "stop with an error after this many consecutive steps with a non-finite gradient norm; 0 = never",
           Range{0, 1e12});

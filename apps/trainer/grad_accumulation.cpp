@@ -3,6 +3,7 @@
 #include "framework/autograd/ops.h"
 #include "models/data/cp_shard.h"
 #include "models/gpt_input.h"
+#include "framework/tensor/profile.h"
 
 namespace cpf::trainer {
 namespace {
@@ -60,12 +61,22 @@ AccumulatedLoss accumulate_gradients(const models::GPT& model, const std::vector
     if (reducer) reducer->set_sync(last);  // one all-reduce of the accumulated gradients per step
     const data::LocalBatch local = data::shard_for_rank(micro_batches[i], g.cp_size, g.cp_rank);
     const models::GPTBatch b = models::to_device(models::make_gpt_batch(local), model.device());
-    const Tensor logits = model.forward(b.input, g.cp ? &*g.cp : nullptr);
-    const Tensor loss = models::GPT::loss(logits, b.labels, normalizer, b.num_valid_labels);
-    backward(loss);
+    Tensor loss;
+    {
+      const profile::Scope forward("phase/forward", model.device());
+      const Tensor logits = model.forward(b.input, g.cp ? &*g.cp : nullptr);
+      loss = models::GPT::loss(logits, b.labels, normalizer, b.num_valid_labels);
+    }
+    {
+      const profile::Scope backward_scope("phase/backward", model.device());
+      backward(loss);
+    }
     step_loss = step_loss.defined() ? add(step_loss, loss.detach()) : loss.detach();
   }
-  if (reducer) reducer->finish();
+  if (reducer) {
+    const profile::Scope sync("phase/grad_sync", model.device());
+    reducer->finish();
+  }
   const bool distributed = g.world && g.world->size() > 1;
   result.loss = distributed ? g.world->all_reduce(step_loss).item<double>() : step_loss.item<double>();
   return result;

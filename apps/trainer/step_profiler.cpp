@@ -10,7 +10,8 @@ namespace cpf::trainer {
 namespace {
 
 // The scopes the trainer opens around a step and its phases, in step order.
-constexpr const char* kPhases[] = {"step", "phase/data", "phase/forward", "phase/backward", "phase/optimizer"};
+constexpr const char* kPhases[] = {"step",           "phase/data",      "phase/forward",
+                                   "phase/backward", "phase/grad_sync", "phase/optimizer"};
 
 int phase_rank(const std::string& name) {
   for (int i = 0; i < static_cast<int>(std::size(kPhases)); ++i) {
@@ -87,15 +88,14 @@ StepProfiler::StepProfiler(int64_t steps, int64_t first_step, int64_t last_step,
 bool StepProfiler::active(int64_t step) const { return steps_ > 0 && step > first_ + 1 && step <= window_end(); }
 
 void StepProfiler::begin_step(int64_t step) {
-  if (!active(step)) return;
-  if (step == first_ + 2) profile::reset();
+  if (!starts_window(step)) return;
+  profile::reset();
   profile::set_enabled(true);
 }
 
 std::optional<std::string> StepProfiler::end_step(int64_t step) {
-  if (!active(step)) return std::nullopt;
+  if (!ends_window(step)) return std::nullopt;
   profile::set_enabled(false);
-  if (step != window_end()) return std::nullopt;
   const std::string table =
       format_profile(per_step_rows(profile::snapshot(), steps_), first_ + 1, steps_, device_.str());
   std::ofstream file(out_path_);

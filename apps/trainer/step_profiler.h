@@ -41,8 +41,12 @@ class StepProfiler {
   // window ends after last_step (the run's run.steps).
   StepProfiler(int64_t steps, int64_t first_step, int64_t last_step, Device device, std::string out_path);
   bool active(int64_t step) const;
-  // Call before and after each step; after the window's last step, returns the table (also written to
-  // out_path), else nullopt.
+  bool starts_window(int64_t step) const { return steps_ > 0 && step == first_ + 2; }
+  bool ends_window(int64_t step) const { return steps_ > 0 && step == window_end(); }
+  // Call before and after each step: recording goes on before the window's first step and off after
+  // its last, which returns the table (also written to out_path); nullopt otherwise. With several
+  // ranks in the process, all of them must be between steps at both points (the trainer holds a
+  // barrier there), so every rank's scopes of the window's steps are recorded, and only those.
   void begin_step(int64_t step);
   std::optional<std::string> end_step(int64_t step);
   int64_t window_end() const { return first_ + 1 + steps_; }

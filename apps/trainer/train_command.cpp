@@ -15,6 +15,8 @@ namespace {
 
 const OptionSpec kSetOption{"--set", "key.path=value",
                             "override a config key (repeatable; the key list: cpformer docs, docs/config.md)", true};
+const OptionSpec kProfileOption{"--profile", "N",
+                                "profile N steps after the first: a per-op GPU time table (as --set run.profile=N)"};
 const OptionSpec kGpusOption{"--gpus", "N", "train on N GPUs of this machine (NCCL; parallel.dp = N / parallel.cp)"};
 
 void expect_one_positional(const CommandLine& line, const char* what) {
@@ -30,6 +32,11 @@ void expect_one_positional(const CommandLine& line, const char* what) {
 TrainConfig load_config(const CommandLine& line) {
   const std::vector<std::string> given = line.values("--set");
   std::vector<std::string> overrides = given;
+  if (const auto profile = line.value("--profile")) {
+    const int64_t n = parse_integer_option("--profile", *profile);
+    if (n < 1) throw UsageError("--profile " + *profile + ": expected a number of steps, at least 1");
+    overrides.push_back("run.profile=" + std::to_string(n));
+  }
   const auto gpus = line.value("--gpus");
   if (!gpus) return load_train_config(line.positional[0], overrides);
   const int64_t n = parse_integer_option("--gpus", *gpus);
@@ -99,7 +106,7 @@ CommandSpec train_command() {
               "(run.resume: auto). When stdout is not a terminal a heartbeat line appears at least every 30 s\n"
               "of a long step or evaluation. Ctrl-C / SIGTERM stop after the current step with a checkpoint.\n"
               "docs/training.md explains every line it prints.",
-          .options = {kSetOption, kGpusOption},
+          .options = {kSetOption, kGpusOption, kProfileOption},
           .run = run_train};
 }
 

@@ -11,14 +11,16 @@
 #include "apps/trainer/checked_file.h"
 #include "apps/trainer/checkpointing.h"
 #include "apps/trainer/device_memory.h"
+#include "apps/trainer/device_peak.h"
 #include "apps/trainer/evaluation.h"
-#include "apps/trainer/process_memory.h"
-#include "apps/trainer/run_plot.h"
 #include "apps/trainer/grad_accumulation.h"
 #include "apps/trainer/init_from.h"
+#include "apps/trainer/process_memory.h"
+#include "apps/trainer/run_plot.h"
 #include "apps/trainer/resume_rules.h"
 #include "apps/trainer/run_folder.h"
 #include "apps/trainer/run_tokenizer.h"
+#include "apps/trainer/step_profiler.h"
 #include "apps/trainer/stop_signals.h"
 #include "framework/autograd/ops.h"
 #include "framework/distributed/autograd_collectives.h"
@@ -31,6 +33,8 @@
 #include "framework/distributed/nccl/nccl_init.h"
 #endif
 #include "framework/optim/grad_clip.h"
+#include "models/model_flops.h"
+#include "framework/tensor/profile.h"
 
 namespace cpf::trainer {
 namespace fs = std::filesystem;
@@ -132,6 +136,16 @@ class RankTrainer {
   std::optional<double> peak_memory() const {
     const auto bytes = peak_device_memory(device_);
     return bytes ? std::optional<double>(static_cast<double>(*bytes)) : std::nullopt;
+  }
+  // Model FLOPs utilisation of the world's GPUs at `tokens_per_second` (all ranks' tokens): model FLOPs
+  // (models/model_flops.h) over the dense bf16 peak of every GPU (device_peak.h); none on the CPU or an
+  // unknown GPU.
+  std::optional<double> mfu(double tokens_per_second) const {
+    if (!device_.is_cuda()) return std::nullopt;
+    const std::optional<double> peak = dense_bf16_peak(device_);
+    if (!peak) return std::nullopt;
+    const double flops = models::training_flops_per_token(model_->options(), num_parameters(), c_.data.seq_len);
+    return flops * tokens_per_second / (*peak * static_cast<double>(groups_.world->size()));
   }
   // CPU runs: the process's resident memory (a GPU run shows its device peak instead).
   std::optional<double> resident_bytes() const {
@@ -258,13 +272,19 @@ void RankTrainer::check_nonfinite_steps(int64_t consecutive, double norm) const 
 double RankTrainer::train_step(int64_t step, double* grad_norm, int64_t* tokens) {
   // run.grad_accum_steps micro-batches, accumulated exactly as one batch (grad_accumulation.h); each
   // micro-batch's loss is divided by the step's token count over the world, so the sum is the mean.
+  // The profiler's scopes (step_profiler.h): NVTX ranges always, times while run.profile records.
+  const profile::Scope step_scope("step", device_);
   std::vector<data::Batch> micro_batches;
   *tokens = 0;
-  for (int64_t i = 0; i < accum_steps_; ++i) {
-    micro_batches.push_back(loader_->next());
-    *tokens += micro_batches.back().tokens.numel() * groups_.dp_size;
+  {
+    const profile::Scope data_scope("phase/data", device_);
+    for (int64_t i = 0; i < accum_steps_; ++i) {
+      micro_batches.push_back(loader_->next());
+      *tokens += micro_batches.back().tokens.numel() * groups_.dp_size;
+    }
   }
   const double step_loss = accumulate_gradients(*model_, micro_batches, groups_, reducer_.get()).loss;
+  const profile::Scope optimizer_scope("phase/optimizer", device_);
   const double norm = c_.run.grad_clip > 0 ? optim::clip_grad_norm_(params_, c_.run.grad_clip) : optim::grad_norm(params_);
   *grad_norm = norm;
   if (std::isfinite(norm)) {
@@ -324,7 +344,8 @@ void RankTrainer::log_step(LogWindow& window, double norm, double train_seconds,
                             .elapsed_seconds = seconds_since(t0),
                             .eta_seconds = per_step * static_cast<double>(c_.run.steps - step_),
                             .peak_memory_bytes = peak_memory(),
-                            .resident_memory_bytes = resident_bytes()},
+                            .resident_memory_bytes = resident_bytes(),
+                            .mfu = mfu(window.tokens / std::max(window.seconds, 1e-9))},
                 true);
   // The summary's train loss is this same quantity: the mean over the last step line's steps.
   shared_.outcome.train_loss = loss;
@@ -347,6 +368,11 @@ void RankTrainer::run() {
   }
   const int64_t start = step_;
   if (rank0()) shared_.outcome.start_step = start;
+  // Recording is process-wide: rank 0 switches it on and off while every rank waits between steps
+  // (thread ranks record into one table; other processes' ranks record nothing).
+  const StepProfiler profile_window(c_.run.profile, start, c_.run.steps, device_, "");
+  StepProfiler profiler(rank0() ? c_.run.profile : 0, start, c_.run.steps, device_,
+                        (fs::path(run_dir(c_)) / "profile.txt").string());
   const auto t0 = Clock::now();
   double train_seconds = 0;
   LogWindow window;
@@ -361,11 +387,16 @@ void RankTrainer::run() {
     if (logger_) logger_->activity("step " + std::to_string(step_ + 1) + "/" + std::to_string(c_.run.steps));
     const auto s0 = Clock::now();
     int64_t tokens = 0;
+    profiler.begin_step(step_ + 1);
+    if (profile_window.starts_window(step_ + 1)) groups_.world->barrier();
     const double loss = train_step(step_, &norm, &tokens);
     ++step_;
     nonfinite_steps = std::isfinite(norm) ? 0 : nonfinite_steps + 1;
     const double dt = seconds_since(s0);
     train_seconds += dt;
+    // After the step's timing: the table waits for the window's GPU events.
+    if (profile_window.ends_window(step_)) groups_.world->barrier();
+    if (const std::optional<std::string> table = profiler.end_step(step_)) logger_->note(*table);
     if (rank0()) {
       if (step_ == start + 1) {
         // Without a record of the tokens before a resume, every step is assumed this size.
