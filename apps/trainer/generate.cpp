@@ -97,13 +97,18 @@ std::string checked_precision(const GenerateOptions& options, Device device) {
   return precision;
 }
 
-// The next-token logits rows (A, V) as doubles on the host, refusing non-finite values.
-std::vector<double> host_rows(const Tensor& rows, const std::string& checkpoint) {
-  const std::vector<double> values = raw::to(raw::to(rows, DType::f32), Device::cpu()).to_vector<double>();
-  // Finite weights can still overflow; argmax over NaN would print token 0 as if it were an answer.
-  CPF_CHECK(std::all_of(values.begin(), values.end(), [](double v) { return std::isfinite(v); }),
-            "generate: the model of ", checkpoint, " gives non-finite logits; refusing to sample from them");
-  return values;
+// The next-token logits rows (A, V) as doubles on the host.
+std::vector<double> host_rows(const Tensor& rows) {
+  return raw::to(raw::to(rows, DType::f32), Device::cpu()).to_vector<double>();
+}
+
+// Finite weights can still overflow; argmax over NaN would print token 0 as if it were an answer.
+void check_finite_logits(const std::vector<double>& logits, const std::string& checkpoint, size_t context,
+                         size_t prompt, size_t prompts) {
+  CPF_CHECK(std::all_of(logits.begin(), logits.end(), [](double v) { return std::isfinite(v); }),
+            "generate: the model of ", checkpoint, " gives non-finite logits after ", context, " tokens",
+            prompts > 1 ? " (prompt " + std::to_string(prompt + 1) + " of " + std::to_string(prompts) + ")" : "",
+            "; refusing to sample from them");
 }
 
 }  // namespace
@@ -160,7 +165,7 @@ GenerateBatchResult generate_batch(const GenerateOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   for (int64_t step = 0; step < options.max_new_tokens; ++step) {
     if (std::find(active.begin(), active.end(), true) == active.end()) break;
-    const std::vector<double> rows = host_rows(decoder.next_logits(sequences, active), checkpoint);
+    const std::vector<double> rows = host_rows(decoder.next_logits(sequences, active));
     const size_t vocab = rows.size() / static_cast<size_t>(std::count(active.begin(), active.end(), true));
     size_t row = 0;
     for (size_t i = 0; i < sequences.size(); ++i) {
@@ -168,6 +173,7 @@ GenerateBatchResult generate_batch(const GenerateOptions& options) {
       const std::vector<double> logits(rows.begin() + static_cast<std::ptrdiff_t>(row * vocab),
                                        rows.begin() + static_cast<std::ptrdiff_t>((row + 1) * vocab));
       ++row;
+      check_finite_logits(logits, checkpoint, sequences[i].size(), i, sequences.size());
       const int64_t next = sample_token(logits, sampling, *gens[i]);
       sequences[i].push_back(next);
       batch.results[i].completion.push_back(next);
