@@ -99,25 +99,32 @@ int run_tokenize(const CommandLine& line, std::ostream& out, std::ostream& err, 
   const auto start = Clock::now();
   auto last = start;
   const auto seconds = [&](Clock::time_point t) { return std::chrono::duration<double>(t - start).count(); };
-  // A bar redrawn in place on a terminal; otherwise a line every 10 s, so logs stay short.
-  const auto progress = [&](const data::TextToShardsProgress& p) {
-    const auto now = Clock::now();
-    const double since = std::chrono::duration<double>(now - last).count();
-    if (since < (terminal ? 0.2 : 10.0)) return;
-    last = now;
-    if (terminal) {
-      const int width = 24;
-      const int filled =
-          p.bytes_total > 0 ? static_cast<int>(width * static_cast<double>(p.bytes_done) / static_cast<double>(p.bytes_total)) : width;
-      out << "\r[" << std::string(static_cast<size_t>(filled), '#') << std::string(static_cast<size_t>(width - filled), '.')
-          << "] " << progress_line(p, seconds(now)) << std::flush;
-    } else {
+  // A bar redrawn in place on a terminal (and left at 100% at the end); otherwise a line every 10 s.
+  data::TextToShardsProgress latest;
+  const auto draw = [&](const data::TextToShardsProgress& p, Clock::time_point now) {
+    if (!terminal) {
       out << progress_line(p, seconds(now)) << std::endl;
+      return;
     }
+    const int width = 24;
+    const double done = p.bytes_total > 0 ? static_cast<double>(p.bytes_done) / static_cast<double>(p.bytes_total) : 1.0;
+    const auto filled = static_cast<size_t>(width * std::min(done, 1.0));
+    out << "\r[" << std::string(filled, '#') << std::string(static_cast<size_t>(width) - filled, '.') << "] "
+        << progress_line(p, seconds(now)) << std::flush;
+  };
+  const auto progress = [&](const data::TextToShardsProgress& p) {
+    latest = p;
+    const auto now = Clock::now();
+    if (std::chrono::duration<double>(now - last).count() < (terminal ? 0.2 : 10.0)) return;
+    last = now;
+    draw(p, now);
   };
   const data::TextToShardsResult r = data::text_to_shards(o, progress);
   const double elapsed = std::max(seconds(Clock::now()), 1e-9);
-  if (terminal) out << "\r" << std::string(120, ' ') << "\r";
+  if (terminal) {
+    draw(latest, Clock::now());
+    out << "\n";
+  }
   const int64_t tokens = r.train_tokens + r.val_tokens;
   out << "tokenize: " << r.documents << " documents from " << r.input_files.size() << " file(s), "
       << format("%.2f MB", 1e-6 * static_cast<double>(r.bytes)) << " -> " << tokens << " tokens ("

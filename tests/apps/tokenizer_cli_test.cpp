@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,21 @@ TEST(TokenizeCli, Gpt2ShardsTrainAndGenerateText) {
   ASSERT_EQ(g.code, 0) << g.err;
   EXPECT_EQ(g.out.rfind("The cat", 0), 0u) << "the prompt comes back as text: " << g.out;
   EXPECT_EQ(g.out.find("<"), std::string::npos) << "ids decode to text, not <id>: " << g.out;
+}
+
+TEST(TokenizeCli, TerminalProgressBarEndsAtFullWithThroughput) {
+  const auto dir = scratch_dir("t");
+  write_file(dir / "a.txt", corpus());
+  std::ostringstream out, err;
+  const int code = run_cli({"tokenize", (dir / "a.txt").string(), "--output", (dir / "p").string()}, out, err, true);
+  ASSERT_EQ(code, 0) << err.str();
+  const std::string text = out.str();
+  const size_t bar = text.find("\r[########################] tokenize: ");
+  ASSERT_NE(bar, std::string::npos) << text;
+  EXPECT_NE(text.find("MB (100%) | 60 docs | ", bar), std::string::npos) << text;
+  EXPECT_NE(text.find("M tokens | ", bar), std::string::npos) << text;
+  EXPECT_NE(text.find(" MB/s, ", bar), std::string::npos) << text;
+  EXPECT_NE(text.find("M tokens/s\ntokenize: 60 documents", bar), std::string::npos) << text;
 }
 
 TEST(TokenizeCli, SentencePieceRoundTripThroughTheRunFolder) {
