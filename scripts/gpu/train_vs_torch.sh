@@ -9,7 +9,8 @@
 # torch.compile. PEER names it (default peers/gpt2_torch.py: a copy of the measuring program kept
 # outside the repository, carried to the GPU machine; without it only cpformer's figures are printed).
 # Prints and writes OUT_DIR/train_vs_torch.md: tokens/s, peak memory and cpformer / peer ratios.
-# PROFILE=1 adds an Nsight Compute per-kernel time table of 3 cpformer steps (OUT_DIR/kernels.csv and
+# CPF_SET="key=value ..." adds --set overrides to cpformer's run (e.g. run.profile=3 prints cpformer's
+# own per-op table, docs/training.md). PROFILE=1 adds an Nsight Compute per-kernel time table of 3 cpformer steps (OUT_DIR/kernels.csv and
 # the top rows, grouped by kernel, in the table file).
 #
 # CPFORMER: default build/gpu-carry/bin/cpformer (`WITH_APPS=1 scripts/gpu/build.sh`); OUT_DIR: default
@@ -44,8 +45,10 @@ metric() { grep '"lr"' "$1" 2>/dev/null | tail -1 | sed -n "s/.*\"$2\":\([-0-9.e
 run_dir="$OUT_DIR/runs/gpt2"
 rm -rf "$run_dir"
 echo "== cpformer: $CPFORMER train $CONFIG (steps $STEPS, rows $ROWS)"
+extra=()
+for kv in ${CPF_SET:-}; do extra+=(--set "$kv"); done
 "$CPFORMER" train "$CONFIG" --set "run.out_dir=$run_dir" --set "run.steps=$STEPS" --set "run.log_every=$LOG_EVERY" \
-  --set "data.batch_size=$ROWS" >"$OUT_DIR/cpformer.log" 2>&1
+  --set "data.batch_size=$ROWS" "${extra[@]}" >"$OUT_DIR/cpformer.log" 2>&1
 cpf_exit=$?
 tail -3 "$OUT_DIR/cpformer.log"
 cpf_tps="$(metric "$run_dir/metrics.jsonl" tokens_per_s)"
