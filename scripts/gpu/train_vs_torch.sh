@@ -65,8 +65,10 @@ peer() {
   echo "$line" >&2
   echo "$(sed -n 's/.*tok\/s=\([0-9,]*\).*/\1/p' <<<"$line" | tr -d ,) $(sed -n 's/.*mem=\([0-9.]*\)GiB.*/\1/p' <<<"$line")"
 }
-read -r eager_tps eager_peak <<<"$(peer eager)"
-read -r compile_tps compile_peak <<<"$(peer compile)"
+PEER_MODES="${PEER_MODES:-eager compile}"  # which PyTorch runs to make
+eager_tps="" compile_tps=""
+[[ " $PEER_MODES " == *" eager "* ]] && read -r eager_tps eager_peak <<<"$(peer eager)"
+[[ " $PEER_MODES " == *" compile "* ]] && read -r compile_tps compile_peak <<<"$(peer compile)"
 ratio() { [[ -n "$1" && -n "$2" ]] && awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2fx", a / b }'; }
 
 {
