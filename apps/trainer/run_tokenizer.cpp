@@ -35,8 +35,9 @@ std::shared_ptr<const data::Tokenizer> checkpoint_tokenizer(const std::string& c
   CPF_CHECK(config.data.source != "synthetic", "generate: ", checkpoint,
             " is a synthetic-task model; it has no text tokenizer");
   const std::string spec = data::effective_tokenizer(config.data);
-  CPF_CHECK(!spec.empty(), "generate: ", checkpoint, " was trained on token shards with eot_token=",
-            config.data.eot_token, " and no data.tokenizer, so its ids have no text; train with data.tokenizer set to "
+  CPF_CHECK(!spec.empty(), "generate: ", checkpoint,
+            " was trained on token shards with eot_token=", config.data.eot_token,
+            " and no data.tokenizer, so its ids have no text; train with data.tokenizer set to "
             "the tokenizer the shards were made with (cpformer tokenize prints it)");
   if (is_builtin(spec)) return data::load_tokenizer(spec);
   const std::string name = recorded_name(spec);
@@ -46,8 +47,10 @@ std::shared_ptr<const data::Tokenizer> checkpoint_tokenizer(const std::string& c
   for (const fs::path& place : places) {
     if (fs::is_regular_file(place, ec)) return data::load_tokenizer(place.string());
   }
-  CPF_CHECK(fs::is_regular_file(spec, ec), "generate: the tokenizer of ", checkpoint, " is found neither in its run "
-            "folder (", places[0].string(), ", ", places[1].string(), ") nor at data.tokenizer=", spec,
+  CPF_CHECK(fs::is_regular_file(spec, ec), "generate: the tokenizer of ", checkpoint,
+            " is found neither in its run "
+            "folder (",
+            places[0].string(), ", ", places[1].string(), ") nor at data.tokenizer=", spec,
             "; copy the tokenizer file there");
   return data::load_tokenizer(spec);
 }

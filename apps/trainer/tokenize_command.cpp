@@ -87,7 +87,8 @@ data::TextToShardsOptions tokenize_options(const CommandLine& line) {
 // "tokenize: 12.1/40.0 MB (30%) | 2,345 docs | 3.2M tokens | 1.9 MB/s, 0.5M tokens/s"
 std::string progress_line(const data::TextToShardsProgress& p, double seconds) {
   const double mb = 1e-6 * static_cast<double>(p.bytes_done), total = 1e-6 * static_cast<double>(p.bytes_total);
-  const double pct = p.bytes_total > 0 ? 100.0 * static_cast<double>(p.bytes_done) / static_cast<double>(p.bytes_total) : 100;
+  const double pct =
+      p.bytes_total > 0 ? 100.0 * static_cast<double>(p.bytes_done) / static_cast<double>(p.bytes_total) : 100;
   const double rate = seconds > 0 ? 1.0 / seconds : 0;
   return "tokenize: " + format("%.1f/%.1f MB (%.0f%%)", mb, total, pct) + " | " + std::to_string(p.documents) +
          " docs | " + format("%.2fM tokens", 1e-6 * static_cast<double>(p.tokens)) + " | " +
@@ -107,7 +108,8 @@ int run_tokenize(const CommandLine& line, std::ostream& out, std::ostream& err, 
       return;
     }
     const int width = 24;
-    const double done = p.bytes_total > 0 ? static_cast<double>(p.bytes_done) / static_cast<double>(p.bytes_total) : 1.0;
+    const double done =
+        p.bytes_total > 0 ? static_cast<double>(p.bytes_done) / static_cast<double>(p.bytes_total) : 1.0;
     const auto filled = static_cast<size_t>(width * std::min(done, 1.0));
     out << "\r[" << std::string(filled, '#') << std::string(static_cast<size_t>(width) - filled, '.') << "] "
         << progress_line(p, seconds(now)) << std::flush;
@@ -134,8 +136,8 @@ int run_tokenize(const CommandLine& line, std::ostream& out, std::ostream& err, 
       << "\n";
   for (const std::string& f : r.val_files) out << "  val   " << f << "\n";
   for (const std::string& f : r.train_files) out << "  train " << f << "\n";
-  out << "train on them with data.source: shards, data.path: " << o.output_prefix << "_train_*.bin, data.tokenizer: "
-      << o.tokenizer->name() << ", data.eot_token: " << o.tokenizer->eot_token()
+  out << "train on them with data.source: shards, data.path: " << o.output_prefix
+      << "_train_*.bin, data.tokenizer: " << o.tokenizer->name() << ", data.eot_token: " << o.tokenizer->eot_token()
       << ", data.vocab_size: " << o.tokenizer->vocab_size();
   if (!r.val_files.empty()) out << ", run.eval_path: " << o.output_prefix << "_val_*.bin";
   out << std::endl;
@@ -180,9 +182,10 @@ CommandSpec tokenize_command() {
   return {.name = "tokenize",
           .arguments = "TEXT [TEXT ...]",
           .summary = "turn text files into llm.c token shards (uint16, or uint32 for vocabularies > 65536)",
-          .description = "TEXT is a file or a pattern with * and ? in the file name. Files are cut into documents as\n"
-                         "source: text cuts them; every document is written as end-of-text then its tokens.\n"
-                         "Writes PREFIX_train_000000.bin, ... (and PREFIX_val_000000.bin with --val-documents).",
+          .description =
+              "TEXT is a file or a pattern with * and ? in the file name. Files are cut into documents as\n"
+              "source: text cuts them; every document is written as end-of-text then its tokens.\n"
+              "Writes PREFIX_train_000000.bin, ... (and PREFIX_val_000000.bin with --val-documents).",
           .options = {{"--output", "PREFIX", "where the shards go: PREFIX_train_NNNNNN.bin (required)"},
                       {"--tokenizer", "T", "gpt2 (default), bytes, a tokenizer.json or a SentencePiece .model"},
                       {"--text-split", "S", "blank_lines (default), separator or file"},
@@ -197,8 +200,9 @@ CommandSpec train_tokenizer_command() {
   return {.name = "train-tokenizer",
           .arguments = "TEXT [TEXT ...]",
           .summary = "train a SentencePiece tokenizer (Llama's settings) on text files",
-          .description = "Every line of the text files is a sentence. BPE with byte fallback, digits split, no\n"
-                         "normalization (text round-trips); unk 0, bos 1, eos 2 (end-of-text). Writes PREFIX.model.",
+          .description =
+              "Every line of the text files is a sentence. BPE with byte fallback, digits split, no\n"
+              "normalization (text round-trips); unk 0, bos 1, eos 2 (end-of-text). Writes PREFIX.model.",
           .options = {{"--output", "PREFIX", "writes PREFIX.model and PREFIX.vocab (required)"},
                       {"--vocab-size", "N", "pieces in the vocabulary, at least 16 (required)"},
                       {"--model-type", "T", "bpe (default) or unigram"},

@@ -107,8 +107,7 @@ std::vector<std::string_view> BpePreTokenizer::split(std::string_view text) cons
     add(begin, end);
     covered = std::max(covered, end);
   }
-  CPF_CHECK(U_SUCCESS(status), "tokenizer: the pre-tokenizer pattern failed on the input (", u_errorName(status),
-            ")");
+  CPF_CHECK(U_SUCCESS(status), "tokenizer: the pre-tokenizer pattern failed on the input (", u_errorName(status), ")");
   add(covered, text.size());
   return pieces;
 }

@@ -112,9 +112,9 @@ ByteLevelBpe::ByteLevelBpe(ByteLevelBpeSpec spec)
     id_used_[static_cast<size_t>(id)] = true;
   }
   for (int b = 0; b < 256; ++b) {
-    CPF_CHECK(bytes_to_id_.count(std::string(1, static_cast<char>(b))), name_, ": the vocabulary has no token for byte ",
-              b, " ('", bytes_to_byte_level(std::string(1, static_cast<char>(b))),
-              "'); byte-level BPE needs all 256 bytes");
+    CPF_CHECK(bytes_to_id_.count(std::string(1, static_cast<char>(b))), name_,
+              ": the vocabulary has no token for byte ", b, " ('",
+              bytes_to_byte_level(std::string(1, static_cast<char>(b))), "'); byte-level BPE needs all 256 bytes");
   }
   for (size_t i = 0; i < spec.merges.size() && rule_ == BpeMergeRule::merge_list; ++i) {
     const auto& [a, b] = spec.merges[i];
@@ -122,7 +122,8 @@ ByteLevelBpe::ByteLevelBpe(ByteLevelBpeSpec spec)
               bytes_to_byte_level(b), "') makes '", bytes_to_byte_level(a + b), "', which is not in the vocabulary");
     merge_ranks_.emplace(pair_key(a, b), static_cast<int64_t>(i));  // a repeated merge keeps its first place
   }
-  const bool eot_found = std::any_of(specials_.begin(), specials_.end(), [&](const Special& s) { return s.id == eot_; });
+  const bool eot_found =
+      std::any_of(specials_.begin(), specials_.end(), [&](const Special& s) { return s.id == eot_; });
   CPF_CHECK(eot_found, name_, ": the end-of-text id ", eot_, " is not one of the special tokens");
 }
 
@@ -201,7 +202,9 @@ void ByteLevelBpe::encode_piece(std::string_view piece, std::vector<int64_t>& ou
 void ByteLevelBpe::encode_ordinary(std::string_view text, std::vector<int64_t>& out) const {
   std::string prefixed;
   if (add_prefix_space_ && !text.empty() && text.front() != ' ') {
-    prefixed = " " + std::string(text);
+    prefixed.reserve(text.size() + 1);
+    prefixed.push_back(' ');
+    prefixed.append(text);
     text = prefixed;
   }
   for (std::string_view piece : pretokenizer_.split(text)) {

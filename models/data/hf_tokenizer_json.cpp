@@ -22,10 +22,11 @@ T field_or(const json& object, const char* key, T fallback) {
 }
 
 void read_model(const json& model, const std::string& where, ByteLevelBpeSpec& spec) {
-  CPF_CHECK(model.is_object() && field_or<std::string>(model, "type", "") == "BPE", where,
-            ": model.type is ", model.is_object() ? model.value("type", json("missing")).dump() : "missing",
+  CPF_CHECK(model.is_object() && field_or<std::string>(model, "type", "") == "BPE", where, ": model.type is ",
+            model.is_object() ? model.value("type", json("missing")).dump() : "missing",
             "; only BPE models are supported (WordPiece, Unigram and WordLevel are not byte-level BPE)");
-  CPF_CHECK(field_or<double>(model, "dropout", 0.0) == 0.0, where, ": model.dropout is set; BPE dropout is not "
+  CPF_CHECK(field_or<double>(model, "dropout", 0.0) == 0.0, where,
+            ": model.dropout is set; BPE dropout is not "
             "supported (encoding would be random)");
   CPF_CHECK(!field_or<bool>(model, "byte_fallback", false), where,
             ": model.byte_fallback is true, which is SentencePiece-style BPE, not byte-level BPE");
@@ -43,8 +44,8 @@ void read_model(const json& model, const std::string& where, ByteLevelBpeSpec& s
     if (merge.is_string()) {
       const std::string text = merge.get<std::string>();
       const size_t space = text.find(' ');
-      CPF_CHECK(space != std::string::npos && text.find(' ', space + 1) == std::string::npos, where, ": merge '",
-                text, "' is not 'a b'");
+      CPF_CHECK(space != std::string::npos && text.find(' ', space + 1) == std::string::npos, where, ": merge '", text,
+                "' is not 'a b'");
       a = text.substr(0, space), b = text.substr(space + 1);
     } else {
       CPF_CHECK(merge.is_array() && merge.size() == 2, where, ": merge ", merge.dump(), " is not [a, b]");
@@ -75,11 +76,11 @@ void read_pre_tokenizer(const json& pre, const std::string& where, ByteLevelBpeS
                 split["pattern"].contains("Regex"),
             where, ": the first pre-tokenizer of the Sequence is not a Split on a Regex", supported);
   CPF_CHECK(field_or<std::string>(split, "behavior", "") == "Isolated" && !field_or<bool>(split, "invert", false),
-            where, ": Split behavior '", field_or<std::string>(split, "behavior", ""),
-            "' (invert ", field_or<bool>(split, "invert", false), ") is not supported (only Isolated, not inverted)");
-  CPF_CHECK(field_or<std::string>(byte_level, "type", "") == "ByteLevel" &&
-                !field_or<bool>(byte_level, "use_regex", true),
-            where, ": the second pre-tokenizer of the Sequence is not ByteLevel with use_regex false", supported);
+            where, ": Split behavior '", field_or<std::string>(split, "behavior", ""), "' (invert ",
+            field_or<bool>(split, "invert", false), ") is not supported (only Isolated, not inverted)");
+  CPF_CHECK(
+      field_or<std::string>(byte_level, "type", "") == "ByteLevel" && !field_or<bool>(byte_level, "use_regex", true),
+      where, ": the second pre-tokenizer of the Sequence is not ByteLevel with use_regex false", supported);
   spec.pattern = split["pattern"]["Regex"].get<std::string>();
   spec.add_prefix_space = field_or<bool>(byte_level, "add_prefix_space", false);
 }
@@ -111,8 +112,7 @@ std::shared_ptr<const Tokenizer> load_hf_tokenizer_json(const std::string& path)
   } catch (const json::exception& e) {
     CPF_FAIL(where, " is not valid JSON (", e.what(), ")");
   }
-  CPF_CHECK(file.is_object() && file.contains("model"), where,
-            " has no \"model\" (not a Hugging Face tokenizer.json)");
+  CPF_CHECK(file.is_object() && file.contains("model"), where, " has no \"model\" (not a Hugging Face tokenizer.json)");
   CPF_CHECK(!file.contains("normalizer") || file["normalizer"].is_null(), where, ": normalizer ",
             file["normalizer"].dump().substr(0, 120), " is not supported (byte-level BPE tokenizers have none)");
   ByteLevelBpeSpec spec;

@@ -73,8 +73,8 @@ std::shared_ptr<const Tokenizer> load_sentencepiece_model(const std::string& pat
 std::string train_sentencepiece(const SentencePieceTraining& o) {
   CPF_CHECK(!o.inputs.empty(), "train tokenizer: no input text files");
   CPF_CHECK(!o.model_prefix.empty(), "train tokenizer: no output prefix");
-  CPF_CHECK(o.vocab_size >= 16 && o.vocab_size <= (int64_t{1} << 31) - 1, "train tokenizer: vocab size ",
-            o.vocab_size, " must lie in [16, 2^31)");
+  CPF_CHECK(o.vocab_size >= 16 && o.vocab_size <= (int64_t{1} << 31) - 1, "train tokenizer: vocab size ", o.vocab_size,
+            " must lie in [16, 2^31)");
   CPF_CHECK(o.model_type == "bpe" || o.model_type == "unigram", "train tokenizer: model type '", o.model_type,
             "' is not bpe or unigram");
   CPF_CHECK(o.max_sentences >= 0, "train tokenizer: max sentences ", o.max_sentences, " must be >= 0");

@@ -1,10 +1,11 @@
 #include "models/data/shard_writer.h"
 
+#include <unistd.h>
+
 #include <array>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <unistd.h>
 
 #include "framework/core/error.h"
 #include "models/data/token_shards.h"
@@ -34,8 +35,9 @@ ShardTokenType parse_shard_token_type(const std::string& name) {
 
 ShardWriter::ShardWriter(const ShardWriterOptions& options) : options_(options) {
   CPF_CHECK(!options.prefix.empty(), "shard writer: the output prefix is empty");
-  CPF_CHECK(options.shard_tokens >= 1 && options.shard_tokens <= INT32_MAX, "shard writer: shard_tokens=",
-            options.shard_tokens, " must lie in [1, 2^31 - 1] (the header counts tokens in an int32)");
+  CPF_CHECK(options.shard_tokens >= 1 && options.shard_tokens <= INT32_MAX,
+            "shard writer: shard_tokens=", options.shard_tokens,
+            " must lie in [1, 2^31 - 1] (the header counts tokens in an int32)");
   const int64_t limit = options.type == ShardTokenType::uint16 ? 65536 : kMaxShardVocabSize;
   CPF_CHECK(options.eot_token >= 0 && options.eot_token < limit, "shard writer: end-of-text id ", options.eot_token,
             " does not fit the token type");
@@ -94,10 +96,12 @@ void ShardWriter::append(int64_t token) {
   if (!file_) open_shard();
   if (options_.type == ShardTokenType::uint16) {
     const auto v = static_cast<uint16_t>(token);
-    buffer_.insert(buffer_.end(), reinterpret_cast<const unsigned char*>(&v), reinterpret_cast<const unsigned char*>(&v) + 2);
+    buffer_.insert(buffer_.end(), reinterpret_cast<const unsigned char*>(&v),
+                   reinterpret_cast<const unsigned char*>(&v) + 2);
   } else {
     const auto v = static_cast<uint32_t>(token);
-    buffer_.insert(buffer_.end(), reinterpret_cast<const unsigned char*>(&v), reinterpret_cast<const unsigned char*>(&v) + 4);
+    buffer_.insert(buffer_.end(), reinterpret_cast<const unsigned char*>(&v),
+                   reinterpret_cast<const unsigned char*>(&v) + 4);
   }
   ++in_shard_;
   ++total_tokens_;

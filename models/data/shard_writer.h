@@ -22,8 +22,8 @@ ShardTokenType shard_token_type_for(int64_t vocab_size);
 ShardTokenType parse_shard_token_type(const std::string& name);
 
 struct ShardWriterOptions {
-  std::string prefix;                   // "data/tiny_train" -> data/tiny_train_000000.bin
-  int64_t shard_tokens = 100'000'000;   // tokens per shard (llm.c's fineweb default), at most 2^31 - 1
+  std::string prefix;                  // "data/tiny_train" -> data/tiny_train_000000.bin
+  int64_t shard_tokens = 100'000'000;  // tokens per shard (llm.c's fineweb default), at most 2^31 - 1
   ShardTokenType type = ShardTokenType::uint16;
   int64_t eot_token = 50256;
 };

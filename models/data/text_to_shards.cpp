@@ -42,8 +42,8 @@ TextToShardsResult text_to_shards(const TextToShardsOptions& o,
     val = std::make_unique<ShardWriter>(ShardWriterOptions{
         .prefix = o.output_prefix + "_val", .shard_tokens = o.shard_tokens, .type = result.type, .eot_token = eot});
   }
-  ShardWriter train({.prefix = o.output_prefix + "_train", .shard_tokens = o.shard_tokens, .type = result.type,
-                     .eot_token = eot});
+  ShardWriter train(
+      {.prefix = o.output_prefix + "_train", .shard_tokens = o.shard_tokens, .type = result.type, .eot_token = eot});
   for (const std::string& file : result.input_files) {
     // One file in memory at a time, cut into documents exactly as `source: text` cuts it.
     const TextSource text({.path = file, .split = o.split, .separator = o.separator, .tokenizer = nullptr});

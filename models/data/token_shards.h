@@ -8,10 +8,11 @@
 //   GPT-2 layout     magic 20240520, version 1, uint16 ids: 1024 + 2 N bytes (vocabularies <= 65536)
 //   Llama 3 layout   magic 20240801, version 7, uint32 ids: 1024 + 4 N bytes
 //
-// Each shard names its own layout, so a pattern may mix them; shard_writer.h writes both. `path` is a file or a pattern ("data/*_train_*.bin",
-// models/data/file_glob.h); shards are read in sorted order with positioned reads (pread), a
-// document at a time, so a corpus larger than RAM works, and a shard truncated while it is read gives
-// an error naming it (a memory mapping would die of SIGBUS instead); each shard keeps one file
+// Each shard names its own layout, so a pattern may mix them; shard_writer.h writes both.
+//
+// `path` is a file or a pattern ("data/*_train_*.bin", models/data/file_glob.h); shards are read in
+// sorted order with positioned reads (pread), a document at a time, so a corpus larger than RAM works,
+// and a shard truncated while it is read gives an error naming it (a memory mapping would die of SIGBUS instead); each shard keeps one file
 // descriptor open. Documents are the maximal runs of tokens between end-of-text tokens (50256 for
 // GPT-2, `eot_token`); a document never spans two shards. Every token is checked against vocab_size
 // when the shard is opened.

@@ -31,13 +31,15 @@ std::string corpus() {
 void write_config(const fs::path& path, const fs::path& run_dir, const std::string& data) {
   write_file(path, "run:\n  out_dir: " + run_dir.string() +
                        "\n  steps: 2\n  threads: 1\nmodel:\n  hidden_size: 16\n  num_layers: 1\n  num_heads: 2\n"
-                       "data:\n" + data + "  seq_len: 16\n  batch_size: 4\n");
+                       "data:\n" +
+                       data + "  seq_len: 16\n  batch_size: 4\n");
 }
 
 TEST(TokenizeCli, Gpt2ShardsTrainAndGenerateText) {
   const auto dir = scratch_dir("t");
   write_file(dir / "a.txt", corpus());
-  const auto t = run({"tokenize", (dir / "a.txt").string(), "--output", (dir / "cats").string(), "--val-documents", "5"});
+  const auto t =
+      run({"tokenize", (dir / "a.txt").string(), "--output", (dir / "cats").string(), "--val-documents", "5"});
   ASSERT_EQ(t.code, 0) << t.err;
   EXPECT_NE(t.out.find("tokenize: 60 documents from 1 file(s)"), std::string::npos) << t.out;
   EXPECT_NE(t.out.find("(gpt2, uint16) in "), std::string::npos) << t.out;
@@ -46,8 +48,7 @@ TEST(TokenizeCli, Gpt2ShardsTrainAndGenerateText) {
   EXPECT_NE(t.out.find("  train " + (dir / "cats").string() + "_train_000000.bin"), std::string::npos) << t.out;
   EXPECT_EQ(data::read_shard_header((dir / "cats_train_000000.bin").string()).token_bytes, 2);
 
-  write_config(dir / "c.yaml", dir / "run",
-               "  source: shards\n  path: " + (dir / "cats_train_*.bin").string() + "\n");
+  write_config(dir / "c.yaml", dir / "run", "  source: shards\n  path: " + (dir / "cats_train_*.bin").string() + "\n");
   const auto train = run({"train", (dir / "c.yaml").string()});
   ASSERT_EQ(train.code, 0) << train.err;
   const auto g = run({"generate", (dir / "run").string(), "--prompt", "The cat", "--tokens", "3"});
@@ -74,14 +75,15 @@ TEST(TokenizeCli, TerminalProgressBarEndsAtFullWithThroughput) {
 TEST(TokenizeCli, SentencePieceRoundTripThroughTheRunFolder) {
   const auto dir = scratch_dir("t");
   write_file(dir / "a.txt", corpus());
-  const auto tt = run({"train-tokenizer", (dir / "a.txt").string(), "--output", (dir / "sp").string(), "--vocab-size",
-                       "300"});
+  const auto tt =
+      run({"train-tokenizer", (dir / "a.txt").string(), "--output", (dir / "sp").string(), "--vocab-size", "300"});
   ASSERT_EQ(tt.code, 0) << tt.err;
   EXPECT_NE(tt.out.find("train-tokenizer: wrote " + (dir / "sp.model").string() + " (300 pieces, bpe, end-of-text 2)"),
             std::string::npos)
       << tt.out;
   const std::string model = (dir / "sp.model").string();
-  const auto t = run({"tokenize", (dir / "a.txt").string(), "--output", (dir / "sp_docs").string(), "--tokenizer", model});
+  const auto t =
+      run({"tokenize", (dir / "a.txt").string(), "--output", (dir / "sp_docs").string(), "--tokenizer", model});
   ASSERT_EQ(t.code, 0) << t.err;
   EXPECT_NE(t.out.find("data.tokenizer: " + model + ", data.eot_token: 2, data.vocab_size: 300"), std::string::npos)
       << t.out;
@@ -130,15 +132,17 @@ TEST(TokenizeCli, Uint32ShardsForLargeVocabularies) {
     char utf8[4] = {static_cast<char>(0xC0 | (cp >> 6)), static_cast<char>(0x80 | (cp & 0x3F)), 0, 0};
     vocab += ",\"" + std::string(utf8, 2) + "\":" + std::to_string(b);
   }
-  write_file(dir / "big.json", R"({"added_tokens":[{"id":70000,"content":"<|endoftext|>","special":true}],)"
-                               R"("normalizer":null,"pre_tokenizer":{"type":"ByteLevel"},"model":{"type":"BPE","vocab":{)" +
-                                   vocab + R"(},"merges":[]}})");
+  write_file(dir / "big.json",
+             R"({"added_tokens":[{"id":70000,"content":"<|endoftext|>","special":true}],)"
+             R"("normalizer":null,"pre_tokenizer":{"type":"ByteLevel"},"model":{"type":"BPE","vocab":{)" +
+                 vocab + R"(},"merges":[]}})");
   write_file(dir / "a.txt", "hello world\n\nsecond document\n");
   const auto narrow = run({"tokenize", (dir / "a.txt").string(), "--output", (dir / "x").string(), "--tokenizer",
                            (dir / "big.json").string(), "--token-type", "uint16"});
   EXPECT_EQ(narrow.code, 2);
-  EXPECT_NE(narrow.err.find("tokenizer " + (dir / "big.json").string() + " has 70001 tokens, more than uint16 ids hold; "
-                                                                          "use uint32"),
+  EXPECT_NE(narrow.err.find("tokenizer " + (dir / "big.json").string() +
+                            " has 70001 tokens, more than uint16 ids hold; "
+                            "use uint32"),
             std::string::npos)
       << narrow.err;
   const auto wide = run({"tokenize", (dir / "a.txt").string(), "--output", (dir / "x").string(), "--tokenizer",
@@ -150,8 +154,8 @@ TEST(TokenizeCli, Uint32ShardsForLargeVocabularies) {
   EXPECT_EQ(header.token_count, 2 + 11 + 15);  // eot + bytes of each document
   // ... and `source: shards` trains on them.
   write_config(dir / "c.yaml", dir / "run",
-               "  source: shards\n  path: " + (dir / "x_train_*.bin").string() + "\n  tokenizer: " +
-                   (dir / "big.json").string() + "\n  eot_token: 70000\n  vocab_size: 70001\n");
+               "  source: shards\n  path: " + (dir / "x_train_*.bin").string() +
+                   "\n  tokenizer: " + (dir / "big.json").string() + "\n  eot_token: 70000\n  vocab_size: 70001\n");
   const auto train = run({"train", (dir / "c.yaml").string()});
   EXPECT_EQ(train.code, 0) << train.err;
 }
@@ -166,15 +170,17 @@ TEST(TokenizeCli, RefusalsAndTheirExitCodes) {
   };
   expect(run({"tokenize", "--output", out}), 2, "'tokenize' needs at least one input text file");
   expect(run({"tokenize", in}), 2, "'tokenize' needs --output PREFIX");
-  expect(run({"tokenize", in, "--output", (dir / "no" / "o").string()}), 2, "the folder '" + (dir / "no").string() +
-                                                                               "' does not exist");
+  expect(run({"tokenize", in, "--output", (dir / "no" / "o").string()}), 2,
+         "the folder '" + (dir / "no").string() + "' does not exist");
   expect(run({"tokenize", in, "--output", out, "--tokenizer", "gpt3"}), 2,
          "--tokenizer gpt3: tokenizer 'gpt3' is not a known name or a tokenizer file");
-  expect(run({"tokenize", in, "--output", out, "--token-type", "int8"}), 2, "token type 'int8' is not uint16 or uint32");
+  expect(run({"tokenize", in, "--output", out, "--token-type", "int8"}), 2,
+         "token type 'int8' is not uint16 or uint32");
   expect(run({"tokenize", in, "--output", out, "--text-split", "para"}), 2, "unknown text_split 'para'");
   expect(run({"tokenize", in, "--output", out, "--text-split", "separator"}), 2,
          "--text-split separator needs --text-separator S");
-  expect(run({"tokenize", in, "--output", out, "--shard-tokens", "0"}), 2, "--shard-tokens 0: expected 1 to 2147483647");
+  expect(run({"tokenize", in, "--output", out, "--shard-tokens", "0"}), 2,
+         "--shard-tokens 0: expected 1 to 2147483647");
   expect(run({"tokenize", in, "--output", out, "--val-documents", "-1"}), 2, "--val-documents -1: expected 0 or more");
   expect(run({"tokenize", (dir / "missing_*.txt").string(), "--output", out}), 3, "missing_*.txt");
   expect(run({"tokenize", in, "--output", out, "--val-documents", "1"}), 1,
@@ -190,9 +196,9 @@ TEST(TokenizeCli, RefusalsAndTheirExitCodes) {
 TEST(TokenizeCli, ConfigAndGenerateRefusals) {
   const auto dir = scratch_dir("t");
   write_file(dir / "a.txt", corpus());
-  write_config(dir / "c.yaml", dir / "run",
-               "  source: text\n  path: " + (dir / "a.txt").string() + "\n  tokenizer: " + (dir / "no.json").string() +
-                   "\n");
+  write_config(
+      dir / "c.yaml", dir / "run",
+      "  source: text\n  path: " + (dir / "a.txt").string() + "\n  tokenizer: " + (dir / "no.json").string() + "\n");
   const auto missing = run({"train", (dir / "c.yaml").string()});
   EXPECT_EQ(missing.code, 2);
   EXPECT_NE(missing.err.find("data.tokenizer=" + (dir / "no.json").string() + " tokenizer file '" +
@@ -200,9 +206,11 @@ TEST(TokenizeCli, ConfigAndGenerateRefusals) {
             std::string::npos)
       << missing.err;
   // Shards whose end-of-text is not GPT-2's and no data.tokenizer: training works, generate cannot speak.
-  ASSERT_EQ(run({"tokenize", (dir / "a.txt").string(), "--output", (dir / "b").string(), "--tokenizer", "bytes"}).code, 0);
-  write_config(dir / "s.yaml", dir / "srun",
-               "  source: shards\n  path: " + (dir / "b_train_*.bin").string() + "\n  eot_token: 256\n  vocab_size: 257\n");
+  ASSERT_EQ(run({"tokenize", (dir / "a.txt").string(), "--output", (dir / "b").string(), "--tokenizer", "bytes"}).code,
+            0);
+  write_config(
+      dir / "s.yaml", dir / "srun",
+      "  source: shards\n  path: " + (dir / "b_train_*.bin").string() + "\n  eot_token: 256\n  vocab_size: 257\n");
   ASSERT_EQ(run({"train", (dir / "s.yaml").string()}).code, 0);
   const auto g = run({"generate", (dir / "srun").string(), "--prompt", "The"});
   EXPECT_EQ(g.code, 1);

@@ -1,12 +1,12 @@
 // Shards written by ShardWriter in both llm.c layouts: their bytes checked with plain fread (no
 // library reader), then read back through TokenShardSource.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 #include "models/data/shard_writer.h"

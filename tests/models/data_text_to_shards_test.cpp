@@ -1,11 +1,11 @@
 // text_to_shards (the library half of `cpformer tokenize`): documents cut as `source: text` cuts them,
 // the validation split, file order, progress figures, and the refusals.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <string>
-#include <unistd.h>
 
 #include "models/data/gpt2_tokenizer.h"
 #include "models/data/text_to_shards.h"
@@ -43,15 +43,17 @@ TEST_F(TextToShardsTest, DocumentsSplitOrderAndProgress) {
   write("a.txt", "first one\n\n\nsecond one\n");
   const auto gpt2 = gpt2_tokenizer();
   std::vector<TextToShardsProgress> seen;
-  const TextToShardsResult r = text_to_shards(
-      {.inputs = {(dir_ / "*.txt").string()}, .tokenizer = gpt2, .output_prefix = (dir_ / "out").string(),
-       .val_documents = 1},
-      [&](const TextToShardsProgress& p) { seen.push_back(p); });
+  const TextToShardsResult r = text_to_shards({.inputs = {(dir_ / "*.txt").string()},
+                                               .tokenizer = gpt2,
+                                               .output_prefix = (dir_ / "out").string(),
+                                               .val_documents = 1},
+                                              [&](const TextToShardsProgress& p) { seen.push_back(p); });
   EXPECT_EQ(r.input_files, (std::vector<std::string>{(dir_ / "a.txt").string(), (dir_ / "b.txt").string()}));
   EXPECT_EQ(r.documents, 4);
   EXPECT_EQ(r.val_documents, 1);
   EXPECT_EQ(r.type, ShardTokenType::uint16);
-  EXPECT_EQ(documents((dir_ / "out_val_*.bin").string()), (std::vector<std::vector<int64_t>>{gpt2->encode("first one")}));
+  EXPECT_EQ(documents((dir_ / "out_val_*.bin").string()),
+            (std::vector<std::vector<int64_t>>{gpt2->encode("first one")}));
   EXPECT_EQ(documents((dir_ / "out_train_*.bin").string()),
             (std::vector<std::vector<int64_t>>{gpt2->encode("second one"), gpt2->encode("third one"),
                                                gpt2->encode("fourth one")}));
@@ -84,14 +86,15 @@ TEST_F(TextToShardsTest, Refusals) {
   const std::string out = (dir_ / "x").string();
   EXPECT_CPF_ERROR(text_to_shards({.inputs = {}, .tokenizer = gpt2, .output_prefix = out}), "no input text files");
   EXPECT_CPF_ERROR(text_to_shards({.inputs = {file}, .tokenizer = nullptr, .output_prefix = out}), "no tokenizer");
-  EXPECT_CPF_ERROR(text_to_shards({.inputs = {(dir_ / "none_*.txt").string()}, .tokenizer = gpt2, .output_prefix = out}),
-                   "matches no file");
+  EXPECT_CPF_ERROR(
+      text_to_shards({.inputs = {(dir_ / "none_*.txt").string()}, .tokenizer = gpt2, .output_prefix = out}),
+      "matches no file");
   EXPECT_CPF_ERROR(text_to_shards({.inputs = {file}, .tokenizer = gpt2, .output_prefix = out, .val_documents = 1}),
                    "the inputs hold 1 documents and --val-documents takes 1, leaving none to train on");
   EXPECT_FALSE(fs::exists(out + "_train_000000.bin")) << "nothing half-written is left as a shard";
-  EXPECT_CPF_ERROR(text_to_shards({.inputs = {file}, .split = TextSplit::separator, .tokenizer = gpt2,
-                                   .output_prefix = out}),
-                   "text split 'separator' needs a separator string");
+  EXPECT_CPF_ERROR(
+      text_to_shards({.inputs = {file}, .split = TextSplit::separator, .tokenizer = gpt2, .output_prefix = out}),
+      "text split 'separator' needs a separator string");
 }
 
 }  // namespace

@@ -1,12 +1,12 @@
 // data.tokenizer: text encoded with a tokenizer, the defaults of effective_tokenizer(), and shards
 // whose tokenizer must agree with their eot_token and vocab_size.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
-#include <unistd.h>
 
 #include "models/data/data_options.h"
 #include "models/data/gpt2_tokenizer.h"

@@ -8,11 +8,11 @@
 // tiktoken on every input of tokenizer_gpt2_test.cpp (checked when the test was written), so the
 // built-in tokenizer is the reference here.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 #include "framework/core/error.h"
@@ -94,6 +94,16 @@ TEST_F(HfTokenizerJsonTest, Gpt2FileEncodesLikeTheBuiltIn) {
   EXPECT_EQ(hf->encode("a<|endoftext|>b", SpecialTokens::parse), (std::vector<int64_t>{64, 50256, 65}));
 }
 
+TEST_F(HfTokenizerJsonTest, AddPrefixSpaceStartsTextWithASpace) {
+  std::string text = gpt2_tokenizer_json();
+  const std::string off = R"("add_prefix_space":false)";
+  text.replace(text.find(off), off.size(), R"("add_prefix_space":true)");
+  const auto hf = load_tokenizer(write("prefix.json", text));
+  const auto builtin = gpt2_tokenizer();
+  EXPECT_EQ(hf->encode("Hello world"), builtin->encode(" Hello world"));
+  EXPECT_EQ(hf->encode(" Hello"), builtin->encode(" Hello")) << "a text that starts with a space gets none";
+}
+
 TEST_F(HfTokenizerJsonTest, LlamaStylePatternAndIgnoreMergesMatchTokenizers) {
   const auto tok = load_tokenizer(write("llama.json", kLlamaStyleJson));
   EXPECT_EQ(tok->vocab_size(), 269);
@@ -101,9 +111,10 @@ TEST_F(HfTokenizerJsonTest, LlamaStylePatternAndIgnoreMergesMatchTokenizers) {
   const std::vector<std::pair<std::string, std::vector<int64_t>>> cases = {
       {"world", {266}},
       {"Hello hello world's 12345 THE'S\n\n  the end",
-       {72, 264, 32, 257, 262, 111, 265, 111, 114, 108, 100, 39, 115, 32, 261, 52, 53, 32, 84, 72, 69, 39, 83, 10, 10,
-        32, 258, 32, 101, 110, 100}},
-      {"the world, hell\xc3\xb6!\r\n\n x", {116, 257, 265, 111, 114, 108, 100, 44, 32, 257, 262, 195, 182, 33, 13, 10, 10, 32, 120}},
+       {72, 264, 32, 257, 262, 111, 265, 111, 114, 108, 100, 39, 115, 32,  261, 52,
+        53, 32,  84, 72,  69,  39,  83,  10,  10,  32,  258, 32, 101, 110, 100}},
+      {"the world, hell\xc3\xb6!\r\n\n x",
+       {116, 257, 265, 111, 114, 108, 100, 44, 32, 257, 262, 195, 182, 33, 13, 10, 10, 32, 120}},
       {"123456789 helloworld", {261, 52, 53, 54, 55, 56, 57, 32, 257, 262, 111, 119, 111, 114, 108, 100}},
   };
   for (const auto& [text, ids] : cases) {

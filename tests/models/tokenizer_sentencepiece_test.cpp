@@ -2,12 +2,12 @@
 // special tokens, round trips and refusals around it.
 #include <gtest/gtest.h>
 #include <sentencepiece_trainer.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <string>
-#include <unistd.h>
 
 #include "framework/core/error.h"
 #include "models/data/sentencepiece_tokenizer.h"
@@ -24,8 +24,9 @@ class SentencePieceTest : public ::testing::Test {
     fs::create_directories(dir_);
     // Two files of pseudo-English, one sentence a line.
     std::mt19937 rng(3);
-    const char* words[] = {"the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "to", "hill", "over", "quickly",
-                           "tokenizers", "learn", "pieces", "of", "words", "from", "text", "1984", "42"};
+    const char* words[] = {"the", "cat",   "sat",  "on",   "a",       "mat",        "and",   "dog",
+                           "ran", "to",    "hill", "over", "quickly", "tokenizers", "learn", "pieces",
+                           "of",  "words", "from", "text", "1984",    "42"};
     for (const char* name : {"a.txt", "b.txt"}) {
       std::ofstream out(dir_ / name);
       for (int line = 0; line < 400; ++line) {
@@ -51,8 +52,8 @@ TEST_F(SentencePieceTest, TrainsLoadsAndRoundTrips) {
   EXPECT_EQ(tok->eot_token(), 2);
   EXPECT_EQ(tok->name(), model);
   // Byte fallback and identity normalization: anything round-trips, unseen characters included.
-  for (const std::string text : {"the cat sat on the mat.", "  two  spaces\tand a tab", "\xe6\x97\xa5\xe6\x9c\xac 1984!",
-                                 "tokenizers learn pieces"}) {
+  for (const std::string text : {"the cat sat on the mat.", "  two  spaces\tand a tab",
+                                 "\xe6\x97\xa5\xe6\x9c\xac 1984!", "tokenizers learn pieces"}) {
     const auto ids = tok->encode(text);
     for (int64_t id : ids) EXPECT_TRUE(id >= 3 && id < 320) << "no control id in ordinary text: " << id;
     EXPECT_EQ(tok->decode(ids), text);
@@ -81,7 +82,8 @@ TEST_F(SentencePieceTest, RefusesBadTrainingRequests) {
   };
   const std::string prefix = (dir_ / "m").string();
   EXPECT_NE(message({.inputs = {}, .model_prefix = prefix}).find("no input text files"), std::string::npos);
-  EXPECT_NE(message({.inputs = {"/nonexistent.txt"}, .model_prefix = prefix}).find("input file '/nonexistent.txt' does not exist"),
+  EXPECT_NE(message({.inputs = {"/nonexistent.txt"}, .model_prefix = prefix})
+                .find("input file '/nonexistent.txt' does not exist"),
             std::string::npos);
   EXPECT_NE(message({.inputs = inputs_, .model_prefix = prefix, .vocab_size = 8}).find("vocab size 8 must lie in"),
             std::string::npos);
