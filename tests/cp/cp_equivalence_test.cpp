@@ -2,19 +2,10 @@
 // single-rank full-sequence result (fp32, |a - b| <= 2e-6 + 1e-5 |b|).
 #include <gtest/gtest.h>
 
-#include <sstream>
-
-#include "attention/cp/cp_support.h"
-#include "cp/cp_harness.h"
+#include "cp/cp_grid.h"
 
 namespace cpf::cp::testing {
 namespace {
-
-struct MaskCase {
-  const char* name;
-  MaskType mask;
-  AttentionWindow window;
-};
 
 const MaskCase kMasks[] = {
     {"no_mask", MaskType::no_mask, {-1, -1}},
@@ -23,11 +14,6 @@ const MaskCase kMasks[] = {
     {"window_2_1", MaskType::no_mask, {2, 1}},
     {"padding_causal", MaskType::padding_causal, {-1, 0}},
     {"padding_window_5_2", MaskType::padding, {5, 2}},
-};
-
-struct HeadCase {
-  const char* name;
-  int64_t heads, kv_heads, d_qk, d_v;
 };
 
 const HeadCase kHeads[] = {
@@ -54,12 +40,8 @@ struct Param {
 
 std::string param_name(const ::testing::TestParamInfo<Param>& info) {
   const Param& p = info.param;
-  std::string comm = comm_type_name(p.comm);
-  for (char& ch : comm) {
-    if (ch == '+') ch = '_';
-  }
   std::ostringstream os;
-  os << comm << "_cp" << p.cp << "_" << qkv_format_name(p.format) << "_" << p.mask.name << "_" << p.heads.name;
+  os << strategy_test_name(p.comm, p.cp, p.format) << "_" << p.mask.name << "_" << p.heads.name;
   return os.str();
 }
 
@@ -94,34 +76,14 @@ class CpEquivalence : public ::testing::TestWithParam<Param> {};
 
 TEST_P(CpEquivalence, ShardsEqualTheSingleRankResult) {
   const Param& p = GetParam();
-  CpCase c;
-  c.comm = p.comm;
-  c.cp = p.cp;
-  c.a2a = p.comm == CommType::a2a_p2p ? 2 : 1;
-  c.format = p.format;
-  c.mask = p.mask.mask;
-  c.window = p.mask.window;
-  c.heads = p.heads.heads;
-  c.kv_heads = p.heads.kv_heads;
-  c.d_qk = p.heads.d_qk;
-  c.d_v = p.heads.d_v;
-  c.seq = 8 * c.cp;
-  CpQuery query{c.comm, c.cp, c.a2a, c.format, c.mask, c.window, c.heads, c.kv_heads, c.d_qk, c.d_v, false};
+  CpCase c = grid_case(p.comm, p.cp, p.format, p.mask.mask, p.mask.window, p.heads);
+  const CpQuery query = query_of(c);
   ASSERT_FALSE(check(query).has_value()) << *check(query);
 
   const Global g = make_global(c);
   const Tensors ref = reference(c, g);
   const auto cp = run_cp(c, g);
-  const int64_t lse_dim = c.format == QkvFormat::thd ? 1 : 2;
-  for (int r = 0; r < c.cp; ++r) {
-    SCOPED_TRACE("rank " + std::to_string(r));
-    const Tensors& got = cp[r];
-    EXPECT_TRUE(::cpf::testing::all_close(got.out, shard(c, g, ref.out, g.seq_dim, r), 2e-6, 1e-5)) << "out";
-    EXPECT_TRUE(::cpf::testing::all_close(got.lse, shard(c, g, ref.lse, lse_dim, r), 2e-6, 1e-5)) << "lse";
-    EXPECT_TRUE(::cpf::testing::all_close(got.dq, shard(c, g, ref.dq, g.seq_dim, r), 2e-6, 1e-5)) << "dq";
-    EXPECT_TRUE(::cpf::testing::all_close(got.dk, shard(c, g, ref.dk, g.seq_dim, r), 2e-6, 1e-5)) << "dk";
-    EXPECT_TRUE(::cpf::testing::all_close(got.dv, shard(c, g, ref.dv, g.seq_dim, r), 2e-6, 1e-5)) << "dv";
-  }
+  expect_shards_equal_reference(c, g, ref, cp);
 }
 
 INSTANTIATE_TEST_SUITE_P(SupportMatrix, CpEquivalence, ::testing::ValuesIn(grid()), param_name);
