@@ -13,20 +13,14 @@
 
 #include <sstream>
 
-#include "attention/cp/cp_support.h"
 #include "attention/cp/lse_merge.h"
-#include "cp/cp_harness.h"
+#include "cp/cp_grid.h"
 #include "cuda/cuda_test_utils.h"
 #include "framework/tensor/ops/elementwise.h"
 #include "framework/tensor/ops/views.h"
 
 namespace cpf::cp::testing {
 namespace {
-
-struct HeadCase {
-  const char* name;
-  int64_t heads, kv_heads, d_qk, d_v;
-};
 
 // Head dims of 64 so that cuDNN (multiples of 8) can take the bf16 steps on auto.
 const HeadCase kHeads[] = {
@@ -47,12 +41,8 @@ struct Param {
 
 std::string param_name(const ::testing::TestParamInfo<Param>& info) {
   const Param& p = info.param;
-  std::string comm = comm_type_name(p.comm);
-  for (char& ch : comm) {
-    if (ch == '+') ch = '_';
-  }
   std::ostringstream os;
-  os << comm << "_cp" << p.cp << "_" << qkv_format_name(p.format) << "_" << mask_type_name(p.mask) << "_"
+  os << strategy_test_name(p.comm, p.cp, p.format) << "_" << mask_type_name(p.mask) << "_"
      << p.heads.name << "_" << dtype_name(p.dtype) << "_" << attention_backend_name(p.backend);
   if (p.sink) os << "_sink";
   return os.str();
@@ -79,18 +69,8 @@ std::vector<Param> grid() {
 }
 
 CpCase case_of(const Param& p) {
-  CpCase c;
-  c.comm = p.comm;
-  c.cp = p.cp;
-  c.a2a = p.comm == CommType::a2a_p2p ? 2 : 1;
-  c.format = p.format;
-  c.mask = p.mask;
-  c.window = p.mask == MaskType::causal ? AttentionWindow{-1, 0} : AttentionWindow{};
-  c.heads = p.heads.heads;
-  c.kv_heads = p.heads.kv_heads;
-  c.d_qk = p.heads.d_qk;
-  c.d_v = p.heads.d_v;
-  c.seq = 8 * c.cp;
+  const AttentionWindow window = p.mask == MaskType::causal ? AttentionWindow{-1, 0} : AttentionWindow{};
+  CpCase c = grid_case(p.comm, p.cp, p.format, p.mask, window, p.heads);
   c.dtype = DType::f32;  // the global problem is drawn in f32; bf16 runs round it once
   c.sink = p.sink;
   return c;
