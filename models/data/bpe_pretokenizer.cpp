@@ -1,5 +1,6 @@
 #include "models/data/bpe_pretokenizer.h"
 
+#include <unicode/normalizer2.h>
 #include <unicode/regex.h>
 #include <unicode/unistr.h>
 #include <unicode/utf16.h>
@@ -60,6 +61,34 @@ int utf8_sequence(std::string_view text, size_t i, UChar32& cp) {
 }
 
 }  // namespace
+
+std::string nfc_normalize(std::string_view text) {
+  UErrorCode status = U_ZERO_ERROR;
+  const icu::Normalizer2* nfc = icu::Normalizer2::getNFCInstance(status);
+  CPF_CHECK(U_SUCCESS(status), "tokenizer: ICU has no NFC normalizer (", u_errorName(status), ")");
+  std::string out;
+  size_t run_begin = 0;  // start of the current valid run
+  const auto flush = [&](size_t end) {
+    if (end == run_begin) return;
+    const icu::UnicodeString run = icu::UnicodeString::fromUTF8(text.substr(run_begin, end - run_begin));
+    const icu::UnicodeString normalized = nfc->normalize(run, status);
+    CPF_CHECK(U_SUCCESS(status), "tokenizer: NFC normalization failed (", u_errorName(status), ")");
+    normalized.toUTF8String(out);
+  };
+  for (size_t i = 0; i < text.size();) {
+    UChar32 cp = 0;
+    const int length = utf8_sequence(text, i, cp);
+    if (length > 0) {
+      i += static_cast<size_t>(length);
+      continue;
+    }
+    flush(i);
+    out += text[i];  // an invalid byte stays itself
+    run_begin = ++i;
+  }
+  flush(text.size());
+  return out;
+}
 
 struct BpePreTokenizer::Compiled {
   std::unique_ptr<icu::RegexPattern> regex;

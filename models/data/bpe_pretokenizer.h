@@ -22,6 +22,10 @@ namespace cpf::data {
 inline constexpr const char* kGpt2Pattern =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
+// Unicode NFC of the valid UTF-8 runs of `text` (Hugging Face's "NFC" normalizer, GPT-NeoX and Pythia
+// use it); bytes that are not valid UTF-8 are kept as they are.
+std::string nfc_normalize(std::string_view text);
+
 class BpePreTokenizer {
  public:
   // Throws cpf::Error naming the pattern and ICU's complaint when it does not compile.

@@ -90,6 +90,7 @@ ByteLevelBpe::ByteLevelBpe(ByteLevelBpeSpec spec)
       rule_(spec.rule),
       whole_piece_first_(spec.whole_piece_first),
       add_prefix_space_(spec.add_prefix_space),
+      nfc_(spec.nfc),
       pretokenizer_(spec.pattern),
       specials_(std::move(spec.specials)),
       eot_(spec.eot_token) {
@@ -200,6 +201,11 @@ void ByteLevelBpe::encode_piece(std::string_view piece, std::vector<int64_t>& ou
 }
 
 void ByteLevelBpe::encode_ordinary(std::string_view text, std::vector<int64_t>& out) const {
+  std::string normalized;
+  if (nfc_) {
+    normalized = nfc_normalize(text);
+    text = normalized;
+  }
   std::string prefixed;
   if (add_prefix_space_ && !text.empty() && text.front() != ' ') {
     prefixed.reserve(text.size() + 1);

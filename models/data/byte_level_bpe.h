@@ -32,6 +32,7 @@ struct ByteLevelBpeSpec {
   bool whole_piece_first = true;  // a piece that is a token is that token (tiktoken; HF ignore_merges)
   std::string pattern = kGpt2Pattern;
   bool add_prefix_space = false;  // HF ByteLevel: a text not starting with a space gets one
+  bool nfc = false;               // HF normalizer NFC: text is NFC-normalized first
   std::vector<Tokenizer::Special> specials;
   int64_t eot_token = -1;  // one of the specials' ids
 };
@@ -66,6 +67,7 @@ class ByteLevelBpe : public Tokenizer {
   BpeMergeRule rule_;
   bool whole_piece_first_;
   bool add_prefix_space_;
+  bool nfc_;
   BpePreTokenizer pretokenizer_;
   std::unordered_map<std::string, int64_t> bytes_to_id_;
   std::vector<std::string> id_to_bytes_;  // "" for ids that no token uses

@@ -113,9 +113,11 @@ std::shared_ptr<const Tokenizer> load_hf_tokenizer_json(const std::string& path)
     CPF_FAIL(where, " is not valid JSON (", e.what(), ")");
   }
   CPF_CHECK(file.is_object() && file.contains("model"), where, " has no \"model\" (not a Hugging Face tokenizer.json)");
-  CPF_CHECK(!file.contains("normalizer") || file["normalizer"].is_null(), where, ": normalizer ",
-            file["normalizer"].dump().substr(0, 120), " is not supported (byte-level BPE tokenizers have none)");
   ByteLevelBpeSpec spec;
+  const json normalizer = file.value("normalizer", json());
+  spec.nfc = normalizer.is_object() && normalizer.value("type", "") == "NFC";
+  CPF_CHECK(normalizer.is_null() || spec.nfc, where, ": normalizer ", normalizer.dump().substr(0, 120),
+            " is not supported (byte-level BPE tokenizers have none, or NFC)");
   spec.name = path;
   spec.rule = BpeMergeRule::merge_list;
   try {

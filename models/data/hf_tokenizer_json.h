@@ -4,7 +4,7 @@
 //   model          {"type": "BPE", "vocab": {...}, "merges": ["a b", ...] or [["a", "b"], ...],
 //                   "ignore_merges": bool}; dropout, byte_fallback, a continuing_subword_prefix or an
 //                   end_of_word_suffix are refused (not byte-level BPE)
-//   normalizer     null (a normalizer is refused: its output would not round-trip)
+//   normalizer     null, or NFC (GPT-NeoX, Pythia); other normalizers are refused
 //   pre_tokenizer  {"type": "ByteLevel", "use_regex": true} (GPT-2's pattern), or a Sequence of
 //                  {"type": "Split", "pattern": {"Regex": ...}, "behavior": "Isolated", "invert": false}
 //                  and {"type": "ByteLevel", "use_regex": false} (Llama 3); add_prefix_space is honoured
@@ -12,6 +12,8 @@
 //                  <|end_of_text|>, </s>, <eos>, <|im_end|> that is present
 // Merges follow the merges list (BpeMergeRule::merge_list), as `tokenizers` does. Anything else is
 // refused with a message naming the field, never guessed.
+// The post_processor (e.g. Llama 3's <|begin_of_text|> before every text) and the decoder are not
+// applied: documents are written with cpformer's end-of-text between them, and decode returns bytes.
 #include <memory>
 #include <string>
 

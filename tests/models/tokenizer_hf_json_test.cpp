@@ -1,7 +1,8 @@
 // Hugging Face tokenizer.json (byte-level BPE) loading, against ids from the `tokenizers` library.
 //
 // How the expected ids were produced: `tokenizers` 0.23 (Python, in a throwaway virtual environment
-// outside the repository) loaded the exact JSON of kLlamaStyleJson with Tokenizer.from_file and
+// outside the repository) loaded the exact JSON of kLlamaStyleJson (and, for NfcNormalizerComposesFirst,
+// the same with "normalizer":{"type":"NFC"}) with Tokenizer.from_file and
 // encoded each text with encode_special_tokens = True, add_special_tokens = False (special tokens in
 // the text stay text, as cpformer's SpecialTokens::as_text), and once with encode_special_tokens =
 // False for the parsed case. For the GPT-2 file this test writes, `tokenizers` gave the same ids as
@@ -125,6 +126,19 @@ TEST_F(HfTokenizerJsonTest, LlamaStylePatternAndIgnoreMergesMatchTokenizers) {
             (std::vector<int64_t>{267, 116, 257, 268}));
 }
 
+TEST_F(HfTokenizerJsonTest, NfcNormalizerComposesFirst) {
+  std::string text = kLlamaStyleJson;
+  const std::string null_normalizer = R"("normalizer":null)";
+  text.replace(text.find(null_normalizer), null_normalizer.size(), R"("normalizer":{"type":"NFC"})");
+  const auto tok = load_tokenizer(write("nfc.json", text));
+  // e + U+0301 (combining acute) becomes U+00E9; U+212B (Angstrom sign) becomes U+00C5.
+  EXPECT_EQ(tok->encode("cafe\xcc\x81 the\xcc\x81"), (std::vector<int64_t>{99, 97, 102, 195, 169, 256, 104, 195, 169}));
+  EXPECT_EQ(tok->encode("Ame\xcc\x81lie \xe2\x84\xab"),
+            (std::vector<int64_t>{65, 109, 195, 169, 108, 105, 101, 32, 195, 133}));
+  // Bytes that are not UTF-8 pass through unchanged around the normalized text.
+  EXPECT_EQ(tok->decode(tok->encode("e\xcc\x81\xff")), "\xc3\xa9\xff");
+}
+
 TEST_F(HfTokenizerJsonTest, RefusesWhatIsNotByteLevelBpe) {
   const std::string base = kLlamaStyleJson;
   const auto with = [&](const std::string& from, const std::string& to) {
@@ -137,7 +151,8 @@ TEST_F(HfTokenizerJsonTest, RefusesWhatIsNotByteLevelBpe) {
   EXPECT_NE(error_for("{}").find("has no \"model\" (not a Hugging Face tokenizer.json)"), std::string::npos);
   EXPECT_NE(error_for(with(R"("type":"BPE")", R"("type":"WordPiece")")).find("only BPE models are supported"),
             std::string::npos);
-  EXPECT_NE(error_for(with(R"("normalizer":null)", R"("normalizer":{"type":"NFC"})")).find("normalizer"),
+  EXPECT_NE(error_for(with(R"("normalizer":null)", R"("normalizer":{"type":"NFKC"})"))
+                .find(R"(: normalizer {"type":"NFKC"} is not supported)"),
             std::string::npos);
   EXPECT_NE(error_for(with(R"("byte_fallback":false)", R"("byte_fallback":true)")).find("byte_fallback is true"),
             std::string::npos);
