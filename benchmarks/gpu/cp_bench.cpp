@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "attention/cp/context_parallel.h"
+#include "benchmarks/gpu/cp_bench_common.h"
 #include "attention/dot_product_attention.h"
 #include "framework/autograd/ops.h"
 #include "framework/distributed/device_mesh.h"
@@ -47,25 +48,13 @@ namespace {
 
 using namespace cpf;
 using cp::CommType;
-using Clock = std::chrono::steady_clock;
+using namespace cpf::bench;  // Clock, median, seconds_since, reps_for, split_list (cp_bench_common.h)
 
 constexpr int64_t kHeads = 16, kHeadDim = 128;
 constexpr int kBatches = 5;
 
 double flops_fwd_bwd(int64_t seq) {  // causal, b = 1
   return 3.5 * 2.0 * kHeads * static_cast<double>(seq) * static_cast<double>(seq) * (2 * kHeadDim) / 2;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-// Calls per timed batch: about half a second of work, at least 1.
-int reps_for(double seconds_per_call) {
-  return std::clamp(static_cast<int>(0.5 / std::max(seconds_per_call, 1e-6)), 1, 20);
 }
 
 struct Row {
@@ -226,15 +215,6 @@ Row run_cp(int n, int64_t tokens, CommType comm, int streams, double max_call_se
   return row;
 }
 
-std::vector<std::string> split(const std::string& text) {
-  std::vector<std::string> parts;
-  std::stringstream ss(text);
-  for (std::string part; std::getline(ss, part, ',');) {
-    if (!part.empty()) parts.push_back(part);
-  }
-  return parts;
-}
-
 double gib(double bytes) { return bytes / 1073741824.0; }
 
 std::string fixed(const char* format, double value) {
@@ -246,39 +226,19 @@ std::string fixed(const char* format, double value) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int ranks = cuda::device_count();
-  std::vector<int64_t> tokens = {16384, 65536};
-  std::vector<std::string> strategies = {"p2p", "p2p:1", "all_gather", "a2a", "a2a+p2p"};
-  double max_call_seconds = 30;
-  // Flags it does not know (e.g. run_suite.sh's --benchmark_* ones) are ignored.
-  for (int i = 1; i + 1 < argc; ++i) {
-    const std::string flag = argv[i];
-    const char* value = argv[i + 1];
-    if (flag == "--ranks") {
-      ranks = std::atoi(value);
-    } else if (flag == "--tokens") {
-      tokens.clear();
-      for (const std::string& t : split(value)) tokens.push_back(std::atoll(t.c_str()));
-    } else if (flag == "--strategies") {
-      strategies = split(value);
-    } else if (flag == "--max-call-seconds") {
-      max_call_seconds = std::atof(value);
-    } else {
-      continue;
-    }
-    ++i;
-  }
-  if (ranks < 2 || ranks > cuda::device_count()) {
-    std::printf("gpu_cp_bench: needs 2 or more GPUs (--ranks %d), %d visible; nothing to measure\n", ranks,
-                cuda::device_count());
-    return 0;
-  }
+  CpBenchArgs args;
+  args.strategies = {"p2p", "p2p:1", "all_gather", "a2a", "a2a+p2p"};
+  args.max_call_seconds = 30;
+  parse_cp_bench_args(argc, argv, args);
+  if (!enough_gpus("gpu_cp_bench", args.ranks)) return 0;
+  const int ranks = args.ranks;
+  const double max_call_seconds = args.max_call_seconds;
   std::printf("gpu_cp_bench: %d ranks (one per GPU), NCCL %d, causal bf16 b=1 h=%lld d=%lld, NCCL_NVLS_ENABLE=%s\n",
               ranks, dist::nccl::nccl_version(), static_cast<long long>(kHeads), static_cast<long long>(kHeadDim),
               std::getenv("NCCL_NVLS_ENABLE") ? std::getenv("NCCL_NVLS_ENABLE") : "(unset)");
   std::vector<Row> rows;
   std::vector<Baseline> baselines;
-  for (const int64_t t : tokens) {
+  for (const int64_t t : args.tokens) {
     const int64_t seq = t * ranks;
     const Baseline base = single_gpu(seq, max_call_seconds);
     const std::string base_text = base.note.empty() ? fixed("%.2f ms, ", base.seconds * 1e3) +
@@ -286,7 +246,7 @@ int main(int argc, char** argv) {
                                                     : base.note;
     std::printf("1 GPU, %lld tokens: %s\n", static_cast<long long>(seq), base_text.c_str());
     std::fflush(stdout);
-    for (const std::string& name : strategies) {
+    for (const std::string& name : args.strategies) {
       // "p2p:1": the ring forward on one compute stream instead of two alternating ones.
       const size_t colon = name.find(':');
       const CommType comm = cp::parse_comm_type(name.substr(0, colon));

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "attention/cp/context_parallel.h"
+#include "benchmarks/gpu/cp_bench_common.h"
 #include "attention/dot_product_attention.h"
 #include "framework/autograd/ops.h"
 #include "framework/distributed/device_mesh.h"
@@ -36,7 +37,7 @@ namespace {
 
 using namespace cpf;
 using cp::CommType;
-using Clock = std::chrono::steady_clock;
+using namespace cpf::bench;  // Clock, median, seconds_since, reps_for, split_list (cp_bench_common.h)
 
 const cp::MlaLatentShape kShape{.num_heads = 16, .kv_lora_rank = 512, .qk_nope_head_dim = 128,
                                 .qk_rope_head_dim = 64, .v_head_dim = 128};
@@ -45,17 +46,6 @@ constexpr int kBatches = 5;
 double attention_flops(int64_t seq) {  // causal fwd + bwd, b = 1 (gpu_cp_bench's convention)
   return 3.5 * 2.0 * kShape.num_heads * static_cast<double>(seq) * static_cast<double>(seq) *
          static_cast<double>(kShape.head_dim_qk() + kShape.v_head_dim) / 2;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-int reps_for(double seconds_per_call) {
-  return std::clamp(static_cast<int>(0.5 / std::max(seconds_per_call, 1e-6)), 1, 20);
 }
 
 AttentionSpec causal() {
@@ -198,15 +188,6 @@ Row run_cp(int n, int64_t tokens, CommType comm, bool latent, double max_call_se
   return row;
 }
 
-std::vector<std::string> split_list(const std::string& text) {
-  std::vector<std::string> parts;
-  std::stringstream ss(text);
-  for (std::string part; std::getline(ss, part, ',');) {
-    if (!part.empty()) parts.push_back(part);
-  }
-  return parts;
-}
-
 void print_summary(int ranks, const std::vector<Row>& rows, const std::vector<std::pair<double, std::string>>& bases) {
   std::printf("\nMLA latent summary (%d GPUs over NCCL; fwd+bwd incl. the K/V expansion, causal bf16, h=%lld "
               "d_qk=%lld d_v=%lld kv_lora_rank=%lld; efficiency = t1 / (n t_cp))\n",
@@ -232,35 +213,16 @@ void print_summary(int ranks, const std::vector<Row>& rows, const std::vector<st
 }  // namespace
 
 int main(int argc, char** argv) {
-  int ranks = cuda::device_count();
-  std::vector<int64_t> tokens = {16384, 65536};
-  std::vector<std::string> strategies = {"p2p", "all_gather"};
-  double max_call_seconds = 60;
-  for (int i = 1; i + 1 < argc; ++i) {  // unknown flags (run_suite.sh's --benchmark_*) are ignored
-    const std::string flag = argv[i];
-    const char* value = argv[i + 1];
-    if (flag == "--ranks") {
-      ranks = std::atoi(value);
-    } else if (flag == "--tokens") {
-      tokens.clear();
-      for (const std::string& t : split_list(value)) tokens.push_back(std::atoll(t.c_str()));
-    } else if (flag == "--strategies") {
-      strategies = split_list(value);
-    } else if (flag == "--max-call-seconds") {
-      max_call_seconds = std::atof(value);
-    } else {
-      continue;
-    }
-    ++i;
-  }
-  if (ranks < 2 || ranks > cuda::device_count()) {
-    std::printf("gpu_cp_mla_latent_bench: needs 2 or more GPUs (--ranks %d), %d visible; nothing to measure\n", ranks,
-                cuda::device_count());
-    return 0;
-  }
+  CpBenchArgs args;
+  args.strategies = {"p2p", "all_gather"};
+  args.max_call_seconds = 60;
+  parse_cp_bench_args(argc, argv, args);
+  if (!enough_gpus("gpu_cp_mla_latent_bench", args.ranks)) return 0;
+  const int ranks = args.ranks;
+  const double max_call_seconds = args.max_call_seconds;
   std::vector<Row> rows;
   std::vector<std::pair<double, std::string>> bases;
-  for (const int64_t t : tokens) {
+  for (const int64_t t : args.tokens) {
     const auto base = single_gpu(t * ranks, max_call_seconds);
     std::printf("1 GPU, %lld tokens: %s\n", static_cast<long long>(t * ranks),
                 base.second.empty() ? (std::to_string(base.first * 1e3) + " ms, " +
@@ -268,7 +230,7 @@ int main(int argc, char** argv) {
                                           .c_str()
                                     : base.second.c_str());
     std::fflush(stdout);
-    for (const std::string& name : strategies) {
+    for (const std::string& name : args.strategies) {
       for (const bool latent : {false, true}) {
         Row row = run_cp(ranks, t, cp::parse_comm_type(name), latent, max_call_seconds);
         std::printf("%d GPUs, %lld tokens per GPU, %s, %s: %s\n", ranks, static_cast<long long>(t), name.c_str(),
