@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <unordered_map>
 
 #include "framework/core/error.h"
 #include "models/data/document_source.h"
@@ -76,20 +77,20 @@ std::vector<int64_t> Tokenizer::encode(std::string_view text, SpecialTokens spec
 }
 
 std::string Tokenizer::decode(const std::vector<int64_t>& ids) const {
+  // Llama 3 has 256 special tokens: look ids up in a table rather than scanning them per id.
+  std::unordered_map<int64_t, const Special*> specials;
+  for (const Special& s : special_tokens()) specials.emplace(s.id, &s);
   std::string text;
   std::vector<int64_t> run;
   for (int64_t id : ids) {
-    const Special* special = nullptr;
-    for (const Special& s : special_tokens()) {
-      if (s.id == id) special = &s;
-    }
-    if (!special) {
+    const auto special = specials.find(id);
+    if (special == specials.end()) {
       run.push_back(id);
       continue;
     }
     if (!run.empty()) text += decode_ordinary(run);
     run.clear();
-    text += special->text;
+    text += special->second->text;
   }
   if (!run.empty()) text += decode_ordinary(run);
   return text;
