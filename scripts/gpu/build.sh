@@ -60,8 +60,9 @@ fi
 # points into the build tree; run_suite.sh puts lib/ first on LD_LIBRARY_PATH).
 if [[ "$SHARED" == 1 ]]; then
   find "$BUILD_DIR" -name 'libcpf_*.so' -exec cp {} "$CARRY_DIR/lib/" \;
-  for dep in libcudart libyaml-cpp; do  # what the GPU machines lack
-    path="$(ldd "$CARRY_DIR"/lib/libcpf_*.so | awk -v d="$dep" 'index($1, d) == 1 && !p {print $3; p = 1}')"
+  # What the GPU machines lack (Ubuntu 24.04 has another ICU soname and no SentencePiece).
+  for dep in libcudart libyaml-cpp libicui18n libicuuc libicudata libsentencepiece_train libsentencepiece; do
+    path="$(ldd "$CARRY_DIR"/lib/libcpf_*.so | awk -v d="$dep.so" 'index($1, d) == 1 && !p {print $3; p = 1}')"
     [[ -n "$path" ]] && cp -L "$path" "$CARRY_DIR/lib/"
   done
 fi
