@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include "config/config_read.h"
 #include "framework/config/schema.h"
 
 namespace demo {
@@ -43,21 +44,15 @@ namespace cpf::config {
 namespace {
 
 demo::Options read(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
-  auto doc = load_config_string(yaml, "configs/x.yaml");
-  for (const auto& o : overrides) apply_override(*doc, o);
-  demo::Options options;
-  ConfigReader reader(doc);
-  describe(reader, options);
-  reader.finish();
-  return options;
+  return testing::read_options<demo::Options>(yaml, "configs/x.yaml", overrides);
 }
 
 void expect_error(const std::string& yaml, const std::string& expected, const std::vector<std::string>& overrides = {}) {
-  try {
-    read(yaml, overrides);
+  const auto error = testing::config_error<demo::Options>(yaml, "configs/x.yaml", overrides);
+  if (!error) {
     ADD_FAILURE() << "expected ConfigError containing: " << expected;
-  } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+  } else {
+    EXPECT_NE(error->find(expected), std::string::npos) << *error;
   }
 }
 

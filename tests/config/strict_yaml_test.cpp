@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "config/config_read.h"
 #include "framework/config/schema.h"
 
 namespace strict_demo {
@@ -35,22 +36,16 @@ namespace cpf::config {
 namespace {
 
 strict_demo::Options read(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
-  auto doc = load_config_string(yaml, "x.yaml");
-  for (const auto& o : overrides) apply_override(*doc, o);
-  strict_demo::Options options;
-  ConfigReader reader(doc);
-  describe(reader, options);
-  reader.finish();
-  return options;
+  return testing::read_options<strict_demo::Options>(yaml, "x.yaml", overrides);
 }
 
 // The whole message, so a wrong line or a changed reason both fail.
 void expect_error(const std::string& yaml, const std::string& expected, const std::vector<std::string>& overrides = {}) {
-  try {
-    read(yaml, overrides);
+  const auto error = testing::config_error<strict_demo::Options>(yaml, "x.yaml", overrides);
+  if (!error) {
     ADD_FAILURE() << "accepted; expected: " << expected;
-  } catch (const ConfigError& e) {
-    EXPECT_EQ(std::string(e.what()), expected);
+  } else {
+    EXPECT_EQ(*error, expected);
   }
 }
 
