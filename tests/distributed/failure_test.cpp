@@ -8,46 +8,19 @@
 #include <thread>
 
 #include "distributed/dist_test_utils.h"
+#include "distributed/rank_errors.h"
 #include "framework/distributed/thread/thread_process_group.h"
 
 namespace cpf::testing {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-// Each rank's error message (empty when it had none).
-class Errors {
- public:
-  explicit Errors(int n) : messages_(static_cast<size_t>(n)) {}
-  template <class Fn>
-  void run(int rank, Fn&& fn) {
-    try {
-      fn();
-    } catch (const std::exception& e) {
-      std::lock_guard lock(mutex_);
-      messages_[static_cast<size_t>(rank)] = e.what();
-      throw;
-    }
-  }
-  std::string at(int rank) {
-    std::lock_guard lock(mutex_);
-    return messages_[static_cast<size_t>(rank)];
-  }
-
- private:
-  std::mutex mutex_;
-  std::vector<std::string> messages_;
-};
 
 ::testing::AssertionResult contains(const std::string& text, const std::string& part) {
   if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure() << "'" << text << "' does not contain '" << part << "'";
 }
 
-double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
-
 TEST(FailureTest, AThrowingRankAbortsTheOthersAtOnce) {
-  Errors errors(4);
+  RankErrors errors(4);
   const auto start = Clock::now();
   EXPECT_CPF_ERROR(run_ranks(
                        4,
@@ -66,7 +39,7 @@ TEST(FailureTest, AThrowingRankAbortsTheOthersAtOnce) {
 }
 
 TEST(FailureTest, AMissingRankTimesOutNamingIt) {
-  Errors errors(4);
+  RankErrors errors(4);
   const auto start = Clock::now();
   EXPECT_CPF_ERROR(run_ranks(
                        4,
@@ -88,7 +61,7 @@ TEST(FailureTest, AMissingRankTimesOutNamingIt) {
 }
 
 TEST(FailureTest, SubGroupTimeoutNamesTheGroupAndGlobalRanks) {
-  Errors errors(4);
+  RankErrors errors(4);
   EXPECT_CPF_ERROR(
       run_ranks(
           4,
@@ -104,7 +77,7 @@ TEST(FailureTest, SubGroupTimeoutNamesTheGroupAndGlobalRanks) {
 }
 
 TEST(FailureTest, AReceiveWithoutSenderTimesOut) {
-  Errors errors(2);
+  RankErrors errors(2);
   EXPECT_CPF_ERROR(
       run_ranks(
           2,
@@ -118,7 +91,7 @@ TEST(FailureTest, AReceiveWithoutSenderTimesOut) {
 }
 
 TEST(FailureTest, AbortReachesRanksWaitingInOtherGroupsAndReceives) {
-  Errors errors(4);
+  RankErrors errors(4);
   const auto start = Clock::now();
   EXPECT_CPF_ERROR(run_ranks(
                        4,
@@ -152,7 +125,7 @@ TEST(FailureTest, AsyncErrorsArriveAtWait) {
 }
 
 TEST(FailureTest, ExplicitAbortFailsPendingOperations) {
-  Errors errors(3);
+  RankErrors errors(3);
   EXPECT_CPF_ERROR(run_ranks(3,
                              [&](RankContext& ctx) {
                                errors.run(ctx.rank, [&] {

@@ -3,42 +3,11 @@
 // new_group, or calls it with other ranks, is named with the group and the operation.
 #include <gtest/gtest.h>
 
-#include <mutex>
-
+#include "distributed/rank_errors.h"
 #include "distributed/subgroup_nesting.h"
 
 namespace cpf::testing {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-// What each rank threw, for checks after the launch failed.
-class RankErrors {
- public:
-  explicit RankErrors(int n) : messages_(static_cast<size_t>(n)) {}
-  template <class Fn>
-  void run(int rank, Fn&& fn) {
-    try {
-      fn();
-    } catch (const std::exception& e) {
-      std::lock_guard lock(mutex_);
-      messages_[static_cast<size_t>(rank)] = e.what();
-      throw;
-    }
-  }
-  std::string at(int rank) {
-    std::lock_guard lock(mutex_);
-    return messages_[static_cast<size_t>(rank)];
-  }
-
- private:
-  std::mutex mutex_;
-  std::vector<std::string> messages_;
-};
 
 TEST(SubGroupNesting, FourThreadRanks) {
   run_ranks(4, [](RankContext& ctx) { nest_subgroups(ctx); });
