@@ -14,6 +14,7 @@
 #include "apps/trainer/fatal_handler.h"
 #include "framework/distributed/launcher.h"
 #include "framework/tensor/storage.h"
+#include "support/sanitizers.h"
 #include "support/test_utils.h"
 #include "tests/apps/cli_support.h"
 
@@ -200,18 +201,6 @@ TEST(CliStrictConfig, DirectoriesAndSetMistakes) {
                       {"--set", "run.steps=08"});
 }
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kSanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
-#else
-constexpr bool kSanitized = false;
-#endif
-
 // In a death-test child: 100 rank threads in an address space capped at what is mapped now plus
 // 256 MiB (8 MiB stacks each: they cannot all start). Exits with cpformer's code, its stderr printed.
 [[noreturn]] void train_100_ranks_with_capped_memory(const std::string& out_dir) {
@@ -231,7 +220,7 @@ constexpr bool kSanitized = false;
 }
 
 TEST(CliResources, RanksThatCannotStartEndWithANamedErrorNotTerminate) {
-  if (kSanitized) GTEST_SKIP() << "address-space limits are incompatible with the sanitizer runtime";
+  if (::cpf::testing::kSanitized) GTEST_SKIP() << "address-space limits are incompatible with the sanitizer runtime";
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   // Was "terminate called without an active exception" (exit 134). Which resource runs out first
   // (a rank thread, a rank's progress thread, or memory) depends on the machine; each is named.

@@ -10,21 +10,10 @@
 #include <new>
 
 #include "distributed/dist_test_utils.h"
+#include "support/sanitizers.h"
 
 namespace cpf::testing {
 namespace {
-
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kSanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
-#else
-constexpr bool kSanitized = false;
-#endif
 
 // Bytes of address space this process maps now (/proc/self/statm, first field in pages).
 size_t mapped_bytes() {
