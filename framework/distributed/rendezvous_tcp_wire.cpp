@@ -104,6 +104,19 @@ static bool wait_readable(int fd, Clock::time_point deadline) {
   }
 }
 
+// Waits for bytes and reads them into `reader`; false (status timed_out or closed) when none can come.
+static bool fill_within(int fd, LineReader& reader, Clock::time_point deadline, IoStatus& status) {
+  if (!wait_readable(fd, deadline)) {
+    status = IoStatus::timed_out;
+    return false;
+  }
+  if (!reader.fill(fd)) {
+    status = IoStatus::closed;
+    return false;
+  }
+  return true;
+}
+
 std::optional<std::string> read_line_within(int fd, LineReader& reader, Clock::time_point deadline, IoStatus& status,
                                             bool& overflowed) {
   overflowed = false;
@@ -117,14 +130,7 @@ std::optional<std::string> read_line_within(int fd, LineReader& reader, Clock::t
       status = IoStatus::ok;
       return std::nullopt;
     }
-    if (!wait_readable(fd, deadline)) {
-      status = IoStatus::timed_out;
-      return std::nullopt;
-    }
-    if (!reader.fill(fd)) {
-      status = IoStatus::closed;
-      return std::nullopt;
-    }
+    if (!fill_within(fd, reader, deadline, status)) return std::nullopt;
   }
 }
 
@@ -135,14 +141,7 @@ std::optional<std::string> read_bytes_within(int fd, LineReader& reader, size_t 
       status = IoStatus::ok;
       return bytes;
     }
-    if (!wait_readable(fd, deadline)) {
-      status = IoStatus::timed_out;
-      return std::nullopt;
-    }
-    if (!reader.fill(fd)) {
-      status = IoStatus::closed;
-      return std::nullopt;
-    }
+    if (!fill_within(fd, reader, deadline, status)) return std::nullopt;
   }
 }
 
