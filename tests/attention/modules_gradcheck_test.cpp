@@ -5,6 +5,7 @@
 #include "attention/modules/multi_head_latent_attention.h"
 #include "framework/autograd/ops.h"
 #include "support/gradcheck_utils.h"
+#include "tests/attention/module_parameters.h"
 
 namespace cpf {
 namespace {
@@ -17,12 +18,7 @@ using nn::MultiHeadLatentAttentionOptions;
 
 using Inputs = std::vector<Tensor>;
 
-// x first, then the module's parameters (perturbed in place by gradcheck, so the module sees them).
-Inputs with_parameters(const Tensor& x, const nn::Module& m) {
-  Inputs inputs{x};
-  for (const Tensor& p : m.parameters()) inputs.push_back(p);
-  return inputs;
-}
+using testing::with_parameters;
 
 TEST(AttentionModulesGradcheck, MultiHeadAttentionGqaCausal) {
   Generator gen(1);

@@ -15,6 +15,7 @@
 #include "framework/tensor/ops/copy.h"
 #include "support/gradcheck_utils.h"
 #include "tests/attention/attention_support.h"
+#include "tests/attention/module_parameters.h"
 
 namespace cpf {
 namespace {
@@ -27,23 +28,10 @@ using testing::random_tensor;
 using Inputs = std::vector<Tensor>;
 using nn::NamedTensor;
 
-Tensor param(const nn::Module& m, const std::string& name) {
-  for (const auto& [n, t] : m.named_parameters()) {
-    if (n == name) return t;
-  }
-  ADD_FAILURE() << "no parameter " << name;
-  return Tensor();
-}
+using testing::linear;
+using testing::param;
 
-Tensor linear(const nn::Module& m, const std::string& name, const Tensor& x) {
-  return matmul(x, transpose(param(m, name + ".weight"), 0, 1));
-}
-
-Inputs with_parameters(const Tensor& x, const nn::Module& m) {
-  Inputs inputs{x};
-  for (const Tensor& p : m.parameters()) inputs.push_back(p);
-  return inputs;
-}
+using testing::with_parameters;
 
 TEST(AttentionModulesSink, SinksParameterAndHandComposition) {
   Generator gen(3);

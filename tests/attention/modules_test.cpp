@@ -13,6 +13,7 @@
 #include "framework/distributed/launcher.h"
 #include "framework/tensor/ops/views.h"
 #include "tests/attention/attention_support.h"
+#include "tests/attention/module_parameters.h"
 
 namespace cpf {
 namespace {
@@ -26,17 +27,8 @@ using nn::MultiHeadLatentAttentionOptions;
 using testing::all_close;
 using testing::random_tensor;
 
-Tensor param(const nn::Module& m, const std::string& name) {
-  for (const auto& [n, t] : m.named_parameters()) {
-    if (n == name) return t;
-  }
-  ADD_FAILURE() << "no parameter " << name;
-  return Tensor();
-}
-
-Tensor linear(const nn::Module& m, const std::string& name, const Tensor& x) {
-  return matmul(x, transpose(param(m, name + ".weight"), 0, 1));
-}
+using testing::linear;
+using testing::param;
 
 Tensor heads(const Tensor& x, int64_t h, int64_t d) { return reshape(x, {x.size(0), x.size(1), h, d}); }
 
