@@ -11,7 +11,9 @@
 #include <stdexcept>
 #include <thread>
 
+#include "cuda_distributed/bounded_wait.h"
 #include "cuda_distributed/nccl_test_utils.h"
+#include "distributed/rank_errors.h"
 #include "framework/tensor/ops/join.h"
 
 namespace cpf::testing {
@@ -344,19 +346,6 @@ TEST_F(NcclCollectives, TimeoutAbortsWithAMessage) {
                    "did not complete within the timeout");
 }
 
-// Runs `body` on a thread of its own. A body still running after `limit` means the wait under test is
-// not bounded: say which and end the binary, since a hang would stall the whole suite.
-void within(std::chrono::seconds limit, const char* what, const std::function<void()>& body) {
-  auto done = std::async(std::launch::async, body);
-  if (done.wait_for(limit) != std::future_status::ready) {
-    std::fprintf(stderr, "FATAL: %s: still waiting after %lld s; that wait has no bound\n", what,
-                 static_cast<long long>(limit.count()));
-    std::fflush(stderr);
-    std::_Exit(3);
-  }
-  done.get();
-}
-
 // Backend::nccl for one test: the real in-process world (nccl::make_launch_world), except that rank
 // 1's join() first runs `rank_one` (which throws, or waits). What each rank's join threw is kept;
 // the real backend is registered again at the end.
@@ -403,10 +392,6 @@ class HookedNcclLaunch {
   std::mutex mutex_;
   std::map<int, std::string> errors_;
 };
-
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
 
 TEST_F(NcclCollectives, WorldCreationStopsWhenARankFailsBeforeItsCommunicator) {
   // Rank 1 throws before creating its communicator, half a second in, when rank 0 is waiting in its

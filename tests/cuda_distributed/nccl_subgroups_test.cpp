@@ -9,28 +9,13 @@
 #include <future>
 #include <mutex>
 
+#include "cuda_distributed/bounded_wait.h"
 #include "cuda_distributed/nccl_test_utils.h"
+#include "distributed/rank_errors.h"
 #include "distributed/subgroup_nesting.h"
 
 namespace cpf::testing {
 namespace {
-
-// Runs `body` on a thread of its own; still running after `limit` means a wait under test has no
-// bound: say which and end the binary, since a hang would stall the whole suite.
-void within(std::chrono::seconds limit, const char* what, const std::function<void()>& body) {
-  auto done = std::async(std::launch::async, body);
-  if (done.wait_for(limit) != std::future_status::ready) {
-    std::fprintf(stderr, "FATAL: %s: still waiting after %lld s; that wait has no bound\n", what,
-                 static_cast<long long>(limit.count()));
-    std::fflush(stderr);
-    std::_Exit(3);
-  }
-  done.get();
-}
-
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
 
 // The scenario on n NCCL ranks, or a skip naming what is missing.
 void nest_on_nccl_ranks(int n) {
