@@ -16,6 +16,7 @@
 #include "attention/cp/latent_kv.h"
 #include "attention/modules/multi_head_latent_attention.h"
 #include "cp/cp_harness.h"
+#include "cp/mla_latent_reference.h"
 #include "framework/tensor/ops/elementwise.h"
 #include "framework/tensor/ops/join.h"
 #include "framework/tensor/ops/reduce.h"
@@ -27,22 +28,6 @@ using ::cpf::testing::all_close;
 
 const MlaLatentShape kShape{.num_heads = 4, .kv_lora_rank = 5, .qk_nope_head_dim = 4, .qk_rope_head_dim = 2,
                             .v_head_dim = 3};
-
-// The expansion with autograd ops (independent of LatentKv): latent (.., 1, r + rope) -> k, v.
-std::pair<Tensor, Tensor> expand_reference(const Tensor& latent, const Tensor& weight, const Tensor& bias,
-                                           const MlaLatentShape& s) {
-  const std::vector<Tensor> parts = split(latent, std::vector<int64_t>{s.kv_lora_rank, s.qk_rope_head_dim}, -1);
-  Tensor kv = matmul(parts[0], transpose(weight, 0, 1));  // (.., 1, H (nope + dv))
-  if (bias.defined()) kv = kv + bias;
-  Shape heads = kv.shape();
-  heads.back() = s.qk_nope_head_dim + s.v_head_dim;
-  heads[heads.size() - 2] = s.num_heads;
-  kv = reshape(kv, heads);
-  const std::vector<Tensor> kv_parts = split(kv, std::vector<int64_t>{s.qk_nope_head_dim, s.v_head_dim}, -1);
-  Shape pe_shape = parts[1].shape();
-  pe_shape[pe_shape.size() - 2] = s.num_heads;
-  return {cat({kv_parts[0], expand(parts[1], pe_shape)}, -1), kv_parts[1]};
-}
 
 struct LatentCase {
   CommType comm;

@@ -10,6 +10,7 @@
 
 #include "attention/cp/latent_kv.h"
 #include "cp/cp_harness.h"
+#include "cp/mla_latent_reference.h"
 #include "cuda/cuda_test_utils.h"
 #include "cuda_attention/attention_gpu_support.h"
 #include "framework/tensor/ops/elementwise.h"
@@ -22,19 +23,6 @@ using ::cpf::testing::close_to_reference;
 // Head dims that are multiples of 8, so cuDNN can take the bf16 tiles.
 const MlaLatentShape kShape{.num_heads = 4, .kv_lora_rank = 32, .qk_nope_head_dim = 48, .qk_rope_head_dim = 16,
                             .v_head_dim = 64};
-
-std::pair<Tensor, Tensor> expand_reference(const Tensor& latent, const Tensor& weight) {
-  const std::vector<Tensor> parts = split(latent, std::vector<int64_t>{kShape.kv_lora_rank, kShape.qk_rope_head_dim}, -1);
-  Tensor kv = matmul(parts[0], transpose(weight, 0, 1));
-  Shape heads = kv.shape();
-  heads.back() = kShape.qk_nope_head_dim + kShape.v_head_dim;
-  heads[heads.size() - 2] = kShape.num_heads;
-  kv = reshape(kv, heads);
-  const std::vector<Tensor> kv_parts = split(kv, std::vector<int64_t>{kShape.qk_nope_head_dim, kShape.v_head_dim}, -1);
-  Shape pe_shape = parts[1].shape();
-  pe_shape[pe_shape.size() - 2] = kShape.num_heads;
-  return {cat({kv_parts[0], expand(parts[1], pe_shape)}, -1), kv_parts[1]};
-}
 
 struct Result {
   Tensor out, lse, dq, dlatent, dweight, dsink;
@@ -78,7 +66,7 @@ TEST_P(CpMlaLatentGpu, ShardsMatchTheCpuReference) {
   Tensor w1 = raw::clone(weight).set_requires_grad(), s1 = raw::clone(g.sink).set_requires_grad();
   AttentionSpec spec = spec_of(c);
   spec.sink = s1;
-  const auto [k1, v1] = expand_reference(l1, w1);
+  const auto [k1, v1] = expand_reference(l1, w1, Tensor(), kShape);
   const AttentionOutput ref = dot_product_attention(q1, k1, v1, spec, g.seq);
   backward({ref.out}, {g.dout});
 
