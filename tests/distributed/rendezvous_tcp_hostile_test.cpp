@@ -201,6 +201,17 @@ TEST(TcpRendezvousHostile, ASilentConnectionIsClosedAfterItsTime) {
   ::close(fd);
 }
 
+// A listener on loopback `port` posing as rank 0 (the caller accepts and closes).
+void listen_as_rank_zero(int port, int& listener) {
+  listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(listener, 4), 0);
+}
+
 // A process on rank 0's port that is not this job's rank 0 cannot hand out a payload.
 TEST(TcpRendezvousHostile, AFakeRankZeroIsRefusedQuickly) {
   struct Case {
@@ -214,13 +225,8 @@ TEST(TcpRendezvousHostile, AFakeRankZeroIsRefusedQuickly) {
   };
   for (const Case& c : cases) {
     const int port = dist::find_free_port();
-    const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons(static_cast<uint16_t>(port));
-    ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-    ASSERT_EQ(::listen(listener, 4), 0);
+    int listener = -1;
+    ASSERT_NO_FATAL_FAILURE(listen_as_rank_zero(port, listener));
     JoinThread one;
     one.start(options(port, 1, 2, 5s));
     const int fd = ::accept(listener, nullptr, nullptr);
@@ -241,13 +247,8 @@ TEST(TcpRendezvousHostile, AFakeRankZeroIsRefusedQuickly) {
 // connections too), then says both what it last saw and that rank 0 once closed on it.
 TEST(TcpRendezvousHostile, ARankZeroThatVanishesMidJoinIsSuspected) {
   const int port = dist::find_free_port();
-  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  ASSERT_EQ(::listen(listener, 4), 0);
+  int listener = -1;
+  ASSERT_NO_FATAL_FAILURE(listen_as_rank_zero(port, listener));
   JoinThread one;
   one.start(options(port, 1, 2, 1000ms));
   const int fd = ::accept(listener, nullptr, nullptr);
