@@ -18,6 +18,7 @@
 #include "framework/nn/linear.h"
 #include "framework/optim/adamw.h"
 #include "support/test_utils.h"
+#include "tests/io/checkpoint_test_net.h"
 
 namespace cpf {
 namespace {
@@ -25,28 +26,9 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-class Net : public nn::Module {
- public:
-  explicit Net(uint64_t seed = 1) {
-    Generator gen(seed);
-    fc1 = register_module("fc1", std::make_shared<nn::Linear>(nn::LinearOptions{3, 4}, &gen));
-    fc2 = register_module("fc2", std::make_shared<nn::Linear>(nn::LinearOptions{4, 2}, &gen));
-  }
-  Tensor forward(const Tensor& x) const { return fc2->forward(tanh(fc1->forward(x))); }
-  std::shared_ptr<nn::Linear> fc1, fc2;
-};
-
-void train_step(const Net& net, optim::Optimizer& opt) {
-  backward(mean(square(net.forward(testing::random_tensor({5, 3}, DType::f32, 42)))));
-  opt.step();
-  opt.zero_grad();
-}
-
-std::vector<std::vector<float>> snapshot(const optim::NamedTensors& tensors) {
-  std::vector<std::vector<float>> out;
-  for (const auto& [name, t] : tensors) out.push_back(t.to_vector<float>());
-  return out;
-}
+using testing::Net;
+using testing::snapshot;
+using testing::train_step;
 
 void set_element(const Tensor& t, int64_t index, float value) {
   NoGradGuard no_grad;
@@ -123,7 +105,7 @@ TEST_F(CheckpointIntegrity, AFlippedDataBitIsCaughtAndThePreviousCheckpointIsUse
   EXPECT_THAT(problem(2), ::testing::MatchesRegex("model.safetensors: tensor 'fc2.bias' fails its checksum \\(meta.json "
                                                   "records [0-9a-f]{16}, the data hashes to [0-9a-f]{16}\\): the file is "
                                                   "corrupted"));
-  Net fresh(9);
+  Net fresh(4, 9);
   optim::AdamW fresh_opt(fresh.named_parameters(), {});
   const auto before = snapshot(fresh.named_parameters());
   EXPECT_CPF_ERROR(io::load_checkpoint(step_dir(2), fresh.named_parameters(), &fresh_opt, "cfg"),
@@ -275,7 +257,7 @@ TEST_F(CheckpointIntegrity, NonFiniteCheckpointsAreSkippedAndRefused) {
 TEST_F(CheckpointIntegrity, Format1CheckpointsWithoutChecksumsStillLoadWithANote) {
   const std::string saved = io::save_checkpoint(dir(), net_.named_parameters(), &opt_, meta_at(1));
   make_format_1(saved);
-  Net fresh(4);
+  Net fresh(4, 4);
   optim::AdamW fresh_opt(fresh.named_parameters(), {});
   EXPECT_EQ(io::find_latest_valid(dir(), fresh.named_parameters(), &fresh_opt, "cfg"), saved);
   ::testing::internal::CaptureStderr();

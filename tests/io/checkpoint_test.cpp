@@ -12,36 +12,16 @@
 #include "framework/optim/adamw.h"
 #include "framework/optim/sgd.h"
 #include "support/test_utils.h"
+#include "tests/io/checkpoint_test_net.h"
 
 namespace cpf {
 namespace {
 
 namespace fs = std::filesystem;
 
-class Net : public nn::Module {
- public:
-  explicit Net(int64_t hidden = 4, uint64_t seed = 1) {
-    Generator gen(seed);
-    fc1 = register_module("fc1", std::make_shared<nn::Linear>(nn::LinearOptions{3, hidden}, &gen));
-    fc2 = register_module("fc2", std::make_shared<nn::Linear>(nn::LinearOptions{hidden, 2}, &gen));
-  }
-  Tensor forward(const Tensor& x) const { return fc2->forward(tanh(fc1->forward(x))); }
-  std::shared_ptr<nn::Linear> fc1, fc2;
-};
-
-// One optimizer step on a fixed batch.
-void train_step(const Net& net, optim::Optimizer& opt) {
-  const Tensor x = testing::random_tensor({5, 3}, DType::f32, 42);
-  backward(mean(square(net.forward(x))));
-  opt.step();
-  opt.zero_grad();
-}
-
-std::vector<std::vector<float>> snapshot(const optim::NamedTensors& tensors) {
-  std::vector<std::vector<float>> out;
-  for (const auto& [name, t] : tensors) out.push_back(t.to_vector<float>());
-  return out;
-}
+using testing::Net;
+using testing::snapshot;
+using testing::train_step;
 
 // meta.json as format version 1 wrote it: no checksums.
 std::string format_1(const std::string& text) {

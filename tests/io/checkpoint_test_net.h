@@ -1,0 +1,39 @@
+#pragma once
+// The small model the checkpoint tests save and load: two linear layers, one optimizer step on a
+// fixed batch, and a copy of named tensors' values for before/after comparisons.
+#include <memory>
+#include <vector>
+
+#include "framework/autograd/ops.h"
+#include "framework/nn/linear.h"
+#include "framework/optim/optimizer.h"
+#include "support/test_utils.h"
+
+namespace cpf::testing {
+
+class Net : public nn::Module {
+ public:
+  explicit Net(int64_t hidden = 4, uint64_t seed = 1) {
+    Generator gen(seed);
+    fc1 = register_module("fc1", std::make_shared<nn::Linear>(nn::LinearOptions{3, hidden}, &gen));
+    fc2 = register_module("fc2", std::make_shared<nn::Linear>(nn::LinearOptions{hidden, 2}, &gen));
+  }
+  Tensor forward(const Tensor& x) const { return fc2->forward(tanh(fc1->forward(x))); }
+  std::shared_ptr<nn::Linear> fc1, fc2;
+};
+
+// One optimizer step on a fixed batch.
+inline void train_step(const Net& net, optim::Optimizer& opt) {
+  const Tensor x = random_tensor({5, 3}, DType::f32, 42);
+  backward(mean(square(net.forward(x))));
+  opt.step();
+  opt.zero_grad();
+}
+
+inline std::vector<std::vector<float>> snapshot(const optim::NamedTensors& tensors) {
+  std::vector<std::vector<float>> out;
+  for (const auto& [name, t] : tensors) out.push_back(t.to_vector<float>());
+  return out;
+}
+
+}  // namespace cpf::testing
