@@ -68,12 +68,7 @@ class CheckpointIntegrity : public ::testing::Test {
   std::string problem(int64_t step, io::CheckDepth depth = io::CheckDepth::data) {
     return io::checkpoint_problem(step_dir(step), net_.named_parameters(), &opt_, "cfg", depth);
   }
-  std::vector<std::string> names() const {
-    std::vector<std::string> out;
-    for (const auto& e : fs::directory_iterator(dir_)) out.push_back(e.path().filename().string());
-    std::sort(out.begin(), out.end());
-    return out;
-  }
+  std::vector<std::string> names() const { return testing::sorted_names(dir_); }
   fs::path dir_;
   Net net_;
   optim::AdamW opt_{net_.named_parameters(), {.lr = 0.01}};

@@ -47,12 +47,7 @@ class Checkpoint : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
   std::string dir() const { return dir_.string(); }
   std::string step_dir(int64_t step) const { return (dir_ / io::checkpoint_dir_name(step)).string(); }
-  std::vector<std::string> names() const {
-    std::vector<std::string> out;
-    for (const auto& e : fs::directory_iterator(dir_)) out.push_back(e.path().filename().string());
-    std::sort(out.begin(), out.end());
-    return out;
-  }
+  std::vector<std::string> names() const { return testing::sorted_names(dir_); }
   fs::path dir_;
 };
 

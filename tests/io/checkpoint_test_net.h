@@ -1,7 +1,10 @@
 #pragma once
 // The small model the checkpoint tests save and load: two linear layers, one optimizer step on a
-// fixed batch, and a copy of named tensors' values for before/after comparisons.
+// fixed batch, a copy of named tensors' values for before/after comparisons, a folder's sorted names.
+#include <algorithm>
+#include <filesystem>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "framework/autograd/ops.h"
@@ -28,6 +31,14 @@ inline void train_step(const Net& net, optim::Optimizer& opt) {
   backward(mean(square(net.forward(x))));
   opt.step();
   opt.zero_grad();
+}
+
+// The names in a folder (checkpoints, temporaries), sorted.
+inline std::vector<std::string> sorted_names(const std::filesystem::path& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 inline std::vector<std::vector<float>> snapshot(const optim::NamedTensors& tensors) {
