@@ -38,7 +38,7 @@ struct ContextParallel {
   dist::ProcessGroupPtr p2p_group;  // a2a+p2p: this rank's p2p sub-group
   FlashConfig flash;                // kernel choice (backend, deterministic) of every attention call the strategy makes
   // Ring forward (p2p, a2a+p2p): 2 = tiles alternate between two compute streams so neighbours can
-  // overlap (cp_spec 1.1), 1 = one stream. Devices that run in order (the CPU) have one either way.
+  // overlap (docs/cp.md, "On GPUs"), 1 = one stream. Devices that run in order (the CPU) have one either way.
   int compute_streams = 2;
   // MLA modules under p2p, all_gather, a2a+p2p: move the latent instead of the expanded K/V (latent_kv.h;
   // attention.cp_mla_latent). `automatic` lets choose_mla_latent decide per call shape.

@@ -116,7 +116,7 @@ CpForward ring_forward(const CpContext& ctx, dist::ProcessGroup& group, const st
   const AttentionWindow window = effective_window(ctx.spec);
   Tensor kv = travelling_kv(ctx, k, v);  // (T, Hkv, Dqk + Dv), or the latent (T, 1, r + rope)
   PartialMerge merge(q.size(0), q.size(1), ctx.value_dim(v), q.dtype(), q.device());
-  // Two compute streams, alternating by step (cp_spec 1.1): consecutive tiles may run side by side,
+  // Two compute streams, alternating by computed tile (docs/cp.md, "On GPUs"): consecutive tiles may run side by side,
   // which fills the GPU's tail waves; on the CPU both are the one in-order stream. A tile's partial
   // result is merged on the main stream after the next tile was queued, so the merge never holds
   // the next tile back.

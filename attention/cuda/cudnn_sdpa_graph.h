@@ -1,5 +1,5 @@
 #pragma once
-// The cuDNN 9.19 composite SDPA graphs (shared/reference/cudnn_sdpa_backend.md sections 3-5): matmul,
+// The cuDNN 9.19 composite SDPA graphs (docs/attention.md, "GPU attention: cuDNN"): matmul,
 // pointwise, reduction and reshape ops that cuDNN's pattern matcher fuses into one flash-attention
 // kernel, forward (always with the fp32 Stats branch: without it 9.19 offers no engine) and backward.
 // Private to cpf_attention_cuda.

@@ -44,7 +44,7 @@ struct SdpaMapping {
 // Maps `p` (validated by check_attention_inputs). Never throws for inexpressible calls: `reason` says
 // why instead. When the s_kv index dimension is 64 modulo 128 the padding form is used even without
 // padding: cuDNN 9.19's Hopper backward otherwise reads an unmasked out-of-bounds tile and overflows
-// exp(0 - lse) to NaN for rows with lse < -88.7 (shared/reference/cudnn_sdpa_backend.md section 8).
+// exp(0 - lse) to NaN for rows with lse < -88.7 (docs/attention.md, "GPU attention: cuDNN").
 SdpaMapping map_to_cudnn(const AttentionProblem& p);
 
 }  // namespace cpf::attention_cuda::cudnn

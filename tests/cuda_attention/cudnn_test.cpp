@@ -344,8 +344,8 @@ TEST_F(CudnnAttention, ThreadsWithTheirOwnStreamsGetCorrectResults) {
 }
 
 // cuDNN 9.19's Hopper backward reads an unmasked out-of-bounds tile when s_kv % 128 == 64 and
-// overflows exp(0 - lse) to NaN for rows with lse < -88.7 (shared/reference/cudnn_sdpa_backend.md
-// section 8). The mapping always passes seq_len with the padding mask at such lengths; this input
+// overflows exp(0 - lse) to NaN for rows with lse < -88.7 (docs/attention.md, "GPU attention: cuDNN").
+// The mapping always passes seq_len with the padding mask at such lengths; this input
 // would give NaN dQ without that guard: keys uniform in [-5, -1], some query rows all 6, so those rows
 // score about -3 * 6 * 64 / 8 = -144 everywhere. (Keys spread over a wide range rather than a constant
 // plus noise: dq depends on the keys minus their mean, and bf16 dS against a large common offset would
