@@ -18,7 +18,7 @@ Embedding::Embedding(const EmbeddingOptions& options, Generator* gen) : options_
 }
 
 Tensor Embedding::forward(const Tensor& ids) const {
-  const profile::Scope scope("forward/embedding", ids.device());
+  const profile::Scope scope("forward/embedding", ids.defined() ? ids.device() : Device::cpu());
   CPF_CHECK(ids.defined(), "Embedding: ids are undefined");
   CPF_CHECK(ids.dtype() == DType::i64 || ids.dtype() == DType::i32, "Embedding: ids must be i32 or i64, got ",
             ids.dtype());

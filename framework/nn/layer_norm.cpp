@@ -17,7 +17,7 @@ LayerNorm::LayerNorm(const LayerNormOptions& options) : options_(options) {
 }
 
 Tensor LayerNorm::forward(const Tensor& x) const {
-  const profile::Scope scope("forward/layer_norm", x.device());
+  const profile::Scope scope("forward/layer_norm", x.defined() ? x.device() : Device::cpu());
   CPF_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == options_.dim, "LayerNorm: input of shape ",
             x.defined() ? x.shape() : Shape{}, " does not end in dim=", options_.dim);
   // A bf16 input normalises with bf16 copies of the affine parameters; statistics stay in f32.

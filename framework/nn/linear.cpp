@@ -26,7 +26,7 @@ Linear::Linear(const LinearOptions& options, Generator* gen) : options_(options)
 }
 
 Tensor Linear::forward(const Tensor& x) const {
-  const profile::Scope scope("forward/linear", x.device());
+  const profile::Scope scope("forward/linear", x.defined() ? x.device() : Device::cpu());
   CPF_CHECK(x.dim() >= 1 && x.size(-1) == options_.in_features, "Linear: input of shape ", x.shape(),
             " does not end in in_features=", options_.in_features);
   // Computes in x's dtype: f32 master weights are cast for a bf16 input (framework/nn/precision.h).

@@ -16,7 +16,7 @@ RMSNorm::RMSNorm(const RMSNormOptions& options) : options_(options) {
 }
 
 Tensor RMSNorm::forward(const Tensor& x) const {
-  const profile::Scope scope("forward/rms_norm", x.device());
+  const profile::Scope scope("forward/rms_norm", x.defined() ? x.device() : Device::cpu());
   CPF_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == options_.dim, "RMSNorm: input of shape ",
             x.defined() ? x.shape() : Shape{}, " does not end in dim=", options_.dim);
   // A bf16 input normalises with a bf16 copy of the gain; the kernel keeps its statistics in f32.

@@ -3,6 +3,7 @@
 // window past the context).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 
@@ -23,7 +24,9 @@ using testing::write_file;
 class GenerateBatch : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new std::filesystem::path(std::filesystem::temp_directory_path() / "cpformer_tests" / "GenerateBatch.run");
+    // One folder per process: ctest runs each test of the suite as its own process, in parallel.
+    dir_ = new std::filesystem::path(std::filesystem::temp_directory_path() / "cpformer_tests" /
+                                     ("GenerateBatch.run." + std::to_string(::getpid())));
     std::filesystem::remove_all(*dir_);
     std::filesystem::create_directories(*dir_);
     const auto t = run({"train", (repo_root() / "configs" / "tiny.yaml").string(), "--set",
@@ -31,7 +34,11 @@ class GenerateBatch : public ::testing::Test {
     ASSERT_EQ(t.code, 0) << t.err;
     write_file(*dir_ / "prompts.txt", "3+4=\n\n12+9=\r\n7+7=\n");
   }
-  static void TearDownTestSuite() { delete dir_; }
+  static void TearDownTestSuite() {
+    std::error_code ignored;
+    std::filesystem::remove_all(*dir_, ignored);
+    delete dir_;
+  }
 
   static GenerateOptions options() {
     GenerateOptions o;

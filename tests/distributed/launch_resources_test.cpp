@@ -47,10 +47,13 @@ TEST(LaunchResources, ARankThreadThatCannotStartFailsTheLaunchWithItsRank) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   // Before the fix this was "terminate called without an active exception" (a std::thread vector
   // destroyed with running threads).
+  // Whichever thread the limit stops first is named: a rank's own thread, or its progress thread.
   EXPECT_EXIT(
       launch_with_capped_address_space(), ::testing::ExitedWithCode(3),
-      "launch: rank [0-9]+ failed: could not start the thread of rank [0-9]+ of 256 \\(.*\\); lower the rank count "
-      "\\(parallel.dp x parallel.cp\\) or raise the thread and memory limits \\(ulimit -u, ulimit -v\\)");
+      "launch: rank [0-9]+ failed: (could not start the thread of rank [0-9]+ of 256 \\(.*\\); lower the rank count "
+      "\\(parallel.dp x parallel.cp\\) or raise the thread and memory limits \\(ulimit -u, ulimit -v\\)|thread "
+      "backend: could not start the progress thread of rank [0-9]+ \\(.*\\); lower the rank count \\(parallel.dp x "
+      "parallel.cp\\) or raise the thread limit \\(ulimit -u\\))");
 }
 
 TEST(LaunchResources, BadAllocInARankNamesTheRankAndThePhase) {
