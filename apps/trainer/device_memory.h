@@ -10,7 +10,4 @@ namespace cpf::trainer {
 
 // Peak bytes handed out to tensors on `device` since the start or the last reset; nullopt for the CPU.
 std::optional<size_t> peak_device_memory(Device device);
-// Starts a new peak window (no-op for the CPU).
-void reset_peak_device_memory(Device device);
-
 }  // namespace cpf::trainer

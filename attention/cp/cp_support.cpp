@@ -21,10 +21,6 @@ CommType parse_comm_type(const std::string& name) {
   CPF_FAIL("unknown cp_comm_type '", name, "' (expected one of p2p, all_gather, a2a, a2a+p2p)");
 }
 
-int64_t ulysses_kv_heads(int64_t num_kv_heads, int64_t a2a_size) {
-  return num_kv_heads >= a2a_size ? num_kv_heads / a2a_size : 1;
-}
-
 namespace {
 
 // Ulysses splits heads over `a2a` ranks; KV heads fewer than that are replicated so each rank gets

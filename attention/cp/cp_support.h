@@ -32,9 +32,6 @@ std::optional<std::string> mla_latent_problem(CommType comm_type);
 // nullopt when supported; otherwise the reason, naming the values.
 std::optional<std::string> check(const CpQuery& query);
 
-// KV heads each rank handles under Ulysses (after replication when num_kv_heads < a2a size).
-int64_t ulysses_kv_heads(int64_t num_kv_heads, int64_t a2a_size);
-
 }  // namespace cpf::cp
 
 namespace cpf::cp {

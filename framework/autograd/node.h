@@ -73,7 +73,6 @@ class AccumulateGrad final : public Node {
   // Returns an id for remove_hook. Not synchronised with a backward running on another thread.
   uint64_t add_hook(Hook hook);
   void remove_hook(uint64_t id);
-  size_t num_hooks() const { return hooks_.size(); }
 
  private:
   Tensor leaf_;

@@ -25,7 +25,6 @@ class Module {
   std::vector<NamedTensor> named_parameters() const;
   std::vector<Tensor> parameters() const;
   std::vector<NamedTensor> named_buffers() const;
-  std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_children() const { return children_; }
   int64_t num_parameters() const;
 
   void train(bool training = true);

@@ -47,7 +47,6 @@ class GroupSync {
   const std::vector<int>& global_ranks() const { return global_ranks_; }
   int size() const { return static_cast<int>(global_ranks_.size()); }
   std::chrono::milliseconds timeout() const { return timeout_; }
-  AbortState& abort_state() const { return *abort_; }
   const std::shared_ptr<AbortState>& abort_ptr() const { return abort_; }
   // "group 'cp' (global ranks [4,5,6,7])"
   std::string describe() const;
