@@ -1,12 +1,10 @@
 // Binary arithmetic (and add_'s scaled add), comparisons, where and mul_'s scaling. Formulas and
-// rounding mirror framework/tensor/ops/elementwise.cpp; op codes are raw::BinaryOp / CompareOp values.
+// rounding mirror framework/tensor/ops/elementwise.cpp; op codes are kernels.cuh's
+// BinaryCode / CompareCode (raw::BinaryOp / CompareOp values).
 #include "framework/tensor/cuda/elementwise.cuh"
 
 namespace cpf::cuda::kernels {
 namespace {
-
-enum : int { kAdd, kSub, kMul, kDiv, kPow, kMaximum, kMinimum };
-enum : int { kEq, kNe, kLt, kLe, kGt, kGe };
 
 __device__ __forceinline__ float m_pow(float a, float b) { return powf(a, b); }
 __device__ __forceinline__ double m_pow(double a, double b) { return pow(a, b); }

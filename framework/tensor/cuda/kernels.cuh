@@ -18,6 +18,16 @@ inline constexpr int kThreads = 256;
 // cpf::DType's order.
 enum DtypeCode : int { kF32 = 0, kF64 = 1, kBF16 = 2, kI32 = 3, kI64 = 4, kBool = 5 };
 
+// Op codes, in the order of raw::UnaryOp, raw::BinaryOp, raw::CompareOp, DeviceReduceOp and
+// DeviceSoftmaxOp; ops.cpp checks every value against its enum at compile time.
+enum UnaryCode : int {
+  kNeg, kExp, kLog, kSqrt, kRsqrt, kTanh, kGelu, kSilu, kRelu, kSigmoid, kAbs, kSquare, kReciprocal
+};
+enum BinaryCode : int { kAdd, kSub, kMul, kDiv, kPow, kMaximum, kMinimum };
+enum CompareCode : int { kEq, kNe, kLt, kLe, kGt, kGe };
+enum ReduceCode : int { kSum, kMean, kAmax, kLogsumexp, kArgmax };
+enum SoftmaxCode : int { kSoftmax, kLogSoftmax, kSoftmaxBackward, kLogSoftmaxBackward };
+
 // Division by a fixed divisor d < 2^31 as a multiply-high and a shift (valid for n < 2^31).
 struct FastDivmod {
   uint32_t divisor = 1, magic = 0, shift = 0;

@@ -26,6 +26,33 @@ static_assert(static_cast<int>(DType::f32) == k::kF32 && static_cast<int>(DType:
 
 int code(DType dtype) { return static_cast<int>(dtype); }
 
+// The kernels switch on plain op codes (kernels.cuh); each must be its enum's value.
+template <class Op>
+constexpr int op_code(Op op) {
+  return static_cast<int>(op);
+}
+static_assert(op_code(raw::UnaryOp::neg) == k::kNeg && op_code(raw::UnaryOp::exp) == k::kExp &&
+              op_code(raw::UnaryOp::log) == k::kLog && op_code(raw::UnaryOp::sqrt) == k::kSqrt &&
+              op_code(raw::UnaryOp::rsqrt) == k::kRsqrt && op_code(raw::UnaryOp::tanh) == k::kTanh &&
+              op_code(raw::UnaryOp::gelu) == k::kGelu && op_code(raw::UnaryOp::silu) == k::kSilu &&
+              op_code(raw::UnaryOp::relu) == k::kRelu && op_code(raw::UnaryOp::sigmoid) == k::kSigmoid &&
+              op_code(raw::UnaryOp::abs) == k::kAbs && op_code(raw::UnaryOp::square) == k::kSquare &&
+              op_code(raw::UnaryOp::reciprocal) == k::kReciprocal);
+static_assert(op_code(raw::BinaryOp::add) == k::kAdd && op_code(raw::BinaryOp::sub) == k::kSub &&
+              op_code(raw::BinaryOp::mul) == k::kMul && op_code(raw::BinaryOp::div) == k::kDiv &&
+              op_code(raw::BinaryOp::pow) == k::kPow && op_code(raw::BinaryOp::maximum) == k::kMaximum &&
+              op_code(raw::BinaryOp::minimum) == k::kMinimum && k::kAddScaled > k::kMinimum);
+static_assert(op_code(raw::CompareOp::eq) == k::kEq && op_code(raw::CompareOp::ne) == k::kNe &&
+              op_code(raw::CompareOp::lt) == k::kLt && op_code(raw::CompareOp::le) == k::kLe &&
+              op_code(raw::CompareOp::gt) == k::kGt && op_code(raw::CompareOp::ge) == k::kGe);
+static_assert(op_code(DeviceReduceOp::sum) == k::kSum && op_code(DeviceReduceOp::mean) == k::kMean &&
+              op_code(DeviceReduceOp::amax) == k::kAmax && op_code(DeviceReduceOp::logsumexp) == k::kLogsumexp &&
+              op_code(DeviceReduceOp::argmax) == k::kArgmax);
+static_assert(op_code(DeviceSoftmaxOp::softmax) == k::kSoftmax &&
+              op_code(DeviceSoftmaxOp::log_softmax) == k::kLogSoftmax &&
+              op_code(DeviceSoftmaxOp::softmax_backward) == k::kSoftmaxBackward &&
+              op_code(DeviceSoftmaxOp::log_softmax_backward) == k::kLogSoftmaxBackward);
+
 k::FastDivmod make_divmod(uint32_t d) {
   k::FastDivmod f;
   f.divisor = d;
@@ -164,12 +191,12 @@ void fill(const Tensor& dst, double value) {
 }
 
 void unary(raw::UnaryOp op, const Tensor& out, const Tensor& x) {
-  run_elementwise(out, {x}, [op](const k::Iter& it, cudaStream_t s) { k::launch_unary(static_cast<int>(op), it, s); });
+  run_elementwise(out, {x}, [op](const k::Iter& it, cudaStream_t s) { k::launch_unary(op_code(op), it, s); });
 }
 
 void unary_backward(raw::UnaryOp op, const Tensor& out, const Tensor& grad, const Tensor& x, const Tensor& y) {
   run_elementwise(out, {grad, x, y},
-                  [op](const k::Iter& it, cudaStream_t s) { k::launch_unary_backward(static_cast<int>(op), it, s); });
+                  [op](const k::Iter& it, cudaStream_t s) { k::launch_unary_backward(op_code(op), it, s); });
 }
 
 void binary(raw::BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b) {
@@ -178,7 +205,7 @@ void binary(raw::BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& 
   if (int_div) flag = zeros({1}, {.dtype = DType::i32, .device = out.device()});
   int* flag_ptr = int_div ? static_cast<int*>(flag.raw_data()) : nullptr;
   run_elementwise(out, {a, b}, [op, flag_ptr](const k::Iter& it, cudaStream_t s) {
-    k::launch_binary(static_cast<int>(op), it, 0.0, flag_ptr, s);
+    k::launch_binary(op_code(op), it, 0.0, flag_ptr, s);
   });
   if (int_div) {
     CPF_CHECK(flag.item<int32_t>() == 0, "div: integer division by zero (divisor of shape ", b.shape(), ")");
@@ -187,7 +214,7 @@ void binary(raw::BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& 
 
 void compare(raw::CompareOp op, const Tensor& out, const Tensor& a, const Tensor& b) {
   run_elementwise(out, {a, b},
-                  [op](const k::Iter& it, cudaStream_t s) { k::launch_compare(static_cast<int>(op), it, s); });
+                  [op](const k::Iter& it, cudaStream_t s) { k::launch_compare(op_code(op), it, s); });
 }
 
 void where(const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b) {
@@ -211,7 +238,7 @@ void reduce_rows(DeviceReduceOp op, const Tensor& out, const Tensor& rows) {
   // Workspace from the caching allocator: freed (stream-ordered) when `ws` goes out of scope.
   Tensor ws = ws_bytes ? empty({static_cast<int64_t>(ws_bytes)}, {.dtype = DType::boolean, .device = rows.device()})
                        : Tensor();
-  k::launch_reduce_rows(static_cast<int>(op), code(rows.dtype()), rows.raw_data(), out.raw_data(), K, R,
+  k::launch_reduce_rows(op_code(op), code(rows.dtype()), rows.raw_data(), out.raw_data(), K, R,
                         ws_bytes ? ws.raw_data() : nullptr, launch.sm_count, launch.stream);
 }
 
@@ -223,7 +250,7 @@ void reduce_cols(DeviceReduceOp op, const Tensor& out, const Tensor& cols) {
   const size_t ws_bytes = k::reduce_cols_workspace_bytes(code(cols.dtype()), R, K, launch.sm_count);
   Tensor ws = ws_bytes ? empty({static_cast<int64_t>(ws_bytes)}, {.dtype = DType::boolean, .device = cols.device()})
                        : Tensor();
-  k::launch_reduce_cols(static_cast<int>(op), code(cols.dtype()), cols.raw_data(), out.raw_data(), R, K,
+  k::launch_reduce_cols(op_code(op), code(cols.dtype()), cols.raw_data(), out.raw_data(), R, K,
                         ws_bytes ? ws.raw_data() : nullptr, launch.sm_count, launch.stream);
 }
 
@@ -235,7 +262,7 @@ void softmax(DeviceSoftmaxOp op, const Tensor& out, const Tensor& a, const Tenso
     else if (d == dim) size = a.size(d);
     else inner *= a.size(d);
   }
-  k::launch_softmax(static_cast<int>(op), code(a.dtype()), a.raw_data(), b.defined() ? b.raw_data() : nullptr,
+  k::launch_softmax(op_code(op), code(a.dtype()), a.raw_data(), b.defined() ? b.raw_data() : nullptr,
                     out.raw_data(), outer, size, inner, launch.sm_count, launch.stream);
 }
 

@@ -1,16 +1,16 @@
-// Row reductions of a contiguous (K, R) matrix (sum, mean, amax, logsumexp, argmax; op codes are
-// DeviceReduceOp's values), and column reductions of a contiguous (R, K) matrix (sum, mean, amax).
+// Row reductions of a contiguous (K, R) matrix (sum, mean, amax, logsumexp, argmax) and column
+// reductions of a contiguous (R, K) matrix (sum, mean, amax); op codes are kernels.cuh's ReduceCode
+// (DeviceReduceOp's values).
 // Rows: short rows get one warp each; long rows one block each, split into
 // chunks across several blocks (partials combined by a second kernel) when there are too few rows
 // to fill the GPU. Accumulation is in f32 for f32/bf16 and f64 for f64, as on the CPU.
 #include <cfloat>
 
+#include "framework/tensor/cuda/device_math.cuh"
 #include "framework/tensor/cuda/elementwise.cuh"
 
 namespace cpf::cuda::kernels {
 namespace {
-
-enum : int { kSum, kMean, kAmax, kLogsumexp, kArgmax };
 
 constexpr int64_t kWarpRowLimit = 1024;   // rows up to this length get a warp, longer ones a block
 constexpr int64_t kMinChunk = 4096;        // columns per block at least, when a row is split
@@ -48,10 +48,6 @@ __device__ __forceinline__ Acc<C> element(int op, C x, int64_t j) {
   return {x, C(0), j};
 }
 
-__device__ __forceinline__ float m_exp(float x) { return expf(x); }
-__device__ __forceinline__ double m_exp(double x) { return exp(x); }
-__device__ __forceinline__ float m_log(float x) { return logf(x); }
-__device__ __forceinline__ double m_log(double x) { return log(x); }
 
 // NaN is the greatest value; ties go to the lower index.
 template <class C>

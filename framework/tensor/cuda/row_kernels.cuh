@@ -2,18 +2,13 @@
 // Helpers shared by the row kernels of the nn ops (norm.cu, cross_entropy.cu; nvcc only): a row of up
 // to kWarpRowLimit elements gets a warp, a longer one a block; group reductions over a warp or a block;
 // vector loads of a row widened to the compute type; grid sizes.
+#include "framework/tensor/cuda/device_math.cuh"
 #include "framework/tensor/cuda/elementwise.cuh"
 
 namespace cpf::cuda::kernels::row_helpers {
 
 constexpr int64_t kWarpRowLimit = 1024;
 
-__device__ __forceinline__ float m_exp(float x) { return expf(x); }
-__device__ __forceinline__ double m_exp(double x) { return exp(x); }
-__device__ __forceinline__ float m_log(float x) { return logf(x); }
-__device__ __forceinline__ double m_log(double x) { return log(x); }
-__device__ __forceinline__ float m_sqrt(float x) { return sqrtf(x); }
-__device__ __forceinline__ double m_sqrt(double x) { return sqrt(x); }
 
 // Sum (or max) over a group of G threads (G = 32: a warp; G = kThreads: the block); every thread
 // gets the result. `scratch` holds kThreads / 32 values (block groups only).

@@ -1,22 +1,17 @@
 // Softmax, log-softmax and their backward over one dim of a contiguous (outer, size, inner) tensor
-// (op codes are DeviceSoftmaxOp's values). inner == 1: a warp per row (size <= 1024) or a block per
-// row; otherwise one thread per (outer, inner) column, adjacent threads on adjacent columns so every
-// step along the softmax dim is a coalesced load. Forward rows of up to 1024 are held in registers
+// (op codes: kernels.cuh's SoftmaxCode, DeviceSoftmaxOp's values). inner == 1: a warp per row
+// (size <= 1024) or a block per row; otherwise one thread per (outer, inner) column, adjacent threads
+// on adjacent columns so every step along the softmax dim is a coalesced load. Forward rows of up to 1024 are held in registers
 // (one read, one exp, one write per element); longer rows and the backward ops are reduced in one
 // pass as an online (max, sum) pair. Fully masked rows (all -inf) give softmax 0 and log_softmax -inf.
+#include "framework/tensor/cuda/device_math.cuh"
 #include "framework/tensor/cuda/elementwise.cuh"
 
 namespace cpf::cuda::kernels {
 namespace {
 
-enum : int { kSoftmax, kLogSoftmax, kSoftmaxBackward, kLogSoftmaxBackward };
-
 constexpr int64_t kWarpRowLimit = 1024;
 
-__device__ __forceinline__ float m_exp(float x) { return expf(x); }
-__device__ __forceinline__ double m_exp(double x) { return exp(x); }
-__device__ __forceinline__ float m_log(float x) { return logf(x); }
-__device__ __forceinline__ double m_log(double x) { return log(x); }
 
 // Forward: (m, s) = running max and sum of exp(x - m). Backward: s = sum of the per-element terms.
 template <class C>

@@ -1,21 +1,14 @@
 // Unary math and its backward. Formulas mirror framework/tensor/ops/elementwise.cpp; op codes are
-// raw::UnaryOp's values.
+// kernels.cuh's UnaryCode (raw::UnaryOp's values).
+#include "framework/tensor/cuda/device_math.cuh"
 #include "framework/tensor/cuda/elementwise.cuh"
 
 namespace cpf::cuda::kernels {
 namespace {
 
-enum : int { kNeg, kExp, kLog, kSqrt, kRsqrt, kTanh, kGelu, kSilu, kRelu, kSigmoid, kAbs, kSquare, kReciprocal };
-
 constexpr double kSqrt2OverPi = 0.7978845608028654;
 constexpr double kGeluCoeff = 0.044715;
 
-__device__ __forceinline__ float m_exp(float x) { return expf(x); }
-__device__ __forceinline__ double m_exp(double x) { return exp(x); }
-__device__ __forceinline__ float m_log(float x) { return logf(x); }
-__device__ __forceinline__ double m_log(double x) { return log(x); }
-__device__ __forceinline__ float m_sqrt(float x) { return sqrtf(x); }
-__device__ __forceinline__ double m_sqrt(double x) { return sqrt(x); }
 __device__ __forceinline__ float m_tanh(float x) { return tanhf(x); }
 __device__ __forceinline__ double m_tanh(double x) { return tanh(x); }
 __device__ __forceinline__ float m_abs(float x) { return fabsf(x); }
