@@ -1,31 +1,21 @@
 #include "framework/autograd/gradcheck.h"
 
 #include <algorithm>
-#include <cmath>
 #include <numeric>
 #include <random>
 #include <sstream>
 
 #include "framework/autograd/engine.h"
 #include "framework/autograd/grad_mode.h"
+#include "framework/autograd/gradcheck_tally.h"
 #include "framework/tensor/ops/copy.h"
-#include "framework/tensor/ops/elementwise.h"
-#include "framework/tensor/ops/reduce.h"
 #include "framework/tensor/random.h"
 
 namespace cpf {
 namespace {
 
-// L = sum_k sum(w_k * out_k) in f64, computed without recording.
-double contract(const std::vector<Tensor>& outputs, const std::vector<Tensor>& weights) {
-  double total = 0;
-  for (size_t k = 0; k < outputs.size(); ++k) {
-    if (!weights[k].defined()) continue;
-    Tensor o = raw::to(outputs[k], DType::f64);
-    total += raw::sum(raw::mul(o, weights[k])).item<double>();
-  }
-  return total;
-}
+using gradcheck_detail::contract;
+using gradcheck_detail::GradcheckTally;
 
 std::vector<int64_t> chosen_elements(int64_t numel, int64_t limit, std::mt19937_64& rng) {
   std::vector<int64_t> all(static_cast<size_t>(numel));
@@ -84,9 +74,8 @@ GradcheckReport gradcheck(const GradcheckFn& fn, const std::vector<Tensor>& inpu
   }
   if (!roots.empty()) backward(roots, seeds);
 
-  GradcheckReport report;
+  GradcheckTally tally(options);
   std::mt19937_64 rng(options.seed);
-  double worst_ratio = -1;
   NoGradGuard no_grad;
 
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -128,24 +117,10 @@ GradcheckReport gradcheck(const GradcheckFn& fn, const std::vector<Tensor>& inpu
       write(x, original - options.eps);
       const double minus = contract(fn(inputs), weights);
       write(x, original);
-      const double numeric = (plus - minus) / (2 * options.eps);
-      const double error = std::abs(ga[e] - numeric);
-      const double tolerance = options.atol + options.rtol * std::abs(numeric);
-      const double ratio = std::isnan(error) ? std::numeric_limits<double>::infinity() : error / tolerance;
-      report.checked += 1;
-      report.max_abs_error = std::max(report.max_abs_error, error);
-      if (ratio > 1.0 || std::isnan(error)) report.ok = false;
-      if (ratio > worst_ratio) {
-        worst_ratio = ratio;
-        report.worst_input = i;
-        report.worst_index = e;
-        report.worst_shape = inputs[i].shape();
-        report.worst_analytic = ga[e];
-        report.worst_numeric = numeric;
-      }
+      tally.add(i, e, inputs[i].shape(), ga[e], (plus - minus) / (2 * options.eps));
     }
   }
-  return report;
+  return tally.report();
 }
 
 GradcheckReport gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& fn,

@@ -1,30 +1,20 @@
 #include "framework/distributed/gradcheck.h"
 
 #include <algorithm>
-#include <cmath>
-#include <limits>
 #include <numeric>
 #include <random>
 
 #include "framework/autograd/engine.h"
 #include "framework/autograd/grad_mode.h"
+#include "framework/autograd/gradcheck_tally.h"
 #include "framework/tensor/ops/copy.h"
-#include "framework/tensor/ops/elementwise.h"
-#include "framework/tensor/ops/reduce.h"
 #include "framework/tensor/random.h"
 
 namespace cpf::dist {
 namespace {
 
-// This rank's sum_k <w_k, out_k> in f64, without recording.
-double contract(const std::vector<Tensor>& outputs, const std::vector<Tensor>& weights) {
-  double total = 0;
-  for (size_t k = 0; k < outputs.size() && k < weights.size(); ++k) {
-    if (!weights[k].defined()) continue;
-    total += raw::sum(raw::mul(raw::to(outputs[k], DType::f64), weights[k])).item<double>();
-  }
-  return total;
-}
+using gradcheck_detail::contract;  // this rank's sum_k <w_k, out_k>
+using gradcheck_detail::GradcheckTally;
 
 double global_sum(ProcessGroup& group, double value) {
   return group.all_reduce(scalar_tensor(value, {.dtype = DType::f64})).item<double>();
@@ -101,8 +91,7 @@ GradcheckReport gradcheck(ProcessGroup& group, const GradcheckFn& fn, const std:
   }
   const auto global_loss = [&] { return global_sum(group, contract(fn(perturbed), weights)); };
 
-  GradcheckReport report;
-  double worst_ratio = -1;
+  GradcheckTally tally(options);
   for (int owner = 0; owner < group.size(); ++owner) {
     for (int64_t k = 0; k < counts[static_cast<size_t>(owner)]; ++k) {
       const bool is_mine = owner == group.rank();
@@ -119,25 +108,12 @@ GradcheckReport gradcheck(ProcessGroup& group, const GradcheckFn& fn, const std:
       if (!is_mine) continue;
       *x = original;
       const Element& el = mine[static_cast<size_t>(k)];
-      const double numeric = (plus - minus) / (2 * options.eps);
-      const double value = analytic[el.input].data<double>()[el.index];
-      const double error = std::abs(value - numeric);
-      const double tolerance = options.atol + options.rtol * std::abs(numeric);
-      const double ratio = std::isnan(error) ? std::numeric_limits<double>::infinity() : error / tolerance;
-      report.checked += 1;
-      report.max_abs_error = std::max(report.max_abs_error, error);
-      if (ratio > 1.0 || std::isnan(error)) report.ok = false;
-      if (ratio > worst_ratio) {
-        worst_ratio = ratio;
-        report.worst_input = el.input;
-        report.worst_index = el.index;
-        report.worst_shape = inputs[el.input].shape();
-        report.worst_analytic = value;
-        report.worst_numeric = numeric;
-      }
+      tally.add(el.input, el.index, inputs[el.input].shape(), analytic[el.input].data<double>()[el.index],
+                (plus - minus) / (2 * options.eps));
     }
   }
   // Every rank gets the same verdict.
+  GradcheckReport report = tally.report();
   report.ok = global_sum(group, report.ok ? 0.0 : 1.0) == 0.0;
   return report;
 }
