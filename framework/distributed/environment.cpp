@@ -51,48 +51,24 @@ void validate(const LaunchEnvironment& e, const std::string& rank_var, const std
             " is not a TCP port (1..65535)");
 }
 
-LaunchEnvironment read_torchrun(const EnvLookup& env) {
-  const char* l = "torchrun";
-  LaunchEnvironment e;
-  e.launcher = l;
-  e.rank = *int_var(env, "RANK", l, true);
-  e.world_size = *int_var(env, "WORLD_SIZE", l, true);
-  e.local_rank = *int_var(env, "LOCAL_RANK", l, true);
-  e.local_world_size = int_var(env, "LOCAL_WORLD_SIZE", l, false).value_or(0);
-  e.master_addr = string_var(env, "MASTER_ADDR", l);
-  e.master_port = *int_var(env, "MASTER_PORT", l, true);
-  validate(e, "RANK", "WORLD_SIZE", "LOCAL_RANK");
-  return e;
+// Where rank 0's host and port (MASTER_ADDR, MASTER_PORT) come from differs per launcher.
+void read_master_torchrun(const EnvLookup& env, LaunchEnvironment& e) {
+  e.master_addr = string_var(env, "MASTER_ADDR", "torchrun");
+  e.master_port = *int_var(env, "MASTER_PORT", "torchrun", true);
 }
 
-LaunchEnvironment read_openmpi(const EnvLookup& env) {
-  const char* l = "openmpi";
-  LaunchEnvironment e;
-  e.launcher = l;
-  e.rank = *int_var(env, "OMPI_COMM_WORLD_RANK", l, true);
-  e.world_size = *int_var(env, "OMPI_COMM_WORLD_SIZE", l, true);
-  e.local_rank = *int_var(env, "OMPI_COMM_WORLD_LOCAL_RANK", l, true);
-  e.local_world_size = int_var(env, "OMPI_COMM_WORLD_LOCAL_SIZE", l, false).value_or(0);
+void read_master_openmpi(const EnvLookup& env, LaunchEnvironment& e) {
   CPF_CHECK(env("MASTER_ADDR") && env("MASTER_PORT"), "launch environment (openmpi): MASTER_ADDR and MASTER_PORT ",
             "must be exported to every rank (mpirun -x MASTER_ADDR=<host of rank 0> -x MASTER_PORT=29500); missing: ",
             env("MASTER_ADDR") ? "" : "MASTER_ADDR ", env("MASTER_PORT") ? "" : "MASTER_PORT");
-  e.master_addr = string_var(env, "MASTER_ADDR", l);
-  e.master_port = *int_var(env, "MASTER_PORT", l, true);
-  validate(e, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK");
-  return e;
+  e.master_addr = string_var(env, "MASTER_ADDR", "openmpi");
+  e.master_port = *int_var(env, "MASTER_PORT", "openmpi", true);
 }
 
-LaunchEnvironment read_slurm(const EnvLookup& env) {
-  const char* l = "slurm";
-  LaunchEnvironment e;
-  e.launcher = l;
-  e.rank = *int_var(env, "SLURM_PROCID", l, true);
-  const std::optional<int> ntasks = int_var(env, "SLURM_NTASKS", l, false);
-  e.world_size = ntasks ? *ntasks : *int_var(env, "SLURM_NPROCS", l, true);
-  e.local_rank = *int_var(env, "SLURM_LOCALID", l, true);
-  e.local_world_size = int_var(env, "SLURM_NTASKS_PER_NODE", l, false).value_or(0);
+// MASTER_ADDR / MASTER_PORT when exported, else the job's first node and a port derived from the job id.
+void read_master_slurm(const EnvLookup& env, LaunchEnvironment& e) {
   if (env("MASTER_ADDR")) {
-    e.master_addr = string_var(env, "MASTER_ADDR", l);
+    e.master_addr = string_var(env, "MASTER_ADDR", "slurm");
   } else {
     std::optional<std::string> nodes = env("SLURM_JOB_NODELIST");
     if (!nodes) nodes = env("SLURM_NODELIST");
@@ -101,15 +77,49 @@ LaunchEnvironment read_slurm(const EnvLookup& env) {
     e.master_addr = first_slurm_host(*nodes);
   }
   if (env("MASTER_PORT")) {
-    e.master_port = *int_var(env, "MASTER_PORT", l, true);
+    e.master_port = *int_var(env, "MASTER_PORT", "slurm", true);
   } else {
-    const std::optional<int> job = int_var(env, "SLURM_JOB_ID", l, false);
+    const std::optional<int> job = int_var(env, "SLURM_JOB_ID", "slurm", false);
     CPF_CHECK(job.has_value(),
               "launch environment (slurm): neither MASTER_PORT nor SLURM_JOB_ID is set; export "
               "MASTER_PORT=<free port on the host of rank 0>");
     e.master_port = 20000 + (*job % 20000 + 20000) % 20000;
   }
-  validate(e, "SLURM_PROCID", ntasks ? "SLURM_NTASKS" : "SLURM_NPROCS", "SLURM_LOCALID");
+}
+
+// One row per launcher: the variables that place a process in the job, and where its master is.
+// A launcher is recognised by its rank variable, tried in this order.
+struct LauncherVars {
+  const char* launcher;
+  const char* rank;
+  const char* world_size;
+  const char* world_size_fallback;  // read when world_size is not set; nullptr: world_size is required
+  const char* local_rank;
+  const char* local_world_size;  // optional (0 when not set)
+  void (*read_master)(const EnvLookup& env, LaunchEnvironment& e);
+};
+
+constexpr LauncherVars kLaunchers[] = {
+    {"torchrun", "RANK", "WORLD_SIZE", nullptr, "LOCAL_RANK", "LOCAL_WORLD_SIZE", read_master_torchrun},
+    {"openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", nullptr, "OMPI_COMM_WORLD_LOCAL_RANK",
+     "OMPI_COMM_WORLD_LOCAL_SIZE", read_master_openmpi},
+    {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE",
+     read_master_slurm},
+};
+
+LaunchEnvironment read_with(const EnvLookup& env, const LauncherVars& vars) {
+  const char* l = vars.launcher;
+  LaunchEnvironment e;
+  e.launcher = l;
+  e.rank = *int_var(env, vars.rank, l, true);
+  const bool fallback = vars.world_size_fallback != nullptr;
+  const std::optional<int> size = int_var(env, vars.world_size, l, !fallback);
+  const bool size_set = size.has_value();
+  e.world_size = size_set ? *size : *int_var(env, vars.world_size_fallback, l, true);
+  e.local_rank = *int_var(env, vars.local_rank, l, true);
+  e.local_world_size = int_var(env, vars.local_world_size, l, false).value_or(0);
+  vars.read_master(env, e);
+  validate(e, vars.rank, size_set ? vars.world_size : vars.world_size_fallback, vars.local_rank);
   return e;
 }
 
@@ -145,13 +155,13 @@ static LaunchEnvironment with_rendezvous_port(LaunchEnvironment e, const EnvLook
 }
 
 static std::optional<LaunchEnvironment> read_launcher(const EnvLookup& env) {
-  if (env("RANK")) return read_torchrun(env);
-  if (env("WORLD_SIZE") || env("LOCAL_RANK")) {
+  if (!env("RANK") && (env("WORLD_SIZE") || env("LOCAL_RANK"))) {
     CPF_FAIL("launch environment (torchrun): ", env("WORLD_SIZE") ? "WORLD_SIZE" : "LOCAL_RANK",
              " is set but RANK is not; set RANK (0..WORLD_SIZE-1) for every process");
   }
-  if (env("OMPI_COMM_WORLD_RANK")) return read_openmpi(env);
-  if (env("SLURM_PROCID")) return read_slurm(env);
+  for (const LauncherVars& vars : kLaunchers) {
+    if (env(vars.rank)) return read_with(env, vars);
+  }
   return std::nullopt;
 }
 
