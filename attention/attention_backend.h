@@ -33,7 +33,7 @@ struct AttentionGrads;
 
 // Entry points of one device's attention kernels. The caller (raw::attention_forward/backward) has
 // validated the inputs into `p`; tensors are on that device in any layout the problem describes.
-// Results follow the CPU contract in flash_attention.h (out in q's dtype, lse f32 (f64 for f64)).
+// Results follow the CPU contract in attention_op.h (out in q's dtype, lse f32 (f64 for f64)).
 struct DeviceAttentionKernels {
   AttentionForward (*forward)(const AttentionProblem& p, const Tensor& q, const Tensor& k, const Tensor& v) = nullptr;
   // dlse may be undefined. out/lse are the forward results (or a CP step's merged global ones).

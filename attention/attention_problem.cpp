@@ -56,7 +56,7 @@ Shape AttentionProblem::lse_shape() const {
 }
 
 AttentionProblem check_attention_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec,
-                                        const std::optional<SequenceInfo>& seq, const FlashConfig& config,
+                                        const std::optional<SequenceInfo>& seq, const AttentionKernelConfig& config,
                                         const char* op) {
   check_spec(spec);
   check_tensors(q, k, v, spec, op);

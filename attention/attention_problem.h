@@ -23,7 +23,7 @@ enum class BackwardSchedule : uint8_t {
 
 // Tile sizes and scheduling of the CPU kernels (defaults are what the benchmark measured best), and
 // the kernel choice for CUDA tensors.
-struct FlashConfig {
+struct AttentionKernelConfig {
   int64_t block_q = 64;
   int64_t block_kv = 64;
   BackwardSchedule backward = BackwardSchedule::automatic;
@@ -48,7 +48,7 @@ struct AttentionProblem {
   AttentionWindow window;  // effective: right = 0 under causal masks
   std::vector<AttentionSequence> sequences;
   std::vector<int64_t> q_pos, kv_pos;  // per storage token
-  FlashConfig config;
+  AttentionKernelConfig config;
   Tensor sink;  // spec.sink (undefined = none): kernels may apply it natively (AttentionForward::sink_applied)
 
   int64_t group() const { return h_q / h_kv; }
@@ -73,7 +73,7 @@ struct AttentionProblem {
 // Validates q, k, v against the spec and the sequence info (or the default: one whole sequence per
 // bshd/sbhd row) and resolves them. `op` prefixes every message.
 AttentionProblem check_attention_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec,
-                                        const std::optional<SequenceInfo>& seq, const FlashConfig& config,
+                                        const std::optional<SequenceInfo>& seq, const AttentionKernelConfig& config,
                                         const char* op = "dot_product_attention");
 
 }  // namespace cpf

@@ -6,7 +6,7 @@
 namespace cpf {
 
 AttentionOutput dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec,
-                                      const std::optional<SequenceInfo>& seq, const FlashConfig& config) {
+                                      const std::optional<SequenceInfo>& seq, const AttentionKernelConfig& config) {
   const profile::Scope scope("forward/attention", q.defined() ? q.device() : Device::cpu());
   raw::AttentionForward forward = raw::attention_forward(q, k, v, spec, seq, config);
   const bool has_sink = spec.sink.defined();

@@ -12,10 +12,10 @@
 //
 // Differentiable in q, k and v (and spec.sink when set: attention_sink.h), through out and lse both (a
 // CP merge differentiates through lse).
-// The backward is the hand-written flash backward (flash_attention.h), not a composition of ops.
+// The backward is the hand-written flash backward (attention_op.h), not a composition of ops.
 #include <optional>
 
-#include "attention/flash_attention.h"
+#include "attention/attention_op.h"
 #include "attention/sequence_info.h"
 #include "attention/spec.h"
 #include "framework/tensor/tensor.h"
@@ -31,6 +31,6 @@ struct AttentionOutput {
 // (each batch row is then one whole sequence), required for thd and padding masks.
 AttentionOutput dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec,
                                       const std::optional<SequenceInfo>& seq = std::nullopt,
-                                      const FlashConfig& config = {});
+                                      const AttentionKernelConfig& config = {});
 
 }  // namespace cpf

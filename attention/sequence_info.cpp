@@ -154,8 +154,8 @@ void SequenceInfo::check() const {
 }
 
 std::string SequenceInfo::str() const {
-  auto fmt = [](const std::vector<int64_t>& v) { return detail::str_cat(v); };
-  return detail::str_cat("SequenceInfo(sequences=", num_sequences(), ", cu_seqlens_q=", fmt(cu_seqlens_q),
+  auto fmt = [](const std::vector<int64_t>& v) { return str_cat(v); };
+  return str_cat("SequenceInfo(sequences=", num_sequences(), ", cu_seqlens_q=", fmt(cu_seqlens_q),
                          ", cu_seqlens_kv=", fmt(cu_seqlens_kv), ", cu_seqlens_q_padded=", fmt(cu_seqlens_q_padded),
                          ", cu_seqlens_kv_padded=", fmt(cu_seqlens_kv_padded), ", max_seqlen_q=", max_seqlen_q,
                          ", max_seqlen_kv=", max_seqlen_kv, q_positions.empty() ? "" : ", q_positions set",

@@ -60,7 +60,7 @@ GPTBlock::GPTBlock(const GPTOptions& o, Generator* gen)
                                                                        .init_std = o.init_std,
                                                                        .dtype = o.dtype,
                                                                        .attention_sink = o.attention_sink,
-                                                                       .flash = o.flash},
+                                                                       .kernel_config = o.kernel_config},
                                        gen));
     reinit_normal(parameter(*mla_, "o_proj.weight"), residual_std, gen);
   } else {
@@ -80,7 +80,7 @@ GPTBlock::GPTBlock(const GPTOptions& o, Generator* gen)
                                               .init_std = o.init_std,
                                               .dtype = o.dtype,
                                               .attention_sink = o.attention_sink,
-                                              .flash = o.flash},
+                                              .kernel_config = o.kernel_config},
                     gen));
     reinit_normal(parameter(*mha_, "o_proj.weight"), residual_std, gen);
   }

@@ -317,7 +317,7 @@ std::optional<std::string> cp_problem(const TrainConfig& c) {
     q.num_kv_heads = m.attention == models::AttentionType::gqa ? m.num_kv_heads : m.num_heads;
     q.head_dim_qk = q.head_dim_v = m.head_dim > 0 ? m.head_dim : m.hidden_size / std::max<int64_t>(m.num_heads, 1);
   }
-  return cp::check(q);
+  return cp::unsupported_reason(q);
 }
 
 namespace {
@@ -362,7 +362,7 @@ std::string config_docs_markdown() {
 models::GPTOptions model_options(const TrainConfig& config) {
   models::GPTOptions o = config.model;
   o.compute_dtype = compute_dtype(config);
-  o.flash = flash_config(config);
+  o.kernel_config = attention_kernel_config(config);
   return o;
 }
 
@@ -370,11 +370,11 @@ DType compute_dtype(const TrainConfig& config) {
   return config.run.precision == PrecisionMode::bf16 ? DType::bf16 : config.model.dtype;
 }
 
-FlashConfig flash_config(const TrainConfig& config) {
-  FlashConfig flash;
-  flash.backend = config.attention.backend;
-  flash.deterministic = config.attention.deterministic;
-  return flash;
+AttentionKernelConfig attention_kernel_config(const TrainConfig& config) {
+  AttentionKernelConfig kernel_config;
+  kernel_config.backend = config.attention.backend;
+  kernel_config.deterministic = config.attention.deterministic;
+  return kernel_config;
 }
 
 Device rank_device_of(const TrainConfig& config, int rank) {

@@ -136,7 +136,7 @@ struct ParallelOptions {
   dist::Backend backend = dist::Backend::thread;
 };
 
-// The `attention:` section: FlashConfig of every attention call (attention/attention_problem.h).
+// The `attention:` section: AttentionKernelConfig of every attention call (attention/attention_problem.h).
 struct AttentionOptions {
   AttentionBackend backend = AttentionBackend::automatic;
   bool deterministic = false;
@@ -293,7 +293,7 @@ optim::LrScheduleOptions schedule_options(const TrainConfig& config);
 // kernels (attention:).
 models::GPTOptions model_options(const TrainConfig& config);
 DType compute_dtype(const TrainConfig& config);  // bf16 for run.precision: bf16, else the parameter dtype
-FlashConfig flash_config(const TrainConfig& config);
+AttentionKernelConfig attention_kernel_config(const TrainConfig& config);
 // The device rank `rank` computes on: cpu, or cuda:(rank % visible GPUs). Throws, naming the fix, when
 // run.device is cuda and the build has no CUDA backend or no GPU is visible (checked when training
 // starts, not when the config is read, so GPU configs can be checked anywhere).

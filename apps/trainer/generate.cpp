@@ -145,7 +145,7 @@ GenerateBatchResult generate_batch(const GenerateOptions& options) {
 
   models::GPTOptions model_options = config.model;
   model_options.compute_dtype = batch.precision == "bf16" ? std::optional<DType>(DType::bf16) : std::nullopt;
-  model_options.flash = flash_config(config);
+  model_options.kernel_config = attention_kernel_config(config);
   models::GPT model(model_options);
   model.eval();
   // Refuses (naming the tensor) weights that fail their checksums or hold NaN or inf.

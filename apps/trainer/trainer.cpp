@@ -109,7 +109,7 @@ class RankTrainer {
     groups_.cp_size = mesh_.layout().cp();
     if (groups_.cp_size > 1) {
       groups_.cp = cp::ContextParallel{config.parallel.cp_comm_type, mesh_.cp(), mesh_.cp_a2a(), mesh_.cp_p2p(),
-                                       flash_config(config)};
+                                       attention_kernel_config(config)};
       groups_.cp->mla_latent = config.attention.cp_mla_latent;
     }
     for (const auto& [name, t] : params_) tensors_.push_back(t);

@@ -75,7 +75,7 @@ CpForward a2a_forward(const CpContext& ctx, const Tensor& q, const Tensor& k, co
   const UlyssesGroup u = whole_group(ctx);
   const auto qkv = ulysses_in(ctx, *u.group, u.layout, q, k, v);
   const auto result = raw::attention_forward(qkv[0], qkv[1], qkv[2], ctx.spec,
-                                             pair_sequence_info(u.layout, u.layout), ctx.groups.flash);
+                                             pair_sequence_info(u.layout, u.layout), ctx.groups.kernel_config);
   ctx.stats->forward_tiles.full += result.tiles.full;
   ctx.stats->forward_tiles.partial += result.tiles.partial;
   ctx.stats->forward_tiles.skipped += result.tiles.skipped;
@@ -92,7 +92,7 @@ CpGrads a2a_backward(const CpContext& ctx, const Tensor& dout, const Tensor& dls
   const auto [dout_heads, dlse_heads] = ulysses_grad_in(ctx, *u.group, u.layout, dout, dlse);
   const auto& e = saved.extra;  // q, k, v, out, lse of the gathered head slice
   const auto grads = raw::attention_backward(dout_heads, dlse_heads, e[0], e[1], e[2], e[3], e[4], ctx.spec,
-                                             pair_sequence_info(u.layout, u.layout), ctx.groups.flash);
+                                             pair_sequence_info(u.layout, u.layout), ctx.groups.kernel_config);
   ctx.stats->backward_tiles.full += grads.tiles.full;
   ctx.stats->backward_tiles.partial += grads.tiles.partial;
   ctx.stats->backward_tiles.skipped += grads.tiles.skipped;

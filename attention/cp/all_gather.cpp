@@ -71,7 +71,7 @@ CpForward all_gather_forward(const CpContext& ctx, const Tensor& q, const Tensor
   std::optional<PartialMerge> merge;
   raw::AttentionForward whole;
   for (const SequenceInfo& part : parts) {
-    auto result = raw::attention_forward(q, k_all, v_all, ctx.spec, part, ctx.groups.flash);
+    auto result = raw::attention_forward(q, k_all, v_all, ctx.spec, part, ctx.groups.kernel_config);
     ctx.stats->forward_tiles.full += result.tiles.full;
     ctx.stats->forward_tiles.partial += result.tiles.partial;
     ctx.stats->forward_tiles.skipped += result.tiles.skipped;
@@ -95,7 +95,7 @@ CpGrads all_gather_backward(const CpContext& ctx, const Tensor& dout, const Tens
   Tensor dq, dkv_all;  // sums over the query parts, in the accumulation dtype
   for (const SequenceInfo& part : query_parts(ctx, full)) {
     const auto grads = raw::attention_backward(dout, dlse, q, k_all, v_all, saved.out, saved.lse, ctx.spec, part,
-                                               ctx.groups.flash);
+                                               ctx.groups.kernel_config);
     ctx.stats->backward_tiles.full += grads.tiles.full;
     ctx.stats->backward_tiles.partial += grads.tiles.partial;
     ctx.stats->backward_tiles.skipped += grads.tiles.skipped;

@@ -187,7 +187,7 @@ Resolved resolve(const Tensor& q, const Tensor& k, const Tensor& v, const Attent
   } else {
     resolve_rows(q, spec, seq, p, r, query);
   }
-  if (auto reason = check(query)) CPF_FAIL("context parallel: ", *reason);
+  if (auto reason = unsupported_reason(query)) CPF_FAIL("context parallel: ", *reason);
   if (seq) {
     // Every token keeps the position the caller gave it (gaps, offsets): the layouts hand them on.
     ctx.global.q_positions = seq->q_positions;

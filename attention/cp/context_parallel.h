@@ -36,7 +36,7 @@ struct ContextParallel {
   dist::ProcessGroupPtr group;      // the CP group (size P > 1)
   dist::ProcessGroupPtr a2a_group;  // a2a+p2p: this rank's a2a sub-group (consecutive CP ranks)
   dist::ProcessGroupPtr p2p_group;  // a2a+p2p: this rank's p2p sub-group
-  FlashConfig flash;                // kernel choice (backend, deterministic) of every attention call the strategy makes
+  AttentionKernelConfig kernel_config;                // kernel choice (backend, deterministic) of every attention call the strategy makes
   // Ring forward (p2p, a2a+p2p): 2 = tiles alternate between two compute streams so neighbours can
   // overlap (docs/cp.md, "On GPUs"), 1 = one stream. Devices that run in order (the CPU) have one either way.
   int compute_streams = 2;

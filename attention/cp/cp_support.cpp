@@ -51,7 +51,7 @@ std::optional<std::string> mla_latent_problem(CommType comm_type) {
                                      "alone moves heads, not K/V blocks); set attention.cp_mla_latent: off or auto";
 }
 
-std::optional<std::string> check(const CpQuery& q) {
+std::optional<std::string> unsupported_reason(const CpQuery& q) {
   const std::string name = comm_type_name(q.comm_type);
   if (q.cp_size < 2) {
     return name + ": the CP group has size " + std::to_string(q.cp_size) +
@@ -142,7 +142,7 @@ std::string support_matrix_markdown() {
       q.cp_size = 4;
       q.a2a_size = t == CommType::a2a_p2p ? 2 : 1;
       row.apply(q);
-      const auto reason = check(q);
+      const auto reason = unsupported_reason(q);
       out += " " + (reason ? "no: " + *reason : std::string("yes")) + " |";
     }
     out += "\n";

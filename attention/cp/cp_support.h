@@ -1,5 +1,5 @@
 #pragma once
-// The CP support matrix as code: check() says whether a strategy runs a combination, and why not.
+// The CP support matrix as code: unsupported_reason() says whether a strategy runs a combination, and why not.
 // context_parallel_attention calls it before any communication, `cpformer check-config` calls it on
 // configs, and docs/cp.md's table is checked against it by a test.
 #include <optional>
@@ -30,13 +30,13 @@ struct CpQuery {
 std::optional<std::string> mla_latent_problem(CommType comm_type);
 
 // nullopt when supported; otherwise the reason, naming the values.
-std::optional<std::string> check(const CpQuery& query);
+std::optional<std::string> unsupported_reason(const CpQuery& query);
 
 }  // namespace cpf::cp
 
 namespace cpf::cp {
 
-// docs/cp.md's support matrix, rendered from check(): one row per feature (the others at their
+// docs/cp.md's support matrix, rendered from unsupported_reason(): one row per feature (the others at their
 // defaults: bshd, causal, 8 heads / 8 KV heads, d = 64, cp = 4 as a2a 2 x p2p 2 for a2a+p2p), one
 // column per strategy; a cell is "yes" or the rejection reason. A test keeps the docs equal to it.
 std::string support_matrix_markdown();

@@ -159,7 +159,7 @@ CpForward ring_forward(const CpContext& ctx, dist::ProcessGroup& group, const st
         const DeviceStreamScope scope(stream);
         const auto [k_step, v_step] = block_kv(ctx, kv, d_qk);
         result = raw::attention_forward(q, k_step, v_step, ctx.spec, pair_sequence_info(layouts[me], layouts[src]),
-                                        ctx.groups.flash);
+                                        ctx.groups.kernel_config);
       }
       add_tiles(ctx.stats->forward_tiles, result.tiles);
       merge_pending();  // the previous tile's, on the main stream, queued behind this one
@@ -196,7 +196,7 @@ CpGrads ring_backward(const CpContext& ctx, dist::ProcessGroup& group, const std
     if (any_visible(layouts[me], layouts[src], window)) {
       const auto [k_step, v_step] = block_kv(ctx, kv, d_qk);
       const auto grads = raw::attention_backward(dout, dlse, q, k_step, v_step, saved.out, saved.lse, ctx.spec,
-                                                 pair_sequence_info(layouts[me], layouts[src]), ctx.groups.flash);
+                                                 pair_sequence_info(layouts[me], layouts[src]), ctx.groups.kernel_config);
       add_tiles(ctx.stats->backward_tiles, grads.tiles);
       raw::add_(dq, raw::to(grads.dq, acc));
       // MLA latent: dK/dV projected through the up-projection here; only the latent's gradient travels.

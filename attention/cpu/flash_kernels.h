@@ -10,7 +10,7 @@
 #endif
 
 #include "attention/attention_problem.h"
-#include "attention/flash_attention.h"
+#include "attention/attention_op.h"
 #include "attention/mask.h"
 
 namespace cpf::attention_cpu {

@@ -3,7 +3,7 @@
 // raw::device_attention() (attention_backend.h). They pick cuDNN or the unfused kernels for each call
 // (backend_selection.cpp) and run on the calling thread's current stream of q's device.
 #include "attention/attention_problem.h"
-#include "attention/flash_attention.h"
+#include "attention/attention_op.h"
 
 namespace cpf::attention_cuda {
 

@@ -1,7 +1,7 @@
 #pragma once
 // Which kernels run an attention call on a CUDA tensor: cuDNN's fused SDPA or the unfused path.
 //
-// The request is FlashConfig::backend (config key attention.backend), overridden by the environment
+// The request is AttentionKernelConfig::backend (config key attention.backend), overridden by the environment
 // variable CPF_ATTENTION_BACKEND (auto | cudnn | unfused; a bad value is an error naming the
 // variable). Then:
 //   unfused  always runs (it supports everything the CPU reference does);

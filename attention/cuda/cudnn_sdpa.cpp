@@ -1,5 +1,5 @@
 // cuDNN fused attention: checks, the per-thread plan cache, and forward/backward execution with the
-// fix-ups that turn cuDNN's results into the flash_attention.h contract (see cudnn_sdpa.h).
+// fix-ups that turn cuDNN's results into the attention_op.h contract (see cudnn_sdpa.h).
 #include "attention/cuda/cudnn_sdpa.h"
 
 #include <algorithm>

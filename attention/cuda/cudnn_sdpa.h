@@ -2,7 +2,7 @@
 // cuDNN's fused flash attention (SDPA) for CUDA tensors, through the raw cuDNN backend graph API (no
 // cudnn-frontend). The dispatcher (attention/cuda/dispatch.cpp) asks unsupported_reason() first and
 // runs the unfused path for anything cuDNN cannot express; forward/backward then follow the contract
-// of attention/flash_attention.h exactly (out in q's dtype, lse f32 (B, Hq, Sq) or (Hq, T) for thd,
+// of attention/attention_op.h exactly (out in q's dtype, lse f32 (B, Hq, Sq) or (Hq, T) for thd,
 // -inf lse and 0 out/dq/dk/dv at padded storage and at rows whose keys are all masked).
 //
 // How a call maps onto cuDNN (docs/attention.md, "GPU attention: cuDNN"): cuDNN's masks are index
@@ -18,7 +18,7 @@
 #include <string>
 
 #include "attention/attention_problem.h"
-#include "attention/flash_attention.h"
+#include "attention/attention_op.h"
 #include "framework/tensor/tensor.h"
 
 namespace cpf::attention_cuda::cudnn {

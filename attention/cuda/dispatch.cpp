@@ -3,7 +3,7 @@
 // forwards the call unchanged, with q's device current (so the cuDNN probe, handles and plans are made
 // on that device even in rank threads that never called cudaSetDevice). The forward and the backward of
 // one step choose independently: a backward with a gradient on lse runs unfused even when cuDNN ran the
-// forward; both follow the same contract (flash_attention.h), so their results combine.
+// forward; both follow the same contract (attention_op.h), so their results combine.
 #include "attention/cuda/attention_cuda.h"
 #include "attention/cuda/backend_selection.h"
 #include "attention/cuda/unfused_attention.h"

@@ -23,7 +23,7 @@
 #include <cstddef>
 
 #include "attention/attention_problem.h"
-#include "attention/flash_attention.h"
+#include "attention/attention_op.h"
 #include "framework/tensor/tensor.h"
 
 namespace cpf::attention_cuda::unfused {
@@ -32,7 +32,7 @@ struct Options {
   size_t workspace_bytes = size_t(1) << 30;  // bound on the score buffers of one call
 };
 
-// Contract of raw::attention_forward/backward (flash_attention.h) for CUDA tensors in any layout the
+// Contract of raw::attention_forward/backward (attention_op.h) for CUDA tensors in any layout the
 // problem describes; runs on the calling thread's current stream. TileStats are not counted (zero).
 raw::AttentionForward forward(const AttentionProblem& p, const Tensor& q, const Tensor& k, const Tensor& v,
                               const Options& options = {});

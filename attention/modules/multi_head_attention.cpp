@@ -77,7 +77,7 @@ Tensor MultiHeadAttention::forward(const Tensor& x, const std::optional<Sequence
     k = apply_rope(k, o.qkv_format, positions(k, true), o.rope_base, o.rotary_dim);
   }
   const AttentionOutput attn = use_cp ? cp::context_parallel_attention(q, k, v, spec_, seq, *cp)
-                                      : dot_product_attention(q, k, v, spec_, seq, o.flash);
+                                      : dot_product_attention(q, k, v, spec_, seq, o.kernel_config);
   return o_proj_->forward(attention_modules::merge_heads(attn.out));  // (.., C)
 }
 
@@ -97,7 +97,7 @@ Tensor MultiHeadAttention::forward_cached(const Tensor& x, const KVCacheStep& st
   }
   cache.append(k, v, step);
   const AttentionOutput attn =
-      dot_product_attention(q, cache.keys(), cache.values(), spec_, step.attention_info(), o.flash);
+      dot_product_attention(q, cache.keys(), cache.values(), spec_, step.attention_info(), o.kernel_config);
   return o_proj_->forward(attention_modules::merge_heads(attn.out));  // (T_new, C)
 }
 

@@ -154,7 +154,7 @@ Tensor MultiHeadLatentAttention::forward(const Tensor& x, const std::optional<Se
   }
   const QKV qkv = project_qkv(x, positions(false), positions(true));
   const AttentionOutput attn = use_cp ? cp::context_parallel_attention(qkv.q, qkv.k, qkv.v, spec_, seq, *cp)
-                                      : dot_product_attention(qkv.q, qkv.k, qkv.v, spec_, seq, o.flash);
+                                      : dot_product_attention(qkv.q, qkv.k, qkv.v, spec_, seq, o.kernel_config);
   return o_proj_->forward(attention_modules::merge_heads(attn.out));  // (.., C)
 }
 

@@ -42,7 +42,7 @@ struct MultiHeadLatentAttentionOptions {
   // A learnable logit per query head in every softmax denominator (attention_sink.h): parameter
   // "sinks" (num_heads), f32 (f64 for f64 modules), zero at init (model.attention_sink).
   bool attention_sink = false;
-  FlashConfig flash;  // kernel choice (backend, deterministic) of the attention call without CP
+  AttentionKernelConfig kernel_config;  // kernel choice (backend, deterministic) of the attention call without CP
 };
 
 class MultiHeadLatentAttention : public nn::Module {

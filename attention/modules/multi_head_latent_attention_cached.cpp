@@ -58,7 +58,7 @@ Tensor MultiHeadLatentAttention::forward_cached(const Tensor& x, const KVCacheSt
   latent_spec.head_dim_v = cache.values().size(-1);
   latent_spec.softmax_scale = softmax_scale(spec_, nope + o.qk_rope_head_dim);  // the per-head form's
   const Tensor attn =
-      dot_product_attention(cat(q_cols, -1), cache.keys(), cache.values(), latent_spec, step.attention_info(), o.flash)
+      dot_product_attention(cat(q_cols, -1), cache.keys(), cache.values(), latent_spec, step.attention_info(), o.kernel_config)
           .out;  // (T, H, rank (+1))
   const std::vector<Tensor> out_parts = split(attn, b_v.defined() ? std::vector<int64_t>{rank, 1}
                                                                   : std::vector<int64_t>{rank}, -1);

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "attention/cuda/cudnn_sdpa.h"
-#include "attention/flash_attention.h"
+#include "attention/attention_op.h"
 #include "benchmarks/gpu/gpu_bench_util.h"
 
 namespace {
@@ -97,7 +97,7 @@ void BM_attention(benchmark::State& state) {
   const AttentionBackend backend = state.range(1) == 0 ? AttentionBackend::cudnn : AttentionBackend::unfused;
   const bool with_backward = state.range(2) == 1;
   const AttentionSpec spec{.mask = c.causal ? MaskType::causal : MaskType::no_mask};
-  const FlashConfig config{.backend = backend};
+  const AttentionKernelConfig config{.backend = backend};
   // The unfused path is far slower at these sizes: fewer calls per timed iteration.
   const int reps = backend == AttentionBackend::cudnn ? 5 : 2;
   try {

@@ -51,7 +51,7 @@ Error::Error(std::string file, int line, std::string condition, std::string mess
       condition_(std::move(condition)),
       message_(std::move(message)) {}
 
-std::string shape_str(const std::vector<int64_t>& shape) { return detail::str_cat(shape); }
+std::string shape_str(const std::vector<int64_t>& shape) { return str_cat(shape); }
 
 namespace detail {
 void throw_error(const char* file, int line, const char* condition, std::string message) {

@@ -43,16 +43,18 @@ void append_value(std::ostream& os, const std::vector<T>& values) {
 }
 inline void append_value(std::ostream& os, bool value) { os << (value ? "true" : "false"); }
 
-template <class... Args>
-std::string str_cat(const Args&... args) {
-  std::ostringstream os;
-  (append_value(os, args), ...);
-  return os.str();
-}
-
 [[noreturn]] void throw_error(const char* file, int line, const char* condition, std::string message);
 
 }  // namespace detail
+
+// The arguments streamed into one string (vectors as "[a,b]", bools as true/false): the message builder of
+// CPF_CHECK, logs and every error text.
+template <class... Args>
+std::string str_cat(const Args&... args) {
+  std::ostringstream os;
+  (detail::append_value(os, args), ...);
+  return os.str();
+}
 
 // "[4,8]" for a shape; used in messages and printing.
 std::string shape_str(const std::vector<int64_t>& shape);
@@ -62,8 +64,8 @@ std::string shape_str(const std::vector<int64_t>& shape);
 #define CPF_CHECK(cond, ...)                                                                     \
   do {                                                                                           \
     if (!(cond)) [[unlikely]] {                                                                  \
-      ::cpf::detail::throw_error(__FILE__, __LINE__, #cond, ::cpf::detail::str_cat(__VA_ARGS__)); \
+      ::cpf::detail::throw_error(__FILE__, __LINE__, #cond, ::cpf::str_cat(__VA_ARGS__)); \
     }                                                                                            \
   } while (0)
 
-#define CPF_FAIL(...) ::cpf::detail::throw_error(__FILE__, __LINE__, "", ::cpf::detail::str_cat(__VA_ARGS__))
+#define CPF_FAIL(...) ::cpf::detail::throw_error(__FILE__, __LINE__, "", ::cpf::str_cat(__VA_ARGS__))

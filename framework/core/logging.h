@@ -14,7 +14,7 @@ void log_message(LogLevel level, const std::string& message);
 
 template <class... Args>
 void log(LogLevel level, const Args&... args) {
-  if (level >= log_level()) log_message(level, detail::str_cat(args...));
+  if (level >= log_level()) log_message(level, str_cat(args...));
 }
 template <class... Args>
 void log_info(const Args&... args) { log(LogLevel::info, args...); }

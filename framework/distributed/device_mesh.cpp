@@ -8,7 +8,7 @@ namespace cpf::dist {
 namespace {
 
 std::string sizes_str(int dp, int cp, int a2a, int p2p) {
-  return detail::str_cat("dp=", dp, " x cp=", cp, ", cp=cp_a2a ", a2a, " x cp_p2p ", p2p);
+  return str_cat("dp=", dp, " x cp=", cp, ", cp=cp_a2a ", a2a, " x cp_p2p ", p2p);
 }
 
 int world_size_of(const ProcessGroupPtr& world) {

@@ -129,7 +129,7 @@ Tensor GradientReducer::slice(size_t index) const {
 std::string GradientReducer::describe_bucket(size_t bucket) const {
   const GradientBucketPlan& plan = plan_[bucket];
   std::vector<int64_t> members(plan.params.begin(), plan.params.end());
-  return detail::str_cat("GradientReducer: bucket ", bucket, " of ", plan_.size(), " (", plan.dtype, ", ", plan.numel,
+  return str_cat("GradientReducer: bucket ", bucket, " of ", plan_.size(), " (", plan.dtype, ", ", plan.numel,
                          " elements, parameters ", members, ") on ", group_->describe());
 }
 

@@ -73,10 +73,10 @@ std::vector<int64_t> even_splits(int64_t total, int parts) {
 }
 
 std::string ProcessGroup::describe() const {
-  return detail::str_cat("group '", name(), "' (global ranks ", global_ranks(), ")");
+  return str_cat("group '", name(), "' (global ranks ", global_ranks(), ")");
 }
 
-std::string ProcessGroup::op_context(const char* op) const { return detail::str_cat(op, " on group '", name(), "'"); }
+std::string ProcessGroup::op_context(const char* op) const { return str_cat(op, " on group '", name(), "'"); }
 
 WorkPtr ProcessGroup::all_reduce_async(const Tensor& input, ReduceOp op, const Tensor& out) {
   const std::string ctx = op_context("all_reduce");

@@ -49,13 +49,13 @@ struct Child {
 };
 
 std::string describe_status(int status) {
-  if (WIFEXITED(status)) return detail::str_cat("exited with status ", WEXITSTATUS(status));
+  if (WIFEXITED(status)) return str_cat("exited with status ", WEXITSTATUS(status));
   if (WIFSIGNALED(status)) {
     const int sig = WTERMSIG(status);
     const char* name = ::strsignal(sig);
-    return detail::str_cat("was killed by signal ", sig, " (", name ? name : "?", ")");
+    return str_cat("was killed by signal ", sig, " (", name ? name : "?", ")");
   }
-  return detail::str_cat("ended with wait status ", status);
+  return str_cat("ended with wait status ", status);
 }
 
 int exit_code_of(int status) {
@@ -279,14 +279,14 @@ SpawnResult spawn_local_processes(int n, const std::vector<std::string>& argv, c
   if (culprit) {
     result.failed_rank = culprit->rank;
     result.exit_code = exit_code_of(culprit->status);
-    result.message = detail::str_cat("rank ", culprit->rank, " ", describe_status(culprit->status));
+    result.message = str_cat("rank ", culprit->rank, " ", describe_status(culprit->status));
     // Other ranks that failed on their own (not by our signals) are named too: the order of two
     // nearly simultaneous deaths is a heuristic (a GPU process's teardown can take a second).
     std::vector<std::string> also;
     for (const Child& c : children) {
       const bool failed = !(WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0);
       if (failed && &c != culprit && !std::get<0>(blame_key(c))) {
-        also.push_back(detail::str_cat("rank ", c.rank, " ", describe_status(c.status)));
+        also.push_back(str_cat("rank ", c.rank, " ", describe_status(c.status)));
       }
     }
     for (size_t i = 0; i < also.size(); ++i) result.message += (i == 0 ? " (also: " : ", ") + also[i];
@@ -295,7 +295,7 @@ SpawnResult spawn_local_processes(int n, const std::vector<std::string>& argv, c
     for (const Child& c : children) {
       if (c.terminated_by_us && &c != culprit) terminated.push_back(c.rank);
     }
-    if (!terminated.empty()) result.message += detail::str_cat("; terminated the other ranks ", terminated);
+    if (!terminated.empty()) result.message += str_cat("; terminated the other ranks ", terminated);
   }
   return result;
 }

@@ -105,7 +105,7 @@ std::unique_ptr<TcpRendezvous> TcpRendezvous::join(const RendezvousOptions& o) {
     rv->payload_ = o.payload;
     return rv;
   }
-  const std::string where = detail::str_cat("rendezvous on ", o.host, ":", o.port);
+  const std::string where = str_cat("rendezvous on ", o.host, ":", o.port);
   auto log = o.log ? o.log : [](const std::string& message) { log_warn(message); };
   const std::string& listen_host = o.rank == 0 && !o.bind.empty() ? o.bind : o.host;
   rdzv::JoinSetup setup{o, where, Clock::now() + o.timeout, rdzv::resolve(listen_host, o.port, where), log};
@@ -153,11 +153,11 @@ void TcpRendezvous::watch_loop() {
       if (peers_[r] < 0) continue;
       if (Clock::now() - heard[r] > heartbeat_timeout_) {
         const int silent = static_cast<int>(r);
-        const std::string reason = detail::str_cat(
+        const std::string reason = str_cat(
             "nothing arrived on its rendezvous connection for ", seconds(heartbeat_timeout_),
             " s while watching ranks send a heartbeat every ", seconds(heartbeat_interval_),
             " s: its host vanished or its process stopped");
-        peer_lost(silent, reason, detail::str_cat("FAILED ", silent, " ", reason, "\n"));
+        peer_lost(silent, reason, str_cat("FAILED ", silent, " ", reason, "\n"));
         return;
       }
       wake = std::min(wake, heard[r] + heartbeat_timeout_);
@@ -178,10 +178,10 @@ void TcpRendezvous::watch_loop() {
         if (handle_line(r, *line)) return;
       }
       if (readers[ur].overflowed()) {
-        const std::string reason = detail::str_cat("its rendezvous connection sent more than ", kMaxWatchLine,
+        const std::string reason = str_cat("its rendezvous connection sent more than ", kMaxWatchLine,
                                                    " bytes without a newline: '",
                                                    rdzv::escaped(readers[ur].pending()), "'");
-        peer_lost(r, reason, detail::str_cat("FAILED ", r, " ", reason, "\n"));
+        peer_lost(r, reason, str_cat("FAILED ", r, " ", reason, "\n"));
         return;
       }
       if (open && !said_goodbye_[ur]) continue;
@@ -191,7 +191,7 @@ void TcpRendezvous::watch_loop() {
       }
       if (said_goodbye_[ur]) continue;
       // Closed without a goodbye: that process is gone.
-      peer_lost(r, kEndedReason, detail::str_cat("DEAD ", r, "\n"));
+      peer_lost(r, kEndedReason, str_cat("DEAD ", r, "\n"));
       return;
     }
   }
@@ -205,7 +205,7 @@ bool TcpRendezvous::handle_line(int r, const std::string& line) {
   if (line == "PING") return false;
   if (rank_ == 0 && line.rfind("FAIL ", 0) == 0) {  // rank r's process is failing: relay, then stop
     const std::string reason = rdzv::escaped(std::string_view(line).substr(5), kMaxReason);
-    peer_lost(r, reason, detail::str_cat("FAILED ", r, " ", reason, "\n"));
+    peer_lost(r, reason, str_cat("FAILED ", r, " ", reason, "\n"));
     return true;
   }
   const std::vector<std::string_view> w = rdzv::split_words(line);
@@ -225,9 +225,9 @@ bool TcpRendezvous::handle_line(int r, const std::string& line) {
   }
   // Not the protocol: that process is broken (an authenticated peer), so it counts as failed.
   const std::string reason =
-      detail::str_cat("its rendezvous connection sent a line that is not part of the protocol: '",
+      str_cat("its rendezvous connection sent a line that is not part of the protocol: '",
                       rdzv::escaped(line), "'");
-  peer_lost(r, reason, detail::str_cat("FAILED ", r, " ", reason, "\n"));
+  peer_lost(r, reason, str_cat("FAILED ", r, " ", reason, "\n"));
   return true;
 }
 
@@ -244,9 +244,9 @@ bool TcpRendezvous::send_heartbeat(Clock::time_point& next) {
   const std::vector<int> stuck = send_to_open_peers("PING\n", -1);
   if (stuck.empty()) return true;
   const int r = stuck.front();
-  const std::string reason = detail::str_cat("its process does not read its rendezvous connection (a heartbeat ",
+  const std::string reason = str_cat("its process does not read its rendezvous connection (a heartbeat ",
                                              "could not be sent within ", seconds(kWatchSendTime), " s)");
-  peer_lost(r, reason, detail::str_cat("FAILED ", r, " ", reason, "\n"));
+  peer_lost(r, reason, str_cat("FAILED ", r, " ", reason, "\n"));
   return false;
 }
 
@@ -269,7 +269,7 @@ void TcpRendezvous::send_failure(const std::string& reason) {
   if (failed_.exchange(true)) return;  // told them already
   const std::string text = one_line(reason);
   // Rank 0 tells everyone itself; any other rank tells rank 0, which relays it.
-  send_to_open_peers(rank_ == 0 ? detail::str_cat("FAILED 0 ", text, "\n") : "FAIL " + text + "\n", -1);
+  send_to_open_peers(rank_ == 0 ? str_cat("FAILED 0 ", text, "\n") : "FAIL " + text + "\n", -1);
 }
 
 void TcpRendezvous::report_failure(const std::string& reason) {

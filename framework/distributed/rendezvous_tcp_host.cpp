@@ -125,10 +125,10 @@ bool HostJoin::accept_failed(int err) {
   accept_paused_until_ = Clock::now() + 100ms;
   if (accept_trouble_.empty()) {
     const bool fds = err == EMFILE || err == ENFILE;
-    accept_trouble_ = detail::str_cat("rank 0 could not accept connections: ", std::strerror(err),
+    accept_trouble_ = str_cat("rank 0 could not accept connections: ", std::strerror(err),
                                       fds ? " (file descriptors exhausted: raise `ulimit -n`)" : "",
                                       "; it retried every 100 ms");
-    s_.log(detail::str_cat(s_.where, ": ", accept_trouble_));
+    s_.log(str_cat(s_.where, ": ", accept_trouble_));
   }
   return false;
 }
@@ -141,11 +141,11 @@ void HostJoin::admit(int fd) {
   if (pending_.size() >= kMaxPending) {  // the oldest goes: a flood cannot keep a real rank out for long
     auto oldest = std::min_element(pending_.begin(), pending_.end(),
                                    [](const Pending& a, const Pending& b) { return a.since < b.since; });
-    drop(*oldest, detail::str_cat("had not said hello while ", kMaxPending, " connections waited"), false);
+    drop(*oldest, str_cat("had not said hello while ", kMaxPending, " connections waited"), false);
     pending_.erase(oldest);
   }
   p.nonce = random_hex(kNonceHexDigits / 2);
-  const std::string challenge = detail::str_cat("CHALLENGE ", kProtocol, " ", p.nonce, "\n");
+  const std::string challenge = str_cat("CHALLENGE ", kProtocol, " ", p.nonce, "\n");
   if (send_within(fd, challenge, Clock::now() + 1s) != IoStatus::ok) {
     close_fd(p.fd);
     return;
@@ -159,7 +159,7 @@ void HostJoin::serve(Pending& p) {
     return;
   }
   if (p.reader.overflowed()) {
-    drop(p, detail::str_cat("sent more than ", kMaxHelloLine, " bytes without a newline: '",
+    drop(p, str_cat("sent more than ", kMaxHelloLine, " bytes without a newline: '",
                             escaped(p.reader.pending()), "'"),
          true);
     return;
@@ -175,16 +175,16 @@ void HostJoin::on_hello(Pending& p, const std::string& line) {
     size = parse_decimal(w[2], 1, INT_MAX);
   }
   if (!rank || !size || !is_hex(w[3], kNonceHexDigits) || !is_hex(w[4], kMacHexDigits)) {
-    drop(p, detail::str_cat("sent '", escaped(line), "' instead of a hello"), true);
+    drop(p, str_cat("sent '", escaped(line), "' instead of a hello"), true);
     return;
   }
   const std::string client_nonce(w[3]);
   const std::string expected = hello_mac(s_.options.token, p.nonce, client_nonce, int(*rank), int(*size));
   if (!macs_equal(expected, w[4])) {
-    const std::string what = detail::str_cat("rank ", *rank, " from ", p.peer);
+    const std::string what = str_cat("rank ", *rank, " from ", p.peer);
     if (rejected_.size() < kListedRejections) rejected_.push_back(what);
     ++rejected_count_;
-    const std::string why = detail::str_cat(
+    const std::string why = str_cat(
         s_.where, ": rank 0 rejected the hello of ", what,
         ": its proof of the token does not match (CPF_RENDEZVOUS_TOKEN differs between that rank and rank 0, "
         "or is set on one of them only)");
@@ -199,12 +199,12 @@ void HostJoin::on_hello(Pending& p, const std::string& line) {
 // A hello that proves the token comes from this job: a conflict is a launch error, fatal to all.
 void HostJoin::seat_or_fail(Pending& p, int rank, int size, const std::string& client_nonce) {
   if (size != world_) {
-    error_ = detail::str_cat(s_.where, ": rank ", rank, " (", p.peer, ") says the world has ", size,
+    error_ = str_cat(s_.where, ": rank ", rank, " (", p.peer, ") says the world has ", size,
                              " ranks but rank 0 has ", world_, " (WORLD_SIZE differs between processes)");
   } else if (rank <= 0 || rank >= world_) {
-    error_ = detail::str_cat(s_.where, ": a peer (", p.peer, ") says it is rank ", rank, ", not in 1..", world_ - 1);
+    error_ = str_cat(s_.where, ": a peer (", p.peer, ") says it is rank ", rank, ", not in 1..", world_ - 1);
   } else if (seats_[static_cast<size_t>(rank)].fd >= 0) {
-    error_ = detail::str_cat(s_.where, ": two processes say they are rank ", rank, ": ",
+    error_ = str_cat(s_.where, ": two processes say they are rank ", rank, ": ",
                              seats_[static_cast<size_t>(rank)].peer, " and ", p.peer, " (RANK differs between them?)");
   } else {
     seats_[static_cast<size_t>(rank)] = {p.fd, p.peer, p.nonce, client_nonce};
@@ -215,7 +215,7 @@ void HostJoin::seat_or_fail(Pending& p, int rank, int size, const std::string& c
 
 // Closes a connection that is not a rank of this job; the join goes on.
 void HostJoin::drop(Pending& p, const std::string& what, bool tell) {
-  log_closed(detail::str_cat(s_.where, ": closed the connection from ", p.peer, ", which ", what,
+  log_closed(str_cat(s_.where, ": closed the connection from ", p.peer, ", which ", what,
                              "; the rendezvous goes on"));
   if (tell) send_within(p.fd, "ERR not a cpformer rendezvous hello\n", Clock::now());
   close_fd(p.fd);
@@ -226,7 +226,7 @@ void HostJoin::log_closed(const std::string& message) {
   if (closed_count_ <= kLoggedClosures) {
     s_.log(message);
   } else if (closed_count_ % 100 == 0) {
-    s_.log(detail::str_cat(s_.where, ": ", closed_count_, " connections closed so far (the first ", kLoggedClosures,
+    s_.log(str_cat(s_.where, ": ", closed_count_, " connections closed so far (the first ", kLoggedClosures,
                            " were logged one by one)"));
   }
 }
@@ -236,7 +236,7 @@ void HostJoin::expire_pending() {
   const auto limit = std::clamp<std::chrono::milliseconds>(s_.options.timeout / 3, 1s, kMaxPendingTime);
   for (Pending& p : pending_) {
     if (p.fd >= 0 && now - p.since > limit) {
-      drop(p, detail::str_cat("sent no hello within ", seconds_of(limit), " s"), false);
+      drop(p, str_cat("sent no hello within ", seconds_of(limit), " s"), false);
     }
   }
   pending_.erase(std::remove_if(pending_.begin(), pending_.end(), [](const Pending& p) { return p.fd < 0; }),
@@ -249,20 +249,20 @@ std::string HostJoin::missing_message() const {
     if (seats_[static_cast<size_t>(r)].fd < 0) missing.push_back(r);
   }
   std::string text =
-      detail::str_cat(s_.where, ": ranks ", missing, " of ", world_, " did not arrive within the timeout of ",
+      str_cat(s_.where, ": ranks ", missing, " of ", world_, " did not arrive within the timeout of ",
                       seconds_of(s_.options.timeout), " s (rank 0 listened on ", bound_,
                       "; did they start, with the same MASTER_ADDR and MASTER_PORT?)");
   const bool local_name = s_.options.host == "localhost" || s_.options.host.rfind("127.", 0) == 0 ||
                           s_.options.host == "::1";
   if (s_.endpoints.front().loopback && !local_name && s_.options.bind.empty()) {
-    text += detail::str_cat("; '", s_.options.host, "' resolves to a loopback address on rank 0's host, which ",
+    text += str_cat("; '", s_.options.host, "' resolves to a loopback address on rank 0's host, which ",
                             "ranks on other hosts cannot reach: set MASTER_ADDR to an address they reach, or ",
                             "CPF_RENDEZVOUS_BIND=0.0.0.0");
   }
   if (!rejected_.empty()) {
     text += "; hellos rejected for a token that does not match: ";
     for (size_t i = 0; i < rejected_.size(); ++i) text += (i ? ", " : "") + rejected_[i];
-    if (rejected_count_ > rejected_.size()) text += detail::str_cat(" and ", rejected_count_ - rejected_.size(), " more");
+    if (rejected_count_ > rejected_.size()) text += str_cat(" and ", rejected_count_ - rejected_.size(), " more");
   }
   if (!accept_trouble_.empty()) text += "; " + accept_trouble_;
   return text;
@@ -275,7 +275,7 @@ void HostJoin::deliver() {
   for (int r = 1; r < world_; ++r) {
     Seat& seat = seats_[static_cast<size_t>(r)];
     const std::string mac = answer_mac(s_.options.token, seat.server_nonce, seat.client_nonce, r, world_, payload);
-    const std::string message = detail::str_cat("OK ", payload.size(), " ", mac, "\n") + payload;
+    const std::string message = str_cat("OK ", payload.size(), " ", mac, "\n") + payload;
     const IoStatus sent = send_within(seat.fd, message, until);
     CPF_CHECK(sent == IoStatus::ok, s_.where, ": rank ", r, " (", seat.peer, ") did not take the payload: ",
               sent == IoStatus::closed ? "its connection closed" : "it does not read its connection");

@@ -63,7 +63,7 @@ Attempt PeerJoin::handshake(int fd, std::string& payload, std::string& leftover)
   check_challenge(*line, server_nonce);
   const std::string client_nonce = random_hex(kNonceHexDigits / 2);
   const std::string mac = hello_mac(s_.options.token, server_nonce, client_nonce, rank_, s_.options.world_size);
-  const std::string hello = detail::str_cat("HELLO ", rank_, " ", s_.options.world_size, " ", client_nonce, " ", mac, "\n");
+  const std::string hello = str_cat("HELLO ", rank_, " ", s_.options.world_size, " ", client_nonce, " ", mac, "\n");
   if (send_within(fd, hello, s_.deadline + kAnswerGrace) != IoStatus::ok) {
     why_ = "the connection broke while saying hello";
     closed_ = why_;
@@ -83,7 +83,7 @@ std::optional<std::string> PeerJoin::read_line(int fd, LineReader& reader, const
   CPF_CHECK(last_status_ != IoStatus::timed_out, s_.where, ": rank ", rank_, " got no answer from rank 0 within ",
             seconds_of(s_.options.timeout + kAnswerGrace), " s (the timeout of ", seconds_of(s_.options.timeout),
             " s plus ", kAnswerGrace.count(), " s for rank 0's report) while waiting for ", waiting_for);
-  if (!line) closed_ = why_ = detail::str_cat("rank 0 closed the connection before ", waiting_for);
+  if (!line) closed_ = why_ = str_cat("rank 0 closed the connection before ", waiting_for);
   return line;
 }
 

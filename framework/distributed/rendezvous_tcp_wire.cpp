@@ -152,13 +152,13 @@ static std::string address_text(const sockaddr* a) {
     const auto* in = reinterpret_cast<const sockaddr_in*>(a);
     ::inet_ntop(AF_INET, &in->sin_addr, host, sizeof host);
     port = ntohs(in->sin_port);
-    return detail::str_cat(host, ":", port);
+    return str_cat(host, ":", port);
   }
   if (a->sa_family == AF_INET6) {
     const auto* in6 = reinterpret_cast<const sockaddr_in6*>(a);
     ::inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof host);
     port = ntohs(in6->sin6_port);
-    return detail::str_cat("[", host, "]:", port);
+    return str_cat("[", host, "]:", port);
   }
   return "?";
 }
@@ -209,7 +209,7 @@ int listen_on(const std::vector<Endpoint>& endpoints, const std::string& context
   for (const Endpoint& e : endpoints) {
     const int fd = ::socket(e.address.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) {
-      failures += detail::str_cat(failures.empty() ? "" : "; ", e.text, ": socket: ", std::strerror(errno));
+      failures += str_cat(failures.empty() ? "" : "; ", e.text, ": socket: ", std::strerror(errno));
       continue;
     }
     const int one = 1;
@@ -220,7 +220,7 @@ int listen_on(const std::vector<Endpoint>& endpoints, const std::string& context
     }
     const int err = errno;
     ::close(fd);
-    failures += detail::str_cat(failures.empty() ? "" : "; ", e.text, ": ", std::strerror(err),
+    failures += str_cat(failures.empty() ? "" : "; ", e.text, ": ", std::strerror(err),
                                 err == EADDRINUSE ? " (another job uses it: pick another MASTER_PORT)" : "",
                                 err == EADDRNOTAVAIL ? " (not an address of this host: check MASTER_ADDR)" : "");
   }
@@ -251,7 +251,7 @@ int try_connect(const std::vector<Endpoint>& endpoints, Clock::time_point deadli
       ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
       return fd;
     }
-    why = detail::str_cat(e.text, ": ", std::strerror(errno));
+    why = str_cat(e.text, ": ", std::strerror(errno));
     ::close(fd);
   }
   return -1;
@@ -291,7 +291,7 @@ std::string escaped(std::string_view bytes, size_t max) {
       out += kHex[c & 15];
     }
   }
-  if (bytes.size() > max) out += detail::str_cat("... (", bytes.size(), " bytes)");
+  if (bytes.size() > max) out += str_cat("... (", bytes.size(), " bytes)");
   return out;
 }
 

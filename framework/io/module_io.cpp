@@ -51,7 +51,7 @@ std::string header_problems(const io::SafetensorsHeader& header, const std::vect
     if (it == in_module.end()) {
       unexpected.push_back(e.name);
     } else if (e.shape != it->second) {
-      misshaped.push_back(::cpf::detail::str_cat(e.name, " (file ", e.shape, ", module ", it->second, ")"));
+      misshaped.push_back(::cpf::str_cat(e.name, " (file ", e.shape, ", module ", it->second, ")"));
     }
   }
   std::string problems;

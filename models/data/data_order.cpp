@@ -10,7 +10,7 @@
 namespace cpf::data {
 
 std::string DataCursor::str() const {
-  return detail::str_cat("epoch=", epoch, " index=", index, " offset=", offset);
+  return str_cat("epoch=", epoch, " index=", index, " offset=", offset);
 }
 
 DataCursor parse_data_cursor(const std::string& text) {

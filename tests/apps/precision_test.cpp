@@ -117,8 +117,8 @@ TEST(Precision, ConfigKeysAndDerivedOptions) {
   const models::GPTOptions m = model_options(c);
   EXPECT_EQ(m.dtype, DType::f32);  // master weights
   EXPECT_EQ(m.compute_dtype, DType::bf16);
-  EXPECT_TRUE(m.flash.deterministic);
-  EXPECT_EQ(m.flash.backend, AttentionBackend::automatic);
+  EXPECT_TRUE(m.kernel_config.deterministic);
+  EXPECT_EQ(m.kernel_config.backend, AttentionBackend::automatic);
   EXPECT_EQ(rank_device_of(c, 3), Device::cpu());
   // The effective config written to the run folder carries the new keys and reads back.
   const std::string yaml = to_yaml(c);

@@ -46,7 +46,7 @@ AttentionRun run_attention(Fn&& fn, const Tensor& q, const Tensor& k, const Tens
 
 // Compares dot_product_attention with the naive oracle: values and gradients.
 inline void expect_matches_reference(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec,
-                                     const std::optional<SequenceInfo>& seq, const FlashConfig& config = {},
+                                     const std::optional<SequenceInfo>& seq, const AttentionKernelConfig& config = {},
                                      double tol = 1e-10) {
   const AttentionOutput probe = dot_product_attention(q, k, v, spec, seq, config);
   const Tensor dout = random_tensor(probe.out.shape(), q.dtype(), 101);

@@ -20,7 +20,7 @@ using testing::run_attention;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-auto dpa(const AttentionSpec& spec, const std::optional<SequenceInfo>& seq, const FlashConfig& config = {}) {
+auto dpa(const AttentionSpec& spec, const std::optional<SequenceInfo>& seq, const AttentionKernelConfig& config = {}) {
   return [=](const Tensor& q, const Tensor& k, const Tensor& v) {
     auto r = dot_product_attention(q, k, v, spec, seq, config);
     return std::pair{r.out, r.lse};

@@ -71,11 +71,11 @@ TEST(Error, ValueFormatting) {
   EXPECT_EQ(shape_str({}), "[]");
   EXPECT_EQ(shape_str({7}), "[7]");
   EXPECT_EQ(shape_str({-1, 0, 3}), "[-1,0,3]");
-  EXPECT_EQ(detail::str_cat(true, " ", false), "true false");
-  EXPECT_EQ(detail::str_cat(std::vector<std::string>{"a", "b"}), "[a,b]");
-  EXPECT_EQ(detail::str_cat(std::vector<double>{0.5, 2}), "[0.5,2]");
-  EXPECT_EQ(detail::str_cat("x=", int64_t{-3}, " n=", size_t{12}), "x=-3 n=12");
-  EXPECT_EQ(detail::str_cat(), "");
+  EXPECT_EQ(str_cat(true, " ", false), "true false");
+  EXPECT_EQ(str_cat(std::vector<std::string>{"a", "b"}), "[a,b]");
+  EXPECT_EQ(str_cat(std::vector<double>{0.5, 2}), "[0.5,2]");
+  EXPECT_EQ(str_cat("x=", int64_t{-3}, " n=", size_t{12}), "x=-3 n=12");
+  EXPECT_EQ(str_cat(), "");
 }
 
 TEST(Error, ConditionIsEvaluatedOnceAndMessageOnlyOnFailure) {

@@ -121,13 +121,13 @@ TEST(CpValidation, UlyssesHeadsThatCannotSplit) {
                      "a2a: num_heads=3 is not divisible by the cp size=2");
   });
   CpQuery query{.comm_type = CommType::a2a, .cp_size = 4, .num_heads = 12, .num_kv_heads = 3};
-  ASSERT_TRUE(check(query).has_value());
-  EXPECT_NE(check(query)->find("num_kv_heads=3 is fewer than the cp size=4 and does not divide it"), std::string::npos)
-      << *check(query);
+  ASSERT_TRUE(unsupported_reason(query).has_value());
+  EXPECT_NE(unsupported_reason(query)->find("num_kv_heads=3 is fewer than the cp size=4 and does not divide it"), std::string::npos)
+      << *unsupported_reason(query);
   query.num_kv_heads = 6;
-  EXPECT_NE(check(query)->find("num_kv_heads=6 is not divisible by the cp size=4"), std::string::npos) << *check(query);
+  EXPECT_NE(unsupported_reason(query)->find("num_kv_heads=6 is not divisible by the cp size=4"), std::string::npos) << *unsupported_reason(query);
   query.num_kv_heads = 2;  // fewer KV heads than ranks: replicated
-  EXPECT_FALSE(check(query).has_value());
+  EXPECT_FALSE(unsupported_reason(query).has_value());
 }
 
 TEST(CpValidation, HierarchicalNeedsBothSubGroups) {
@@ -145,8 +145,8 @@ TEST(CpValidation, UnknownCommTypeListsTheValidOnes) {
 
 TEST(CpValidation, CausalMaskCannotLookAhead) {
   CpQuery query{.comm_type = CommType::p2p, .cp_size = 2, .mask = MaskType::causal, .window = {4, 2}};
-  ASSERT_TRUE(check(query).has_value());
-  EXPECT_NE(check(query)->find("a causal mask cannot look ahead: window right=2"), std::string::npos);
+  ASSERT_TRUE(unsupported_reason(query).has_value());
+  EXPECT_NE(unsupported_reason(query)->find("a causal mask cannot look ahead: window right=2"), std::string::npos);
 }
 
 }  // namespace

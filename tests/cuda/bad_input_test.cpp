@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <string>
 
-#include "attention/flash_attention.h"
+#include "attention/attention_op.h"
 #include "cuda_test_utils.h"
 #include "framework/autograd/gradcheck.h"
 #include "framework/autograd/ops.h"

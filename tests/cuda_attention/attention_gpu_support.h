@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "attention/attention_problem.h"
-#include "attention/flash_attention.h"
+#include "attention/attention_op.h"
 #include "cuda/cuda_test_utils.h"
 
 namespace cpf::testing {
@@ -25,7 +25,7 @@ struct AttentionResult {
 // Inputs are CPU tensors; they are moved to `device` for the call and the results back.
 inline AttentionResult run_attention_on(const Device& device, const Tensor& q, const Tensor& k, const Tensor& v,
                                         const Tensor& dout, const Tensor& dlse, const AttentionSpec& spec,
-                                        const std::optional<SequenceInfo>& seq, const FlashConfig& config) {
+                                        const std::optional<SequenceInfo>& seq, const AttentionKernelConfig& config) {
   auto put = [&](const Tensor& t) { return t.defined() ? raw::to(t, device) : Tensor(); };
   const Tensor dq_ = put(q), dk_ = put(k), dv_ = put(v);
   const raw::AttentionForward f = raw::attention_forward(dq_, dk_, dv_, spec, seq, config);

@@ -71,7 +71,7 @@ TEST_P(CpMlaLatentGpu, ShardsMatchTheCpuReference) {
   backward({ref.out}, {g.dout});
 
   std::vector<Result> results(2);
-  const FlashConfig flash{.backend = p.dtype == DType::f32 ? AttentionBackend::unfused : AttentionBackend::automatic};
+  const AttentionKernelConfig kernel_config{.backend = p.dtype == DType::f32 ? AttentionBackend::unfused : AttentionBackend::automatic};
   dist::launch(
       2,
       [&](dist::RankContext& rc) {

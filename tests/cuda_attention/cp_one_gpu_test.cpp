@@ -87,7 +87,7 @@ Global rounded_to(const Global& g, DType dtype) {
 
 // run_cp (cp_harness.h) on cuda:0: every rank's shards are moved to its device (cuda:0 for all on a
 // one-GPU machine), the strategy's attention calls use `flash`, and the results come back to the CPU.
-std::vector<Tensors> run_cp_on_gpu(const CpCase& c, const Global& g, const FlashConfig& flash) {
+std::vector<Tensors> run_cp_on_gpu(const CpCase& c, const Global& g, const AttentionKernelConfig& flash) {
   std::vector<Tensors> results(static_cast<size_t>(c.cp));
   const int64_t lse_dim = c.format == QkvFormat::thd ? 1 : 2;
   dist::launch(
@@ -126,7 +126,7 @@ TEST_P(CpOneGpu, ShardsEqualTheSingleRankResult) {
   unsetenv("CPF_ATTENTION_BACKEND");  // the parameter decides
   const CpCase c = case_of(p);
   const CpQuery query{c.comm, c.cp, c.a2a, c.format, c.mask, c.window, c.heads, c.kv_heads, c.d_qk, c.d_v, false};
-  ASSERT_FALSE(check(query).has_value()) << *check(query);
+  ASSERT_FALSE(unsupported_reason(query).has_value()) << *unsupported_reason(query);
 
   const Global g32 = make_global(c);
   const Global g = p.dtype == DType::f32 ? g32 : rounded_to(g32, p.dtype);

@@ -1,5 +1,5 @@
 // cuDNN's fused attention (attention/cuda/cudnn_sdpa.h) through the public API with
-// FlashConfig{.backend = cudnn}, against the CPU flash kernels run in f32 on the same bf16-rounded
+// AttentionKernelConfig{.backend = cudnn}, against the CPU flash kernels run in f32 on the same bf16-rounded
 // inputs. Tolerances are TransformerEngine's for bf16 fused attention, as the largest absolute error
 // relative to the largest reference magnitude: 2.5e-2 (MHA), 3.5e-2 (GQA/MQA); lse 1e-5 relative
 // (both sides compute it in f32). Exact checks on top: no NaN, -inf lse exactly where the reference
@@ -19,7 +19,7 @@
 
 #include "attention/attention_problem.h"
 #include "attention/cuda/cudnn_sdpa.h"
-#include "attention/flash_attention.h"
+#include "attention/attention_op.h"
 #include "cuda/cuda_test_utils.h"
 #include "framework/tensor/ops/copy.h"
 #include "framework/tensor/ops/views.h"
@@ -77,7 +77,7 @@ Result reference(const Case& c, const Inputs& in) {
   return {f.out, f.lse, g.dq, g.dk, g.dv};
 }
 
-FlashConfig cudnn_config(const Case& c) {
+AttentionKernelConfig cudnn_config(const Case& c) {
   return {.backend = AttentionBackend::cudnn, .deterministic = c.deterministic};
 }
 

@@ -155,7 +155,7 @@ TEST_F(AttentionBackendSelectionGpu, EnvironmentOverrideRunsUnfused) {
   const Tensor k = testing::random_cpu({2, 16, 2, 16}, DType::bf16, 4);
   const Tensor v = testing::random_cpu({2, 16, 2, 16}, DType::bf16, 5);
   const AttentionSpec spec{.mask = MaskType::causal};
-  const FlashConfig cudnn_config{.backend = AttentionBackend::cudnn};  // overridden by the environment
+  const AttentionKernelConfig cudnn_config{.backend = AttentionBackend::cudnn};  // overridden by the environment
   const raw::AttentionForward want = raw::attention_forward(q, k, v, spec);
   const raw::AttentionForward got =
       raw::attention_forward(testing::on_gpu(q), testing::on_gpu(k), testing::on_gpu(v), spec, {}, cudnn_config);

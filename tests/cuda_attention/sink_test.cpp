@@ -10,7 +10,7 @@
 
 #include "attention/attention_problem.h"
 #include "attention/cuda/cudnn_sdpa.h"
-#include "attention/flash_attention.h"
+#include "attention/attention_op.h"
 #include "cuda/cuda_test_utils.h"
 #include "cuda_attention/attention_gpu_support.h"
 #include "framework/tensor/ops/copy.h"
@@ -46,7 +46,7 @@ struct SinkResult {
 };
 
 // Forward and backward on `device` (CPU tensors in, CPU tensors out).
-SinkResult run_on(const Device& device, const SinkCase& c, DType dtype, uint64_t seed, const FlashConfig& config) {
+SinkResult run_on(const Device& device, const SinkCase& c, DType dtype, uint64_t seed, const AttentionKernelConfig& config) {
   auto input = [&](int64_t heads, uint64_t s) { return raw::to(raw::to(random_cpu(shape_of(c, heads), DType::bf16, s), dtype), device); };
   const Tensor q = input(c.h_q, seed), k = input(c.h_kv, seed + 1), v = input(c.h_kv, seed + 2);
   const Tensor dout = input(c.h_q, seed + 3);

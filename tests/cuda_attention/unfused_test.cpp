@@ -124,7 +124,7 @@ testing::AttentionTolerance tolerance_for(DType dtype) {
   return {.values = testing::rtol_for(dtype), .lse = testing::rtol_for(dtype)};
 }
 
-const FlashConfig kUnfused{.backend = AttentionBackend::unfused};
+const AttentionKernelConfig kUnfused{.backend = AttentionBackend::unfused};
 
 class UnfusedAttention : public testing::CudaTest {
  protected:

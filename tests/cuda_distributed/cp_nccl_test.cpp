@@ -13,7 +13,7 @@
 //        would send the backward to the unfused path): max |a - b| / max |ref| <= 2.5e-2 (MHA) or
 //        3.5e-2 (GQA), TransformerEngine's CP tolerances, for out, dq, dk, dv; lse (f32 on both sides)
 //        within 1e-4 of max |lse|.
-// The reference is dot_product_attention on cuda:0 with the same FlashConfig over the whole sequence;
+// The reference is dot_product_attention on cuda:0 with the same AttentionKernelConfig over the whole sequence;
 // each rank's out, lse, dq, dk, dv are compared with its dual-chunk shard of it (padding included:
 // the attention contract makes it exact zeros and -inf on both sides). A failure names the strategy,
 // case, rank, tensor, the error against its bound and the worst element with its (token, head, dim)
@@ -137,7 +137,7 @@ std::vector<Case> cases_of(const Strategy& s, Device reference_device) {
           k.name = name.str();
           const CpQuery query{c.comm, c.cp, c.a2a, c.format, c.mask, c.window, c.heads, c.kv_heads, c.d_qk, c.d_v,
                               false};
-          if (const auto reason = check(query)) ADD_FAILURE() << k.name << ": the strategy rejects it: " << *reason;
+          if (const auto reason = unsupported_reason(query)) ADD_FAILURE() << k.name << ": the strategy rejects it: " << *reason;
           k.global = in_dtype(make_global(c), dtype);
           k.reference = single_device_result(k, reference_device);
           cases.push_back(std::move(k));
@@ -279,7 +279,7 @@ TEST_P(CpNccl, EveryRankShardEqualsTheSingleGpuResult) {
     GTEST_SKIP() << strategy_name(s) << " needs " << s.cp << " GPUs, " << gpus
                  << " visible: it runs on the 4-GPU machine (nvidia-h200-x4)";
   }
-  unsetenv("CPF_ATTENTION_BACKEND");  // each case's FlashConfig decides
+  unsetenv("CPF_ATTENTION_BACKEND");  // each case's AttentionKernelConfig decides
   const std::vector<Case> cases = cases_of(s, Device::cuda(0));
   std::vector<std::vector<Tensors>> results;
   try {

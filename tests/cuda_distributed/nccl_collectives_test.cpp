@@ -42,7 +42,7 @@ TEST_F(NcclCollectives, AllReduceEveryDtypeOpAndLayout) {
             const Tensor expected = reference_reduce(inputs, op);
             const Tensor x = on_device(inputs[ctx.rank], ctx.device, layout);
             const std::string what = where(
-                n, ctx.rank, detail::str_cat("all_reduce ", reduce_op_name(op), " ", dtype, " ", layout_name(layout)));
+                n, ctx.rank, str_cat("all_reduce ", reduce_op_name(op), " ", dtype, " ", layout_name(layout)));
             EXPECT_TRUE(matches(ctx.world->all_reduce(x, op), expected, reduce_tolerance(dtype, op))) << what;
             // In place, into the (possibly strided) input itself.
             ctx.world->all_reduce_(x, op);
@@ -75,7 +75,7 @@ TEST_F(NcclCollectives, BroadcastFromEveryRoot) {
         for (DType dtype : {DType::f32, DType::bf16, DType::i64, DType::boolean}) {
           const Tensor mine = make_input({4, 9}, dtype, 300 + ctx.rank);
           const Tensor expected = make_input({4, 9}, dtype, 300 + root);
-          const std::string what = where(n, ctx.rank, detail::str_cat("broadcast root ", root, " ", dtype));
+          const std::string what = where(n, ctx.rank, str_cat("broadcast root ", root, " ", dtype));
           EXPECT_TRUE(matches(ctx.world->broadcast(on_device(mine, ctx.device, Layout::strided), root), expected, 0))
               << what;
           const Tensor in_place = on_device(mine, ctx.device, Layout::strided);
@@ -103,7 +103,7 @@ TEST_F(NcclCollectives, AllGatherEqualUnequalAlongEveryDim) {
             const Tensor expected = raw::cat(inputs, dim);
             const std::string what =
                 where(n, ctx.rank,
-                      detail::str_cat("all_gather dim ", dim, unequal ? " unequal " : " equal ", layout_name(layout)));
+                      str_cat("all_gather dim ", dim, unequal ? " unequal " : " equal ", layout_name(layout)));
             const Tensor x = on_device(inputs[ctx.rank], ctx.device, layout);
             EXPECT_TRUE(matches(ctx.world->all_gather(x, dim), expected, 0)) << what;
             // With out given (strided out too).
@@ -117,7 +117,7 @@ TEST_F(NcclCollectives, AllGatherEqualUnequalAlongEveryDim) {
       for (DType dtype : {DType::bf16, DType::boolean, DType::i32}) {
         const auto inputs = all_inputs(n, [&](int r) { return make_input({5, 2}, dtype, 550 + r); });
         EXPECT_TRUE(matches(ctx.world->all_gather(on_device(inputs[ctx.rank], ctx.device), 1), raw::cat(inputs, 1), 0))
-            << where(n, ctx.rank, detail::str_cat("all_gather ", dtype));
+            << where(n, ctx.rank, str_cat("all_gather ", dtype));
       }
     });
   }
@@ -140,7 +140,7 @@ TEST_F(NcclCollectives, ReduceScatterEvenUnevenSplitsAndOut) {
               const Tensor expected = raw::contiguous(raw::narrow(reduced, dim, offset, pieces[ctx.rank]));
               const std::string what = where(
                   n, ctx.rank,
-                  detail::str_cat("reduce_scatter dim ", dim, " total ", total, " ", reduce_op_name(op), " ", dtype));
+                  str_cat("reduce_scatter dim ", dim, " total ", total, " ", reduce_op_name(op), " ", dtype));
               const Tensor x = on_device(inputs[ctx.rank], ctx.device, Layout::strided);
               EXPECT_TRUE(matches(ctx.world->reduce_scatter(x, dim, op), expected, reduce_tolerance(dtype, op)))
                   << what;
@@ -186,7 +186,7 @@ TEST_F(NcclCollectives, AllToAllSplitAndConcatDims) {
             const Tensor expected = raw::cat(received, concat);
             const std::string what = where(
                 n, ctx.rank,
-                detail::str_cat("all_to_all split ", split, " concat ", concat, " ", dtype, " ", layout_name(layout)));
+                str_cat("all_to_all split ", split, " concat ", concat, " ", dtype, " ", layout_name(layout)));
             const Tensor x = on_device(inputs[ctx.rank], ctx.device, layout);
             EXPECT_TRUE(matches(ctx.world->all_to_all(x, split, concat), expected, 0)) << what;
             const Tensor out = on_device(zeros_like(expected), ctx.device, layout);

@@ -21,7 +21,7 @@ RankContext init_from_environment(const NcclInitOptions& options) {
 
 RankContext init_nccl_world(const LaunchEnvironment& env, const NcclInitOptions& options) {
   const std::string context =
-      detail::str_cat("init_from_environment (", env.launcher, ", rank ", env.rank, " of ", env.world_size, ")");
+      str_cat("init_from_environment (", env.launcher, ", rank ", env.rank, " of ", env.world_size, ")");
   const int gpus = cuda::device_count();
   // One visible GPU (srun --gpus-per-task=1, or CUDA_VISIBLE_DEVICES set per process): it is this rank's,
   // whatever the local rank; otherwise local rank r takes cuda:r.
@@ -57,7 +57,7 @@ RankContext init_nccl_world(const LaunchEnvironment& env, const NcclInitOptions&
   // Every rank met at the rendezvous, so none is known missing: creation gets at least kCreationFloor.
   const nccl::CreationWatch watch{
       .absent = {},
-      .stalled = detail::str_cat("every rank met at the rendezvous on ", env.master_addr, ":", env.master_port,
+      .stalled = str_cat("every rank met at the rendezvous on ", env.master_addr, ":", env.master_port,
                                  " and none has died since, so a rank stalls before creating its communicator, or "
                                  "NCCL cannot connect the ranks (NCCL_DEBUG=WARN tells more)")};
   ProcessGroupPtr world =

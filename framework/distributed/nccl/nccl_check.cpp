@@ -12,7 +12,7 @@ void throw_nccl_error(const char* file, int line, const char* call, ncclResult_t
     hint = " (a peer rank may have died or its network is unreachable; NCCL_DEBUG=WARN tells more)";
   }
   throw Error(file, line, call,
-              detail::str_cat(context, ": ", call, " failed: ", ncclGetErrorString(status), " (ncclResult ",
+              str_cat(context, ": ", call, " failed: ", ncclGetErrorString(status), " (ncclResult ",
                               static_cast<int>(status), ")", last && *last ? ": " : "", last ? last : "", hint));
 }
 

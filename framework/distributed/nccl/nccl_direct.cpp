@@ -13,7 +13,7 @@ void issue_direct(ProcessGroup& group, DirectOp op, const Tensor& send, const Te
   CPF_CHECK(nccl_group != nullptr, "issue_direct: ", group.describe(), " is a ", group.backend(),
             " group, not an NCCL group");
   const int n = group.size();
-  const std::string context = detail::str_cat("issue_direct on ", group.describe());
+  const std::string context = str_cat("issue_direct on ", group.describe());
   CPF_CHECK(send.is_contiguous() && recv.is_contiguous(), context, ": send and recv must be contiguous");
   CPF_CHECK(send.device() == nccl_group->device() && recv.device() == nccl_group->device(), context,
             ": send and recv must be on ", nccl_group->device());

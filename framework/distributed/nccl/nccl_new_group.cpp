@@ -46,8 +46,8 @@ std::string NcclProcessGroup::describe_members(const std::vector<int>& globals) 
   for (int g : globals) {
     local.push_back(static_cast<int>(std::find(global_ranks_.begin(), global_ranks_.end(), g) - global_ranks_.begin()));
   }
-  if (local.size() == 1) return detail::str_cat("rank ", local[0], " (global ", globals[0], ")");
-  return detail::str_cat("ranks ", local, " (global ", globals, ")");
+  if (local.size() == 1) return str_cat("rank ", local[0], " (global ", globals[0], ")");
+  return str_cat("ranks ", local, " (global ", globals, ")");
 }
 
 void NcclProcessGroup::meet_for_new_group(const std::vector<int>& ranks, const std::string& name, int count,
@@ -56,7 +56,7 @@ void NcclProcessGroup::meet_for_new_group(const std::vector<int>& ranks, const s
       id_, global_rank(), count, new_group_fingerprint(count, ranks, name), global_ranks_, state_->timeout());
   state_->check_alive(context);  // aborted while meeting: another rank failed
   if (!meeting.absent.empty()) {
-    const std::string reason = detail::str_cat(
+    const std::string reason = str_cat(
         context, ": ", describe_members(meeting.absent), " did not arrive at new_group #", count,
         " on this group (before ncclCommSplit into '", new_name, "') within the timeout of ",
         static_cast<double>(state_->timeout().count()) / 1000.0, " s; every rank of ",
@@ -81,10 +81,10 @@ void NcclProcessGroup::meet_for_new_group(const std::vector<int>& ranks, const s
 std::string NcclProcessGroup::split_stall_cause() const {
   const std::vector<int> elsewhere = state_->domain()->not_in_this_process(global_ranks_);
   if (elsewhere.empty()) {
-    return detail::str_cat("every rank of ", describe(), " arrived at this new_group, but NCCL did not finish ",
+    return str_cat("every rank of ", describe(), " arrived at this new_group, but NCCL did not finish ",
                            "creating the communicator (NCCL_DEBUG=WARN tells more)");
   }
-  return detail::str_cat("every rank of ", describe(), " must call new_group with the same ranks, in the same order; ",
+  return str_cat("every rank of ", describe(), " must call new_group with the same ranks, in the same order; ",
                          describe_members(elsewhere), " run in other processes, whose arrival this process cannot ",
                          "see: one of them never called it (it failed, returned, or waits in another operation)");
 }
@@ -99,7 +99,7 @@ std::shared_ptr<ProcessGroup> NcclProcessGroup::do_new_group(const std::vector<i
   const int key = member ? static_cast<int>(it - ranks.begin()) : 0;
   std::vector<int> globals;
   for (int r : ranks) globals.push_back(global_ranks_[static_cast<size_t>(r)]);
-  const std::string group_name = name.empty() ? detail::str_cat(name_, "/", globals) : name;
+  const std::string group_name = name.empty() ? str_cat(name_, "/", globals) : name;
   cuda::DeviceGuard guard(state_->device());
   if (state_->domain()->not_in_this_process(global_ranks_).empty()) {
     meet_for_new_group(ranks, name, count, group_name, context);
@@ -110,7 +110,7 @@ std::shared_ptr<ProcessGroup> NcclProcessGroup::do_new_group(const std::vector<i
   ncclComm_t child = nullptr;
   const int color = member ? 0 : NCCL_SPLIT_NOCOLOR;
   try {
-    run_nccl(detail::str_cat("ncclCommSplit of ", describe(), " into '", group_name, "' (global ranks ", globals, ")"),
+    run_nccl(str_cat("ncclCommSplit of ", describe(), " into '", group_name, "' (global ranks ", globals, ")"),
              [&] { return ncclCommSplit(comm_->comm, color, key, &child, nullptr); }, context, split_stall_cause());
   } catch (...) {
     // NCCL may have written the child before the abort: it is not registered anywhere, so abort it here
@@ -121,7 +121,7 @@ std::shared_ptr<ProcessGroup> NcclProcessGroup::do_new_group(const std::vector<i
   if (!member) return nullptr;
   CPF_CHECK(child != nullptr, context, ": ncclCommSplit returned no communicator for member rank ", rank_);
   return std::make_shared<NcclProcessGroup>(state_, child, key, std::move(globals), group_name,
-                                            detail::str_cat(id_, "/", count));
+                                            str_cat(id_, "/", count));
 }
 
 }  // namespace cpf::dist::nccl

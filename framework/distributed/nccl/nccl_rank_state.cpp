@@ -38,7 +38,7 @@ std::string AbortDomain::reason() const {
   std::lock_guard lock(mutex_);
   if (!aborted_.load(std::memory_order_relaxed)) return "";
   if (failed_rank_ < 0) return reason_;
-  return detail::str_cat("rank ", failed_rank_, " failed: ", reason_);
+  return str_cat("rank ", failed_rank_, " failed: ", reason_);
 }
 
 void AbortDomain::add(std::weak_ptr<NcclRankState> rank) {
@@ -176,7 +176,7 @@ std::string NcclRankState::poll_async_errors() {
     if (status != ncclSuccess || (async != ncclSuccess && async != ncclInProgress)) {
       const ncclResult_t shown = status != ncclSuccess ? status : async;
       const char* last = ncclGetLastError(c->comm);
-      return detail::str_cat("NCCL reported an asynchronous error on group '", c->group,
+      return str_cat("NCCL reported an asynchronous error on group '", c->group,
                              "': ", ncclGetErrorString(shown), last && *last ? ": " : "", last ? last : "",
                              " (a peer rank may have died)");
     }
@@ -215,9 +215,9 @@ void NcclRankState::watch_once() {
         continue;
       }
       if (q != cudaErrorNotReady && reason.empty()) {
-        reason = detail::str_cat(op.description, " failed on the device: ", cudaGetErrorString(q));
+        reason = str_cat(op.description, " failed on the device: ", cudaGetErrorString(q));
       } else if (q == cudaErrorNotReady && now - op.issued > timeout_ && reason.empty()) {
-        reason = detail::str_cat(op.description, " did not complete within the timeout of ", seconds(timeout_),
+        reason = str_cat(op.description, " did not complete within the timeout of ", seconds(timeout_),
                                  " s: a peer rank died, hangs, or issued different operations");
       }
       still.push_back(std::move(op));
@@ -243,7 +243,7 @@ void NcclRankState::run(Communicator& comm, const std::string& call, const std::
   // later call fails, and ncclCommDestroy refuses it): abort the world with this reason, as the poll
   // below does for NCCL's own failures, so the peers learn why and nothing leaks.
   if (nccl_failed(status)) {
-    const std::string reason = detail::str_cat(context, ": ", call, " failed: ", ncclGetErrorString(status),
+    const std::string reason = str_cat(context, ": ", call, " failed: ", ncclGetErrorString(status),
                                                " (ncclResult ", static_cast<int>(status), ")");
     abort(reason);
     abort_communicators();
@@ -269,7 +269,7 @@ void NcclRankState::wait_ready(Communicator& comm, const std::string& context, c
         if (asked != ncclSuccess) state = asked;
         if (nccl_failed(state)) {
           const char* last = ncclGetLastError(comm.comm);
-          if (last && *last) last_error = detail::str_cat(": ", last);
+          if (last && *last) last_error = str_cat(": ", last);
         }
       }
     }
@@ -282,11 +282,11 @@ void NcclRankState::wait_ready(Communicator& comm, const std::string& context, c
     }
     if (state == ncclSuccess) return;
     if (state != ncclInProgress) {
-      reason = detail::str_cat(context, ": ", call, " failed: ", ncclGetErrorString(state), " (ncclResult ",
+      reason = str_cat(context, ": ", call, " failed: ", ncclGetErrorString(state), " (ncclResult ",
                                static_cast<int>(state), ")", last_error,
                                " (a peer rank may have died or be unreachable; NCCL_DEBUG=WARN tells more)");
     } else if (std::chrono::steady_clock::now() - start > timeout_) {
-      reason = detail::str_cat(context, ": ", call, " did not complete within the timeout of ", seconds(timeout_),
+      reason = str_cat(context, ": ", call, " did not complete within the timeout of ", seconds(timeout_),
                                " s: ", stall_cause());
     }
     if (!reason.empty()) {
@@ -308,7 +308,7 @@ void NcclRankState::host_wait(cudaEvent_t event, const std::string& context, con
     CPF_CHECK(q == cudaErrorNotReady, context, ": the device reported ", cudaGetErrorName(q), ": ",
               cudaGetErrorString(q));
     if (std::chrono::steady_clock::now() - start > timeout_) {
-      const std::string reason = detail::str_cat(context, " did not complete within the timeout of ", seconds(timeout_),
+      const std::string reason = str_cat(context, " did not complete within the timeout of ", seconds(timeout_),
                                                  " s: ", stall_cause());
       abort(reason);
       CPF_FAIL(reason);

@@ -49,7 +49,7 @@ ncclComm_t create_communicator(int world_size, const ncclUniqueId& id, int rank,
     if (state == ncclSuccess) return comm;
     if (state != ncclInProgress) {
       const char* last = ncclGetLastError(comm);
-      const std::string last_text = last && *last ? detail::str_cat(": ", last) : "";
+      const std::string last_text = last && *last ? str_cat(": ", last) : "";
       (void)ncclCommAbort(comm);
       CPF_FAIL(what, " failed: ", ncclGetErrorString(state), " (ncclResult ", static_cast<int>(state), ")", last_text,
                " (a peer rank may have died or be unreachable; NCCL_DEBUG=WARN tells more)");

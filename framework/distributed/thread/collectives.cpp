@@ -29,7 +29,7 @@ std::string agree_outside_dim(const Round& round, int64_t dim) {
     Shape a = first, b = round.slots[r].desc.shape;
     if (a.size() == b.size()) a[static_cast<size_t>(dim)] = b[static_cast<size_t>(dim)];
     if (a != b) {
-      return detail::str_cat("ranks disagree on the shape outside dim ", dim, ": rank 0 has ", first, ", rank ", r,
+      return str_cat("ranks disagree on the shape outside dim ", dim, ": rank 0 has ", first, ", rank ", r,
                              " has ", round.slots[r].desc.shape);
     }
   }
@@ -161,7 +161,7 @@ std::vector<Tensor> run_all_gather(const OpContext& ctx, const Tensor& input, in
         for (size_t k = 0; k < r.slots.size(); ++k) {
           const Shape& given = r.slots[k].desc.out_shape;
           if (!given.empty() && given != total) {
-            return detail::str_cat("rank ", k, "'s out has shape ", given, " but the gathered result has shape ", total,
+            return str_cat("rank ", k, "'s out has shape ", given, " but the gathered result has shape ", total,
                                    " (sizes along dim ", dim, ": ", sizes, ")");
           }
         }
@@ -203,7 +203,7 @@ std::vector<Tensor> run_reduce_scatter(const OpContext& ctx, const Tensor& input
         auto offsets = std::make_shared<Offsets>(prefix_sums(pieces));
         const int64_t total = r.slots[0].desc.shape[static_cast<size_t>(dim)];
         if (offsets->back() != total) {
-          return detail::str_cat("the ranks' pieces along dim ", dim, " are ", pieces, " and add up to ",
+          return str_cat("the ranks' pieces along dim ", dim, " are ", pieces, " and add up to ",
                                  offsets->back(), ", but the input ", r.slots[0].desc.shape, " has ", total);
         }
         r.payload = offsets;
@@ -290,7 +290,7 @@ std::shared_ptr<GroupState> run_new_group(const OpContext& ctx, const std::vecto
         const OpDesc& d = r.slots[0].desc;
         std::vector<int> global;
         for (int member : d.ranks) global.push_back(parent.sync->global_ranks()[static_cast<size_t>(member)]);
-        const std::string group_name = d.name.empty() ? detail::str_cat(parent.sync->name(), d.ranks) : d.name;
+        const std::string group_name = d.name.empty() ? str_cat(parent.sync->name(), d.ranks) : d.name;
         r.payload = GroupState::create(group_name, std::move(global), parent.sync->timeout(), parent.sync->abort_ptr());
         return std::string();
       },
@@ -307,13 +307,13 @@ std::vector<Tensor> run_batch_p2p(GroupState& group, int rank, const std::vector
   for (const P2POp& op : ops) {
     if (op.kind != P2POp::Kind::send) continue;
     sent.push_back(group.mailbox.post(rank, op.peer, op.tag, host_view(op.tensor)));
-    sent_what.push_back(detail::str_cat("send to rank ", op.peer, " (tag ", op.tag, ") on group '", name, "'"));
+    sent_what.push_back(str_cat("send to rank ", op.peer, " (tag ", op.tag, ") on group '", name, "'"));
   }
   std::vector<Tensor> received;
   try {
     for (const P2POp& op : ops) {
       if (op.kind != P2POp::Kind::recv) continue;
-      const std::string what = detail::str_cat("recv from rank ", op.peer, " (tag ", op.tag, ") on group '", name, "'");
+      const std::string what = str_cat("recv from rank ", op.peer, " (tag ", op.tag, ") on group '", name, "'");
       const Tensor buffer =
           op.tensor.device().is_cpu() ? op.tensor : empty(op.tensor.shape(), {.dtype = op.tensor.dtype()});
       group.mailbox.receive(rank, op.peer, op.tag, buffer, what);

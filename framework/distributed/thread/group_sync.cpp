@@ -25,7 +25,7 @@ std::string AbortState::reason() const {
   std::lock_guard lock(mutex_);
   if (!aborted_.load(std::memory_order_relaxed)) return "";
   if (failed_rank_ < 0) return reason_;
-  return detail::str_cat("rank ", failed_rank_, " failed: ", reason_);
+  return str_cat("rank ", failed_rank_, " failed: ", reason_);
 }
 
 void AbortState::add_group(std::weak_ptr<GroupSync> group) {
@@ -40,14 +40,14 @@ GroupSync::GroupSync(std::string name, std::vector<int> global_ranks, std::chron
     : name_(std::move(name)), global_ranks_(std::move(global_ranks)), timeout_(timeout), abort_(std::move(abort)) {}
 
 std::string GroupSync::describe() const {
-  return detail::str_cat("group '", name_, "' (global ranks ", global_ranks_, ")");
+  return str_cat("group '", name_, "' (global ranks ", global_ranks_, ")");
 }
 
 std::string GroupSync::describe_ranks(const std::vector<int>& ranks) const {
   std::vector<int> global;
   for (int r : ranks) global.push_back(global_ranks_[static_cast<size_t>(r)]);
-  if (global == ranks) return detail::str_cat("ranks ", ranks);
-  return detail::str_cat("ranks ", ranks, " (global ", global, ")");
+  if (global == ranks) return str_cat("ranks ", ranks);
+  return str_cat("ranks ", ranks, " (global ", global, ")");
 }
 
 void GroupSync::wake() {
@@ -66,7 +66,7 @@ void GroupSync::wait(std::unique_lock<std::mutex>& lock, const std::string& what
     }
     if (ready()) return;
     if (cv_.wait_until(lock, deadline) == std::cv_status::timeout && !ready() && !abort_->aborted()) {
-      const std::string message = detail::str_cat(what, " timed out after ", timeout_.count(), " ms ", waiting_for());
+      const std::string message = str_cat(what, " timed out after ", timeout_.count(), " ms ", waiting_for());
       // abort() takes every group's mutex, this one included.
       lock.unlock();
       abort_->abort(global_rank, message);

@@ -39,7 +39,7 @@ void Mailbox::receive(int dst, int src, int tag, const Tensor& out, const std::s
     return message != nullptr && message->state == Message::State::posted;
   };
   sync_.wait(lock, what, sync_.global_ranks()[static_cast<size_t>(dst)], find, [&] {
-    return detail::str_cat("waiting for ", sync_.describe_ranks({src}), " to send (tag ", tag, ")");
+    return str_cat("waiting for ", sync_.describe_ranks({src}), " to send (tag ", tag, ")");
   });
   message->state = Message::State::reading;
   const Tensor data = message->data;
@@ -47,7 +47,7 @@ void Mailbox::receive(int dst, int src, int tag, const Tensor& out, const std::s
 
   std::string error;
   if (data.shape() != out.shape() || data.dtype() != out.dtype()) {
-    error = detail::str_cat("rank ", src, " sent ", data.shape(), " ", data.dtype(), " with tag ", tag, " but rank ",
+    error = str_cat("rank ", src, " sent ", data.shape(), " ", data.dtype(), " with tag ", tag, " but rank ",
                             dst, " receives into ", out.shape(), " ", out.dtype());
   } else if (!same_view(out, data)) {
     copy_view(out, data);
@@ -68,7 +68,7 @@ void Mailbox::complete_send(const std::shared_ptr<Message>& message, const std::
   sync_.wait(
       lock, what, sync_.global_ranks()[static_cast<size_t>(message->src)],
       [&] { return message->state == Message::State::consumed || message->state == Message::State::posted; },
-      [&] { return detail::str_cat("waiting for ", sync_.describe_ranks({message->dst}), " to finish copying"); });
+      [&] { return str_cat("waiting for ", sync_.describe_ranks({message->dst}), " to finish copying"); });
   if (message->state == Message::State::consumed) {
     CPF_CHECK(message->error.empty(), what, ": rank ", message->dst, " rejected the message: ", message->error);
     return;

@@ -8,7 +8,7 @@ namespace {
 std::string check_same_kind(const Round& round, uint64_t seq) {
   for (size_t r = 1; r < round.slots.size(); ++r) {
     if (round.slots[r].desc.kind != round.slots[0].desc.kind) {
-      return detail::str_cat("ranks issued different operations at step ", seq, ": rank 0 called ",
+      return str_cat("ranks issued different operations at step ", seq, ": rank 0 called ",
                              round.slots[0].desc.kind, ", rank ", r, " called ", round.slots[r].desc.kind,
                              "; every rank of a group must issue the same operations in the same order");
     }
@@ -51,7 +51,7 @@ std::shared_ptr<Round> Rendezvous::arrive(uint64_t seq, int rank, Slot slot, con
   sync_.wait(
       lock, what, global, [&] { return round->arrived == n; },
       [&] {
-        return detail::str_cat("at step ", seq, " waiting for ",
+        return str_cat("at step ", seq, " waiting for ",
                                sync_.describe_ranks(ranks_where(*round, [](const Slot& s) { return !s.arrived; })),
                                " to arrive");
       });
@@ -73,7 +73,7 @@ void Rendezvous::finish(uint64_t seq, const std::shared_ptr<Round>& round, int r
   sync_.wait(
       lock, what, global, [&] { return round->done == n; },
       [&] {
-        return detail::str_cat("at step ", seq, " waiting for ",
+        return str_cat("at step ", seq, " waiting for ",
                                sync_.describe_ranks(ranks_where(*round, [](const Slot& s) { return !s.done; })),
                                " to finish their part");
       });

@@ -80,7 +80,7 @@ std::string first_disagreement(const Round& round, const char* field, Get&& get)
   for (size_t r = 1; r < round.slots.size(); ++r) {
     const auto& other = get(round.slots[r].desc);
     if (!(other == first)) {
-      return detail::str_cat("ranks disagree on the ", field, ": rank 0 has ", first, ", rank ", r, " has ", other);
+      return str_cat("ranks disagree on the ", field, ": rank 0 has ", first, ", rank ", r, " has ", other);
     }
   }
   return "";

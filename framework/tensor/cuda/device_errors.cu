@@ -104,7 +104,7 @@ std::string message_of(const ErrorRecord& r) {
   const char* op = reinterpret_cast<const char*>(r.op);
   const std::vector<int64_t> shape(r.shape, r.shape + r.ndim);
   const std::vector<int64_t> pos = unravel(r.position, r.shape, r.ndim);
-  using ::cpf::detail::str_cat;
+  using ::cpf::str_cat;
   switch (static_cast<IndexErrorKind>(r.kind)) {
     case IndexErrorKind::embedding_id:
       return str_cat(op, ": id ", r.value, " at position ", pos, " of ids ", shape,
@@ -197,7 +197,7 @@ void sync_after_launch(const char* what) {
   const cudaError_t status = cudaDeviceSynchronize();
   if (status != cudaSuccess) {
     ::cpf::cuda::detail::throw_cuda_error(
-        __FILE__, __LINE__, ::cpf::detail::str_cat(what, " (CPF_CUDA_SYNC=1: failed while it ran)").c_str(), status);
+        __FILE__, __LINE__, ::cpf::str_cat(what, " (CPF_CUDA_SYNC=1: failed while it ran)").c_str(), status);
   }
   raise_device_errors(device);
 }

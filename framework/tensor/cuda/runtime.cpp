@@ -14,7 +14,7 @@ namespace detail {
 void throw_cuda_error(const char* file, int line, const char* call, cudaError_t status) {
   (void)cudaGetLastError();  // clear the (non-sticky) error so later checks do not report it again
   ::cpf::detail::throw_error(file, line, call,
-                             ::cpf::detail::str_cat("CUDA error in ", call, ": ", cudaGetErrorString(status), " (",
+                             ::cpf::str_cat("CUDA error in ", call, ": ", cudaGetErrorString(status), " (",
                                                     cudaGetErrorName(status), ")"));
 }
 

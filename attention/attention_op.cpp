@@ -1,4 +1,4 @@
-#include "attention/flash_attention.h"
+#include "attention/attention_op.h"
 
 #include <limits>
 
@@ -50,7 +50,7 @@ AttentionGrads with_sink_grad(AttentionGrads grads, const Tensor& dout, const Te
 }  // namespace
 
 AttentionForward attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec,
-                                   const std::optional<SequenceInfo>& seq, const FlashConfig& config) {
+                                   const std::optional<SequenceInfo>& seq, const AttentionKernelConfig& config) {
   const AttentionProblem p = check_attention_inputs(q, k, v, spec, seq, config);
   if (const DeviceAttentionKernels* device = device_kernels(q.device(), "attention_forward")) {
     return with_sink(device->forward(p, q, k, v), spec);
@@ -67,7 +67,7 @@ AttentionForward attention_forward(const Tensor& q, const Tensor& k, const Tenso
 
 AttentionGrads attention_backward(const Tensor& dout, const Tensor& dlse, const Tensor& q, const Tensor& k,
                                   const Tensor& v, const Tensor& out, const Tensor& lse, const AttentionSpec& spec,
-                                  const std::optional<SequenceInfo>& seq, const FlashConfig& config) {
+                                  const std::optional<SequenceInfo>& seq, const AttentionKernelConfig& config) {
   const AttentionProblem p = check_attention_inputs(q, k, v, spec, seq, config);
   check_same_shape(out, p.out_shape(), "out", "the attention output", q.device());
   check_same_shape(dout, p.out_shape(), "dout", "the attention output", q.device());

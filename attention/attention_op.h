@@ -45,7 +45,7 @@ struct AttentionGrads {
 
 AttentionForward attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec,
                                    const std::optional<SequenceInfo>& seq = std::nullopt,
-                                   const FlashConfig& config = {});
+                                   const AttentionKernelConfig& config = {});
 
 // dout has out's shape; dlse has lse's shape or is undefined (no gradient reaches lse). out and lse
 // are the forward results (or, for a CP tile, the merged global ones). With spec.sink set, the
@@ -53,7 +53,7 @@ AttentionForward attention_forward(const Tensor& q, const Tensor& k, const Tenso
 AttentionGrads attention_backward(const Tensor& dout, const Tensor& dlse, const Tensor& q, const Tensor& k,
                                   const Tensor& v, const Tensor& out, const Tensor& lse, const AttentionSpec& spec,
                                   const std::optional<SequenceInfo>& seq = std::nullopt,
-                                  const FlashConfig& config = {});
+                                  const AttentionKernelConfig& config = {});
 
 }  // namespace raw
 }  // namespace cpf
