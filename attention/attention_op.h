@@ -2,7 +2,8 @@
 // The non-differentiable attention kernels (namespace cpf::raw, like framework/tensor/ops): forward
 // returns out and the log-sum-exp, backward maps (dout, dlse) to (dq, dk, dv). The differentiable
 // cpf::dot_product_attention (dot_product_attention.h) wraps them; CP strategies call them directly
-// when they run their own per-tile backward with the global out and lse (docs/cp.md, "The strategies").
+// when they run their own per-tile backward with the global out and lse (docs/cp_design.md, "The
+// backward replays the ring").
 //
 // CPU implementation (attention/cpu/): FlashAttention-2 style. The forward walks KV tiles with an
 // online softmax, so memory beyond the inputs and outputs is O(tile) per thread, never O(s^2). The

@@ -1,6 +1,6 @@
 #pragma once
 // DeviceMesh: the world split into data-parallel (dp) and context-parallel (cp) groups, and the cp
-// group split again for hierarchical CP (a2a inside, p2p ring outside; see docs/cp.md, "The strategies").
+// group split again for hierarchical CP (a2a inside, p2p ring outside; see docs/cp_design.md, "a2a+p2p: hierarchical").
 //
 //   world = dp x cp,   cp = cp_a2a x cp_p2p
 //   global rank   g = d * cp + c            (cp is innermost: a CP group is a run of cp ranks)

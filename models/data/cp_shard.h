@@ -1,6 +1,6 @@
 #pragma once
 // Context-parallel sharding in the loader: each CP rank keeps its dual-chunk share of the global batch
-// (attention/cp/sharding.h; the layout is in docs/cp.md, "Sharding: the dual-chunk layout").
+// (attention/cp/sharding.h; the layout is in docs/cp_design.md, "The dual-chunk layout").
 //
 //   thd:  every sequence's padded slot is cut into 2P chunks and rank r keeps chunks r and 2P-1-r
 //         (cp::thd_shard / cp::shard_tokens); slots must be multiples of 2P, i.e. pad_multiple a

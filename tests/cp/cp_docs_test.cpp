@@ -1,4 +1,4 @@
-// docs/cp.md's support matrix is the one check() implements: regenerate it with
+// docs/cp.md's support matrix is the one unsupported_reason() implements: regenerate it with
 //   build/<preset>/tests/cp_cp_docs_test --print
 // and paste it between the markers.
 #include <gtest/gtest.h>

@@ -126,8 +126,8 @@ std::vector<int64_t> two_runs(int64_t a, int64_t b, int64_t n) {
   return p;
 }
 
-// The tiles of the causal ring (docs/cp.md, the p2p strategy) for S = 256 over 2 ranks (chunks of 64): rank 0 holds
-// positions 0..63 and 192..255, rank 1 holds 64..191. Each must be one cuDNN call.
+// The tiles of the causal ring (docs/cp_design.md, "The tile cases") for S = 256 over 2 ranks (chunks of
+// 64): rank 0 holds positions 0..63 and 192..255, rank 1 holds 64..191. Each must be one cuDNN call.
 TEST(CudnnMapping, RingDiagonalTileIsOneCausalBlock) {
   const auto pos = two_runs(0, 192, 64);
   const auto seq = SequenceInfo::from_lengths({128}).with_positions(pos, pos);
