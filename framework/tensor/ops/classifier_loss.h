@@ -1,0 +1,52 @@
+#pragma once
+// The fused classifier: LM head, softmax cross-entropy and the gradients of both in one op, over row
+// chunks, so the (T, V) logits never exist whole in any dtype (non-differentiable kernels;
+// cpf::classifier_loss in framework/autograd/functions/classifier_loss.h wraps them).
+//
+// For each chunk of R rows (a view of hidden (R, C)):
+//   logits (R, V) = hidden_chunk @ weight^T                        one GEMM (raw::matmul)
+//   one pass over each row: its loss, and dlogits = (softmax - onehot(label)) * scale written over the
+//     logits in their dtype (f32 math for bf16)                   DeviceOps::classifier_rows
+//   dhidden_chunk (R, C) = dlogits @ weight                        one GEMM
+//   dweight (V, C) += dlogits^T @ hidden_chunk                     one GEMM, accumulated in f32 (bf16 in)
+// with scale = 1 / divisor: the gradients of the returned loss, i.e. for an incoming loss gradient of 1.
+// Memory beyond the inputs: one (R, V) chunk, dhidden (T, C) and dweight (V, C) in the compute dtype
+// (f32 for bf16), the chunk's dweight term (V, C) and (T) f64 row losses.
+#include "framework/tensor/tensor.h"
+
+namespace cpf::raw {
+
+struct ClassifierLossOptions {
+  int64_t ignore_index = -100;
+  // The summed row losses are divided by this: the valid-label count over every rank that shares the
+  // step (so summing the ranks' losses gives their mean). 0 = this call's valid-label count (the mean;
+  // on a device the labels are then read back once to count them).
+  int64_t normalizer = 0;
+  // Rows per chunk; 0 = the most rows, a multiple of 128, whose (rows, V) logits fit kChunkBytes.
+  int64_t chunk_rows = 0;
+  // false: the loss only (no dlogits, no gradient GEMMs), e.g. under NoGradGuard.
+  bool compute_grads = true;
+};
+
+// The chunk size classifier_chunk_rows aims for: the logits of one chunk in the logits' dtype.
+inline constexpr int64_t kClassifierChunkBytes = int64_t(256) << 20;
+
+struct ClassifierLossResult {
+  Tensor loss;     // scalar: f32 for f32/bf16 inputs, f64 for f64
+  Tensor dhidden;  // (T, C) d loss / d hidden, in the compute dtype (f32 for bf16); undefined without grads
+  Tensor dweight;  // (V, C) d loss / d weight, in the compute dtype (f32 for bf16); undefined without grads
+  int64_t divisor = 0;  // what the summed loss was divided by (>= 1)
+  int64_t chunk_rows = 0;  // the chunk size used
+};
+
+// The rows per chunk for `options.chunk_rows` (0 = chosen by memory) at (rows, vocab) in `dtype`.
+int64_t classifier_chunk_rows(int64_t requested, int64_t rows, int64_t vocab, DType dtype);
+
+// hidden (T, C) and weight (V, C) floating of one dtype and device, labels (T) i32/i64 with values in
+// [0, V) or equal to ignore_index. loss = sum over valid rows of (lse - logits[label]) / divisor, 0 when
+// every label is ignored. A label outside [0, V) throws naming it, its row and V (on a device: at the
+// next call that waits for it, see framework/tensor/cuda/cuda.h).
+ClassifierLossResult classifier_loss(const Tensor& hidden, const Tensor& weight, const Tensor& labels,
+                                     const ClassifierLossOptions& options = {});
+
+}  // namespace cpf::raw
