@@ -171,5 +171,18 @@ Tensor record(const std::string& name, Tensor output, const std::vector<Tensor>&
   return record(name, std::vector<Tensor>{std::move(output)}, inputs, std::move(backward)).front();
 }
 
+Tensor record_source(const std::string& name, Tensor output, BackwardFn backward) {
+  CPF_CHECK(output.defined() && is_floating(output.dtype()),
+            "autograd::record_source(", name, "): the output must be a defined floating tensor, got ",
+            output.defined() ? dtype_name(output.dtype()) : "an undefined tensor");
+  auto node = std::make_shared<FunctionNode>(name, std::move(backward), std::vector<Edge>{}, std::vector<InputMeta>{},
+                                             1);
+  TensorImpl* impl = output.impl();
+  impl->requires_grad = true;
+  impl->grad_fn = std::move(node);
+  impl->output_nr = 0;
+  return output;
+}
+
 }  // namespace autograd
 }  // namespace cpf

@@ -124,6 +124,12 @@ std::vector<Tensor> record(const std::string& name, std::vector<Tensor> outputs,
                            BackwardFn backward);
 Tensor record(const std::string& name, Tensor output, const std::vector<Tensor>& inputs, BackwardFn backward);
 
+// Records `backward` as the origin of `output`'s gradient for an op with no local differentiable
+// input (dist::recv: the gradient goes back over the wire). `output` (a fresh tensor the caller owns)
+// becomes a non-leaf that requires grad; `backward` receives its gradient and returns no gradients.
+// The caller decides whether to record (grad mode, floating dtype).
+Tensor record_source(const std::string& name, Tensor output, BackwardFn backward);
+
 // The op name of the node the engine is running on this thread ("" outside backward).
 const std::string& current_backward_op();
 

@@ -107,18 +107,11 @@ Tensor recv(const Shape& shape, int src, ProcessGroup& group, TensorOptions opti
   group.recv(y, src, tag);
   if (!options.requires_grad || !grad_enabled() || !is_floating(dtype)) return y;
   // A node with no inputs: the gradient stops here and is sent back to the rank it came from.
-  auto node = std::make_shared<autograd::FunctionNode>(
-      "dist::recv",
-      [pg = group.shared_from_this(), src, tag, shape, dtype, device](const GradList& g) {
-        pg->send(grad_or_zeros(g[0], shape, dtype, device), src, tag);
-        return GradList{};
-      },
-      std::vector<autograd::Edge>{}, std::vector<autograd::InputMeta>{}, 1);
-  TensorImpl* impl = y.impl();
-  impl->requires_grad = true;
-  impl->grad_fn = node;
-  impl->output_nr = 0;
-  return y;
+  return autograd::record_source("dist::recv", y,
+                                 [pg = group.shared_from_this(), src, tag, shape, dtype, device](const GradList& g) {
+                                   pg->send(grad_or_zeros(g[0], shape, dtype, device), src, tag);
+                                   return GradList{};
+                                 });
 }
 
 void all_reduce_gradients(const std::vector<Tensor>& params, ProcessGroup& group, ReduceOp op) {

@@ -355,6 +355,25 @@ TEST(Engine, MultiOutputNodes) {
   EXPECT_EQ(grad_of(x), (std::vector<double>{3, 3}));
 }
 
+// A source node (what dist::recv records): no inputs, its backward receives the output's gradient.
+TEST(Engine, SourceNodesReceiveTheirOutputsGradient) {
+  std::vector<double> received;
+  Tensor y = autograd::record_source("source", vec({1, 2}, {2}), [&received](const autograd::GradList& g) {
+    received = g[0].to_vector<double>();
+    return autograd::GradList{};
+  });
+  EXPECT_TRUE(y.requires_grad());
+  ASSERT_NE(y.grad_fn(), nullptr);
+  EXPECT_EQ(y.grad_fn()->name(), "source");
+  EXPECT_TRUE(y.grad_fn()->next_edges().empty());
+  EXPECT_EQ(y.output_nr(), 0u);
+  backward(sum(mul(y, 3.0)));
+  EXPECT_EQ(received, (std::vector<double>{3, 3}));
+  EXPECT_CPF_ERROR(autograd::record_source("ids", zeros({2}, {.dtype = DType::i64}), nullptr),
+                   "autograd::record_source(ids): the output must be a defined floating tensor, got i64");
+  EXPECT_CPF_ERROR(autograd::record_source("none", Tensor(), nullptr), "got an undefined tensor");
+}
+
 // ---- detach ----
 
 TEST(Engine, DetachCutsTheGraph) {
