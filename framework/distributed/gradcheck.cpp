@@ -25,10 +25,7 @@ struct Element {
   int64_t index = 0;
 };
 
-}  // namespace
-
-GradcheckReport gradcheck(ProcessGroup& group, const GradcheckFn& fn, const std::vector<Tensor>& inputs,
-                          GradcheckOptions options) {
+void check_inputs(const std::vector<Tensor>& inputs, const GradcheckOptions& options) {
   CPF_CHECK(options.eps > 0, "dist::gradcheck: eps must be positive, got ", options.eps);
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (!inputs[i].defined() || !inputs[i].requires_grad()) continue;
@@ -38,32 +35,36 @@ GradcheckReport gradcheck(ProcessGroup& group, const GradcheckFn& fn, const std:
     CPF_CHECK(inputs[i].device().is_cpu(), "dist::gradcheck: input ", i, " of shape ", inputs[i].shape(), " is on ",
               inputs[i].device(), "; pass CPU inputs (fn may move them to the device with to(device))");
   }
-  const uint64_t rank_seed = options.seed + 7919 * static_cast<uint64_t>(group.rank());
+}
 
-  // Analytic: every rank seeds backward with its own weights at the same time.
+// Analytic: every rank seeds backward with its own random weights at the same time. Returns the
+// weights (one per output; undefined for outputs that are not floating).
+std::vector<Tensor> seed_backward(const GradcheckFn& fn, const std::vector<Tensor>& inputs, uint64_t rank_seed) {
   for (const Tensor& t : inputs) {
     if (t.defined() && t.requires_grad()) t.set_grad(Tensor());
   }
   std::vector<Tensor> weights;
-  {
-    std::vector<Tensor> outputs = fn(inputs);
-    Generator weight_gen(rank_seed);
-    std::vector<Tensor> roots, seeds;
-    for (const Tensor& out : outputs) {
-      if (!out.defined() || !is_floating(out.dtype())) {
-        weights.emplace_back();
-        continue;
-      }
-      weights.push_back(randn(out.shape(), {.dtype = DType::f64}, &weight_gen));
-      if (out.requires_grad()) {
-        roots.push_back(out);
-        seeds.push_back(raw::to(weights.back(), out.dtype()));
-      }
+  std::vector<Tensor> outputs = fn(inputs);
+  Generator weight_gen(rank_seed);
+  std::vector<Tensor> roots, seeds;
+  for (const Tensor& out : outputs) {
+    if (!out.defined() || !is_floating(out.dtype())) {
+      weights.emplace_back();
+      continue;
     }
-    if (!roots.empty()) backward(roots, seeds);
+    weights.push_back(randn(out.shape(), {.dtype = DType::f64}, &weight_gen));
+    if (out.requires_grad()) {
+      roots.push_back(out);
+      seeds.push_back(raw::to(weights.back(), out.dtype()));
+    }
   }
+  if (!roots.empty()) backward(roots, seeds);
+  return weights;
+}
 
-  // The elements this rank checks, and how many every rank checks (they take turns).
+// The elements this rank checks: all of each input, or a random max_elements_per_input of them.
+std::vector<Element> elements_to_check(const std::vector<Tensor>& inputs, const GradcheckOptions& options,
+                                       uint64_t rank_seed) {
   std::mt19937_64 rng(rank_seed);
   std::vector<Element> mine;
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -76,6 +77,18 @@ GradcheckReport gradcheck(ProcessGroup& group, const GradcheckFn& fn, const std:
     }
     for (int64_t e : all) mine.push_back({i, e});
   }
+  return mine;
+}
+
+}  // namespace
+
+GradcheckReport gradcheck(ProcessGroup& group, const GradcheckFn& fn, const std::vector<Tensor>& inputs,
+                          GradcheckOptions options) {
+  check_inputs(inputs, options);
+  const uint64_t rank_seed = options.seed + 7919 * static_cast<uint64_t>(group.rank());
+  const std::vector<Tensor> weights = seed_backward(fn, inputs, rank_seed);
+  // The elements this rank checks, and how many every rank checks (they take turns).
+  const std::vector<Element> mine = elements_to_check(inputs, options, rank_seed);
   const std::vector<int64_t> counts =
       group.all_gather(from_vector<int64_t>({static_cast<int64_t>(mine.size())}, {1})).to_vector<int64_t>();
 

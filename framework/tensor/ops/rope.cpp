@@ -32,9 +32,14 @@ void visit_position_type(DType dtype, Fn&& fn) {
   }
 }
 
-}  // namespace
+// x's layout as rope sees it: (B, T, H, D), B = 1 for thd; rot = the rotary dim resolved.
+struct RopeShape {
+  bool thd = false, per_batch = false;
+  int64_t batch = 1, seq = 0, heads = 0, dim = 0, rot = 0;
+};
 
-Tensor rope(const Tensor& x, const Tensor& positions, double base, int64_t rotary_dim, bool inverse) {
+// Every input rule, in the order the messages are tested.
+RopeShape check_rope_inputs(const Tensor& x, const Tensor& positions, double base, int64_t rotary_dim) {
   const char* op = "rope";
   check_defined(x, op, "x");
   check_defined(positions, op, "positions");
@@ -46,36 +51,39 @@ Tensor rope(const Tensor& x, const Tensor& positions, double base, int64_t rotar
             x.device());
   CPF_CHECK(positions.dtype() == DType::i32 || positions.dtype() == DType::i64, op,
             ": positions must be i32 or i64, got ", positions.dtype());
-  const bool thd = x.dim() == 3;
-  const int64_t batch = thd ? 1 : x.size(0), seq = x.size(-3), heads = x.size(-2), dim = x.size(-1);
-  const bool per_batch = !thd && positions.shape() == Shape{batch, seq};
-  if (thd) {
-    CPF_CHECK(positions.shape() == Shape{seq}, op, ": positions must have shape [T]=[", seq, "] for x ", x.shape(),
-              " (thd), got ", positions.shape());
+  RopeShape r;
+  r.thd = x.dim() == 3;
+  r.batch = r.thd ? 1 : x.size(0);
+  r.seq = x.size(-3);
+  r.heads = x.size(-2);
+  r.dim = x.size(-1);
+  r.per_batch = !r.thd && positions.shape() == Shape{r.batch, r.seq};
+  if (r.thd) {
+    CPF_CHECK(positions.shape() == Shape{r.seq}, op, ": positions must have shape [T]=[", r.seq, "] for x ",
+              x.shape(), " (thd), got ", positions.shape());
   } else {
-    CPF_CHECK(per_batch || positions.shape() == Shape{seq}, op, ": positions must have shape [T]=[", seq,
-              "] or [B, T]=[", batch, ",", seq, "] for x ", x.shape(), " (bshd), got ", positions.shape());
+    CPF_CHECK(r.per_batch || positions.shape() == Shape{r.seq}, op, ": positions must have shape [T]=[", r.seq,
+              "] or [B, T]=[", r.batch, ",", r.seq, "] for x ", x.shape(), " (bshd), got ", positions.shape());
   }
-  const int64_t rot = rotary_dim == -1 ? dim : rotary_dim;
-  CPF_CHECK(rot > 0 && rot <= dim && rot % 2 == 0, op, ": rotary_dim must be even and in 1..D=", dim, ", got ",
-            rot, rotary_dim == -1 ? " (rotary_dim=-1 means D)" : "", " for x ", x.shape());
+  r.rot = rotary_dim == -1 ? r.dim : rotary_dim;
+  CPF_CHECK(r.rot > 0 && r.rot <= r.dim && r.rot % 2 == 0, op, ": rotary_dim must be even and in 1..D=", r.dim,
+            ", got ", r.rot, rotary_dim == -1 ? " (rotary_dim=-1 means D)" : "", " for x ", x.shape());
   CPF_CHECK(std::isfinite(base) && base > 0, op, ": base must be finite and > 0, got ", base);
-  if (!x.device().is_cpu()) {
-    Tensor out = empty(x.shape(), {.dtype = x.dtype(), .device = x.device()});
-    device_kernel(x.device(), &DeviceOps::rope, op)(out, x.stride(-1) == 1 ? x : contiguous(x), contiguous(positions),
-                                                    base, rot, inverse);
-    return out;
-  }
+  return r;
+}
 
-  const int64_t half = rot / 2;
+// The CPU kernel: angles in double, the rotation in A (f32 for f32/bf16, f64 for f64).
+Tensor rope_cpu(const Tensor& x, const Tensor& positions, double base, const RopeShape& r, bool inverse) {
+  const int64_t half = r.rot / 2;
   std::vector<double> inv_freq(static_cast<size_t>(half));
   for (int64_t i = 0; i < half; ++i) {
-    inv_freq[i] = std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(rot));
+    inv_freq[i] = std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(r.rot));
   }
   const Tensor pos = contiguous(positions);
   const int64_t npos = pos.numel();
   const Tensor xs = x.stride(-1) == 1 ? x : contiguous(x);
-  const int64_t sb = thd ? 0 : xs.stride(0), st = xs.stride(-3), sh = xs.stride(-2);
+  const int64_t sb = r.thd ? 0 : xs.stride(0), st = xs.stride(-3), sh = xs.stride(-2);
+  const int64_t seq = r.seq, heads = r.heads, dim = r.dim, rot = r.rot;
   Tensor out = empty(x.shape(), {.dtype = x.dtype()});
 
   visit_storage(x.dtype(), [&]<class S, class A>() {
@@ -98,13 +106,13 @@ Tensor rope(const Tensor& x, const Tensor& positions, double base, int64_t rotar
     });
     const S* xb = xs.data<S>();
     S* ob = out.data<S>();
-    const int64_t tokens = batch * seq;
+    const int64_t tokens = r.batch * seq;
 #if defined(CPF_WITH_OPENMP)
 #pragma omp parallel for if (tokens > 1 && out.numel() >= cpu::kParallelGrain) schedule(static)
 #endif
     for (int64_t bt = 0; bt < tokens; ++bt) {
       const int64_t b = bt / seq, t = bt % seq;
-      const int64_t row = per_batch ? bt : t;
+      const int64_t row = r.per_batch ? bt : t;
       const A* c = cos_t.data() + row * half;
       const A* s = sin_t.data() + row * half;
       for (int64_t h = 0; h < heads; ++h) {
@@ -120,6 +128,18 @@ Tensor rope(const Tensor& x, const Tensor& positions, double base, int64_t rotar
       }
     }
   });
+  return out;
+}
+
+}  // namespace
+
+Tensor rope(const Tensor& x, const Tensor& positions, double base, int64_t rotary_dim, bool inverse) {
+  const RopeShape r = check_rope_inputs(x, positions, base, rotary_dim);
+  if (x.device().is_cpu()) return rope_cpu(x, positions, base, r, inverse);
+  // x (B, T, H, D) or (T, H, D) with unit stride along D; positions contiguous (device_ops.h).
+  Tensor out = empty(x.shape(), {.dtype = x.dtype(), .device = x.device()});
+  device_kernel(x.device(), &DeviceOps::rope, "rope")(out, x.stride(-1) == 1 ? x : contiguous(x),
+                                                      contiguous(positions), base, r.rot, inverse);
   return out;
 }
 
