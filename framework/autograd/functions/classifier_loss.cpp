@@ -18,8 +18,8 @@ Tensor scaled(const Tensor& grad, const Tensor& g, DType dtype) {
 }  // namespace
 
 Tensor classifier_loss(const Tensor& hidden, const Tensor& weight, const Tensor& labels,
-                       const raw::ClassifierLossOptions& options) {
-  raw::ClassifierLossOptions o = options;
+                       const ClassifierLossOptions& options) {
+  ClassifierLossOptions o = options;
   o.compute_grads = autograd::any_requires_grad({hidden, weight});
   raw::ClassifierLossResult r = raw::classifier_loss(hidden, weight, labels, o);
   if (!o.compute_grads) return r.loss;

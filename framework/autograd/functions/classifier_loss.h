@@ -14,6 +14,6 @@ namespace cpf {
 // valid-label count: the mean). f32 for f32/bf16 inputs, f64 for f64. Gradients arrive in the inputs'
 // dtypes (dweight summed over the chunks in f32 for bf16).
 Tensor classifier_loss(const Tensor& hidden, const Tensor& weight, const Tensor& labels,
-                       const raw::ClassifierLossOptions& options = {});
+                       const ClassifierLossOptions& options = {});
 
 }  // namespace cpf

@@ -14,19 +14,25 @@
 // (f32 for bf16), the chunk's dweight term (V, C) and (T) f64 row losses.
 #include "framework/tensor/tensor.h"
 
-namespace cpf::raw {
+namespace cpf {
 
+// In namespace cpf (not raw) so that calls of cpf::classifier_loss do not also find the raw op by
+// argument-dependent lookup.
 struct ClassifierLossOptions {
   int64_t ignore_index = -100;
   // The summed row losses are divided by this: the valid-label count over every rank that shares the
   // step (so summing the ranks' losses gives their mean). 0 = this call's valid-label count (the mean;
   // on a device the labels are then read back once to count them).
   int64_t normalizer = 0;
-  // Rows per chunk; 0 = the most rows, a multiple of 128, whose (rows, V) logits fit kChunkBytes.
+  // Rows per chunk; 0 = the most rows, a multiple of 128, whose (rows, V) logits fit raw::kClassifierChunkBytes.
   int64_t chunk_rows = 0;
   // false: the loss only (no dlogits, no gradient GEMMs), e.g. under NoGradGuard.
   bool compute_grads = true;
 };
+
+}  // namespace cpf
+
+namespace cpf::raw {
 
 // The chunk size classifier_chunk_rows aims for: the logits of one chunk in the logits' dtype.
 inline constexpr int64_t kClassifierChunkBytes = int64_t(256) << 20;
