@@ -106,7 +106,7 @@ GPT::GPT(const GPTOptions& options, Generator* gen) : options_(options) {
   }
   NormLayer norm = make_norm(o);
   final_norm_ = register_module("final_norm", norm.module);
-  final_norm_fn_ = norm.apply;
+  final_norm_fn_ = norm.add;
   if (!o.tie_embeddings) {
     lm_head_ = register_module("lm_head", std::make_shared<nn::Linear>(nn::LinearOptions{.in_features = o.hidden_size,
                                                                                          .out_features = o.vocab_size,
@@ -134,9 +134,9 @@ Tensor GPT::forward(const GPTInput& in, const cp::ContextParallel* cp) const {
   CPF_CHECK(in.tokens.device() == device() && in.positions.device() == device(), "GPT: tokens on ",
             in.tokens.device(), " and positions on ", in.positions.device(), " must be on the model's device ",
             device(), " (move the batch, e.g. models::to_device in models/gpt_input.h)");
-  Tensor x = embed(in.tokens, in.positions);
-  for (const auto& block : blocks_) x = block->forward(x, in.seq, cp);
-  return logits(x);
+  BlockOutput out{embed(in.tokens, in.positions), Tensor()};  // (T, C) stream, nothing pending yet
+  for (const auto& block : blocks_) out = block->forward(out.x, out.pending, in.seq, cp);
+  return logits(out.x, out.pending);
 }
 
 Tensor GPT::embed(const Tensor& tokens, const Tensor& positions) const {
@@ -163,8 +163,8 @@ Tensor GPT::embed(const Tensor& tokens, const Tensor& positions) const {
   return x;
 }
 
-Tensor GPT::logits(const Tensor& x_in) const {
-  const Tensor x = precision().to_compute(final_norm_fn_(x_in));  // (T, C) in the compute dtype
+Tensor GPT::logits(const Tensor& x_in, const Tensor& pending) const {
+  const Tensor x = final_norm_fn_(x_in, pending, precision().compute).y;  // (T, C) in the compute dtype
   if (lm_head_) return lm_head_->forward(x);                    // (T, V)
   const Tensor table = nn::compute_parameter(embed_tokens_->weight(), x.dtype(), "GPT", "tied embedding");
   return linear(x, table);  // (T, V): the gradient of the table arrives (V, C), as the table is
@@ -180,9 +180,9 @@ Tensor GPT::forward_cached(const Tensor& tokens, const nn::KVCacheStep& step, st
   CPF_CHECK(caches.size() == blocks_.size(), "GPT::forward_cached: need one KVCache per block (", blocks_.size(),
             "), got ", caches.size());
   const std::vector<int64_t> pos = step.positions();
-  Tensor x = embed(tokens, from_vector(pos, {static_cast<int64_t>(pos.size())}, device()));
-  for (size_t i = 0; i < blocks_.size(); ++i) x = blocks_[i]->forward_cached(x, step, caches[i]);
-  return logits(x);
+  BlockOutput out{embed(tokens, from_vector(pos, {static_cast<int64_t>(pos.size())}, device())), Tensor()};
+  for (size_t i = 0; i < blocks_.size(); ++i) out = blocks_[i]->forward_cached(out.x, out.pending, step, caches[i]);
+  return logits(out.x, out.pending);
 }
 
 Tensor GPT::loss(const Tensor& logits, const Tensor& labels, int64_t normalizer, int64_t valid_labels) {

@@ -27,6 +27,7 @@
 #include "attention/cp/context_parallel.h"
 #include "attention/modules/kv_cache.h"
 #include "attention/sequence_info.h"
+#include "framework/autograd/functions/add_norm.h"
 #include "framework/config/schema.h"
 #include "framework/core/generator.h"
 #include "framework/nn/embedding.h"
@@ -165,13 +166,14 @@ class GPT : public nn::Module {
 
  private:
   Tensor embed(const Tensor& tokens, const Tensor& positions) const;  // (T, C) residual stream
-  Tensor logits(const Tensor& x) const;                               // final norm and LM head
+  // The last block's pending MLP output added to x inside final_norm (fused), then the LM head.
+  Tensor logits(const Tensor& x, const Tensor& pending) const;
 
   GPTOptions options_;
   std::shared_ptr<nn::Embedding> embed_tokens_, embed_positions_;
   std::vector<std::shared_ptr<GPTBlock>> blocks_;
   std::shared_ptr<nn::Module> final_norm_;
-  std::function<Tensor(const Tensor&)> final_norm_fn_;
+  std::function<AddNormOutput(const Tensor&, const Tensor&, DType)> final_norm_fn_;  // fused add + norm
   std::shared_ptr<nn::Linear> lm_head_;
 };
 

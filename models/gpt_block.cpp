@@ -11,11 +11,11 @@ namespace cpf::models {
 NormLayer make_norm(const GPTOptions& o) {
   if (o.norm == NormType::rmsnorm) {
     auto norm = std::make_shared<nn::RMSNorm>(nn::RMSNormOptions{.dim = o.hidden_size, .eps = o.norm_eps, .dtype = o.dtype});
-    return {norm, [norm](const Tensor& x) { return norm->forward(x); }};
+    return {norm, [norm](const Tensor& x, const Tensor& b, DType out) { return norm->forward_add(x, b, out); }};
   }
   auto norm = std::make_shared<nn::LayerNorm>(
       nn::LayerNormOptions{.dim = o.hidden_size, .eps = o.norm_eps, .bias = o.bias, .dtype = o.dtype});
-  return {norm, [norm](const Tensor& x) { return norm->forward(x); }};
+  return {norm, [norm](const Tensor& x, const Tensor& b, DType out) { return norm->forward_add(x, b, out); }};
 }
 
 void reinit_normal(const Tensor& weight, double std, Generator* gen) {
@@ -96,20 +96,20 @@ GPTBlock::GPTBlock(const GPTOptions& o, Generator* gen)
                                                            gen));
 }
 
-Tensor GPTBlock::forward(const Tensor& x, const SequenceInfo& seq, const cp::ContextParallel* cp) const {
-  const Tensor h = precision_.to_compute(attn_norm_.apply(x));                           // (T, C) compute dtype
-  const Tensor attn = mha_ ? mha_->forward(h, seq, cp) : mla_->forward(h, seq, cp);  // (T, C) compute dtype
-  const Tensor x1 = add(x, precision_.to_param(attn));
-  const Tensor m = mlp_->forward(precision_.to_compute(mlp_norm_.apply(x1)));  // (T, C) compute dtype
-  return add(x1, precision_.to_param(m));                                       // (T, C)
+BlockOutput GPTBlock::forward(const Tensor& x, const Tensor& pending, const SequenceInfo& seq,
+                              const cp::ContextParallel* cp) const {
+  const AddNormOutput a = attn_norm_.add(x, pending, precision_.compute);  // x1 (T, C), y compute dtype
+  const Tensor attn = mha_ ? mha_->forward(a.y, seq, cp) : mla_->forward(a.y, seq, cp);  // (T, C) compute dtype
+  const AddNormOutput m = mlp_norm_.add(a.x1, attn, precision_.compute);
+  return {m.x1, mlp_->forward(m.y)};  // (T, C) each; the MLP output is added by the next norm
 }
 
-Tensor GPTBlock::forward_cached(const Tensor& x, const nn::KVCacheStep& step, nn::KVCache& cache) const {
-  const Tensor h = precision_.to_compute(attn_norm_.apply(x));  // (T_new, C) compute dtype
-  const Tensor attn = mha_ ? mha_->forward_cached(h, step, cache) : mla_->forward_cached(h, step, cache);
-  const Tensor x1 = add(x, precision_.to_param(attn));
-  const Tensor m = mlp_->forward(precision_.to_compute(mlp_norm_.apply(x1)));
-  return add(x1, precision_.to_param(m));  // (T_new, C)
+BlockOutput GPTBlock::forward_cached(const Tensor& x, const Tensor& pending, const nn::KVCacheStep& step,
+                                     nn::KVCache& cache) const {
+  const AddNormOutput a = attn_norm_.add(x, pending, precision_.compute);  // (T_new, C) each
+  const Tensor attn = mha_ ? mha_->forward_cached(a.y, step, cache) : mla_->forward_cached(a.y, step, cache);
+  const AddNormOutput m = mlp_norm_.add(a.x1, attn, precision_.compute);
+  return {m.x1, mlp_->forward(m.y)};  // (T_new, C) each
 }
 
 }  // namespace cpf::models

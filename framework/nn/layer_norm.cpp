@@ -25,4 +25,14 @@ Tensor LayerNorm::forward(const Tensor& x) const {
   return layer_norm(x, weight, compute_parameter(bias_, x.dtype(), "LayerNorm", "bias"), options_.eps);
 }
 
+AddNormOutput LayerNorm::forward_add(const Tensor& x, const Tensor& branch, DType out_dtype) const {
+  const profile::Scope scope("forward/layer_norm", x.defined() ? x.device() : Device::cpu());
+  CPF_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == options_.dim, "LayerNorm: input of shape ",
+            x.defined() ? x.shape() : Shape{}, " does not end in dim=", options_.dim);
+  // The parameters follow the stream x (f32 under mixed precision): only y is narrowed.
+  const Tensor weight = compute_parameter(weight_, x.dtype(), "LayerNorm", "weight");
+  const Tensor bias = compute_parameter(bias_, x.dtype(), "LayerNorm", "bias");
+  return add_layer_norm(x, branch, weight, bias, options_.eps, out_dtype);
+}
+
 }  // namespace cpf::nn

@@ -23,4 +23,12 @@ Tensor RMSNorm::forward(const Tensor& x) const {
   return rms_norm(x, compute_parameter(weight_, x.dtype(), "RMSNorm", "weight"), options_.eps);
 }
 
+AddNormOutput RMSNorm::forward_add(const Tensor& x, const Tensor& branch, DType out_dtype) const {
+  const profile::Scope scope("forward/rms_norm", x.defined() ? x.device() : Device::cpu());
+  CPF_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == options_.dim, "RMSNorm: input of shape ",
+            x.defined() ? x.shape() : Shape{}, " does not end in dim=", options_.dim);
+  // The gain follows the stream x (f32 under mixed precision): only y is narrowed.
+  return add_rms_norm(x, branch, compute_parameter(weight_, x.dtype(), "RMSNorm", "weight"), options_.eps, out_dtype);
+}
+
 }  // namespace cpf::nn
