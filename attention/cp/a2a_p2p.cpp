@@ -12,7 +12,9 @@
 // After the a2a each rank holds its a2a group's tokens (a dual-chunk layout of the p2p group with
 // double-size chunks, as in TransformerEngine) for H/A heads; the ring of p2p.cpp then runs with
 // each member's storage described by its a2a group's layout. Positions on every token keep the
-// masks exact; the output and lse go back through the inverse a2a.
+// masks exact; the output and lse go back through the inverse a2a. The a2a stage is pipelined by
+// head groups as in a2a.cpp: the ring of head group i runs while group i+1's all-to-all is in flight
+// (the MLA latent path keeps one group: it all-gathers the latent instead of trading K/V heads).
 #include "attention/cp/strategy.h"
 #include "framework/tensor/ops/copy.h"
 #include "framework/tensor/ops/views.h"
@@ -31,9 +33,9 @@ struct Hierarchy {
 // a2a groups must be runs of consecutive CP ranks and p2p groups the strided sets across them, the
 // layout DeviceMesh builds; the ring needs to know every p2p member's a2a group.
 Hierarchy hierarchy(const CpContext& ctx) {
-  CPF_CHECK(ctx.groups.a2a_group && ctx.groups.p2p_group,
+  CPF_CHECK(ctx.config.a2a_group && ctx.config.p2p_group,
             "a2a+p2p: ContextParallel needs a2a_group and p2p_group (build them with dist::DeviceMesh)");
-  Hierarchy h{ctx.groups.a2a_group.get(), ctx.groups.p2p_group.get(), {}, {}};
+  Hierarchy h{ctx.config.a2a_group.get(), ctx.config.p2p_group.get(), {}, {}};
   const int a2a = h.a2a->size(), p2p = h.p2p->size();
   CPF_CHECK(static_cast<int64_t>(a2a) * p2p == ctx.cp_size, "a2a+p2p: a2a group size ", a2a, " x p2p group size ", p2p,
             " != cp size ", ctx.cp_size);
@@ -100,23 +102,26 @@ CpGrads latent_backward(const CpContext& ctx, const Hierarchy& h, const Tensor& 
 CpForward a2a_p2p_forward(const CpContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v) {
   const Hierarchy h = hierarchy(ctx);
   if (ctx.latent) return latent_forward(ctx, h, q, k);
-  const auto qkv = ulysses_in(ctx, *h.a2a, h.own, q, k, v);
-  // The sink joins the ring's merged rows of this rank's head slice, once.
-  const CpForward ring =
-      with_sink(ctx, ring_forward(ctx, *h.p2p, h.members, qkv[0], qkv[1], qkv[2]), h.a2a->rank() * qkv[0].size(1));
-  CpForward forward = ulysses_out(ctx, *h.a2a, h.own, ring.out, ring.lse);
-  forward.extra = {qkv[0], qkv[1], qkv[2], ring.out, ring.lse};
-  return forward;
+  // The a2a stage pipelined by head groups (a2a.cpp): group i's ring runs while group i+1's exchange is
+  // in flight. The sink joins the ring's merged rows of each head group, once.
+  const int64_t a = h.a2a->size();
+  const int64_t g = a2a_head_groups(ctx, q.size(1) / a, std::max<int64_t>(k.size(1), a) / a, h.own.tokens());
+  return ulysses_pipelined_forward(ctx, *h.a2a, h.own, q, k, v, g,
+                                   [&](const Tensor& qh, const Tensor& kh, const Tensor& vh, int64_t first_head) {
+                                     return with_sink(ctx, ring_forward(ctx, *h.p2p, h.members, qh, kh, vh), first_head);
+                                   });
 }
 
-CpGrads a2a_p2p_backward(const CpContext& ctx, const Tensor& dout, const Tensor& dlse, const Tensor& q,
-                         const Tensor& k, const Tensor& v, const CpSaved& saved) {
+CpGrads a2a_p2p_backward(const CpContext& ctx, const Tensor& dout, const Tensor& dlse, const Tensor& /*q*/,
+                         const Tensor& k, const Tensor& /*v*/, const CpSaved& saved) {
   const Hierarchy h = hierarchy(ctx);
   if (ctx.latent) return latent_backward(ctx, h, dout, dlse, saved);
-  const auto [dout_heads, dlse_heads] = ulysses_grad_in(ctx, *h.a2a, h.own, dout, dlse);
-  const auto& e = saved.extra;  // q, k, v, out, lse of this rank's head slice, sequence-major
-  const CpGrads heads = ring_backward(ctx, *h.p2p, h.members, dout_heads, dlse_heads, e[0], e[1], e[2], {e[3], e[4], {}});
-  return ulysses_grad_out(ctx, *h.a2a, h.own, heads, k);
+  return ulysses_pipelined_backward(ctx, *h.a2a, h.own, dout, dlse, k, saved.extra,
+                                    [&](const Tensor& dout_h, const Tensor& dlse_h, const Tensor* e) {
+                                      // e: q, k, v, out, lse of this head group, sequence-major
+                                      return ring_backward(ctx, *h.p2p, h.members, dout_h, dlse_h, e[0], e[1], e[2],
+                                                           {e[3], e[4], {}});
+                                    });
 }
 
 }  // namespace cpf::cp

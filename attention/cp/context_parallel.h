@@ -43,6 +43,10 @@ struct ContextParallel {
   // MLA modules under p2p, all_gather, a2a+p2p: move the latent instead of the expanded K/V (latent_kv.h;
   // attention.cp_mla_latent). `automatic` lets choose_mla_latent decide per call shape.
   MlaLatentMode mla_latent = MlaLatentMode::automatic;
+  // a2a, a2a+p2p: the all-to-alls pipelined with attention by head groups (the exchange of group i+1
+  // runs while group i attends; docs/cp.md, "a2a"). 0 = automatic (choose_a2a_head_groups), else
+  // the count, which must divide the query and KV heads each rank attends.
+  int a2a_head_groups = 0;
 };
 
 // What one call did, for tests, benchmarks and docs (bytes are what this rank sent).

@@ -2,6 +2,7 @@
 // Internal interface between context_parallel_attention (validation, format conversion, autograd)
 // and the strategies. Tensors here are in thd form on this rank's local storage (layout.h):
 // q (T, Hq, Dqk), k (T, Hkv, Dqk), v (T, Hkv, Dv), out (T, Hq, Dv), lse (Hq, T), all contiguous.
+#include <functional>
 #include <vector>
 
 #include "attention/cp/context_parallel.h"
@@ -15,7 +16,7 @@ struct CpContext {
   GlobalSequences global;   // the batch's real and padded cumulative lengths
   int64_t cp_size = 1;
   int cp_rank = 0;
-  ContextParallel groups;
+  ContextParallel config;   // the caller's CP configuration: comm type, groups, kernel config, streams, latent mode
   std::vector<int> cp_rank_of_global;  // global rank -> CP rank (-1 outside the group)
   CpStats* stats = nullptr;            // never null inside a strategy
   bool backward = false;               // counts bytes into the backward figures when set
@@ -95,13 +96,30 @@ Tensor reduce_replicated_kv_heads(const Tensor& grad, int64_t num_kv_heads);
 
 // Ulysses around an attention call on `group` (a2a.cpp): q, k, v of this rank's tokens become the
 // group's tokens (sequence-major per `layout`) for this member's heads; the results go back.
-std::vector<Tensor> ulysses_in(const CpContext& ctx, dist::ProcessGroup& group, const GroupLayout& layout,
-                               const Tensor& q, const Tensor& k, const Tensor& v);
 CpForward ulysses_out(const CpContext& ctx, dist::ProcessGroup& group, const GroupLayout& layout,
                       const Tensor& out_heads, const Tensor& lse_heads);
 std::pair<Tensor, Tensor> ulysses_grad_in(const CpContext& ctx, dist::ProcessGroup& group, const GroupLayout& layout,
                                           const Tensor& dout, const Tensor& dlse);
-CpGrads ulysses_grad_out(const CpContext& ctx, dist::ProcessGroup& group, const GroupLayout& layout,
-                         const CpGrads& heads, const Tensor& k);
+// Pipelined Ulysses (a2a.cpp; a2a and the a2a stage of a2a+p2p): the heads each member attends are
+// split into head groups and the all-to-all of group i+1 runs while group i attends. `attend` gets one
+// group's q, k, v (the group's tokens, sequence-major per `layout`, that head group) and the index of
+// its first query head in the whole call (for the sink); its result's rows must hold that sink.
+// forward.extra keeps q, k, v, out, lse of every head group, in order, for the backward.
+using HeadGroupAttend = std::function<CpForward(const Tensor& q, const Tensor& k, const Tensor& v, int64_t first_head)>;
+using HeadGroupAttendGrad = std::function<CpGrads(const Tensor& dout, const Tensor& dlse, const Tensor* saved)>;
+CpForward ulysses_pipelined_forward(const CpContext& ctx, dist::ProcessGroup& group, const GroupLayout& layout,
+                                    const Tensor& q, const Tensor& k, const Tensor& v, int64_t head_groups,
+                                    const HeadGroupAttend& attend);
+// `saved` is the forward's extra (5 per head group); attend_grad gets a pointer to one group's five.
+CpGrads ulysses_pipelined_backward(const CpContext& ctx, dist::ProcessGroup& group, const GroupLayout& layout,
+                                   const Tensor& dout, const Tensor& dlse, const Tensor& k,
+                                   const std::vector<Tensor>& saved, const HeadGroupAttendGrad& attend_grad);
+// The head-group count of a call whose members each attend `q_heads` query and `kv_heads` KV heads
+// (after replication) over `tokens` gathered tokens: ctx.config.a2a_head_groups when set (refused,
+// naming the values, unless it divides both), else choose_a2a_head_groups.
+int64_t a2a_head_groups(const CpContext& ctx, int64_t q_heads, int64_t kv_heads, int64_t tokens);
+// The automatic count: 1 below 4096 gathered tokens (the exchanges are too small to hide and more
+// calls cost launches), else the largest of 4, 3, 2 dividing both head counts (1 when none does).
+int64_t choose_a2a_head_groups(int64_t q_heads, int64_t kv_heads, int64_t tokens);
 
 }  // namespace cpf::cp

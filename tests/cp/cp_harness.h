@@ -39,6 +39,8 @@ struct CpCase {
   Positions positions = Positions::slot_index;
   // An attention sink (one learnable logit per query head, spec.sink) on both sides.
   bool sink = false;
+  // a2a, a2a+p2p: ContextParallel::a2a_head_groups (0 = automatic).
+  int a2a_head_groups = 0;
 };
 
 struct Tensors {
@@ -160,6 +162,7 @@ inline std::vector<Tensors> run_cp(const CpCase& c, const Global& g, std::vector
     shape.require_cp = true;
     dist::DeviceMesh mesh(rc.world, shape);
     ContextParallel cp{c.comm, mesh.cp(), mesh.cp_a2a(), mesh.cp_p2p()};
+    cp.a2a_head_groups = c.a2a_head_groups;
     const int r = rc.rank;
     ShardedTensor q = sharded_input(c, g, g.q, r), k = sharded_input(c, g, g.k, r), v = sharded_input(c, g, g.v, r);
     for (ShardedTensor* t : {&q, &k, &v}) t->tensor.set_requires_grad();
