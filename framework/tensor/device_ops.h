@@ -119,9 +119,10 @@ struct DeviceOps {
   // index_add: acc.select(dim, index[i]) += src.select(dim, i); else scatter_add: acc[p with p[dim] =
   // index[p]] += src[p]. acc is f32/f64/i32/i64 with src of its dtype, or f32 with a bf16 src.
   void (*scatter_add)(const Tensor& acc, int64_t dim, const Tensor& index, const Tensor& src, bool index_add) = nullptr;
-  // out (V, C) of grad's compute dtype (f32 for bf16) = for each row v, the sum in order over k in
-  // [begin[v], begin[v+1]) of grad[order[k]]; grad (N, C) contiguous; order (N), begin (V + 1) i64.
-  void (*segment_sum)(const Tensor& out, const Tensor& grad, const Tensor& order, const Tensor& begin) = nullptr;
+  // out (V, C) of grad's compute dtype (f32 for bf16): row v = the sum, in position order from 0, of the
+  // rows i of grad (N, C) contiguous with ids[i] == v; ids (N) i32/i64 contiguous, in range (checked by
+  // the caller; an out-of-range id is skipped). Bitwise the CPU's sum, no host round trip.
+  void (*embedding_backward)(const Tensor& out, const Tensor& grad, const Tensor& ids) = nullptr;
 
   // logits (N, C) contiguous floating, targets (N) i32/i64 in range or ignore_index. lse (N) compute
   // dtype; row_loss (N) f64 = lse - logits[target] (0 on ignored rows).

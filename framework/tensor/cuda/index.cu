@@ -1,10 +1,9 @@
 // Indexing kernels: gathers (index_select, gather, embedding), deterministic scatter-adds
-// (scatter_add, index_add_) and the segment sum of the embedding gradient, plus RoPE.
+// (scatter_add, index_add_) (the embedding gradient is in embedding_backward.cu).
 //
 // Determinism without atomics: in scatter_add / index_add_ two terms can only meet in one destination
 // when they lie on the same line along the indexed dim, so one thread owns a line and adds its terms
-// in index-position order (the CPU's order). The embedding gradient gets, from the host, the
-// positions bucketed by row (a stable counting sort) and gives each table row to one thread per column.
+// in index-position order (the CPU's order).
 #include "framework/tensor/cuda/elementwise.cuh"
 
 namespace cpf::cuda::kernels {
@@ -66,20 +65,6 @@ __global__ void __launch_bounds__(kThreads) scatter_lines_kernel(Iter it, int64_
   }
 }
 
-// blockIdx.y (and z) = table row, threads = columns.
-template <class T>
-__global__ void __launch_bounds__(kThreads) segment_sum_kernel(const T* grad, const int64_t* order,
-                                                               const int64_t* begin, compute_t<T>* out, int64_t rows,
-                                                               int64_t cols) {
-  using C = compute_t<T>;
-  const int64_t col = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t row = static_cast<int64_t>(blockIdx.z) * gridDim.y + blockIdx.y;
-  if (col >= cols || row >= rows) return;
-  C s = C(0);
-  for (int64_t k = begin[row]; k < begin[row + 1]; ++k) s += widen(grad[order[k] * cols + col]);
-  out[row * cols + col] = s;
-}
-
 }  // namespace
 
 void launch_gather(const Iter& it, int elem_size, int index_dtype, int64_t x_step, int64_t x_bound,
@@ -115,19 +100,6 @@ void launch_scatter_lines(const Iter& it, int acc_dtype, int src_dtype, int inde
       }
     }
     CPF_CUDA_CHECK_LAUNCH("scatter kernel");
-  });
-}
-
-void launch_segment_sum(int dtype, const void* grad, const int64_t* order, const int64_t* begin, void* out,
-                        int64_t rows, int64_t cols, cudaStream_t stream) {
-  if (rows == 0 || cols == 0) return;
-  visit_floating(dtype, [&]<class T>() {
-    const unsigned yz = 65535;
-    const dim3 grid(static_cast<unsigned>((cols + kThreads - 1) / kThreads),
-                    static_cast<unsigned>(rows < yz ? rows : yz), static_cast<unsigned>((rows + yz - 1) / yz));
-    segment_sum_kernel<T><<<grid, kThreads, 0, stream>>>(static_cast<const T*>(grad), order, begin,
-                                                         static_cast<compute_t<T>*>(out), rows, cols);
-    CPF_CUDA_CHECK_LAUNCH("segment sum kernel");
   });
 }
 

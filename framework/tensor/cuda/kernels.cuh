@@ -124,9 +124,12 @@ void launch_gather(const Iter& it, int elem_size, int index_dtype, int64_t x_ste
 void launch_scatter_lines(const Iter& it, int acc_dtype, int src_dtype, int index_dtype, int64_t len,
                           int64_t acc_step, int64_t index_step, int64_t src_step, int64_t acc_bound,
                           cudaStream_t stream);  // indices outside [0, acc_bound) are skipped
-// out (rows, cols) compute type of dtype: row v = sum over k in [begin[v], begin[v+1]) of grad[order[k]].
-void launch_segment_sum(int dtype, const void* grad, const int64_t* order, const int64_t* begin, void* out,
-                        int64_t rows, int64_t cols, cudaStream_t stream);
+// The embedding gradient (embedding_backward.cu): out (rows, cols) compute type of dtype, row v = the sum
+// in position order of the rows i of grad (n, cols) with ids[i] == v (ids i32/i64; out-of-range ids are
+// skipped). workspace: embedding_backward_workspace(n, rows) bytes of device memory.
+size_t embedding_backward_workspace(int64_t n, int64_t rows);
+void launch_embedding_backward(int dtype, int id_dtype, const void* grad, const void* ids, void* out, int64_t n,
+                               int64_t rows, int64_t cols, void* workspace, cudaStream_t stream);
 
 // ---- random and optimizer kernels (random.cu, optim.cu) ----
 

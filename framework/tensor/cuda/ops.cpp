@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <initializer_list>
+#include <limits>
 #include <vector>
 
 #include "framework/tensor/cpu/strided_loop.h"
@@ -342,11 +343,19 @@ void scatter_add(const Tensor& acc, int64_t dim, const Tensor& index, const Tens
   });
 }
 
-void segment_sum(const Tensor& out, const Tensor& grad, const Tensor& order, const Tensor& begin) {
+void embedding_backward(const Tensor& out, const Tensor& grad, const Tensor& ids) {
   Launch launch(out.device());
-  k::launch_segment_sum(code(grad.dtype()), grad.raw_data(), static_cast<const int64_t*>(order.raw_data()),
-                        static_cast<const int64_t*>(begin.raw_data()), out.raw_data(), out.size(0), out.size(1),
-                        launch.stream);
+  const int64_t n = ids.numel(), rows = out.size(0);
+  // The sort works on 32-bit keys and positions (CUB takes an int count).
+  CPF_CHECK(n <= std::numeric_limits<int32_t>::max(), "embedding_backward: at most 2^31 - 1 ids on cuda, got ", n,
+            "; split the batch");
+  CPF_CHECK(rows < std::numeric_limits<uint32_t>::max(), "embedding_backward: at most 2^32 - 2 table rows on cuda, got ",
+            rows);
+  // Stream-ordered scratch for the keys, positions and the sort; released (stream-ordered) on return.
+  const auto bytes = static_cast<int64_t>(std::max<size_t>(k::embedding_backward_workspace(n, rows), 1));
+  const Tensor workspace = empty({bytes}, {.dtype = DType::boolean, .device = out.device()});
+  k::launch_embedding_backward(code(grad.dtype()), code(ids.dtype()), grad.raw_data(), ids.raw_data(), out.raw_data(),
+                               n, rows, out.size(1), workspace.raw_data(), launch.stream);
 }
 
 void cross_entropy(const Tensor& lse, const Tensor& row_loss, const Tensor& logits, const Tensor& targets,
@@ -536,7 +545,7 @@ const DeviceOps& cuda_device_ops() {
     t.norm_backward = &norm_backward;
     t.gather = &gather;
     t.scatter_add = &scatter_add;
-    t.segment_sum = &segment_sum;
+    t.embedding_backward = &embedding_backward;
     t.cross_entropy = &cross_entropy;
     t.cross_entropy_backward = &cross_entropy_backward;
     t.cross_entropy_loss = &cross_entropy_loss;

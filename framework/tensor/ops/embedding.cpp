@@ -115,7 +115,7 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
 Tensor embedding_backward(const Tensor& grad, const Tensor& ids, int64_t num_rows) {
   const char* op = "embedding_backward";
   check_defined(grad, op, "grad");
-  CPF_CHECK(has_kernel(grad.device(), &DeviceOps::segment_sum), op, ": no kernel for device ", grad.device(),
+  CPF_CHECK(has_kernel(grad.device(), &DeviceOps::embedding_backward), op, ": no kernel for device ", grad.device(),
             " in this build");
   CPF_CHECK(is_floating(grad.dtype()), op, ": grad must be a floating tensor, got ", grad.dtype());
   check_ids(ids, op);
@@ -128,23 +128,19 @@ Tensor embedding_backward(const Tensor& grad, const Tensor& ids, int64_t num_row
   const int64_t cols = grad.size(-1);
   const DType compute = grad.dtype() == DType::bf16 ? DType::f32 : grad.dtype();
   if (!grad.device().is_cpu()) {
-    // Positions bucketed by table row on the host (stable counting sort): each row is then summed by
-    // one thread per column in ids order, as on the CPU, with no atomics.
-    const Tensor host = contiguous(to(ids, Device::cpu()));
+    // Sorted by id on the device (embedding_backward.cu): no copy to the host, cost in the tokens.
+    // Checked on the device: a bad id is raised at the next synchronisation (framework/tensor/cuda/cuda.h).
+    const Tensor idc = contiguous(ids);
+    DeviceIndexCheck check;
+    check.kind = DeviceIndexKind::embedding_id;
+    check.op = op;
+    check.index = idc;
+    check.bound = num_rows;
+    device_kernel(grad.device(), &DeviceOps::check_indices, op)(check);
     const int64_t n = ids.numel();
-    std::vector<int64_t> begin(static_cast<size_t>(num_rows + 1), 0), order(static_cast<size_t>(n));
-    visit_id_type(host.dtype(), [&]<class I>() {
-      const I* id = host.data<I>();
-      check_range(id, ids.shape(), num_rows, op);
-      for (int64_t i = 0; i < n; ++i) ++begin[static_cast<size_t>(id[i]) + 1];
-      for (int64_t v = 0; v < num_rows; ++v) begin[v + 1] += begin[v];
-      std::vector<int64_t> next(begin.begin(), begin.end() - 1);
-      for (int64_t i = 0; i < n; ++i) order[static_cast<size_t>(next[static_cast<size_t>(id[i])]++)] = i;
-    });
     Tensor out = empty({num_rows, cols}, {.dtype = compute, .device = grad.device()});
-    device_kernel(grad.device(), &DeviceOps::segment_sum, op)(
-        out, reshape(contiguous(grad), {n, cols}), to(from_vector(order, {n}), grad.device()),
-        to(from_vector(begin, {num_rows + 1}), grad.device()));
+    device_kernel(grad.device(), &DeviceOps::embedding_backward, op)(out, reshape(contiguous(grad), {n, cols}),
+                                                                    reshape(idc, {n}));
     return to(out, grad.dtype());
   }
   const Tensor gc = contiguous(to(grad, compute));

@@ -1,0 +1,95 @@
+// The algorithm of the device embedding gradient (framework/tensor/cuda/embedding_backward.cu), run on
+// the host: a stable sort of (id, position) pairs, then each run of equal ids summed from 0 in the
+// compute type, rows in sorted (= position) order, kAhead rows loaded before they are added. Its bits
+// must be raw::embedding_backward's on the CPU for every dtype: that is what makes the GPU kernel's
+// result bitwise the CPU's, whatever the run lengths.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "framework/tensor/ops/copy.h"
+#include "framework/tensor/ops/embedding.h"
+#include "support/test_utils.h"
+
+namespace cpf {
+namespace {
+
+constexpr int kAhead = 8;  // the kernel's look-ahead
+
+// C: the compute type (f32 for bf16), S: grad's storage type.
+template <class S, class C>
+std::vector<C> sorted_runs(const std::vector<S>& grad, const std::vector<int64_t>& ids, int64_t rows, int64_t cols) {
+  const int64_t n = static_cast<int64_t>(ids.size());
+  std::vector<int64_t> key(ids.size());
+  for (int64_t i = 0; i < n; ++i) key[i] = ids[i] >= 0 && ids[i] < rows ? ids[i] : rows;  // bad ids: skipped
+  std::vector<int64_t> order(ids.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return key[a] < key[b]; });
+  std::vector<C> out(static_cast<size_t>(rows * cols), C(0));
+  for (int64_t start = 0; start < n; ++start) {
+    const int64_t k0 = key[order[start]];
+    if (k0 == rows || (start > 0 && key[order[start - 1]] == k0)) continue;  // not a run's first
+    for (int64_t col = 0; col < cols; ++col) {
+      C s = C(0);
+      for (int64_t k = start; k < n && key[order[k]] == k0; k += kAhead) {
+        C row[kAhead];
+        int m = 0;
+        for (int j = 0; j < kAhead && k + j < n && key[order[k + j]] == k0; ++j, ++m) {
+          row[j] = static_cast<C>(grad[order[k + j] * cols + col]);
+        }
+        for (int j = 0; j < m; ++j) s += row[j];
+      }
+      out[k0 * cols + col] = s;
+    }
+  }
+  return out;
+}
+
+std::vector<int64_t> text_like_ids(int64_t n, int64_t rows) {
+  std::vector<int64_t> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[i] = i % 4 == 0 ? (i / 4) % 3 : (i * 7919 + 13) % rows;
+  return v;
+}
+
+TEST(EmbeddingSortedReference, MatchesTheCpuOpBitForBit) {
+  const int64_t n = 3000, rows = 500, cols = 7;  // runs of ~250 for ids 0..2
+  const std::vector<int64_t> ids = text_like_ids(n, rows);
+  const Tensor id_tensor = from_vector(ids, {n});
+  const Tensor g64 = testing::random_tensor({n, cols}, DType::f64, 31, -1e3, 1e3);
+  {
+    const std::vector<double> g = g64.to_vector<double>();
+    EXPECT_EQ((sorted_runs<double, double>(g, ids, rows, cols)),
+              raw::embedding_backward(g64, id_tensor, rows).to_vector<double>());
+  }
+  {
+    const Tensor g32 = raw::to(g64, DType::f32);
+    const std::vector<float> g = g32.to_vector<float>();
+    EXPECT_EQ((sorted_runs<float, float>(g, ids, rows, cols)),
+              raw::embedding_backward(g32, id_tensor, rows).to_vector<float>());
+  }
+  {
+    // bf16: summed in f32 and rounded once; compare the f32 sums' rounding with the op's bf16 result.
+    const Tensor gb = raw::to(g64, DType::bf16);
+    const std::vector<float> g = raw::to(gb, DType::f32).to_vector<float>();
+    const std::vector<float> sums = sorted_runs<float, float>(g, ids, rows, cols);
+    const Tensor rounded = raw::to(from_vector(sums, {rows, cols}), DType::bf16);
+    EXPECT_EQ(raw::to(rounded, DType::f32).to_vector<float>(),
+              raw::to(raw::embedding_backward(gb, id_tensor, rows), DType::f32).to_vector<float>());
+  }
+}
+
+TEST(EmbeddingSortedReference, TheOrderOfTermsMatters) {
+  // Guards the test above: the same three f32 terms give 0 or 1 by their order (1e8 + 1 rounds to
+  // 1e8), and both the reference and the op follow the ids' order.
+  const Tensor ids = from_vector<int64_t>({0, 0, 0}, {3});
+  for (const auto& [g, expected] : {std::pair{std::vector<float>{1e8f, 1.0f, -1e8f}, 0.0f},
+                                    std::pair{std::vector<float>{1e8f, -1e8f, 1.0f}, 1.0f}}) {
+    EXPECT_EQ((sorted_runs<float, float>(g, {0, 0, 0}, 1, 1)), std::vector<float>{expected});
+    EXPECT_EQ(raw::embedding_backward(from_vector(g, {3, 1}), ids, 1).to_vector<float>(),
+              std::vector<float>{expected});
+  }
+}
+
+}  // namespace
+}  // namespace cpf
