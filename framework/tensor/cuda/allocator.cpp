@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "framework/tensor/cuda/device_errors.cuh"
+#include "framework/tensor/cuda/host_sync.cuh"
 #include "framework/tensor/cuda/runtime.cuh"
 #include "framework/tensor/storage.h"
 
@@ -54,10 +55,12 @@ void* CachingAllocator::allocate(size_t nbytes, cudaStream_t stream) {
     ++stats_.cache_hits;
   } else {
     DeviceGuard guard(device_);
+    count_host_sync(HostSyncKind::device_malloc);
     cudaError_t status = cudaMalloc(&ptr, size);
     if (status == cudaErrorMemoryAllocation) {
       (void)cudaGetLastError();
       // Cached blocks may still be in use by queued kernels of their streams: wait, then release.
+      count_host_sync(HostSyncKind::device_sync);
       CPF_CUDA_CHECK(cudaDeviceSynchronize());
       collect_pending_locked();
       release_cached_locked();
@@ -116,6 +119,7 @@ void CachingAllocator::free(void* ptr) noexcept {
   } catch (...) {
     // Out of host memory or events: give the block back to the driver instead of caching it (cudaFree
     // waits for the device, so no stream still uses it).
+    count_host_sync(HostSyncKind::device_malloc);
     if (cudaFree(ptr) == cudaSuccess) {
       stats_.reserved -= block.size;
       ++stats_.device_frees;
@@ -175,6 +179,7 @@ void CachingAllocator::collect_pending_locked() {
 void CachingAllocator::release_cached_locked() {
   for (auto& [key, ptrs] : free_) {
     for (void* p : ptrs) {
+      count_host_sync(HostSyncKind::device_malloc);
       CPF_CUDA_CHECK(cudaFree(p));
       stats_.reserved -= key.second;
       ++stats_.device_frees;
@@ -186,6 +191,7 @@ void CachingAllocator::release_cached_locked() {
 void CachingAllocator::empty_cache() {
   std::lock_guard<std::mutex> lock(mutex_);
   DeviceGuard guard(device_);
+  count_host_sync(HostSyncKind::device_sync);
   CPF_CUDA_CHECK(cudaDeviceSynchronize());
   collect_pending_locked();  // every event has completed
   release_cached_locked();

@@ -8,6 +8,7 @@
 #include "framework/tensor/cuda/cuda.h"
 #include "framework/tensor/cuda/cuda_ops.cuh"
 #include "framework/tensor/cuda/device_errors.cuh"
+#include "framework/tensor/cuda/host_sync.cuh"
 #include "framework/tensor/cuda/runtime.cuh"
 #include "framework/tensor/storage.h"
 
@@ -117,12 +118,14 @@ class CudaBackend final : public DeviceBackend {
       } else {
         // Between GPUs the destination's streams know nothing of this copy: finish it here.
         CPF_CUDA_CHECK(cudaMemcpyPeerAsync(dst, dst_device.index, src, src_device.index, nbytes, stream));
+        count_host_sync(HostSyncKind::stream_sync);
         CPF_CUDA_CHECK(cudaStreamSynchronize(stream));
       }
       return;
     }
     if (dst_device.is_cuda()) {  // host -> device
       DeviceGuard guard(dst_device.index);
+      count_host_sync(HostSyncKind::pageable_to_device);  // the pinned staging path waits on its buffers too
       cudaStream_t stream = current_cuda_stream(dst_device.index);
       if (nbytes >= kStagingThreshold) {
         staging_for(dst_device.index).to_device(dst, src, nbytes, stream);
@@ -134,6 +137,7 @@ class CudaBackend final : public DeviceBackend {
     }
     if (src_device.is_cuda()) {  // device -> host: complete when this returns
       DeviceGuard guard(src_device.index);
+      count_host_sync(HostSyncKind::device_to_host);
       cudaStream_t stream = current_cuda_stream(src_device.index);
       if (nbytes >= kStagingThreshold) {
         staging_for(src_device.index).to_host(dst, src, nbytes, stream);
@@ -182,6 +186,7 @@ class CudaBackend final : public DeviceBackend {
   void stream_synchronize(Device device, void* stream) override {
     check_device_index(device.index);
     DeviceGuard guard(device.index);
+    count_host_sync(HostSyncKind::stream_sync);
     CPF_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
     raise_device_errors(device.index);
   }

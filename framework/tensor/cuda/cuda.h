@@ -116,6 +116,23 @@ void check_device_errors(int device = 0);
 void set_sync_debug(bool enabled);
 bool sync_debug();
 
+// Host synchronisations made by this process's CUDA backend since it started, by kind: every point
+// where the host waits for a device, or may (docs/training.md lists what a training step still does).
+// A test reads the counts before and after a step and asserts the difference. Always counted.
+struct HostSyncCounts {
+  uint64_t device_to_host = 0;      // device->host copies (item(), to_vector(), to(cpu)): wait for the stream
+  uint64_t pageable_to_device = 0;  // host->device copies from pageable memory: the driver may wait
+  uint64_t stream_syncs = 0;        // stream and event synchronisations (Stream::synchronize, staging buffers)
+  uint64_t device_syncs = 0;        // cuda::synchronize, empty_cache, the allocator's out-of-memory retry
+  uint64_t device_mallocs = 0;      // cudaMalloc / cudaFree of the caching allocator's slow path
+  uint64_t total() const { return device_to_host + pageable_to_device + stream_syncs + device_syncs + device_mallocs; }
+};
+HostSyncCounts host_sync_counts();
+HostSyncCounts operator-(const HostSyncCounts& a, const HostSyncCounts& b);
+std::string to_string(const HostSyncCounts& counts);  // "3 (device->host copies 2, ...)"
+// CPF_SYNC_CHECK set to anything but "" or "0": the trainer logs each step's counts (docs/training.md).
+bool sync_check_enabled();
+
 // f32 matmuls may use TF32 tensor cores (inputs rounded to 10 mantissa bits, f32 accumulation).
 // Off by default: f32 matmuls then match the CPU to f32 rounding. Process-wide.
 void set_allow_tf32(bool allow);

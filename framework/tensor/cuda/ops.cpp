@@ -11,6 +11,7 @@
 #include "framework/tensor/cuda/cuda_check.cuh"
 #include "framework/tensor/cuda/cuda_ops.cuh"
 #include "framework/tensor/cuda/device_errors.cuh"
+#include "framework/tensor/cuda/host_sync.cuh"
 #include "framework/tensor/cuda/kernels.cuh"
 #include "framework/tensor/cuda/runtime.cuh"
 #include "framework/tensor/device_ops.h"
@@ -454,6 +455,7 @@ Tensor upload_tables(Device device, cudaStream_t stream, const std::vector<T>& t
   const auto bytes = static_cast<int64_t>(std::max<size_t>(total, 1));
   Tensor buffer = empty({bytes}, {.dtype = DType::boolean, .device = device});
   if (!host.empty()) {
+    count_host_sync(HostSyncKind::pageable_to_device);
     CPF_CUDA_CHECK(cudaMemcpyAsync(buffer.raw_data(), host.data(), host.size(), cudaMemcpyHostToDevice, stream));
   }
   return buffer;

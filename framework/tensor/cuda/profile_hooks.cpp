@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "framework/tensor/cuda/cuda_check.cuh"
+#include "framework/tensor/cuda/host_sync.cuh"
 #include "framework/tensor/cuda/runtime.cuh"
 #include "framework/tensor/profile.h"
 
@@ -63,6 +64,7 @@ double timer_elapsed_ms(void* handle, bool wait) {
   auto* timer = static_cast<Timer*>(handle);
   DeviceGuard guard(timer->device);
   if (wait) {
+    count_host_sync(HostSyncKind::stream_sync);  // profiling only (run.profile)
     CPF_CUDA_CHECK(cudaEventSynchronize(timer->stop));
   } else {
     const cudaError_t status = cudaEventQuery(timer->stop);

@@ -5,6 +5,7 @@
 
 #include "framework/tensor/cuda/cuda.h"
 #include "framework/tensor/cuda/device_errors.cuh"
+#include "framework/tensor/cuda/host_sync.cuh"
 #include "framework/tensor/cuda/runtime.cuh"
 
 namespace cpf::cuda {
@@ -130,6 +131,7 @@ Stream Stream::default_stream(int device) {
 
 void Stream::synchronize() const {
   DeviceGuard guard(device_);
+  count_host_sync(HostSyncKind::stream_sync);
   CPF_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(handle_)));
   raise_device_errors(device_);
 }
@@ -147,6 +149,7 @@ void set_current_stream(const Stream& stream) {
 void synchronize(int device) {
   check_device_index(device);
   DeviceGuard guard(device);
+  count_host_sync(HostSyncKind::device_sync);
   CPF_CUDA_CHECK(cudaDeviceSynchronize());
   raise_device_errors(device);
 }
