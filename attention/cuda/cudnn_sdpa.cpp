@@ -12,6 +12,7 @@
 #include "attention/cuda/cudnn_backend.h"
 #include "attention/cuda/cudnn_sdpa_graph.h"
 #include "attention/cuda/cudnn_sdpa_mapping.h"
+#include "attention/cuda/device_tables.h"
 #include "framework/tensor/cuda/cuda.h"
 #include "framework/tensor/cuda/runtime.cuh"
 #include "framework/tensor/device_ops.h"
@@ -223,8 +224,8 @@ void add_common(VariantPack& pack, Scalars& s, const AttentionProblem& p, const 
     pack.add_host(kUidLeftBound, key.bottom_right ? static_cast<void*>(&s.left_i) : static_cast<void*>(&s.left_f));
   }
   if (key.padding) {
-    pack.add(kUidSeqLenQ, from_vector(m.seq_len_q, {m.b}, device));
-    pack.add(kUidSeqLenKv, from_vector(m.seq_len_kv, {m.b}, device));
+    pack.add(kUidSeqLenQ, device_table(from_vector(m.seq_len_q, {m.b}), device));
+    pack.add(kUidSeqLenKv, device_table(from_vector(m.seq_len_kv, {m.b}), device));
   }
   if (key.ragged) {
     // Element offsets of each sequence's first token; the last entry is the end of the storage.
@@ -233,9 +234,10 @@ void add_common(VariantPack& pack, Scalars& s, const AttentionProblem& p, const 
       for (int64_t t : first) values.push_back(t * per_token);
       values.push_back(total_tokens * per_token);
       if (key.ragged_int64) {
-        pack.add(uid, from_vector(values, {m.b + 1}, device));
+        pack.add(uid, device_table(from_vector(values, {m.b + 1}), device));
       } else {
-        pack.add(uid, from_vector(std::vector<int32_t>(values.begin(), values.end()), {m.b + 1}, device));
+        const std::vector<int32_t> narrow_values(values.begin(), values.end());
+        pack.add(uid, device_table(from_vector(narrow_values, {m.b + 1}), device));
       }
     };
     offsets(m.q_token, p.s_q, p.h_q * p.d_qk, kUidOffsetQ);
@@ -255,18 +257,18 @@ Tensor token_mask(const AttentionProblem& p, const std::vector<uint8_t>& flags, 
         values[static_cast<size_t>(col * p.batch + row)] = flags[static_cast<size_t>(row * row_len + col)] != 0;
       }
     }
-    return from_vector(values, {row_len, p.batch, 1, 1}, device);
+    return device_table(from_vector(values, {row_len, p.batch, 1, 1}), device);
   }
   for (size_t i = 0; i < flags.size(); ++i) values[i] = flags[i] != 0;
-  if (p.format == QkvFormat::thd) return from_vector(values, {row_len, 1, 1}, device);
-  return from_vector(values, {p.batch, row_len, 1, 1}, device);
+  if (p.format == QkvFormat::thd) return device_table(from_vector(values, {row_len, 1, 1}), device);
+  return device_table(from_vector(values, {p.batch, row_len, 1, 1}), device);
 }
 
 // The lse-shaped mask: (B, 1, S), or (1, T) for thd.
 Tensor lse_mask(const AttentionProblem& p, const std::vector<uint8_t>& flags, const Device& device) {
   std::vector<bool> values(flags.begin(), flags.end());
-  if (p.format == QkvFormat::thd) return from_vector(values, {1, p.s_q}, device);
-  return from_vector(values, {p.batch, 1, p.s_q}, device);
+  if (p.format == QkvFormat::thd) return device_table(from_vector(values, {1, p.s_q}), device);
+  return device_table(from_vector(values, {p.batch, 1, p.s_q}), device);
 }
 
 // thd: the index, per packed query token, of its row in the padded (b * s_q) Stats rows; and the
@@ -301,7 +303,7 @@ Tensor dense(const Tensor& t, DType dtype) {
 // out[:, i] = x[:, index[i]] along dim 1 through the device kernel directly: the indices are built
 // here and in range, and raw::index_select would copy them back to the host to check them.
 Tensor select_columns(const Tensor& x, const std::vector<int64_t>& index) {
-  const Tensor idx = from_vector(index, {static_cast<int64_t>(index.size())}, x.device());
+  const Tensor idx = device_table(from_vector(index, {static_cast<int64_t>(index.size())}), x.device());
   Tensor out = empty({x.size(0), static_cast<int64_t>(index.size())}, {.dtype = x.dtype(), .device = x.device()});
   device_kernel(x.device(), &DeviceOps::gather, "cudnn attention (lse layout)")(out, x, 1, idx, true);
   return out;

@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "attention/cuda/unfused_attention.h"
+#include "attention/cuda/device_tables.h"
 #include "attention/cuda/unfused_chunks.h"
 #include "attention/cuda/unfused_gemm.cuh"
 #include "attention/cuda/unfused_kernels.cuh"
@@ -157,8 +158,8 @@ CallState start_call(const AttentionProblem& p, const Device& device, DType inpu
   st.launch.tf32 = input == DType::bf16 || (input == DType::f32 && cuda::allow_tf32());
   st.launch.stream = cuda::current_cuda_stream(device.index);
   st.workspace = empty({static_cast<int64_t>(kGemmWorkspaceBytes)}, {.dtype = DType::boolean, .device = device});
-  st.q_pos = from_vector(p.q_pos, {static_cast<int64_t>(p.q_pos.size())}, device);
-  st.kv_pos = from_vector(p.kv_pos, {static_cast<int64_t>(p.kv_pos.size())}, device);
+  st.q_pos = device_table(from_vector(p.q_pos, {static_cast<int64_t>(p.q_pos.size())}), device);
+  st.kv_pos = device_table(from_vector(p.kv_pos, {static_cast<int64_t>(p.kv_pos.size())}), device);
   st.launch.workspace = st.workspace.raw_data();
   st.launch.q_pos = static_cast<const int64_t*>(st.q_pos.raw_data());
   st.launch.kv_pos = static_cast<const int64_t*>(st.kv_pos.raw_data());
