@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <mutex>
@@ -121,12 +122,26 @@ void default_output(int rank, std::string_view line) {
   std::cout << "[rank " << rank << "] " << line << "\n" << std::flush;
 }
 
-}  // namespace
+using OutputFn = std::function<void(int rank, std::string_view line)>;
 
-SpawnResult spawn_local_processes(int n, const std::vector<std::string>& argv, const SpawnOptions& options) {
-  CPF_CHECK(n >= 1, "spawn_local_processes: need at least one process, got ", n);
-  CPF_CHECK(!argv.empty() && !argv[0].empty(), "spawn_local_processes: argv is empty; give the program to run");
-  const auto output = options.output ? options.output : default_output;
+// Hands every complete line of c's pending output to `output`; `all` also hands the unfinished rest.
+void flush_lines(const OutputFn& output, Child& c, bool all) {
+  size_t end;
+  while ((end = c.pending.find('\n')) != std::string::npos) {
+    output(c.rank, std::string_view(c.pending).substr(0, end));
+    c.pending.erase(0, end + 1);
+  }
+  if (all && !c.pending.empty()) {
+    output(c.rank, c.pending);
+    c.pending.clear();
+  }
+}
+
+bool failed(int status) { return !(WIFEXITED(status) && WEXITSTATUS(status) == 0); }
+
+// Start: one child per rank, each with its rank's variables and its output on a pipe. A failed fork
+// kills and reaps the children already started before throwing.
+std::vector<Child> start_children(int n, const std::vector<std::string>& argv, const SpawnOptions& options) {
   const int port = options.master_port > 0 ? options.master_port : find_free_port();
   // One secret per launch: only these children can join rank 0's rendezvous.
   const std::string token = generate_rendezvous_token();
@@ -158,32 +173,20 @@ SpawnResult spawn_local_processes(int n, const std::vector<std::string>& argv, c
       CPF_FAIL("spawn_local_processes: fork failed for rank ", r, ": ", std::strerror(err));
     }
   }
+  return children;
+}
 
-  SpawnResult result;
+// One launch after the start: the children, and when the survivors of a failure were signalled.
+struct Launch {
+  std::vector<Child>& children;
+  const SpawnOptions& options;
+  OutputFn output;
   bool failure_seen = false;
-  int64_t kill_ns = INT64_MAX;  // when the survivors were sent SIGTERM
-  std::vector<std::thread> exit_watchers;
-  for (const Child& c : children) {
-    exit_watchers.emplace_back([pid = c.pid, ended = c.ended_ns] {
-      siginfo_t info{};
-      // ECHILD: the main loop reaped it first and recorded its own time.
-      if (::waitid(P_PID, pid, &info, WEXITED | WNOWAIT) == 0) mark_ended(*ended);
-    });
-  }
+  int64_t kill_ns = INT64_MAX;               // when the survivors were sent SIGTERM
   std::optional<Clock::time_point> kill_at;  // set once the survivors were sent SIGTERM
-  auto flush_line = [&](Child& c, bool all) {
-    size_t end;
-    while ((end = c.pending.find('\n')) != std::string::npos) {
-      output(c.rank, std::string_view(c.pending).substr(0, end));
-      c.pending.erase(0, end + 1);
-    }
-    if (all && !c.pending.empty()) {
-      output(c.rank, c.pending);
-      c.pending.clear();
-    }
-  };
-  while (true) {
-    // Output first, so a child's last words appear before the verdict.
+
+  // Pump output: waits up to 50 ms for output and forwards the complete lines; notes when a pipe closed.
+  void pump_output() {
     std::vector<pollfd> polls;
     std::vector<Child*> owners;
     for (Child& c : children) {
@@ -204,16 +207,33 @@ SpawnResult spawn_local_processes(int n, const std::vector<std::string>& argv, c
       const ssize_t got = ::read(c.out_fd, chunk, sizeof chunk);
       if (got > 0) {
         c.pending.append(chunk, static_cast<size_t>(got));
-        flush_line(c, false);
+        flush_lines(output, c, false);
       } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
         c.output_closed_ns = std::min(c.output_closed_ns, round_ns);
-        flush_line(c, true);
+        flush_lines(output, c, true);
         ::close(c.out_fd);
         c.out_fd = -1;
       }
     }
     if (polls.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    // Reap.
+  }
+
+  // The first failure sends SIGTERM to every survivor and arms the SIGKILL deadline.
+  void terminate_survivors() {
+    failure_seen = true;
+    kill_ns = now_ns();
+    for (Child& other : children) {
+      if (!other.exited) {
+        ::kill(-other.pid, SIGTERM);
+        ::kill(other.pid, SIGTERM);  // in case it left its group
+        other.terminated_by_us = true;
+      }
+    }
+    kill_at = Clock::now() + options.grace;
+  }
+
+  // Reap: collects the children that ended; true once all have.
+  bool reap() {
     bool all_exited = true;
     for (Child& c : children) {
       if (c.exited) continue;
@@ -223,60 +243,56 @@ SpawnResult spawn_local_processes(int n, const std::vector<std::string>& argv, c
         c.exited = true;
         c.status = status;
         mark_ended(*c.ended_ns);
-        const bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-        if (failed && !failure_seen) {
-          failure_seen = true;
-          kill_ns = now_ns();
-          for (Child& other : children) {
-            if (!other.exited) {
-              ::kill(-other.pid, SIGTERM);
-              ::kill(other.pid, SIGTERM);  // in case it left its group
-              other.terminated_by_us = true;
-            }
-          }
-          kill_at = Clock::now() + options.grace;
-        }
+        if (failed(status) && !failure_seen) terminate_survivors();
       } else {
         all_exited = false;
       }
     }
-    if (all_exited) break;
-    if (kill_at && Clock::now() >= *kill_at) {
-      for (Child& c : children) {
-        if (!c.exited) {
-          ::kill(-c.pid, SIGKILL);
-          ::kill(c.pid, SIGKILL);
-        }
-      }
-      kill_at = Clock::now() + std::chrono::hours(1);  // once
-    }
+    return all_exited;
   }
-  for (Child& c : children) {
-    // The pipes may still hold output (grandchildren can keep them open: do not wait for those).
-    if (c.out_fd >= 0) {
+
+  // Survivors still running past the grace period get SIGKILL, once.
+  void kill_after_grace() {
+    if (!kill_at || Clock::now() < *kill_at) return;
+    for (Child& c : children) {
+      if (!c.exited) {
+        ::kill(-c.pid, SIGKILL);
+        ::kill(c.pid, SIGKILL);
+      }
+    }
+    kill_at = Clock::now() + std::chrono::hours(1);  // once
+  }
+
+  // After the last exit the pipes may still hold output (grandchildren can keep them open: do not wait
+  // for those).
+  void drain_output() {
+    for (Child& c : children) {
+      if (c.out_fd < 0) continue;
       char chunk[4096];
       ::fcntl(c.out_fd, F_SETFL, ::fcntl(c.out_fd, F_GETFL) | O_NONBLOCK);
       ssize_t got;
       while ((got = ::read(c.out_fd, chunk, sizeof chunk)) > 0) c.pending.append(chunk, static_cast<size_t>(got));
-      flush_line(c, true);
+      flush_lines(output, c, true);
       ::close(c.out_fd);
     }
   }
-  for (std::thread& t : exit_watchers) t.join();  // every child was reaped: each waitid has returned
-  // The rank to blame: of the failed ranks not ended by our signals, the one that ended first (its output
-  // closed, or it exited, whichever was seen earlier).
-  auto blame_key = [&](const Child& c) {
+
+  // Blame: of the failed ranks not ended by our signals, the one that ended first (its output closed,
+  // or it exited, whichever was seen earlier).
+  std::tuple<bool, int64_t, int> blame_key(const Child& c) const {
     const int64_t ended = std::min(c.output_closed_ns, c.ended_ns->load());
     const bool ours = c.terminated_by_us && ended > kill_ns && WIFSIGNALED(c.status) &&
                       (WTERMSIG(c.status) == SIGTERM || WTERMSIG(c.status) == SIGKILL);
     return std::make_tuple(ours, ended, c.rank);
-  };
-  const Child* culprit = nullptr;
-  for (const Child& c : children) {
-    const bool failed = !(WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0);
-    if (failed && (!culprit || blame_key(c) < blame_key(*culprit))) culprit = &c;
   }
-  if (culprit) {
+
+  SpawnResult verdict() const {
+    SpawnResult result;
+    const Child* culprit = nullptr;
+    for (const Child& c : children) {
+      if (failed(c.status) && (!culprit || blame_key(c) < blame_key(*culprit))) culprit = &c;
+    }
+    if (!culprit) return result;
     result.failed_rank = culprit->rank;
     result.exit_code = exit_code_of(culprit->status);
     result.message = str_cat("rank ", culprit->rank, " ", describe_status(culprit->status));
@@ -284,8 +300,7 @@ SpawnResult spawn_local_processes(int n, const std::vector<std::string>& argv, c
     // nearly simultaneous deaths is a heuristic (a GPU process's teardown can take a second).
     std::vector<std::string> also;
     for (const Child& c : children) {
-      const bool failed = !(WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0);
-      if (failed && &c != culprit && !std::get<0>(blame_key(c))) {
+      if (failed(c.status) && &c != culprit && !std::get<0>(blame_key(c))) {
         also.push_back(str_cat("rank ", c.rank, " ", describe_status(c.status)));
       }
     }
@@ -296,8 +311,33 @@ SpawnResult spawn_local_processes(int n, const std::vector<std::string>& argv, c
       if (c.terminated_by_us && &c != culprit) terminated.push_back(c.rank);
     }
     if (!terminated.empty()) result.message += str_cat("; terminated the other ranks ", terminated);
+    return result;
   }
-  return result;
+};
+
+}  // namespace
+
+SpawnResult spawn_local_processes(int n, const std::vector<std::string>& argv, const SpawnOptions& options) {
+  CPF_CHECK(n >= 1, "spawn_local_processes: need at least one process, got ", n);
+  CPF_CHECK(!argv.empty() && !argv[0].empty(), "spawn_local_processes: argv is empty; give the program to run");
+  std::vector<Child> children = start_children(n, argv, options);
+  Launch launch{children, options, options.output ? options.output : OutputFn(default_output)};
+  std::vector<std::thread> exit_watchers;
+  for (const Child& c : children) {
+    exit_watchers.emplace_back([pid = c.pid, ended = c.ended_ns] {
+      siginfo_t info{};
+      // ECHILD: the reap step reaped it first and recorded its own time.
+      if (::waitid(P_PID, pid, &info, WEXITED | WNOWAIT) == 0) mark_ended(*ended);
+    });
+  }
+  while (true) {
+    launch.pump_output();  // output first, so a child's last words appear before the verdict
+    if (launch.reap()) break;
+    launch.kill_after_grace();
+  }
+  launch.drain_output();
+  for (std::thread& t : exit_watchers) t.join();  // every child was reaped: each waitid has returned
+  return launch.verdict();
 }
 
 }  // namespace cpf::dist

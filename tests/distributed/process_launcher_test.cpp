@@ -113,9 +113,11 @@ TEST(ProcessLauncher, AFailingRankTerminatesTheOthersAndIsNamed) {
 
 TEST(ProcessLauncher, AFailingSurvivorIsNamedBesideTheFirstDeath) {
   Captured out;
-  // Rank 1 fails at once; rank 0 ignores SIGTERM and fails by itself a little later (a survivor that
-  // learnt of the death and exits with its own error).
-  const auto r = sh(2, "trap '' TERM; if [ \"$RANK\" = 1 ]; then exit 3; fi; sleep 0.3; exit 4", out, {.grace = 5s});
+  // Rank 1 fails first; rank 0 ignores SIGTERM and fails by itself a little later (a survivor that
+  // learnt of the death and exits with its own error). Rank 1 waits 0.2 s so that rank 0's shell has
+  // set its trap: a SIGTERM before that ended rank 0 by our signal (about 1 run in 8 on a busy machine).
+  const auto r =
+      sh(2, "trap '' TERM; if [ \"$RANK\" = 1 ]; then sleep 0.2; exit 3; fi; sleep 0.5; exit 4", out, {.grace = 5s});
   EXPECT_EQ(r.failed_rank, 1) << r.message;
   EXPECT_EQ(r.exit_code, 3);
   EXPECT_NE(r.message.find("rank 1 exited with status 3 (also: rank 0 exited with status 4)"), std::string::npos)
