@@ -173,9 +173,10 @@ int64_t chunk_rows(int64_t rows) {
   return c < 32 ? 32 : c;
 }
 
-// Pass 1: thread = column, blockIdx.y = row chunk; partial sums in row order.
-template <bool centered, class T>
-__global__ void __launch_bounds__(kThreads) norm_param_partial_kernel(const T* g, const T* x,
+// Pass 1: thread = column, blockIdx.y = row chunk; partial sums in row order. g may be narrower than x
+// (a bf16 gradient of the fused add_norm's bf16 output, add_norm.cu).
+template <bool centered, class TG, class T>
+__global__ void __launch_bounds__(kThreads) norm_param_partial_kernel(const TG* g, const T* x,
                                                                       const compute_t<T>* mean,
                                                                       const compute_t<T>* rstd, compute_t<T>* pw,
                                                                       compute_t<T>* pb, int64_t rows, int64_t cols,
@@ -187,7 +188,7 @@ __global__ void __launch_bounds__(kThreads) norm_param_partial_kernel(const T* g
   const int64_t r1 = r0 + chunk < rows ? r0 + chunk : rows;
   C sw = C(0), sb = C(0);
   for (int64_t r = r0; r < r1; ++r) {
-    const C gv = ld(g, r * cols + col);
+    const C gv = static_cast<C>(ld(g, r * cols + col));
     const C mu = centered ? mean[r] : C(0);
     sw += gv * (ld(x, r * cols + col) - mu) * rstd[r];
     sb += gv;
@@ -282,6 +283,48 @@ size_t norm_backward_workspace_bytes(int dtype, int64_t rows, int64_t cols) {
   return 2 * static_cast<size_t>(chunks > 0 ? chunks : 1) * static_cast<size_t>(cols) * elem;
 }
 
+namespace {
+
+template <class TG, class T>
+void param_grads(bool centered, const TG* pg, const T* px, const compute_t<T>* pm, const compute_t<T>* pr, void* dw,
+                 void* db, int64_t rows, int64_t cols, void* workspace, cudaStream_t stream) {
+  using C = compute_t<T>;
+  const int64_t chunk = chunk_rows(rows);
+  const int64_t chunks = rows > 0 ? (rows + chunk - 1) / chunk : 0;
+  C* pw = static_cast<C*>(workspace);
+  C* pb = pw + (chunks > 0 ? chunks : 1) * cols;
+  const unsigned col_blocks = static_cast<unsigned>((cols + kThreads - 1) / kThreads);
+  if (chunks > 0) {
+    const dim3 grid(col_blocks, static_cast<unsigned>(chunks));
+    const auto kernel = centered ? norm_param_partial_kernel<true, TG, T> : norm_param_partial_kernel<false, TG, T>;
+    kernel<<<grid, kThreads, 0, stream>>>(pg, px, pm, pr, dw ? pw : nullptr, db ? pb : nullptr, rows, cols, chunk);
+    CPF_CUDA_CHECK_LAUNCH("norm backward kernel (parameter partials)");
+  }
+  const unsigned sum_blocks = static_cast<unsigned>((cols + kSumCols - 1) / kSumCols);
+  if (dw != nullptr) column_sum_kernel<T><<<sum_blocks, kThreads, 0, stream>>>(pw, static_cast<T*>(dw), chunks, cols);
+  if (db != nullptr) column_sum_kernel<T><<<sum_blocks, kThreads, 0, stream>>>(pb, static_cast<T*>(db), chunks, cols);
+  CPF_CUDA_CHECK_LAUNCH("norm backward kernel (parameter sums)");
+}
+
+}  // namespace
+
+void launch_norm_param_grads(bool centered, int g_dtype, int x_dtype, const void* g, const void* x, const void* mean,
+                             const void* rstd, void* dw, void* db, int64_t rows, int64_t cols, void* workspace,
+                             cudaStream_t stream) {
+  if (dw == nullptr && db == nullptr) return;
+  visit_floating(x_dtype, [&]<class T>() {
+    using C = compute_t<T>;
+    const auto go = [&]<class TG>() {
+      param_grads<TG, T>(centered, static_cast<const TG*>(g), static_cast<const T*>(x), static_cast<const C*>(mean),
+                         static_cast<const C*>(rstd), dw, db, rows, cols, workspace, stream);
+    };
+    if constexpr (std::is_same_v<T, float>) {
+      if (g_dtype == kBF16) return go.template operator()<bf16>();  // a bf16 gradient beside an f32 x
+    }
+    go.template operator()<T>();
+  });
+}
+
 void launch_norm_backward(bool centered, int dtype, const void* g, const void* x, const void* w, const void* mean,
                           const void* rstd, void* dx, void* dw, void* db, int64_t rows, int64_t cols,
                           void* workspace, cudaStream_t stream) {
@@ -304,27 +347,7 @@ void launch_norm_backward(bool centered, int dtype, const void* g, const void* x
       }
       CPF_CUDA_CHECK_LAUNCH("norm backward kernel (dx)");
     }
-    if (dw == nullptr && db == nullptr) return;
-    const int64_t chunk = chunk_rows(rows);
-    const int64_t chunks = rows > 0 ? (rows + chunk - 1) / chunk : 0;
-    C* pw = static_cast<C*>(workspace);
-    C* pb = pw + (chunks > 0 ? chunks : 1) * cols;
-    const unsigned col_blocks = static_cast<unsigned>((cols + kThreads - 1) / kThreads);
-    if (chunks > 0) {
-      const dim3 grid(col_blocks, static_cast<unsigned>(chunks));
-      if (centered) {
-        norm_param_partial_kernel<true, T><<<grid, kThreads, 0, stream>>>(
-            pg, px, pm, pr, dw ? pw : nullptr, db ? pb : nullptr, rows, cols, chunk);
-      } else {
-        norm_param_partial_kernel<false, T><<<grid, kThreads, 0, stream>>>(
-            pg, px, pm, pr, dw ? pw : nullptr, db ? pb : nullptr, rows, cols, chunk);
-      }
-      CPF_CUDA_CHECK_LAUNCH("norm backward kernel (parameter partials)");
-    }
-    const unsigned sum_blocks = static_cast<unsigned>((cols + kSumCols - 1) / kSumCols);
-    if (dw != nullptr) column_sum_kernel<T><<<sum_blocks, kThreads, 0, stream>>>(pw, static_cast<T*>(dw), chunks, cols);
-    if (db != nullptr) column_sum_kernel<T><<<sum_blocks, kThreads, 0, stream>>>(pb, static_cast<T*>(db), chunks, cols);
-    CPF_CUDA_CHECK_LAUNCH("norm backward kernel (parameter sums)");
+    if (dw != nullptr || db != nullptr) param_grads<T, T>(centered, pg, px, pm, pr, dw, db, rows, cols, workspace, stream);
   });
 }
 

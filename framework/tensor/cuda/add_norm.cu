@@ -1,0 +1,226 @@
+// The residual add fused with LayerNorm / RMSNorm (framework/tensor/ops/add_norm.h): one kernel reads the
+// f32 stream x and the sub-block's output b (bf16 or x's dtype), writes x1 = x + b and y = norm(x1) in the
+// compute dtype; the backward kernel reads dy, x1 and dx1 and writes dx = dx1 + norm'(dy) and db = dx in b's
+// dtype. Unfused, the same step was a cast of b, an f32 add, the norm and a cast of y (four passes over the
+// rows); the parameter gradients reuse norm.cu's deterministic two-pass reduction. Math is in the compute
+// type of x with the formulas of norm.cu and the CPU.
+#include "framework/tensor/cuda/row_kernels.cuh"
+
+namespace cpf::cuda::kernels {
+
+using namespace row_helpers;
+
+namespace {
+
+constexpr int kCachedThreads = 128;  // a block per long row (as norm.cu's register-cached kernel)
+
+// G threads per row (32: a warp, else the block); V-element accesses. NC > 0: thread t keeps vectors t,
+// t + G, ... (NC of them) of x1 in registers, so x and b are read once; NC = 0: every pass recomputes x1
+// from x and b (rows too long for registers), which gives the same values.
+template <int G, int V, int NC, bool centered, class TX, class TB, class TY>
+__global__ void __launch_bounds__(G == 32 ? kThreads : G)
+    add_norm_kernel(const TX* x, const TB* b, const TX* w, const TX* bias, TX* x1, TY* y, compute_t<TX>* mean,
+                    compute_t<TX>* rstd, int64_t rows, int64_t cols, compute_t<TX> eps) {
+  using C = compute_t<TX>;
+  __shared__ C scratch[kThreads / 32];
+  const RowLoop<G> loop;
+  const int64_t nvec = cols / V;
+  for (int64_t r = loop.first; r < rows; r += loop.step) {
+    const TX* xr = x + r * cols;
+    const TB* br = b + r * cols;
+    // x1's vector q, rounded to x's dtype (the values the CPU normalises).
+    const auto fetch = [&](int64_t q, C (&v)[V]) {
+      load_row_vec<TX, V>(xr, q, v);
+      if (b != nullptr) {
+        C bv[V];
+        load_row_vec<TB, V>(br, q, bv);
+#pragma unroll
+        for (int k = 0; k < V; ++k) v[k] = widen(narrow<TX>(v[k] + static_cast<C>(bv[k])));
+      }
+    };
+    C cache[NC > 0 ? NC : 1][V];
+    if constexpr (NC > 0) {
+#pragma unroll
+      for (int k = 0; k < NC; ++k) {
+        const int64_t q = loop.lane + static_cast<int64_t>(k) * G;
+        if (q < nvec) fetch(q, cache[k]);
+      }
+    }
+    const auto each = [&](auto&& f) {  // f(q, x1 values of vector q)
+      if constexpr (NC > 0) {
+#pragma unroll
+        for (int k = 0; k < NC; ++k) {
+          const int64_t q = loop.lane + static_cast<int64_t>(k) * G;
+          if (q < nvec) f(q, cache[k]);
+        }
+      } else {
+        for (int64_t q = loop.lane; q < nvec; q += G) {
+          C v[V];
+          fetch(q, v);
+          f(q, v);
+        }
+      }
+    };
+    C s = C(0);
+    each([&](int64_t q, C (&v)[V]) {
+      if (b != nullptr) {
+        Vec<TX, V> o;
+#pragma unroll
+        for (int k = 0; k < V; ++k) o.v[k] = narrow<TX>(v[k]);
+        *reinterpret_cast<Vec<TX, V>*>(x1 + r * cols + q * V) = o;
+      }
+#pragma unroll
+      for (int k = 0; k < V; ++k) s += v[k];
+    });
+    const C mu = centered ? group_reduce<G, false>(s, scratch) / C(cols) : C(0);
+    C sq = C(0);
+    each([&](int64_t, C (&v)[V]) {
+#pragma unroll
+      for (int k = 0; k < V; ++k) sq += (v[k] - mu) * (v[k] - mu);
+    });
+    const C rs = C(1) / m_sqrt(group_reduce<G, false>(sq, scratch) / C(cols) + eps);
+    if (loop.lane == 0) {
+      if constexpr (centered) mean[r] = mu;
+      rstd[r] = rs;
+    }
+    TY* yr = y + r * cols;
+    each([&](int64_t q, C (&v)[V]) {
+      C wv[V], bv[V];
+      if (w != nullptr) load_row_vec<TX, V>(w, q, wv);
+      if (bias != nullptr) load_row_vec<TX, V>(bias, q, bv);
+      Vec<TY, V> o;
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        C t = (v[k] - mu) * rs;
+        if (w != nullptr) t *= wv[k];
+        if (bias != nullptr) t += bv[k];
+        o.v[k] = narrow<TY>(static_cast<compute_t<TY>>(t));
+      }
+      *reinterpret_cast<Vec<TY, V>*>(yr + q * V) = o;
+    });
+  }
+}
+
+// dx = dx1 + rstd * (gh - mean(gh) - xhat * mean(gh * xhat)), gh = g * w, xhat = (x1 - mean) * rstd
+// (norm.cu's norm_dx_kernel plus the residual gradient); db = dx in b's dtype.
+template <int G, bool centered, class TX, class TG, class TB>
+__global__ void __launch_bounds__(kThreads)
+    add_norm_dx_kernel(const TG* g, const TX* x1, const TX* w, const compute_t<TX>* mean, const compute_t<TX>* rstd,
+                       const TX* dx1, TX* dx, TB* db, int64_t rows, int64_t cols) {
+  using C = compute_t<TX>;
+  __shared__ C scratch[kThreads / 32];
+  const RowLoop<G> loop;
+  for (int64_t r = loop.first; r < rows; r += loop.step) {
+    const TG* gr = g + r * cols;
+    const TX* xr = x1 + r * cols;
+    const C mu = centered ? mean[r] : C(0);
+    const C rs = rstd[r];
+    const auto gh_at = [&](int64_t j) {
+      const C gv = static_cast<C>(ld(gr, j));
+      return w != nullptr ? gv * ld(w, j) : gv;
+    };
+    C sa = C(0), sc = C(0);
+    for (int64_t j = loop.lane; j < cols; j += G) {
+      const C gh = gh_at(j);
+      sa += gh;
+      sc += gh * ((ld(xr, j) - mu) * rs);
+    }
+    const C a = centered ? group_reduce<G, false>(sa, scratch) / C(cols) : C(0);
+    const C c = group_reduce<G, false>(sc, scratch) / C(cols);
+    for (int64_t j = loop.lane; j < cols; j += G) {
+      const C xhat = (ld(xr, j) - mu) * rs;
+      C d = rs * (gh_at(j) - a - xhat * c);
+      if (dx1 != nullptr) d = ld(dx1, r * cols + j) + d;
+      const TX dv = narrow<TX>(d);
+      dx[r * cols + j] = dv;
+      if (db != nullptr) db[r * cols + j] = narrow<TB>(static_cast<compute_t<TB>>(widen(dv)));
+    }
+  }
+}
+
+// fn<T>() with T = TX, or bf16 when `code` says so beside an f32 TX (the only mixed pair).
+template <class TX, class Fn>
+void visit_narrow(int code, Fn&& fn) {
+  if constexpr (std::is_same_v<TX, float>) {
+    if (code == kBF16) return fn.template operator()<bf16>();
+  }
+  fn.template operator()<TX>();
+}
+
+template <bool centered, class TX, class TB, class TY>
+void forward(const void* x, const void* b, const void* w, const void* bias, void* x1, void* y, void* mean,
+             void* rstd, int64_t rows, int64_t cols, double eps, cudaStream_t stream) {
+  using C = compute_t<TX>;
+  const auto launch = [&]<int G, int V, int NC>(int64_t blocks) {
+    add_norm_kernel<G, V, NC, centered, TX, TB, TY><<<static_cast<unsigned>(blocks), G == 32 ? kThreads : G, 0,
+                                                      stream>>>(
+        static_cast<const TX*>(x), static_cast<const TB*>(b), static_cast<const TX*>(w),
+        static_cast<const TX*>(bias), static_cast<TX*>(x1), static_cast<TY*>(y), static_cast<C*>(mean),
+        static_cast<C*>(rstd), rows, cols, static_cast<C>(eps));
+  };
+  constexpr int V = vector_width(static_cast<int>(sizeof(TX)));
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };  // null is aligned
+  const bool vec = cols % V == 0 && aligned(x) && aligned(b) && aligned(w) && aligned(bias) && aligned(x1) &&
+                   aligned(y);
+  const bool warp = cols <= kWarpRowLimit;
+  const int group = warp ? 32 : kCachedThreads;
+  const int64_t per_thread = (cols / V + group - 1) / group;
+  const int64_t blocks = warp ? row_grid(rows, cols) : capped(rows);
+  const auto cached = [&]<int GG>() {
+    if (per_thread <= 2) return launch.template operator()<GG, V, 2>(blocks);
+    if (per_thread <= 4) return launch.template operator()<GG, V, 4>(blocks);
+    if (per_thread <= 8) return launch.template operator()<GG, V, 8>(blocks);
+    launch.template operator()<GG, V, 16>(blocks);
+  };
+  if (vec && per_thread <= 16) {
+    warp ? cached.template operator()<32>() : cached.template operator()<kCachedThreads>();
+  } else if (warp) {
+    launch.template operator()<32, 1, 0>(blocks);
+  } else {
+    launch.template operator()<kThreads, 1, 0>(capped(rows));
+  }
+  CPF_CUDA_CHECK_LAUNCH("add_norm kernel");
+}
+
+}  // namespace
+
+void launch_add_norm(bool centered, int x_dtype, int b_dtype, int y_dtype, const void* x, const void* b,
+                     const void* w, const void* bias, void* x1, void* y, void* mean, void* rstd, int64_t rows,
+                     int64_t cols, double eps, cudaStream_t stream) {
+  if (rows == 0) return;
+  visit_floating(x_dtype, [&]<class TX>() {
+    visit_narrow<TX>(b_dtype, [&]<class TB>() {
+      visit_narrow<TX>(y_dtype, [&]<class TY>() {
+        const auto go = centered ? forward<true, TX, TB, TY> : forward<false, TX, TB, TY>;
+        go(x, b, w, bias, x1, y, mean, rstd, rows, cols, eps, stream);
+      });
+    });
+  });
+}
+
+void launch_add_norm_backward(bool centered, int x_dtype, int g_dtype, int db_dtype, const void* g, const void* x1,
+                              const void* w, const void* mean, const void* rstd, const void* dx1, void* dx, void* db,
+                              void* dw, void* dbias, int64_t rows, int64_t cols, void* workspace,
+                              cudaStream_t stream) {
+  visit_floating(x_dtype, [&]<class TX>() {
+    visit_narrow<TX>(g_dtype, [&]<class TG>() {
+      visit_narrow<TX>(db_dtype, [&]<class TB>() {
+        if (rows == 0) return;
+        using C = compute_t<TX>;
+        const bool warp = cols <= kWarpRowLimit;
+        const auto kernel = centered ? (warp ? add_norm_dx_kernel<32, true, TX, TG, TB>
+                                             : add_norm_dx_kernel<kThreads, true, TX, TG, TB>)
+                                     : (warp ? add_norm_dx_kernel<32, false, TX, TG, TB>
+                                             : add_norm_dx_kernel<kThreads, false, TX, TG, TB>);
+        kernel<<<static_cast<unsigned>(row_grid(rows, cols)), kThreads, 0, stream>>>(
+            static_cast<const TG*>(g), static_cast<const TX*>(x1), static_cast<const TX*>(w),
+            static_cast<const C*>(mean), static_cast<const C*>(rstd), static_cast<const TX*>(dx1),
+            static_cast<TX*>(dx), static_cast<TB*>(db), rows, cols);
+        CPF_CUDA_CHECK_LAUNCH("add_norm backward kernel (dx)");
+      });
+    });
+  });
+  launch_norm_param_grads(centered, g_dtype, x_dtype, g, x1, mean, rstd, dw, dbias, rows, cols, workspace, stream);
+}
+
+}  // namespace cpf::cuda::kernels
