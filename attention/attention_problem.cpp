@@ -1,5 +1,7 @@
 #include "attention/attention_problem.h"
 
+#include <array>
+
 #include "attention/attention_sink.h"
 
 #include "framework/core/error.h"
@@ -39,25 +41,11 @@ void check_tensors(const Tensor& q, const Tensor& k, const Tensor& v, const Atte
             " v=", v.shape());
 }
 
-}  // namespace
-
-Shape AttentionProblem::out_shape() const {
-  switch (format) {
-    case QkvFormat::bshd: return {batch, s_q, h_q, d_v};
-    case QkvFormat::sbhd: return {s_q, batch, h_q, d_v};
-    case QkvFormat::thd: return {s_q, h_q, d_v};
-  }
-  CPF_FAIL("unknown qkv_format");
-}
-
-Shape AttentionProblem::lse_shape() const {
-  if (format == QkvFormat::thd) return {h_q, s_q};
-  return {batch, h_q, s_q};
-}
-
-AttentionProblem check_attention_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec,
-                                        const std::optional<SequenceInfo>& seq, const AttentionKernelConfig& config,
-                                        const char* op) {
+// Every rule on q, k, v, the spec and the kernel config, in the order the messages are tested.
+// Returns the (batch, seq, heads, dim) of q, k and v.
+std::array<Dims, 3> check_shapes(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec,
+                                 const std::optional<SequenceInfo>& seq, const AttentionKernelConfig& config,
+                                 const char* op) {
   check_spec(spec);
   check_tensors(q, k, v, spec, op);
   const Dims dq = dims_of(q, spec.qkv_format), dk = dims_of(k, spec.qkv_format), dv = dims_of(v, spec.qkv_format);
@@ -85,23 +73,16 @@ AttentionProblem check_attention_inputs(const Tensor& q, const Tensor& k, const 
   CPF_CHECK(!thd || seq.has_value(), op, ": qkv_format thd needs a SequenceInfo (cu_seqlens) to find its sequences");
   CPF_CHECK(!is_padding(spec.mask) || seq.has_value(), op, ": mask ", mask_type_name(spec.mask),
             " needs a SequenceInfo with the real lengths");
+  return {dq, dk, dv};
+}
 
-  AttentionProblem p;
-  p.format = spec.qkv_format;
-  p.batch = dq.batch;
-  p.s_q = dq.seq;
-  p.s_kv = dk.seq;
-  p.h_q = dq.heads;
-  p.h_kv = dk.heads;
-  p.d_qk = dq.dim;
-  p.d_v = dv.dim;
-  p.scale = softmax_scale(spec, dq.dim);
-  p.window = effective_window(spec);
-  p.sink = spec.sink;
-  p.config = config;
-
-  const SequenceInfo info = seq ? *seq : SequenceInfo::from_lengths(std::vector<int64_t>(dq.batch, dq.seq),
-                                                                   std::vector<int64_t>(dq.batch, dk.seq), dq.seq, dk.seq);
+// p.sequences and the positions of every storage token, from seq or one whole sequence per row;
+// refuses sequences that do not fit the tensors' rows.
+void resolve_sequences(AttentionProblem& p, const Tensor& q, const Tensor& k, const AttentionSpec& spec,
+                       const std::optional<SequenceInfo>& seq, const char* op) {
+  const bool thd = spec.qkv_format == QkvFormat::thd;
+  const SequenceInfo info = seq ? *seq : SequenceInfo::from_lengths(std::vector<int64_t>(p.batch, p.s_q),
+                                                                   std::vector<int64_t>(p.batch, p.s_kv), p.s_q, p.s_kv);
   info.check();
   const int64_t q_tokens = p.batch * p.s_q, kv_tokens = p.batch * p.s_kv;
   if (thd) {
@@ -146,6 +127,43 @@ AttentionProblem check_attention_inputs(const Tensor& q, const Tensor& k, const 
     }
     p.sequences.push_back(s);
   }
+}
+
+}  // namespace
+
+Shape AttentionProblem::out_shape() const {
+  switch (format) {
+    case QkvFormat::bshd: return {batch, s_q, h_q, d_v};
+    case QkvFormat::sbhd: return {s_q, batch, h_q, d_v};
+    case QkvFormat::thd: return {s_q, h_q, d_v};
+  }
+  CPF_FAIL("unknown qkv_format");
+}
+
+Shape AttentionProblem::lse_shape() const {
+  if (format == QkvFormat::thd) return {h_q, s_q};
+  return {batch, h_q, s_q};
+}
+
+AttentionProblem check_attention_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec,
+                                        const std::optional<SequenceInfo>& seq, const AttentionKernelConfig& config,
+                                        const char* op) {
+  const auto [dq, dk, dv] = check_shapes(q, k, v, spec, seq, config, op);
+  AttentionProblem p;
+  p.format = spec.qkv_format;
+  p.batch = dq.batch;
+  p.s_q = dq.seq;
+  p.s_kv = dk.seq;
+  p.h_q = dq.heads;
+  p.h_kv = dk.heads;
+  p.d_qk = dq.dim;
+  p.d_v = dv.dim;
+  p.scale = softmax_scale(spec, dq.dim);
+  p.window = effective_window(spec);
+  p.sink = spec.sink;
+  p.config = config;
+
+  resolve_sequences(p, q, k, spec, seq, op);
   return p;
 }
 
