@@ -120,9 +120,10 @@ void resolve_rows(const Tensor& q, const AttentionSpec& spec, const std::optiona
   }
 }
 
-Resolved resolve(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec,
-                 const std::optional<SequenceInfo>& seq, const ContextParallel& cp) {
-  const std::string name = comm_type_name(cp.comm_type);
+// The inputs every strategy needs, checked before any communication: a group, defined q/k/v of the
+// format's rank, sharded alike along the sequence, of one dtype.
+void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec,
+                  const ContextParallel& cp, const std::string& name) {
   CPF_CHECK(cp.group != nullptr, "context parallel (", name,
             "): no CP group given (ContextParallel::group is null); pass the cp group of your DeviceMesh");
   CPF_CHECK(q.defined() && k.defined() && v.defined(), "context parallel: q, k and v must be defined");
@@ -140,22 +141,17 @@ Resolved resolve(const Tensor& q, const Tensor& k, const Tensor& v, const Attent
   }
   CPF_CHECK(q.dtype() == k.dtype() && k.dtype() == v.dtype(), "context parallel: q, k and v dtypes differ: ",
             q.dtype(), ", ", k.dtype(), ", ", v.dtype());
+}
 
-  Resolved r;
-  r.format = format;
-  CpContext& ctx = r.ctx;
-  ctx.cp_size = cp.group->size();
-  ctx.cp_rank = cp.group->rank();
-  ctx.groups = cp;
-  ctx.streams = cp.compute_streams;
-  ctx.spec = spec;
-  ctx.spec.qkv_format = QkvFormat::thd;
-
+// The support query (cp_support.h) of this call's shapes and spec; ctx.spec keeps the mask, window and
+// scale and leaves heads and dims to the tensors.
+CpQuery build_query(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec,
+                    const ContextParallel& cp, CpContext& ctx) {
   CpQuery query;
   query.comm_type = cp.comm_type;
   query.cp_size = ctx.cp_size;
   query.a2a_size = cp.a2a_group ? cp.a2a_group->size() : 1;
-  query.format = format;
+  query.format = spec.qkv_format;
   query.mask = spec.mask;
   query.window = spec.window;
   query.num_heads = q.size(-2);
@@ -172,21 +168,55 @@ Resolved resolve(const Tensor& q, const Tensor& k, const Tensor& v, const Attent
             "context parallel: the spec (", spec.str(), ") does not match q=", q.shape(), " k=", k.shape(),
             " v=", v.shape());
   ctx.spec.num_heads = ctx.spec.num_kv_heads = ctx.spec.head_dim_qk = ctx.spec.head_dim_v = 0;
-  // The sink joins each merged row once (strategy.h, with_sink); no tile kernel sees it.
+  return query;
+}
+
+// The sink joins each merged row once (strategy.h, with_sink); no tile kernel sees it.
+void take_sink(const Tensor& q, const AttentionSpec& spec, const std::string& name, CpContext& ctx, CpQuery& query) {
   if (spec.sink.defined()) {
     check_attention_sink(spec.sink, q.size(-2), q.dtype(), q.device(), ("context parallel (" + name + ")").c_str());
     ctx.sink = spec.sink.detach();
     query.attention_sink = true;
   }
   ctx.spec.sink = Tensor();
+}
 
-  const int64_t p = ctx.cp_size;
+// The global sequences of the batch (thd: the SequenceInfo; bshd/sbhd: one slot per row).
+void resolve_sequences(const Tensor& q, const AttentionSpec& spec, const std::optional<SequenceInfo>& seq,
+                       Resolved& r, CpQuery& query) {
   if (seq) seq->check();  // positions of the right size, ordered slots
-  if (format == QkvFormat::thd) {
-    resolve_thd(q, seq, p, ctx, query);
+  if (spec.qkv_format == QkvFormat::thd) {
+    resolve_thd(q, seq, r.ctx.cp_size, r.ctx, query);
   } else {
-    resolve_rows(q, spec, seq, p, r, query);
+    resolve_rows(q, spec, seq, r.ctx.cp_size, r, query);
   }
+}
+
+// Global rank -> CP rank, -1 for ranks outside the group.
+std::vector<int> cp_ranks_by_global_rank(const std::vector<int>& globals) {
+  int max_global = 0;
+  for (int g : globals) max_global = std::max(max_global, g);
+  std::vector<int> cp_rank_of_global(static_cast<size_t>(max_global + 1), -1);
+  for (size_t i = 0; i < globals.size(); ++i) cp_rank_of_global[globals[i]] = static_cast<int>(i);
+  return cp_rank_of_global;
+}
+
+Resolved resolve(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec,
+                 const std::optional<SequenceInfo>& seq, const ContextParallel& cp) {
+  const std::string name = comm_type_name(cp.comm_type);
+  check_inputs(q, k, v, spec, cp, name);
+  Resolved r;
+  r.format = spec.qkv_format;
+  CpContext& ctx = r.ctx;
+  ctx.cp_size = cp.group->size();
+  ctx.cp_rank = cp.group->rank();
+  ctx.config = cp;
+  ctx.streams = cp.compute_streams;
+  ctx.spec = spec;
+  ctx.spec.qkv_format = QkvFormat::thd;
+  CpQuery query = build_query(q, k, v, spec, cp, ctx);
+  take_sink(q, spec, name, ctx, query);
+  resolve_sequences(q, spec, seq, r, query);
   if (auto reason = unsupported_reason(query)) CPF_FAIL("context parallel: ", *reason);
   if (seq) {
     // Every token keeps the position the caller gave it (gaps, offsets): the layouts hand them on.
@@ -194,18 +224,13 @@ Resolved resolve(const Tensor& q, const Tensor& k, const Tensor& v, const Attent
     ctx.global.kv_positions = seq->kv_positions;
   }
   // Divisibility of every sequence by 2P, with the offending numbers.
-  thd_shard(ctx.global.cu_seqlens, ctx.global.cu_seqlens_padded, p, ctx.cp_rank);
-
-  const auto& globals = cp.group->global_ranks();
-  int max_global = 0;
-  for (int g : globals) max_global = std::max(max_global, g);
-  ctx.cp_rank_of_global.assign(static_cast<size_t>(max_global + 1), -1);
-  for (size_t i = 0; i < globals.size(); ++i) ctx.cp_rank_of_global[globals[i]] = static_cast<int>(i);
+  thd_shard(ctx.global.cu_seqlens, ctx.global.cu_seqlens_padded, ctx.cp_size, ctx.cp_rank);
+  ctx.cp_rank_of_global = cp_ranks_by_global_rank(cp.group->global_ranks());
   return r;
 }
 
 CpForward run_forward(const CpContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v) {
-  switch (ctx.groups.comm_type) {
+  switch (ctx.config.comm_type) {
     case CommType::p2p: return p2p_forward(ctx, q, k, v);
     case CommType::all_gather: return all_gather_forward(ctx, q, k, v);
     case CommType::a2a: return a2a_forward(ctx, q, k, v);
@@ -216,7 +241,7 @@ CpForward run_forward(const CpContext& ctx, const Tensor& q, const Tensor& k, co
 
 CpGrads run_backward(const CpContext& ctx, const Tensor& dout, const Tensor& dlse, const Tensor& q, const Tensor& k,
                      const Tensor& v, const CpSaved& saved) {
-  switch (ctx.groups.comm_type) {
+  switch (ctx.config.comm_type) {
     case CommType::p2p: return p2p_backward(ctx, dout, dlse, q, k, v, saved);
     case CommType::all_gather: return all_gather_backward(ctx, dout, dlse, q, k, v, saved);
     case CommType::a2a: return a2a_backward(ctx, dout, dlse, q, k, v, saved);
