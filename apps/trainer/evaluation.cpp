@@ -3,24 +3,9 @@
 #include <algorithm>
 
 #include "framework/autograd/ops.h"
-#include "models/data/cp_shard.h"
 #include "models/gpt_input.h"
 
 namespace cpf::trainer {
-
-Tensor batch_loss(const models::GPT& model, const data::Batch& batch, const RankGroups& g, int64_t* global_valid) {
-  const data::LocalBatch local = data::shard_for_rank(batch, g.cp_size, g.cp_rank);
-  const models::GPTBatch b = models::to_device(models::make_gpt_batch(local), model.device());
-  int64_t count = b.num_valid_labels;
-  if (g.world && g.world->size() > 1) {
-    // On the model's device: an NCCL group only takes tensors on its GPU.
-    count = g.world->all_reduce(scalar_tensor(static_cast<double>(count), {.dtype = DType::i64, .device = model.device()}))
-                .item<int64_t>();
-  }
-  if (global_valid) *global_valid = count;
-  const Tensor logits = model.forward(b.input, g.cp ? &*g.cp : nullptr);  // (T_local, V)
-  return models::GPT::loss(logits, b.labels, std::max<int64_t>(count, 1), b.num_valid_labels);
-}
 
 EvalSplitSource::EvalSplitSource(std::shared_ptr<const data::SyntheticSource> train) : train_(std::move(train)) {
   CPF_CHECK(train_ != nullptr, "EvalSplitSource: no synthetic source");
@@ -62,11 +47,10 @@ std::optional<double> eval_loss(const models::GPT& model, const TrainConfig& con
   double weighted = 0;
   int64_t tokens = 0;
   for (int64_t i = 0; i < config.run.eval_batches; ++i) {
-    int64_t count = 0;
-    Tensor loss = batch_loss(model, loader.next(), g, &count);
-    if (g.world && g.world->size() > 1) loss = g.world->all_reduce(loss);
-    weighted += loss.item<double>() * static_cast<double>(count);
-    tokens += count;
+    const BatchLoss b = batch_loss(model, loader.next(), g);
+    const Tensor loss = g.world && g.world->size() > 1 ? g.world->all_reduce(b.loss) : b.loss;
+    weighted += loss.item<double>() * static_cast<double>(b.global_valid);
+    tokens += b.global_valid;
   }
   if (tokens == 0) return std::nullopt;
   return weighted / static_cast<double>(tokens);

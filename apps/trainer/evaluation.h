@@ -1,5 +1,5 @@
 #pragma once
-// Evaluation during training, and the per-batch loss every rank computes.
+// Evaluation during training (the per-batch loss is the training step's: training_step.h).
 //
 // Held-out data: the eval split of a synthetic task (an independent Philox stream, models/data/
 // synthetic_tasks.h), or the files of run.eval_path for text and shards. The held-out loss is the
@@ -10,26 +10,12 @@
 #include <optional>
 
 #include "apps/trainer/config.h"
-#include "framework/distributed/process_group.h"
+#include "apps/trainer/training_step.h"
 #include "models/data/data_loader.h"
 #include "models/data/exact_match.h"
 #include "models/gpt.h"
 
 namespace cpf::trainer {
-
-// How this rank takes part in a step.
-struct RankGroups {
-  dist::ProcessGroupPtr world;
-  int64_t dp_rank = 0, dp_size = 1;
-  int64_t cp_rank = 0, cp_size = 1;
-  std::optional<cp::ContextParallel> cp;  // set when cp_size > 1
-};
-
-// This rank's share of the loss of a step whose DP rank holds `batch`: the summed token loss of its
-// CP shard divided by the valid-label count of the whole world, so the sum over ranks is the mean.
-// `global_valid`, when given, receives that count.
-Tensor batch_loss(const models::GPT& model, const data::Batch& batch, const RankGroups& groups,
-                  int64_t* global_valid = nullptr);
 
 // The synthetic task's eval split as a document source (held-out loss batches).
 class EvalSplitSource : public data::DocumentSource {

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "apps/trainer/config.h"
-#include "apps/trainer/evaluation.h"
+#include "apps/trainer/training_step.h"
 #include "framework/distributed/grad_reducer.h"
 
 namespace cpf::trainer {

@@ -22,6 +22,8 @@
 #include "apps/trainer/run_tokenizer.h"
 #include "apps/trainer/step_profiler.h"
 #include "apps/trainer/stop_signals.h"
+#include "apps/trainer/sync_check.h"
+#include "apps/trainer/training_step.h"
 #include "framework/autograd/ops.h"
 #include "framework/distributed/autograd_collectives.h"
 #include "framework/distributed/device_mesh.h"
@@ -32,7 +34,6 @@
 #if CPF_HAVE_NCCL
 #include "framework/distributed/nccl/nccl_init.h"
 #endif
-#include "framework/optim/grad_clip.h"
 #include "models/model_flops.h"
 #include "framework/tensor/profile.h"
 
@@ -158,7 +159,7 @@ class RankTrainer {
   int agreed_stop_signal();
   void stop_on_signal(int signal, int64_t saved_at, double seconds);
   void check_nonfinite_steps(int64_t consecutive, double norm) const;
-  double train_step(int64_t step, double* grad_norm, int64_t* tokens);
+  StepResult train_step(int64_t step);
   bool evaluate(int64_t step, bool record = true);  // true when a target is reached
   void checkpoint(int64_t step);
   // Rank 0: the steps since the last step line, printed as one line (their mean loss).
@@ -166,7 +167,23 @@ class RankTrainer {
     double seconds = 0, loss = 0;
     int64_t tokens = 0, steps = 0;
   };
-  void log_step(LogWindow& window, double norm, double train_seconds, int64_t start, Clock::time_point t0);
+  // The state of one call of run(): where it started and what its loop has seen so far.
+  struct Session {
+    int64_t start = 0;
+    Clock::time_point t0;
+    double train_seconds = 0;
+    LogWindow window;
+    int64_t saved_at = -1;  // the step of the newest checkpoint (the one resumed from counts)
+    int64_t evaluated_at = -1;
+    int64_t nonfinite_steps = 0;  // consecutive steps with a non-finite gradient norm
+    double norm = 0;
+    int64_t session_tokens = 0;  // this call's steps, for the progress bar's rate
+  };
+  void start_session();  // resume or init_from, the run folder's files, the accumulation note
+  bool run_one_step(Session& s, const StepProfiler& profile_window, StepProfiler& profiler);
+  void record_step(Session& s, const StepResult& r, double seconds);  // rank 0
+  void finish(Session& s);
+  void log_step(Session& s);
 
   const TrainConfig& c_;
   Shared& shared_;
@@ -269,32 +286,22 @@ void RankTrainer::check_nonfinite_steps(int64_t consecutive, double norm) const 
            "set run.grad_clip, or look for NaN/Inf in the data or the weights");
 }
 
-double RankTrainer::train_step(int64_t step, double* grad_norm, int64_t* tokens) {
-  // run.grad_accum_steps micro-batches, accumulated exactly as one batch (grad_accumulation.h); each
-  // micro-batch's loss is divided by the step's token count over the world, so the sum is the mean.
-  // The profiler's scopes (step_profiler.h): NVTX ranges always, times while run.profile records.
-  const profile::Scope step_scope("step", device_);
-  std::vector<data::Batch> micro_batches;
-  *tokens = 0;
-  {
-    const profile::Scope data_scope("phase/data", device_);
-    for (int64_t i = 0; i < accum_steps_; ++i) {
-      micro_batches.push_back(loader_->next());
-      *tokens += micro_batches.back().tokens.numel() * groups_.dp_size;
-    }
+StepResult RankTrainer::train_step(int64_t step) {
+  const StepResult r = training_step(StepParts{.model = *model_,
+                                               .loader = *loader_,
+                                               .groups = groups_,
+                                               .reducer = reducer_.get(),
+                                               .params = params_,
+                                               .optimizer = *optimizer_,
+                                               .schedule = schedule_,
+                                               .accum_steps = accum_steps_,
+                                               .grad_clip = c_.run.grad_clip},
+                                     step);
+  if (r.skipped && rank0()) {
+    logger_->note("step " + std::to_string(step + 1) + ": gradient norm " + std::to_string(r.grad_norm) +
+                  ", update skipped");
   }
-  const double step_loss = accumulate_gradients(*model_, micro_batches, groups_, reducer_.get()).loss;
-  const profile::Scope optimizer_scope("phase/optimizer", device_);
-  const double norm = c_.run.grad_clip > 0 ? optim::clip_grad_norm_(params_, c_.run.grad_clip) : optim::grad_norm(params_);
-  *grad_norm = norm;
-  if (std::isfinite(norm)) {
-    optimizer_->set_lr(schedule_.lr_at(step));
-    optimizer_->step();
-  } else if (rank0()) {
-    logger_->note("step " + std::to_string(step + 1) + ": gradient norm " + std::to_string(norm) + ", update skipped");
-  }
-  optimizer_->zero_grad();
-  return step_loss;
+  return r;
 }
 
 bool RankTrainer::evaluate(int64_t step, bool record) {
@@ -331,17 +338,17 @@ void RankTrainer::checkpoint(int64_t step) {
   groups_.world->barrier();
 }
 
-void RankTrainer::log_step(LogWindow& window, double norm, double train_seconds, int64_t start,
-                           Clock::time_point t0) {
-  const double per_step = train_seconds / static_cast<double>(step_ - start);
+void RankTrainer::log_step(Session& s) {
+  LogWindow& window = s.window;
+  const double per_step = s.train_seconds / static_cast<double>(step_ - s.start);
   const double loss = window.loss / static_cast<double>(window.steps);
   logger_->step(StepMetrics{.step = step_,
                             .loss = loss,
                             .lr = schedule_.lr_at(step_ - 1),
-                            .grad_norm = norm,
+                            .grad_norm = s.norm,
                             .tokens_per_second = window.tokens / std::max(window.seconds, 1e-9),
                             .tokens_seen = tokens_seen_,
-                            .elapsed_seconds = seconds_since(t0),
+                            .elapsed_seconds = seconds_since(s.t0),
                             .eta_seconds = per_step * static_cast<double>(c_.run.steps - step_),
                             .peak_memory_bytes = peak_memory(),
                             .resident_memory_bytes = resident_bytes(),
@@ -353,7 +360,7 @@ void RankTrainer::log_step(LogWindow& window, double norm, double train_seconds,
   window = LogWindow{};
 }
 
-void RankTrainer::run() {
+void RankTrainer::start_session() {
   resume();
   if (!c_.run.init_from.empty()) {
     // Fine-tuning starts from these weights; a resumed run continues its own (init_from.h).
@@ -366,75 +373,92 @@ void RankTrainer::run() {
                   std::to_string(accum_steps_ * micro_step_tokens(c_)) + " tokens per step over " +
                   std::to_string(groups_.dp_size) + " DP rank(s))");
   }
-  const int64_t start = step_;
-  if (rank0()) shared_.outcome.start_step = start;
-  // Recording is process-wide: rank 0 switches it on and off while every rank waits between steps
-  // (thread ranks record into one table; other processes' ranks record nothing).
-  const StepProfiler profile_window(c_.run.profile, start, c_.run.steps, device_, "");
-  StepProfiler profiler(rank0() ? c_.run.profile : 0, start, c_.run.steps, device_,
-                        (fs::path(run_dir(c_)) / "profile.txt").string());
-  const auto t0 = Clock::now();
-  double train_seconds = 0;
-  LogWindow window;
-  int64_t saved_at = shared_.resume_path ? step_ : -1;  // the checkpoint we resumed from is this step's
-  int64_t evaluated_at = -1;
-  bool stop = false;
-  int64_t nonfinite_steps = 0;  // consecutive steps with a non-finite gradient norm
-  double norm = 0;
-  int64_t session_tokens = 0;  // this call's steps, for the progress bar's rate
-  while (step_ < c_.run.steps && !stop) {
-    if (const int signal = agreed_stop_signal()) return stop_on_signal(signal, saved_at, seconds_since(t0));
-    if (logger_) logger_->activity("step " + std::to_string(step_ + 1) + "/" + std::to_string(c_.run.steps));
-    const auto s0 = Clock::now();
-    int64_t tokens = 0;
-    profiler.begin_step(step_ + 1);
-    if (profile_window.starts_window(step_ + 1)) groups_.world->barrier();
-    const double loss = train_step(step_, &norm, &tokens);
-    ++step_;
-    nonfinite_steps = std::isfinite(norm) ? 0 : nonfinite_steps + 1;
-    const double dt = seconds_since(s0);
-    train_seconds += dt;
-    // After the step's timing: the table waits for the window's GPU events.
-    if (profile_window.ends_window(step_)) groups_.world->barrier();
-    if (const std::optional<std::string> table = profiler.end_step(step_)) logger_->note(*table);
-    if (rank0()) {
-      if (step_ == start + 1) {
-        // Without a record of the tokens before a resume, every step is assumed this size.
-        tokens_seen_ = tokens_at_start_.value_or(start * tokens);
-      }
-      tokens_seen_ += tokens;
-      session_tokens += tokens;
-      shared_.outcome.losses.push_back(loss);
-      shared_.outcome.tokens_seen = tokens_seen_;
-      window.seconds += dt;
-      window.loss += loss;
-      window.tokens += tokens;
-      ++window.steps;
-      if (step_ % c_.run.log_every == 0 || step_ == c_.run.steps) log_step(window, norm, train_seconds, start, t0);
-      const double per_step = train_seconds / static_cast<double>(step_ - start);
-      logger_->progress(step_, seconds_since(t0), per_step * static_cast<double>(c_.run.steps - step_),
-                        static_cast<double>(session_tokens) / std::max(train_seconds, 1e-9));
-    }
-    check_nonfinite_steps(nonfinite_steps, norm);
-    if (c_.run.eval_every > 0 && step_ % c_.run.eval_every == 0) {
-      stop = evaluate(step_);
-      evaluated_at = step_;
-    }
-    if ((c_.run.checkpoint_every > 0 && step_ % c_.run.checkpoint_every == 0) || (stop && saved_at != step_)) {
-      checkpoint(step_);
-      saved_at = step_;
-    }
+}
+
+void RankTrainer::record_step(Session& s, const StepResult& r, double seconds) {
+  if (step_ == s.start + 1) {
+    // Without a record of the tokens before a resume, every step is assumed this size.
+    tokens_seen_ = tokens_at_start_.value_or(s.start * r.tokens);
   }
+  tokens_seen_ += r.tokens;
+  s.session_tokens += r.tokens;
+  shared_.outcome.losses.push_back(r.loss);
+  shared_.outcome.tokens_seen = tokens_seen_;
+  s.window.seconds += seconds;
+  s.window.loss += r.loss;
+  s.window.tokens += r.tokens;
+  ++s.window.steps;
+  if (step_ % c_.run.log_every == 0 || step_ == c_.run.steps) log_step(s);
+  const double per_step = s.train_seconds / static_cast<double>(step_ - s.start);
+  logger_->progress(step_, seconds_since(s.t0), per_step * static_cast<double>(c_.run.steps - step_),
+                    static_cast<double>(s.session_tokens) / std::max(s.train_seconds, 1e-9));
+}
+
+// One step and what follows it: its records, the non-finite check, evaluation and checkpoint. True when
+// the evaluation reached a target.
+bool RankTrainer::run_one_step(Session& s, const StepProfiler& profile_window, StepProfiler& profiler) {
+  if (logger_) logger_->activity("step " + std::to_string(step_ + 1) + "/" + std::to_string(c_.run.steps));
+  const auto s0 = Clock::now();
+  profiler.begin_step(step_ + 1);
+  if (profile_window.starts_window(step_ + 1)) groups_.world->barrier();
+  const SyncCheck sync_check(device_);
+  const StepResult r = train_step(step_);
+  ++step_;
+  if (logger_) {
+    if (const std::optional<std::string> line = sync_check.line(step_)) logger_->note(*line);
+  }
+  s.norm = r.grad_norm;
+  s.nonfinite_steps = std::isfinite(r.grad_norm) ? 0 : s.nonfinite_steps + 1;
+  const double dt = seconds_since(s0);
+  s.train_seconds += dt;
+  // After the step's timing: the table waits for the window's GPU events.
+  if (profile_window.ends_window(step_)) groups_.world->barrier();
+  if (const std::optional<std::string> table = profiler.end_step(step_)) logger_->note(*table);
+  if (rank0()) record_step(s, r, dt);
+  check_nonfinite_steps(s.nonfinite_steps, s.norm);
+  bool stop = false;
+  if (c_.run.eval_every > 0 && step_ % c_.run.eval_every == 0) {
+    stop = evaluate(step_);
+    s.evaluated_at = step_;
+  }
+  if ((c_.run.checkpoint_every > 0 && step_ % c_.run.checkpoint_every == 0) || (stop && s.saved_at != step_)) {
+    checkpoint(step_);
+    s.saved_at = step_;
+  }
+  return stop;
+}
+
+void RankTrainer::finish(Session& s) {
   // A run that stopped at its target between step lines: its last steps get their line, so the
   // summary's train loss is a printed one.
-  if (rank0() && window.steps > 0) log_step(window, norm, train_seconds, start, t0);
+  if (rank0() && s.window.steps > 0) log_step(s);
   // A finished run resumed again evaluates for its summary without recording that step twice.
-  if (evaluated_at != step_) evaluate(step_, step_ != start || !shared_.resume_path);
-  if (saved_at != step_) checkpoint(step_);
+  if (s.evaluated_at != step_) evaluate(step_, step_ != s.start || !shared_.resume_path);
+  if (s.saved_at != step_) checkpoint(step_);
   if (rank0()) {
     shared_.outcome.final_step = step_;
-    shared_.outcome.seconds = seconds_since(t0);
+    shared_.outcome.seconds = seconds_since(s.t0);
   }
+}
+
+void RankTrainer::run() {
+  start_session();
+  Session s;
+  s.start = step_;
+  s.saved_at = shared_.resume_path ? step_ : -1;  // the checkpoint we resumed from is this step's
+  if (rank0()) shared_.outcome.start_step = s.start;
+  // Recording is process-wide: rank 0 switches it on and off while every rank waits between steps
+  // (thread ranks record into one table; other processes' ranks record nothing).
+  const StepProfiler profile_window(c_.run.profile, s.start, c_.run.steps, device_, "");
+  StepProfiler profiler(rank0() ? c_.run.profile : 0, s.start, c_.run.steps, device_,
+                        (fs::path(run_dir(c_)) / "profile.txt").string());
+  s.t0 = Clock::now();
+  bool stop = false;
+  while (step_ < c_.run.steps && !stop) {
+    if (const int signal = agreed_stop_signal()) return stop_on_signal(signal, s.saved_at, seconds_since(s.t0));
+    stop = run_one_step(s, profile_window, profiler);
+  }
+  finish(s);
 }
 
 // The writing process draws loss.svg from the run's metrics.jsonl (resumed sessions included). The
@@ -461,22 +485,22 @@ std::shared_ptr<const data::DocumentSource> open_training_source(const TrainConf
   }
 }
 
-TrainOutcome train(const TrainConfig& config, std::ostream& out, bool progress_bar) {
-  // The device check first: its message names run.device and the fix.
-  const Device device0 = rank_device_of(config, 0);
-  const int world = static_cast<int>(config.parallel.dp * config.parallel.cp);
-  // Started by torchrun / srun / mpirun (or dist::spawn_local_processes): this process is one rank.
-  const std::optional<dist::LaunchEnvironment> env = dist::read_launch_environment();
-  if (env) {
-    CPF_CHECK(config.parallel.backend == dist::Backend::nccl, "cpformer train was started by ", env->launcher,
-              " as rank ", env->rank, " of ", env->world_size, ", but parallel.backend is thread (ranks as threads "
-              "of one process); set parallel.backend: nccl (or --set parallel.backend=nccl)");
-    CPF_CHECK(env->world_size == world, "cpformer train: the launcher started ", env->world_size,
-              " processes but parallel.dp x parallel.cp = ", config.parallel.dp, " x ", config.parallel.cp, " = ",
-              world, " ranks; make them equal");
-  }
-  const bool writer = !env || env->rank == 0;  // the process that writes the run folder and logs
-  const std::string dir = run_dir(config);
+namespace {
+
+// Started by torchrun / srun / mpirun (or dist::spawn_local_processes): this process is one rank, of a
+// world of the config's size.
+void check_launch_environment(const TrainConfig& config, const std::optional<dist::LaunchEnvironment>& env,
+                              int world) {
+  if (!env) return;
+  CPF_CHECK(config.parallel.backend == dist::Backend::nccl, "cpformer train was started by ", env->launcher,
+            " as rank ", env->rank, " of ", env->world_size, ", but parallel.backend is thread (ranks as threads "
+            "of one process); set parallel.backend: nccl (or --set parallel.backend=nccl)");
+  CPF_CHECK(env->world_size == world, "cpformer train: the launcher started ", env->world_size,
+            " processes but parallel.dp x parallel.cp = ", config.parallel.dp, " x ", config.parallel.cp, " = ",
+            world, " ranks; make them equal");
+}
+
+Sources open_sources(const TrainConfig& config) {
   Sources sources;
   sources.train = open_training_source(config);
   try {
@@ -484,6 +508,42 @@ TrainOutcome train(const TrainConfig& config, std::ostream& out, bool progress_b
   } catch (const Error& e) {
     throw DataError("run.eval_path: " + e.message());
   }
+  return sources;
+}
+
+// The writing process's logger, and its first line: the run's shape.
+void start_logger(std::optional<MetricsLogger>& logger, const TrainConfig& config, std::ostream& out,
+                  bool progress_bar, const Sources& sources, const std::optional<dist::LaunchEnvironment>& env) {
+  const std::string dir = run_dir(config);
+  const int world = static_cast<int>(config.parallel.dp * config.parallel.cp);
+  logger.emplace(out, LoggerOptions{.metrics_path = (fs::path(dir) / "metrics.jsonl").string(),
+                                    .train_log_path = (fs::path(dir) / "train.log").string(),
+                                    .total_steps = config.run.steps,
+                                    .progress_bar = progress_bar,
+                                    .rank = 0,
+                                    .heartbeat_seconds = progress_bar ? 0.0 : kHeartbeatSeconds});
+  logger->note("cpformer train: " + config.run.name + " | " + sources.train->name() + " | " +
+               std::to_string(world) + " rank(s): dp=" + std::to_string(config.parallel.dp) +
+               " cp=" + std::to_string(config.parallel.cp) +
+               (config.parallel.cp > 1 ? " (" + cp::comm_type_name(config.parallel.cp_comm_type) + ")" : "") +
+               ", " + dist::backend_name(config.parallel.backend) +
+               (env ? " (" + env->launcher + ", one process per rank)" : "") + " | " +
+               (rank_device_of(config, 0).is_cuda() ? "cuda" : "cpu") +
+               (config.run.precision == PrecisionMode::bf16 ? " bf16 (f32 master weights)" : " fp32") +
+               " | run folder " + dir);
+}
+
+}  // namespace
+
+TrainOutcome train(const TrainConfig& config, std::ostream& out, bool progress_bar) {
+  // The device check first: its message names run.device and the fix.
+  const Device device0 = rank_device_of(config, 0);
+  const int world = static_cast<int>(config.parallel.dp * config.parallel.cp);
+  const std::optional<dist::LaunchEnvironment> env = dist::read_launch_environment();
+  check_launch_environment(config, env, world);
+  const bool writer = !env || env->rank == 0;  // the process that writes the run folder and logs
+  const std::string dir = run_dir(config);
+  const Sources sources = open_sources(config);
   // Ctrl-C / SIGTERM from here on stop the run between steps with a checkpoint.
   const StopSignalScope stop_signals;
   std::optional<RunFolderLock> lock;  // held until the run ends, however it ends
@@ -491,21 +551,7 @@ TrainOutcome train(const TrainConfig& config, std::ostream& out, bool progress_b
   if (writer) {
     lock.emplace(dir);
     apply_start_mode(config);
-    logger.emplace(out, LoggerOptions{.metrics_path = (fs::path(dir) / "metrics.jsonl").string(),
-                                      .train_log_path = (fs::path(dir) / "train.log").string(),
-                                      .total_steps = config.run.steps,
-                                      .progress_bar = progress_bar,
-                                      .rank = 0,
-                                      .heartbeat_seconds = progress_bar ? 0.0 : kHeartbeatSeconds});
-    logger->note("cpformer train: " + config.run.name + " | " + sources.train->name() + " | " +
-                 std::to_string(world) + " rank(s): dp=" + std::to_string(config.parallel.dp) +
-                 " cp=" + std::to_string(config.parallel.cp) +
-                 (config.parallel.cp > 1 ? " (" + cp::comm_type_name(config.parallel.cp_comm_type) + ")" : "") +
-                 ", " + dist::backend_name(config.parallel.backend) +
-                 (env ? " (" + env->launcher + ", one process per rank)" : "") + " | " +
-                 (device0.is_cuda() ? "cuda" : "cpu") +
-                 (config.run.precision == PrecisionMode::bf16 ? " bf16 (f32 master weights)" : " fp32") +
-                 " | run folder " + dir);
+    start_logger(logger, config, out, progress_bar, sources, env);
   }
 
   Shared shared;

@@ -1,0 +1,57 @@
+#include "apps/trainer/training_step.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "apps/trainer/grad_accumulation.h"
+#include "framework/autograd/ops.h"
+#include "framework/optim/grad_clip.h"
+#include "framework/tensor/profile.h"
+#include "models/data/cp_shard.h"
+#include "models/gpt_input.h"
+
+namespace cpf::trainer {
+
+BatchLoss batch_loss(const models::GPT& model, const data::Batch& batch, const RankGroups& g) {
+  const data::LocalBatch local = data::shard_for_rank(batch, g.cp_size, g.cp_rank);
+  const models::GPTBatch b = models::to_device(models::make_gpt_batch(local), model.device());
+  int64_t count = b.num_valid_labels;
+  if (g.world && g.world->size() > 1) {
+    // On the model's device: an NCCL group only takes tensors on its GPU.
+    count = g.world->all_reduce(scalar_tensor(static_cast<double>(count), {.dtype = DType::i64, .device = model.device()}))
+                .item<int64_t>();
+  }
+  const Tensor logits = model.forward(b.input, g.cp ? &*g.cp : nullptr);  // (T_local, V)
+  return BatchLoss{.loss = models::GPT::loss(logits, b.labels, std::max<int64_t>(count, 1), b.num_valid_labels),
+                   .global_valid = count};
+}
+
+StepResult training_step(const StepParts& p, int64_t step) {
+  // run.grad_accum_steps micro-batches, accumulated exactly as one batch (grad_accumulation.h); each
+  // micro-batch's loss is divided by the step's token count over the world, so the sum is the mean.
+  // The profiler's scopes (step_profiler.h): NVTX ranges always, times while run.profile records.
+  const Device device = p.model.device();
+  const profile::Scope step_scope("step", device);
+  StepResult result;
+  std::vector<data::Batch> micro_batches;
+  {
+    const profile::Scope data_scope("phase/data", device);
+    for (int64_t i = 0; i < p.accum_steps; ++i) {
+      micro_batches.push_back(p.loader.next());
+      result.tokens += micro_batches.back().tokens.numel() * p.groups.dp_size;
+    }
+  }
+  result.loss = accumulate_gradients(p.model, micro_batches, p.groups, p.reducer).loss;
+  const profile::Scope optimizer_scope("phase/optimizer", device);
+  result.grad_norm = p.grad_clip > 0 ? optim::clip_grad_norm_(p.params, p.grad_clip) : optim::grad_norm(p.params);
+  result.skipped = !std::isfinite(result.grad_norm);
+  if (!result.skipped) {
+    p.optimizer.set_lr(p.schedule.lr_at(step));
+    p.optimizer.step();
+  }
+  p.optimizer.zero_grad();
+  return result;
+}
+
+}  // namespace cpf::trainer

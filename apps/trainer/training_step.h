@@ -1,0 +1,62 @@
+#pragma once
+// One training step of one rank: how the rank takes part (RankGroups), the loss of one batch
+// (batch_loss, also the held-out loss's), and the step itself (training_step): run.grad_accum_steps
+// micro-batches forward and backward (grad_accumulation.h), the gradient norm and clipping, then the
+// optimizer update, or no update when the norm is not finite.
+//
+// Host synchronisations of a step on cuda (docs/training.md, "Host synchronisation"): the step's loss and
+// gradient norm are read back once each (the skip decision and the metrics need them); counted by
+// cuda::host_sync_counts() and logged per step under CPF_SYNC_CHECK=1.
+#include <optional>
+
+#include "apps/trainer/config.h"
+#include "framework/distributed/grad_reducer.h"
+#include "framework/distributed/process_group.h"
+#include "framework/optim/lr_schedule.h"
+#include "framework/optim/optimizer.h"
+#include "models/data/data_loader.h"
+#include "models/gpt.h"
+
+namespace cpf::trainer {
+
+// How this rank takes part in a step.
+struct RankGroups {
+  dist::ProcessGroupPtr world;
+  int64_t dp_rank = 0, dp_size = 1;
+  int64_t cp_rank = 0, cp_size = 1;
+  std::optional<cp::ContextParallel> cp;  // set when cp_size > 1
+};
+
+struct BatchLoss {
+  Tensor loss;               // () this rank's share, on the model's device
+  int64_t global_valid = 0;  // valid labels of the whole world
+};
+
+// This rank's share of the loss of a step whose DP rank holds `batch`: the summed token loss of its
+// CP shard divided by the valid-label count of the whole world, so the sum over ranks is the mean.
+BatchLoss batch_loss(const models::GPT& model, const data::Batch& batch, const RankGroups& groups);
+
+// What a step works on; the trainer owns every part.
+struct StepParts {
+  const models::GPT& model;
+  data::DataLoader& loader;
+  const RankGroups& groups;
+  dist::GradientReducer* reducer;  // null on one rank
+  const optim::NamedTensors& params;
+  optim::Optimizer& optimizer;
+  const optim::LrSchedule& schedule;
+  int64_t accum_steps = 1;  // micro-batches per step
+  double grad_clip = 0;     // run.grad_clip; 0: no clipping
+};
+
+struct StepResult {
+  double loss = 0;       // mean token loss of the step over the world
+  double grad_norm = 0;  // before clipping
+  int64_t tokens = 0;    // storage tokens of the step over the world
+  bool skipped = false;  // the norm was not finite: no update (the gradients are zeroed all the same)
+};
+
+// Step `step` (0-based: the learning rate is the schedule's at `step`). Every rank calls it.
+StepResult training_step(const StepParts& parts, int64_t step);
+
+}  // namespace cpf::trainer
