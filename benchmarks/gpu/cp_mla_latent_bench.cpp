@@ -26,7 +26,9 @@
 
 #include "attention/cp/context_parallel.h"
 #include "benchmarks/gpu/cp_bench_common.h"
+#include "attention/cuda/backend_selection.h"
 #include "attention/dot_product_attention.h"
+#include "framework/autograd/functions/linear.h"
 #include "framework/autograd/ops.h"
 #include "framework/distributed/device_mesh.h"
 #include "framework/distributed/launcher.h"
@@ -70,10 +72,14 @@ Inputs make_inputs(int64_t tokens, const Device& device, uint64_t seed) {
           uniform({1, tokens, kShape.num_heads, kShape.v_head_dim}, -1, 1, opts, &gen)};
 }
 
-// K and V from the latent with autograd ops (what the module does without latent communication).
+// K and V from the latent with autograd ops (what the module does without latent communication): the
+// up-projection is a `linear`, one (T, rank) x (rank, H (nope + d_v)) GEMM each way, as the module's
+// kv_b_proj. (A `matmul` of the (1, T, 1, rank) latent with W^T treats (1, T) as batch dims, and its
+// backward formed dW per token before summing them: a (T, rank, H (nope + d_v)) bf16 tensor, 64 GiB at
+// 16k tokens and the 256 GiB request at 64k of the first run, which were taken for unfused attention.)
 std::pair<Tensor, Tensor> expand_kv(const Tensor& latent, const Tensor& weight) {
   const std::vector<Tensor> parts = split(latent, std::vector<int64_t>{kShape.kv_lora_rank, kShape.qk_rope_head_dim}, -1);
-  Tensor kv = matmul(parts[0], transpose(weight, 0, 1));
+  Tensor kv = linear(parts[0], weight);  // (1, T, 1, H (nope + d_v))
   kv = reshape(kv, {1, latent.size(1), kShape.num_heads, kShape.qk_nope_head_dim + kShape.v_head_dim});
   const std::vector<Tensor> kv_parts = split(kv, std::vector<int64_t>{kShape.qk_nope_head_dim, kShape.v_head_dim}, -1);
   const Tensor k_pe = expand(parts[1], {1, latent.size(1), kShape.num_heads, kShape.qk_rope_head_dim});
@@ -122,6 +128,14 @@ struct Row {
 std::pair<double, std::string> single_gpu(int64_t seq, double max_call_seconds) {
   try {
     Inputs in = make_inputs(seq, Device::cuda(0), 7);
+    {
+      // Which kernels the reference runs (cuDNN expected: bshd, causal, d_qk 192 / d_v 128, bf16).
+      const auto [k, v] = expand_kv(in.latent, in.weight);
+      const AttentionProblem p = check_attention_inputs(in.q, k, v, causal(), std::nullopt, {});
+      std::printf("1 GPU, %lld tokens: attention forward %s, backward %s\n", static_cast<long long>(seq),
+                  attention_cuda::describe_selection(p, DType::bf16, false, false).c_str(),
+                  attention_cuda::describe_selection(p, DType::bf16, true, false).c_str());
+    }
     auto call = [&] {
       const auto [k, v] = expand_kv(in.latent, in.weight);
       auto [out, lse] = dot_product_attention(in.q, k, v, causal());
