@@ -4,8 +4,11 @@
 // whose header starts "CP summary".
 //
 //   NCCL_NVLS_ENABLE=0 ./gpu_cp_bench [--ranks N] [--tokens 16384,65536] [--strategies p2p,p2p:1,all_gather,a2a,a2a+p2p]
-//   (p2p:1 = the ring forward on one compute stream, for comparison with the default two)
-//                                     [--max-call-seconds 30]
+//   (p2p:1 = the ring forward on one compute stream, for comparison with the default two; a2a:G and
+//   a2a+p2p:G = G head groups in the pipelined all-to-all, a2a:1 = not pipelined; plain = automatic)
+//                                     [--max-call-seconds 30] [--thd-tokens 65536]
+// After the bshd table, the packed-documents case (cp_bench_thd.h; --thd-tokens 0 skips it) prints the
+// table whose header starts "CP packed documents".
 //
 // Efficiency (ring-flash-attention's convention, "theoretic flash_attn" = one GPU's rate / world size):
 // with n GPUs and T tokens per GPU the CP run computes one causal attention over S = n T tokens. Its
@@ -36,6 +39,7 @@
 
 #include "attention/cp/context_parallel.h"
 #include "benchmarks/gpu/cp_bench_common.h"
+#include "benchmarks/gpu/cp_bench_thd.h"
 #include "attention/dot_product_attention.h"
 #include "framework/autograd/ops.h"
 #include "framework/distributed/device_mesh.h"
@@ -135,10 +139,11 @@ double over_ranks(dist::RankContext& ctx, double mine, dist::ReduceOp op) {
   return ctx.world->all_reduce(t, op).item<double>();
 }
 
-Row run_cp(int n, int64_t tokens, CommType comm, int streams, double max_call_seconds) {
+Row run_cp(int n, int64_t tokens, CommType comm, int streams, int head_groups, const std::string& name,
+           double max_call_seconds) {
   Row row;
   row.tokens_per_gpu = tokens;
-  row.strategy = cp::comm_type_name(comm) + (streams == 1 ? ":1" : "");
+  row.strategy = name;
   std::mutex mutex;
   try {
     dist::launch(
@@ -150,7 +155,8 @@ Row run_cp(int n, int64_t tokens, CommType comm, int streams, double max_call_se
             shape.hierarchical_cp = true;
           }
           dist::DeviceMesh mesh(ctx.world, shape);
-          const cp::ContextParallel cp_config{comm, mesh.cp(), mesh.cp_a2a(), mesh.cp_p2p(), {}, streams};
+          cp::ContextParallel cp_config{comm, mesh.cp(), mesh.cp_a2a(), mesh.cp_p2p(), {}, streams};
+          cp_config.a2a_head_groups = head_groups;
           const int dev = ctx.device.index;
           Generator gen(100 + static_cast<uint64_t>(ctx.rank));
           const TensorOptions opts{.dtype = DType::bf16, .device = ctx.device};
@@ -227,7 +233,7 @@ std::string fixed(const char* format, double value) {
 
 int main(int argc, char** argv) {
   CpBenchArgs args;
-  args.strategies = {"p2p", "p2p:1", "all_gather", "a2a", "a2a+p2p"};
+  args.strategies = {"p2p", "p2p:1", "all_gather", "a2a", "a2a:1", "a2a+p2p"};
   args.max_call_seconds = 30;
   parse_cp_bench_args(argc, argv, args);
   if (!enough_gpus("gpu_cp_bench", args.ranks)) return 0;
@@ -247,15 +253,18 @@ int main(int argc, char** argv) {
     std::printf("1 GPU, %lld tokens: %s\n", static_cast<long long>(seq), base_text.c_str());
     std::fflush(stdout);
     for (const std::string& name : args.strategies) {
-      // "p2p:1": the ring forward on one compute stream instead of two alternating ones.
+      // "p2p:1": the ring forward on one compute stream instead of two alternating ones; "a2a:G": G head groups.
       const size_t colon = name.find(':');
       const CommType comm = cp::parse_comm_type(name.substr(0, colon));
-      const int streams = colon == std::string::npos ? 2 : std::stoi(name.substr(colon + 1));
+      const int suffix = colon == std::string::npos ? 0 : std::stoi(name.substr(colon + 1));
+      const bool ulysses = comm == CommType::a2a || comm == CommType::a2a_p2p;
+      const int streams = ulysses || suffix == 0 ? 2 : suffix;
+      const int head_groups = ulysses ? suffix : 0;
       if (comm == CommType::a2a_p2p && (ranks % 2 != 0 || ranks < 4)) continue;  // needs a2a 2 x p2p >= 2
       if ((comm == CommType::a2a || comm == CommType::a2a_p2p) && kHeads % (comm == CommType::a2a ? ranks : 2) != 0) {
         continue;
       }
-      Row row = run_cp(ranks, t, comm, streams, max_call_seconds);
+      Row row = run_cp(ranks, t, comm, streams, head_groups, name, max_call_seconds);
       const std::string row_text = row.note.empty() ? fixed("%.2f ms per call", row.seconds * 1e3) : row.note;
       std::printf("%d GPUs, %lld tokens per GPU, %s: %s\n", ranks, static_cast<long long>(t), name.c_str(),
                   row_text.c_str());
@@ -291,5 +300,11 @@ int main(int argc, char** argv) {
                 one_text.c_str(), eff, r.bytes_sent / 1048576.0, peaks.c_str(),
                 b.note.empty() ? fixed("%.2f", gib(b.peak)).c_str() : "n/a");
   }
+  // The packed-documents case (cp_bench_thd.h), after the bshd table.
+  int64_t thd_tokens = 65536;
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::string(argv[i]) == "--thd-tokens") thd_tokens = std::atoll(argv[i + 1]);
+  }
+  if (thd_tokens > 0) bench::thd::run(ranks, thd_tokens, args.strategies, max_call_seconds);
   return 0;
 }
