@@ -171,35 +171,37 @@ void check_names(const Checker& check, const TrainConfig& c) {
   }
 }
 
-void check(const config::ConfigReader& reader, TrainConfig& c) {
-  {
-    Checker early(reader, c);
-    try {
-      data::validate_data_options(c.data);
-    } catch (const Error& e) {
-      early.fail_component("data", kDataKeys, e.message());
-    }
-    int64_t vocab = 0;
-    try {
-      vocab = data_vocab_size(c.data);  // loads data.tokenizer
-    } catch (const Error& e) {
-      // A checkpoint's config (vocab_size resolved) may name a tokenizer file that has since moved:
-      // generate reads the run folder's copy (run_tokenizer.h), and training reports the file when it
-      // opens the data.
-      std::error_code ec;
-      if (c.model.vocab_size == 0 || std::filesystem::exists(c.data.tokenizer, ec)) {
-        early.fail("data.tokenizer", e.message(), {"data.source"});
-      }
-      vocab = c.model.vocab_size;
-    }
-    if (c.model.vocab_size == 0) {
-      c.model.vocab_size = vocab;
-    } else if (c.model.vocab_size < vocab) {
-      early.fail("model.vocab_size", "is smaller than the vocabulary of the data (" + std::to_string(vocab) + " tokens)",
-                 {"data.source", "data.vocab_size"});
-    }
+// The data options, and model.vocab_size resolved from the data's vocabulary (0: take it).
+void check_data_and_vocab(const config::ConfigReader& reader, TrainConfig& c) {
+  Checker early(reader, c);
+  try {
+    data::validate_data_options(c.data);
+  } catch (const Error& e) {
+    early.fail_component("data", kDataKeys, e.message());
   }
-  const Checker check(reader, c);  // sees the resolved vocab_size
+  int64_t vocab = 0;
+  try {
+    vocab = data_vocab_size(c.data);  // loads data.tokenizer
+  } catch (const Error& e) {
+    // A checkpoint's config (vocab_size resolved) may name a tokenizer file that has since moved:
+    // generate reads the run folder's copy (run_tokenizer.h), and training reports the file when it
+    // opens the data.
+    std::error_code ec;
+    if (c.model.vocab_size == 0 || std::filesystem::exists(c.data.tokenizer, ec)) {
+      early.fail("data.tokenizer", e.message(), {"data.source"});
+    }
+    vocab = c.model.vocab_size;
+  }
+  if (c.model.vocab_size == 0) {
+    c.model.vocab_size = vocab;
+  } else if (c.model.vocab_size < vocab) {
+    early.fail("model.vocab_size", "is smaller than the vocabulary of the data (" + std::to_string(vocab) + " tokens)",
+               {"data.source", "data.vocab_size"});
+  }
+}
+
+// The model's options and what context parallelism needs of the data and the model.
+void check_model_and_parallel(const Checker& check, const TrainConfig& c) {
   if (auto p = models::check_options(c.model)) check.fail_message("model", p->key, p->message);
   if (c.model.positions == models::PositionType::learned && c.model.max_positions < c.data.seq_len) {
     check.fail("model.max_positions",
@@ -226,7 +228,10 @@ void check(const config::ConfigReader& reader, TrainConfig& c) {
                   "model.hidden_size", "model.head_dim", "model.window"});
     }
   }
+}
 
+// Step, optimizer, schedule, device and evaluation options against each other.
+void check_run(const Checker& check, const TrainConfig& c) {
   if (auto p = accumulation_problem(c)) {
     check.fail(p->key, p->problem,
                {"data.total_batch_tokens", "run.grad_accum_steps", "data.batch_size", "data.seq_len",
@@ -254,7 +259,7 @@ void check(const config::ConfigReader& reader, TrainConfig& c) {
                {"run.steps", "schedule.total_steps", "schedule.decay"});
   }
 
-  if (par.backend == dist::Backend::nccl && c.run.device != RunDevice::cuda) {
+  if (c.parallel.backend == dist::Backend::nccl && c.run.device != RunDevice::cuda) {
     check.fail("parallel.backend", "nccl runs one rank per GPU but run.device=cpu; set run.device: cuda "
                                    "(or use parallel.backend: thread)",
                {"run.device"});
@@ -275,6 +280,13 @@ void check(const config::ConfigReader& reader, TrainConfig& c) {
                {"data.source"});
   }
   check_targets_reachable(check, c);
+}
+
+void check(const config::ConfigReader& reader, TrainConfig& c) {
+  check_data_and_vocab(reader, c);
+  const Checker check(reader, c);  // sees the resolved vocab_size
+  check_model_and_parallel(check, c);
+  check_run(check, c);
   check_names(check, c);
   if (c.run.out_dir.empty()) c.run.out_dir = "runs/" + c.run.name;
 }

@@ -51,6 +51,8 @@ std::string load_init_weights(const std::string& path, const TrainConfig& config
             kHfConfigFile, " and ", kHfWeightsFile, ")");
   try {
     return is_hf_folder(path) ? load_hf(path, config, params) : load_cpformer_checkpoint(path, config, params);
+  } catch (const config::ConfigError&) {
+    throw;  // the checkpoint's saved config is unreadable: its own located message, unprefixed
   } catch (const Error& e) {
     CPF_FAIL("run.init_from: ", e.message());
   }

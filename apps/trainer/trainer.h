@@ -25,14 +25,17 @@
 
 #include "apps/trainer/config.h"
 #include "apps/trainer/metrics.h"
+#include "framework/core/error.h"
 #include "models/data/document_source.h"
 
 namespace cpf::trainer {
 
-// A data source that cannot be opened or read (missing, empty or malformed files): exit code 3.
-class DataError : public std::runtime_error {
+// A data source that cannot be opened or read (missing, empty or malformed files): exit code 3. A
+// cpf::Error whose what() is the message alone (it names the file); the CLI catches it before Error.
+class DataError : public Error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit DataError(const std::string& message) : Error("", 0, "", message) {}
+  const char* what() const noexcept override { return message().c_str(); }
 };
 
 struct TrainOutcome {

@@ -22,11 +22,13 @@
 
 namespace cpf::config {
 
-// Raised for any problem in a config; what() is "file:line:column: key.path=value: problem".
-// The CLI turns it into exit code 2.
-class ConfigError : public std::runtime_error {
+// Raised for any problem in a config; what() is "file:line:column: key.path=value: problem" (the
+// message names its own location, so no source location is appended). A cpf::Error like every other
+// error; the CLI catches it first and turns it into exit code 2.
+class ConfigError : public Error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit ConfigError(const std::string& message) : Error("", 0, "", message) {}
+  const char* what() const noexcept override { return message().c_str(); }
 };
 
 struct Range {

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "apps/trainer/trainer.h"
 #include "tests/apps/cli_support.h"
 
 namespace cpf::trainer {
@@ -48,6 +49,17 @@ void expect_data_error(const testing::CliResult& r, const std::string& message) 
   EXPECT_NE(r.err.find("cpformer: data error: "), std::string::npos) << r.err;
   EXPECT_NE(r.err.find(message), std::string::npos) << "stderr: " << r.err << "\nexpected: " << message;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+}
+
+// DataError is a cpf::Error like every other error, its text the message alone; the CLI catches it
+// before Error (exit code 3, the tests below).
+TEST(DataErrors, DataErrorIsACpfErrorWhoseTextIsTheMessage) {
+  try {
+    throw DataError("data.path 'x.bin': no such file");
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "data.path 'x.bin': no such file");
+    EXPECT_EQ(e.message(), e.what());
+  }
 }
 
 TEST(DataErrors, TruncatedShard) {

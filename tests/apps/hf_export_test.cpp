@@ -11,6 +11,7 @@
 #include "apps/trainer/init_from.h"
 #include "apps/trainer/trainer.h"
 #include "framework/io/checkpoint.h"
+#include "framework/io/checkpoint_meta.h"
 #include "framework/io/safetensors.h"
 #include "framework/tensor/ops/views.h"
 #include "tests/apps/cli_support.h"
@@ -194,6 +195,33 @@ std::string init_error(const std::string& path, const std::string& model) {
 
 std::string with(std::string model, const std::string& from, const std::string& to) {
   return model.replace(model.find(from), from.size(), to);
+}
+
+// A checkpoint whose saved config no longer reads (as one written before a key was renamed, its
+// checksums intact): load_init_weights passes the config::ConfigError on as it is (located in
+// meta.json, exit code 2 from the CLI), not as a "run.init_from:" cpf::Error.
+TEST(InitFrom, AnUnreadableSavedConfigKeepsItsConfigError) {
+  const fs::path dir = testing::scratch_dir("source");
+  std::string checkpoint;
+  train_and_load(run_yaml(dir, kGpt2Model), &checkpoint);
+  const fs::path meta = fs::path(checkpoint) / io::kCheckpointMetaFile;
+  io::CheckpointMetaFile file = io::parse_checkpoint_meta(testing::read_file(meta));
+  std::string& config = file.meta.extra.at("config");
+  const size_t at = config.find("hidden_size: 16");
+  ASSERT_NE(at, std::string::npos) << config;
+  config.replace(at, std::string("hidden_size").size(), "hidden_sise");
+  testing::write_file(meta, io::checkpoint_meta_json(file));
+  const TrainConfig c = config_of(run_yaml(testing::scratch_dir("target"), kGpt2Model));
+  models::GPT target(c.model);
+  try {
+    load_init_weights(checkpoint, c, target.named_parameters());
+    ADD_FAILURE() << "a checkpoint with an unknown config key was loaded";
+  } catch (const config::ConfigError& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.rfind(checkpoint + "/meta.json:extra.config", 0), 0u) << what;
+    EXPECT_NE(what.find("hidden_sise"), std::string::npos) << what;
+    EXPECT_EQ(what.find("run.init_from"), std::string::npos) << what;
+  }
 }
 
 TEST(InitFrom, RefusesEveryMismatchNamingIt) {

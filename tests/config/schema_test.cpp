@@ -77,6 +77,21 @@ TEST(ConfigSchema, ErrorsNameFileLineColumnAndKeyPath) {
   expect_error("layers: [1, 2\n", "configs/x.yaml:");
 }
 
+// ConfigError is a cpf::Error like every other error; its text is the located message alone (no
+// source location appended), which is what the CLI prints before exiting with code 2.
+TEST(ConfigSchema, ConfigErrorIsACpfErrorWhoseTextIsTheMessage) {
+  try {
+    read("layers: six\n");
+    ADD_FAILURE() << "a bad value was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(dynamic_cast<const ConfigError*>(&e), nullptr);
+    EXPECT_EQ(std::string(e.what()), "configs/x.yaml:1:9: layers=six: expected an integer");
+    EXPECT_EQ(e.message(), e.what());
+    EXPECT_EQ(e.file(), "");
+    EXPECT_EQ(e.line(), 0);
+  }
+}
+
 TEST(ConfigSchema, OverridesWinAndAreReportedAsSuch) {
   const auto o = read("layers: 2\n", {"attention.heads=16", "lr=0.5", "name=exp1"});
   EXPECT_EQ(o.attention.heads, 16);
