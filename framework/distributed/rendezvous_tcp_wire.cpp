@@ -175,8 +175,6 @@ static bool is_loopback(const sockaddr* a) {
   return false;
 }
 
-bool is_wildcard(const std::string& host) { return host == "0.0.0.0" || host == "::" || host == "*"; }
-
 std::vector<Endpoint> resolve(const std::string& host, int port, const std::string& context) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;

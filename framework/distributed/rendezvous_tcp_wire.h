@@ -80,7 +80,6 @@ int listen_on(const std::vector<Endpoint>& endpoints, const std::string& context
 int try_connect(const std::vector<Endpoint>& endpoints, Clock::time_point deadline, std::string& why);
 // The address at the other end of a connected socket, "1.2.3.4:5678".
 std::string peer_name(int fd);
-bool is_wildcard(const std::string& host);
 
 // TCP keepalive and a bound on unacknowledged data, so a host that vanishes without closing its
 // connections (power loss, a cut cable) is noticed by the kernel too, within about `within`.
