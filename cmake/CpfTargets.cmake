@@ -37,14 +37,19 @@ function(cpf_add_library)
 endfunction()
 
 # Each tests/<dir>/*_test.cpp becomes one executable (a compile error in one file does not stop the
-# others) registered with ctest as "<dir>/Suite.Test", labelled gradcheck for *_gradcheck_test.cpp and
-# 'unit' otherwise.
+# others) registered with ctest as "<name>/Suite.Test", labelled gradcheck for *_gradcheck_test.cpp and
+# 'unit' otherwise. NAME (default: DIR) prefixes the executables ("<name>_<file>", '/' read as '_') and
+# the ctest names, so a folder can move to mirror its sources (tests/attention/cp for attention/cp)
+# while its binaries keep the names scripts and docs use (NAME cp: cp_cp_equivalence_test).
 function(cpf_add_tests)
-  cmake_parse_arguments(ARG "" "DIR" "DEPS" ${ARGN})
+  cmake_parse_arguments(ARG "" "DIR;NAME" "DEPS" ${ARGN})
+  if(NOT ARG_NAME)
+    set(ARG_NAME ${ARG_DIR})
+  endif()
   file(GLOB _srcs CONFIGURE_DEPENDS "${CMAKE_CURRENT_SOURCE_DIR}/${ARG_DIR}/*_test.cpp")
   foreach(_src IN LISTS _srcs)
     get_filename_component(_name ${_src} NAME_WE)
-    set(_exe ${ARG_DIR}_${_name})
+    set(_exe ${ARG_NAME}_${_name})
     string(REPLACE "/" "_" _exe ${_exe})
     add_executable(${_exe} ${_src})
     target_link_libraries(${_exe} PRIVATE ${ARG_DEPS} cpf_test_support GTest::gtest_main)
@@ -57,7 +62,7 @@ function(cpf_add_tests)
     # One label (unit or gradcheck); the folder prefixes the test name: ctest -R "^cp/".
     # NO_PRETTY_VALUES: CMake 3.25 otherwise appends "# GetParam() = <bytes>" (pointer values included)
     # to the names of value-parameterized tests that have custom names.
-    gtest_discover_tests(${_exe} TEST_PREFIX "${ARG_DIR}/" PROPERTIES LABELS ${_kind} DISCOVERY_TIMEOUT 60
+    gtest_discover_tests(${_exe} TEST_PREFIX "${ARG_NAME}/" PROPERTIES LABELS ${_kind} DISCOVERY_TIMEOUT 60
                          NO_PRETTY_VALUES)
   endforeach()
 endfunction()
