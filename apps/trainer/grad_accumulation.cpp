@@ -64,8 +64,8 @@ AccumulatedLoss accumulate_gradients(const models::GPT& model, const std::vector
     Tensor loss;
     {
       const profile::Scope forward("phase/forward", model.device());
-      const Tensor logits = model.forward(b.input, g.cp ? &*g.cp : nullptr);
-      loss = models::GPT::loss(logits, b.labels, normalizer, b.num_valid_labels);
+      // The fused LM head + loss (no whole logits; the head's gradients computed here, see GPT::forward_loss).
+      loss = model.forward_loss(b.input, b.labels, normalizer, b.num_valid_labels, g.cp ? &*g.cp : nullptr);
     }
     {
       const profile::Scope backward_scope("phase/backward", model.device());
