@@ -1,6 +1,9 @@
 #include "framework/nn/precision.h"
 
+#include "framework/autograd/node.h"
 #include "framework/autograd/ops.h"
+#include "framework/nn/compute_copies.h"
+#include "framework/tensor/ops/copy.h"
 
 namespace cpf::nn {
 
@@ -32,7 +35,13 @@ Tensor compute_parameter(const Tensor& param, DType input, const char* op, const
   CPF_CHECK(param.dtype() == DType::f32 && input == DType::bf16, op, ": input dtype ", input, " does not match the ",
             what, " dtype ", param.dtype(),
             " (mixed precision narrows f32 parameters to bf16 inputs only; convert the input to ", param.dtype(), ")");
-  return cpf::to(param, input);  // (same shape) bf16; the backward converts the gradient to f32
+  // The step's cached copy when a ComputeCopiesScope holds one (compute_copies.h), else a cast here. Either
+  // way a differentiable bf16 tensor whose gradient reaches the f32 parameter converted back.
+  const Tensor copy = active_compute_copy(param, input);
+  if (!copy.defined()) return cpf::to(param, input);  // (same shape) bf16
+  return autograd::record("to", copy.detach(), {param}, [dtype = param.dtype()](const autograd::GradList& g) {
+    return autograd::GradList{raw::to(g[0], dtype)};
+  });
 }
 
 }  // namespace cpf::nn

@@ -3,18 +3,18 @@
 //
 //   nn::Precision p{.param = DType::f32, .compute = DType::bf16};
 //   Tensor h = p.to_compute(norm(x));   // (T, C) f32 -> bf16, entering a GEMM-heavy sub-block
-//   Tensor y = linear.forward(h);       // Linear casts its f32 weight to bf16 for this use
+//   Tensor y = linear.forward(h);       // Linear uses a bf16 copy of its f32 weight
 //   x = add(x, p.to_param(y));          // back to f32 for the residual stream
 //
-// The rule inside the modules is "compute in the input's dtype": Linear, RMSNorm and LayerNorm cast
-// their parameters to their input's dtype with a differentiable cast (compute_parameter), so the
+// The rule inside the modules is "compute in the input's dtype": Linear, RMSNorm and LayerNorm use
+// their parameters in their input's dtype through a differentiable cast (compute_parameter), so the
 // backward hands the master parameter an f32 gradient. Only the narrowing f32 -> bf16 is implicit;
 // any other mismatch (an f64 input to f32 weights) is an error naming both dtypes. Modules that are
 // built from these (MLP, the attention modules) follow without knowing about precision.
 //
-// The weight cast happens per use, not once per step: each parameter is used once per forward in
-// training, so caching a bf16 copy would save nothing there and would cost a second copy of the model
-// in memory plus an invalidation rule after every optimizer step (docs/training.md).
+// The bf16 copies are made once per step when the model keeps them (nn::ComputeCopies,
+// compute_copies.h: one multi-tensor cast of the parameters the optimizer changed, invalidated by
+// their storage version); without one active, the cast happens per use (docs/training.md).
 #include <string>
 
 #include "framework/tensor/tensor.h"
@@ -39,8 +39,9 @@ std::string precision_name(DType compute);
 void check_precision(const Precision& p, const char* op);
 
 // `param` as a module whose input has dtype `input` uses it: itself when the dtypes agree, a
-// differentiable bf16 copy of an f32 parameter for a bf16 input (its gradient arrives in f32), and an
-// error naming `op`, `what` and both dtypes otherwise. An undefined `param` stays undefined.
+// differentiable bf16 copy of an f32 parameter for a bf16 input (the active ComputeCopies' one when it
+// holds an up-to-date copy, else cast now; its gradient arrives in f32), and an error naming `op`,
+// `what` and both dtypes otherwise. An undefined `param` stays undefined.
 Tensor compute_parameter(const Tensor& param, DType input, const char* op, const char* what);
 
 }  // namespace cpf::nn
