@@ -10,6 +10,7 @@
 #include "framework/tensor/cuda/device_errors.cuh"
 #include "framework/tensor/cuda/host_sync.cuh"
 #include "framework/tensor/cuda/runtime.cuh"
+#include "framework/tensor/cuda/upload_ring.cuh"
 #include "framework/tensor/storage.h"
 
 namespace cpf::cuda {
@@ -18,6 +19,17 @@ namespace {
 // Host copies at least this large go through pinned staging buffers (see Staging).
 constexpr size_t kStagingThreshold = size_t(1) << 20;
 constexpr size_t kStagingChunk = size_t(8) << 20;
+static_assert(kStagingThreshold <= kUploadRingMaxCopy, "smaller uploads go through the ring");
+
+// Waits (counted, host_sync.cuh) for a staging buffer's previous DMA when it is still queued.
+void wait_for_room(cudaEvent_t done) {
+  const cudaError_t status = cudaEventQuery(done);
+  if (status == cudaSuccess) return;
+  if (status != cudaErrorNotReady) CPF_CUDA_CHECK(status);
+  (void)cudaGetLastError();
+  count_host_sync(HostSyncKind::upload_waits);
+  CPF_CUDA_CHECK(cudaEventSynchronize(done));
+}
 
 // Two pinned host buffers per device. A large host<->device copy is cut into chunks that alternate
 // between them, so the host-side memcpy of one chunk overlaps the DMA of the other, and the DMA runs
@@ -35,7 +47,7 @@ class Staging {
     for (size_t off = 0, i = 0; off < nbytes; off += kStagingChunk, ++i) {
       const size_t len = std::min(kStagingChunk, nbytes - off);
       const size_t b = i % 2;
-      CPF_CUDA_CHECK(cudaEventSynchronize(done_[b]));  // the buffer's previous DMA has finished
+      wait_for_room(done_[b]);  // the buffer's previous DMA has finished
       std::memcpy(buffer_[b], in + off, len);
       CPF_CUDA_CHECK(cudaMemcpyAsync(out + off, buffer_[b], len, cudaMemcpyHostToDevice, stream));
       CPF_CUDA_CHECK(cudaEventRecord(done_[b], stream));
@@ -125,13 +137,12 @@ class CudaBackend final : public DeviceBackend {
     }
     if (dst_device.is_cuda()) {  // host -> device
       DeviceGuard guard(dst_device.index);
-      count_host_sync(HostSyncKind::pageable_to_device);  // the pinned staging path waits on its buffers too
       cudaStream_t stream = current_cuda_stream(dst_device.index);
       if (nbytes >= kStagingThreshold) {
         staging_for(dst_device.index).to_device(dst, src, nbytes, stream);
       } else {
-        // From pageable memory the runtime copies the source out before returning.
-        CPF_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyHostToDevice, stream));
+        // Through pinned memory: a pageable source would let the driver wait for the stream.
+        ring_upload(dst_device.index, dst, src, nbytes, stream);
       }
       return;
     }

@@ -21,7 +21,7 @@ void count_host_sync(HostSyncKind kind) {
 HostSyncCounts host_sync_counts() {
   const auto get = [](HostSyncKind k) { return g_counts[static_cast<size_t>(k)].load(std::memory_order_relaxed); };
   return HostSyncCounts{.device_to_host = get(HostSyncKind::device_to_host),
-                        .pageable_to_device = get(HostSyncKind::pageable_to_device),
+                        .upload_waits = get(HostSyncKind::upload_waits),
                         .stream_syncs = get(HostSyncKind::stream_sync),
                         .device_syncs = get(HostSyncKind::device_sync),
                         .device_mallocs = get(HostSyncKind::device_malloc)};
@@ -29,7 +29,7 @@ HostSyncCounts host_sync_counts() {
 
 HostSyncCounts operator-(const HostSyncCounts& a, const HostSyncCounts& b) {
   return HostSyncCounts{.device_to_host = a.device_to_host - b.device_to_host,
-                        .pageable_to_device = a.pageable_to_device - b.pageable_to_device,
+                        .upload_waits = a.upload_waits - b.upload_waits,
                         .stream_syncs = a.stream_syncs - b.stream_syncs,
                         .device_syncs = a.device_syncs - b.device_syncs,
                         .device_mallocs = a.device_mallocs - b.device_mallocs};
@@ -37,7 +37,7 @@ HostSyncCounts operator-(const HostSyncCounts& a, const HostSyncCounts& b) {
 
 std::string to_string(const HostSyncCounts& c) {
   return std::to_string(c.total()) + " (device->host copies " + std::to_string(c.device_to_host) +
-         ", pageable host->device copies " + std::to_string(c.pageable_to_device) + ", stream syncs " +
+         ", waits for upload room " + std::to_string(c.upload_waits) + ", stream syncs " +
          std::to_string(c.stream_syncs) + ", device syncs " + std::to_string(c.device_syncs) +
          ", cudaMalloc/cudaFree " + std::to_string(c.device_mallocs) + ")";
 }

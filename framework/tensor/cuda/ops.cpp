@@ -11,11 +11,11 @@
 #include "framework/tensor/cuda/cuda_check.cuh"
 #include "framework/tensor/cuda/cuda_ops.cuh"
 #include "framework/tensor/cuda/device_errors.cuh"
-#include "framework/tensor/cuda/host_sync.cuh"
 #include "framework/tensor/cuda/kernels.cuh"
 #include "framework/tensor/cuda/runtime.cuh"
 #include "framework/tensor/device_ops.h"
 #include "framework/tensor/shape_utils.h"
+#include "framework/tensor/storage.h"
 
 namespace cpf::cuda {
 namespace {
@@ -440,8 +440,9 @@ void philox(const DeviceRandom& r, const Tensor& out) {
   k::launch_philox(p, static_cast<double*>(out.raw_data()), out.numel(), launch.sm_count, launch.stream);
 }
 
-// A device buffer holding `tensors` then `chunks` (host tables copied in one transfer; the pageable copy
-// returns once the host vectors may be freed). The buffer is released stream-ordered with the tensor.
+// A device buffer holding `tensors` then `chunks`: the host tables go in one transfer by the backend on
+// the current stream (`stream`), through pinned memory, so it returns once the host vectors may be
+// freed, without waiting for the device. The buffer is released stream-ordered with the tensor.
 template <class T>
 Tensor upload_tables(Device device, cudaStream_t stream, const std::vector<T>& tensors,
                      const std::vector<k::ChunkRef>& chunks, size_t extra_bytes, size_t* chunks_at, size_t* extra_at) {
@@ -455,8 +456,7 @@ Tensor upload_tables(Device device, cudaStream_t stream, const std::vector<T>& t
   const auto bytes = static_cast<int64_t>(std::max<size_t>(total, 1));
   Tensor buffer = empty({bytes}, {.dtype = DType::boolean, .device = device});
   if (!host.empty()) {
-    count_host_sync(HostSyncKind::pageable_to_device);
-    CPF_CUDA_CHECK(cudaMemcpyAsync(buffer.raw_data(), host.data(), host.size(), cudaMemcpyHostToDevice, stream));
+    device_backend(DeviceType::cuda).copy(buffer.raw_data(), device, host.data(), Device::cpu(), host.size());
   }
   return buffer;
 }
