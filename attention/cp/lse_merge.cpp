@@ -1,5 +1,7 @@
 #include "attention/cp/lse_merge.h"
 
+#include <array>
+#include <atomic>
 #include <cmath>
 #include <limits>
 
@@ -8,6 +10,22 @@
 #include "framework/tensor/ops/views.h"
 
 namespace cpf::cp {
+namespace {
+
+// One slot per DeviceType (cpu, cuda); the cpu slot stays empty (the host loop below).
+std::array<std::atomic<DeviceMergeFn>, 2>& merge_registry() {
+  static std::array<std::atomic<DeviceMergeFn>, 2> registry{};
+  return registry;
+}
+
+}  // namespace
+
+void register_device_merge(DeviceType type, DeviceMergeFn fn) {
+  CPF_CHECK(type != DeviceType::cpu, "register_device_merge: the CPU merges in its host loop; register a device type");
+  merge_registry()[static_cast<size_t>(type)].store(fn);
+}
+
+DeviceMergeFn device_merge(DeviceType type) { return merge_registry()[static_cast<size_t>(type)].load(); }
 
 PartialMerge::PartialMerge(int64_t tokens, int64_t heads, int64_t head_dim, DType input_dtype, Device device) {
   const DType acc = input_dtype == DType::f64 ? DType::f64 : DType::f32;
@@ -17,9 +35,10 @@ PartialMerge::PartialMerge(int64_t tokens, int64_t heads, int64_t head_dim, DTyp
 
 namespace {
 
-// The merge of PartialMerge::add for device tensors, as element-wise raw ops with the same formulas
-// (the host loop below skips rows whose part saw no key; here `where` keeps them unchanged).
-void merge_on_device(Tensor& acc_out, Tensor& acc_lse, const Tensor& part_out, const Tensor& part_lse) {
+// The merge for a device without a registered kernel, as element-wise raw ops with the same formulas
+// (the host loop below skips rows whose part saw no key; here `where` keeps them unchanged). The
+// results are copied back into the accumulators, which stay the same tensors.
+void merge_with_raw_ops(const Tensor& acc_out, const Tensor& acc_lse, const Tensor& part_out, const Tensor& part_lse) {
   using raw::BinaryOp;
   using raw::UnaryOp;
   const double neg_inf = -std::numeric_limits<double>::infinity();
@@ -35,10 +54,11 @@ void merge_on_device(Tensor& acc_out, Tensor& acc_lse, const Tensor& part_out, c
   const Tensor take = exp_minus(part_lse, merged);
   // (H, T) -> (T, H, 1) views broadcast over the head dim.
   auto per_row = [](const Tensor& t) { return raw::unsqueeze(raw::transpose(t, 0, 1), 2); };
+  const Tensor part = raw::to(part_out, acc_out.dtype());
   const Tensor mixed = raw::binary(BinaryOp::add, raw::binary(BinaryOp::mul, acc_out, per_row(keep)),
-                                   raw::binary(BinaryOp::mul, part_out, per_row(take)));
-  acc_out = raw::where(per_row(valid), mixed, acc_out);
-  acc_lse = raw::where(valid, merged, acc_lse);
+                                   raw::binary(BinaryOp::mul, part, per_row(take)));
+  raw::copy_(acc_out, raw::where(per_row(valid), mixed, acc_out));
+  raw::copy_(acc_lse, raw::where(valid, merged, acc_lse));
 }
 
 }  // namespace
@@ -46,14 +66,21 @@ void merge_on_device(Tensor& acc_out, Tensor& acc_lse, const Tensor& part_out, c
 void PartialMerge::add(const Tensor& out_i, const Tensor& lse_i) {
   CPF_CHECK(out_i.shape() == out_.shape() && lse_i.shape() == lse_.shape(), "cp merge: partial out ", out_i.shape(),
             " / lse ", lse_i.shape(), " do not match the accumulator ", out_.shape(), " / ", lse_.shape());
-  const Tensor o = raw::contiguous(raw::to(out_i, out_.dtype()));
-  const Tensor l = raw::contiguous(raw::to(lse_i, lse_.dtype()));
-  CPF_CHECK(o.device() == out_.device() && l.device() == out_.device(), "cp merge: partial out on ", o.device(),
-            " and lse on ", l.device(), " but the accumulator is on ", out_.device());
+  CPF_CHECK(out_i.device() == out_.device() && lse_i.device() == out_.device(), "cp merge: partial out on ",
+            out_i.device(), " and lse on ", lse_i.device(), " but the accumulator is on ", out_.device());
+  CPF_CHECK(is_floating(out_i.dtype()) && is_floating(lse_i.dtype()), "cp merge: partial out (", out_i.dtype(),
+            ") and lse (", lse_i.dtype(), ") must be floating");
+  const Tensor l = raw::contiguous(raw::to(lse_i, lse_.dtype()));  // (H, T): small
   if (!out_.device().is_cpu()) {
-    merge_on_device(out_, lse_, o, l);
+    const Tensor o = raw::contiguous(out_i);  // read in its own dtype by the kernel
+    if (DeviceMergeFn fn = device_merge(out_.device().type)) {
+      fn(out_, lse_, o, l);
+    } else {
+      merge_with_raw_ops(out_, lse_, o, l);
+    }
     return;
   }
+  const Tensor o = raw::contiguous(raw::to(out_i, out_.dtype()));
   visit_compute_dtype(out_.dtype(), "cp merge", [&]<class T>() {
     const int64_t tokens = out_.size(0), heads = out_.size(1), dim = out_.size(2);
     T* acc_out = out_.data<T>();

@@ -2,12 +2,16 @@
 // link option --undefined=cpf_attention_cuda_register keeps this object and its initialiser).
 // Registering touches no CUDA API, so it is harmless on machines without a GPU.
 #include "attention/attention_backend.h"
+#include "attention/cp/lse_merge.h"
 #include "attention/cuda/attention_cuda.h"
+#include "attention/cuda/lse_merge_cuda.h"
 
 extern "C" void cpf_attention_cuda_register() {
   cpf::raw::register_device_attention(cpf::DeviceType::cuda,
                                       {.forward = &cpf::attention_cuda::forward,
                                        .backward = &cpf::attention_cuda::backward});
+  // The CP ring's running (out, lse) merge (attention/cp/lse_merge.h): one kernel per part.
+  cpf::cp::register_device_merge(cpf::DeviceType::cuda, &cpf::attention_cuda::lse_merge);
 }
 
 namespace {

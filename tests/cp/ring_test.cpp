@@ -116,6 +116,13 @@ TEST(CpRing, MergeUpdatesTheRunningPairInPlace) {
 TEST(CpRing, MergeRefusesPartsOfAnotherShape) {
   PartialMerge merge(2, 1, 2, DType::f32);
   EXPECT_CPF_ERROR(merge.add(zeros({2, 1, 3}), zeros({1, 2})), "cp merge: partial out [2,1,3] / lse [1,2] do not match the accumulator [2,1,2]");
+  EXPECT_CPF_ERROR(merge.add(zeros({2, 1, 2}, {.dtype = DType::i32}), zeros({1, 2})),
+                   "cp merge: partial out (i32) and lse (f32) must be floating");
+}
+
+TEST(CpRing, DeviceMergeKernelsAreForDevicesOnly) {
+  EXPECT_CPF_ERROR(register_device_merge(DeviceType::cpu, nullptr), "the CPU merges in its host loop");
+  EXPECT_EQ(device_merge(DeviceType::cpu), nullptr);
 }
 
 }  // namespace
