@@ -26,6 +26,16 @@ namespace cpf::attention_cuda::cudnn {
 // cudnnGetVersion() of the loaded library (e.g. 91900), 0 if cuDNN cannot be loaded/initialised.
 int64_t runtime_version();
 
+// This thread's plan cache since it started: plans built (a failed build counts; a key another thread
+// found unbuildable does not), the seconds they took, and lookups served from the cache. Plans are
+// keyed by shapes and options only (SdpaGraphKey), never by lengths' values or pointers, so a run of
+// repeated shapes builds each plan once per thread (tests/cuda_attention/cudnn_plan_cache_test.cpp).
+struct PlanCacheStats {
+  int64_t builds = 0, hits = 0;
+  double build_seconds = 0;
+};
+PlanCacheStats plan_cache_stats();
+
 // "" when cuDNN can run this call, else a one-line reason. Static checks first (dtype, head dims,
 // known-bad versions, whether the positions fit cuDNN's index-based masks), then a probe: the
 // execution plan for this call's key is built (and cached); a failure names cuDNN's last error.
