@@ -1,0 +1,138 @@
+// The training step (apps/trainer/training_step.h) on one CPU rank: its StepResult against the same
+// computation by hand (batch_loss, backward, the gradient norm, a plain SGD update), clipping by
+// run.grad_clip, and a non-finite gradient norm that skips the update.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <map>
+#include <memory>
+
+#include "apps/trainer/training_step.h"
+#include "framework/autograd/ops.h"
+#include "framework/optim/grad_clip.h"
+#include "framework/optim/sgd.h"
+#include "framework/tensor/ops/copy.h"
+#include "tests/support/test_utils.h"
+
+namespace cpf::trainer {
+namespace {
+
+data::DataOptions batch_options() {
+  data::DataOptions o;
+  o.source = "synthetic";
+  o.min_len = 1;
+  o.max_len = 3;
+  o.seq_len = 16;
+  o.tokens_per_batch = 48;
+  o.pad_multiple = 4;
+  o.shuffle = false;
+  return o;
+}
+
+std::unique_ptr<models::GPT> model() {
+  Generator gen(11);
+  return std::make_unique<models::GPT>(
+      models::GPTOptions{.vocab_size = 14, .hidden_size = 16, .num_layers = 2, .num_heads = 2, .dtype = DType::f64},
+      &gen);
+}
+
+constexpr double kLr = 0.5;
+
+// What one step of plain SGD (no momentum) at kLr does by hand: loss, pre-clip norm, new parameters.
+struct ByHand {
+  double loss = 0, norm = 0;
+  std::map<std::string, std::vector<double>> params;
+};
+ByHand by_hand(double grad_clip) {
+  const auto m = model();
+  const optim::NamedTensors params = m->named_parameters();
+  data::DataLoader loader(batch_options());
+  const data::Batch batch = loader.next();
+  RankGroups g;
+  const BatchLoss b = batch_loss(*m, batch, g);
+  backward(b.loss);
+  ByHand out;
+  out.loss = b.loss.item<double>();
+  out.norm = optim::grad_norm(params);
+  const double factor = grad_clip > 0 && out.norm > grad_clip ? grad_clip / (out.norm + 1e-6) : 1.0;
+  for (const auto& [name, p] : params) {
+    std::vector<double> v = p.to_vector<double>();
+    const std::vector<double> grad = p.grad().to_vector<double>();
+    for (size_t i = 0; i < v.size(); ++i) v[i] -= kLr * grad[i] * factor;
+    out.params[name] = v;
+  }
+  return out;
+}
+
+struct Stepped {
+  StepResult result;
+  std::unique_ptr<models::GPT> model;
+};
+Stepped step_with(double grad_clip, bool poison) {
+  Stepped s{.result = {}, .model = model()};
+  const optim::NamedTensors params = s.model->named_parameters();
+  if (poison) {
+    NoGradGuard no_grad;
+    raw::copy_(params.front().second, full(params.front().second.shape(), std::numeric_limits<double>::quiet_NaN(),
+                                           {.dtype = DType::f64}));
+  }
+  data::DataLoader loader(batch_options());
+  RankGroups g;
+  optim::SGD sgd(params, optim::SGDOptions{.lr = kLr, .momentum = 0.0});
+  const optim::LrSchedule schedule(optim::LrScheduleOptions{.decay = optim::LrDecay::constant, .lr = kLr});
+  s.result = training_step(StepParts{.model = *s.model,
+                                     .loader = loader,
+                                     .groups = g,
+                                     .reducer = nullptr,
+                                     .params = params,
+                                     .optimizer = sgd,
+                                     .schedule = schedule,
+                                     .accum_steps = 1,
+                                     .grad_clip = grad_clip},
+                         0);
+  return s;
+}
+
+void expect_params(const models::GPT& m, const ByHand& expected) {
+  for (const auto& [name, p] : m.named_parameters()) {
+    EXPECT_TRUE(testing::all_close(p, from_vector(expected.params.at(name), p.shape()), 1e-12, 1e-12)) << name;
+    EXPECT_TRUE(!p.grad().defined() || raw::to(p.grad(), DType::f64).to_vector<double>() ==
+                                           std::vector<double>(static_cast<size_t>(p.numel()), 0.0))
+        << name << ": the step zeroes the gradients";
+  }
+}
+
+TEST(TrainingStep, ResultAndUpdateMatchTheStepByHand) {
+  const ByHand expected = by_hand(0);
+  const Stepped s = step_with(0, false);
+  EXPECT_NEAR(s.result.loss, expected.loss, 1e-12);
+  EXPECT_NEAR(s.result.grad_norm, expected.norm, 1e-12);
+  EXPECT_FALSE(s.result.skipped);
+  data::DataLoader loader(batch_options());
+  EXPECT_EQ(s.result.tokens, loader.next().tokens.numel());  // one micro-batch, one DP rank
+  expect_params(*s.model, expected);
+}
+
+TEST(TrainingStep, ClipsToRunGradClipAndReportsTheNormBeforeClipping) {
+  const double norm = by_hand(0).norm;
+  const ByHand expected = by_hand(norm / 10);
+  const Stepped s = step_with(norm / 10, false);
+  EXPECT_NEAR(s.result.grad_norm, norm, 1e-12);
+  expect_params(*s.model, expected);
+}
+
+TEST(TrainingStep, ANonFiniteNormSkipsTheUpdate) {
+  const Stepped s = step_with(0, true);
+  EXPECT_TRUE(s.result.skipped);
+  EXPECT_FALSE(std::isfinite(s.result.grad_norm));
+  const auto fresh = model();
+  const optim::NamedTensors before = fresh->named_parameters();
+  const optim::NamedTensors after = s.model->named_parameters();
+  for (size_t i = 1; i < after.size(); ++i) {  // the first is the poisoned one
+    EXPECT_EQ(after[i].second.to_vector<double>(), before[i].second.to_vector<double>()) << after[i].first;
+  }
+}
+
+}  // namespace
+}  // namespace cpf::trainer
