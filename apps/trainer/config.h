@@ -131,6 +131,7 @@ struct ParallelOptions {
   int64_t cp = 1;
   cp::CommType cp_comm_type = cp::CommType::p2p;
   int64_t cp_a2a_size = 2;  // a2a+p2p: ranks of each a2a sub-group (cp = cp_a2a_size x p2p size)
+  int64_t cp_a2a_head_groups = 0;  // a2a, a2a+p2p: ContextParallel::a2a_head_groups (0 = automatic)
   // thread: ranks are threads meeting in host memory (any device); nccl: one GPU per rank, NCCL
   // collectives (threads of this process, or one process per rank under torchrun/srun/mpirun).
   dist::Backend backend = dist::Backend::thread;
@@ -239,6 +240,9 @@ void describe(V& v, ParallelOptions& o) {
            "context-parallel strategy of every attention layer");
   v.field("cp_a2a_size", o.cp_a2a_size, "a2a+p2p: ranks of each a2a sub-group (cp = cp_a2a_size x ring size)",
           Range{1, 4096});
+  v.field("cp_a2a_head_groups", o.cp_a2a_head_groups,
+          "a2a, a2a+p2p: head groups whose all-to-alls pipeline with attention; 0 = automatic (up to 4)",
+          Range{0, 64});
   v.choice("backend", o.backend,
            config::Choices<dist::Backend>{{"thread", dist::Backend::thread}, {"nccl", dist::Backend::nccl}},
            "thread: ranks are threads meeting in host memory; nccl: one GPU per rank (needs run.device: cuda; "

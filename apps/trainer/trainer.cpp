@@ -112,6 +112,7 @@ class RankTrainer {
       groups_.cp = cp::ContextParallel{config.parallel.cp_comm_type, mesh_.cp(), mesh_.cp_a2a(), mesh_.cp_p2p(),
                                        attention_kernel_config(config)};
       groups_.cp->mla_latent = config.attention.cp_mla_latent;
+      groups_.cp->a2a_head_groups = static_cast<int>(config.parallel.cp_a2a_head_groups);
     }
     for (const auto& [name, t] : params_) tensors_.push_back(t);
     // Gradients are summed over the world in buckets that start during backward, each as soon as its
