@@ -1,6 +1,6 @@
 // The fused classifier on the GPU: raw::classifier_loss against the CPU reference for f32, bf16 and f64
 // over every row-kernel variant (16-byte vectors or scalars, the row cached in shared memory or
-// re-read), several chunkings (the bf16 dweight sum through accumulate_widened, vectorised or not),
+// re-read), several chunkings (the dweight sum accumulated in place by the GEMM, f32 for bf16),
 // ignored and i32 labels; a label out of range reported at the next synchronisation; and the peak
 // memory of the fused path below the unfused one's by at least the logits' size.
 #include <gtest/gtest.h>

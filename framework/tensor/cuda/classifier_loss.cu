@@ -1,6 +1,5 @@
-// The fused classifier's kernels (framework/tensor/ops/classifier_loss.h): the row pass that turns a
-// chunk of logits into its row losses and, in place, dlogits = (softmax - onehot) * scale; and the
-// widening sum of a bf16 dweight term into the f32 accumulator.
+// The fused classifier's row kernel (framework/tensor/ops/classifier_loss.h): the pass that turns a chunk
+// of logits into its row losses and, in place, dlogits = (softmax - onehot) * scale.
 //
 // Row pass: a block per row. The first sweep folds online (max, sum of exp) pairs over 16-byte vectors
 // and, when the row fits, keeps the row in shared memory; the second sweep writes dlogits from there
@@ -111,32 +110,6 @@ __global__ void __launch_bounds__(kRowThreads)
   }
 }
 
-// acc (n) f32 += src (n) bf16; V8: 8 elements per access (both bases 16/32-byte aligned, n % 8 == 0).
-template <bool V8>
-__global__ void __launch_bounds__(kThreads) accumulate_widened_kernel(float* acc, const bf16* src, int64_t n) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if constexpr (V8) {
-    for (int64_t q = first; q < n / 8; q += stride) {
-      const Vec<bf16, 8> s = reinterpret_cast<const Vec<bf16, 8>*>(src)[q];
-      float4* a = reinterpret_cast<float4*>(acc) + 2 * q;
-      float4 lo = a[0], hi = a[1];
-      lo.x += to_float(s.v[0]);
-      lo.y += to_float(s.v[1]);
-      lo.z += to_float(s.v[2]);
-      lo.w += to_float(s.v[3]);
-      hi.x += to_float(s.v[4]);
-      hi.y += to_float(s.v[5]);
-      hi.z += to_float(s.v[6]);
-      hi.w += to_float(s.v[7]);
-      a[0] = lo;
-      a[1] = hi;
-    }
-  } else {
-    for (int64_t i = first; i < n; i += stride) acc[i] += to_float(src[i]);
-  }
-}
-
 template <int V, bool kCache, class T, class I>
 void launch_rows(T* logits, const I* labels, double* row_loss, int64_t rows, int64_t cols, double scale,
                  bool write_grad, int64_t ignore_index, size_t smem, cudaStream_t stream) {
@@ -177,19 +150,6 @@ void launch_classifier_rows(int dtype, int it_dtype, void* logits, const void* l
       CPF_CUDA_CHECK_LAUNCH("classifier rows kernel");
     });
   });
-}
-
-void launch_accumulate_widened(float* acc, const void* src, int64_t n, cudaStream_t stream) {
-  if (n == 0) return;
-  const auto* s = static_cast<const bf16*>(src);
-  const bool v8 = n % 8 == 0 && reinterpret_cast<uintptr_t>(acc) % 32 == 0 && reinterpret_cast<uintptr_t>(s) % 16 == 0;
-  const int64_t blocks = capped(((v8 ? n / 8 : n) + kThreads - 1) / kThreads);
-  if (v8) {
-    accumulate_widened_kernel<true><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(acc, s, n);
-  } else {
-    accumulate_widened_kernel<false><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(acc, s, n);
-  }
-  CPF_CUDA_CHECK_LAUNCH("accumulate_widened kernel");
 }
 
 }  // namespace cpf::cuda::kernels

@@ -9,6 +9,7 @@
 #include "framework/tensor/device_ops.h"
 #include "framework/tensor/ops/copy.h"
 #include "framework/tensor/ops/elementwise.h"
+#include "framework/tensor/ops/linear.h"
 #include "framework/tensor/ops/matmul.h"
 #include "framework/tensor/ops/reduce.h"
 #include "framework/tensor/ops/views.h"
@@ -107,17 +108,6 @@ void row_pass(const Tensor& logits, const Tensor& labels, const Tensor& row_loss
   if (write_grad && work.dtype() != logits.dtype()) copy_(logits, work);
 }
 
-// dweight += term: the f32 accumulator takes a bf16 term widened (on a device in one kernel).
-void accumulate(Tensor& acc, const Tensor& term) {
-  if (!acc.defined()) {
-    acc = term.dtype() == DType::bf16 ? to(term, DType::f32) : term;
-  } else if (term.dtype() == DType::bf16 && !acc.device().is_cpu()) {
-    device_kernel(acc.device(), &DeviceOps::accumulate_widened, kOp)(acc, term);
-  } else {
-    add_(acc, to(term, acc.dtype()));
-  }
-}
-
 int64_t divisor_of(const Tensor& labels, int64_t vocab, const ClassifierLossOptions& o) {
   if (labels.device().is_cpu()) {
     const int64_t count = count_valid(labels, vocab, o.ignore_index);  // checks every label
@@ -171,7 +161,8 @@ ClassifierLossResult classifier_loss(const Tensor& hidden, const Tensor& weight,
              o.ignore_index);
     if (!o.compute_grads) continue;
     copy_(narrow(result.dhidden, 0, begin, n), matmul(logits, weight));  // (R, C), widened for bf16
-    accumulate(dweight, matmul(transpose(logits, 0, 1), h));             // (V, C)
+    // (V, C) += dlogits^T @ h_chunk: on a device one GEMM accumulating into the f32 sum (beta = 1).
+    dweight = linear_param_grads(logits, h, compute, false, dweight).weight;
   }
   if (o.compute_grads) {
     result.dweight = dweight.defined() ? dweight : zeros({vocab, width}, {.dtype = compute, .device = device});

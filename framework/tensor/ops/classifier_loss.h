@@ -8,10 +8,11 @@
 //   one pass over each row: its loss, and dlogits = (softmax - onehot(label)) * scale written over the
 //     logits in their dtype (f32 math for bf16)                   DeviceOps::classifier_rows
 //   dhidden_chunk (R, C) = dlogits @ weight                        one GEMM
-//   dweight (V, C) += dlogits^T @ hidden_chunk                     one GEMM, accumulated in f32 (bf16 in)
+//   dweight (V, C) += dlogits^T @ hidden_chunk                     one GEMM (raw::linear_param_grads), summed
+//                                                                  in place (beta = 1), in f32 for bf16
 // with scale = 1 / divisor: the gradients of the returned loss, i.e. for an incoming loss gradient of 1.
 // Memory beyond the inputs: one (R, V) chunk, dhidden (T, C) and dweight (V, C) in the compute dtype
-// (f32 for bf16), the chunk's dweight term (V, C) and (T) f64 row losses.
+// (f32 for bf16) and (T) f64 row losses.
 #include "framework/tensor/tensor.h"
 
 namespace cpf {
