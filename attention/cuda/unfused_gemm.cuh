@@ -39,7 +39,8 @@ struct GemmOutput {
 // The cuBLASLt workspace each call may use (the caller provides one per stream).
 inline constexpr size_t kGemmWorkspaceBytes = size_t(32) << 20;
 
-// dtype f32 or f64; m, n, k, batch > 0. Runs on `stream` of `device` (the caller's current device).
+// dtype f32 or f64; m, n, k, batch > 0; beta 0 or 1. Runs on `stream` of `device` (the caller's
+// current device) through the backend's cuBLASLt layer (framework/tensor/cuda/cublaslt.cuh).
 void gemm(int device, DType dtype, bool tf32, int64_t batch, int64_t m, int64_t n, int64_t k, double alpha,
           const GemmOperand& a, const GemmOperand& b, double beta, const GemmOutput& c, void* workspace,
           cudaStream_t stream);

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "framework/autograd/ops.h"
+#include "framework/nn/compute_copies.h"
 #include "framework/nn/precision.h"
 #include "framework/tensor/profile.h"
 
@@ -29,10 +30,19 @@ Tensor Linear::forward(const Tensor& x) const {
   const profile::Scope scope("forward/linear", x.defined() ? x.device() : Device::cpu());
   CPF_CHECK(x.dim() >= 1 && x.size(-1) == options_.in_features, "Linear: input of shape ", x.shape(),
             " does not end in in_features=", options_.in_features);
-  // Computes in x's dtype: f32 master weights are cast for a bf16 input (framework/nn/precision.h).
-  const Tensor w = compute_parameter(weight_, x.dtype(), "Linear", "weight");  // (out, in)
-  const Tensor b = compute_parameter(bias_, x.dtype(), "Linear", "bias");      // (out) or undefined
-  return linear(x, w, b);                                                       // (..., out)
+  const LinearWeights p = weights_for(x);
+  return linear(x, p.weight, p.bias, p.compute_weight);  // (..., out)
+}
+
+LinearWeights Linear::weights_for(const Tensor& x) const {
+  // Computes in x's dtype: the op casts f32 master weights for a bf16 input and hands them f32
+  // gradients straight from its dW GEMM (framework/autograd/functions/linear.h).
+  CPF_CHECK(weight_.dtype() == x.dtype() || (weight_.dtype() == DType::f32 && x.dtype() == DType::bf16),
+            "Linear: input dtype ", x.dtype(), " does not match the weight dtype ", weight_.dtype(),
+            " (mixed precision narrows f32 parameters to bf16 inputs only; convert the input to ", weight_.dtype(),
+            ")");
+  // The step's bf16 copy when the model keeps one (compute_copies.h); undefined: the op casts.
+  return {weight_, bias_, active_compute_copy(weight_, x.dtype())};
 }
 
 }  // namespace cpf::nn

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "framework/autograd/ops.h"
+#include "framework/tensor/profile.h"
 
 namespace cpf::nn {
 
@@ -34,7 +35,11 @@ MLP::MLP(const MLPOptions& options, Generator* gen) : options_(options) {
 Tensor MLP::forward(const Tensor& x) const {
   CPF_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == options_.hidden_size, "MLP: input of shape ",
             x.defined() ? x.shape() : Shape{}, " does not end in hidden_size=", options_.hidden_size);
-  if (options_.activation == Activation::gelu) return out_->forward(gelu(in_->forward(x)));  // (..., C)
+  if (options_.activation == Activation::gelu) {
+    // One op: GELU in the fc_in GEMM's epilogue, its derivative in the backward dH GEMM's (linear.h).
+    const profile::Scope scope("forward/gelu_mlp", x.device());
+    return gelu_mlp(x, in_->weights_for(x), out_->weights_for(x));  // (..., C)
+  }
   return out_->forward(mul(silu(gate_->forward(x)), in_->forward(x)));                      // (..., C)
 }
 

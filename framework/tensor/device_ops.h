@@ -35,6 +35,22 @@ struct DeviceRandom {
   DType dtype = DType::f32;
 };
 
+// What DeviceOps::matmul_epilogue does after the product p = a @ b (cuBLASLt's epilogues; GELU is the
+// tanh approximation, as raw::UnaryOp::gelu).
+enum class DeviceGemmEpilogue {
+  none,   // out = p, or out += p with accumulate
+  gelu,   // aux = p [+ bias], out = gelu(aux)
+  dgelu,  // out = p * gelu'(aux)
+};
+struct DeviceGemmArgs {
+  DeviceGemmEpilogue epilogue = DeviceGemmEpilogue::none;
+  Tensor bias;       // gelu: (N) of out's dtype, contiguous, 16-byte aligned; or undefined
+  Tensor aux;        // gelu: written, dgelu: read; (M, N) contiguous of out's dtype
+  Tensor bias_grad;  // written, of out's dtype, or undefined: dgelu: (N) column sums of out;
+                     // none: (M) row sums of a (the bias gradient beside a weight-gradient GEMM)
+  bool accumulate = false;  // none only: out += p (out already holds a value)
+};
+
 // One parameter of a fused AdamW step.
 struct DeviceAdamWParam {
   Tensor param, grad, exp_avg, exp_avg_sq;
@@ -62,6 +78,9 @@ struct DeviceIndexCheck {
 struct DeviceOps {
   // dst (any strides, no self-overlap) = src broadcast to dst's shape, converted to dst's dtype.
   void (*copy)(const Tensor& dst, const Tensor& src) = nullptr;
+  // dst[i] (bf16) = src[i] (f32) for every i, in one launch where the list allows: pairs of one shape, on
+  // this device, contiguous, numel > 0 (raw::to_many, framework/tensor/ops/cast_many.h).
+  void (*cast_many)(const std::vector<Tensor>& dst, const std::vector<Tensor>& src) = nullptr;
   // Every element of dst (any strides) = value converted to dst's dtype (bf16 rounds from f32).
   void (*fill)(const Tensor& dst, double value) = nullptr;
 
@@ -100,6 +119,11 @@ struct DeviceOps {
   // out (M, N) = a (M, K) @ b (K, N) + bias (N), the bias added in the GEMM's epilogue: 2-D operands as
   // for matmul, f32 or bf16, M, N, K > 0, bias contiguous and 16-byte aligned, of out's dtype.
   void (*matmul_bias)(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias) = nullptr;
+  // out (M, N) = the epilogue of a (M, K) @ b (K, N) in one GEMM (DeviceGemmArgs). 2-D operands as for
+  // matmul, f32 or bf16, M, N, K > 0; out of a's dtype, or f32 for bf16 operands (epilogue none).
+  // gelu/dgelu need N % 8 == 0 (cuBLASLt's rule for aux). Returns false, having written nothing, when
+  // cuBLASLt has no algorithm for the combination: the caller then runs the unfused ops.
+  bool (*matmul_epilogue)(const Tensor& out, const Tensor& a, const Tensor& b, const DeviceGemmArgs& args) = nullptr;
 
   // LayerNorm (centered) / RMSNorm over the last dim. x (rows, C) contiguous floating; weight, bias (C)
   // contiguous of x's dtype or undefined. y (rows, C) x's dtype; mean (rows, centered only), rstd (rows)
@@ -111,6 +135,16 @@ struct DeviceOps {
   void (*norm_backward)(bool centered, const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
                         const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& mean,
                         const Tensor& rstd) = nullptr;
+  // Residual add fused with the norm (framework/tensor/ops/add_norm.h): x1 = x + branch, y = norm(x1) in y's
+  // dtype. x, weight, bias (or undefined), x1 of one dtype; branch of x's dtype or bf16, or undefined (no add:
+  // x1 undefined); y of x's dtype or bf16; mean (centered only), rstd in the compute dtype. All contiguous.
+  void (*add_norm)(bool centered, const Tensor& x1, const Tensor& y, const Tensor& mean, const Tensor& rstd,
+                   const Tensor& x, const Tensor& branch, const Tensor& weight, const Tensor& bias, double eps) = nullptr;
+  // dx (x1's dtype) = grad_x1 (undefined: 0) + the norm's input gradient of grad_y (y's dtype); dbranch (its
+  // dtype, or undefined) = dx converted; dweight, dbias (x1's dtype, or undefined) summed as for norm_backward.
+  void (*add_norm_backward)(bool centered, const Tensor& dx, const Tensor& dbranch, const Tensor& dweight,
+                            const Tensor& dbias, const Tensor& grad_x1, const Tensor& grad_y, const Tensor& x1,
+                            const Tensor& weight, const Tensor& mean, const Tensor& rstd) = nullptr;
 
   // out[p] = x[p with p[dim] = index[q]] where `index_select`: q = p[dim] (index 1-D), else q = p
   // (gather: index has out's shape). Indices are in range (checked by the caller); any strides.
@@ -141,6 +175,11 @@ struct DeviceOps {
   void (*cross_entropy_backward_counted)(const Tensor& out, const Tensor& logits, const Tensor& targets,
                                          const Tensor& lse, const Tensor& grad_loss, const Tensor& count,
                                          int64_t ignore_index) = nullptr;
+  // The fused classifier's row pass (ops/classifier_loss.h), in place over logits (R, V) contiguous floating:
+  // row_loss (R) f64 = lse - logits[label] (0 on ignored rows); with write_grad, logits = (softmax -
+  // onehot(label)) * scale in their dtype (ignored rows 0). labels (R) contiguous i32/i64, in range or ignore_index.
+  void (*classifier_rows)(const Tensor& logits, const Tensor& row_loss, const Tensor& labels, double scale,
+                          bool write_grad, int64_t ignore_index) = nullptr;
 
   // Checks index values on the device without waiting for it. A failure is recorded on the device and
   // thrown, with the CPU's message, by the next call that synchronises with the device (see

@@ -45,6 +45,16 @@ inline void add_matmul_cases(std::vector<OpCase>& cases) {
                    }});
   cases.push_back({"linear_transposed_weight", "linear", {diff({4, 6}), diff({6, 8}), diff({8})},
                    [](const Inputs& x) -> Outputs { return {linear(x[0], transpose(x[1], 0, 1), x[2])}; }});
+  // linear_gelu / gelu_mlp: N % 8 == 0 runs cuBLASLt's GELU / DGELU epilogues at f32 and bf16 on a
+  // device; other N (and f64) the unfused fallback.
+  cases.push_back({"linear_gelu_bias_3d", "linear_gelu", {diff({2, 3, 4}), diff({8, 4}), diff({8})},
+                   [](const Inputs& x) -> Outputs { return {linear_gelu(x[0], x[1], x[2])}; }});
+  cases.push_back({"linear_gelu_no_bias_odd_n", "linear_gelu", {strided({5, 3}), diff({6, 3})},
+                   [](const Inputs& x) -> Outputs { return {linear_gelu(x[0], x[1])}; }});
+  cases.push_back({"gelu_mlp_bias_3d", "gelu_mlp", {diff({2, 3, 4}), diff({8, 4}), diff({8}), diff({4, 8}), diff({4})},
+                   [](const Inputs& x) -> Outputs { return {gelu_mlp(x[0], {x[1], x[2]}, {x[3], x[4]})}; }});
+  cases.push_back({"gelu_mlp_no_bias_odd", "gelu_mlp", {diff({6, 4}), diff({6, 4}), diff({5, 6})},
+                   [](const Inputs& x) -> Outputs { return {gelu_mlp(x[0], {x[1]}, {x[2]})}; }});
   cases.push_back(
       {"matmul_batched_broadcast", "matmul", {diff({2, 3, 4}), diff({4, 5})}, [](const Inputs& x) -> Outputs {
          return {matmul(x[0], x[1])};

@@ -2,7 +2,6 @@
 
 #include "framework/autograd/node.h"
 #include "framework/tensor/ops/copy.h"
-#include "framework/tensor/ops/linear.h"
 #include "framework/tensor/ops/matmul.h"
 #include "framework/tensor/ops/reduce.h"
 #include "framework/tensor/ops/views.h"
@@ -33,28 +32,6 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
                             gb = raw::reshape(raw::sum_to(gb, b2_shape), bv.shape());
                             return autograd::GradList{ga, gb};
                           });
-}
-
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  Tensor y = raw::linear(x, weight, bias);  // validates
-  std::vector<Tensor> inputs{x, weight};
-  if (bias.defined()) inputs.push_back(bias);
-  return autograd::record(
-      "linear", y, inputs,
-      [sx = autograd::SavedTensor(x), sw = autograd::SavedTensor(weight), has_bias = bias.defined()](
-          const autograd::GradList& g) {
-        const Tensor& xv = sx.unpack();
-        const Tensor& wv = sw.unpack();
-        const int64_t in = wv.size(1), out = wv.size(0);
-        int64_t rows = 1;
-        for (int64_t d = 0; d + 1 < xv.dim(); ++d) rows *= xv.size(d);
-        const Tensor x2 = raw::reshape(raw::contiguous(xv), {rows, in});     // (M, K)
-        const Tensor g2 = raw::reshape(raw::contiguous(g[0]), {rows, out});  // (M, N)
-        autograd::GradList grads{raw::reshape(raw::matmul(g2, wv), xv.shape()),  // (M, K)
-                                 raw::matmul(raw::transpose(g2, 0, 1), x2)};     // (N, K)
-        if (has_bias) grads.push_back(raw::sum(g2, {0}));                          // (N)
-        return grads;
-      });
 }
 
 }  // namespace cpf

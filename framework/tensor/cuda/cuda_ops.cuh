@@ -11,5 +11,7 @@ const DeviceOps& cuda_device_ops();
 void matmul(const Tensor& out, const Tensor& a, const Tensor& b);
 // The DeviceOps::matmul_bias entry: the bias in the GEMM's epilogue.
 void matmul_bias(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias);
+// The DeviceOps::matmul_epilogue entry (matmul_epilogue.cpp).
+bool matmul_epilogue(const Tensor& out, const Tensor& a, const Tensor& b, const DeviceGemmArgs& args);
 
 }  // namespace cpf::cuda

@@ -188,6 +188,21 @@ void copy(const Tensor& dst, const Tensor& src) {
   run_elementwise(dst, {src}, [](const k::Iter& it, cudaStream_t s) { k::launch_copy(it, s); });
 }
 
+void cast_many(const std::vector<Tensor>& dst, const std::vector<Tensor>& src) {
+  if (dst.empty()) return;
+  Launch launch(dst[0].device());
+  std::vector<const void*> s(src.size());
+  std::vector<void*> d(dst.size());
+  std::vector<int64_t> n(dst.size());
+  for (size_t i = 0; i < dst.size(); ++i) {
+    s[i] = src[i].raw_data();
+    d[i] = dst[i].raw_data();
+    n[i] = dst[i].numel();
+  }
+  k::launch_cast_f32_bf16_many(s.data(), d.data(), n.data(), static_cast<int>(d.size()), launch.sm_count,
+                               launch.stream);
+}
+
 void fill(const Tensor& dst, double value) {
   run_elementwise(dst, {}, [value](const k::Iter& it, cudaStream_t s) { k::launch_fill(it, value, s); });
 }
@@ -294,6 +309,32 @@ void norm_backward(bool centered, const Tensor& dx, const Tensor& dweight, const
                           mut_ptr_or_null(dbias), rows, cols, ws_bytes ? ws.raw_data() : nullptr, launch.stream);
 }
 
+void add_norm(bool centered, const Tensor& x1, const Tensor& y, const Tensor& mean, const Tensor& rstd,
+              const Tensor& x, const Tensor& branch, const Tensor& weight, const Tensor& bias, double eps) {
+  Launch launch(x.device());
+  const int64_t cols = x.size(-1), rows = x.numel() / cols;
+  k::launch_add_norm(centered, code(x.dtype()), branch.defined() ? code(branch.dtype()) : code(x.dtype()),
+                     code(y.dtype()), x.raw_data(), ptr_or_null(branch), ptr_or_null(weight), ptr_or_null(bias),
+                     mut_ptr_or_null(x1), y.raw_data(), mut_ptr_or_null(mean), rstd.raw_data(), rows, cols, eps,
+                     launch.stream);
+}
+
+void add_norm_backward(bool centered, const Tensor& dx, const Tensor& dbranch, const Tensor& dweight,
+                       const Tensor& dbias, const Tensor& grad_x1, const Tensor& grad_y, const Tensor& x1,
+                       const Tensor& weight, const Tensor& mean, const Tensor& rstd) {
+  Launch launch(x1.device());
+  const int64_t cols = x1.size(-1), rows = x1.numel() / cols;
+  const bool params = dweight.defined() || dbias.defined();
+  const size_t ws_bytes = params ? k::norm_backward_workspace_bytes(code(x1.dtype()), rows, cols) : 0;
+  Tensor ws = ws_bytes ? empty({static_cast<int64_t>(ws_bytes)}, {.dtype = DType::boolean, .device = x1.device()})
+                       : Tensor();
+  k::launch_add_norm_backward(centered, code(x1.dtype()), code(grad_y.dtype()),
+                              dbranch.defined() ? code(dbranch.dtype()) : code(x1.dtype()), grad_y.raw_data(),
+                              x1.raw_data(), ptr_or_null(weight), ptr_or_null(mean), rstd.raw_data(),
+                              ptr_or_null(grad_x1), dx.raw_data(), mut_ptr_or_null(dbranch), mut_ptr_or_null(dweight),
+                              mut_ptr_or_null(dbias), rows, cols, ws_bytes ? ws.raw_data() : nullptr, launch.stream);
+}
+
 Shape without(const Shape& v, int64_t d) {
   Shape out = v;
   out.erase(out.begin() + d);
@@ -390,6 +431,14 @@ void cross_entropy_backward_counted(const Tensor& out, const Tensor& logits, con
                                    lse.raw_data(), out.raw_data(), logits.size(0), logits.size(1), 0.0,
                                    static_cast<const double*>(grad_loss.raw_data()),
                                    static_cast<const int64_t*>(count.raw_data()), ignore_index, launch.stream);
+}
+
+void classifier_rows(const Tensor& logits, const Tensor& row_loss, const Tensor& labels, double scale, bool write_grad,
+                     int64_t ignore_index) {
+  Launch launch(logits.device());
+  k::launch_classifier_rows(code(logits.dtype()), code(labels.dtype()), logits.raw_data(), labels.raw_data(),
+                            static_cast<double*>(row_loss.raw_data()), logits.size(0), logits.size(1), scale,
+                            write_grad, ignore_index, launch.stream);
 }
 
 void check_indices(const DeviceIndexCheck& c) {
@@ -530,6 +579,7 @@ const DeviceOps& cuda_device_ops() {
   static const DeviceOps table = [] {
     DeviceOps t;
     t.copy = &copy;
+    t.cast_many = &cast_many;
     t.fill = &fill;
     t.unary = &unary;
     t.unary_backward = &unary_backward;
@@ -543,8 +593,11 @@ const DeviceOps& cuda_device_ops() {
     t.softmax = &softmax;
     t.matmul = &matmul;
     t.matmul_bias = &matmul_bias;
+    t.matmul_epilogue = &matmul_epilogue;
     t.norm = &norm;
     t.norm_backward = &norm_backward;
+    t.add_norm = &add_norm;
+    t.add_norm_backward = &add_norm_backward;
     t.gather = &gather;
     t.scatter_add = &scatter_add;
     t.embedding_backward = &embedding_backward;
@@ -552,6 +605,7 @@ const DeviceOps& cuda_device_ops() {
     t.cross_entropy_backward = &cross_entropy_backward;
     t.cross_entropy_loss = &cross_entropy_loss;
     t.cross_entropy_backward_counted = &cross_entropy_backward_counted;
+    t.classifier_rows = &classifier_rows;
     t.check_indices = &check_indices;
     t.rope = &rope;
     t.philox = &philox;
