@@ -41,7 +41,7 @@ TEST_F(CudaEmbeddingBackwardTest, Gpt2ScaleMatchesTheCpuBitForBit) {
 }
 
 TEST_F(CudaEmbeddingBackwardTest, OneIdRepeatedThousandsOfTimesKeepsThePositionOrder) {
-  // One run of 3000 equal ids (longer than the kernel's look-ahead) and a handful of others; f64 too.
+  // One run of 3000 equal ids (many times the kernel's look-ahead) and a handful of others; f64 too.
   std::vector<int64_t> v(3100, 5);
   for (size_t i = 0; i < 100; ++i) v[i * 31] = static_cast<int64_t>(i % 9);
   const Tensor ids = from_vector(v, {31, 100});

@@ -15,7 +15,7 @@
 namespace cpf {
 namespace {
 
-constexpr int kAhead = 8;  // the kernel's look-ahead
+constexpr int kAhead = 16;  // the kernel's look-ahead
 
 // C: the compute type (f32 for bf16), S: grad's storage type.
 template <class S, class C>

@@ -17,8 +17,8 @@
 namespace cpf::cuda::kernels {
 namespace {
 
-// Rows loaded ahead of their adds: the adds stay in order, the loads of a long run overlap.
-constexpr int kAhead = 8;
+// Rows loaded ahead of their adds (run_sum_kernel).
+constexpr int kAhead = 16;
 
 int key_bits(int64_t rows) {
   int bits = 1;
@@ -58,6 +58,9 @@ __global__ void __launch_bounds__(kThreads) sort_keys_kernel(const I* ids, uint3
 }
 
 // blockIdx.x = sorted index (a run start does the work), blockIdx.y * blockDim.x + threadIdx.x = column.
+// The adds stay in position order (the CPU's); the loads of kAhead rows are issued before their adds, so
+// a long run (a padding or end-of-text id) pays one memory latency per kAhead rows. Both loops unroll
+// fully: the arrays stay in registers.
 template <class T>
 __global__ void __launch_bounds__(kThreads) run_sum_kernel(const T* grad, const uint32_t* keys,
                                                            const uint32_t* positions, compute_t<T>* out, int64_t n,
@@ -69,16 +72,19 @@ __global__ void __launch_bounds__(kThreads) run_sum_kernel(const T* grad, const 
   const int64_t col = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
   if (col >= cols) return;
   C s = C(0);
-  for (int64_t k = start; k < n && keys[k] == key; k += kAhead) {
+  for (int64_t k = start;; k += kAhead) {
     C row[kAhead];
-    int m = 0;
+    bool in[kAhead];
 #pragma unroll
     for (int j = 0; j < kAhead; ++j) {
-      const bool in = k + j < n && keys[k + j] == key;
-      row[j] = in ? widen(grad[static_cast<int64_t>(positions[k + j]) * cols + col]) : C(0);
-      m += in ? 1 : 0;
+      in[j] = k + j < n && keys[k + j] == key;  // sorted: once false, false for the rest
+      row[j] = in[j] ? widen(grad[static_cast<int64_t>(positions[k + j]) * cols + col]) : C(0);
     }
-    for (int j = 0; j < m; ++j) s += row[j];  // in position order: the CPU's sum
+#pragma unroll
+    for (int j = 0; j < kAhead; ++j) {
+      if (in[j]) s += row[j];
+    }
+    if (!in[kAhead - 1]) break;
   }
   out[static_cast<int64_t>(key) * cols + col] = s;
 }
