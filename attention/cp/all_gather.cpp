@@ -100,11 +100,10 @@ Tensor gathered_rows(const CpContext& ctx, const GroupLayout& layout) {
   return from_vector(rows, {layout.tokens()}, Device::cpu());
 }
 
-// The gathered K and V, expanded (MLA latent) and reordered to `layout`'s sequence-major storage.
-// `latent_out` receives the reordered latent when the latent travels.
-std::pair<Tensor, Tensor> arrange_kv(const CpContext& ctx, const GroupLayout& layout, const std::vector<Tensor>& gathered,
+// The gathered K and V, expanded (MLA latent) and reordered by `rows` (gathered_rows, on the device) to a
+// layout's sequence-major storage. `latent_out` receives the reordered latent when the latent travels.
+std::pair<Tensor, Tensor> arrange_kv(const CpContext& ctx, const Tensor& rows, const std::vector<Tensor>& gathered,
                                      Tensor* latent_out = nullptr) {
-  const Tensor rows = raw::to(gathered_rows(ctx, layout), gathered[0].device());
   if (ctx.latent) {
     const Tensor latent = raw::index_select(gathered[0], 0, rows);  // (S, 1, r + rope)
     if (latent_out) *latent_out = latent;
@@ -133,8 +132,7 @@ bool part_sees_keys(const SequenceInfo& part, const GroupLayout& kv, const Atten
 
 // The local queries against `kv`'s keys: one call per query chunk (split_query_runs; an unmasked call
 // stays one), the calls that see nothing left out.
-std::vector<SequenceInfo> query_parts(const CpContext& ctx, const GroupLayout& kv) {
-  const GroupLayout own = ctx.own_layout();
+std::vector<SequenceInfo> query_parts(const CpContext& ctx, const GroupLayout& own, const GroupLayout& kv) {
   const SequenceInfo pair = pair_sequence_info(own, kv);
   const AttentionWindow window = effective_window(ctx.spec);
   if (window.left < 0 && window.right < 0) return {pair};  // no mask: positions do not matter
@@ -164,20 +162,23 @@ CpForward all_gather_forward(const CpContext& ctx, const Tensor& q, const Tensor
     add_tiles(ctx.stats->forward_tiles, result.tiles);
     merge.add(result.out, result.lse);
   };
+  const GroupLayout own = ctx.own_layout();  // this rank's queries (and keys)
   if (overlap) {  // the own-keys tile while the gather is in flight
-    const GroupLayout own = ctx.own_layout();
     const auto [k_own, v_own] = own_kv(ctx, k, v);
     attend(k_own, v_own, pair_sequence_info(own, own));
   }
+  // Host work (layouts, row order, query parts) while the gather and the own tile run.
   const GroupLayout layout = gathered_layout(ctx, overlap);
+  const Tensor rows = raw::to(gathered_rows(ctx, layout), q.device());
+  const std::vector<SequenceInfo> parts = query_parts(ctx, own, layout);
   std::vector<Tensor> gathered;
   {
     const profile::Scope scope("cp/all_gather/gather");
     gathered = pending.wait();
   }
-  const auto [k_all, v_all] = arrange_kv(ctx, layout, gathered);  // (S', Hkv, D) sequence-major
+  const auto [k_all, v_all] = arrange_kv(ctx, rows, gathered);  // (S', Hkv, D) sequence-major
   gathered.clear();
-  for (const SequenceInfo& part : query_parts(ctx, layout)) attend(k_all, v_all, part);
+  for (const SequenceInfo& part : parts) attend(k_all, v_all, part);
   return with_sink(ctx, {merge.out(q.dtype()), merge.lse(), {}});
 }
 
@@ -241,22 +242,24 @@ CpGrads all_gather_backward(const CpContext& ctx, const Tensor& dout, const Tens
   const DType acc = q.dtype() == DType::f64 ? DType::f64 : DType::f32;
   const PendingGather pending = post_gather(ctx, k, v);  // re-gathered: nothing was kept from the forward
   Tensor dq, own_dkv;
+  const GroupLayout own = ctx.own_layout();  // this rank's queries (and keys)
   if (overlap) {  // the own-keys tile while the gather is in flight
-    const GroupLayout own = ctx.own_layout();
     const auto [k_own, v_own] = own_kv(ctx, k, v);
     own_dkv = key_set_backward(ctx, dout, dlse, q, k_own, v_own, k, saved, {pair_sequence_info(own, own)}, dq);
   }
   const GroupLayout layout = gathered_layout(ctx, overlap);
+  const Tensor rows = raw::to(gathered_rows(ctx, layout), q.device());
+  const std::vector<SequenceInfo> parts = query_parts(ctx, own, layout);
   Tensor latent_all;  // MLA latent communication: the gathered latent, sequence-major
   std::vector<Tensor> gathered;
   {
     const profile::Scope scope("cp/all_gather/gather");
     gathered = pending.wait();
   }
-  auto [k_all, v_all] = arrange_kv(ctx, layout, gathered, &latent_all);
+  auto [k_all, v_all] = arrange_kv(ctx, rows, gathered, &latent_all);
   gathered.clear();
   const Tensor dkv_all =
-      key_set_backward(ctx, dout, dlse, q, k_all, v_all, latent_all, saved, query_parts(ctx, layout), dq);
+      key_set_backward(ctx, dout, dlse, q, k_all, v_all, latent_all, saved, parts, dq);
   k_all = v_all = Tensor();  // the gathered sequence is released before the reduce-scatter
   // The wire dtype is the input's (bf16 under mixed precision); the sums above stayed in fp32.
   const Tensor received = reduce_to_owners(ctx, layout, dkv_all, k.dtype());
