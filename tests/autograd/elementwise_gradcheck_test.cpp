@@ -63,6 +63,8 @@ TEST_P(ElementwiseGradcheck, ReductionsAndMatmul) {
   EXPECT_GRADCHECK([](const Inputs& in) { return matmul(in[0], in[1]); }, Inputs{a, b});
   EXPECT_GRADCHECK([](const Inputs& in) { return matmul(transpose(in[1], 0, 1), transpose(in[0], 1, 2)); },
                    Inputs{a, b});
+  Tensor rows4 = grad_leaf({1, 3, 2, 4}, 12);  // batched rows against a shared matrix: the folded dB GEMM
+  EXPECT_GRADCHECK([](const Inputs& in) { return matmul(in[0], in[1]); }, Inputs{rows4, b});
   Tensor v = grad_leaf({4}, 11);
   EXPECT_GRADCHECK([](const Inputs& in) { return matmul(in[0], in[1]); }, Inputs{a, v});
   EXPECT_GRADCHECK([](const Inputs& in) { return matmul(in[0], in[1]); }, Inputs{v, b});
