@@ -22,7 +22,8 @@
 //   efficiency      = per-GPU / 1-GPU = t1 / (n t_cp)      (target >= 90% for p2p)
 // A causal attention over only T tokens is not that work: it has a larger share of diagonal tiles (and a
 // lower rate), which would flatter the CP run. Peak memory per rank is the caching allocator's peak during
-// the timed calls, inputs and gradients included.
+// the timed calls, inputs and gradients included; "model GiB/rank" is what docs/cp.md's memory formulas give for
+// the same case (attention/cp/memory_model.h), "1-GPU model GiB" the same for one GPU on the whole sequence.
 //
 // Timing: a warm-up call (plans, NCCL connections, allocator cache), a second call that sizes the
 // batches (`reps` calls, about 0.5 s), then 5 batches, each between a barrier and a device
@@ -38,6 +39,7 @@
 #include <vector>
 
 #include "attention/cp/context_parallel.h"
+#include "attention/cp/memory_model.h"
 #include "benchmarks/gpu/cp_bench_common.h"
 #include "benchmarks/gpu/cp_bench_thd.h"
 #include "attention/dot_product_attention.h"
@@ -229,6 +231,23 @@ std::string fixed(const char* format, double value) {
   return buf;
 }
 
+// The per-rank peak of docs/cp.md's memory formulas for a row (attention/cp/memory_model.h), next to
+// the measured one; "n/a" where the model refuses the case. ranks = 0: one GPU on the whole sequence.
+std::string model_gib(const std::string& strategy, int64_t tokens_per_gpu, int ranks) {
+  const cp::CpMemoryShape shape{.tokens_per_rank = tokens_per_gpu, .cp = ranks, .a2a = 2, .heads = kHeads,
+                                .kv_heads = kHeads, .head_dim_qk = kHeadDim, .head_dim_v = kHeadDim};
+  try {
+    const int64_t bytes = strategy.empty() ? cp::single_device_memory_estimate(shape).peak_bytes()
+                                           : cp::cp_memory_estimate(cp::parse_comm_type(strategy.substr(
+                                                                        0, strategy.find(':'))),
+                                                                    shape)
+                                                 .peak_bytes();
+    return fixed("%.2f", gib(static_cast<double>(bytes)));
+  } catch (const Error&) {
+    return "n/a";
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -277,9 +296,9 @@ int main(int argc, char** argv) {
   std::printf("\nCP summary (%d GPUs over NCCL; fwd+bwd, causal, bf16, b=1 h=%lld d=%lld; efficiency = per-GPU "
               "TFLOP/s / one GPU's TFLOP/s on the whole sequence = t1 / (n t_cp); target >= 90%% for p2p)\n",
               ranks, static_cast<long long>(kHeads), static_cast<long long>(kHeadDim));
-  std::printf("%-10s | %-10s | %-10s | %-13s | %-13s | %-10s | %-14s | %-23s | %s\n", "tokens/GPU", "strategy",
-              "ms/call", "per-GPU TF/s", "1-GPU TF/s", "efficiency", "sent MiB/rank", "peak GiB/rank (max / min)",
-              "1-GPU peak GiB");
+  std::printf("%-10s | %-10s | %-10s | %-13s | %-13s | %-10s | %-14s | %-23s | %-14s | %-14s | %s\n", "tokens/GPU",
+              "strategy", "ms/call", "per-GPU TF/s", "1-GPU TF/s", "efficiency", "sent MiB/rank",
+              "peak GiB/rank (max / min)", "1-GPU peak GiB", "model GiB/rank", "1-GPU model GiB");
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& r = rows[i];
     const Baseline& b = baselines[i];
@@ -295,10 +314,11 @@ int main(int argc, char** argv) {
     }
     const std::string one_text = b.note.empty() ? fixed("%.1f", one) : "n/a (" + b.note.substr(0, 60) + ")";
     const std::string peaks = fixed("%.2f", gib(r.peak_max)) + " / " + fixed("%.2f", gib(r.peak_min));
-    std::printf("%-10lld | %-10s | %-10.2f | %-13.1f | %-13s | %-10s | %-14.1f | %-23s | %s\n",
+    std::printf("%-10lld | %-10s | %-10.2f | %-13.1f | %-13s | %-10s | %-14.1f | %-23s | %-14s | %-14s | %s\n",
                 static_cast<long long>(r.tokens_per_gpu), r.strategy.c_str(), r.seconds * 1e3, per_gpu,
                 one_text.c_str(), eff, r.bytes_sent / 1048576.0, peaks.c_str(),
-                b.note.empty() ? fixed("%.2f", gib(b.peak)).c_str() : "n/a");
+                b.note.empty() ? fixed("%.2f", gib(b.peak)).c_str() : "n/a",
+                model_gib(r.strategy, r.tokens_per_gpu, ranks).c_str(), model_gib("", r.tokens_per_gpu, ranks).c_str());
   }
   // The packed-documents case (cp_bench_thd.h), after the bshd table.
   int64_t thd_tokens = 65536;
