@@ -27,7 +27,7 @@ __global__ void __launch_bounds__(G == 32 ? kThreads : G)
   const int64_t nvec = cols / V;
   for (int64_t r = loop.first; r < rows; r += loop.step) {
     const TX* xr = x + r * cols;
-    const TB* br = b + r * cols;
+    const TB* br = b != nullptr ? b + r * cols : nullptr;
     // x1's vector q, rounded to x's dtype (the values the CPU normalises).
     const auto fetch = [&](int64_t q, C (&v)[V]) {
       load_row_vec<TX, V>(xr, q, v);
