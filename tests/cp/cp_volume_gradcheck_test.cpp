@@ -90,17 +90,19 @@ TEST(CpVolume, SlidingWindowRingSkipsStepsOutsideTheWindow) {
 }
 
 // Finite differences of L = sum over ranks of <w_r, out_r> + <u_r, lse_r> with respect to every
-// input element of every rank, against the analytic gradient from backward.
-void lockstep_gradcheck(CommType comm) {
+// input element of every rank, against the analytic gradient from backward. `window` {-1, 0} (plain
+// causal) takes all_gather's overlapped path; `head_groups` > 1 pipelines a2a by head groups (4 KV
+// heads then, so that every rank has 2).
+void lockstep_gradcheck(CommType comm, AttentionWindow window = {5, 0}, int head_groups = 0) {
   CpCase c;
   c.comm = comm;
   c.cp = comm == CommType::a2a_p2p ? 4 : 2;
   c.a2a = comm == CommType::a2a_p2p ? 2 : 1;
   c.format = QkvFormat::thd;
   c.mask = MaskType::padding_causal;
-  c.window = {5, 0};
+  c.window = window;
   c.heads = 4;
-  c.kv_heads = 2;
+  c.kv_heads = head_groups > 1 ? 4 : 2;
   c.d_qk = 3;
   c.d_v = 2;
   c.thd_lengths = {5, 3};
@@ -116,6 +118,7 @@ void lockstep_gradcheck(CommType comm) {
     }
     dist::DeviceMesh mesh(rc.world, shape);
     ContextParallel cp{comm, mesh.cp(), mesh.cp_a2a(), mesh.cp_p2p()};
+    cp.a2a_head_groups = head_groups;
     const int r = rc.rank;
     std::vector<Tensor> inputs{shard(c, g, g.q, 0, r).set_requires_grad(), shard(c, g, g.k, 0, r).set_requires_grad(),
                                shard(c, g, g.v, 0, r).set_requires_grad()};
@@ -175,6 +178,9 @@ TEST(CpGradcheck, P2pF64) { lockstep_gradcheck(CommType::p2p); }
 TEST(CpGradcheck, AllGatherF64) { lockstep_gradcheck(CommType::all_gather); }
 TEST(CpGradcheck, A2aF64) { lockstep_gradcheck(CommType::a2a); }
 TEST(CpGradcheck, A2aP2pF64) { lockstep_gradcheck(CommType::a2a_p2p); }
+TEST(CpGradcheck, AllGatherOverlappedF64) { lockstep_gradcheck(CommType::all_gather, {-1, 0}); }
+TEST(CpGradcheck, A2aHeadGroupsF64) { lockstep_gradcheck(CommType::a2a, {5, 0}, 2); }
+TEST(CpGradcheck, A2aP2pHeadGroupsF64) { lockstep_gradcheck(CommType::a2a_p2p, {5, 0}, 2); }
 
 }  // namespace
 }  // namespace cpf::cp::testing
