@@ -11,6 +11,7 @@ thread_local const ComputeCopies* active_copies = nullptr;
 
 void ComputeCopies::refresh(const std::vector<Tensor>& params, DType dtype) {
   CPF_CHECK(is_floating(dtype), "ComputeCopies: the compute dtype must be floating, got ", dtype);
+  const std::lock_guard<std::mutex> lock(mutex_);
   std::unordered_map<const void*, Entry> next;
   std::vector<Tensor> stale;
   for (const Tensor& p : params) {
@@ -37,6 +38,7 @@ void ComputeCopies::refresh(const std::vector<Tensor>& params, DType dtype) {
 
 Tensor ComputeCopies::find(const Tensor& param, DType dtype) const {
   if (!param.defined() || param.numel() == 0 || param.dtype() == dtype) return Tensor();
+  const std::lock_guard<std::mutex> lock(mutex_);
   auto it = entries_.find(param.raw_data());
   const bool valid = it != entries_.end() && it->second.param.is_same(param) &&
                      it->second.version == param.version() && it->second.copy.dtype() == dtype &&
@@ -44,6 +46,11 @@ Tensor ComputeCopies::find(const Tensor& param, DType dtype) const {
   if (valid) return it->second.copy;
   wanted_.insert(param.raw_data());
   return Tensor();
+}
+
+int64_t ComputeCopies::conversions() const {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  return conversions_;
 }
 
 ComputeCopiesScope::ComputeCopiesScope(const ComputeCopies* copies) : previous_(active_copies) {

@@ -14,6 +14,7 @@
 // refresh converts exactly the wanted parameters that changed, and a stale copy is never used. Copies are new tensors at every refresh, never written in
 // place, so a graph that saved one (the linear op keeps its bf16 weight for dX) stays correct.
 #include <cstdint>
+#include <mutex>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -31,7 +32,7 @@ class ComputeCopies {
   // marks `param` as wanted by the next refresh.
   Tensor find(const Tensor& param, DType dtype) const;
   // Conversions done by the refreshes so far (tensors, not launches): what a test can count.
-  int64_t conversions() const { return conversions_; }
+  int64_t conversions() const;
 
  private:
   struct Entry {
@@ -39,6 +40,7 @@ class ComputeCopies {
     uint64_t version = 0;
     Tensor copy;
   };
+  mutable std::mutex mutex_;  // forwards of one model on several threads share the copies
   std::unordered_map<const void*, Entry> entries_;  // keyed by the parameter's data address
   mutable std::unordered_set<const void*> wanted_;  // data addresses looked up without a valid copy
   int64_t conversions_ = 0;
