@@ -1,5 +1,10 @@
 // cuBLASLt GEMMs through raw::matmul: bf16 8192^3 (the peer: 782 TFLOP/s through PyTorch on an H200,
-// shared/GPU.md), f32 with and without TF32, and a batched attention-shaped product.
+// shared/GPU.md), f32 with and without TF32, a batched attention-shaped product, and the epilogue-fused
+// linear ops of GPT-2's MLP (x (32768, 768), fc_in (3072, 768), bf16) against their unfused sequences:
+//   BM_linear_gelu/0 linear then gelu           /1 raw::linear_gelu (GELU_AUX_BIAS)
+//   BM_linear_dgelu/0 dH GEMM then gelu backward /1 raw::linear_dgelu (DGELU)
+//   BM_weight_grad/0 bf16 dW GEMM + column fold + f32 casts (the path before)
+//                  /1 raw::linear_param_grads: f32 dW and the bias gradient (BGRADB) in one GEMM
 //
 //   gpu_gemm_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 //
@@ -7,7 +12,10 @@
 #include <cstdio>
 
 #include "benchmarks/gpu/gpu_bench_util.h"
+#include "framework/tensor/ops/elementwise.h"
+#include "framework/tensor/ops/linear.h"
 #include "framework/tensor/ops/matmul.h"
+#include "framework/tensor/ops/reduce.h"
 #include "framework/tensor/ops/views.h"
 
 namespace {
@@ -38,6 +46,56 @@ void BM_gemm_batched(benchmark::State& state) {
   set_flops(state, 2.0 * b * h * t * t * d);
 }
 
+// GPT-2 124M's MLP at 32 sequences of 1024 tokens: x (M, C) @ fc_in^T (C, I), bf16.
+constexpr int64_t kRows = 32768, kModel = 768, kInner = 3072;
+
+void BM_linear_gelu(benchmark::State& state) {
+  const bool fused = state.range(0) == 1;
+  Tensor x = bench::gpu_random({kRows, kModel}, DType::bf16, 1);
+  Tensor w = bench::gpu_random({kInner, kModel}, DType::bf16, 2), b = bench::gpu_random({kInner}, DType::bf16, 3);
+  bench::time_device(state, [&] {
+    if (fused) {
+      benchmark::DoNotOptimize(raw::linear_gelu(x, w, b).out.raw_data());
+    } else {
+      benchmark::DoNotOptimize(raw::unary(raw::UnaryOp::gelu, raw::linear(x, w, b)).raw_data());
+    }
+  });
+  set_flops(state, 2.0 * kRows * kModel * kInner);
+}
+
+void BM_linear_dgelu(benchmark::State& state) {
+  const bool fused = state.range(0) == 1;
+  Tensor gy = bench::gpu_random({kRows, kModel}, DType::bf16, 1);
+  Tensor w_out = bench::gpu_random({kModel, kInner}, DType::bf16, 2);  // fc_out (C, I)
+  Tensor pre = bench::gpu_random({kRows, kInner}, DType::bf16, 3);
+  bench::time_device(state, [&] {
+    if (fused) {
+      benchmark::DoNotOptimize(raw::linear_dgelu(gy, w_out, pre, false).grad_pre.raw_data());
+    } else {
+      Tensor gh = raw::matmul(gy, w_out);
+      benchmark::DoNotOptimize(raw::unary_backward(raw::UnaryOp::gelu, gh, pre, pre).raw_data());
+    }
+  });
+  set_flops(state, 2.0 * kRows * kModel * kInner);
+}
+
+void BM_weight_grad(benchmark::State& state) {
+  const bool fused = state.range(0) == 1;
+  Tensor gy = bench::gpu_random({kRows, kInner}, DType::bf16, 1);  // dPre (M, I)
+  Tensor x = bench::gpu_random({kRows, kModel}, DType::bf16, 2);   // (M, C)
+  bench::time_device(state, [&] {
+    if (fused) {
+      benchmark::DoNotOptimize(raw::linear_param_grads(gy, x, DType::f32, true).weight.raw_data());
+    } else {
+      Tensor dw = raw::to(raw::matmul(raw::transpose(gy, 0, 1), x), DType::f32);  // (I, C)
+      Tensor db = raw::to(raw::sum(gy, {0}), DType::f32);                         // (I)
+      benchmark::DoNotOptimize(dw.raw_data());
+      benchmark::DoNotOptimize(db.raw_data());
+    }
+  });
+  set_flops(state, 2.0 * kRows * kModel * kInner);
+}
+
 // Args: m, n, k, kind (0 bf16, 1 f32, 2 f32 with TF32).
 BENCHMARK(BM_gemm)->Args({8192, 8192, 8192, 0})->Args({4096, 4096, 4096, 0})->Args({4096, 4096, 4096, 1})
     ->Args({4096, 4096, 4096, 2})->UseManualTime()->Unit(benchmark::kMillisecond);
@@ -47,6 +105,10 @@ BENCHMARK(BM_gemm)->Args({8192, 8192, 8192, 0})->Args({4096, 4096, 4096, 0})->Ar
 BENCHMARK(BM_gemm)->Name("BM_gemm_burst")->Args({8192, 8192, 8192, 0})->Iterations(1)->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_gemm_batched)->UseManualTime()->Unit(benchmark::kMillisecond);
+// Arg: 0 unfused (the path before), 1 one GEMM with the epilogue.
+BENCHMARK(BM_linear_gelu)->Arg(0)->Arg(1)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_linear_dgelu)->Arg(0)->Arg(1)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_weight_grad)->Arg(0)->Arg(1)->UseManualTime()->Unit(benchmark::kMillisecond);
 
 }  // namespace
 
