@@ -33,6 +33,8 @@ __device__ compute_t<T> row_lse(const T* xr, int64_t nvec, Vec<T, V>* cache, com
   using C = compute_t<T>;
   C m = -C(INFINITY), s = C(0);
   bool nan = false;
+  // Unrolled so that several loads are in flight per thread (they do not depend on the running pair).
+#pragma unroll 4
   for (int64_t q = threadIdx.x; q < nvec; q += kRowThreads) {
     const Vec<T, V> raw = reinterpret_cast<const Vec<T, V>*>(xr)[q];
     if constexpr (kCache) cache[q] = raw;
@@ -99,7 +101,7 @@ __global__ void __launch_bounds__(kRowThreads)
         Vec<T, V> out;
 #pragma unroll
         for (int k = 0; k < V; ++k) {
-          C g = m_exp(widen(raw.v[k]) - l) * scale;  // softmax from the lse, as the CPU
+          C g = cls_exp<T>(widen(raw.v[k]) - l) * scale;  // softmax from the lse, as the CPU
           if (q * V + k == t) g -= scale;
           out.v[k] = narrow<T>(g);
         }

@@ -1,6 +1,7 @@
 // Cross-entropy row kernels: the forward (lse and f64 row losses; rows up to 1024 a warp with a max pass
 // and a sum pass, longer rows a block in one pass of online (max, sum) pairs), the mean loss and count
-// reduced on the device in a fixed order, and the backward (softmax recomputed from the saved lse).
+// reduced on the device in a fixed order, and the backward (softmax recomputed from the saved lse; long
+// rows a block per row with 16-byte vectors).
 // Math is in the compute type (f32 for f32/bf16, f64 for f64) with the CPU's formulas
 // (framework/tensor/ops/cross_entropy.cpp). Targets out of range are never read (the device-side index
 // check reports them).
@@ -200,6 +201,40 @@ __global__ void __launch_bounds__(kThreads) cross_entropy_backward_kernel(const 
   }
 }
 
+// The backward of rows longer than a warp's share, with 16-byte vectors: a block per row, so the row's
+// target and lse are read once and every load and store is a whole vector (the element-wise kernel
+// above divides each flat index by cols and reads the target and lse per element). Same formula.
+template <int V, class T, class I>
+__global__ void __launch_bounds__(kThreads) cross_entropy_backward_rows_kernel(
+    const T* logits, const I* targets, const compute_t<T>* lse, T* out, int64_t rows, int64_t cols,
+    compute_t<T> scale, const double* grad_loss, const int64_t* count, int64_t ignore_index) {
+  using C = compute_t<T>;
+  if (grad_loss != nullptr) scale = count[0] > 0 ? static_cast<C>(grad_loss[0] / static_cast<double>(count[0])) : C(0);
+  const int64_t nvec = cols / V;
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const int64_t t = static_cast<int64_t>(targets[r]);
+    const bool ignored = t == ignore_index;
+    const C l = lse[r];
+    const auto* xr = reinterpret_cast<const Vec<T, V>*>(logits + r * cols);
+    auto* orow = reinterpret_cast<Vec<T, V>*>(out + r * cols);
+#pragma unroll 4
+    for (int64_t q = threadIdx.x; q < nvec; q += kThreads) {
+      const Vec<T, V> x = xr[q];
+      Vec<T, V> o;
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        C v = C(0);
+        if (!ignored) {
+          v = m_exp(widen(x.v[k]) - l) * scale;  // softmax from the saved lse, as on the CPU
+          if (q * V + k == t) v -= scale;
+        }
+        o.v[k] = narrow<T>(v);
+      }
+      orow[q] = o;
+    }
+  }
+}
+
 }  // namespace
 
 void launch_cross_entropy(int dtype, int it_dtype, const void* logits, const void* targets, void* lse,
@@ -231,10 +266,19 @@ void launch_cross_entropy_backward(int dtype, int it_dtype, const void* logits, 
   if (rows * cols == 0) return;
   visit_floating(dtype, [&]<class T>() {
     visit_index(it_dtype, [&]<class I>() {
-      const int64_t blocks = capped((rows * cols + kThreads - 1) / kThreads);
-      cross_entropy_backward_kernel<T, I><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-          static_cast<const T*>(logits), static_cast<const I*>(targets), static_cast<const compute_t<T>*>(lse),
-          static_cast<T*>(out), rows, cols, static_cast<compute_t<T>>(scale), grad_loss, count, ignore_index);
+      constexpr int W = vector_width(static_cast<int>(sizeof(T)));
+      const bool rows_kernel = cols > kWarpRowLimit && cols % W == 0 &&
+                               reinterpret_cast<uintptr_t>(logits) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0;
+      if (rows_kernel) {
+        cross_entropy_backward_rows_kernel<W, T, I><<<static_cast<unsigned>(capped(rows)), kThreads, 0, stream>>>(
+            static_cast<const T*>(logits), static_cast<const I*>(targets), static_cast<const compute_t<T>*>(lse),
+            static_cast<T*>(out), rows, cols, static_cast<compute_t<T>>(scale), grad_loss, count, ignore_index);
+      } else {
+        const int64_t blocks = capped((rows * cols + kThreads - 1) / kThreads);
+        cross_entropy_backward_kernel<T, I><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+            static_cast<const T*>(logits), static_cast<const I*>(targets), static_cast<const compute_t<T>*>(lse),
+            static_cast<T*>(out), rows, cols, static_cast<compute_t<T>>(scale), grad_loss, count, ignore_index);
+      }
       CPF_CUDA_CHECK_LAUNCH("cross_entropy backward kernel");
     });
   });
