@@ -40,6 +40,7 @@ struct Strategy {
   CommType comm;
   int cp;
   int a2a;  // a2a+p2p: the a2a sub-group size
+  int head_groups = 0;  // a2a, a2a+p2p: ContextParallel::a2a_head_groups (0 = automatic)
 };
 
 struct HeadCase {
@@ -64,6 +65,7 @@ struct Case {
 std::string strategy_name(const Strategy& s) {
   std::string name = comm_type_name(s.comm) + "_cp" + std::to_string(s.cp);
   std::replace(name.begin(), name.end(), '+', '_');
+  if (s.head_groups > 0) name += "_g" + std::to_string(s.head_groups);
   return name;
 }
 
@@ -108,6 +110,7 @@ std::vector<Case> cases_of(const Strategy& s, Device reference_device) {
         for (const auto& [dtype, sink] : {std::pair{DType::f32, false}, std::pair{DType::bf16, false},
                                           std::pair{DType::f32, true}, std::pair{DType::bf16, true}}) {
           if (sink && (mask != MaskType::causal || heads.kv_heads == heads.heads)) continue;
+          if (s.head_groups > 1 && heads.kv_heads != heads.heads) continue;  // GQA leaves one KV head a rank
           Case k;
           k.sink = sink;
           CpCase& c = k.c;
@@ -168,7 +171,8 @@ std::vector<std::vector<Tensors>> run_on_ranks(const Strategy& s, const std::vec
           const Case& k = cases[i];
           const Global& g = k.global;
           try {
-            const ContextParallel cp{s.comm, mesh.cp(), mesh.cp_a2a(), mesh.cp_p2p(), {.backend = k.backend}};
+            ContextParallel cp{s.comm, mesh.cp(), mesh.cp_a2a(), mesh.cp_p2p(), {.backend = k.backend}};
+            cp.a2a_head_groups = s.head_groups;  // pipelined Ulysses: several all-to-alls in flight on NCCL
             auto put = [&](const Tensor& t, int64_t dim) { return raw::to(shard(k.c, g, t, dim, r), rc.device); };
             Tensor q = put(g.q, g.seq_dim), kk = put(g.k, g.seq_dim), v = put(g.v, g.seq_dim);
             q.set_requires_grad();
@@ -347,7 +351,8 @@ INSTANTIATE_TEST_SUITE_P(EveryStrategy, CpNccl,
                          ::testing::Values(Strategy{CommType::p2p, 2, 1}, Strategy{CommType::all_gather, 2, 1},
                                            Strategy{CommType::a2a, 2, 1}, Strategy{CommType::p2p, 4, 1},
                                            Strategy{CommType::all_gather, 4, 1}, Strategy{CommType::a2a, 4, 1},
-                                           Strategy{CommType::a2a_p2p, 4, 2}),
+                                           Strategy{CommType::a2a_p2p, 4, 2}, Strategy{CommType::a2a, 2, 1, 2},
+                                           Strategy{CommType::a2a, 4, 1, 2}, Strategy{CommType::a2a_p2p, 4, 2, 2}),
                          param_name);
 
 }  // namespace
