@@ -21,46 +21,65 @@
 // Tiles are not special-cased: every token carries its global position and the attention kernel
 // skips position ranges the mask hides, so the same code handles causal, sliding windows (a step
 // whose whole tile lies outside the window costs nothing and is counted), THD padding and bshd
-// padding. Partial (out, lse) pairs merge in fp32 (lse_merge.h).
+// padding.
 //
-// Backward replays the ring: each rank adds its tile's contribution to the dK/dV of the block it
-// holds and passes the sum on one hop behind the KV, so after P steps every rank has received the
-// complete gradient of its own block. Tile gradients use the merged global out and lse, so they are
-// exact additive contributions and need no rescaling.
+// What travels: K and V as two messages of one batched send/receive (no packing copy before the send,
+// and the received buffers go to the kernel as they are, without an unpacking copy), or the MLA latent
+// (latent_kv.h), which each rank expands on use. A received block lives until the next one replaces it.
+//
+// Forward: one running (out, lse) pair in fp32 (lse_merge.h) that each tile's partial result updates
+// in place; rows the tile saw no key for (lse -inf: the upper tile's first half) keep their values.
+// Tiles alternate between two compute streams by tile computed (not by ring step: a step a window skips
+// does not count), and a tile is merged after the next one was queued.
+//
+// Backward replays the ring: each rank adds its tile's dK/dV to the partial sum of the block it holds
+// and passes the sum on one hop behind the KV, so after P steps every rank has received the complete
+// gradient of its own block. The sum travels in the inputs' dtype (bf16 in training): each hop adds
+// its tile's dK/dV to the received sum element-wise in fp32 and rounds once. Tile gradients use the merged
+// global out and lse, so they are exact additive contributions and need no rescaling.
+//
+// Profile scopes (framework/tensor/profile.h) per step: cp/p2p/pack (posting the shift: receive
+// buffers, the sends), cp/p2p/wait (the compute stream waiting for the block), cp/p2p/tile,
+// cp/p2p/merge; and cp/p2p/backward/{pack, wait, tile} (backward pack: adding and converting the
+// travelling dK/dV, posting both shifts).
 #include "attention/cp/lse_merge.h"
 #include "attention/cp/strategy.h"
 #include "framework/tensor/device_stream.h"
 #include "framework/tensor/ops/copy.h"
 #include "framework/tensor/ops/elementwise.h"
-#include "framework/tensor/ops/join.h"
 #include "framework/tensor/ops/views.h"
+#include "framework/tensor/profile.h"
 
 #include <optional>
 
 namespace cpf::cp {
 namespace {
 
-constexpr int kKvTag = 0;
-constexpr int kGradTag = 1;
+// Distinct tags per message kind: the KV shift and the gradient shift of the backward are in flight
+// together between the same two ranks.
+constexpr int kKTag = 0;
+constexpr int kVTag = 1;
+constexpr int kGradKTag = 2;
+constexpr int kGradVTag = 3;
 
-// K and V travel as one buffer (T, Hkv, Dqk + Dv): one message per step, and d_qk != d_v just works.
-Tensor pack_kv(const Tensor& k, const Tensor& v) { return raw::cat({k, v}, -1); }
+// A block of the ring: K (T, Hkv, Dqk) and V (T, Hkv, Dv), or the MLA latent (T, 1, r + rope) in k
+// with v undefined; and in the backward, their (partial) gradients.
+struct Block {
+  Tensor k, v;
+};
 
-std::pair<Tensor, Tensor> unpack_kv(const Tensor& kv, int64_t d_qk) {
-  const int64_t d_v = kv.size(-1) - d_qk;
-  return {raw::contiguous(raw::narrow(kv, -1, 0, d_qk)), raw::contiguous(raw::narrow(kv, -1, d_qk, d_v))};
+Block travelling_block(const CpContext& ctx, const Tensor& k, const Tensor& v) {
+  return {k, ctx.latent ? Tensor() : v};
 }
 
-// What travels: K and V packed, or the MLA latent (latent_kv.h), which each rank expands on use.
-Tensor travelling_kv(const CpContext& ctx, const Tensor& k, const Tensor& v) { return ctx.latent ? k : pack_kv(k, v); }
-std::pair<Tensor, Tensor> block_kv(const CpContext& ctx, const Tensor& kv, int64_t d_qk) {
-  return ctx.latent ? ctx.latent->expand(kv) : unpack_kv(kv, d_qk);
+std::pair<Tensor, Tensor> block_kv(const CpContext& ctx, const Block& block) {
+  return ctx.latent ? ctx.latent->expand(block.k) : std::pair<Tensor, Tensor>{block.k, block.v};
 }
 
-Tensor like_rows(const Tensor& t, int64_t rows, DType dtype) {
+Tensor like_rows(const Tensor& t, int64_t rows) {
   Shape shape = t.shape();
   shape[0] = rows;
-  return empty(shape, {.dtype = dtype, .device = t.device()});
+  return empty(shape, {.dtype = t.dtype(), .device = t.device()});
 }
 
 void add_tiles(TileStats& into, const TileStats& tiles) {
@@ -69,23 +88,25 @@ void add_tiles(TileStats& into, const TileStats& tiles) {
   into.skipped += tiles.skipped;
 }
 
-// Posts the ring shift of step `step`: send the block held now to next, receive the one held at step + 1
-// from prev (into `incoming`). Null on the last step, where nothing moves.
-struct KvShift {
+// One ring shift: `out` goes to the next rank while a block of `rows` rows (out's dtypes and trailing
+// dims) arrives from the previous one, as one batched operation (two messages per block).
+struct Shift {
   dist::WorkPtr work;
-  Tensor incoming;
+  Block incoming;
 };
 
-KvShift post_kv_shift(const CpContext& ctx, dist::ProcessGroup& group, const std::vector<GroupLayout>& layouts,
-                      const Tensor& kv, int step) {
+Shift post_shift(const CpContext& ctx, dist::ProcessGroup& group, const Block& out, int64_t rows, int k_tag,
+                 int v_tag) {
   const int n = group.size(), me = group.rank();
-  if (step + 1 >= n) return {};
-  const int src = (me - step + n) % n;
-  Tensor incoming = like_rows(kv, layouts[(src + n - 1) % n].tokens(), kv.dtype());
-  ctx.count_sent(kv);
-  return {group.batch_p2p_async({dist::P2POp::send(kv, (me + 1) % n, kKvTag),
-                                 dist::P2POp::recv(incoming, (me + n - 1) % n, kKvTag)}),
-          incoming};
+  const int next = (me + 1) % n, prev = (me + n - 1) % n;
+  Block in{like_rows(out.k, rows), out.v.defined() ? like_rows(out.v, rows) : Tensor()};
+  std::vector<dist::P2POp> ops{dist::P2POp::send(out.k, next, k_tag)};
+  if (out.v.defined()) ops.push_back(dist::P2POp::send(out.v, next, v_tag));
+  ops.push_back(dist::P2POp::recv(in.k, prev, k_tag));
+  if (in.v.defined()) ops.push_back(dist::P2POp::recv(in.v, prev, v_tag));
+  ctx.count_sent(out.k);
+  if (out.v.defined()) ctx.count_sent(out.v);
+  return {group.batch_p2p_async(ops), std::move(in)};
 }
 
 // The ring's second compute stream: one per thread and device, kept for the thread's life. A stream
@@ -107,120 +128,200 @@ std::vector<GroupLayout> single_rank_layouts(const CpContext& ctx) {
   return layouts;
 }
 
+// The forward's tiles on two compute streams, merged on the main one into `merge` (see the top).
+class ForwardTiles {
+ public:
+  ForwardTiles(const CpContext& ctx, const Device& device, PartialMerge& merge)
+      : ctx_(ctx),
+        merge_(merge),
+        main_(DeviceStream::current(device)),
+        side_(ctx.streams == 2 ? ring_side_stream(device) : main_) {
+    side_.wait_for(main_);  // q, k, v are ready there
+  }
+
+  // The stream the next computed tile runs on.
+  const DeviceStream& next_stream() const { return computed_ % 2 == 1 && !(side_ == main_) ? side_ : main_; }
+
+  void compute(const Tensor& q, const Block& block, const SequenceInfo& pair) {
+    const DeviceStream& stream = next_stream();
+    const bool on_side = &stream == &side_;
+    ++computed_;
+    raw::AttentionForward result;
+    {
+      const DeviceStreamScope scope(stream);
+      const profile::Scope tile("cp/p2p/tile");
+      const auto [k_step, v_step] = block_kv(ctx_, block);
+      result = raw::attention_forward(q, k_step, v_step, ctx_.spec, pair, ctx_.config.kernel_config);
+    }
+    add_tiles(ctx_.stats->forward_tiles, result.tiles);
+    merge_pending();  // the previous tile's, on the main stream, queued behind this one
+    pending_ = Pending{std::move(result), on_side};
+  }
+
+  // Merges the last tile; everything the side stream did is done before the caller goes on.
+  void finish() {
+    merge_pending();
+    main_.wait_for(side_);
+  }
+
+ private:
+  struct Pending {
+    raw::AttentionForward result;
+    bool on_side = false;
+  };
+
+  void merge_pending() {
+    if (!pending_) return;
+    const profile::Scope scope("cp/p2p/merge");
+    if (pending_->on_side) {
+      main_.wait_for(side_);
+      main_.record_use(pending_->result.out);  // side-stream memory read by the merge
+      main_.record_use(pending_->result.lse);
+    }
+    merge_.add(pending_->result.out, pending_->result.lse);
+    pending_.reset();
+  }
+
+  const CpContext& ctx_;
+  PartialMerge& merge_;
+  DeviceStream main_;
+  DeviceStream side_;
+  std::optional<Pending> pending_;
+  int computed_ = 0;  // tiles computed so far: they alternate, whichever steps a window skips
+};
+
 }  // namespace
 
 CpForward ring_forward(const CpContext& ctx, dist::ProcessGroup& group, const std::vector<GroupLayout>& layouts,
                        const Tensor& q, const Tensor& k, const Tensor& v) {
   const int n = group.size(), me = group.rank();
-  const int64_t d_qk = k.size(-1);
   const AttentionWindow window = effective_window(ctx.spec);
-  Tensor kv = travelling_kv(ctx, k, v);  // (T, Hkv, Dqk + Dv), or the latent (T, 1, r + rope)
-  PartialMerge merge(q.size(0), q.size(1), ctx.value_dim(v), q.dtype(), q.device());
-  // Two compute streams, alternating by computed tile (docs/cp.md, "On GPUs"): consecutive tiles may run side by side,
-  // which fills the GPU's tail waves; on the CPU both are the one in-order stream. A tile's partial
-  // result is merged on the main stream after the next tile was queued, so the merge never holds
-  // the next tile back.
-  const DeviceStream main_stream = DeviceStream::current(q.device());
-  const DeviceStream side_stream = ctx.streams == 2 ? ring_side_stream(q.device()) : main_stream;
-  side_stream.wait_for(main_stream);  // q, k, v and kv are ready there
-  struct Pending {
-    raw::AttentionForward result;
-    bool on_side = false;
-  };
-  std::optional<Pending> pending;
-  auto merge_pending = [&] {
-    if (!pending) return;
-    if (pending->on_side) {
-      main_stream.wait_for(side_stream);
-      main_stream.record_use(pending->result.out);  // side-stream memory read by the merge
-      main_stream.record_use(pending->result.lse);
-    }
-    merge.add(pending->result.out, pending->result.lse);
-    pending.reset();
-  };
-  dist::WorkPtr arriving;  // the shift that brings this step's kv
-  int computed = 0;        // tiles computed so far: they alternate, whichever steps a window skips
+  Block block = travelling_block(ctx, k, v);
+  PartialMerge merge(q.size(0), q.size(1), ctx.value_dim(v), q.dtype(), q.device());  // (T, Hq, Dv), (Hq, T)
+  ForwardTiles tiles(ctx, q.device(), merge);
+  dist::WorkPtr arriving;  // the shift that brings this step's block
   for (int step = 0; step < n; ++step) {
     const int src = (me - step + n) % n;
     const bool visible = any_visible(layouts[me], layouts[src], window);
-    const bool on_side = visible && computed % 2 == 1 && !(side_stream == main_stream);
-    const DeviceStream& stream = on_side ? side_stream : main_stream;
     if (arriving) {
+      // Only the stream of this step's tile waits for the transfer (on NCCL the host does not wait).
+      const DeviceStream& stream = tiles.next_stream();
       const DeviceStreamScope scope(stream);
-      arriving->wait();  // only this step's stream waits for the transfer
-      stream.record_use(kv);
+      const profile::Scope wait("cp/p2p/wait");
+      arriving->wait();
+      stream.record_use(block.k);
+      if (block.v.defined()) stream.record_use(block.v);
     }
-    const KvShift shift = post_kv_shift(ctx, group, layouts, kv, step);  // overlaps this step's compute
+    Shift shift;  // overlaps this step's compute; nothing moves after the last step
+    if (step + 1 < n) {
+      const profile::Scope pack("cp/p2p/pack");
+      shift = post_shift(ctx, group, block, layouts[(src + n - 1) % n].tokens(), kKTag, kVTag);
+    }
     ctx.stats->ring_steps += 1;
     if (visible) {
-      ++computed;
-      raw::AttentionForward result;
-      {
-        const DeviceStreamScope scope(stream);
-        const auto [k_step, v_step] = block_kv(ctx, kv, d_qk);
-        result = raw::attention_forward(q, k_step, v_step, ctx.spec, pair_sequence_info(layouts[me], layouts[src]),
-                                        ctx.config.kernel_config);
-      }
-      add_tiles(ctx.stats->forward_tiles, result.tiles);
-      merge_pending();  // the previous tile's, on the main stream, queued behind this one
-      pending = Pending{std::move(result), on_side};
+      tiles.compute(q, block, pair_sequence_info(layouts[me], layouts[src]));
     } else {
       ctx.stats->ring_steps_skipped += 1;  // the whole tile is outside the mask or window
     }
     if (shift.work) {
       arriving = shift.work;
-      kv = shift.incoming;
+      block = std::move(shift.incoming);  // the block just used is released here
     }
   }
-  merge_pending();
-  main_stream.wait_for(side_stream);  // everything the side stream did is done before the caller goes on
+  tiles.finish();
   return {merge.out(q.dtype()), merge.lse(), {}};
 }
+
+namespace {
+
+// This rank's contribution to the gradient of `block`: dK and dV as the kernel returns them (the inputs'
+// dtype), or the latent's gradient in k (in `acc`: fp32, f64 for f64 inputs). Adds the tile's dq to
+// `dq` (in `acc`), or starts `dq` from it when still undefined (no zero fill and no add at the first
+// computed tile).
+Block tile_grads(const CpContext& ctx, const Block& block, const SequenceInfo& pair, const Tensor& dout,
+                 const Tensor& dlse, const Tensor& q, const CpSaved& saved, DType acc, Tensor& dq) {
+  const profile::Scope tile("cp/p2p/backward/tile");
+  const auto [k_step, v_step] = block_kv(ctx, block);
+  const auto grads = raw::attention_backward(dout, dlse, q, k_step, v_step, saved.out, saved.lse, ctx.spec, pair,
+                                             ctx.config.kernel_config);
+  add_tiles(ctx.stats->backward_tiles, grads.tiles);
+  if (dq.defined()) {
+    raw::add_(dq, raw::to(grads.dq, acc));
+  } else {
+    dq = raw::to(grads.dq, acc);  // a fresh tensor from the kernel: the accumulator may be it
+  }
+  // MLA latent: dK/dV projected through the up-projection here; only the latent's gradient travels.
+  if (ctx.latent) return {ctx.latent->project_grad(block.k, grads.dk, grads.dv, acc), Tensor()};
+  return {grads.dk, grads.dv};
+}
+
+// The partial sum this rank passes on for a block: its own contribution `mine` (undefined when its tile
+// saw nothing) plus the sum `received` from the previous rank (wire dtype; undefined at the first step),
+// in the wire dtype. Same-dtype sums add element-wise in fp32 with one rounding (bf16 arithmetic in the
+// raw ops); an fp32 contribution (the latent's) takes the received sum in and is converted once. No
+// buffer of the block's size in fp32 is kept. `like` gives the shapes.
+Block partial_sum(const Block& mine, const Block& received, const Block& like, DType wire) {
+  auto one = [&](const Tensor& m, const Tensor& r, const Tensor& shape) -> Tensor {
+    if (!shape.defined()) return Tensor();
+    if (!m.defined()) return r.defined() ? r : zeros(shape.shape(), {.dtype = wire, .device = shape.device()});
+    if (!r.defined()) return raw::to(m, wire);
+    if (m.dtype() == wire) {
+      raw::add_(m, r);  // into the tile's own dK or dV: no new buffer
+      return m;
+    }
+    raw::add_(m, raw::to(r, m.dtype()));
+    return raw::to(m, wire);
+  };
+  return {one(mine.k, received.k, like.k), one(mine.v, received.v, like.v)};
+}
+
+}  // namespace
 
 CpGrads ring_backward(const CpContext& ctx, dist::ProcessGroup& group, const std::vector<GroupLayout>& layouts,
                       const Tensor& dout, const Tensor& dlse, const Tensor& q, const Tensor& k, const Tensor& v,
                       const CpSaved& saved) {
   const int n = group.size(), me = group.rank();
-  const int next = (me + 1) % n, prev = (me + n - 1) % n;
-  const int64_t d_qk = k.size(-1);
+  const int prev = (me + n - 1) % n;
   const AttentionWindow window = effective_window(ctx.spec);
   const DType acc = q.dtype() == DType::f64 ? DType::f64 : DType::f32;
-  Tensor kv = travelling_kv(ctx, k, v);
-  Tensor dq = zeros(q.shape(), {.dtype = acc, .device = q.device()});
+  Block block = travelling_block(ctx, k, v);
+  const DType wire = block.k.dtype();  // the gradient sums travel in the inputs' dtype
+  Tensor dq;  // (T, Hq, Dqk) in acc, from the first computed tile on
   dist::WorkPtr grad_shift;
-  Tensor grad_in;  // partial dK/dV of the block held next, from prev
+  Block grad_in;  // the partial dK/dV of the block held now, from prev
   for (int step = 0; step < n; ++step) {
     const int src = (me - step + n) % n;
-    const KvShift shift = post_kv_shift(ctx, group, layouts, kv, step);  // overlaps this step's compute
-    Tensor dkv;  // this rank's contribution to block src
+    Shift shift;  // overlaps this step's compute
+    if (step + 1 < n) {
+      const profile::Scope pack("cp/p2p/backward/pack");
+      shift = post_shift(ctx, group, block, layouts[(src + n - 1) % n].tokens(), kKTag, kVTag);
+    }
+    Block mine;  // this rank's contribution to block src
     if (any_visible(layouts[me], layouts[src], window)) {
-      const auto [k_step, v_step] = block_kv(ctx, kv, d_qk);
-      const auto grads = raw::attention_backward(dout, dlse, q, k_step, v_step, saved.out, saved.lse, ctx.spec,
-                                                 pair_sequence_info(layouts[me], layouts[src]), ctx.config.kernel_config);
-      add_tiles(ctx.stats->backward_tiles, grads.tiles);
-      raw::add_(dq, raw::to(grads.dq, acc));
-      // MLA latent: dK/dV projected through the up-projection here; only the latent's gradient travels.
-      dkv = ctx.latent ? ctx.latent->project_grad(kv, grads.dk, grads.dv, acc) : raw::to(pack_kv(grads.dk, grads.dv), acc);
-    } else {
-      dkv = zeros(kv.shape(), {.dtype = acc, .device = kv.device()});
+      mine = tile_grads(ctx, block, pair_sequence_info(layouts[me], layouts[src]), dout, dlse, q, saved, acc, dq);
     }
     if (grad_shift) {
+      const profile::Scope wait("cp/p2p/backward/wait");
       grad_shift->wait();
-      raw::add_(dkv, grad_in);  // plus what the ranks before us added
     }
-    // Pass block src's gradient on: next holds it at the following step, or owns it after the last.
-    grad_in = like_rows(dkv, layouts[(prev - step + n) % n].tokens(), acc);
-    grad_shift = group.batch_p2p_async({dist::P2POp::send(dkv, next, kGradTag), dist::P2POp::recv(grad_in, prev, kGradTag)});
-    ctx.count_sent(dkv);
+    {
+      // Pass block src's gradient on: next holds it at the following step, or owns it after the last.
+      const profile::Scope pack("cp/p2p/backward/pack");
+      const Block out = partial_sum(mine, grad_in, block, wire);
+      Shift grads = post_shift(ctx, group, out, layouts[(prev - step + n) % n].tokens(), kGradKTag, kGradVTag);
+      grad_shift = grads.work;
+      grad_in = std::move(grads.incoming);
+    }
     if (shift.work) {
+      const profile::Scope wait("cp/p2p/backward/wait");
       shift.work->wait();
-      kv = shift.incoming;
+      block = std::move(shift.incoming);
     }
   }
   grad_shift->wait();  // grad_in now holds the complete gradient of this rank's own block
-  if (ctx.latent) return {raw::to(dq, q.dtype()), raw::to(grad_in, k.dtype()), Tensor()};
-  const auto [dk, dv] = unpack_kv(grad_in, d_qk);
-  return {raw::to(dq, q.dtype()), raw::to(dk, k.dtype()), raw::to(dv, v.dtype())};
+  if (!dq.defined()) dq = zeros(q.shape(), {.dtype = acc, .device = q.device()});  // no tile saw a key
+  if (ctx.latent) return {raw::to(dq, q.dtype()), raw::to(grad_in.k, k.dtype()), Tensor()};
+  return {raw::to(dq, q.dtype()), raw::to(grad_in.k, k.dtype()), raw::to(grad_in.v, v.dtype())};
 }
 
 CpForward p2p_forward(const CpContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v) {

@@ -69,6 +69,25 @@ TEST(CpRing, Bf16GradientSumsStayWithinTheRoundingOfEachHop) {
   }
 }
 
+// Ranks whose tokens are all padding compute no tile; their dq starts nowhere and must come back 0
+// (the accumulator is otherwise started from the first computed tile's dq).
+TEST(CpRing, RanksWithoutRealTokensReturnZeroGradients) {
+  CpCase c = grid_case(CommType::p2p, 4, QkvFormat::thd, MaskType::causal, kCausal, {"", 4, 2, 8, 8});
+  c.mask = MaskType::padding_causal;
+  c.thd_lengths = {1, 2};  // slots of 8 tokens: only ranks 0 and 1 hold real tokens
+  const Global g = make_global(c);
+  const Tensors ref = reference(c, g);
+  std::vector<CpStats> stats;
+  const auto got = run_cp(c, g, &stats);
+  for (int r = 0; r < c.cp; ++r) {
+    for (const auto& [name, want, have] : {std::tuple{"dq", ref.dq, got[r].dq}, std::tuple{"dk", ref.dk, got[r].dk},
+                                           std::tuple{"dv", ref.dv, got[r].dv}}) {
+      EXPECT_TRUE(::cpf::testing::all_close(have, shard(c, g, want, g.seq_dim, r), 1e-6, 1e-5)) << name << " rank " << r;
+    }
+  }
+  EXPECT_EQ(stats[3].backward_tiles.computed(), 0) << "rank 3 holds padding only";
+}
+
 bool has_scope(const std::vector<profile::Stats>& table, const std::string& name) {
   return std::any_of(table.begin(), table.end(), [&](const profile::Stats& s) { return s.name == name && s.calls > 0; });
 }
