@@ -107,8 +107,12 @@ std::optional<cublasLtMatmulAlgo_t> algorithm(const LtGemm& g, const Problem& pr
   const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle_for(g.device), problem.desc.h, problem.a.h,
                                                                problem.b.h, problem.c.h, problem.c.h, pref.h, 1,
                                                                &result, &found);
-  // NOT_SUPPORTED: no kernel for this combination (an epilogue on an unsupported type, say).
-  CPF_CHECK(status == CUBLAS_STATUS_SUCCESS || status == CUBLAS_STATUS_NOT_SUPPORTED,
+  // NOT_SUPPORTED: no kernel for this combination. An epilogue cuBLASLt rejects on this problem
+  // (INVALID_VALUE for a layout it does not take, say) counts as unsupported too: the caller falls
+  // back to the unfused ops. A plain GEMM it rejects is an error.
+  const bool unsupported = status == CUBLAS_STATUS_NOT_SUPPORTED || (g.epilogue != Epilogue::none &&
+                                                                     status == CUBLAS_STATUS_INVALID_VALUE);
+  CPF_CHECK(status == CUBLAS_STATUS_SUCCESS || unsupported,
             "cuBLAS error in cublasLtMatmulAlgoGetHeuristic: ", cublasLtGetStatusString(status), " (",
             cublasLtGetStatusName(status), ")");
   std::optional<cublasLtMatmulAlgo_t> algo;
