@@ -76,7 +76,7 @@ TEST_P(CpMlaLatentGpu, ShardsMatchTheCpuReference) {
       2,
       [&](dist::RankContext& rc) {
         dist::DeviceMesh mesh(rc.world, {.cp = 2, .require_cp = true});
-        const ContextParallel cp{c.comm, mesh.cp(), nullptr, nullptr, flash};
+        const ContextParallel cp{c.comm, mesh.cp(), nullptr, nullptr, kernel_config};
         const int r = rc.rank;
         auto put = [&](const Tensor& t) { return raw::to(raw::to(t, p.dtype), rc.device); };
         Tensor q = put(shard(c, g, g.q, g.seq_dim, r)).set_requires_grad();
