@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "framework/autograd/functions/classifier_loss.h"
 #include "framework/autograd/ops.h"
 #include "framework/tensor/ops/elementwise.h"
 #include "models/gpt_block.h"
@@ -64,6 +65,9 @@ std::optional<OptionProblem> check_options(const GPTOptions& o) {
   if (o.window < -1) return problem("window", o.window, "must be -1 (unbounded) or >= 0");
   if (o.intermediate_size < 0) return problem("intermediate_size", o.intermediate_size, "must be >= 0");
   if (o.max_positions < 1) return problem("max_positions", o.max_positions, "must be positive");
+  if (o.classifier_chunk_rows < -1) {
+    return problem("classifier_chunk_rows", o.classifier_chunk_rows, "must be -1 (unfused), 0 (by memory) or a row count");
+  }
   if (!(o.norm_eps > 0) || !std::isfinite(o.norm_eps)) {
     return OptionProblem{"norm_eps", "norm_eps=" + std::to_string(o.norm_eps) + " must be positive"};
   }
@@ -118,6 +122,29 @@ GPT::GPT(const GPTOptions& options, Generator* gen) : options_(options) {
 }
 
 Tensor GPT::forward(const GPTInput& in, const cp::ContextParallel* cp) const {
+  const nn::ComputeCopiesScope copies = use_compute_copies();
+  return head(hidden(in, cp));
+}
+
+nn::ComputeCopiesScope GPT::use_compute_copies() const {
+  if (!precision().mixed()) return nn::ComputeCopiesScope(nullptr);
+  compute_copies_.refresh(parameters(), precision().compute);
+  return nn::ComputeCopiesScope(&compute_copies_);
+}
+
+Tensor GPT::forward_loss(const GPTInput& in, const Tensor& labels, int64_t normalizer, int64_t valid_labels,
+                         const cp::ContextParallel* cp) const {
+  const int64_t chunk_rows = options_.classifier_chunk_rows;
+  if (chunk_rows < 0 || !grad_enabled()) return loss(forward(in, cp), labels, normalizer, valid_labels);
+  CPF_CHECK(normalizer >= 1, "GPT::forward_loss: normalizer=", normalizer,
+            " must be at least 1 (the valid-label count)");
+  const nn::ComputeCopiesScope copies = use_compute_copies();
+  const Tensor x = hidden(in, cp);  // (T, C) in the compute dtype
+  const profile::Scope scope("forward/loss", device());
+  return classifier_loss(x, head_weight(x.dtype()), labels, {.normalizer = normalizer, .chunk_rows = chunk_rows});
+}
+
+Tensor GPT::hidden(const GPTInput& in, const cp::ContextParallel* cp) const {
   CPF_CHECK(in.tokens.defined() && in.tokens.dim() == 1 && in.tokens.dtype() == DType::i64,
             "GPT: tokens must be a 1-D i64 tensor (THD storage order), got ",
             in.tokens.defined() ? in.tokens.shape() : Shape{}, in.tokens.defined() ? " " : "",
@@ -136,7 +163,7 @@ Tensor GPT::forward(const GPTInput& in, const cp::ContextParallel* cp) const {
             device(), " (move the batch, e.g. models::to_device in models/gpt_input.h)");
   BlockOutput out{embed(in.tokens, in.positions), Tensor()};  // (T, C) stream, nothing pending yet
   for (const auto& block : blocks_) out = block->forward(out.x, out.pending, in.seq, cp);
-  return logits(out.x, out.pending);
+  return final_norm_fn_(out.x, out.pending, precision().compute).y;  // (T, C) in the compute dtype
 }
 
 Tensor GPT::embed(const Tensor& tokens, const Tensor& positions) const {
@@ -164,10 +191,17 @@ Tensor GPT::embed(const Tensor& tokens, const Tensor& positions) const {
 }
 
 Tensor GPT::logits(const Tensor& x_in, const Tensor& pending) const {
-  const Tensor x = final_norm_fn_(x_in, pending, precision().compute).y;  // (T, C) in the compute dtype
-  if (lm_head_) return lm_head_->forward(x);                    // (T, V)
-  const Tensor table = nn::compute_parameter(embed_tokens_->weight(), x.dtype(), "GPT", "tied embedding");
-  return linear(x, table);  // (T, V): the gradient of the table arrives (V, C), as the table is
+  return head(final_norm_fn_(x_in, pending, precision().compute).y);  // the norm gives (T, C) in the compute dtype
+}
+
+Tensor GPT::head(const Tensor& x) const {
+  if (lm_head_) return lm_head_->forward(x);  // (T, V)
+  return linear(x, head_weight(x.dtype()));     // (T, V): the gradient of the table arrives (V, C), as the table is
+}
+
+Tensor GPT::head_weight(DType dtype) const {
+  if (lm_head_) return nn::compute_parameter(lm_head_->weight(), dtype, "GPT", "lm_head");
+  return nn::compute_parameter(embed_tokens_->weight(), dtype, "GPT", "tied embedding");
 }
 
 Tensor GPT::forward_cached(const Tensor& tokens, const nn::KVCacheStep& step, std::vector<nn::KVCache>& caches) const {
@@ -179,6 +213,7 @@ Tensor GPT::forward_cached(const Tensor& tokens, const nn::KVCacheStep& step, st
             " must be on the model's device ", device());
   CPF_CHECK(caches.size() == blocks_.size(), "GPT::forward_cached: need one KVCache per block (", blocks_.size(),
             "), got ", caches.size());
+  const nn::ComputeCopiesScope copies = use_compute_copies();
   const std::vector<int64_t> pos = step.positions();
   BlockOutput out{embed(tokens, from_vector(pos, {static_cast<int64_t>(pos.size())}, device())), Tensor()};
   for (size_t i = 0; i < blocks_.size(); ++i) out = blocks_[i]->forward_cached(out.x, out.pending, step, caches[i]);

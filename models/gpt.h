@@ -14,10 +14,12 @@
 // o_proj, MLP fc_out/down_proj) normal(0, init_std / sqrt(2 * num_layers)), biases 0, norm gains 1.
 //
 // Precision (options.compute_dtype, nn::Precision): parameters and the residual stream x stay in
-// options.dtype (f32). With bf16 compute each sub-block converts its normalised input to bf16, so the
-// attention and MLP projections, RoPE, attention and activations run in bf16 (their Linear layers cast
-// the f32 weights per use), and its output returns to f32 before the residual add. Norms run on the f32
-// stream, the LM head gives bf16 logits, and the loss computes in f32 (cross_entropy widens bf16).
+// options.dtype (f32). With bf16 compute each norm runs on the f32 stream, fused with the residual add
+// before it, and writes its output in bf16 (framework/tensor/ops/add_norm.h), so the attention and MLP
+// projections, RoPE, attention and activations run in bf16 and each sub-block's bf16 output is widened
+// inside the next fused add. The Linear layers use bf16 copies of the f32 weights made once per step
+// (nn::ComputeCopies, refreshed by forward). The LM head gives bf16 logits, and the loss computes in f32
+// (cross_entropy widens bf16).
 #include <functional>
 #include <memory>
 #include <optional>
@@ -30,6 +32,7 @@
 #include "framework/autograd/functions/add_norm.h"
 #include "framework/config/schema.h"
 #include "framework/core/generator.h"
+#include "framework/nn/compute_copies.h"
 #include "framework/nn/embedding.h"
 #include "framework/nn/linear.h"
 #include "framework/nn/mlp.h"
@@ -69,6 +72,9 @@ struct GPTOptions {
   bool tie_embeddings = true;
   bool bias = false;
   double init_std = 0.02;
+  // Training loss: rows per chunk of the fused LM head + cross-entropy (GPT::forward_loss); 0 = chosen by
+  // memory, -1 = the unfused path (the whole (T, V) logits, then cross_entropy).
+  int64_t classifier_chunk_rows = 0;
   DType dtype = DType::f32;  // not a YAML key: f32 for training, f64 for gradchecks
   // Not YAML keys of this section (the trainer sets them from run.precision and attention:):
   std::optional<DType> compute_dtype;  // nullopt = dtype; bf16: mixed precision over f32 parameters
@@ -115,6 +121,10 @@ void describe(V& v, GPTOptions& o) {
   v.field("bias", o.bias, "biases in the linear layers (and LayerNorm)");
   v.field("init_std", o.init_std, "std of the normal init; residual projections get init_std / sqrt(2 x num_layers)",
           Range{1e-8, 10});
+  v.field("classifier_chunk_rows", o.classifier_chunk_rows,
+          "training loss: rows per chunk of the fused LM head + cross-entropy (no whole logits); 0 = by memory "
+          "(256 MiB of logits a chunk), -1 = the unfused path",
+          Range{-1, 1e9});
 }
 
 // The first problem of `o` as {key, "key=value problem"} (key relative to the section), or nullopt.
@@ -157,7 +167,18 @@ class GPT : public nn::Module {
   // knows it (-1 counts them, which reads device labels back to the host).
   static Tensor loss(const Tensor& logits, const Tensor& labels, int64_t normalizer, int64_t valid_labels = -1);
 
+  // loss(forward(input, cp), labels, normalizer) without the (T, V) logits when grad mode is on: the
+  // final hidden states go through the fused classifier (framework/autograd/functions/classifier_loss.h)
+  // in chunks of options().classifier_chunk_rows rows, which also computes the head's gradients
+  // during the forward, so the returned loss must be the end of the graph (backward(loss) or a multiple
+  // of it). labels (T) i64/i32 with -100 ignored; valid_labels as for loss() (the unfused path uses it). classifier_chunk_rows = -1, or grad mode off: the
+  // unfused path (identical results up to rounding).
+  Tensor forward_loss(const GPTInput& input, const Tensor& labels, int64_t normalizer, int64_t valid_labels = -1,
+                      const cp::ContextParallel* cp = nullptr) const;
+
   const GPTOptions& options() const { return options_; }
+  // The per-step bf16 copies of the parameters (mixed precision; framework/nn/compute_copies.h).
+  const nn::ComputeCopies& compute_copies() const { return compute_copies_; }
   nn::Precision precision() const {
     return {.param = options_.dtype, .compute = options_.compute_dtype.value_or(options_.dtype)};
   }
@@ -166,6 +187,13 @@ class GPT : public nn::Module {
 
  private:
   Tensor embed(const Tensor& tokens, const Tensor& positions) const;  // (T, C) residual stream
+  // The checked input through the embedding, the blocks and the final norm: (T, C) in the compute dtype.
+  Tensor hidden(const GPTInput& input, const cp::ContextParallel* cp) const;
+  Tensor head(const Tensor& x) const;  // (T, C) -> logits (T, V)
+  Tensor head_weight(DType dtype) const;  // (V, C) in `dtype`: lm_head or the tied embedding, cast per use
+  // Mixed precision: the step's bf16 parameter copies refreshed (one multi-tensor cast for those that
+  // changed) and made the ones Linear and compute_parameter use while the scope lives (compute_copies.h).
+  nn::ComputeCopiesScope use_compute_copies() const;
   // The last block's pending MLP output added to x inside final_norm (fused), then the LM head.
   Tensor logits(const Tensor& x, const Tensor& pending) const;
 
@@ -175,6 +203,7 @@ class GPT : public nn::Module {
   std::shared_ptr<nn::Module> final_norm_;
   std::function<AddNormOutput(const Tensor&, const Tensor&, DType)> final_norm_fn_;  // fused add + norm
   std::shared_ptr<nn::Linear> lm_head_;
+  mutable nn::ComputeCopies compute_copies_;  // per-step bf16 copies of the f32 parameters
 };
 
 }  // namespace cpf::models

@@ -95,7 +95,27 @@ size_t norm_backward_workspace_bytes(int dtype, int64_t rows, int64_t cols);
 void launch_norm_backward(bool centered, int dtype, const void* g, const void* x, const void* w, const void* mean,
                           const void* rstd, void* dx, void* dw, void* db, int64_t rows, int64_t cols,
                           void* workspace, cudaStream_t stream);
+// The parameter gradients alone (workspace as above, for x_dtype), from a gradient g of x_dtype or, with an f32
+// x, bf16.
+void launch_norm_param_grads(bool centered, int g_dtype, int x_dtype, const void* g, const void* x, const void* mean,
+                             const void* rstd, void* dw, void* db, int64_t rows, int64_t cols, void* workspace,
+                             cudaStream_t stream);
+// The residual add fused with the norm (add_norm.cu): x1 = x + b (b null: no add, x1 unused), y = norm(x1) in
+// y_dtype. x, w, bias, x1 of x_dtype; b_dtype and y_dtype are x_dtype or, with an f32 x, kBF16.
+void launch_add_norm(bool centered, int x_dtype, int b_dtype, int y_dtype, const void* x, const void* b,
+                     const void* w, const void* bias, void* x1, void* y, void* mean, void* rstd, int64_t rows,
+                     int64_t cols, double eps, cudaStream_t stream);
+// dx = dx1 (null: 0) + the norm's input gradient of g (g_dtype); db (db_dtype, null: none) = dx converted;
+// dw, dbias (null: none) summed as launch_norm_backward does, in `workspace`.
+void launch_add_norm_backward(bool centered, int x_dtype, int g_dtype, int db_dtype, const void* g, const void* x1,
+                              const void* w, const void* mean, const void* rstd, const void* dx1, void* dx, void* db,
+                              void* dw, void* dbias, int64_t rows, int64_t cols, void* workspace,
+                              cudaStream_t stream);
 
+// dst[i] (bf16) = src[i] (f32), n[i] elements each, for i < count (host arrays): one launch per 64 pairs
+// (cast_many.cu).
+void launch_cast_f32_bf16_many(const void* const* src, void* const* dst, const int64_t* n, int count, int sm_count,
+                               cudaStream_t stream);
 // Cross-entropy rows (rows, cols) of dtype; targets of index dtype it_dtype (kI32/kI64).
 void launch_cross_entropy(int dtype, int it_dtype, const void* logits, const void* targets, void* lse,
                           double* row_loss, int64_t rows, int64_t cols, int64_t ignore_index, cudaStream_t stream);
@@ -108,6 +128,10 @@ void launch_cross_entropy_backward(int dtype, int it_dtype, const void* logits, 
 // there are none; count (1, i64) = their number. One block, fixed summation order.
 void launch_cross_entropy_loss(int loss_dtype, int it_dtype, const double* row_loss, const void* targets,
                                int64_t rows, int64_t ignore_index, void* loss, int64_t* count, cudaStream_t stream);
+// The fused classifier (classifier_loss.cu): row losses and, with write_grad, dlogits in place over logits
+// (rows, cols) of dtype; labels of index dtype it_dtype.
+void launch_classifier_rows(int dtype, int it_dtype, void* logits, const void* labels, double* row_loss, int64_t rows,
+                            int64_t cols, double scale, bool write_grad, int64_t ignore_index, cudaStream_t stream);
 
 // RoPE over x (B, T, H, D) with element strides sb, st, sh (unit stride along D); out contiguous.
 // positions: (T) or (B, T) (per_batch) of index dtype pos_dtype.
