@@ -24,6 +24,7 @@
 //
 // Backward: dO comes in through the same pipelined all-to-alls, each head group's attention backward
 // runs on the gathered state kept from the forward, and dQ/dK/dV go back as each group finishes.
+#include "attention/cp/layout_cache.h"
 #include "attention/cp/strategy.h"
 #include "framework/tensor/ops/copy.h"
 #include "framework/tensor/ops/join.h"
@@ -71,10 +72,10 @@ Tensor received(const dist::WorkPtr& work) { return raw::contiguous(work->wait_t
 
 dist::ProcessGroup& whole_group(const CpContext& ctx) { return *ctx.config.group; }
 
-GroupLayout whole_layout(const CpContext& ctx) {
+std::shared_ptr<const GroupLayout> whole_layout(const CpContext& ctx) {
   std::vector<int> members;
   for (int r = 0; r < static_cast<int>(ctx.cp_size); ++r) members.push_back(r);
-  return make_group_layout(ctx.global, ctx.cp_size, members);
+  return cached_group_layout(ctx.global, ctx.cp_size, members);
 }
 
 }  // namespace
@@ -207,7 +208,8 @@ std::pair<Tensor, Tensor> ulysses_grad_in(const CpContext& ctx, dist::ProcessGro
 
 CpForward a2a_forward(const CpContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v) {
   dist::ProcessGroup& group = whole_group(ctx);
-  const GroupLayout layout = whole_layout(ctx);
+  const auto layout_ptr = whole_layout(ctx);
+  const GroupLayout& layout = *layout_ptr;
   const int64_t a = group.size();
   const int64_t g = a2a_head_groups(ctx, q.size(1) / a, std::max<int64_t>(k.size(1), a) / a, layout.tokens());
   const SequenceInfo info = pair_sequence_info(layout, layout);
@@ -225,7 +227,8 @@ CpForward a2a_forward(const CpContext& ctx, const Tensor& q, const Tensor& k, co
 CpGrads a2a_backward(const CpContext& ctx, const Tensor& dout, const Tensor& dlse, const Tensor& /*q*/,
                      const Tensor& k, const Tensor& /*v*/, const CpSaved& saved) {
   dist::ProcessGroup& group = whole_group(ctx);
-  const GroupLayout layout = whole_layout(ctx);
+  const auto layout_ptr = whole_layout(ctx);
+  const GroupLayout& layout = *layout_ptr;
   const SequenceInfo info = pair_sequence_info(layout, layout);
   return ulysses_pipelined_backward(ctx, group, layout, dout, dlse, k, saved.extra,
                                     [&](const Tensor& dout_h, const Tensor& dlse_h, const Tensor* e) {

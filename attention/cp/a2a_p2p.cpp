@@ -15,6 +15,7 @@
 // masks exact; the output and lse go back through the inverse a2a. The a2a stage is pipelined by
 // head groups as in a2a.cpp: the ring of head group i runs while group i+1's all-to-all is in flight
 // (the MLA latent path keeps one group: it all-gathers the latent instead of trading K/V heads).
+#include "attention/cp/layout_cache.h"
 #include "attention/cp/strategy.h"
 #include "framework/tensor/ops/copy.h"
 #include "framework/tensor/ops/views.h"
@@ -51,7 +52,7 @@ Hierarchy hierarchy(const CpContext& ctx) {
               " must be the CP ranks with stride ", a2a, "; got ", p2p_ranks);
     std::vector<int> group;
     for (int i = 0; i < a2a; ++i) group.push_back(j * a2a + i);
-    h.members.push_back(make_group_layout(ctx.global, ctx.cp_size, group));
+    h.members.push_back(*cached_group_layout(ctx.global, ctx.cp_size, group));  // a copy, without the sort
   }
   h.own = h.members[h.p2p->rank()];
   return h;

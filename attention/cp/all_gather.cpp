@@ -27,6 +27,7 @@
 // the gather with the own-keys tile again; dQ and the others' dK/dV accumulate in fp32, the others'
 // dK/dV travel back to their owners in a reduce-scatter in the input dtype (bf16 under mixed
 // precision: half the bytes), and each rank adds its own-keys tile in fp32.
+#include "attention/cp/layout_cache.h"
 #include "attention/cp/lse_merge.h"
 #include "attention/cp/strategy.h"
 #include "attention/mask.h"
@@ -146,8 +147,8 @@ std::vector<SequenceInfo> query_parts(const CpContext& ctx, const GroupLayout& o
 }
 
 // The keys the gathered call attends to: the others' (overlapped path) or everyone's.
-GroupLayout gathered_layout(const CpContext& ctx, bool overlap) {
-  return make_group_layout(ctx.global, ctx.cp_size, members_except(ctx, overlap ? ctx.cp_rank : -1));
+std::shared_ptr<const GroupLayout> gathered_layout(const CpContext& ctx, bool overlap) {
+  return cached_group_layout(ctx.global, ctx.cp_size, members_except(ctx, overlap ? ctx.cp_rank : -1));
 }
 
 }  // namespace
@@ -162,13 +163,15 @@ CpForward all_gather_forward(const CpContext& ctx, const Tensor& q, const Tensor
     add_tiles(ctx.stats->forward_tiles, result.tiles);
     merge.add(result.out, result.lse);
   };
-  const GroupLayout own = ctx.own_layout();  // this rank's queries (and keys)
+  const auto own_ptr = cached_group_layout(ctx.global, ctx.cp_size, {ctx.cp_rank});
+  const GroupLayout& own = *own_ptr;  // this rank's queries (and keys)
   if (overlap) {  // the own-keys tile while the gather is in flight
     const auto [k_own, v_own] = own_kv(ctx, k, v);
     attend(k_own, v_own, pair_sequence_info(own, own));
   }
   // Host work (layouts, row order, query parts) while the gather and the own tile run.
-  const GroupLayout layout = gathered_layout(ctx, overlap);
+  const auto layout_ptr = gathered_layout(ctx, overlap);
+  const GroupLayout& layout = *layout_ptr;
   const Tensor rows = raw::to(gathered_rows(ctx, layout), q.device());
   const std::vector<SequenceInfo> parts = query_parts(ctx, own, layout);
   std::vector<Tensor> gathered;
@@ -242,12 +245,14 @@ CpGrads all_gather_backward(const CpContext& ctx, const Tensor& dout, const Tens
   const DType acc = q.dtype() == DType::f64 ? DType::f64 : DType::f32;
   const PendingGather pending = post_gather(ctx, k, v);  // re-gathered: nothing was kept from the forward
   Tensor dq, own_dkv;
-  const GroupLayout own = ctx.own_layout();  // this rank's queries (and keys)
+  const auto own_ptr = cached_group_layout(ctx.global, ctx.cp_size, {ctx.cp_rank});
+  const GroupLayout& own = *own_ptr;  // this rank's queries (and keys)
   if (overlap) {  // the own-keys tile while the gather is in flight
     const auto [k_own, v_own] = own_kv(ctx, k, v);
     own_dkv = key_set_backward(ctx, dout, dlse, q, k_own, v_own, k, saved, {pair_sequence_info(own, own)}, dq);
   }
-  const GroupLayout layout = gathered_layout(ctx, overlap);
+  const auto layout_ptr = gathered_layout(ctx, overlap);
+  const GroupLayout& layout = *layout_ptr;
   const Tensor rows = raw::to(gathered_rows(ctx, layout), q.device());
   const std::vector<SequenceInfo> parts = query_parts(ctx, own, layout);
   Tensor latent_all;  // MLA latent communication: the gathered latent, sequence-major
