@@ -30,8 +30,7 @@ Tensor Linear::forward(const Tensor& x) const {
   const profile::Scope scope("forward/linear", x.defined() ? x.device() : Device::cpu());
   CPF_CHECK(x.dim() >= 1 && x.size(-1) == options_.in_features, "Linear: input of shape ", x.shape(),
             " does not end in in_features=", options_.in_features);
-  const LinearWeights p = weights_for(x);
-  return linear(x, p.weight, p.bias, p.compute_weight);  // (..., out)
+  return linear(x, weights_for(x));  // (..., out)
 }
 
 LinearWeights Linear::weights_for(const Tensor& x) const {
@@ -42,7 +41,8 @@ LinearWeights Linear::weights_for(const Tensor& x) const {
             " (mixed precision narrows f32 parameters to bf16 inputs only; convert the input to ", weight_.dtype(),
             ")");
   // The step's bf16 copy when the model keeps one (compute_copies.h); undefined: the op casts.
-  return {weight_, bias_, active_compute_copy(weight_, x.dtype())};
+  return {weight_, bias_, active_compute_copy(weight_, x.dtype()),
+          bias_.defined() ? active_compute_copy(bias_, x.dtype()) : Tensor()};
 }
 
 }  // namespace cpf::nn

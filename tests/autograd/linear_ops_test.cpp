@@ -98,6 +98,17 @@ TEST(LinearOps, ComputeWeightIsReadAndNotDifferentiated) {
   // A different compute copy changes the result: it is really what the op multiplies with.
   const Tensor zeros_c = raw::to(zeros({8, 8}), DType::bf16);
   EXPECT_EQ(raw::sum(raw::to(linear(x, w, Tensor(), zeros_c), DType::f32)).item<float>(), 0.0f);
+  // compute_bias likewise: the bias the epilogue adds; its gradient goes to the f32 bias.
+  Tensor b = random_tensor({8}, DType::f32, 4).set_requires_grad(true);
+  const Tensor y = linear(x, LinearWeights{w, b, zeros_c, raw::to(zeros({8}), DType::bf16)});
+  EXPECT_EQ(raw::sum(raw::to(y, DType::f32)).item<float>(), 0.0f);
+  backward(y, raw::to(random_tensor({5, 8}, DType::f32, 5), DType::bf16));
+  ASSERT_TRUE(b.grad().defined());
+  EXPECT_EQ(b.grad().dtype(), DType::f32);
+  EXPECT_CPF_ERROR(linear(x, LinearWeights{w, b, Tensor(), zeros({8})}),
+                   "linear: compute_bias must be the bias [8] in the input dtype bf16, got [8] f32");
+  EXPECT_CPF_ERROR(linear(x, LinearWeights{w, Tensor(), Tensor(), raw::to(zeros({8}), DType::bf16)}),
+                   "linear: compute_bias must be the bias [] in the input dtype bf16");
 }
 
 TEST(LinearOps, RejectsDtypeAndComputeWeightMismatches) {

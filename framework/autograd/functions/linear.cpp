@@ -39,7 +39,15 @@ Resolved resolve(const Tensor& x, const LinearWeights& p, const char* op) {
   } else {
     r.compute_weight = raw::to(p.weight, in);  // p.weight itself when the dtypes agree
   }
-  if (p.bias.defined()) r.compute_bias = raw::to(p.bias, in);
+  if (p.compute_bias.defined()) {
+    CPF_CHECK(p.bias.defined() && p.compute_bias.dtype() == in && p.compute_bias.shape() == p.bias.shape() &&
+                  p.compute_bias.device() == p.bias.device(),
+              op, ": compute_bias must be the bias ", p.bias.defined() ? p.bias.shape() : Shape{}, " in the input dtype ",
+              in, ", got ", p.compute_bias.shape(), " ", p.compute_bias.dtype());
+    r.compute_bias = p.compute_bias;
+  } else if (p.bias.defined()) {
+    r.compute_bias = raw::to(p.bias, in);  // p.bias itself when the dtypes agree
+  }
   return r;
 }
 
@@ -55,12 +63,16 @@ void param_grads(const Tensor& grad_y, const Tensor& x, const SavedTensor& w, bo
 }  // namespace
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& compute_weight) {
-  const Resolved r = resolve(x, {weight, bias, compute_weight}, "linear");
+  return linear(x, LinearWeights{weight, bias, compute_weight, Tensor()});
+}
+
+Tensor linear(const Tensor& x, const LinearWeights& p) {
+  const Resolved r = resolve(x, p, "linear");
   Tensor y = raw::linear(x, r.compute_weight, r.compute_bias);  // validates shapes
   return autograd::record(
       "linear", y, inputs_of(x, r),
-      [sx = SavedTensor(x), sw = SavedTensor(r.compute_weight), sm = SavedTensor(weight),
-       has_bias = bias.defined()](const GradList& g) {
+      [sx = SavedTensor(x), sw = SavedTensor(r.compute_weight), sm = SavedTensor(p.weight),
+       has_bias = p.bias.defined()](const GradList& g) {
         const Tensor& xv = sx.unpack();
         GradList grads{raw::reshape(raw::matmul(raw::flatten_rows(g[0]), sw.unpack()), xv.shape())};  // (..., K)
         param_grads(g[0], xv, sm, has_bias, grads);
@@ -69,7 +81,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const T
 }
 
 Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& compute_weight) {
-  const Resolved r = resolve(x, {weight, bias, compute_weight}, "linear_gelu");
+  const Resolved r = resolve(x, {weight, bias, compute_weight, Tensor()}, "linear_gelu");
   raw::LinearGelu y = raw::linear_gelu(x, r.compute_weight, r.compute_bias);  // validates shapes
   return autograd::record(
       "linear_gelu", y.out, inputs_of(x, r),

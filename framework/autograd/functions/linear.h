@@ -12,6 +12,17 @@
 
 namespace cpf {
 
+// One linear's parameters as the ops take them (see linear for compute_weight).
+struct LinearWeights {
+  Tensor weight;          // (out, in)
+  Tensor bias;            // (out) or undefined
+  Tensor compute_weight;  // undefined, or weight in x's dtype
+  Tensor compute_bias;    // undefined, or bias in x's dtype (else the op casts it)
+};
+
+// linear(x, p.weight, p.bias, p.compute_weight), also reading p.compute_bias.
+Tensor linear(const Tensor& x, const LinearWeights& p);
+
 // x (..., K) @ weight^T + bias: weight (N, K), bias (N) or undefined -> (..., N), x's dtype. One 2-D
 // GEMM per pass over the flattened leading dims: dX = dY W, dW = dY^T X with the bias gradient (the
 // column sums of dY) in the same GEMM's epilogue on a device; the forward bias is an epilogue too.
@@ -23,13 +34,6 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor
 // gelu(linear(x, weight, bias)) with the GELU (tanh approximation) in the forward GEMM's epilogue.
 Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
                    const Tensor& compute_weight = Tensor());
-
-// One linear's parameters as gelu_mlp takes them (see linear for compute_weight).
-struct LinearWeights {
-  Tensor weight;          // (out, in)
-  Tensor bias;            // (out) or undefined
-  Tensor compute_weight;  // undefined, or weight in x's dtype
-};
 
 // The GELU feed-forward block as one op: linear(linear_gelu(x, in), out), x (..., C) -> (..., C_out).
 // Backward on a device: the dH GEMM of the output projection applies GELU's derivative in its
