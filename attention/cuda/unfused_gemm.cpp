@@ -51,7 +51,11 @@ void gemm(int device, DType dtype, bool tf32, int64_t batch, int64_t m, int64_t 
   g.align_b = align(a.data, a.ld, g.stride_b);
   g.align_c = align(c.data, c.ld, g.stride_c);
   g.accumulate = beta == 1.0;
-  cuda::lt::run(g, {.a = b.data, .b = a.data, .d = c.data}, workspace, stream, alpha);
+  cuda::lt::LtPointers p;
+  p.a = b.data;
+  p.b = a.data;
+  p.d = c.data;
+  cuda::lt::run(g, p, workspace, stream, alpha);
 }
 
 }  // namespace cpf::attention_cuda::unfused

@@ -150,7 +150,9 @@ void matmul_bias(const Tensor& out, const Tensor& a, const Tensor& b, const Tens
   GemmPlan plan = plan_gemm(out, a, b);
   // The bias has D's data type: one value per row of the column-major D, i.e. per column of out.
   plan.gemm.epilogue = lt::Epilogue::bias;
-  run_gemm(plan, out, a, b, {.bias = bias.raw_data()});
+  lt::LtPointers extra;
+  extra.bias = bias.raw_data();
+  run_gemm(plan, out, a, b, extra);
 }
 
 }  // namespace cpf::cuda

@@ -92,9 +92,10 @@ bool matmul_epilogue(const Tensor& out, const Tensor& a, const Tensor& b, const 
   GemmPlan plan = plan_gemm(out, a, b);
   plan.gemm = with_epilogue(plan.gemm, args, out.size(1));
   if (!lt::supported(plan.gemm)) return false;
-  const lt::LtPointers extra{.bias = args.bias.defined() ? args.bias.raw_data() : nullptr,
-                             .bias_grad = args.bias_grad.defined() ? args.bias_grad.raw_data() : nullptr,
-                             .aux = args.aux.defined() ? args.aux.raw_data() : nullptr};
+  lt::LtPointers extra;  // a, b, d: filled in by run_gemm
+  extra.bias = args.bias.defined() ? args.bias.raw_data() : nullptr;
+  extra.bias_grad = args.bias_grad.defined() ? args.bias_grad.raw_data() : nullptr;
+  extra.aux = args.aux.defined() ? args.aux.raw_data() : nullptr;
   run_gemm(plan, out, a, b, extra);
   return true;
 }

@@ -62,7 +62,9 @@ LinearGelu linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias
     const TensorOptions opts{.dtype = x.dtype(), .device = x.device()};
     Tensor out = empty({x2.size(0), n}, opts);  // (M, N)
     Tensor pre = empty({x2.size(0), n}, opts);  // (M, N)
-    DeviceGemmArgs args{.epilogue = DeviceGemmEpilogue::gelu, .aux = pre};
+    DeviceGemmArgs args;
+    args.epilogue = DeviceGemmEpilogue::gelu;
+    args.aux = pre;
     if (bias.defined()) args.bias = epilogue_vector(bias);
     if (device_kernel(x.device(), &DeviceOps::matmul_epilogue, "linear_gelu")(out, x2, transpose(weight, 0, 1), args)) {
       return {reshape(out, out_shape), reshape(pre, out_shape)};

@@ -42,7 +42,9 @@ LinearDgelu linear_dgelu(const Tensor& grad_y, const Tensor& weight, const Tenso
       has_kernel(pre.device(), &DeviceOps::matmul_epilogue)) {
     const TensorOptions opts{.dtype = pre.dtype(), .device = pre.device()};
     Tensor grad_pre = empty({p2.size(0), k}, opts);  // (M, K)
-    DeviceGemmArgs args{.epilogue = DeviceGemmEpilogue::dgelu, .aux = p2};
+    DeviceGemmArgs args;
+    args.epilogue = DeviceGemmEpilogue::dgelu;
+    args.aux = p2;
     if (bias_grad) args.bias_grad = empty({k}, opts);
     if (device_kernel(pre.device(), &DeviceOps::matmul_epilogue, "linear_dgelu")(grad_pre, g2, weight, args)) {
       return {reshape(grad_pre, pre.shape()), args.bias_grad};
@@ -77,7 +79,8 @@ LinearParamGrads linear_param_grads(const Tensor& grad_y, const Tensor& x, DType
     const TensorOptions opts{.dtype = dtype, .device = x.device()};
     Tensor w = accumulate_into.defined() ? accumulate_into : empty({n, k}, opts);  // (N, K)
     // The bias gradient rides in the same GEMM (BGRADB: the row sums of g_t).
-    DeviceGemmArgs args{.accumulate = accumulate_into.defined()};
+    DeviceGemmArgs args;
+    args.accumulate = accumulate_into.defined();
     if (bias) args.bias_grad = empty({n}, opts);
     if (device_kernel(x.device(), &DeviceOps::matmul_epilogue, "linear_param_grads")(w, g_t, x2, args)) {
       return {w, args.bias_grad};
