@@ -38,7 +38,6 @@
 #include "framework/tensor/ops/views.h"
 #include "framework/tensor/profile.h"
 
-#include <optional>
 
 namespace cpf::cp {
 namespace {
