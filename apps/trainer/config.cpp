@@ -227,6 +227,10 @@ void check_model_and_parallel(const Checker& check, const TrainConfig& c) {
                  {"parallel.cp", "parallel.cp_a2a_size", "model.num_heads", "model.num_kv_heads", "model.attention",
                   "model.hidden_size", "model.head_dim", "model.window"});
     }
+    if (auto reason = a2a_head_groups_problem(c)) {
+      check.fail("parallel.cp_a2a_head_groups", *reason,
+                 {"parallel.cp", "parallel.cp_comm_type", "parallel.cp_a2a_size", "model.num_heads", "model.num_kv_heads"});
+    }
   }
 }
 
@@ -305,6 +309,24 @@ optim::LrScheduleOptions schedule_options(const TrainConfig& c) {
   s.warmup_steps = c.schedule.warmup_steps;
   s.total_steps = c.schedule.total_steps > 0 ? c.schedule.total_steps : c.run.steps;
   return s;
+}
+
+// parallel.cp_a2a_head_groups against the heads each rank attends after the all-to-all (a2a: cp ranks,
+// a2a+p2p: cp_a2a_size; KV heads replicated up to that size first, as the strategy does).
+std::optional<std::string> a2a_head_groups_problem(const TrainConfig& c) {
+  const cp::CommType comm = c.parallel.cp_comm_type;
+  if (c.parallel.cp <= 1 || c.parallel.cp_a2a_head_groups == 0 ||
+      (comm != cp::CommType::a2a && comm != cp::CommType::a2a_p2p)) {
+    return std::nullopt;
+  }
+  const models::GPTOptions& m = c.model;
+  const int64_t a = comm == cp::CommType::a2a ? c.parallel.cp : c.parallel.cp_a2a_size;
+  const int64_t kv = m.attention == models::AttentionType::gqa ? m.num_kv_heads : m.num_heads;
+  if (a <= 0 || m.num_heads % a != 0) return std::nullopt;  // cp_problem names that
+  const std::string problem =
+      cp::a2a_head_groups_problem(c.parallel.cp_a2a_head_groups, m.num_heads / a, std::max(kv, a) / a);
+  if (problem.empty()) return std::nullopt;
+  return problem;
 }
 
 std::optional<std::string> cp_problem(const TrainConfig& c) {

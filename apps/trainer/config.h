@@ -304,5 +304,7 @@ AttentionKernelConfig attention_kernel_config(const TrainConfig& config);
 Device rank_device_of(const TrainConfig& config, int rank);
 // The context-parallel verdict for the model and data of `config` (nullopt = supported or cp = 1).
 std::optional<std::string> cp_problem(const TrainConfig& config);
+// Why parallel.cp_a2a_head_groups cannot split the heads each rank attends under a2a or a2a+p2p (nullopt = it can).
+std::optional<std::string> a2a_head_groups_problem(const TrainConfig& config);
 
 }  // namespace cpf::trainer

@@ -88,15 +88,21 @@ int64_t choose_a2a_head_groups(int64_t q_heads, int64_t kv_heads, int64_t tokens
   return 1;
 }
 
+std::string a2a_head_groups_problem(int64_t head_groups, int64_t q_heads, int64_t kv_heads) {
+  if (head_groups <= 0 || (q_heads % head_groups == 0 && kv_heads % head_groups == 0)) return "";
+  return str_cat("does not divide the ", q_heads, " query heads and ", kv_heads,
+                 " KV heads each rank attends after the all-to-all; use 0 (automatic) or a common divisor of ", q_heads,
+                 " and ", kv_heads);
+}
+
 int64_t a2a_head_groups(const CpContext& ctx, int64_t q_heads, int64_t kv_heads, int64_t tokens) {
   const int requested = ctx.config.a2a_head_groups;
   CPF_CHECK(requested >= 0, "context parallel (", comm_type_name(ctx.config.comm_type), "): a2a_head_groups=",
             requested, " is negative; use 0 (automatic) or a count dividing the heads each rank attends");
   if (requested == 0) return choose_a2a_head_groups(q_heads, kv_heads, tokens);
-  CPF_CHECK(q_heads % requested == 0 && kv_heads % requested == 0, "context parallel (",
-            comm_type_name(ctx.config.comm_type), "): a2a_head_groups=", requested, " does not divide the ", q_heads,
-            " query heads and ", kv_heads, " KV heads each rank attends after the all-to-all; use 0 (automatic) or ",
-            "a common divisor of ", q_heads, " and ", kv_heads);
+  const std::string problem = a2a_head_groups_problem(requested, q_heads, kv_heads);
+  CPF_CHECK(problem.empty(), "context parallel (", comm_type_name(ctx.config.comm_type), "): a2a_head_groups=", requested,
+            " ", problem);
   return requested;
 }
 

@@ -49,6 +49,11 @@ struct ContextParallel {
   int a2a_head_groups = 0;
 };
 
+// Why `head_groups` (> 0) cannot split the `q_heads` query and `kv_heads` KV heads each rank attends after
+// the all-to-all (KV heads replicated up to the a2a size first), as a sentence that follows
+// "a2a_head_groups=N "; empty when it can. The strategies and `cpformer check-config` both use it.
+std::string a2a_head_groups_problem(int64_t head_groups, int64_t q_heads, int64_t kv_heads);
+
 // What one call did, for tests, benchmarks and docs (bytes are what this rank sent).
 struct CpStats {
   int64_t forward_bytes_sent = 0;

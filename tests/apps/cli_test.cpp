@@ -93,6 +93,10 @@ TEST(CliConfig, UnsupportedContextParallelCombination) {
                       "every sequence slot into 2 x cp chunks)");
   expect_config_error("data:\n  layout: bshd\n  seq_len: 18\nparallel:\n  cp: 2\n",
                       "x.yaml:3:12: data.seq_len=18 must be a multiple of 2 x parallel.cp = 4");
+  // Head groups of the pipelined all-to-all must divide the heads each rank attends (4 heads over 2 ranks).
+  expect_config_error("data:\n  pad_multiple: 4\nparallel:\n  cp: 2\n  cp_comm_type: a2a\n  cp_a2a_head_groups: 3\n",
+                      "x.yaml:6:23: parallel.cp_a2a_head_groups=3 does not divide the 2 query heads and 2 KV heads each "
+                      "rank attends after the all-to-all; use 0 (automatic) or a common divisor of 2 and 2");
 }
 
 TEST(CliConfig, CrossSectionChecks) {
