@@ -5,6 +5,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "framework/tensor/device_stream.h"
 #include "framework/tensor/ops/copy.h"
 
 namespace cpf::attention_cuda {
@@ -21,11 +22,18 @@ Cache& thread_cache() {
   return cache;
 }
 
-// Device, dtype and shape, then the bytes: equal keys are equal tables.
+// Device, stream, dtype and shape, then the bytes: equal keys are equal tables. The stream is part of
+// the key because a table is uploaded (and, once evicted, freed) in the order of the stream current at
+// its upload: served to work on another stream (the CP ring's side stream) it could be read before its
+// copy landed, or after its memory went back to the allocator. So each stream gets its own copy.
 std::string key_of(const Tensor& host, Device device) {
+  const auto stream = reinterpret_cast<uintptr_t>(DeviceStream::current(device).handle());
   std::string key = std::to_string(static_cast<int>(device.type)) + ":" + std::to_string(device.index) + ":" +
-                    std::to_string(static_cast<int>(host.dtype()));
-  for (int64_t d : host.shape()) key += "," + std::to_string(d);
+                    std::to_string(stream) + ":" + std::to_string(static_cast<int>(host.dtype()));
+  for (int64_t d : host.shape()) {
+    key += ',';  // (not "," + to_string: GCC 12 warns of a false -Wrestrict overlap there)
+    key += std::to_string(d);
+  }
   key += "|";
   const size_t bytes = static_cast<size_t>(host.numel()) * dtype_size(host.dtype());
   const size_t at = key.size();

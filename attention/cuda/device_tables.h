@@ -5,7 +5,8 @@
 // shapes present the same ones every step. Without it each call made up to six host->device copies
 // from pageable memory, each of which may make the host wait for the device.
 //
-// The cache is per host thread (rank threads run on their own streams) and keyed by device, dtype,
+// The cache is per host thread (rank threads run on their own streams) and keyed by device, the current
+// stream (a table is only ever read on the stream it was uploaded on), dtype,
 // shape and the bytes themselves; it keeps the most recently used kMaxEntries tables (evicted tables
 // are released stream-ordered, like any tensor). Device tables are never written: sharing is safe.
 #include "framework/tensor/tensor.h"

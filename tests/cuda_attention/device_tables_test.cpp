@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "attention/cuda/device_tables.h"
+#include "framework/tensor/device_stream.h"
 #include "framework/tensor/ops/views.h"
 #include "tests/cuda/cuda_test_utils.h"
 
@@ -38,6 +39,29 @@ TEST_F(DeviceTablesTest, TheOldestTablesAreEvictedPastTheLimit) {
   const Tensor again = device_table(from_vector<int64_t>({-1}, {1}), Device::cuda(0));
   EXPECT_EQ(device_table_stats().uploads - before.uploads, 1u);  // evicted: uploaded anew
   EXPECT_EQ(again.to_vector<int64_t>(), (std::vector<int64_t>{-1}));
+}
+
+// A table is read only on the stream it was uploaded on: another current stream (the CP ring's side
+// stream) gets its own copy, so it never reads one whose upload is queued on a stream it did not wait for.
+TEST_F(DeviceTablesTest, AnotherStreamGetsItsOwnCopy) {
+  const Tensor host = from_vector<int32_t>({3, 1, 4, 1, 5}, {5});
+  const Tensor on_main = device_table(host, Device::cuda(0));
+  // Alive for the process: the thread's cache keeps the side copy, released on this stream when evicted.
+  static const DeviceStream side = DeviceStream::create(Device::cuda(0));
+  Tensor on_side, again_side;
+  const DeviceTableStats before = device_table_stats();
+  {
+    const DeviceStreamScope scope(side);
+    on_side = device_table(host, Device::cuda(0));
+    again_side = device_table(host, Device::cuda(0));
+  }
+  EXPECT_EQ(device_table_stats().uploads - before.uploads, 1u);
+  EXPECT_EQ(device_table_stats().hits - before.hits, 1u);
+  EXPECT_NE(on_side.raw_data(), on_main.raw_data());
+  EXPECT_EQ(on_side.raw_data(), again_side.raw_data());
+  EXPECT_EQ(device_table(host, Device::cuda(0)).raw_data(), on_main.raw_data());  // back on the main stream
+  side.synchronize();
+  EXPECT_EQ(on_side.to_vector<int32_t>(), (std::vector<int32_t>{3, 1, 4, 1, 5}));
 }
 
 TEST_F(DeviceTablesTest, RejectsATableNotOnTheHost) {
