@@ -5,6 +5,7 @@
 // refusals. Errors are norm-wise as in matmul_test.cpp (bf16 outputs a few 1e-3 from rounding alone).
 #include "cuda_test_utils.h"
 #include "framework/tensor/device_ops.h"
+#include "framework/tensor/ops/copy.h"
 #include "framework/tensor/ops/elementwise.h"
 #include "framework/tensor/ops/linear.h"
 #include "framework/tensor/ops/matmul.h"
@@ -114,6 +115,39 @@ TEST_F(CudaLinearEpilogueTest, ParamGradsMatchTheCpu) {
           if (bias) EXPECT_LT(rel_error(f64(got.bias), raw::sum(g2, {0})), tolerance(t.out)) << what;
         }
       }
+    }
+  }
+}
+
+// cuBLASLt's heuristic picks its kernel from the epilogue pointers' alignment: the algorithm cache keys
+// on it (LtGemm::align_epilogue), so a bias or aux 16 bytes past a 256-byte boundary, after the same
+// shape ran with aligned ones, gets an algorithm chosen for its own alignment (a reused one could read
+// them with wider accesses than they allow).
+TEST_F(CudaLinearEpilogueTest, EpilogueVectorsAtA16ByteOffsetMatchTheCpu) {
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    const int64_t skew = 16 / static_cast<int64_t>(dtype_size(dtype));  // elements in 16 bytes
+    const Tensor x = random_cpu({37, 40}, dtype, 11), w = random_cpu({64, 40}, dtype, 12);
+    const Tensor b = random_cpu({64}, dtype, 13);
+    const Tensor pre64 = raw::linear(raw::to(x, DType::f64), raw::to(w, DType::f64), raw::to(b, DType::f64));
+    for (int64_t offset : {int64_t{0}, skew}) {
+      const Tensor bias_buffer = zeros({64 + skew}, {.dtype = dtype, .device = Device::cuda(0)});
+      const Tensor bias = raw::narrow(bias_buffer, 0, offset, 64);
+      raw::copy_(bias, on_gpu(b));
+      const raw::LinearGelu got = raw::linear_gelu(on_gpu(x), on_gpu(w), bias);
+      const std::string what = dtype_name(dtype) + " bias at +" + std::to_string(offset);
+      EXPECT_LT(rel_error(f64(got.pre), pre64), tolerance(dtype)) << what;
+      EXPECT_LT(rel_error(f64(got.out), gelu64(pre64)), gelu_tolerance(dtype)) << what;
+      // The saved pre-activation as an aux input at the same offset (a contiguous view of a flat buffer).
+      const Tensor g = random_cpu({37, 24}, dtype, 14), w2 = random_cpu({24, 64}, dtype, 15);
+      const Tensor aux_buffer = zeros({37 * 64 + skew}, {.dtype = dtype, .device = Device::cuda(0)});
+      const Tensor aux = raw::reshape(raw::narrow(aux_buffer, 0, offset, 37 * 64), {37, 64});
+      raw::copy_(aux, got.pre);
+      const raw::LinearDgelu d = raw::linear_dgelu(on_gpu(g), on_gpu(w2), aux, true);
+      const Tensor p64 = f64(got.pre);
+      const Tensor gh = raw::matmul(raw::to(g, DType::f64), raw::to(w2, DType::f64));
+      const Tensor ref = raw::unary_backward(raw::UnaryOp::gelu, gh, p64, p64);
+      EXPECT_LT(rel_error(f64(d.grad_pre), ref), gelu_tolerance(dtype)) << what << " (dgelu)";
+      EXPECT_LT(rel_error(f64(d.bias_grad), raw::sum(ref, {0})), gelu_tolerance(dtype)) << what << " (dgelu)";
     }
   }
 }

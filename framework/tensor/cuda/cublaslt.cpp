@@ -54,7 +54,7 @@ cublasLtEpilogue_t epilogue_code(const LtGemm& g) {
 }
 
 // The descriptor and the three layouts of one problem. Pointers set here (bias, aux) matter to the
-// heuristic only through their alignment, which the key's rules fix (16-byte bias, aux_ld % 8).
+// heuristic only through their alignment, which the key holds (align_epilogue).
 struct Problem {
   Desc desc;
   Layout a, b, c;
@@ -80,13 +80,24 @@ struct Problem {
   }
 };
 
-// The heuristic's first choice for `g`, or nullopt when it has none; cached per problem.
-std::optional<cublasLtMatmulAlgo_t> algorithm(const LtGemm& g, const Problem& problem) {
+// Placeholder epilogue pointers whose alignment is exactly `align` (the heuristic reads only that).
+LtPointers heuristic_pointers(uint32_t align) {
+  alignas(512) static const char dummy[1024] = {};
+  void* p = const_cast<char*>(dummy);
+  void* v = const_cast<char*>(dummy + align);  // dummy is 512-aligned: dummy + align is aligned to align only
+  return LtPointers{.a = p, .b = p, .d = p, .bias = v, .bias_grad = v, .aux = v};
+}
+
+// The heuristic's first choice for `g`, or nullopt when it has none; cached per problem. The heuristic
+// runs with epilogue pointers aligned to exactly g.align_epilogue, so its choice holds for every call
+// whose pointers are at least that aligned, whatever the first caller's were.
+std::optional<cublasLtMatmulAlgo_t> algorithm(const LtGemm& g) {
   static std::mutex mutex;
   static std::map<LtGemm, std::optional<cublasLtMatmulAlgo_t>> cache;
   std::lock_guard<std::mutex> lock(mutex);
   auto it = cache.find(g);
   if (it != cache.end()) return it->second;
+  const Problem problem(g, heuristic_pointers(g.align_epilogue));
   Pref pref;
   CPF_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref.h));
   const uint64_t ws = kWorkspaceBytes;
@@ -124,7 +135,8 @@ std::optional<cublasLtMatmulAlgo_t> algorithm(const LtGemm& g, const Problem& pr
 
 auto LtGemm::tie() const {
   return std::tie(device, ab_type, cd_type, compute, scale_type, opa, opb, m, n, k, lda, ldb, ldc, batch, stride_a,
-                  stride_b, stride_c, align_a, align_b, align_c, epilogue, has_bias, aux_ld, accumulate);
+                  stride_b, stride_c, align_a, align_b, align_c, epilogue, align_epilogue, has_bias, aux_ld,
+                  accumulate);
 }
 
 bool LtGemm::operator<(const LtGemm& o) const { return tie() < o.tie(); }
@@ -165,18 +177,21 @@ Operand describe(int64_t r, int64_t c, int64_t s0, int64_t s1) {
   return {CUBLAS_OP_T, static_cast<uint64_t>(r), static_cast<uint64_t>(c), c <= 1 ? std::max<int64_t>(r, 1) : s1};
 }
 
-bool supported(const LtGemm& g) {
-  // Placeholder pointers: the heuristic reads only their alignment (16 bytes covers the bias rule).
-  alignas(256) static const char dummy[256] = {};
-  void* p = const_cast<char*>(dummy);
-  const LtPointers none{.a = p, .b = p, .d = p, .bias = p, .bias_grad = p, .aux = p};
-  const Problem problem(g, none);
-  return algorithm(g, problem).has_value();
+uint32_t epilogue_alignment(const LtPointers& p) {
+  uint32_t align = 256;
+  for (const void* v : {p.bias, static_cast<const void*>(p.bias_grad), static_cast<const void*>(p.aux)}) {
+    if (v != nullptr) align = std::min(align, alignment_of({reinterpret_cast<uintptr_t>(v)}));
+  }
+  return align;
 }
 
+bool supported(const LtGemm& g) { return algorithm(g).has_value(); }
+
 void run(const LtGemm& g, const LtPointers& p, void* workspace, cudaStream_t stream, double alpha) {
+  LtGemm key = g;  // the heuristic's choice for pointers no more aligned than these
+  key.align_epilogue = std::min(g.align_epilogue, epilogue_alignment(p));
   const Problem problem(g, p);
-  const std::optional<cublasLtMatmulAlgo_t> algo = algorithm(g, problem);
+  const std::optional<cublasLtMatmulAlgo_t> algo = algorithm(key);
   CPF_CHECK(algo.has_value(), "cuBLASLt has no algorithm for m=", g.m, " n=", g.n, " k=", g.k, " batch=", g.batch,
             " epilogue ", static_cast<int>(g.epilogue), " (A/B type ", static_cast<int>(g.ab_type), ", D type ",
             static_cast<int>(g.cd_type), ")");

@@ -67,6 +67,10 @@ struct LtGemm {
   int64_t batch = 1, stride_a = 0, stride_b = 0, stride_c = 0;
   uint32_t align_a = 256, align_b = 256, align_c = 256;
   Epilogue epilogue = Epilogue::none;
+  // Alignment of the bias / bias-gradient / aux pointers. cuBLASLt's heuristic reads it from the pointer
+  // values in the descriptor, so it is part of the key: an algorithm chosen for a 256-byte aligned bias
+  // must not be reused for a 16-byte aligned one. run() lowers it to the pointers' own when they are less.
+  uint32_t align_epilogue = 256;
   bool has_bias = false;  // gelu_aux with a bias; dgelu with the bias gradient (BGRAD)
   int64_t aux_ld = 0;
   bool accumulate = false;  // beta = 1 (D = C = the output buffer)
@@ -86,7 +90,13 @@ struct LtPointers {
   void* aux = nullptr;
 };
 
-// Whether cuBLASLt has an algorithm for `g` (cached per problem; the first query runs the heuristic).
+// The alignment (a power of two up to 256) of p's epilogue pointers (bias, bias_grad, aux; 256 if none):
+// what g.align_epilogue must not exceed for a call with these pointers.
+uint32_t epilogue_alignment(const LtPointers& p);
+
+// Whether cuBLASLt has an algorithm for `g` (cached per problem; the first query runs the heuristic
+// with epilogue pointers aligned to exactly g.align_epilogue). Set g.align_epilogue from the call's
+// pointers first (epilogue_alignment), so that run() finds the same entry.
 bool supported(const LtGemm& g);
 
 // Runs `g` on `stream` (the caller makes g.device current). `workspace`: kWorkspaceBytes of device

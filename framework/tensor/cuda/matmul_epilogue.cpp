@@ -91,11 +91,13 @@ bool matmul_epilogue(const Tensor& out, const Tensor& a, const Tensor& b, const 
   check_args(out, a, b, args);
   GemmPlan plan = plan_gemm(out, a, b);
   plan.gemm = with_epilogue(plan.gemm, args, out.size(1));
-  if (!lt::supported(plan.gemm)) return false;
   lt::LtPointers extra;  // a, b, d: filled in by run_gemm
   extra.bias = args.bias.defined() ? args.bias.raw_data() : nullptr;
   extra.bias_grad = args.bias_grad.defined() ? args.bias_grad.raw_data() : nullptr;
   extra.aux = args.aux.defined() ? args.aux.raw_data() : nullptr;
+  // The heuristic's answer for these pointers' alignment (run() looks up the same cache entry).
+  plan.gemm.align_epilogue = lt::epilogue_alignment(extra);
+  if (!lt::supported(plan.gemm)) return false;
   run_gemm(plan, out, a, b, extra);
   return true;
 }
