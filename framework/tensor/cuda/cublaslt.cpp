@@ -67,7 +67,9 @@ struct Problem {
       set_attr(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue_code(g));
       const bool writes_grad = g.epilogue == Epilogue::bgradb || (g.epilogue == Epilogue::dgelu && g.has_bias);
       const void* vector = writes_grad ? static_cast<const void*>(p.bias_grad) : p.bias;
-      if (vector != nullptr) set_attr(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, vector);
+      // Only epilogues that read or write the vector get one (the heuristic's placeholders are all non-null).
+      const bool uses_vector = g.epilogue == Epilogue::bias || g.epilogue == Epilogue::bgradb || g.has_bias;
+      if (uses_vector && vector != nullptr) set_attr(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, vector);
       if (g.epilogue == Epilogue::gelu_aux || g.epilogue == Epilogue::dgelu) {
         set_attr(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, p.aux);
         set_attr(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, g.aux_ld);
