@@ -5,35 +5,55 @@
 namespace cpf::cp {
 namespace {
 
+template <class Value>
 struct Entry {
   GlobalSequences global;
   int64_t cp_size = 0;
   std::vector<int> members;
-  std::shared_ptr<const GroupLayout> layout;
+  std::shared_ptr<const Value> value;
 };
 
-bool same_key(const Entry& e, const GlobalSequences& g, int64_t cp_size, const std::vector<int>& members) {
+template <class Value>
+bool same_key(const Entry<Value>& e, const GlobalSequences& g, int64_t cp_size, const std::vector<int>& members) {
   return e.cp_size == cp_size && e.members == members && e.global.cu_seqlens == g.cu_seqlens &&
          e.global.cu_seqlens_padded == g.cu_seqlens_padded && e.global.q_positions == g.q_positions &&
          e.global.kv_positions == g.kv_positions;
+}
+
+// The value for the key from `entries` (most recent first), else build() kept as the newest entry.
+// Per thread (the callers' thread_local vectors): rank threads never share an entry, and no lock is
+// needed.
+template <class Value, class Build>
+std::shared_ptr<const Value> lookup(std::vector<Entry<Value>>& entries, const GlobalSequences& global,
+                                    int64_t cp_size, const std::vector<int>& members, Build build) {
+  const auto hit = std::find_if(entries.begin(), entries.end(),
+                                [&](const Entry<Value>& e) { return same_key(e, global, cp_size, members); });
+  if (hit != entries.end()) {
+    std::rotate(entries.begin(), hit, hit + 1);
+    return entries.front().value;
+  }
+  auto value = std::make_shared<const Value>(build());
+  entries.insert(entries.begin(), Entry<Value>{global, cp_size, members, value});
+  if (entries.size() > kLayoutCacheEntries) entries.pop_back();
+  return value;
 }
 
 }  // namespace
 
 std::shared_ptr<const GroupLayout> cached_group_layout(const GlobalSequences& global, int64_t cp_size,
                                                        const std::vector<int>& members) {
-  // Per thread: rank threads never share an entry, and no lock is needed. Most recent first.
-  thread_local std::vector<Entry> entries;
-  const auto hit = std::find_if(entries.begin(), entries.end(),
-                                [&](const Entry& e) { return same_key(e, global, cp_size, members); });
-  if (hit != entries.end()) {
-    std::rotate(entries.begin(), hit, hit + 1);
-    return entries.front().layout;
-  }
-  auto layout = std::make_shared<const GroupLayout>(make_group_layout(global, cp_size, members));
-  entries.insert(entries.begin(), Entry{global, cp_size, members, layout});
-  if (entries.size() > kLayoutCacheEntries) entries.pop_back();
-  return layout;
+  thread_local std::vector<Entry<GroupLayout>> entries;
+  return lookup(entries, global, cp_size, members, [&] { return make_group_layout(global, cp_size, members); });
+}
+
+std::shared_ptr<const std::vector<GroupLayout>> cached_rank_layouts(const GlobalSequences& global, int64_t cp_size) {
+  thread_local std::vector<Entry<std::vector<GroupLayout>>> entries;
+  return lookup(entries, global, cp_size, {}, [&] {
+    std::vector<GroupLayout> layouts;
+    layouts.reserve(static_cast<size_t>(cp_size));
+    for (int r = 0; r < static_cast<int>(cp_size); ++r) layouts.push_back(make_group_layout(global, cp_size, {r}));
+    return layouts;
+  });
 }
 
 }  // namespace cpf::cp

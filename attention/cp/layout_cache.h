@@ -17,4 +17,9 @@ inline constexpr size_t kLayoutCacheEntries = 8;
 std::shared_ptr<const GroupLayout> cached_group_layout(const GlobalSequences& global, int64_t cp_size,
                                                        const std::vector<int>& members);
 
+// p2p's ring: the cp_size single-rank layouts, element r = make_group_layout(global, cp_size, {r}),
+// from a second per-thread cache of the same size and key (without members). One lookup per pass, and
+// no copy of the layouts.
+std::shared_ptr<const std::vector<GroupLayout>> cached_rank_layouts(const GlobalSequences& global, int64_t cp_size);
+
 }  // namespace cpf::cp

@@ -42,6 +42,7 @@
 // buffers, the sends), cp/p2p/wait (the compute stream waiting for the block), cp/p2p/tile,
 // cp/p2p/merge; and cp/p2p/backward/{pack, wait, tile} (backward pack: adding and converting the
 // travelling dK/dV, posting both shifts).
+#include "attention/cp/layout_cache.h"
 #include "attention/cp/lse_merge.h"
 #include "attention/cp/strategy.h"
 #include "framework/tensor/device_stream.h"
@@ -122,10 +123,10 @@ const DeviceStream& ring_side_stream(Device device) {
   return streams.back();
 }
 
-std::vector<GroupLayout> single_rank_layouts(const CpContext& ctx) {
-  std::vector<GroupLayout> layouts;
-  for (int r = 0; r < static_cast<int>(ctx.cp_size); ++r) layouts.push_back(make_group_layout(ctx.global, ctx.cp_size, {r}));
-  return layouts;
+// The P single-rank layouts, from the per-thread layout cache: every layer's pass of a batch shape
+// after the first costs one key comparison instead of P layout builds.
+std::shared_ptr<const std::vector<GroupLayout>> single_rank_layouts(const CpContext& ctx) {
+  return cached_rank_layouts(ctx.global, ctx.cp_size);
 }
 
 // The forward's tiles on two compute streams, merged on the main one into `merge` (see the top).
@@ -325,12 +326,12 @@ CpGrads ring_backward(const CpContext& ctx, dist::ProcessGroup& group, const std
 }
 
 CpForward p2p_forward(const CpContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v) {
-  return with_sink(ctx, ring_forward(ctx, *ctx.config.group, single_rank_layouts(ctx), q, k, v));
+  return with_sink(ctx, ring_forward(ctx, *ctx.config.group, *single_rank_layouts(ctx), q, k, v));
 }
 
 CpGrads p2p_backward(const CpContext& ctx, const Tensor& dout, const Tensor& dlse, const Tensor& q, const Tensor& k,
                      const Tensor& v, const CpSaved& saved) {
-  return ring_backward(ctx, *ctx.config.group, single_rank_layouts(ctx), dout, dlse, q, k, v, saved);
+  return ring_backward(ctx, *ctx.config.group, *single_rank_layouts(ctx), dout, dlse, q, k, v, saved);
 }
 
 }  // namespace cpf::cp

@@ -1,5 +1,5 @@
-// cached_group_layout: the same layout make_group_layout builds, shared for an equal key, rebuilt for
-// any difference (lengths, slots, positions, CP size, members), and only the last few kept.
+// cached_group_layout and cached_rank_layouts: the same layouts make_group_layout builds, shared for an
+// equal key, rebuilt for any difference (lengths, slots, positions, CP size, members), and only the last few kept.
 #include <gtest/gtest.h>
 
 #include "attention/cp/layout_cache.h"
@@ -53,6 +53,18 @@ TEST(LayoutCache, KeepsOnlyTheLastEntries) {
   const auto again = cached_group_layout(g, 2, {0});  // evicted: built anew, equal
   EXPECT_NE(again.get(), oldest.get());
   expect_same_layout(*again, *oldest);
+}
+
+TEST(LayoutCache, RankLayoutsAreTheSingleRankLayoutsSharedForAnEqualKey) {
+  const GlobalSequences g = batch(13, 16);
+  const auto ranks = cached_rank_layouts(g, 4);
+  ASSERT_EQ(ranks->size(), 4u);
+  for (int r = 0; r < 4; ++r) expect_same_layout((*ranks)[static_cast<size_t>(r)], make_group_layout(g, 4, {r}));
+  EXPECT_EQ(cached_rank_layouts(g, 4).get(), ranks.get());
+  const auto two = cached_rank_layouts(g, 2);  // another CP size: another entry
+  EXPECT_NE(two.get(), ranks.get());
+  EXPECT_EQ(two->size(), 2u);
+  EXPECT_NE(cached_rank_layouts(batch(12, 16), 4).get(), ranks.get());
 }
 
 }  // namespace
