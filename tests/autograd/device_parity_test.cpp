@@ -16,6 +16,7 @@
 #include <tuple>
 
 #include "autograd/op_cases.h"
+#include "autograd/op_cases_loss.h"
 #include "autograd/op_cases_nn.h"
 #include "support/gradcheck_utils.h"
 
@@ -31,6 +32,7 @@ const std::vector<OpCase>& op_cases() {
     op_cases_detail::add_join_cases(all);
     op_cases_detail::add_matmul_cases(all);
     op_cases_detail::add_nn_cases(all);
+    op_cases_detail::add_classifier_cases(all);
     op_cases_detail::add_reduce_cases(all);
     op_cases_detail::add_shape_cases(all);
     return all;
@@ -98,13 +100,16 @@ TEST_P(DeviceParity, Op) {
     if (dev.outputs[k].defined()) {
       EXPECT_EQ(dev.output_devices[k], device) << where << ": output " << k << " left the device";
     }
-    EXPECT_TRUE(testing::matches_cpu(dev.outputs[k], cpu.outputs[k], "output " + std::to_string(k), c.exact)) << where;
+    EXPECT_TRUE(testing::matches_cpu(dev.outputs[k], cpu.outputs[k], "output " + std::to_string(k), c.exact, dtype,
+                                     c.tolerance))
+        << where;
   }
   for (size_t i = 0; i < cpu.grads.size(); ++i) {
     if (dev.grads[i].defined()) {
       EXPECT_EQ(dev.grad_devices[i], device) << where << ": gradient of input " << i << " left the device";
     }
-    EXPECT_TRUE(testing::matches_cpu(dev.grads[i], cpu.grads[i], "gradient of input " + std::to_string(i), false))
+    EXPECT_TRUE(testing::matches_cpu(dev.grads[i], cpu.grads[i], "gradient of input " + std::to_string(i), false, dtype,
+                                     c.tolerance))
         << where;
   }
 }

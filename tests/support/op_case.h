@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -46,6 +47,14 @@ inline CaseInput constant_input(Shape shape, double low = -1.0, double high = 1.
 // A fixed tensor (indices, masks) built on the host.
 inline CaseInput fixed(Tensor host) { return {CaseInput::Kind::fixed, host.shape(), 0, 0, false, std::move(host)}; }
 
+// How close a device's result must be to the CPU's (tolerance_for below gives the default per dtype).
+struct Tolerance {
+  double rtol = 0, atol = 0, normwise = INFINITY;
+};
+
+// A case's own bound: (the run's dtype, the compared result's dtype, its largest CPU magnitude) -> bound.
+using ToleranceFn = std::function<Tolerance(DType run, DType result, double scale)>;
+
 struct OpCase {
   std::string name;  // unique, [A-Za-z0-9_]: part of the test names
   std::string op;    // the function of framework/autograd/functions/*.h it exercises
@@ -56,6 +65,10 @@ struct OpCase {
   // Pure data movement (views, copies, gathers): forward results must be bit-identical across devices.
   bool exact = false;
   GradcheckOptions gradcheck_options = {};
+  // Empty: tolerance_for(the result's dtype). Set only where the device legitimately evaluates another
+  // approximation of the function, or a result's dtype is wider than the run's (the case says why);
+  // every other case keeps the default bounds.
+  ToleranceFn tolerance;
 };
 
 // The case's inputs on `device` at `dtype` (floating inputs; fixed ones keep theirs). Every device gets
@@ -121,9 +134,7 @@ inline CaseRun run_case(const OpCase& c, Device device, DType dtype) {
 //        boundaries differ, the norm-wise relative error must also stay within one step (2^-7). A wrong
 //        index, factor or formula moves most elements by O(1) and fails both.
 //   exact cases (data movement): f32/f64/bf16 forward results bit-identical.
-struct Tolerance {
-  double rtol = 0, atol = 0, normwise = INFINITY;
-};
+// A case may replace these with its own (OpCase::tolerance, documented at the case).
 inline Tolerance tolerance_for(DType dtype, bool exact, double scale) {
   if (exact) return {0, 0, 0};
   switch (dtype) {
@@ -152,7 +163,8 @@ inline double normwise_error(const Tensor& actual, const Tensor& expected) {
 
 // Compares one tensor of a device run with the CPU's, naming what it is on failure.
 inline ::testing::AssertionResult matches_cpu(const Tensor& device_result, const Tensor& cpu_result,
-                                              const std::string& what, bool exact) {
+                                              const std::string& what, bool exact, DType run_dtype = DType::f64,
+                                              const ToleranceFn& own = {}) {
   if (device_result.defined() != cpu_result.defined()) {
     return ::testing::AssertionFailure() << what << ": defined on " << (cpu_result.defined() ? "the CPU" : "the device")
                                          << " only";
@@ -164,7 +176,8 @@ inline ::testing::AssertionResult matches_cpu(const Tensor& device_result, const
   }
   double scale = 0;
   for (double v : cpu_result.to_vector<double>()) scale = std::max(scale, std::isfinite(v) ? std::abs(v) : 0.0);
-  const Tolerance tol = tolerance_for(cpu_result.dtype(), exact, scale);
+  const Tolerance tol =
+      own ? own(run_dtype, cpu_result.dtype(), scale) : tolerance_for(cpu_result.dtype(), exact, scale);
   ::testing::AssertionResult close = all_close(device_result, cpu_result, tol.atol, tol.rtol);
   if (!close) return ::testing::AssertionFailure() << what << " (" << cpu_result.dtype() << "): " << close.message();
   if (std::isfinite(tol.normwise)) {
