@@ -1,9 +1,11 @@
 // The device embedding gradient (framework/tensor/cuda/embedding_backward.cu: ids sorted on the device,
-// one block per run of equal ids) against the CPU's, bit for bit, at GPT-2 scale, and the same bits
-// on every run. Text-like ids: a few very frequent ids (long runs: the padding / end-of-text case)
-// among many rare ones, most of the vocabulary unused.
+// frequent ids in segments of kEmbeddingSegment rows) against the CPU's, bit for bit, at GPT-2 scale and
+// at the copy task's few-id scale, around the segment length, and the same bits on every run.
+// Text-like ids: a few very frequent ids (long runs: the padding / end-of-text case) among many rare
+// ones, most of the vocabulary unused.
 #include "cuda_test_utils.h"
 #include "framework/tensor/ops/embedding.h"
+#include "framework/tensor/ops/embedding_segment.h"
 #include "framework/tensor/ops/views.h"
 
 namespace cpf {
@@ -40,7 +42,7 @@ TEST_F(CudaEmbeddingBackwardTest, Gpt2ScaleMatchesTheCpuBitForBit) {
   }
 }
 
-TEST_F(CudaEmbeddingBackwardTest, OneIdRepeatedThousandsOfTimesKeepsThePositionOrder) {
+TEST_F(CudaEmbeddingBackwardTest, OneIdRepeatedThousandsOfTimesKeepsTheCpuOrder) {
   // One run of 3000 equal ids (many times the kernel's look-ahead) and a handful of others; f64 too.
   std::vector<int64_t> v(3100, 5);
   for (size_t i = 0; i < 100; ++i) v[i * 31] = static_cast<int64_t>(i % 9);
@@ -49,6 +51,41 @@ TEST_F(CudaEmbeddingBackwardTest, OneIdRepeatedThousandsOfTimesKeepsThePositionO
     const Tensor grad = random_cpu({31, 100, 40}, dtype, 82, -1e3, 1e3);  // large terms: order matters
     EXPECT_TRUE(same_bits(on_cpu(raw::embedding_backward(on_gpu(grad), on_gpu(ids), 9)),
                           raw::embedding_backward(grad, ids, 9)))
+        << dtype_name(dtype);
+  }
+}
+
+TEST_F(CudaEmbeddingBackwardTest, RunLengthsAroundTheSegmentMatchTheCpuBitForBit) {
+  // Runs of 1, S - 1, S, S + 1, 2S, 2S + 1 and 5S + 3 rows (S = kEmbeddingSegment), interleaved in
+  // position order, so long and short runs meet at every offset of the partial slots' tiles.
+  const int64_t s = raw::kEmbeddingSegment;
+  const std::vector<int64_t> lengths{1, s - 1, s, s + 1, 2 * s, 2 * s + 1, 5 * s + 3};
+  std::vector<int64_t> v;
+  for (int64_t round = 0; round < 5 * s + 3; ++round) {
+    for (size_t id = 0; id < lengths.size(); ++id) {
+      if (round < lengths[id]) v.push_back(static_cast<int64_t>(id) * 3);  // ids 0, 3, ..., 18 of 20 rows
+    }
+  }
+  const auto n = static_cast<int64_t>(v.size());
+  const Tensor ids = from_vector(v, {n});
+  for (DType dtype : {DType::f64, DType::f32, DType::bf16}) {
+    const Tensor grad = random_cpu({n, 300}, dtype, 85, -1e3, 1e3);  // 300 columns: two column blocks
+    EXPECT_TRUE(same_bits(on_cpu(raw::embedding_backward(on_gpu(grad), on_gpu(ids), 20)),
+                          raw::embedding_backward(grad, ids, 20)))
+        << dtype_name(dtype);
+  }
+}
+
+TEST_F(CudaEmbeddingBackwardTest, CopyTaskScaleFewIdsMatchesTheCpuBitForBit) {
+  // The synthetic copy task's batch: 32768 tokens over 14 ids (runs of ~2300 rows), 768 columns.
+  const int64_t n = 32768, cols = 768, rows = 50304;
+  std::vector<int64_t> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = 100 + (i * 5 + i / 7) % 14;
+  const Tensor ids = from_vector(v, {n});
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    const Tensor grad = random_cpu({n, cols}, dtype, 86);
+    EXPECT_TRUE(same_bits(on_cpu(raw::embedding_backward(on_gpu(grad), on_gpu(ids), rows)),
+                          raw::embedding_backward(grad, ids, rows)))
         << dtype_name(dtype);
   }
 }

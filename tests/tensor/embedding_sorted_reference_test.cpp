@@ -1,8 +1,9 @@
 // The algorithm of the device embedding gradient (framework/tensor/cuda/embedding_backward.cu), run on
-// the host: a stable sort of (id, position) pairs, then each run of equal ids summed from 0 in the
-// compute type, rows in sorted (= position) order, kAhead rows loaded before they are added. Its bits
-// must be raw::embedding_backward's on the CPU for every dtype: that is what makes the GPU kernel's
-// result bitwise the CPU's, whatever the run lengths.
+// the host: a stable sort of (id, position) pairs, each run of equal ids cut into segments of
+// kEmbeddingSegment sorted indices, each segment summed from 0 in the compute type (rows in sorted =
+// position order, kAhead rows loaded before they are added), the segments' sums of a run added in
+// order. Its bits must be raw::embedding_backward's on the CPU for every dtype: that is what makes the
+// GPU kernel's result bitwise the CPU's, whatever the run lengths.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,12 +11,14 @@
 
 #include "framework/tensor/ops/copy.h"
 #include "framework/tensor/ops/embedding.h"
+#include "framework/tensor/ops/embedding_segment.h"
 #include "support/test_utils.h"
 
 namespace cpf {
 namespace {
 
 constexpr int kAhead = 16;  // the kernel's look-ahead
+constexpr int64_t kSegment = raw::kEmbeddingSegment;
 
 // C: the compute type (f32 for bf16), S: grad's storage type.
 template <class S, class C>
@@ -31,16 +34,21 @@ std::vector<C> sorted_runs(const std::vector<S>& grad, const std::vector<int64_t
     const int64_t k0 = key[order[start]];
     if (k0 == rows || (start > 0 && key[order[start - 1]] == k0)) continue;  // not a run's first
     for (int64_t col = 0; col < cols; ++col) {
-      C s = C(0);
-      for (int64_t k = start; k < n && key[order[k]] == k0; k += kAhead) {
-        C row[kAhead];
-        int m = 0;
-        for (int j = 0; j < kAhead && k + j < n && key[order[k + j]] == k0; ++j, ++m) {
-          row[j] = static_cast<C>(grad[order[k + j] * cols + col]);
+      C total = C(0);
+      for (int64_t seg = start; seg < n && key[order[seg]] == k0; seg += kSegment) {
+        const int64_t end = std::min(seg + kSegment, n);
+        C s = C(0);
+        for (int64_t k = seg; k < end && key[order[k]] == k0; k += kAhead) {
+          C row[kAhead];
+          int m = 0;
+          for (int j = 0; j < kAhead && k + j < end && key[order[k + j]] == k0; ++j, ++m) {
+            row[j] = static_cast<C>(grad[order[k + j] * cols + col]);
+          }
+          for (int j = 0; j < m; ++j) s += row[j];
         }
-        for (int j = 0; j < m; ++j) s += row[j];
+        total = seg == start ? s : total + s;  // the first segment's sum as it is
       }
-      out[k0 * cols + col] = s;
+      out[k0 * cols + col] = total;
     }
   }
   return out;
@@ -89,6 +97,28 @@ TEST(EmbeddingSortedReference, TheOrderOfTermsMatters) {
     EXPECT_EQ(raw::embedding_backward(from_vector(g, {3, 1}), ids, 1).to_vector<float>(),
               std::vector<float>{expected});
   }
+}
+
+TEST(EmbeddingSortedReference, AFrequentIdIsSummedInSegments) {
+  // 66 occurrences of id 0: a segment of kSegment rows (1e8, then zeros) and one of 2 rows (4, 4). In
+  // f32, 1e8 + 4 rounds back to 1e8 (a tie to even), so the plain position order gives 1e8 while the
+  // segmented order adds 1e8 + (4 + 4) = 100000008 exactly.
+  static_assert(kSegment == 64, "the terms below assume 64-row segments");
+  std::vector<float> g(66, 0.0f);
+  g[0] = 1e8f;
+  g[64] = g[65] = 4.0f;
+  float plain = 0.0f;
+  for (float v : g) plain += v;
+  EXPECT_EQ(plain, 1e8f);
+  const std::vector<int64_t> ids(66, 0);
+  EXPECT_EQ((sorted_runs<float, float>(g, ids, 1, 1)), std::vector<float>{100000008.0f});
+  EXPECT_EQ(raw::embedding_backward(from_vector(g, {66, 1}), from_vector(ids, {66}), 1).to_vector<float>(),
+            std::vector<float>{100000008.0f});
+  // At most kSegment occurrences: the plain order.
+  const std::vector<float> short_run{1e8f, 4.0f, 4.0f};
+  EXPECT_EQ(raw::embedding_backward(from_vector(short_run, {3, 1}), from_vector<int64_t>({0, 0, 0}, {3}), 1)
+                .to_vector<float>(),
+            std::vector<float>{1e8f});
 }
 
 }  // namespace

@@ -149,9 +149,10 @@ void launch_scatter_lines(const Iter& it, int acc_dtype, int src_dtype, int inde
                           int64_t acc_step, int64_t index_step, int64_t src_step, int64_t acc_bound,
                           cudaStream_t stream);  // indices outside [0, acc_bound) are skipped
 // The embedding gradient (embedding_backward.cu): out (rows, cols) compute type of dtype, row v = the sum
-// in position order of the rows i of grad (n, cols) with ids[i] == v (ids i32/i64; out-of-range ids are
-// skipped). workspace: embedding_backward_workspace(n, rows) bytes of device memory.
-size_t embedding_backward_workspace(int64_t n, int64_t rows);
+// of the rows i of grad (n, cols) with ids[i] == v (ids i32/i64; out-of-range ids are
+// skipped), in the order of framework/tensor/ops/embedding_segment.h. workspace:
+// embedding_backward_workspace(n, rows, cols, dtype) bytes of device memory.
+size_t embedding_backward_workspace(int64_t n, int64_t rows, int64_t cols, int dtype);
 void launch_embedding_backward(int dtype, int id_dtype, const void* grad, const void* ids, void* out, int64_t n,
                                int64_t rows, int64_t cols, void* workspace, cudaStream_t stream);
 

@@ -394,7 +394,8 @@ void embedding_backward(const Tensor& out, const Tensor& grad, const Tensor& ids
   CPF_CHECK(rows < std::numeric_limits<uint32_t>::max(), "embedding_backward: at most 2^32 - 2 table rows on cuda, got ",
             rows);
   // Stream-ordered scratch for the keys, positions and the sort; released (stream-ordered) on return.
-  const auto bytes = static_cast<int64_t>(std::max<size_t>(k::embedding_backward_workspace(n, rows), 1));
+  const auto bytes = static_cast<int64_t>(
+      std::max<size_t>(k::embedding_backward_workspace(n, rows, out.size(1), code(grad.dtype())), 1));
   const Tensor workspace = empty({bytes}, {.dtype = DType::boolean, .device = out.device()});
   k::launch_embedding_backward(code(grad.dtype()), code(ids.dtype()), grad.raw_data(), ids.raw_data(), out.raw_data(),
                                n, rows, out.size(1), workspace.raw_data(), launch.stream);

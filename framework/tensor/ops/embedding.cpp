@@ -3,10 +3,12 @@
 #include <Eigen/Core>
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "framework/tensor/cpu/strided_loop.h"
 #include "framework/tensor/device_ops.h"
 #include "framework/tensor/ops/copy.h"
+#include "framework/tensor/ops/embedding_segment.h"
 #include "framework/tensor/ops/views.h"
 #include "framework/tensor/shape_utils.h"
 
@@ -51,6 +53,49 @@ void visit_id_type(DType dtype, Fn&& fn) {
     fn.template operator()<int32_t>();
   } else {
     fn.template operator()<int64_t>();
+  }
+}
+
+// The ids seen more than kEmbeddingSegment times, each with a slot for its running segment sum
+// (slot[v] = -1 for the others).
+template <class I>
+std::vector<int64_t> long_id_slots(const I* id, int64_t n, int64_t rows, std::vector<int64_t>& long_ids) {
+  std::vector<int64_t> count(static_cast<size_t>(rows), 0), slot(static_cast<size_t>(rows), -1);
+  for (int64_t i = 0; i < n; ++i) ++count[static_cast<size_t>(id[i])];
+  for (int64_t v = 0; v < rows; ++v) {
+    if (count[static_cast<size_t>(v)] <= kEmbeddingSegment) continue;
+    slot[static_cast<size_t>(v)] = static_cast<int64_t>(long_ids.size());
+    long_ids.push_back(v);
+  }
+  return slot;
+}
+
+// out[:, c0:c0+w] += the grad rows in the order of embedding_segment.h: a short id's rows added in
+// position order; a long id's rows summed from 0 per segment, each finished segment's sum added to out.
+template <class T, class I>
+void add_rows_segmented(const T* g, const I* id, T* o, int64_t n, int64_t cols, int64_t c0, int64_t w,
+                        const std::vector<int64_t>& slot, const std::vector<int64_t>& long_ids) {
+  std::vector<T> partial(long_ids.size() * static_cast<size_t>(w), T(0));  // (long ids, w)
+  std::vector<int64_t> seen(long_ids.size(), 0);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t v = static_cast<int64_t>(id[i]);
+    Eigen::Map<Vec<T>> dst(o + v * cols + c0, w);
+    const Eigen::Map<const Vec<T>> src(g + i * cols + c0, w);
+    const int64_t s = slot[static_cast<size_t>(v)];
+    if (s < 0) {
+      dst += src;
+      continue;
+    }
+    Eigen::Map<Vec<T>> p(partial.data() + s * w, w);
+    if (seen[s] > 0 && seen[s] % kEmbeddingSegment == 0) {
+      dst += p;  // the first time 0 + sum: the sum itself, as the device takes it
+      p.setZero();
+    }
+    p += src;
+    ++seen[s];
+  }
+  for (size_t s = 0; s < long_ids.size(); ++s) {
+    Eigen::Map<Vec<T>>(o + long_ids[s] * cols + c0, w) += Eigen::Map<Vec<T>>(partial.data() + s * w, w);
   }
 }
 
@@ -148,8 +193,8 @@ Tensor embedding_backward(const Tensor& grad, const Tensor& ids, int64_t num_row
   Tensor out = zeros({num_rows, cols}, {.dtype = compute});
   const int64_t n = ids.numel();
   const bool parallel = n * cols >= cpu::kParallelGrain;
-  // Each task owns a group of columns and adds the rows of grad in ids order: a fixed summation order
-  // per element that does not depend on the thread count.
+  // Each task owns a group of columns and adds the rows of grad in the order of embedding_segment.h: a
+  // fixed summation order per element that does not depend on the thread count (the device's).
   const int64_t threads = parallel ? cpu::max_threads() : 1;
   int64_t group = (cols + threads - 1) / threads;
   group = std::max<int64_t>(1, std::min(cols, std::max<int64_t>(64, (group + 15) / 16 * 16)));
@@ -157,6 +202,8 @@ Tensor embedding_backward(const Tensor& grad, const Tensor& ids, int64_t num_row
   visit_id_type(idc.dtype(), [&]<class I>() {
     const I* id = idc.data<I>();
     check_range(id, ids.shape(), num_rows, op);
+    std::vector<int64_t> long_ids;
+    const std::vector<int64_t> slot = long_id_slots(id, n, num_rows, long_ids);
     visit_compute_dtype(compute, op, [&]<class T>() {
       const T* g = gc.data<T>();
       T* o = out.data<T>();
@@ -166,10 +213,7 @@ Tensor embedding_backward(const Tensor& grad, const Tensor& ids, int64_t num_row
       for (int64_t k = 0; k < groups; ++k) {
         const int64_t c0 = k * group;
         const int64_t w = std::min(group, cols - c0);
-        for (int64_t i = 0; i < n; ++i) {
-          Eigen::Map<Vec<T>>(o + static_cast<int64_t>(id[i]) * cols + c0, w) +=
-              Eigen::Map<const Vec<T>>(g + i * cols + c0, w);
-        }
+        add_rows_segmented(g, id, o, n, cols, c0, w, slot, long_ids);
       }
     });
   });

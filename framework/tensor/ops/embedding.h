@@ -10,8 +10,9 @@ namespace cpf::raw {
 Tensor embedding(const Tensor& weight, const Tensor& ids);
 
 // grad (..., C), ids (...) -> dweight (num_rows, C) of grad's dtype: row v is the sum of grad over the
-// positions whose id is v. Accumulation runs through ids in row-major order (no atomics), so the
-// result is bit-identical from run to run and for any thread count.
+// positions whose id is v, in the fixed order of embedding_segment.h (ids in row-major order, a frequent
+// id in segments; no atomics), so the result is bit-identical from run to run, for any thread count
+// and on every device.
 Tensor embedding_backward(const Tensor& grad, const Tensor& ids, int64_t num_rows);
 
 }  // namespace cpf::raw
