@@ -179,6 +179,33 @@ void admissible_constants(const RowIntervals& r, int64_t kv_len, Admissible& cr,
   }
 }
 
+// Trims every thd entry to its visible queries and keys and drops the entries left empty, so the
+// sequence lengths, token starts and `rows` stay aligned; false when no entry is left.
+bool keep_visible_entries(SdpaMapping& m, std::vector<RowIntervals>& rows) {
+  size_t kept = 0;
+  for (size_t n = 0; n < rows.size(); ++n) {
+    if (!trim_to_visible(m, n, rows[n])) continue;
+    if (kept != n) {  // (a vector moved onto itself would be emptied)
+      m.seq_len_q[kept] = m.seq_len_q[n];
+      m.seq_len_kv[kept] = m.seq_len_kv[n];
+      m.q_token[kept] = m.q_token[n];
+      m.kv_token[kept] = m.kv_token[n];
+      rows[kept] = std::move(rows[n]);
+    }
+    ++kept;
+  }
+  if (kept == 0) return false;
+  m.seq_len_q.resize(kept);
+  m.seq_len_kv.resize(kept);
+  m.q_token.resize(kept);
+  m.kv_token.resize(kept);
+  rows.resize(kept);
+  m.b = static_cast<int64_t>(kept);
+  m.s_q = round_up(*std::max_element(m.seq_len_q.begin(), m.seq_len_q.end()), kThdLengthQuantum);
+  m.s_kv = round_up(*std::max_element(m.seq_len_kv.begin(), m.seq_len_kv.end()), kThdLengthQuantum);
+  return true;
+}
+
 // Chooses the band masks from the positions (trimming thd entries first); returns a reason when cuDNN
 // cannot express them. Fills `rows` with every entry's row intervals for mark_undefined.
 std::string choose_band(const AttentionProblem& p, SdpaMapping& m, std::vector<RowIntervals>& rows) {
@@ -187,29 +214,7 @@ std::string choose_band(const AttentionProblem& p, SdpaMapping& m, std::vector<R
   for (size_t n = 0; n < rows.size(); ++n) {
     if (std::string reason = row_intervals(p, m, n, rows[n]); !reason.empty()) return reason;
   }
-  if (m.ragged) {
-    size_t kept = 0;
-    for (size_t n = 0; n < rows.size(); ++n) {
-      if (!trim_to_visible(m, n, rows[n])) continue;
-      if (kept != n) {  // (a vector moved onto itself would be emptied)
-        m.seq_len_q[kept] = m.seq_len_q[n];
-        m.seq_len_kv[kept] = m.seq_len_kv[n];
-        m.q_token[kept] = m.q_token[n];
-        m.kv_token[kept] = m.kv_token[n];
-        rows[kept] = std::move(rows[n]);
-      }
-      ++kept;
-    }
-    if (kept == 0) return "no query sees a key";
-    m.seq_len_q.resize(kept);
-    m.seq_len_kv.resize(kept);
-    m.q_token.resize(kept);
-    m.kv_token.resize(kept);
-    rows.resize(kept);
-    m.b = static_cast<int64_t>(kept);
-    m.s_q = round_up(*std::max_element(m.seq_len_q.begin(), m.seq_len_q.end()), kThdLengthQuantum);
-    m.s_kv = round_up(*std::max_element(m.seq_len_kv.begin(), m.seq_len_kv.end()), kThdLengthQuantum);
-  }
+  if (m.ragged && !keep_visible_entries(m, rows)) return "no query sees a key";
   // Top-left: one (cr, cl) for every entry. Bottom-right: cuDNN adds kv_len - q_len to the diagonal.
   Admissible tl_r, tl_l, br_r, br_l;
   for (size_t n = 0; n < rows.size(); ++n) {

@@ -33,6 +33,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <mutex>
 #include <sstream>
 #include <string>
@@ -141,6 +142,26 @@ double over_ranks(dist::RankContext& ctx, double mine, dist::ReduceOp op) {
   return ctx.world->all_reduce(t, op).item<double>();
 }
 
+// The slowest rank's median over kBatches batches of seconds per call; a second call, without the
+// first one's plan building, sizes the batches.
+double seconds_per_call(dist::RankContext& ctx, const std::function<void()>& call) {
+  const int dev = ctx.device.index;
+  ctx.world->barrier();
+  const auto t1 = Clock::now();
+  call();
+  cuda::synchronize(dev);
+  const int reps = reps_for(over_ranks(ctx, seconds_since(t1), dist::ReduceOp::max));
+  std::vector<double> batches;
+  for (int i = 0; i < kBatches; ++i) {
+    ctx.world->barrier();
+    const auto t = Clock::now();
+    for (int r = 0; r < reps; ++r) call();
+    cuda::synchronize(dev);
+    batches.push_back(seconds_since(t) / reps);
+  }
+  return over_ranks(ctx, median(batches), dist::ReduceOp::max);
+}
+
 Row run_cp(int n, int64_t tokens, CommType comm, int streams, int head_groups, const std::string& name,
            double max_call_seconds) {
   Row row;
@@ -188,20 +209,7 @@ Row run_cp(int n, int64_t tokens, CommType comm, int streams, int head_groups, c
             row.note = "one call took " + std::to_string(warm) + " s";
             return;
           }
-          ctx.world->barrier();
-          const auto t1 = Clock::now();  // a second call, without the first one's plan building, sizes the batches
-          call(nullptr);
-          cuda::synchronize(dev);
-          const int reps = reps_for(over_ranks(ctx, seconds_since(t1), dist::ReduceOp::max));
-          std::vector<double> batches;
-          for (int i = 0; i < kBatches; ++i) {
-            ctx.world->barrier();
-            const auto t = Clock::now();
-            for (int r = 0; r < reps; ++r) call(nullptr);
-            cuda::synchronize(dev);
-            batches.push_back(seconds_since(t) / reps);
-          }
-          const double seconds = over_ranks(ctx, median(batches), dist::ReduceOp::max);
+          const double seconds = seconds_per_call(ctx, [&] { call(nullptr); });
           const double peak = static_cast<double>(cuda::memory_stats(dev).peak_allocated);
           const double peak_max = over_ranks(ctx, peak, dist::ReduceOp::max);
           const double peak_min = over_ranks(ctx, peak, dist::ReduceOp::min);

@@ -27,6 +27,47 @@ std::vector<int64_t> chosen_elements(int64_t numel, int64_t limit, std::mt19937_
   return all;
 }
 
+// Refuses what finite differences cannot check: a non-positive eps, no input requiring grad, non-f64
+// inputs and inputs whose elements overlap (perturbing one would move several).
+void check_inputs(const std::vector<Tensor>& inputs, const GradcheckOptions& options) {
+  CPF_CHECK(options.eps > 0, "gradcheck: eps must be positive, got ", options.eps);
+  bool any = false;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i].defined() || !inputs[i].requires_grad()) continue;
+    any = true;
+    CPF_CHECK(inputs[i].dtype() == DType::f64, "gradcheck: input ", i, " of shape ", inputs[i].shape(), " is ",
+              inputs[i].dtype(), "; finite differences need f64 inputs");
+    for (int64_t d = 0; d < inputs[i].dim(); ++d) {
+      CPF_CHECK(inputs[i].size(d) <= 1 || inputs[i].stride(d) != 0, "gradcheck: input ", i, " of shape ",
+                inputs[i].shape(), " has overlapping elements (stride 0 at dim ", d, "); pass a contiguous copy");
+    }
+  }
+  CPF_CHECK(any, "gradcheck: no input requires grad; call set_requires_grad() on the inputs to check");
+}
+
+// Runs fn once and backpropagates L = sum_k <weights[k], outputs[k]> into the inputs' grads; returns
+// the random weights (f64, one per floating output, on its device) the finite differences contract with.
+std::vector<Tensor> analytic_gradients(const GradcheckFn& fn, const std::vector<Tensor>& inputs, uint64_t seed) {
+  for (const Tensor& t : inputs) {
+    if (t.defined() && t.requires_grad()) t.set_grad(Tensor());
+  }
+  std::vector<Tensor> outputs = fn(inputs);
+  Generator weight_gen(seed);
+  std::vector<Tensor> weights(outputs.size());
+  std::vector<Tensor> roots, seeds;
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    if (!outputs[k].defined() || !is_floating(outputs[k].dtype())) continue;
+    // Drawn on the host so every device contracts with the same weights, then moved to the output.
+    weights[k] = raw::to(randn(outputs[k].shape(), {.dtype = DType::f64}, &weight_gen), outputs[k].device());
+    if (outputs[k].requires_grad()) {
+      roots.push_back(outputs[k]);
+      seeds.push_back(raw::to(weights[k], outputs[k].dtype()));
+    }
+  }
+  if (!roots.empty()) backward(roots, seeds);
+  return weights;
+}
+
 }  // namespace
 
 std::string GradcheckReport::str() const {
@@ -41,38 +82,8 @@ std::string GradcheckReport::str() const {
 }
 
 GradcheckReport gradcheck(const GradcheckFn& fn, const std::vector<Tensor>& inputs, GradcheckOptions options) {
-  CPF_CHECK(options.eps > 0, "gradcheck: eps must be positive, got ", options.eps);
-  bool any = false;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    if (!inputs[i].defined() || !inputs[i].requires_grad()) continue;
-    any = true;
-    CPF_CHECK(inputs[i].dtype() == DType::f64, "gradcheck: input ", i, " of shape ", inputs[i].shape(), " is ",
-              inputs[i].dtype(), "; finite differences need f64 inputs");
-    for (int64_t d = 0; d < inputs[i].dim(); ++d) {
-      CPF_CHECK(inputs[i].size(d) <= 1 || inputs[i].stride(d) != 0, "gradcheck: input ", i, " of shape ",
-                inputs[i].shape(), " has overlapping elements (stride 0 at dim ", d, "); pass a contiguous copy");
-    }
-  }
-  CPF_CHECK(any, "gradcheck: no input requires grad; call set_requires_grad() on the inputs to check");
-
-  // Analytic gradients of L.
-  for (const Tensor& t : inputs) {
-    if (t.defined() && t.requires_grad()) t.set_grad(Tensor());
-  }
-  std::vector<Tensor> outputs = fn(inputs);
-  Generator weight_gen(options.seed);
-  std::vector<Tensor> weights(outputs.size());
-  std::vector<Tensor> roots, seeds;
-  for (size_t k = 0; k < outputs.size(); ++k) {
-    if (!outputs[k].defined() || !is_floating(outputs[k].dtype())) continue;
-    // Drawn on the host so every device contracts with the same weights, then moved to the output.
-    weights[k] = raw::to(randn(outputs[k].shape(), {.dtype = DType::f64}, &weight_gen), outputs[k].device());
-    if (outputs[k].requires_grad()) {
-      roots.push_back(outputs[k]);
-      seeds.push_back(raw::to(weights[k], outputs[k].dtype()));
-    }
-  }
-  if (!roots.empty()) backward(roots, seeds);
+  check_inputs(inputs, options);
+  const std::vector<Tensor> weights = analytic_gradients(fn, inputs, options.seed);
 
   GradcheckTally tally(options);
   std::mt19937_64 rng(options.seed);
