@@ -112,3 +112,44 @@ void PartialMerge::add(const Tensor& out_i, const Tensor& lse_i) {
 Tensor PartialMerge::out(DType dtype) const { return raw::to(out_, dtype); }
 
 }  // namespace cpf::cp
+
+namespace cpf::cp {
+namespace {
+
+std::array<std::atomic<DeviceAccumulateFn>, 2>& accumulate_registry() {
+  static std::array<std::atomic<DeviceAccumulateFn>, 2> registry{};
+  return registry;
+}
+
+}  // namespace
+
+void register_device_accumulate(DeviceType type, DeviceAccumulateFn fn) {
+  CPF_CHECK(type != DeviceType::cpu,
+            "register_device_accumulate: the CPU accumulates with raw ops; register a device type");
+  accumulate_registry()[static_cast<size_t>(type)].store(fn);
+}
+
+DeviceAccumulateFn device_accumulate(DeviceType type) {
+  return accumulate_registry()[static_cast<size_t>(type)].load();
+}
+
+void accumulate(const Tensor& acc, const Tensor& part) {
+  CPF_CHECK(acc.defined() && part.defined(), "cp accumulate: undefined ", acc.defined() ? "part" : "accumulator");
+  CPF_CHECK(acc.dtype() == DType::f32 || acc.dtype() == DType::f64,
+            "cp accumulate: the accumulator must be f32 or f64, got ", acc.dtype());
+  CPF_CHECK(is_floating(part.dtype()), "cp accumulate: the part must be floating, got ", part.dtype());
+  CPF_CHECK(part.shape() == acc.shape(), "cp accumulate: part ", part.shape(), " does not match the accumulator ",
+            acc.shape());
+  CPF_CHECK(part.device() == acc.device(), "cp accumulate: part on ", part.device(), " but the accumulator on ",
+            acc.device());
+  CPF_CHECK(acc.is_contiguous(), "cp accumulate: the accumulator must be contiguous");
+  if (!acc.device().is_cpu()) {
+    if (DeviceAccumulateFn fn = device_accumulate(acc.device().type)) {
+      fn(acc, raw::contiguous(part));
+      return;
+    }
+  }
+  raw::add_(acc, raw::to(part, acc.dtype()));
+}
+
+}  // namespace cpf::cp

@@ -39,3 +39,19 @@ void register_device_merge(DeviceType type, DeviceMergeFn fn);
 DeviceMergeFn device_merge(DeviceType type);  // nullptr when none is registered
 
 }  // namespace cpf::cp
+
+namespace cpf::cp {
+
+// Gradient accumulation across ring steps (the dQ of every tile): acc += part, acc f32/f64 and
+// contiguous, part of acc's shape in any floating dtype. A device with a registered kernel reads the
+// part once in its own dtype (a bf16 tile's dQ widened in registers: no fp32 copy of the tile); the
+// CPU and other devices add the part converted to acc's dtype (raw ops), the same function.
+void accumulate(const Tensor& acc, const Tensor& part);
+
+// The in-place step on one device: acc (any shape) contiguous f32/f64, part contiguous of acc's shape
+// and any floating dtype, both on one device of the registered type.
+using DeviceAccumulateFn = void (*)(const Tensor& acc, const Tensor& part);
+void register_device_accumulate(DeviceType type, DeviceAccumulateFn fn);
+DeviceAccumulateFn device_accumulate(DeviceType type);  // nullptr when none is registered
+
+}  // namespace cpf::cp

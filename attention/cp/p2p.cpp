@@ -247,7 +247,7 @@ Block tile_grads(const CpContext& ctx, const Block& block, const SequenceInfo& p
                                              ctx.config.kernel_config);
   add_tiles(ctx.stats->backward_tiles, grads.tiles);
   if (dq.defined()) {
-    raw::add_(dq, raw::to(grads.dq, acc));
+    accumulate(dq, grads.dq);  // a bf16 tile read as it is: no fp32 copy of it
   } else {
     dq = raw::to(grads.dq, acc);  // a fresh tensor from the kernel: the accumulator may be it
   }

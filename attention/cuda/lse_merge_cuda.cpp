@@ -36,4 +36,19 @@ void lse_merge(const Tensor& acc_out, const Tensor& acc_lse, const Tensor& part_
   acc_lse.bump_version();
 }
 
+void accumulate(const Tensor& acc, const Tensor& part) {
+  CPF_CHECK(acc.dtype() == DType::f32 || acc.dtype() == DType::f64,
+            "cp accumulate (cuda): the accumulator must be f32 or f64, got ", acc.dtype());
+  CPF_CHECK(part.dtype() == DType::f32 || part.dtype() == DType::f64 || part.dtype() == DType::bf16,
+            "cp accumulate (cuda): the part must be f32, f64 or bf16, got ", part.dtype());
+  CPF_CHECK(part.shape() == acc.shape(), "cp accumulate (cuda): part ", part.shape(),
+            " does not match the accumulator ", acc.shape());
+  CPF_CHECK(acc.is_contiguous() && part.is_contiguous(), "cp accumulate (cuda): both tensors must be contiguous");
+  CPF_CHECK(part.device() == acc.device(), "cp accumulate (cuda): tensors on ", part.device(), " and ", acc.device());
+  cuda::DeviceGuard guard(acc.device().index);
+  merge::launch_accumulate(static_cast<int>(acc.dtype()), static_cast<int>(part.dtype()), acc.raw_data(),
+                           part.raw_data(), acc.numel(), cuda::current_cuda_stream(acc.device().index));
+  acc.bump_version();
+}
+
 }  // namespace cpf::attention_cuda

@@ -8,4 +8,8 @@ namespace cpf::attention_cuda {
 // cp::DeviceMergeFn on CUDA tensors: runs on the calling thread's current stream of their device.
 void lse_merge(const Tensor& acc_out, const Tensor& acc_lse, const Tensor& part_out, const Tensor& part_lse);
 
+// cp::DeviceAccumulateFn on CUDA tensors (acc += part, the part read in its own dtype), registered as
+// the cuda slot of cp::device_accumulate(); on the current stream.
+void accumulate(const Tensor& acc, const Tensor& part);
+
 }  // namespace cpf::attention_cuda

@@ -66,6 +66,22 @@ void launch(void* acc_out, void* acc_lse, const void* part_out, const void* part
   CPF_CUDA_CHECK_LAUNCH("cp lse merge kernel");
 }
 
+template <class A, class P>
+__global__ void __launch_bounds__(kThreads) accumulate_kernel(A* acc, const P* part, int64_t count) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < count; i += stride) {
+    acc[i] += value_of<A>(part[i]);
+  }
+}
+
+template <class A, class P>
+void launch_add(void* acc, const void* part, int64_t count, cudaStream_t stream) {
+  const int64_t blocks = (count + kThreads - 1) / kThreads;
+  const unsigned grid = static_cast<unsigned>(blocks < 65535 * 32 ? blocks : 65535 * 32);
+  accumulate_kernel<A, P><<<grid, kThreads, 0, stream>>>(static_cast<A*>(acc), static_cast<const P*>(part), count);
+  CPF_CUDA_CHECK_LAUNCH("cp accumulate kernel");
+}
+
 }  // namespace
 
 void launch_lse_merge(int acc_dtype, int part_dtype, void* acc_out, void* acc_lse, const void* part_out,
@@ -76,6 +92,26 @@ void launch_lse_merge(int acc_dtype, int part_dtype, void* acc_out, void* acc_ls
       case 0: return launch<A, float>(acc_out, acc_lse, part_out, part_lse, tokens, heads, dim, stream);
       case 1: return launch<A, double>(acc_out, acc_lse, part_out, part_lse, tokens, heads, dim, stream);
       default: return launch<A, bf16>(acc_out, acc_lse, part_out, part_lse, tokens, heads, dim, stream);
+    }
+  };
+  if (acc_dtype == 1) {
+    with_part.template operator()<double>();
+  } else {
+    with_part.template operator()<float>();
+  }
+}
+
+}  // namespace cpf::attention_cuda::merge
+
+namespace cpf::attention_cuda::merge {
+
+void launch_accumulate(int acc_dtype, int part_dtype, void* acc, const void* part, int64_t count, cudaStream_t stream) {
+  if (count == 0) return;
+  auto with_part = [&]<class A>() {
+    switch (part_dtype) {
+      case 0: return launch_add<A, float>(acc, part, count, stream);
+      case 1: return launch_add<A, double>(acc, part, count, stream);
+      default: return launch_add<A, bf16>(acc, part, count, stream);
     }
   };
   if (acc_dtype == 1) {

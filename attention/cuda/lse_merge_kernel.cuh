@@ -13,4 +13,8 @@ namespace cpf::attention_cuda::merge {
 void launch_lse_merge(int acc_dtype, int part_dtype, void* acc_out, void* acc_lse, const void* part_out,
                       const void* part_lse, int64_t tokens, int64_t heads, int64_t dim, cudaStream_t stream);
 
+// acc[i] += part[i] for `count` elements: acc of acc_dtype (0 f32, 1 f64), part of part_dtype (0 f32,
+// 1 f64, 2 bf16), both contiguous. The part is read once in its own dtype.
+void launch_accumulate(int acc_dtype, int part_dtype, void* acc, const void* part, int64_t count, cudaStream_t stream);
+
 }  // namespace cpf::attention_cuda::merge

@@ -12,6 +12,8 @@ extern "C" void cpf_attention_cuda_register() {
                                        .backward = &cpf::attention_cuda::backward});
   // The CP ring's running (out, lse) merge (attention/cp/lse_merge.h): one kernel per part.
   cpf::cp::register_device_merge(cpf::DeviceType::cuda, &cpf::attention_cuda::lse_merge);
+  // The ring backward's dQ accumulation: a bf16 tile added into the fp32 sum without a converted copy.
+  cpf::cp::register_device_accumulate(cpf::DeviceType::cuda, &cpf::attention_cuda::accumulate);
 }
 
 namespace {

@@ -7,12 +7,14 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "attention/cp/lse_merge.h"
 #include "cp/cp_grid.h"
 #include "framework/tensor/ops/copy.h"
 #include "framework/tensor/ops/elementwise.h"
 #include "framework/tensor/ops/reduce.h"
+#include "framework/tensor/ops/views.h"
 #include "framework/tensor/profile.h"
 
 namespace cpf::cp::testing {
@@ -142,6 +144,29 @@ TEST(CpRing, MergeRefusesPartsOfAnotherShape) {
 TEST(CpRing, DeviceMergeKernelsAreForDevicesOnly) {
   EXPECT_CPF_ERROR(register_device_merge(DeviceType::cpu, nullptr), "the CPU merges in its host loop");
   EXPECT_EQ(device_merge(DeviceType::cpu), nullptr);
+}
+
+TEST(CpRing, AccumulateAddsAPartOfAnyFloatDtypeInPlace) {
+  const Tensor acc = from_vector<float>({1, 2, 3, 4}, {2, 2});
+  const void* storage = acc.raw_data();
+  accumulate(acc, raw::to(from_vector<float>({0.5f, -2, 8, 0.25f}, {2, 2}), DType::bf16));
+  accumulate(acc, from_vector<double>({1, 1, 1, 1}, {2, 2}));
+  EXPECT_EQ(acc.raw_data(), storage);
+  EXPECT_EQ(acc.to_vector<float>(), (std::vector<float>{2.5f, 1, 12, 5.25f}));
+}
+
+TEST(CpRing, AccumulateRefusesWhatItCannotAdd) {
+  const Tensor acc = zeros({2, 2});
+  EXPECT_CPF_ERROR(accumulate(raw::to(acc, DType::bf16), acc),
+                   "cp accumulate: the accumulator must be f32 or f64, got bf16");
+  EXPECT_CPF_ERROR(accumulate(acc, zeros({2, 2}, {.dtype = DType::i32})),
+                   "cp accumulate: the part must be floating, got i32");
+  EXPECT_CPF_ERROR(accumulate(acc, zeros({2, 3})), "cp accumulate: part [2,3] does not match the accumulator [2,2]");
+  EXPECT_CPF_ERROR(accumulate(raw::transpose(zeros({2, 3}), 0, 1), zeros({3, 2})),
+                   "cp accumulate: the accumulator must be contiguous");
+  EXPECT_CPF_ERROR(accumulate(acc, Tensor()), "cp accumulate: undefined part");
+  EXPECT_CPF_ERROR(register_device_accumulate(DeviceType::cpu, nullptr), "the CPU accumulates with raw ops");
+  EXPECT_EQ(device_accumulate(DeviceType::cpu), nullptr);
 }
 
 }  // namespace

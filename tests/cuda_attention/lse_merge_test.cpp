@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "attention/cp/lse_merge.h"
@@ -12,6 +13,7 @@
 #include "cuda/cuda_test_utils.h"
 #include "framework/tensor/ops/copy.h"
 #include "framework/tensor/ops/elementwise.h"
+#include "framework/tensor/ops/views.h"
 
 namespace cpf {
 namespace {
@@ -81,6 +83,41 @@ TEST_F(CudaLseMerge, RefusesTensorsOutsideItsContract) {
                    "must share an f32/f64 dtype: out f32, lse f64");
   EXPECT_CPF_ERROR(attention_cuda::lse_merge(acc, lse, on_gpu(zeros({kTokens, kHeads, 8})), lse),
                    "out (T, H, D) and lse (H, T) expected");
+}
+
+// The ring backward's dQ accumulation: acc += part in one pass reading the part in its own dtype,
+// against the CPU's raw ops (the part converted, then added); the accumulator stays the same tensor.
+TEST_F(CudaLseMerge, AccumulateMatchesTheCpu) {
+  for (const auto& [acc_dtype, part_dtype] : {std::pair{DType::f32, DType::bf16}, std::pair{DType::f32, DType::f32},
+                                              std::pair{DType::f32, DType::f64}, std::pair{DType::f64, DType::f64},
+                                              std::pair{DType::f64, DType::bf16}}) {
+    const Tensor start = random_cpu({kTokens, kHeads, kDim}, acc_dtype, 3);
+    const Tensor part = random_cpu({kTokens, kHeads, kDim}, part_dtype, 4, -50, 50);
+    const Tensor cpu = raw::clone(start);
+    cp::accumulate(cpu, part);
+    const Tensor gpu = on_gpu(start);
+    const void* storage = gpu.raw_data();
+    cp::accumulate(gpu, on_gpu(part));
+    cp::accumulate(cpu, part);  // twice: the second add reads the first one's result
+    cp::accumulate(gpu, on_gpu(part));
+    EXPECT_EQ(gpu.raw_data(), storage) << "the accumulator was reallocated";
+    const double tol = acc_dtype == DType::f64 ? 1e-12 : 1e-5;
+    EXPECT_TRUE(testing::all_close(on_cpu(gpu), cpu, tol, tol))
+        << dtype_name(acc_dtype) << " += " << dtype_name(part_dtype);
+  }
+  EXPECT_EQ(cp::device_accumulate(DeviceType::cuda), &attention_cuda::accumulate);
+}
+
+TEST_F(CudaLseMerge, AccumulateRefusesTensorsOutsideItsContract) {
+  const Tensor acc = on_gpu(zeros({kTokens, kHeads, kDim}));
+  EXPECT_CPF_ERROR(attention_cuda::accumulate(acc, on_gpu(zeros({kTokens, kHeads, kDim}, {.dtype = DType::i32}))),
+                   "cp accumulate (cuda): the part must be f32, f64 or bf16, got i32");
+  EXPECT_CPF_ERROR(attention_cuda::accumulate(raw::to(acc, DType::bf16), acc),
+                   "cp accumulate (cuda): the accumulator must be f32 or f64, got bf16");
+  EXPECT_CPF_ERROR(attention_cuda::accumulate(acc, on_gpu(zeros({kTokens, kHeads, 8}))),
+                   "cp accumulate (cuda): part [37,3,8] does not match the accumulator [37,3,72]");
+  EXPECT_CPF_ERROR(attention_cuda::accumulate(on_gpu(zeros({4, 4})), raw::transpose(on_gpu(zeros({4, 4})), 0, 1)),
+                   "cp accumulate (cuda): both tensors must be contiguous");
 }
 
 }  // namespace
