@@ -38,16 +38,20 @@ bool padded(const AttentionProblem& p) {
   return false;
 }
 
-// Why cuDNN cannot run the call ("" when it can).
-std::string cudnn_reason(const AttentionProblem& p, DType dtype, bool backward, bool has_dlse) {
+// Why cuDNN cannot run the call ("" when it can); the prepared call goes to `call` when it can.
+std::string cudnn_reason(const AttentionProblem& p, DType dtype, bool backward, bool has_dlse,
+                         std::shared_ptr<const cudnn::PreparedCall>& call) {
 #if CPF_HAVE_CUDNN
   // The first use also checks that the library loads at all.
   if (cudnn::runtime_version() == 0) return "cuDNN cannot be loaded on this machine (cudnnGetVersion failed)";
   // Its backward has no input for a gradient on lse (dispatch.cpp relies on this).
   if (backward && has_dlse) return "dlse is set (cuDNN's backward takes no gradient of the log-sum-exp)";
-  return cudnn::unsupported_reason(p, dtype, backward, has_dlse);
+  std::shared_ptr<const cudnn::PreparedCall> prepared = cudnn::prepare_call(p, dtype, backward, has_dlse);
+  std::string reason = cudnn::prepared_reason(*prepared);
+  if (reason.empty()) call = std::move(prepared);
+  return reason;
 #else
-  (void)p, (void)dtype, (void)backward, (void)has_dlse;
+  (void)p, (void)dtype, (void)backward, (void)has_dlse, (void)call;
   return "this build has no cuDNN (CPF_WITH_CUDNN=OFF)";
 #endif
 }
@@ -92,17 +96,19 @@ std::string describe_problem(const AttentionProblem& p, DType dtype, bool backwa
 BackendChoice select_backend(const AttentionProblem& p, DType dtype, bool backward, bool has_dlse) {
   const AttentionBackend requested = requested_backend(p.config.backend);
   switch (requested) {
-    case AttentionBackend::unfused: return {AttentionBackend::unfused, requested_why(p.config.backend)};
+    case AttentionBackend::unfused: return {AttentionBackend::unfused, requested_why(p.config.backend), nullptr};
     case AttentionBackend::cudnn: {
-      const std::string reason = cudnn_reason(p, dtype, backward, has_dlse);
+      std::shared_ptr<const cudnn::PreparedCall> call;
+      const std::string reason = cudnn_reason(p, dtype, backward, has_dlse, call);
       CPF_CHECK(reason.empty(), "attention: backend cudnn cannot run ", describe_problem(p, dtype, backward), ": ",
                 reason, "; use attention.backend: auto or unfused");
-      return {AttentionBackend::cudnn, ""};
+      return {AttentionBackend::cudnn, "", std::move(call)};
     }
     case AttentionBackend::automatic: {
-      std::string reason = cudnn_reason(p, dtype, backward, has_dlse);
-      if (reason.empty()) return {AttentionBackend::cudnn, ""};
-      return {AttentionBackend::unfused, "cuDNN: " + reason};
+      std::shared_ptr<const cudnn::PreparedCall> call;
+      std::string reason = cudnn_reason(p, dtype, backward, has_dlse, call);
+      if (reason.empty()) return {AttentionBackend::cudnn, "", std::move(call)};
+      return {AttentionBackend::unfused, "cuDNN: " + reason, nullptr};
     }
   }
   CPF_FAIL("attention: unknown backend value ", static_cast<int>(requested));

@@ -13,6 +13,7 @@
 //            "[cpformer info] attention on cuda:0 (bf16, bshd, causal, b=2 hq=16 ...): cudnn"
 //            "[cpformer info] attention on cuda:0 (f32, ...): unfused (cuDNN: f32 inputs)"
 // Header without CUDA.
+#include <memory>
 #include <string>
 
 #include "attention/attention_backend.h"
@@ -20,6 +21,9 @@
 #include "framework/tensor/device.h"
 
 namespace cpf::attention_cuda {
+namespace cudnn {
+struct PreparedCall;  // cudnn_sdpa.h
+}
 
 inline constexpr const char* kBackendEnvVar = "CPF_ATTENTION_BACKEND";
 
@@ -29,6 +33,9 @@ AttentionBackend requested_backend(AttentionBackend configured);
 struct BackendChoice {
   AttentionBackend backend = AttentionBackend::unfused;  // cudnn or unfused, never automatic
   std::string why;  // "" for cuDNN; for unfused "cuDNN: <reason>" or "requested by ..."
+  // For cuDNN: the call as the check mapped and probed it, which cudnn::forward/backward run without
+  // mapping it again. Null otherwise.
+  std::shared_ptr<const cudnn::PreparedCall> cudnn_call;
 };
 
 // Resolves the request for one call (throws as described above). Does not log.

@@ -14,6 +14,7 @@
 #include "attention/cuda/cudnn_backend.h"
 #include "attention/cuda/cudnn_sdpa_graph.h"
 #include "attention/cuda/cudnn_sdpa_mapping.h"
+#include "attention/cuda/cudnn_sdpa_rows.h"
 #include "attention/cuda/device_tables.h"
 #include "framework/core/logging.h"
 #include "framework/tensor/cuda/cuda.h"
@@ -284,66 +285,12 @@ void add_common(VariantPack& pack, Scalars& s, const AttentionProblem& p, const 
   }
 }
 
-// A bool mask over the storage tokens of a q- or kv-side tensor, shaped to broadcast against it:
-// bshd (B, S, 1, 1), sbhd (S, B, 1, 1), thd (T, 1, 1). flags are indexed by row * row_len + col.
-Tensor token_mask(const AttentionProblem& p, const std::vector<uint8_t>& flags, int64_t row_len, const Device& device) {
-  std::vector<bool> values(flags.size());
-  if (p.format == QkvFormat::sbhd) {
-    for (int64_t col = 0; col < row_len; ++col) {
-      for (int64_t row = 0; row < p.batch; ++row) {
-        values[static_cast<size_t>(col * p.batch + row)] = flags[static_cast<size_t>(row * row_len + col)] != 0;
-      }
-    }
-    return device_table(from_vector(values, {row_len, p.batch, 1, 1}), device);
-  }
-  for (size_t i = 0; i < flags.size(); ++i) values[i] = flags[i] != 0;
-  if (p.format == QkvFormat::thd) return device_table(from_vector(values, {row_len, 1, 1}), device);
-  return device_table(from_vector(values, {p.batch, row_len, 1, 1}), device);
-}
-
-// The lse-shaped mask: (B, 1, S), or (1, T) for thd.
-Tensor lse_mask(const AttentionProblem& p, const std::vector<uint8_t>& flags, const Device& device) {
-  std::vector<bool> values(flags.begin(), flags.end());
-  if (p.format == QkvFormat::thd) return device_table(from_vector(values, {1, p.s_q}), device);
-  return device_table(from_vector(values, {p.batch, 1, p.s_q}), device);
-}
-
-// thd: the index, per packed query token, of its row in the padded (b * s_q) Stats rows; and the
-// reverse, per padded row, of its packed token (rows past a sequence's end read token 0: never used).
-std::vector<int64_t> packed_to_padded(const AttentionProblem& p, const SdpaMapping& m) {
-  std::vector<int64_t> index(static_cast<size_t>(p.s_q), 0);
-  for (int64_t n = 0; n < m.b; ++n) {
-    for (int64_t j = 0; j < m.seq_len_q[static_cast<size_t>(n)]; ++j) {
-      index[static_cast<size_t>(m.q_token[static_cast<size_t>(n)] + j)] = n * m.s_q + j;
-    }
-  }
-  return index;
-}
-std::vector<int64_t> padded_to_packed(const SdpaMapping& m) {
-  std::vector<int64_t> index(static_cast<size_t>(m.b * m.s_q), 0);
-  for (int64_t n = 0; n < m.b; ++n) {
-    for (int64_t j = 0; j < m.seq_len_q[static_cast<size_t>(n)]; ++j) {
-      index[static_cast<size_t>(n * m.s_q + j)] = m.q_token[static_cast<size_t>(n)] + j;
-    }
-  }
-  return index;
-}
-
 // Contiguous and 16-byte aligned, as the graphs declare (CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT): a
 // contiguous view may still start at an odd element (as_strided), and is then copied.
 Tensor dense(const Tensor& t, DType dtype) {
   Tensor c = raw::contiguous(raw::to(t, dtype));
   if (reinterpret_cast<uintptr_t>(c.raw_data()) % 16 != 0) c = raw::clone(c);
   return c;
-}
-
-// out[:, i] = x[:, index[i]] along dim 1 through the device kernel directly: the indices are built
-// here and in range, and raw::index_select would copy them back to the host to check them.
-Tensor select_columns(const Tensor& x, const std::vector<int64_t>& index) {
-  const Tensor idx = device_table(from_vector(index, {static_cast<int64_t>(index.size())}), x.device());
-  Tensor out = empty({x.size(0), static_cast<int64_t>(index.size())}, {.dtype = x.dtype(), .device = x.device()});
-  device_kernel(x.device(), &DeviceOps::gather, "cudnn attention (lse layout)")(out, x, 1, idx, true);
-  return out;
 }
 
 }  // namespace
@@ -355,23 +302,46 @@ int64_t runtime_version() {
   return version;
 }
 
-std::string unsupported_reason(const AttentionProblem& p, DType dtype, bool backward, bool has_dlse) {
-  Prepared prepared = prepare(p, dtype, backward, has_dlse);
-  if (!prepared.reason.empty()) return prepared.reason;
-  if (cuda::device_count() == 0) return "no CUDA device is visible";
-  // The problem does not name its device: probe on the thread's current one (every GPU of a machine
-  // is the same kind here); forward/backward build their own plan for the tensors' device.
+// A prepared call: the checks' result, the mapping, the key, and the plan when there is one.
+struct PreparedCall {
+  Prepared prepared;
+  std::shared_ptr<ExecutionPlan> plan;  // null when prepared.reason is set
+};
+
+std::shared_ptr<const PreparedCall> prepare_call(const AttentionProblem& p, DType dtype, bool backward, bool has_dlse) {
+  auto call = std::make_shared<PreparedCall>();
+  Prepared& prepared = call->prepared;
+  prepared = prepare(p, dtype, backward, has_dlse);
+  if (!prepared.reason.empty()) return call;
+  if (cuda::device_count() == 0) {
+    prepared.reason = "no CUDA device is visible";
+    return call;
+  }
+  // The problem does not name its device: probe on the thread's current one (the dispatcher makes q's
+  // device current; forward/backward prepare again for a call made for another device).
   int device = 0;
   CPF_CUDA_CHECK(cudaGetDevice(&device));
   prepared.key.device = device;
   without_unbuildable_sink(prepared);
   const CachedPlan& entry = cached_plan(prepared.key);
-  return entry.plan ? "" : entry.failure;
+  if (entry.plan) {
+    call->plan = entry.plan;
+  } else {
+    prepared.reason = entry.failure;
+  }
+  return call;
 }
 
-raw::AttentionForward forward(const AttentionProblem& p, const Tensor& q, const Tensor& k, const Tensor& v) {
-  const Prepared prepared = prepare_on(p, q, /*backward=*/false, /*has_dlse=*/false);
-  const ExecutionPlan& plan = plan_for(prepared, "attention_forward");
+const std::string& prepared_reason(const PreparedCall& call) { return call.prepared.reason; }
+
+std::string unsupported_reason(const AttentionProblem& p, DType dtype, bool backward, bool has_dlse) {
+  return prepare_call(p, dtype, backward, has_dlse)->prepared.reason;
+}
+
+namespace {
+
+raw::AttentionForward run_forward(const Prepared& prepared, const ExecutionPlan& plan, const AttentionProblem& p,
+                                  const Tensor& q, const Tensor& k, const Tensor& v) {
   const SdpaMapping& m = prepared.mapping;
   const SdpaGraphKey& key = prepared.key;
   const Device device = q.device();
@@ -399,16 +369,15 @@ raw::AttentionForward forward(const AttentionProblem& p, const Tensor& q, const 
     lse = select_columns(rows, packed_to_padded(p, m));
   }
   if (!m.q_undefined.empty()) {
-    out = raw::masked_fill(out, token_mask(p, m.q_undefined, p.s_q, device), 0.0);
-    lse = raw::masked_fill(lse, lse_mask(p, m.q_undefined, device), -kInf);
+    out = fill_token_rows(p, out, m.q_undefined, p.s_q, 0.0);
+    lse = fill_lse_rows(p, lse, m.q_undefined, -kInf);
   }
   return {out, lse, {}, key.sink};
 }
 
-raw::AttentionGrads backward(const AttentionProblem& p, const Tensor& dout, const Tensor& q, const Tensor& k,
-                             const Tensor& v, const Tensor& out, const Tensor& lse) {
-  const Prepared prepared = prepare_on(p, q, /*backward=*/true, /*has_dlse=*/false);
-  const ExecutionPlan& plan = plan_for(prepared, "attention_backward");
+raw::AttentionGrads run_backward(const Prepared& prepared, const ExecutionPlan& plan, const AttentionProblem& p,
+                                 const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                                 const Tensor& out, const Tensor& lse) {
   const SdpaMapping& m = prepared.mapping;
   const SdpaGraphKey& key = prepared.key;
   const Device device = q.device();
@@ -452,13 +421,43 @@ raw::AttentionGrads backward(const AttentionProblem& p, const Tensor& dout, cons
   add_common(pack, scalars, p, m, key, device);
   pack.run(plan, device);
 
-  if (!m.q_undefined.empty()) dq = raw::masked_fill(dq, token_mask(p, m.q_undefined, p.s_q, device), 0.0);
+  if (!m.q_undefined.empty()) dq = fill_token_rows(p, dq, m.q_undefined, p.s_q, 0.0);
   if (!m.kv_undefined.empty()) {
-    const Tensor mask = token_mask(p, m.kv_undefined, p.s_kv, device);
-    dk = raw::masked_fill(dk, mask, 0.0);
-    dv = raw::masked_fill(dv, mask, 0.0);
+    dk = fill_token_rows(p, dk, m.kv_undefined, p.s_kv, 0.0);
+    dv = fill_token_rows(p, dv, m.kv_undefined, p.s_kv, 0.0);
   }
   return {dq, dk, dv, {}, {}};
+}
+
+}  // namespace
+
+raw::AttentionForward forward(const AttentionProblem& p, const Tensor& q, const Tensor& k, const Tensor& v) {
+  const Prepared prepared = prepare_on(p, q, /*backward=*/false, /*has_dlse=*/false);
+  return run_forward(prepared, plan_for(prepared, "attention_forward"), p, q, k, v);
+}
+
+raw::AttentionGrads backward(const AttentionProblem& p, const Tensor& dout, const Tensor& q, const Tensor& k,
+                             const Tensor& v, const Tensor& out, const Tensor& lse) {
+  const Prepared prepared = prepare_on(p, q, /*backward=*/true, /*has_dlse=*/false);
+  return run_backward(prepared, plan_for(prepared, "attention_backward"), p, dout, q, k, v, out, lse);
+}
+
+// A call made for q's device with a plan runs as it is; anything else goes the long way, which throws
+// the reason when there is one.
+raw::AttentionForward forward(const PreparedCall& call, const AttentionProblem& p, const Tensor& q, const Tensor& k,
+                              const Tensor& v) {
+  CPF_CHECK(!call.plan || !call.prepared.key.backward,
+            "attention_forward (cudnn): the call was prepared for a backward");
+  if (!call.plan || call.prepared.key.device != q.device().index) return forward(p, q, k, v);
+  return run_forward(call.prepared, *call.plan, p, q, k, v);
+}
+
+raw::AttentionGrads backward(const PreparedCall& call, const AttentionProblem& p, const Tensor& dout, const Tensor& q,
+                             const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse) {
+  CPF_CHECK(!call.plan || call.prepared.key.backward,
+            "attention_backward (cudnn): the call was prepared for a forward");
+  if (!call.plan || call.prepared.key.device != q.device().index) return backward(p, dout, q, k, v, out, lse);
+  return run_backward(call.prepared, *call.plan, p, dout, q, k, v, out, lse);
 }
 
 }  // namespace cpf::attention_cuda::cudnn

@@ -15,6 +15,7 @@
 //
 // Header without CUDA or cuDNN: everything cuDNN-specific stays in the cudnn_*.cpp files.
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "attention/attention_problem.h"
@@ -41,10 +42,24 @@ PlanCacheStats plan_cache_stats();
 // execution plan for this call's key is built (and cached); a failure names cuDNN's last error.
 std::string unsupported_reason(const AttentionProblem& p, DType dtype, bool backward, bool has_dlse);
 
+// One call checked, mapped onto cuDNN and probed, as unsupported_reason does it, kept so that the
+// dispatcher (backend_selection, then forward/backward) maps each call once: the mapping walks every
+// sequence and, for explicit positions, every token. `reason` is "" when cuDNN runs the call. Prepared
+// on the thread's current device (the dispatcher makes q's device current).
+struct PreparedCall;
+std::shared_ptr<const PreparedCall> prepare_call(const AttentionProblem& p, DType dtype, bool backward, bool has_dlse);
+const std::string& prepared_reason(const PreparedCall& call);
+
 // Throw cpf::Error with the reason when unsupported_reason() is not empty. p.config.deterministic
 // selects the deterministic backward (dQ written directly; O(b h s_q s_kv) workspace).
 raw::AttentionForward forward(const AttentionProblem& p, const Tensor& q, const Tensor& k, const Tensor& v);
 raw::AttentionGrads backward(const AttentionProblem& p, const Tensor& dout, const Tensor& q, const Tensor& k,
                              const Tensor& v, const Tensor& out, const Tensor& lse);
+// The same with a call prepare_call made for `p` (prepared again when it was made for another device
+// than q's); a call with a reason throws it.
+raw::AttentionForward forward(const PreparedCall& call, const AttentionProblem& p, const Tensor& q, const Tensor& k,
+                              const Tensor& v);
+raw::AttentionGrads backward(const PreparedCall& call, const AttentionProblem& p, const Tensor& dout, const Tensor& q,
+                             const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse);
 
 }  // namespace cpf::attention_cuda::cudnn
