@@ -8,6 +8,7 @@
 #include "framework/autograd/functions/nn.h"
 #include "framework/autograd/functions/reduce.h"
 #include "framework/autograd/functions/shape.h"
+#include "framework/autograd/functions/swiglu.h"
 #include "framework/autograd/grad_mode.h"
 #include "framework/tensor/random.h"
 #include "framework/tensor/tensor.h"

@@ -191,6 +191,13 @@ struct DeviceOps {
   void (*rope)(const Tensor& out, const Tensor& x, const Tensor& positions, double base, int64_t rotary_dim,
                bool inverse) = nullptr;
 
+  // SwiGLU's gate (framework/tensor/ops/swiglu.h), all (rows, I) with unit column stride and any row
+  // stride for the inputs; outputs contiguous, the inputs' dtype. out = silu(gate) * up; the backward
+  // writes d_gate and d_up in one pass from grad (dy).
+  void (*swiglu)(const Tensor& out, const Tensor& gate, const Tensor& up) = nullptr;
+  void (*swiglu_backward)(const Tensor& d_gate, const Tensor& d_up, const Tensor& dy, const Tensor& gate,
+                          const Tensor& up) = nullptr;
+
   // Philox draws (framework/tensor/random.cpp): out (n) contiguous f64 gets, for element i, exactly
   // the value the CPU computes from philox_block(seed, first + i) before its dtype conversion.
   void (*philox)(const DeviceRandom& params, const Tensor& out) = nullptr;

@@ -169,6 +169,13 @@ inline void add_nn_cases(std::vector<OpCase>& cases) {
       {"rope_strided_heads", "rope", {diff({1, 3, 6, 2}), fixed(ids({2, 5, 11}, {3}))}, [](const Inputs& x) -> Outputs {
          return {rope(transpose(x[0], 2, 3), x[1])};
        }});
+  // SwiGLU's gate: plain, and gate | up as the two column halves of one fused projection (row strides).
+  cases.push_back({"swiglu", "swiglu", {diff({3, 4}, -4, 4), diff({3, 4})}, [](const Inputs& x) -> Outputs {
+                     return {swiglu(x[0], x[1])};
+                   }});
+  cases.push_back({"swiglu_fused_halves", "swiglu", {diff({2, 3, 8}, -4, 4)}, [](const Inputs& x) -> Outputs {
+                     return {swiglu(narrow(x[0], -1, 0, 4), narrow(x[0], -1, 4, 4))};
+                   }});
 }
 
 inline void add_reduce_cases(std::vector<OpCase>& cases) {

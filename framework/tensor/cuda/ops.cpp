@@ -474,6 +474,19 @@ void rope(const Tensor& out, const Tensor& x, const Tensor& positions, double ba
                  x.stride(-2), positions.dim() == 2, base, rotary_dim, inverse, launch.stream);
 }
 
+void swiglu(const Tensor& out, const Tensor& gate, const Tensor& up) {
+  Launch launch(out.device());
+  k::launch_swiglu(code(gate.dtype()), gate.raw_data(), gate.stride(0), up.raw_data(), up.stride(0), out.raw_data(),
+                   gate.size(0), gate.size(1), launch.stream);
+}
+
+void swiglu_backward(const Tensor& d_gate, const Tensor& d_up, const Tensor& dy, const Tensor& gate, const Tensor& up) {
+  Launch launch(gate.device());
+  k::launch_swiglu_backward(code(gate.dtype()), dy.raw_data(), dy.stride(0), gate.raw_data(), gate.stride(0),
+                            up.raw_data(), up.stride(0), d_gate.raw_data(), d_up.raw_data(), gate.size(0),
+                            gate.size(1), launch.stream);
+}
+
 // ---- random and multi-tensor optimizer entries ----
 
 void philox(const DeviceRandom& r, const Tensor& out) {
@@ -609,6 +622,8 @@ const DeviceOps& cuda_device_ops() {
     t.classifier_rows = &classifier_rows;
     t.check_indices = &check_indices;
     t.rope = &rope;
+    t.swiglu = &swiglu;
+    t.swiglu_backward = &swiglu_backward;
     t.philox = &philox;
     t.sum_squares = &sum_squares;
     t.adamw_step = &adamw_step;

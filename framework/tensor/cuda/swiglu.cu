@@ -1,0 +1,101 @@
+// SwiGLU's gate (framework/tensor/ops/swiglu.h): one grid-stride pass over (rows, cols) element blocks of
+// V consecutive columns. The inputs are row-strided views (the two halves of a fused gate/up GEMM output
+// are), the outputs contiguous. V = 16 bytes of the storage type when every row start is 16-byte
+// aligned and cols is a multiple of V, else 1: the op is bandwidth-bound, and whole-vector loads halve
+// the bf16 instructions per byte.
+#include "framework/tensor/cuda/elementwise.cuh"
+
+namespace cpf::cuda::kernels {
+namespace {
+
+__device__ __forceinline__ float sigmoid_of(float g) { return 1.0f / (1.0f + expf(-g)); }
+__device__ __forceinline__ double sigmoid_of(double g) { return 1.0 / (1.0 + exp(-g)); }
+
+template <class T, int V>
+struct alignas(sizeof(T) * V) Pack {
+  T v[V];
+};
+
+struct SwigluArgs {
+  const void* g;
+  const void* u;
+  const void* dy;  // null: forward
+  void* out;       // forward: out; backward: d_gate
+  void* du;        // backward only
+  int64_t gs, us, dys;  // row strides in elements
+  int64_t rows, cols;
+};
+
+template <class T, int V>
+__global__ void __launch_bounds__(kThreads) swiglu_kernel(SwigluArgs a) {
+  using C = compute_t<T>;
+  using P = Pack<T, V>;
+  const int64_t per_row = a.cols / V;
+  const int64_t n = a.rows * per_row;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const int64_t r = i / per_row, c = (i - r * per_row) * V;
+    const P g = *reinterpret_cast<const P*>(static_cast<const T*>(a.g) + r * a.gs + c);
+    const P u = *reinterpret_cast<const P*>(static_cast<const T*>(a.u) + r * a.us + c);
+    P o;
+    if (a.dy == nullptr) {
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        const C gv = widen(g.v[k]);
+        o.v[k] = narrow<T>(gv * sigmoid_of(gv) * widen(u.v[k]));
+      }
+      *reinterpret_cast<P*>(static_cast<T*>(a.out) + r * a.cols + c) = o;
+      continue;
+    }
+    const P d = *reinterpret_cast<const P*>(static_cast<const T*>(a.dy) + r * a.dys + c);
+    P du;
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      const C gv = widen(g.v[k]), uv = widen(u.v[k]), dv = widen(d.v[k]);
+      const C s = sigmoid_of(gv);
+      du.v[k] = narrow<T>(dv * gv * s);
+      o.v[k] = narrow<T>(dv * uv * s * (C(1) + gv * (C(1) - s)));
+    }
+    *reinterpret_cast<P*>(static_cast<T*>(a.out) + r * a.cols + c) = o;
+    *reinterpret_cast<P*>(static_cast<T*>(a.du) + r * a.cols + c) = du;
+  }
+}
+
+bool aligned16(const void* p, int64_t row_stride, int64_t elem) {
+  return p == nullptr || (reinterpret_cast<uintptr_t>(p) % 16 == 0 && (row_stride * elem) % 16 == 0);
+}
+
+template <class T>
+void launch(const SwigluArgs& a, cudaStream_t stream) {
+  constexpr int V = static_cast<int>(16 / sizeof(T));
+  const auto e = static_cast<int64_t>(sizeof(T));
+  const bool vec = a.cols % V == 0 && aligned16(a.g, a.gs, e) && aligned16(a.u, a.us, e) &&
+                   aligned16(a.dy, a.dys, e) && aligned16(a.out, a.cols, e) && aligned16(a.du, a.cols, e);
+  const int64_t n = a.rows * (vec ? a.cols / V : a.cols);
+  const int64_t blocks = (n + kThreads - 1) / kThreads;
+  const unsigned grid = static_cast<unsigned>(blocks < 65535 * 32 ? blocks : 65535 * 32);
+  if (vec) {
+    swiglu_kernel<T, V><<<grid, kThreads, 0, stream>>>(a);
+  } else {
+    swiglu_kernel<T, 1><<<grid, kThreads, 0, stream>>>(a);
+  }
+  CPF_CUDA_CHECK_LAUNCH(a.dy == nullptr ? "swiglu kernel" : "swiglu backward kernel");
+}
+
+}  // namespace
+
+void launch_swiglu(int dtype, const void* g, int64_t gs, const void* u, int64_t us, void* out, int64_t rows,
+                   int64_t cols, cudaStream_t stream) {
+  if (rows == 0 || cols == 0) return;
+  const SwigluArgs a{g, u, nullptr, out, nullptr, gs, us, 0, rows, cols};
+  visit_floating(dtype, [&]<class T>() { launch<T>(a, stream); });
+}
+
+void launch_swiglu_backward(int dtype, const void* dy, int64_t dys, const void* g, int64_t gs, const void* u,
+                            int64_t us, void* dg, void* du, int64_t rows, int64_t cols, cudaStream_t stream) {
+  if (rows == 0 || cols == 0) return;
+  const SwigluArgs a{g, u, dy, dg, du, gs, us, dys, rows, cols};
+  visit_floating(dtype, [&]<class T>() { launch<T>(a, stream); });
+}
+
+}  // namespace cpf::cuda::kernels
