@@ -40,7 +40,14 @@ Tensor MLP::forward(const Tensor& x) const {
     const profile::Scope scope("forward/gelu_mlp", x.device());
     return gelu_mlp(x, in_->weights_for(x), out_->weights_for(x));  // (..., C)
   }
-  return out_->forward(mul(silu(gate_->forward(x)), in_->forward(x)));                      // (..., C)
+  const Tensor gate = gate_->forward(x), up = in_->forward(x);  // (..., I) each
+  Tensor h;
+  {
+    // One kernel for silu(gate) * up, one for both of its gradients (framework/tensor/ops/swiglu.h).
+    const profile::Scope scope("forward/swiglu", x.device());
+    h = swiglu(gate, up);  // (..., I)
+  }
+  return out_->forward(h);  // (..., C)
 }
 
 }  // namespace cpf::nn
