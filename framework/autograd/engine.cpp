@@ -31,9 +31,10 @@ struct NodeTask {
   int dependencies = 0;
 };
 
-void accumulate(Tensor& slot, const Tensor& incoming) {
+// Takes the incoming handle: a gradient the engine alone holds can be adopted by a leaf (AccumulateGrad).
+void accumulate(Tensor& slot, Tensor incoming) {
   if (!incoming.defined()) return;
-  slot = slot.defined() ? raw::add(slot, incoming) : incoming;
+  slot = slot.defined() ? raw::add(slot, incoming) : std::move(incoming);
 }
 
 // Counts, for every node reachable from the roots, how many edges point into it (iterative DFS).
@@ -130,7 +131,7 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
       if (!next.node) continue;
       if (input_grads[i].defined()) check_gradient(*node, i, input_grads[i]);
       NodeTask& next_task = tasks[next.node.get()];
-      accumulate(next_task.grads[next.input_nr], input_grads[i]);
+      accumulate(next_task.grads[next.input_nr], std::move(input_grads[i]));
       if (--next_task.dependencies == 0) {
         keep_alive.push_back(next.node);
         if (is_leaf_accumulator(*next.node)) {

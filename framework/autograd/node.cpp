@@ -1,6 +1,8 @@
 #include "framework/autograd/node.h"
 
 #include <atomic>
+#include <memory>
+#include <type_traits>
 
 #include "framework/autograd/grad_mode.h"
 #include "framework/tensor/ops/copy.h"
@@ -56,6 +58,27 @@ Node::~Node() {
   }
 }
 
+namespace {
+
+// The number of Tensor handles sharing t's TensorImpl. Tensor is standard-layout with the impl's
+// shared_ptr as its only member, so the two are pointer-interconvertible (no change to tensor.h, which
+// every file includes).
+long handle_count(const Tensor& t) {
+  static_assert(std::is_standard_layout_v<Tensor> && sizeof(Tensor) == sizeof(std::shared_ptr<TensorImpl>));
+  return reinterpret_cast<const std::shared_ptr<TensorImpl>&>(t).use_count();
+}
+
+// True when `incoming` can become a leaf's gradient as it is: nothing else can see or change its data
+// (one handle, the engine's; one impl on its storage: no view, saved alias or captured copy) and it
+// covers exactly its own dense storage (not a broadcast view or a slice of a larger buffer).
+bool adoptable(const Tensor& incoming) {
+  return handle_count(incoming) == 1 && incoming.storage() && incoming.storage().use_count() == 1 &&
+         !incoming.requires_grad() && incoming.is_contiguous() && incoming.offset() == 0 &&
+         incoming.storage()->nbytes() == static_cast<size_t>(incoming.numel()) * dtype_size(incoming.dtype());
+}
+
+}  // namespace
+
 AccumulateGrad::AccumulateGrad(Tensor leaf) : Node({}, {}, 1), leaf_(std::move(leaf)) {}
 
 std::vector<Tensor> AccumulateGrad::apply(const std::vector<Tensor>& grad_outputs) {
@@ -63,8 +86,9 @@ std::vector<Tensor> AccumulateGrad::apply(const std::vector<Tensor>& grad_output
   if (incoming.defined()) {
     Tensor current = leaf_.grad();
     if (!current.defined()) {
-      // A private copy: the incoming gradient may alias another node's buffer or be a broadcast view.
-      leaf_.set_grad(raw::clone(incoming));
+      // Adopted when the engine holds the only reference (saves one copy per weight per step); otherwise a
+      // private copy: the incoming gradient may alias another node's buffer or be a broadcast view.
+      leaf_.set_grad(adoptable(incoming) ? incoming : raw::clone(incoming));
     } else {
       raw::add_(current, incoming);
     }
