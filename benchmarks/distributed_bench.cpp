@@ -15,8 +15,10 @@
 #include <algorithm>
 #include <condition_variable>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -46,6 +48,60 @@ void run_op(Op op, ProcessGroup& pg, const Tensor& input, const Tensor& out) {
   }
 }
 
+// n thread ranks of one world, rank 0 on the benchmark thread and ranks 1..n-1 on helper threads
+// that run their step once each time rank 0 starts one (step()), so one iteration is one complete
+// collective step. The cores are shared evenly between the ranks' progress threads, as dist::launch does.
+class LockstepRanks {
+ public:
+  using Step = std::function<void()>;
+  // make_step(r, group) runs on rank r's helper thread (its setup may be collective) and returns its step.
+  LockstepRanks(int n, const std::function<Step(int, const cpf::dist::ProcessGroupPtr&)>& make_step) {
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    world_ = cpf::dist::thread::ThreadWorld::create(n, {.omp_threads_per_rank = std::max(1, cores / n)});
+    for (int r = 0; r < n; ++r) groups_.push_back(world_->group(r));
+    for (int r = 1; r < n; ++r) {
+      helpers_.emplace_back([this, r, make_step, group = groups_[static_cast<size_t>(r)]] {
+        const Step step = make_step(r, group);
+        for (int64_t done = 0;; ++done) {
+          {
+            std::unique_lock lock(mutex_);
+            cv_.wait(lock, [&] { return started_ > done || stop_; });
+            if (started_ == done) return;  // stopped, and every started step has run
+          }
+          step();
+        }
+      });
+    }
+  }
+  ~LockstepRanks() {
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (std::thread& t : helpers_) t.join();
+  }
+  const cpf::dist::ProcessGroupPtr& group(int rank) const { return groups_[static_cast<size_t>(rank)]; }
+  // Starts one step on every helper and runs rank 0's.
+  void step(const Step& rank0) {
+    {
+      std::lock_guard lock(mutex_);
+      ++started_;
+    }
+    cv_.notify_all();
+    rank0();
+  }
+
+ private:
+  std::shared_ptr<cpf::dist::thread::ThreadWorld> world_;
+  std::vector<cpf::dist::ProcessGroupPtr> groups_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  int64_t started_ = 0;
+  bool stop_ = false;
+  std::vector<std::thread> helpers_;
+};
+
 void BM_collective(benchmark::State& state, Op op) {
   const int n = static_cast<int>(state.range(0));
   const int64_t bytes = state.range(1) * kMiB;
@@ -69,46 +125,14 @@ void BM_collective(benchmark::State& state, Op op) {
         break;
     }
   }
-  // As dist::launch does: the cores shared evenly between the ranks' progress threads.
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  auto world = cpf::dist::thread::ThreadWorld::create(n, {.omp_threads_per_rank = std::max(1, cores / n)});
-  std::vector<cpf::dist::ProcessGroupPtr> groups;
-  for (int r = 0; r < n; ++r) groups.push_back(world->group(r));
-
-  // Rank 0 counts the collectives it started; each helper runs until it has run as many.
-  std::mutex mutex;
-  std::condition_variable cv;
-  int64_t started = 0;
-  bool stop = false;
-  std::vector<std::thread> helpers;
-  for (int r = 1; r < n; ++r) {
-    helpers.emplace_back([&, r] {
-      for (int64_t done = 0;; ++done) {
-        {
-          std::unique_lock lock(mutex);
-          cv.wait(lock, [&] { return started > done || stop; });
-          if (started == done) return;  // stopped, and every started collective has run
-        }
-        run_op(op, *groups[static_cast<size_t>(r)], inputs[static_cast<size_t>(r)], outputs[static_cast<size_t>(r)]);
-      }
-    });
-  }
-  const auto one_collective = [&] {
-    {
-      std::lock_guard lock(mutex);
-      ++started;
-    }
-    cv.notify_all();
-    run_op(op, *groups[0], inputs[0], outputs[0]);
-  };
-  one_collective();  // warm-up: first touch of the outputs, progress threads started
-  for (auto _ : state) one_collective();
   {
-    std::lock_guard lock(mutex);
-    stop = true;
+    LockstepRanks ranks(n, [&](int r, const cpf::dist::ProcessGroupPtr& group) -> LockstepRanks::Step {
+      return [&, r, group] { run_op(op, *group, inputs[static_cast<size_t>(r)], outputs[static_cast<size_t>(r)]); };
+    });
+    const auto one_collective = [&] { ranks.step([&] { run_op(op, *ranks.group(0), inputs[0], outputs[0]); }); };
+    one_collective();  // warm-up: first touch of the outputs, progress threads started
+    for (auto _ : state) one_collective();
   }
-  cv.notify_all();
-  for (std::thread& t : helpers) t.join();
 
   const double factor = op == Op::all_reduce ? 2.0 * (n - 1) / n : static_cast<double>(n - 1) / n;
   // Bytes per second, printed with SI prefixes ("12.3G/s" = 12.3 GB/s).
@@ -190,48 +214,20 @@ void BM_data_parallel_step(benchmark::State& state, Reduce mode) {
   const int n = static_cast<int>(state.range(0));
   const int layers = static_cast<int>(state.range(1));
   constexpr int64_t kWidth = 512, kBatch = 256;
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  auto world = cpf::dist::thread::ThreadWorld::create(n, {.omp_threads_per_rank = std::max(1, cores / n)});
-  std::vector<cpf::dist::ProcessGroupPtr> groups;
-  for (int r = 0; r < n; ++r) groups.push_back(world->group(r));
-
-  std::mutex mutex;
-  std::condition_variable cv;
-  int64_t started = 0;
-  bool stop = false;
-  std::vector<std::thread> helpers;
-  for (int r = 1; r < n; ++r) {
-    helpers.emplace_back([&, r] {
-      RankModel model(layers, kWidth, kBatch, r);
-      model.make_reducer(mode, groups[static_cast<size_t>(r)]);
-      for (int64_t done = 0;; ++done) {
-        {
-          std::unique_lock lock(mutex);
-          cv.wait(lock, [&] { return started > done || stop; });
-          if (started == done) return;
-        }
-        model.step(*groups[static_cast<size_t>(r)]);
-      }
-    });
-  }
-  RankModel model(layers, kWidth, kBatch, 0);
-  model.make_reducer(mode, groups[0]);
-  const auto one_step = [&] {
-    {
-      std::lock_guard lock(mutex);
-      ++started;
-    }
-    cv.notify_all();
-    model.step(*groups[0]);
-  };
-  one_step();  // warm-up
-  for (auto _ : state) one_step();
+  std::optional<RankModel> model;  // rank 0's, built once the helpers run (make_reducer is collective)
   {
-    std::lock_guard lock(mutex);
-    stop = true;
+    // A helper's model lives as long as its step, on the helper's thread.
+    LockstepRanks ranks(n, [&](int r, const cpf::dist::ProcessGroupPtr& group) -> LockstepRanks::Step {
+      auto rank_model = std::make_shared<RankModel>(layers, kWidth, kBatch, r);
+      rank_model->make_reducer(mode, group);
+      return [rank_model, group] { rank_model->step(*group); };
+    });
+    model.emplace(layers, kWidth, kBatch, 0);
+    model->make_reducer(mode, ranks.group(0));
+    const auto one_step = [&] { ranks.step([&] { model->step(*ranks.group(0)); }); };
+    one_step();  // warm-up
+    for (auto _ : state) one_step();
   }
-  cv.notify_all();
-  for (std::thread& t : helpers) t.join();
   state.counters["steps/s"] = benchmark::Counter(1.0, benchmark::Counter::kIsIterationInvariantRate);
 }
 

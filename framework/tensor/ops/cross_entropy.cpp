@@ -36,6 +36,22 @@ void check_inputs(const Tensor& logits, const Tensor& targets, const char* op) {
             "] to match logits ", logits.shape(), ", got ", targets.shape());
 }
 
+// What both backward forms need: check_inputs, a one-element floating grad_loss and the forward's
+// compute-type lse of one value per row on the logits' device.
+void check_backward_inputs(const Tensor& grad_loss, const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                           const char* op) {
+  check_inputs(logits, targets, op);
+  check_defined(grad_loss, op, "grad_loss");
+  CPF_CHECK(grad_loss.numel() == 1 && is_floating(grad_loss.dtype()), op,
+            ": grad_loss must be a one-element floating tensor, got ", grad_loss.dtype(), " ", grad_loss.shape());
+  const DType compute = compute_dtype(logits.dtype());
+  const int64_t rows = logits.size(0);
+  check_defined(lse, op, "lse");
+  CPF_CHECK(lse.shape() == Shape{rows} && lse.dtype() == compute, op, ": lse must be ", compute, " [", rows,
+            "] (from the forward), got ", lse.dtype(), " ", lse.shape());
+  check_same_device(logits, lse, op);
+}
+
 // Checks every target and counts those that are not ignored.
 template <class I>
 int64_t count_valid(const I* targets, int64_t rows, int64_t classes, int64_t ignore_index, const char* op) {
@@ -125,16 +141,9 @@ CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& targets, in
 Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, const Tensor& targets, const Tensor& lse,
                               int64_t valid_count, int64_t ignore_index) {
   const char* op = "cross_entropy_backward";
-  check_inputs(logits, targets, op);
-  check_defined(grad_loss, op, "grad_loss");
-  CPF_CHECK(grad_loss.numel() == 1 && is_floating(grad_loss.dtype()), op,
-            ": grad_loss must be a one-element floating tensor, got ", grad_loss.dtype(), " ", grad_loss.shape());
+  check_backward_inputs(grad_loss, logits, targets, lse, op);
   const DType compute = compute_dtype(logits.dtype());
   const int64_t rows = logits.size(0), classes = logits.size(1);
-  check_defined(lse, op, "lse");
-  CPF_CHECK(lse.shape() == Shape{rows} && lse.dtype() == compute, op, ": lse must be ", compute, " [", rows,
-            "] (from the forward), got ", lse.dtype(), " ", lse.shape());
-  check_same_device(logits, lse, op);
   const Tensor tc = contiguous(targets);
   if (!logits.device().is_cpu()) {
     visit_target_type(tc.dtype(), [&]<class I>() {
@@ -191,16 +200,9 @@ Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, con
   if (logits.device().is_cpu() || count.device().is_cpu()) {
     return cross_entropy_backward(grad_loss, logits, targets, lse, count.item<int64_t>(), ignore_index);
   }
-  check_inputs(logits, targets, op);
-  check_defined(grad_loss, op, "grad_loss");
-  CPF_CHECK(grad_loss.numel() == 1 && is_floating(grad_loss.dtype()), op,
-            ": grad_loss must be a one-element floating tensor, got ", grad_loss.dtype(), " ", grad_loss.shape());
+  check_backward_inputs(grad_loss, logits, targets, lse, op);
   const DType compute = compute_dtype(logits.dtype());
   const int64_t rows = logits.size(0), classes = logits.size(1);
-  check_defined(lse, op, "lse");
-  CPF_CHECK(lse.shape() == Shape{rows} && lse.dtype() == compute, op, ": lse must be ", compute, " [", rows,
-            "] (from the forward), got ", lse.dtype(), " ", lse.shape());
-  check_same_device(logits, lse, op);
   check_same_device(logits, count, op);
   // grad_loss / count is formed on the device (in f64, rounded to the compute type as the CPU does).
   const Tensor g = contiguous(to(to(grad_loss, logits.device()), DType::f64));
