@@ -1,0 +1,84 @@
+// Host-side preparation of one CP attention layer, per function, at 8k tokens per rank (cp = 4, one
+// causal sequence of 32k tokens) and at 32k per rank (128k tokens): the work p2p (ring attention) does
+// on the host for a pass before and between its kernels, in series with the GPU. The attention itself
+// is left out (on the CPU device it would dominate everything).
+//
+//   BM_RankLayoutsBuilt    the P single-rank layouts built anew (what p2p did every pass)
+//   BM_RankLayoutsCached   the same from cached_rank_layouts (what p2p does now)
+//   BM_RingTileInfos       one pass's P pair_sequence_info + any_visible (per ring step)
+//   BM_CudnnMapping/<tile> map_to_cudnn of one ring tile (0 diagonal, 1 lower, 2 upper): once per call
+//                          now, twice before (the backend check and the call each mapped it). Only in a
+//                          build with cuDNN (build/gpushared); it needs no GPU.
+//
+//   build/cpu/benchmarks/cpu_cp_host_bench
+//   build/gpushared/benchmarks/cpu_cp_host_bench --benchmark_filter=Mapping
+#include <benchmark/benchmark.h>
+
+#include "attention/cp/layout.h"
+#include "attention/cp/layout_cache.h"
+#if CPF_BENCH_CUDNN_MAPPING
+#include "attention/attention_problem.h"
+#include "attention/cuda/cudnn_sdpa_mapping.h"
+#endif
+
+namespace {
+
+using namespace cpf;
+
+constexpr int64_t kCp = 4, kHeads = 12, kDim = 64;
+
+// One causal sequence of `tokens` (thd), as CP sees it.
+cp::GlobalSequences sequence(int64_t tokens) {
+  cp::GlobalSequences g;
+  g.cu_seqlens = {0, tokens};
+  g.cu_seqlens_padded = {0, tokens};
+  return g;
+}
+
+void BM_RankLayoutsBuilt(benchmark::State& state) {
+  const cp::GlobalSequences g = sequence(state.range(0));
+  for (auto _ : state) {
+    std::vector<cp::GroupLayout> layouts;
+    for (int r = 0; r < kCp; ++r) layouts.push_back(cp::make_group_layout(g, kCp, {r}));
+    benchmark::DoNotOptimize(layouts);
+  }
+}
+BENCHMARK(BM_RankLayoutsBuilt)->Arg(32768)->Arg(131072)->Unit(benchmark::kMicrosecond);
+
+void BM_RankLayoutsCached(benchmark::State& state) {
+  const cp::GlobalSequences g = sequence(state.range(0));
+  for (auto _ : state) benchmark::DoNotOptimize(cp::cached_rank_layouts(g, kCp));
+}
+BENCHMARK(BM_RankLayoutsCached)->Arg(32768)->Arg(131072)->Unit(benchmark::kMicrosecond);
+
+void BM_RingTileInfos(benchmark::State& state) {
+  const auto layouts = cp::cached_rank_layouts(sequence(state.range(0)), kCp);
+  const AttentionWindow causal{-1, 0};
+  for (auto _ : state) {
+    for (int step = 0; step < kCp; ++step) {
+      const auto& q = (*layouts)[1];
+      const auto& kv = (*layouts)[static_cast<size_t>((1 - step + kCp) % kCp)];
+      benchmark::DoNotOptimize(cp::any_visible(q, kv, causal));
+      benchmark::DoNotOptimize(cp::pair_sequence_info(q, kv));
+    }
+  }
+}
+BENCHMARK(BM_RingTileInfos)->Arg(32768)->Arg(131072)->Unit(benchmark::kMicrosecond);
+
+#if CPF_BENCH_CUDNN_MAPPING
+// Rank 1's tile against the KV block of rank 1 (diagonal), 0 (lower) or 3 (upper), at 32k tokens.
+void BM_CudnnMapping(benchmark::State& state) {
+  const auto layouts = cp::cached_rank_layouts(sequence(32768), kCp);
+  const int src = state.range(0) == 0 ? 1 : state.range(0) == 1 ? 0 : 3;
+  const SequenceInfo pair = cp::pair_sequence_info((*layouts)[1], (*layouts)[static_cast<size_t>(src)]);
+  const Tensor q = empty({(*layouts)[1].tokens(), kHeads, kDim}, {.dtype = DType::bf16});
+  const AttentionSpec spec{.qkv_format = QkvFormat::thd, .mask = MaskType::causal};
+  const AttentionProblem p = check_attention_inputs(q, q, q, spec, pair, {});
+  for (auto _ : state) benchmark::DoNotOptimize(attention_cuda::cudnn::map_to_cudnn(p));
+}
+BENCHMARK(BM_CudnnMapping)->DenseRange(0, 2)->Unit(benchmark::kMicrosecond);
+#endif
+
+}  // namespace
+
+BENCHMARK_MAIN();
