@@ -102,39 +102,86 @@ __global__ void __launch_bounds__(G == 32 ? kThreads : G)
 }
 
 // dx = dx1 + rstd * (gh - mean(gh) - xhat * mean(gh * xhat)), gh = g * w, xhat = (x1 - mean) * rstd
-// (norm.cu's norm_dx_kernel plus the residual gradient); db = dx in b's dtype.
-template <int G, bool centered, class TX, class TG, class TB>
-__global__ void __launch_bounds__(kThreads)
+// (norm.cu's norm_dx_kernel plus the residual gradient); db = dx in b's dtype. G threads per row, V-element
+// accesses (as add_norm_kernel); NC > 0: thread t keeps gh and xhat of its vectors t, t + G, ... (NC of
+// them) in registers, so g, w and x1 are read once; NC = 0: the second pass reads them again.
+template <int G, int V, int NC, bool centered, class TX, class TG, class TB>
+__global__ void __launch_bounds__(G == 32 ? kThreads : G)
     add_norm_dx_kernel(const TG* g, const TX* x1, const TX* w, const compute_t<TX>* mean, const compute_t<TX>* rstd,
                        const TX* dx1, TX* dx, TB* db, int64_t rows, int64_t cols) {
   using C = compute_t<TX>;
   __shared__ C scratch[kThreads / 32];
   const RowLoop<G> loop;
+  const int64_t nvec = cols / V;
   for (int64_t r = loop.first; r < rows; r += loop.step) {
     const TG* gr = g + r * cols;
     const TX* xr = x1 + r * cols;
     const C mu = centered ? mean[r] : C(0);
     const C rs = rstd[r];
-    const auto gh_at = [&](int64_t j) {
-      const C gv = static_cast<C>(ld(gr, j));
-      return w != nullptr ? gv * ld(w, j) : gv;
+    // gh and xhat of vector q.
+    const auto fetch = [&](int64_t q, C (&gh)[V], C (&xh)[V]) {
+      compute_t<TG> gv[V];
+      C wv[V], xv[V];
+      load_row_vec<TG, V>(gr, q, gv);
+      if (w != nullptr) load_row_vec<TX, V>(w, q, wv);
+      load_row_vec<TX, V>(xr, q, xv);
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        gh[k] = w != nullptr ? static_cast<C>(gv[k]) * wv[k] : static_cast<C>(gv[k]);
+        xh[k] = (xv[k] - mu) * rs;
+      }
+    };
+    C cgh[NC > 0 ? NC : 1][V], cxh[NC > 0 ? NC : 1][V];
+    if constexpr (NC > 0) {
+#pragma unroll
+      for (int k = 0; k < NC; ++k) {
+        const int64_t q = loop.lane + static_cast<int64_t>(k) * G;
+        if (q < nvec) fetch(q, cgh[k], cxh[k]);
+      }
+    }
+    const auto each = [&](auto&& f) {  // f(q, gh, xhat of vector q)
+      if constexpr (NC > 0) {
+#pragma unroll
+        for (int k = 0; k < NC; ++k) {
+          const int64_t q = loop.lane + static_cast<int64_t>(k) * G;
+          if (q < nvec) f(q, cgh[k], cxh[k]);
+        }
+      } else {
+        for (int64_t q = loop.lane; q < nvec; q += G) {
+          C gh[V], xh[V];
+          fetch(q, gh, xh);
+          f(q, gh, xh);
+        }
+      }
     };
     C sa = C(0), sc = C(0);
-    for (int64_t j = loop.lane; j < cols; j += G) {
-      const C gh = gh_at(j);
-      sa += gh;
-      sc += gh * ((ld(xr, j) - mu) * rs);
-    }
+    each([&](int64_t, C (&gh)[V], C (&xh)[V]) {
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        sa += gh[k];
+        sc += gh[k] * xh[k];
+      }
+    });
     const C a = centered ? group_reduce<G, false>(sa, scratch) / C(cols) : C(0);
     const C c = group_reduce<G, false>(sc, scratch) / C(cols);
-    for (int64_t j = loop.lane; j < cols; j += G) {
-      const C xhat = (ld(xr, j) - mu) * rs;
-      C d = rs * (gh_at(j) - a - xhat * c);
-      if (dx1 != nullptr) d = ld(dx1, r * cols + j) + d;
-      const TX dv = narrow<TX>(d);
-      dx[r * cols + j] = dv;
-      if (db != nullptr) db[r * cols + j] = narrow<TB>(static_cast<compute_t<TB>>(widen(dv)));
-    }
+    each([&](int64_t q, C (&gh)[V], C (&xh)[V]) {
+      C d1[V];
+      if (dx1 != nullptr) load_row_vec<TX, V>(dx1 + r * cols, q, d1);
+      Vec<TX, V> o;
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        C d = rs * (gh[k] - a - xh[k] * c);
+        if (dx1 != nullptr) d = d1[k] + d;
+        o.v[k] = narrow<TX>(d);
+      }
+      *reinterpret_cast<Vec<TX, V>*>(dx + r * cols + q * V) = o;
+      if (db != nullptr) {
+        Vec<TB, V> ob;
+#pragma unroll
+        for (int k = 0; k < V; ++k) ob.v[k] = narrow<TB>(static_cast<compute_t<TB>>(widen(o.v[k])));
+        *reinterpret_cast<Vec<TB, V>*>(db + r * cols + q * V) = ob;
+      }
+    });
   }
 }
 
@@ -182,6 +229,42 @@ void forward(const void* x, const void* b, const void* w, const void* bias, void
   CPF_CUDA_CHECK_LAUNCH("add_norm kernel");
 }
 
+template <bool centered, class TX, class TG, class TB>
+void backward_dx(const void* g, const void* x1, const void* w, const void* mean, const void* rstd, const void* dx1,
+                 void* dx, void* db, int64_t rows, int64_t cols, cudaStream_t stream) {
+  using C = compute_t<TX>;
+  const auto launch = [&]<int G, int V, int NC>(int64_t blocks) {
+    add_norm_dx_kernel<G, V, NC, centered, TX, TG, TB><<<static_cast<unsigned>(blocks), G == 32 ? kThreads : G, 0,
+                                                         stream>>>(
+        static_cast<const TG*>(g), static_cast<const TX*>(x1), static_cast<const TX*>(w),
+        static_cast<const C*>(mean), static_cast<const C*>(rstd), static_cast<const TX*>(dx1), static_cast<TX*>(dx),
+        static_cast<TB*>(db), rows, cols);
+  };
+  constexpr int V = vector_width(static_cast<int>(sizeof(TX)));
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };  // null is aligned
+  const bool vec = cols % V == 0 && aligned(g) && aligned(x1) && aligned(w) && aligned(dx1) && aligned(dx) &&
+                   aligned(db);
+  const bool warp = cols <= kWarpRowLimit;
+  const int group = warp ? 32 : kCachedThreads;
+  const int64_t per_thread = (cols / V + group - 1) / group;
+  const int64_t blocks = warp ? row_grid(rows, cols) : capped(rows);
+  // Two cached arrays (gh, xhat): up to 8 vectors a thread, longer rows re-read.
+  const auto cached = [&]<int GG>() {
+    if (per_thread <= 2) return launch.template operator()<GG, V, 2>(blocks);
+    if (per_thread <= 4) return launch.template operator()<GG, V, 4>(blocks);
+    if (per_thread <= 8) return launch.template operator()<GG, V, 8>(blocks);
+    launch.template operator()<GG, V, 0>(blocks);
+  };
+  if (vec) {
+    warp ? cached.template operator()<32>() : cached.template operator()<kCachedThreads>();
+  } else if (warp) {
+    launch.template operator()<32, 1, 0>(blocks);
+  } else {
+    launch.template operator()<kThreads, 1, 0>(capped(rows));
+  }
+  CPF_CUDA_CHECK_LAUNCH("add_norm backward kernel (dx)");
+}
+
 }  // namespace
 
 void launch_add_norm(bool centered, int x_dtype, int b_dtype, int y_dtype, const void* x, const void* b,
@@ -206,17 +289,8 @@ void launch_add_norm_backward(bool centered, int x_dtype, int g_dtype, int db_dt
     visit_narrow<TX>(g_dtype, [&]<class TG>() {
       visit_narrow<TX>(db_dtype, [&]<class TB>() {
         if (rows == 0) return;
-        using C = compute_t<TX>;
-        const bool warp = cols <= kWarpRowLimit;
-        const auto kernel = centered ? (warp ? add_norm_dx_kernel<32, true, TX, TG, TB>
-                                             : add_norm_dx_kernel<kThreads, true, TX, TG, TB>)
-                                     : (warp ? add_norm_dx_kernel<32, false, TX, TG, TB>
-                                             : add_norm_dx_kernel<kThreads, false, TX, TG, TB>);
-        kernel<<<static_cast<unsigned>(row_grid(rows, cols)), kThreads, 0, stream>>>(
-            static_cast<const TG*>(g), static_cast<const TX*>(x1), static_cast<const TX*>(w),
-            static_cast<const C*>(mean), static_cast<const C*>(rstd), static_cast<const TX*>(dx1),
-            static_cast<TX*>(dx), static_cast<TB*>(db), rows, cols);
-        CPF_CUDA_CHECK_LAUNCH("add_norm backward kernel (dx)");
+        const auto go = centered ? backward_dx<true, TX, TG, TB> : backward_dx<false, TX, TG, TB>;
+        go(g, x1, w, mean, rstd, dx1, dx, db, rows, cols, stream);
       });
     });
   });
