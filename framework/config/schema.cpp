@@ -131,6 +131,10 @@ struct ConfigReader::State {
   std::map<std::string, std::set<std::string>> known;  // section path -> keys it accepts
   std::map<std::string, Location> locations;
 
+  // The leaf `key` of the current section: registers it as accepted and, when present, as read with
+  // its location. Returns the value node (undefined when absent); `path` is the key's full path.
+  YAML::Node take(const std::string& key, std::string& path);
+
   Location locate(const std::string& path, const YAML::Mark& mark) const {
     Location loc;
     loc.file = doc->file;
@@ -181,6 +185,17 @@ std::string no_value(const std::string& path) {
 
 }  // namespace
 
+YAML::Node ConfigReader::State::take(const std::string& key, std::string& path) {
+  path = join_path(prefix, key);
+  known[join_path(prefix, "")].insert(key);
+  YAML::Mark mark;
+  YAML::Node node = lookup(nodes.back(), key, mark);
+  if (!node.IsDefined()) return node;
+  consumed.insert(path);
+  locations[path] = locate(path, mark);
+  return node;
+}
+
 Location ConfigReader::location(const std::string& path) const {
   auto it = state_->locations.find(path);
   if (it != state_->locations.end()) return it->second;
@@ -195,13 +210,9 @@ void ConfigReader::fail(const std::string& path, const std::string& message) con
 
 #define CPF_CONFIG_READ_SCALAR(TYPE, CONVERT, EXPECTED)                                                          \
   void ConfigReader::field(const std::string& key, TYPE& value, const std::string&, Range range) {             \
-    const std::string path = join_path(state_->prefix, key);                                                   \
-    state_->known[join_path(state_->prefix, "")].insert(key);                                                  \
-    YAML::Mark mark;                                                                                           \
-    YAML::Node node = lookup(state_->nodes.back(), key, mark);                                                 \
+    std::string path;                                                                                          \
+    const YAML::Node node = state_->take(key, path);                                                           \
     if (!node.IsDefined()) return;                                                                             \
-    state_->consumed.insert(path);                                                                             \
-    state_->locations[path] = state_->locate(path, mark);                                                      \
     if (node.IsNull()) fail(path, no_value(path));                                                             \
     const std::string text = scalar_text(node);                                                                \
     TYPE parsed{};                                                                                             \
@@ -227,13 +238,9 @@ CPF_CONFIG_READ_SCALAR(double, node.as<double>(), "a number")
 #undef CPF_CONFIG_READ_SCALAR
 
 void ConfigReader::field(const std::string& key, bool& value, const std::string&) {
-  const std::string path = join_path(state_->prefix, key);
-  state_->known[join_path(state_->prefix, "")].insert(key);
-  YAML::Mark mark;
-  YAML::Node node = lookup(state_->nodes.back(), key, mark);
+  std::string path;
+  const YAML::Node node = state_->take(key, path);
   if (!node.IsDefined()) return;
-  state_->consumed.insert(path);
-  state_->locations[path] = state_->locate(path, mark);
   if (node.IsNull()) fail(path, no_value(path));
   try {
     if (!node.IsScalar()) throw YAML::Exception(YAML::Mark::null_mark(), "");
@@ -244,13 +251,9 @@ void ConfigReader::field(const std::string& key, bool& value, const std::string&
 }
 
 void ConfigReader::field(const std::string& key, std::string& value, const std::string&) {
-  const std::string path = join_path(state_->prefix, key);
-  state_->known[join_path(state_->prefix, "")].insert(key);
-  YAML::Mark mark;
-  YAML::Node node = lookup(state_->nodes.back(), key, mark);
+  std::string path;
+  const YAML::Node node = state_->take(key, path);
   if (!node.IsDefined()) return;
-  state_->consumed.insert(path);
-  state_->locations[path] = state_->locate(path, mark);
   if (node.IsNull()) fail(path, no_value(path));
   if (!node.IsScalar()) fail(path, path + "=" + scalar_text(node) + ": expected a string");
   value = node.Scalar();
