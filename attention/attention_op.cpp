@@ -6,6 +6,7 @@
 #include "attention/cpu/flash_kernels.h"
 #include "framework/core/error.h"
 #include "framework/tensor/ops/copy.h"
+#include "framework/tensor/profile.h"
 
 namespace cpf::raw {
 namespace {
@@ -51,8 +52,15 @@ AttentionGrads with_sink_grad(AttentionGrads grads, const Tensor& dout, const Te
 
 AttentionForward attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec,
                                    const std::optional<SequenceInfo>& seq, const AttentionKernelConfig& config) {
-  const AttentionProblem p = check_attention_inputs(q, k, v, spec, seq, config);
+  // Nested scopes split a call's time into the host checks (sequence tables, positions) and the device
+  // entry (backend choice, cuDNN mapping, kernels): a GPU time far above the kernels' says the stream
+  // ran dry while the host prepared the call.
+  const AttentionProblem p = [&] {
+    const profile::Scope scope("attention/check_inputs", q.defined() ? q.device() : Device::cpu());
+    return check_attention_inputs(q, k, v, spec, seq, config);
+  }();
   if (const DeviceAttentionKernels* device = device_kernels(q.device(), "attention_forward")) {
+    const profile::Scope scope("attention/device_forward", q.device());
     return with_sink(device->forward(p, q, k, v), spec);
   }
   const DType ct = compute_dtype(q.dtype());

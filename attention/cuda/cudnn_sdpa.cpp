@@ -24,6 +24,7 @@
 #include "framework/tensor/ops/elementwise.h"
 #include "framework/tensor/ops/index.h"
 #include "framework/tensor/ops/views.h"
+#include "framework/tensor/profile.h"
 
 namespace cpf::attention_cuda::cudnn {
 namespace {
@@ -360,7 +361,11 @@ raw::AttentionForward run_forward(const Prepared& prepared, const ExecutionPlan&
   pack.add(kUidStats, stats);
   if (key.sink) pack.add(kUidSink, dense(p.sink, DType::f32));
   add_common(pack, scalars, p, m, key, device);
-  pack.run(plan, device);
+  {
+    // The kernel alone (its GPU time), apart from the host work of the call around it.
+    const profile::Scope scope("attention/cudnn_forward_kernel", device);
+    pack.run(plan, device);
+  }
 
   Tensor lse = stats;
   if (m.ragged) {

@@ -2,6 +2,7 @@
 
 #include "attention/modules/attention_layout.h"
 #include "framework/autograd/ops.h"
+#include "framework/tensor/profile.h"
 
 namespace cpf::nn {
 namespace {
@@ -73,8 +74,15 @@ Tensor MultiHeadAttention::forward(const Tensor& x, const std::optional<Sequence
                                                            cp->group->rank())
                     : rope_positions(t, o.qkv_format, seq, kv);
     };
-    q = apply_rope(q, o.qkv_format, positions(q, false), o.rope_base, o.rotary_dim);
-    k = apply_rope(k, o.qkv_format, positions(k, true), o.rope_base, o.rotary_dim);
+    const profile::Scope scope("forward/rope", x.device());
+    // Self-attention: q and k come from the same tokens, so their positions differ only when the
+    // SequenceInfo gives the keys their own; one table (one upload) then serves both.
+    const Tensor q_positions = positions(q, false);
+    const bool same = !seq || (seq->cu_seqlens_q == seq->cu_seqlens_kv &&
+                               seq->cu_seqlens_q_padded == seq->cu_seqlens_kv_padded &&
+                               seq->resolved_q_positions() == seq->resolved_kv_positions());
+    q = apply_rope(q, o.qkv_format, q_positions, o.rope_base, o.rotary_dim);
+    k = apply_rope(k, o.qkv_format, same ? q_positions : positions(k, true), o.rope_base, o.rotary_dim);
   }
   const AttentionOutput attn = use_cp ? cp::context_parallel_attention(q, k, v, spec_, seq, *cp)
                                       : dot_product_attention(q, k, v, spec_, seq, o.kernel_config);
