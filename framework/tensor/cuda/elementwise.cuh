@@ -208,6 +208,17 @@ void visit_floating(int dtype, Fn&& fn) {
   }
 }
 
+// Calls fn.template operator()<I>() with I the storage type of an index dtype code: int32_t for kI32,
+// int64_t otherwise (the ops accept only i32 and i64 indices).
+template <class Fn>
+void visit_index(int dtype, Fn&& fn) {
+  if (dtype == kI32) {
+    fn.template operator()<int32_t>();
+  } else {
+    fn.template operator()<int64_t>();
+  }
+}
+
 // Same over the arithmetic dtypes (floating, i32, i64).
 template <class Fn>
 void visit_arithmetic(int dtype, Fn&& fn) {

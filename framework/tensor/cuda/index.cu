@@ -9,15 +9,6 @@
 namespace cpf::cuda::kernels {
 namespace {
 
-template <class Fn>
-void visit_index(int dtype, Fn&& fn) {
-  if (dtype == kI32) {
-    fn.template operator()<int32_t>();
-  } else {
-    fn.template operator()<int64_t>();
-  }
-}
-
 // Storage moved as unsigned words of the element size.
 template <class Fn>
 void visit_size(int elem_size, Fn&& fn) {

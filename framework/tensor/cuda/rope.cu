@@ -52,16 +52,11 @@ void launch_rope(int dtype, int pos_dtype, const void* x, const void* positions,
   const int64_t blocks = (n + kThreads - 1) / kThreads;
   const unsigned grid = static_cast<unsigned>(blocks < 65535 * 32 ? blocks : 65535 * 32);
   visit_floating(dtype, [&]<class T>() {
-    const auto go = [&]<class I>() {
+    visit_index(pos_dtype, [&]<class I>() {
       rope_kernel<T, I><<<grid, kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<const I*>(positions),
                                                        static_cast<T*>(out), batch, seq, heads, dim, sb, st, sh,
                                                        per_batch, base, rotary_dim, inverse ? -1.0 : 1.0);
-    };
-    if (pos_dtype == kI32) {
-      go.template operator()<int32_t>();
-    } else {
-      go.template operator()<int64_t>();
-    }
+    });
     CPF_CUDA_CHECK_LAUNCH("rope kernel");
   });
 }

@@ -74,13 +74,4 @@ inline int64_t row_grid(int64_t rows, int64_t cols) {
   return cols <= kWarpRowLimit ? capped((rows + kThreads / 32 - 1) / (kThreads / 32)) : capped(rows);
 }
 
-template <class Fn>
-void visit_index(int dtype, Fn&& fn) {
-  if (dtype == kI32) {
-    fn.template operator()<int32_t>();
-  } else {
-    fn.template operator()<int64_t>();
-  }
-}
-
 }  // namespace cpf::cuda::kernels::row_helpers
