@@ -1,7 +1,5 @@
 #include "attention/cp/latent_kv.h"
 
-#include <mutex>
-#include <set>
 #include <sstream>
 
 #include "framework/core/error.h"
@@ -130,14 +128,7 @@ bool resolve_mla_latent(MlaLatentMode mode, const std::string& strategy, bool st
   std::ostringstream key;
   key << strategy << ' ' << device << ' ' << dtype_name(dtype) << ' ' << shape.num_heads << ' ' << shape.kv_lora_rank
       << ' ' << shape.qk_nope_head_dim << ' ' << shape.qk_rope_head_dim << ' ' << shape.v_head_dim;
-  static std::mutex mutex;
-  static std::set<std::string> seen;
-  bool first = false;
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    first = seen.insert(key.str()).second;
-  }
-  if (first) {
+  if (first_time_seen("cp_mla_latent", key.str())) {
     log_info("cp_mla_latent auto (", strategy, ", ", device.str(), "): ",
              choice.latent ? "the latent travels" : "expanded K/V travel", " (", choice.why, ")");
   }

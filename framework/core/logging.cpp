@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <iostream>
 #include <mutex>
+#include <set>
+#include <utility>
 
 namespace cpf {
 namespace {
@@ -42,6 +44,13 @@ const char* level_name(LogLevel level) {
 
 LogLevel log_level() { return level_storage().load(); }
 void set_log_level(LogLevel level) { level_storage().store(level); }
+
+bool first_time_seen(const std::string& topic, const std::string& key) {
+  static std::mutex mutex;
+  static std::set<std::pair<std::string, std::string>> seen;
+  std::lock_guard<std::mutex> lock(mutex);
+  return seen.emplace(topic, key).second;
+}
 
 void log_message(LogLevel level, const std::string& message) {
   static std::mutex mutex;
