@@ -4,6 +4,7 @@
 
 #include "framework/autograd/functions/classifier_loss.h"
 #include "framework/autograd/ops.h"
+#include "framework/nn/compute_copies.h"
 #include "framework/tensor/ops/elementwise.h"
 #include "models/gpt_block.h"
 #include "framework/tensor/profile.h"
@@ -141,7 +142,12 @@ Tensor GPT::forward_loss(const GPTInput& in, const Tensor& labels, int64_t norma
   const nn::ComputeCopiesScope copies = use_compute_copies();
   const Tensor x = hidden(in, cp);  // (T, C) in the compute dtype
   const profile::Scope scope("forward/loss", device());
-  return classifier_loss(x, head_weight(x.dtype()), labels, {.normalizer = normalizer, .chunk_rows = chunk_rows});
+  // The master weight (its gradient written in f32 by the op) with the step's cached copy in x's dtype when
+  // one is held; without one the op casts the master itself.
+  const Tensor master = lm_head_ ? lm_head_->weight() : embed_tokens_->weight();
+  const Tensor copy = master.dtype() == x.dtype() ? Tensor() : nn::active_compute_copy(master, x.dtype());
+  return classifier_loss(x, LinearWeights{master, Tensor(), copy, Tensor()}, labels,
+                         {.normalizer = normalizer, .chunk_rows = chunk_rows});
 }
 
 Tensor GPT::hidden(const GPTInput& in, const cp::ContextParallel* cp) const {

@@ -4,6 +4,7 @@
 // exist whole. The forward computes the gradients eagerly when grad mode is on and hidden or weight
 // requires grad; the loss must then be the end of the graph: its backward scales the saved dhidden and
 // dweight by the incoming loss gradient. Under NoGradGuard it computes the loss alone.
+#include "framework/autograd/functions/linear.h"
 #include "framework/tensor/ops/classifier_loss.h"
 #include "framework/tensor/tensor.h"
 
@@ -14,6 +15,14 @@ namespace cpf {
 // valid-label count: the mean). f32 for f32/bf16 inputs, f64 for f64. Gradients arrive in the inputs'
 // dtypes (dweight summed over the chunks in f32 for bf16).
 Tensor classifier_loss(const Tensor& hidden, const Tensor& weight, const Tensor& labels,
+                       const ClassifierLossOptions& options = {});
+
+// The same with the head as a linear's weights (as autograd linear takes them): head.weight the master
+// (V, C), of hidden's dtype or f32 beside bf16 hidden; head.compute_weight undefined or the master's
+// values in hidden's dtype (read by the GEMMs, not differentiated: e.g. the step's cached bf16 copy);
+// head.bias undefined. The master's gradient is written in its dtype from the chunks' f32 sum (no bf16
+// rounding, no cast's backward); dhidden in hidden's dtype.
+Tensor classifier_loss(const Tensor& hidden, const LinearWeights& head, const Tensor& labels,
                        const ClassifierLossOptions& options = {});
 
 }  // namespace cpf
