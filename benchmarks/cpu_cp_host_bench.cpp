@@ -6,6 +6,7 @@
 //   BM_RankLayoutsBuilt    the P single-rank layouts built anew (what p2p did every pass)
 //   BM_RankLayoutsCached   the same from cached_rank_layouts (what p2p does now)
 //   BM_RingTileInfos       one pass's P pair_sequence_info + any_visible (per ring step)
+//   BM_TileProblem         check_attention_inputs of one ring tile (every attention call; unchanged)
 //   BM_CudnnMapping/<tile> map_to_cudnn of one ring tile (0 diagonal, 1 lower, 2 upper): once per call
 //                          now, twice before (the backend check and the call each mapped it). Only in a
 //                          build with cuDNN (build/gpushared); it needs no GPU.
@@ -16,8 +17,9 @@
 
 #include "attention/cp/layout.h"
 #include "attention/cp/layout_cache.h"
-#if CPF_BENCH_CUDNN_MAPPING
 #include "attention/attention_problem.h"
+#if CPF_BENCH_CUDNN_MAPPING
+#include "attention/cuda/cudnn_mapping_cache.h"
 #include "attention/cuda/cudnn_sdpa_mapping.h"
 #endif
 
@@ -65,18 +67,37 @@ void BM_RingTileInfos(benchmark::State& state) {
 }
 BENCHMARK(BM_RingTileInfos)->Arg(32768)->Arg(131072)->Unit(benchmark::kMicrosecond);
 
+void BM_TileProblem(benchmark::State& state) {
+  const auto layouts = cp::cached_rank_layouts(sequence(state.range(0)), kCp);
+  const SequenceInfo pair = cp::pair_sequence_info((*layouts)[1], (*layouts)[0]);  // a lower tile
+  const Tensor q = empty({(*layouts)[1].tokens(), kHeads, kDim}, {.dtype = DType::bf16});
+  const AttentionSpec spec{.qkv_format = QkvFormat::thd, .mask = MaskType::causal};
+  for (auto _ : state) benchmark::DoNotOptimize(check_attention_inputs(q, q, q, spec, pair, {}));
+}
+BENCHMARK(BM_TileProblem)->Arg(32768)->Arg(131072)->Unit(benchmark::kMicrosecond);
+
 #if CPF_BENCH_CUDNN_MAPPING
 // Rank 1's tile against the KV block of rank 1 (diagonal), 0 (lower) or 3 (upper), at 32k tokens.
-void BM_CudnnMapping(benchmark::State& state) {
+AttentionProblem ring_tile(int64_t tile) {
   const auto layouts = cp::cached_rank_layouts(sequence(32768), kCp);
-  const int src = state.range(0) == 0 ? 1 : state.range(0) == 1 ? 0 : 3;
+  const int src = tile == 0 ? 1 : tile == 1 ? 0 : 3;
   const SequenceInfo pair = cp::pair_sequence_info((*layouts)[1], (*layouts)[static_cast<size_t>(src)]);
   const Tensor q = empty({(*layouts)[1].tokens(), kHeads, kDim}, {.dtype = DType::bf16});
   const AttentionSpec spec{.qkv_format = QkvFormat::thd, .mask = MaskType::causal};
-  const AttentionProblem p = check_attention_inputs(q, q, q, spec, pair, {});
+  return check_attention_inputs(q, q, q, spec, pair, {});
+}
+
+void BM_CudnnMapping(benchmark::State& state) {
+  const AttentionProblem p = ring_tile(state.range(0));
   for (auto _ : state) benchmark::DoNotOptimize(attention_cuda::cudnn::map_to_cudnn(p));
 }
 BENCHMARK(BM_CudnnMapping)->DenseRange(0, 2)->Unit(benchmark::kMicrosecond);
+
+void BM_CudnnMappingCached(benchmark::State& state) {
+  const AttentionProblem p = ring_tile(state.range(0));
+  for (auto _ : state) benchmark::DoNotOptimize(attention_cuda::cudnn::cached_mapping(p));
+}
+BENCHMARK(BM_CudnnMappingCached)->DenseRange(0, 2)->Unit(benchmark::kMicrosecond);
 #endif
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "attention/cuda/cudnn_backend.h"
+#include "attention/cuda/cudnn_mapping_cache.h"
 #include "attention/cuda/cudnn_sdpa_graph.h"
 #include "attention/cuda/cudnn_sdpa_mapping.h"
 #include "attention/cuda/cudnn_sdpa_rows.h"
@@ -95,7 +96,7 @@ Prepared prepare(const AttentionProblem& p, DType dtype, bool backward, bool has
   }
   if (backward && p.s_q == 1 && p.s_kv == 1) return fail("s_q = s_kv = 1 (cuDNN's backward refuses it)");
   if (p.h_kv <= 0 || p.h_q % p.h_kv != 0) return fail("the query heads are not a multiple of the kv heads");
-  r.mapping = map_to_cudnn(p);
+  r.mapping = *cached_mapping(p);  // every layer maps the same tiles: one mapping per tile and thread
   if (!r.mapping.reason.empty()) return fail(r.mapping.reason);
   if (std::string v = version_reason(runtime_version(), r.mapping); !v.empty()) return fail(v);
 
