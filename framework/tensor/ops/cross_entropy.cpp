@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "framework/tensor/cpu/softmax_kernels.h"
+#include "framework/tensor/cpu/compute_types.h"
 #include "framework/tensor/cpu/strided_loop.h"
 #include "framework/tensor/device_ops.h"
 #include "framework/tensor/ops/copy.h"
@@ -13,11 +14,6 @@
 
 namespace cpf::raw {
 namespace {
-
-template <class T>
-using Vec = Eigen::Array<T, Eigen::Dynamic, 1>;
-
-DType compute_dtype(DType dtype) { return dtype == DType::bf16 ? DType::f32 : dtype; }
 
 void check_inputs(const Tensor& logits, const Tensor& targets, const char* op) {
   check_defined(logits, op, "logits");

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "framework/tensor/cpu/compute_types.h"
 #include "framework/tensor/cpu/strided_loop.h"
 #include "framework/tensor/device_ops.h"
 #include "framework/tensor/ops/copy.h"
@@ -14,9 +15,6 @@
 
 namespace cpf::raw {
 namespace {
-
-template <class T>
-using Vec = Eigen::Array<T, Eigen::Dynamic, 1>;
 
 void check_ids(const Tensor& ids, const char* op) {
   check_defined(ids, op, "ids");

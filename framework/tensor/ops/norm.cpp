@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "framework/tensor/cpu/compute_types.h"
 #include "framework/tensor/cpu/strided_loop.h"
 #include "framework/tensor/device_ops.h"
 #include "framework/tensor/ops/copy.h"
@@ -14,15 +15,6 @@ namespace {
 
 // LayerNorm and RMSNorm share their kernels: `centered` selects whether the row mean is subtracted
 // (LayerNorm) or taken as 0 (RMSNorm, where "var" becomes the mean square).
-template <class T>
-using Vec = Eigen::Array<T, Eigen::Dynamic, 1>;
-template <class T>
-using Map = Eigen::Map<Vec<T>>;
-template <class T>
-using CMap = Eigen::Map<const Vec<T>>;
-
-DType compute_dtype(DType dtype) { return dtype == DType::bf16 ? DType::f32 : dtype; }
-
 Shape stat_shape(const Tensor& x) { return Shape(x.shape().begin(), x.shape().end() - 1); }
 
 Tensor prepare(const Tensor& t, DType compute) { return t.defined() ? contiguous(to(t, compute)) : Tensor(); }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "framework/tensor/cpu/softmax_kernels.h"
+#include "framework/tensor/cpu/compute_types.h"
 #include "framework/tensor/cpu/strided_loop.h"
 #include "framework/tensor/device_ops.h"
 #include "framework/tensor/ops/copy.h"
@@ -21,13 +22,6 @@ namespace {
 // touching w contiguous elements, so both paths run as vectorised loops (Eigen arrays, SIMD exp) without a
 // transpose and the output comes out in x's own layout.
 enum class Op { softmax, log_softmax, softmax_backward, log_softmax_backward };
-
-template <class T>
-using Vec = Eigen::Array<T, Eigen::Dynamic, 1>;
-template <class T>
-using Map = Eigen::Map<Vec<T>>;
-template <class T>
-using CMap = Eigen::Map<const Vec<T>>;
 
 template <class T>
 constexpr T kInf = std::numeric_limits<T>::infinity();
