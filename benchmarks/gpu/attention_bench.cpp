@@ -165,10 +165,7 @@ std::string figure(const std::map<std::string, double>& values, const std::strin
 
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
-  if (!cuda::is_available()) {
-    std::printf("gpu_attention_bench: no CUDA device is visible; nothing to measure\n");
-    return 0;
-  }
+  if (bench::no_device_to_measure("gpu_attention_bench")) return 0;
   register_benchmarks();
   bench::SummaryReporter reporter("TFLOP/s");
   benchmark::RunSpecifiedBenchmarks(&reporter);

@@ -133,14 +133,6 @@ BENCHMARK(BM_cross_entropy)->Arg(kN)->UseManualTime()->Unit(benchmark::kMicrosec
 }  // namespace
 
 int main(int argc, char** argv) {
-  benchmark::Initialize(&argc, argv);
-  if (!cpf::cuda::is_available()) {
-    std::printf("gpu_elementwise_bench: no CUDA device is visible; nothing to measure\n");
-    return 0;
-  }
-  cpf::bench::SummaryReporter reporter("GB/s");
-  benchmark::RunSpecifiedBenchmarks(&reporter);
-  cpf::bench::print_copy_roof_table(reporter, "BM_memcpy_d2d/67108864/manual_time", "kernel (median)");
-  benchmark::Shutdown();
-  return 0;
+  return cpf::bench::run_bandwidth_benchmarks(argc, argv, "gpu_elementwise_bench", "BM_memcpy_d2d/67108864/manual_time",
+                                              "kernel (median)");
 }

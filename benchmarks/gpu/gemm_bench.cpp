@@ -114,10 +114,7 @@ BENCHMARK(BM_weight_grad)->Arg(0)->Arg(1)->UseManualTime()->Unit(benchmark::kMil
 
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
-  if (!cpf::cuda::is_available()) {
-    std::printf("gpu_gemm_bench: no CUDA device is visible; nothing to measure\n");
-    return 0;
-  }
+  if (cpf::bench::no_device_to_measure("gpu_gemm_bench")) return 0;
   cpf::bench::SummaryReporter reporter("TFLOP/s");
   benchmark::RunSpecifiedBenchmarks(&reporter);
   std::printf("\n%-44s %10s %16s\n", "GEMM (median)", "TFLOP/s", "vs 782 (H200 peer)");

@@ -72,4 +72,25 @@ inline void print_copy_roof_table(const SummaryReporter& reporter, const std::st
   }
 }
 
+// True, after saying so, when no CUDA device is visible: a benchmark program then exits 0 having
+// measured nothing (the CPU-only CI builds and starts them).
+inline bool no_device_to_measure(const char* program) {
+  if (cuda::is_available()) return false;
+  std::printf("%s: no CUDA device is visible; nothing to measure\n", program);
+  return true;
+}
+
+// main() of a bandwidth benchmark: runs the registered benchmarks, then prints the GB/s table against
+// the device-to-device copy (print_copy_roof_table).
+inline int run_bandwidth_benchmarks(int argc, char** argv, const char* program, const std::string& roof_name,
+                                    const char* header) {
+  benchmark::Initialize(&argc, argv);
+  if (no_device_to_measure(program)) return 0;
+  SummaryReporter reporter("GB/s");
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  print_copy_roof_table(reporter, roof_name, header);
+  benchmark::Shutdown();
+  return 0;
+}
+
 }  // namespace cpf::bench

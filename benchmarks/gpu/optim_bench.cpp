@@ -117,14 +117,6 @@ BENCHMARK(BM_grad_norm)->Arg(0)->Arg(1)->UseManualTime()->Unit(benchmark::kMicro
 }  // namespace
 
 int main(int argc, char** argv) {
-  benchmark::Initialize(&argc, argv);
-  if (!cpf::cuda::is_available()) {
-    std::printf("gpu_optim_bench: no CUDA device is visible; nothing to measure\n");
-    return 0;
-  }
-  cpf::bench::SummaryReporter reporter("GB/s");
-  benchmark::RunSpecifiedBenchmarks(&reporter);
-  cpf::bench::print_copy_roof_table(reporter, "BM_memcpy_d2d/manual_time", "kernel (median), /0 f32, /1 bf16");
-  benchmark::Shutdown();
-  return 0;
+  return cpf::bench::run_bandwidth_benchmarks(argc, argv, "gpu_optim_bench", "BM_memcpy_d2d/manual_time",
+                                              "kernel (median), /0 f32, /1 bf16");
 }
