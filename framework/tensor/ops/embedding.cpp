@@ -24,6 +24,17 @@ void check_ids(const Tensor& ids, const char* op) {
             ids.dtype());
 }
 
+// Every id of a contiguous device ids tensor must be a row of the table, checked on the device: a bad
+// id is raised at the next synchronisation (framework/tensor/cuda/cuda.h), so nothing waits here.
+void check_ids_on_device(const Tensor& ids, int64_t rows, const char* op) {
+  DeviceIndexCheck check;
+  check.kind = DeviceIndexKind::embedding_id;
+  check.op = op;
+  check.index = ids;
+  check.bound = rows;
+  device_kernel(ids.device(), &DeviceOps::check_indices, op)(check);
+}
+
 // Multi-index of a row-major flat index, for error messages.
 Shape unravel(int64_t flat, const Shape& shape) {
   Shape index(shape.size());
@@ -111,13 +122,7 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
   const int64_t rows = weight.size(0), cols = weight.size(1);
   const Tensor idc = contiguous(ids);
   if (!weight.device().is_cpu()) {
-    // Checked on the device: a bad id is raised at the next synchronisation (framework/tensor/cuda/cuda.h).
-    DeviceIndexCheck check;
-    check.kind = DeviceIndexKind::embedding_id;
-    check.op = op;
-    check.index = idc;
-    check.bound = rows;
-    device_kernel(weight.device(), &DeviceOps::check_indices, op)(check);
+    check_ids_on_device(idc, rows, op);
     Shape shape = ids.shape();
     shape.push_back(cols);
     Tensor out = empty(shape, {.dtype = weight.dtype(), .device = weight.device()});
@@ -169,17 +174,11 @@ Tensor embedding_backward(const Tensor& grad, const Tensor& ids, int64_t num_row
   CPF_CHECK(shape_ok, op, ": grad of shape ", grad.shape(), " must be ids' shape ", ids.shape(),
             " followed by the embedding dim");
   const int64_t cols = grad.size(-1);
-  const DType compute = grad.dtype() == DType::bf16 ? DType::f32 : grad.dtype();
+  const DType compute = compute_dtype(grad.dtype());
   if (!grad.device().is_cpu()) {
     // Sorted by id on the device (embedding_backward.cu): no copy to the host, cost in the tokens.
-    // Checked on the device: a bad id is raised at the next synchronisation (framework/tensor/cuda/cuda.h).
     const Tensor idc = contiguous(ids);
-    DeviceIndexCheck check;
-    check.kind = DeviceIndexKind::embedding_id;
-    check.op = op;
-    check.index = idc;
-    check.bound = num_rows;
-    device_kernel(grad.device(), &DeviceOps::check_indices, op)(check);
+    check_ids_on_device(idc, num_rows, op);
     const int64_t n = ids.numel();
     Tensor out = empty({num_rows, cols}, {.dtype = compute, .device = grad.device()});
     device_kernel(grad.device(), &DeviceOps::embedding_backward, op)(out, reshape(contiguous(grad), {n, cols}),
