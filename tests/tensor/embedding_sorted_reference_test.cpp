@@ -121,5 +121,41 @@ TEST(EmbeddingSortedReference, AFrequentIdIsSummedInSegments) {
             std::vector<float>{1e8f});
 }
 
+TEST(EmbeddingSortedReference, LongRunPartialSlotsAreUniqueAndInBounds) {
+  // The device kernel (embedding_backward.cu) writes the sum of each segment of a long run (more than
+  // kSegment rows) to slot 2 * (k / kSegment) + (k is the run's first index), k its first sorted index,
+  // in a buffer of 2 * ceil(n / kSegment) slots: a tile of kSegment sorted indices holds at most one
+  // continuing segment of a run begun before it and one long run's start. Checked over many run-length
+  // mixes, long and short runs meeting at every offset of a tile.
+  uint64_t state = 12345;
+  const auto next = [&state](int64_t bound) {  // a small LCG: deterministic run lengths
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<int64_t>((state >> 33) % static_cast<uint64_t>(bound));
+  };
+  for (int trial = 0; trial < 2000; ++trial) {
+    std::vector<int64_t> lengths;
+    int64_t n = 0;
+    const int64_t runs = 1 + next(40);
+    for (int64_t r = 0; r < runs; ++r) {
+      const int64_t kind = next(4);
+      const int64_t len = kind == 0 ? 1 + next(3) : kind == 1 ? kSegment - 1 + next(3) : 1 + next(5 * kSegment);
+      lengths.push_back(len);
+      n += len;
+    }
+    std::vector<int> used(static_cast<size_t>(2 * ((n + kSegment - 1) / kSegment)), 0);
+    int64_t start = 0;
+    for (int64_t len : lengths) {
+      if (len > kSegment) {
+        for (int64_t k = start; k < start + len; k += kSegment) {
+          const int64_t slot = 2 * (k / kSegment) + (k == start ? 1 : 0);
+          ASSERT_LT(slot, static_cast<int64_t>(used.size())) << "trial " << trial;
+          ASSERT_EQ(used[static_cast<size_t>(slot)]++, 0) << "trial " << trial << ": slot " << slot << " twice";
+        }
+      }
+      start += len;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace cpf
