@@ -241,7 +241,7 @@ void describe(V& v, ParallelOptions& o) {
   v.field("cp_a2a_size", o.cp_a2a_size, "a2a+p2p: ranks of each a2a sub-group (cp = cp_a2a_size x ring size)",
           Range{1, 4096});
   v.field("cp_a2a_head_groups", o.cp_a2a_head_groups,
-          "a2a, a2a+p2p: head groups whose all-to-alls pipeline with attention; 0 = automatic (up to 4)",
+          "a2a, a2a+p2p: head groups whose all-to-alls pipeline with attention; 0 = automatic (1: no pipelining, the measured best on NVLink)",
           Range{0, 64});
   v.choice("backend", o.backend,
            config::Choices<dist::Backend>{{"thread", dist::Backend::thread}, {"nccl", dist::Backend::nccl}},

@@ -7,7 +7,8 @@
 #                                      same row split over N GPUs; CP_COMM picks the strategy, default p2p)
 #
 #   scripts/gpu/train_scaling.sh [CPFORMER] [OUT_DIR]
-#   GPUS="1 2 4" STEPS=20 LOG_EVERY=10 CP_COMM=p2p CASES="dp cp" scripts/gpu/train_scaling.sh
+#   GPUS="1 2 4" STEPS=20 LOG_EVERY=10 CP_COMM=p2p CASES="dp cp" CPF_SET="k=v ..." scripts/gpu/train_scaling.sh
+# CPF_SET adds --set overrides to every run (e.g. parallel.cp_a2a_head_groups=1).
 #
 # CPFORMER: the binary (default: build/gpu-carry/bin/cpformer from `WITH_APPS=1 scripts/gpu/build.sh`, else
 # build/gpu/apps/cpformer); OUT_DIR (default $OUT, else out/train_scaling) receives train_scaling.md (the
@@ -76,8 +77,10 @@ run_case() {
   nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits -lms 200 >"$OUT_DIR/$name.smi" 2>/dev/null &
   local smi=$!
   echo "== $name: $CPFORMER train $config --gpus $gpus $*"
+  local extra=()
+  for kv in ${CPF_SET:-}; do extra+=(--set "$kv"); done
   "$CPFORMER" train "$config" --gpus "$gpus" --set "run.out_dir=$dir" --set "run.steps=$STEPS" \
-    --set "run.log_every=$LOG_EVERY" "$@" >"$OUT_DIR/$name.log" 2>&1
+    --set "run.log_every=$LOG_EVERY" "$@" "${extra[@]}" >"$OUT_DIR/$name.log" 2>&1
   local rc=$?
   kill "$smi" 2>/dev/null
   wait "$smi" 2>/dev/null

@@ -89,14 +89,13 @@ TEST(CpHeadGroupsVolume, PipeliningSendsTheSameBytes) {
   }
 }
 
-TEST(CpHeadGroupsChoice, AutomaticCountFollowsHeadsAndSize) {
-  EXPECT_EQ(choose_a2a_head_groups(8, 8, 4095), 1);   // too small to hide an exchange
-  EXPECT_EQ(choose_a2a_head_groups(8, 8, 4096), 4);
-  EXPECT_EQ(choose_a2a_head_groups(8, 2, 65536), 2);  // GQA: the KV heads limit it
-  EXPECT_EQ(choose_a2a_head_groups(3, 3, 32768), 3);  // 12 heads over 4 ranks
-  EXPECT_EQ(choose_a2a_head_groups(6, 6, 32768), 3);
-  EXPECT_EQ(choose_a2a_head_groups(8, 1, 65536), 1);  // replicated KV head: nothing to split
-  EXPECT_EQ(choose_a2a_head_groups(5, 5, 65536), 1);
+TEST(CpHeadGroupsChoice, AutomaticCountIsOneGroup) {
+  // Pipelining by head groups measured slower at every size on 2 and 4 H200s (docs/cp.md, "a2a"), so the
+  // automatic choice never splits; explicit counts are checked by the tests above.
+  EXPECT_EQ(choose_a2a_head_groups(8, 8, 4095), 1);
+  EXPECT_EQ(choose_a2a_head_groups(8, 8, 65536), 1);
+  EXPECT_EQ(choose_a2a_head_groups(3, 3, 32768), 1);
+  EXPECT_EQ(choose_a2a_head_groups(8, 2, 65536), 1);
 }
 
 std::string failure_of(const CpCase& c) {
