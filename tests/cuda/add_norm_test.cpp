@@ -92,7 +92,8 @@ void check_case(const Shape& shape, const Dtypes& d, const Params& p, const std:
 TEST_F(CudaAddNormTest, MatchesTheCpu) {
   // (4, 7, 96) and (3, 768): a warp per row, registers; (3, 33) and (5, 1): a warp, recomputing (no
   // 16-byte vectors); (6, 3000) and (2, 8192): a block per row in registers (f64 8192 recomputes);
-  // (3, 1030): a block, recomputing (unaligned rows).
+  // (3, 1030): a block, recomputing (unaligned rows). The backward's dx kernel takes the same paths, except
+  // that it keeps at most 8 vectors a thread: (2, 8192) re-reads its 16-byte vectors in f32 and f64.
   const std::vector<Dtypes> dtypes{{DType::f32, DType::f32, DType::f32},   {DType::f32, DType::bf16, DType::f32},
                                    {DType::f32, DType::f32, DType::bf16},  {DType::f32, DType::bf16, DType::bf16},
                                    {DType::f64, DType::f64, DType::f64},   {DType::bf16, DType::bf16, DType::bf16}};
