@@ -36,7 +36,11 @@
 // and passes the sum on one hop behind the KV, so after P steps every rank has received the complete
 // gradient of its own block. The sum travels in the inputs' dtype (bf16 in training): each hop adds
 // its tile's dK/dV to the received sum element-wise in fp32 and rounds once. Tile gradients use the merged
-// global out and lse, so they are exact additive contributions and need no rescaling.
+// global out and lse, so they are exact additive contributions and need no rescaling. dQ stays on the
+// rank in fp32; each tile's dQ is added with cp::accumulate (lse_merge.h), read in its own dtype.
+//
+// Host work per pass: the P single-rank layouts come from the per-thread layout cache
+// (cached_rank_layouts), so only the first pass of a batch shape builds them.
 //
 // Profile scopes (framework/tensor/profile.h) per step: cp/p2p/pack (posting the shift: receive
 // buffers, the sends), cp/p2p/wait (the compute stream waiting for the block), cp/p2p/tile,
