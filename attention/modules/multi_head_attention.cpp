@@ -1,6 +1,7 @@
 #include "attention/modules/multi_head_attention.h"
 
 #include "attention/modules/attention_layout.h"
+#include "framework/autograd/functions/linear_cat.h"
 #include "framework/autograd/ops.h"
 #include "framework/tensor/profile.h"
 
@@ -28,6 +29,23 @@ MultiHeadAttentionOptions resolved(MultiHeadAttentionOptions o) {
               ": rotary_dim must be even and in (0, head_dim]: rotary_dim=", o.rotary_dim, " head_dim=", o.head_dim);
   }
   return o;
+}
+
+struct Projected {
+  Tensor q, k, v;  // (.., H, D), (.., H_kv, D), (.., H_kv, D): views of one GEMM's output
+};
+
+// q_proj, k_proj and v_proj as one GEMM over their concatenated compute copies (linear_cat.h); the
+// parameters stay three modules, so names and checkpoints are unchanged.
+Projected project_qkv(const Tensor& x, const nn::Linear& q, const nn::Linear& k, const nn::Linear& v,
+                      const MultiHeadAttentionOptions& o) {
+  const profile::Scope scope("forward/linear", x.device());
+  const Tensor qkv = linear_cat(x, {q.weights_for(x), k.weights_for(x), v.weights_for(x)});  // (.., (H + 2 H_kv) D)
+  const int64_t q_width = o.num_heads * o.head_dim, kv_width = o.num_kv_heads * o.head_dim;
+  const std::vector<Tensor> parts = split(qkv, std::vector<int64_t>{q_width, kv_width, kv_width}, -1);
+  using attention_modules::split_heads;
+  return {split_heads(parts[0], o.num_heads, o.head_dim), split_heads(parts[1], o.num_kv_heads, o.head_dim),
+          split_heads(parts[2], o.num_kv_heads, o.head_dim)};
 }
 
 }  // namespace
@@ -62,10 +80,7 @@ Tensor MultiHeadAttention::forward(const Tensor& x, const std::optional<Sequence
   const MultiHeadAttentionOptions& o = options_;
   const bool use_cp = cp != nullptr && cp->group != nullptr && cp->group->size() > 1;
   attention_modules::check_hidden(x, o.qkv_format, o.hidden_size, kOp);
-  using attention_modules::split_heads;
-  Tensor q = split_heads(q_proj_->forward(x), o.num_heads, o.head_dim);     // (.., H, D)
-  Tensor k = split_heads(k_proj_->forward(x), o.num_kv_heads, o.head_dim);  // (.., H_kv, D)
-  Tensor v = split_heads(v_proj_->forward(x), o.num_kv_heads, o.head_dim);  // (.., H_kv, D)
+  auto [q, k, v] = project_qkv(x, *q_proj_, *k_proj_, *v_proj_, o);  // (.., H, D), (.., H_kv, D) x 2
   if (o.rope) {
     using attention_modules::apply_rope;
     using attention_modules::rope_positions;
@@ -93,10 +108,7 @@ Tensor MultiHeadAttention::forward_cached(const Tensor& x, const KVCacheStep& st
   const MultiHeadAttentionOptions& o = options_;
   check_cached_attention(spec_, x, step, kOp);
   attention_modules::check_hidden(x, o.qkv_format, o.hidden_size, kOp);
-  using attention_modules::split_heads;
-  Tensor q = split_heads(q_proj_->forward(x), o.num_heads, o.head_dim);     // (T_new, H, D)
-  Tensor k = split_heads(k_proj_->forward(x), o.num_kv_heads, o.head_dim);  // (T_new, H_kv, D)
-  Tensor v = split_heads(v_proj_->forward(x), o.num_kv_heads, o.head_dim);  // (T_new, H_kv, D)
+  auto [q, k, v] = project_qkv(x, *q_proj_, *k_proj_, *v_proj_, o);  // (T_new, H, D), (T_new, H_kv, D) x 2
   if (o.rope) {
     const std::vector<int64_t> pos = step.positions();
     const Tensor positions = from_vector(pos, {static_cast<int64_t>(pos.size())}, x.device());

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "framework/autograd/ops.h"
+#include "framework/autograd/functions/linear_cat.h"
 #include "framework/tensor/profile.h"
 
 namespace cpf::nn {
@@ -40,12 +41,16 @@ Tensor MLP::forward(const Tensor& x) const {
     const profile::Scope scope("forward/gelu_mlp", x.device());
     return gelu_mlp(x, in_->weights_for(x), out_->weights_for(x));  // (..., C)
   }
-  const Tensor gate = gate_->forward(x), up = in_->forward(x);  // (..., I) each
-  Tensor h;
+  Tensor gate_up, h;
   {
-    // One kernel for silu(gate) * up, one for both of its gradients (framework/tensor/ops/swiglu.h).
+    // gate_proj and up_proj as one GEMM over their concatenated compute copies (linear_cat.h).
+    const profile::Scope scope("forward/linear", x.device());
+    gate_up = linear_cat(x, {gate_->weights_for(x), in_->weights_for(x)});  // (..., 2 I) = [gate | up]
+  }
+  {
+    // One kernel for silu(gate) * up, one for both halves of its gradient (framework/tensor/ops/swiglu.h).
     const profile::Scope scope("forward/swiglu", x.device());
-    h = swiglu(gate, up);  // (..., I)
+    h = swiglu_packed(gate_up);  // (..., I)
   }
   return out_->forward(h);  // (..., C)
 }

@@ -192,7 +192,7 @@ struct DeviceOps {
                bool inverse) = nullptr;
 
   // SwiGLU's gate (framework/tensor/ops/swiglu.h), all (rows, I) with unit column stride and any row
-  // stride for the inputs; outputs contiguous, the inputs' dtype. out = silu(gate) * up; the backward
+  // stride (out contiguous), the inputs' dtype. out = silu(gate) * up; the backward
   // writes d_gate and d_up in one pass from grad (dy).
   void (*swiglu)(const Tensor& out, const Tensor& gate, const Tensor& up) = nullptr;
   void (*swiglu_backward)(const Tensor& d_gate, const Tensor& d_up, const Tensor& dy, const Tensor& gate,

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "autograd/op_cases.h"
+#include "framework/autograd/functions/linear_cat.h"
 
 namespace cpf::testing::op_cases_detail {
 
@@ -75,6 +76,19 @@ inline void add_matmul_cases(std::vector<OpCase>& cases) {
   cases.push_back(std::move(gelu_mlp_fused));
   cases.push_back({"gelu_mlp_no_bias_odd", "gelu_mlp", {diff({6, 4}), diff({6, 4}), diff({5, 6})},
                    [](const Inputs& x) -> Outputs { return {gelu_mlp(x[0], {x[1]}, {x[2]})}; }});
+  // linear_cat: q/k/v-like parts without bias (3-D x), and two parts with biases on a strided x.
+  cases.push_back({"linear_cat_three_parts",
+                   "linear_cat",
+                   {diff({2, 3, 4}), diff({8, 4}), diff({4, 4}), diff({4, 4})},
+                   [](const Inputs& x) -> Outputs {
+                     return {linear_cat(x[0], {{x[1]}, {x[2]}, {x[3]}})};
+                   }});
+  cases.push_back({"linear_cat_bias_strided",
+                   "linear_cat",
+                   {strided({6, 3}), diff({5, 3}), diff({5}), diff({3, 3}), diff({3})},
+                   [](const Inputs& x) -> Outputs {
+                     return {linear_cat(x[0], {{x[1], x[2]}, {x[3], x[4]}})};
+                   }});
   cases.push_back(
       {"matmul_batched_broadcast", "matmul", {diff({2, 3, 4}), diff({4, 5})}, [](const Inputs& x) -> Outputs {
          return {matmul(x[0], x[1])};
@@ -175,6 +189,9 @@ inline void add_nn_cases(std::vector<OpCase>& cases) {
                    }});
   cases.push_back({"swiglu_fused_halves", "swiglu", {diff({2, 3, 8}, -4, 4)}, [](const Inputs& x) -> Outputs {
                      return {swiglu(narrow(x[0], -1, 0, 4), narrow(x[0], -1, 4, 4))};
+                   }});
+  cases.push_back({"swiglu_packed", "swiglu_packed", {diff({2, 3, 16}, -4, 4)}, [](const Inputs& x) -> Outputs {
+                     return {swiglu_packed(x[0])};
                    }});
 }
 

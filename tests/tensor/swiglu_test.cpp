@@ -72,6 +72,17 @@ TEST(Swiglu, EmptyAndOneDimInputs) {
   EXPECT_TRUE(all_close(raw::swiglu(g, u), mul(silu_of(g), u), 1e-15, 1e-14));
 }
 
+TEST(Swiglu, BackwardIntoTheHalvesOfOneGradient) {
+  // The packed form's backward: d_gate and d_up written into the two halves of one (N, 2I) buffer.
+  const Tensor h = random_tensor({5, 12}, DType::f64, 13), dy = random_tensor({5, 6}, DType::f64, 14);
+  const Tensor g = raw::narrow(h, 1, 0, 6), u = raw::narrow(h, 1, 6, 6);
+  const Tensor dh = zeros({5, 12}, {.dtype = DType::f64});
+  raw::swiglu_backward_into(dy, g, u, raw::narrow(dh, 1, 0, 6), raw::narrow(dh, 1, 6, 6));
+  const raw::SwigluGrads ref = raw::swiglu_backward(dy, g, u);
+  EXPECT_TRUE(all_close(raw::narrow(dh, 1, 0, 6), ref.d_gate, 0, 0));
+  EXPECT_TRUE(all_close(raw::narrow(dh, 1, 6, 6), ref.d_up, 0, 0));
+}
+
 TEST(Swiglu, RejectsBadInputs) {
   const Tensor a = zeros({2, 3});
   EXPECT_CPF_ERROR(raw::swiglu(Tensor(), a), "swiglu: argument 'gate'");
@@ -85,6 +96,13 @@ TEST(Swiglu, RejectsBadInputs) {
   EXPECT_CPF_ERROR(raw::swiglu_backward(zeros({2, 3}, {.dtype = DType::f64}), a, a), "grad_out [2,3] f64 on cpu, gate [2,3] f32");
   EXPECT_CPF_ERROR(raw::swiglu_backward(Tensor(), a, a), "swiglu_backward: argument 'grad_out'");
   EXPECT_CPF_ERROR(raw::swiglu_backward(a, a, zeros({3})), "swiglu_backward: gate and up must have the same shape");
+  const Tensor out = zeros({2, 3});
+  EXPECT_CPF_ERROR(raw::swiglu_backward_into(a, a, a, Tensor(), out), "swiglu_backward: argument 'd_gate'");
+  EXPECT_CPF_ERROR(raw::swiglu_backward_into(a, a, a, out, zeros({3, 2})),
+                   "d_up must have gate's shape [2,3], dtype f32 and device cpu");
+  EXPECT_CPF_ERROR(raw::swiglu_backward_into(a, a, a, raw::transpose(zeros({3, 2}), 0, 1), out),
+                   "d_gate must have gate's shape [2,3], dtype f32 and device cpu with unit stride along the last dim "
+                   "and one stride between rows: got [2,3] f32 on cpu strides [1,2]");
 }
 
 }  // namespace

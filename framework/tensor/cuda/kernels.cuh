@@ -139,12 +139,13 @@ void launch_rope(int dtype, int pos_dtype, const void* x, const void* positions,
                  int64_t seq, int64_t heads, int64_t dim, int64_t sb, int64_t st, int64_t sh, bool per_batch,
                  double base, int64_t rotary_dim, bool inverse, cudaStream_t stream);
 
-// SwiGLU's gate (swiglu.cu) over (rows, cols) row-strided inputs (element row strides gs, us, dys); out, dg
-// and du contiguous.
+// SwiGLU's gate (swiglu.cu) over (rows, cols) row-strided operands (element row strides gs, us, dys, dgs,
+// dus); out contiguous.
 void launch_swiglu(int dtype, const void* g, int64_t gs, const void* u, int64_t us, void* out, int64_t rows,
                    int64_t cols, cudaStream_t stream);
 void launch_swiglu_backward(int dtype, const void* dy, int64_t dys, const void* g, int64_t gs, const void* u,
-                            int64_t us, void* dg, void* du, int64_t rows, int64_t cols, cudaStream_t stream);
+                            int64_t us, void* dg, int64_t dgs, void* du, int64_t dus, int64_t rows, int64_t cols,
+                            cudaStream_t stream);
 
 // Gather over an Iter of (out, index, x): out[o] = x[x_off + index[i_off] * x_step]; elem_size bytes.
 // Indices outside [0, x_bound) (x's size along the dim) read nothing and give 0.

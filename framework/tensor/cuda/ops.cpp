@@ -483,8 +483,8 @@ void swiglu(const Tensor& out, const Tensor& gate, const Tensor& up) {
 void swiglu_backward(const Tensor& d_gate, const Tensor& d_up, const Tensor& dy, const Tensor& gate, const Tensor& up) {
   Launch launch(gate.device());
   k::launch_swiglu_backward(code(gate.dtype()), dy.raw_data(), dy.stride(0), gate.raw_data(), gate.stride(0),
-                            up.raw_data(), up.stride(0), d_gate.raw_data(), d_up.raw_data(), gate.size(0),
-                            gate.size(1), launch.stream);
+                            up.raw_data(), up.stride(0), d_gate.raw_data(), d_gate.stride(0), d_up.raw_data(),
+                            d_up.stride(0), gate.size(0), gate.size(1), launch.stream);
 }
 
 // ---- random and multi-tensor optimizer entries ----

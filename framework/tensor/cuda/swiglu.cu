@@ -1,6 +1,6 @@
 // SwiGLU's gate (framework/tensor/ops/swiglu.h): one grid-stride pass over (rows, cols) element blocks of
 // V consecutive columns. The inputs are row-strided views (the two halves of a fused gate/up GEMM output
-// are), the outputs contiguous. V = 16 bytes of the storage type when every row start is 16-byte
+// are), and so may the gradients be (the two halves of the fused projection's gradient). V = 16 bytes of the storage type when every row start is 16-byte
 // aligned and cols is a multiple of V, else 1: the op is bandwidth-bound, and whole-vector loads halve
 // the bf16 instructions per byte.
 #include "framework/tensor/cuda/elementwise.cuh"
@@ -22,7 +22,8 @@ struct SwigluArgs {
   const void* dy;  // null: forward
   void* out;       // forward: out; backward: d_gate
   void* du;        // backward only
-  int64_t gs, us, dys;  // row strides in elements
+  int64_t gs, us, dys;  // input row strides in elements
+  int64_t os, dus;      // output row strides: out (or d_gate), d_up
   int64_t rows, cols;
 };
 
@@ -44,7 +45,7 @@ __global__ void __launch_bounds__(kThreads) swiglu_kernel(SwigluArgs a) {
         const C gv = widen(g.v[k]);
         o.v[k] = narrow<T>(gv * sigmoid_of(gv) * widen(u.v[k]));
       }
-      *reinterpret_cast<P*>(static_cast<T*>(a.out) + r * a.cols + c) = o;
+      *reinterpret_cast<P*>(static_cast<T*>(a.out) + r * a.os + c) = o;
       continue;
     }
     const P d = *reinterpret_cast<const P*>(static_cast<const T*>(a.dy) + r * a.dys + c);
@@ -56,8 +57,8 @@ __global__ void __launch_bounds__(kThreads) swiglu_kernel(SwigluArgs a) {
       du.v[k] = narrow<T>(dv * gv * s);
       o.v[k] = narrow<T>(dv * uv * s * (C(1) + gv * (C(1) - s)));
     }
-    *reinterpret_cast<P*>(static_cast<T*>(a.out) + r * a.cols + c) = o;
-    *reinterpret_cast<P*>(static_cast<T*>(a.du) + r * a.cols + c) = du;
+    *reinterpret_cast<P*>(static_cast<T*>(a.out) + r * a.os + c) = o;
+    *reinterpret_cast<P*>(static_cast<T*>(a.du) + r * a.dus + c) = du;
   }
 }
 
@@ -70,7 +71,7 @@ void launch(const SwigluArgs& a, cudaStream_t stream) {
   constexpr int V = static_cast<int>(16 / sizeof(T));
   const auto e = static_cast<int64_t>(sizeof(T));
   const bool vec = a.cols % V == 0 && aligned16(a.g, a.gs, e) && aligned16(a.u, a.us, e) &&
-                   aligned16(a.dy, a.dys, e) && aligned16(a.out, a.cols, e) && aligned16(a.du, a.cols, e);
+                   aligned16(a.dy, a.dys, e) && aligned16(a.out, a.os, e) && aligned16(a.du, a.dus, e);
   const int64_t n = a.rows * (vec ? a.cols / V : a.cols);
   const int64_t blocks = (n + kThreads - 1) / kThreads;
   const unsigned grid = static_cast<unsigned>(blocks < 65535 * 32 ? blocks : 65535 * 32);
@@ -87,14 +88,15 @@ void launch(const SwigluArgs& a, cudaStream_t stream) {
 void launch_swiglu(int dtype, const void* g, int64_t gs, const void* u, int64_t us, void* out, int64_t rows,
                    int64_t cols, cudaStream_t stream) {
   if (rows == 0 || cols == 0) return;
-  const SwigluArgs a{g, u, nullptr, out, nullptr, gs, us, 0, rows, cols};
+  const SwigluArgs a{g, u, nullptr, out, nullptr, gs, us, 0, cols, 0, rows, cols};
   visit_floating(dtype, [&]<class T>() { launch<T>(a, stream); });
 }
 
 void launch_swiglu_backward(int dtype, const void* dy, int64_t dys, const void* g, int64_t gs, const void* u,
-                            int64_t us, void* dg, void* du, int64_t rows, int64_t cols, cudaStream_t stream) {
+                            int64_t us, void* dg, int64_t dgs, void* du, int64_t dus, int64_t rows, int64_t cols,
+                            cudaStream_t stream) {
   if (rows == 0 || cols == 0) return;
-  const SwigluArgs a{g, u, dy, dg, du, gs, us, dys, rows, cols};
+  const SwigluArgs a{g, u, dy, dg, du, gs, us, dys, dgs, dus, rows, cols};
   visit_floating(dtype, [&]<class T>() { launch<T>(a, stream); });
 }
 

@@ -74,8 +74,8 @@ void swiglu_cpu(const Tensor& g, const Tensor& u, const Tensor& dy, const Tensor
           continue;
         }
         const A d = static_cast<A>(dy.data<S>()[r * dy.stride(0) + c]);
-        du.data<S>()[r * cols + c] = static_cast<S>(d * gv * s);
-        dg.data<S>()[r * cols + c] = static_cast<S>(d * uv * s * (A(1) + gv * (A(1) - s)));
+        du.data<S>()[r * du.stride(0) + c] = static_cast<S>(d * gv * s);
+        dg.data<S>()[r * dg.stride(0) + c] = static_cast<S>(d * uv * s * (A(1) + gv * (A(1) - s)));
       }
     }
   });
@@ -101,6 +101,15 @@ Tensor swiglu(const Tensor& gate, const Tensor& up) {
 }
 
 SwigluGrads swiglu_backward(const Tensor& grad_out, const Tensor& gate, const Tensor& up) {
+  check_pair(gate, up, "swiglu_backward");
+  const TensorOptions options{.dtype = gate.dtype(), .device = gate.device()};
+  SwigluGrads grads{empty(gate.shape(), options), empty(gate.shape(), options)};  // (..., I) each
+  swiglu_backward_into(grad_out, gate, up, grads.d_gate, grads.d_up);
+  return grads;
+}
+
+void swiglu_backward_into(const Tensor& grad_out, const Tensor& gate, const Tensor& up, const Tensor& d_gate,
+                          const Tensor& d_up) {
   const char* op = "swiglu_backward";
   check_pair(gate, up, op);
   check_defined(grad_out, op, "grad_out");
@@ -109,20 +118,24 @@ SwigluGrads swiglu_backward(const Tensor& grad_out, const Tensor& gate, const Te
             op, ": grad_out must have gate's shape, dtype and device: grad_out ", grad_out.shape(), " ",
             grad_out.dtype(), " on ", grad_out.device(), ", gate ", gate.shape(), " ", gate.dtype(), " on ",
             gate.device());
+  for (const auto& [t, name] : {std::pair{&d_gate, "d_gate"}, std::pair{&d_up, "d_up"}}) {
+    check_defined(*t, op, name);
+    CPF_CHECK(t->shape() == gate.shape() && t->dtype() == gate.dtype() && t->device() == gate.device() &&
+                  folds_to_rows(*t),
+              op, ": ", name, " must have gate's shape ", gate.shape(), ", dtype ", gate.dtype(), " and device ",
+              gate.device(), " with unit stride along the last dim and one stride between rows: got ", t->shape(),
+              " ", t->dtype(), " on ", t->device(), " strides ", t->strides());
+  }
   CPF_CHECK(has_kernel(gate.device(), &DeviceOps::swiglu_backward), op, ": no kernel for device ", gate.device(),
             " in this build");
-  const TensorOptions options{.dtype = gate.dtype(), .device = gate.device()};
-  SwigluGrads grads{empty(gate.shape(), options), empty(gate.shape(), options)};  // (..., I) each
-  if (gate.numel() == 0) return grads;
+  if (gate.numel() == 0) return;
   const Tensor g = as_rows(gate), u = as_rows(up), dy = as_rows(grad_out);  // (N, I)
-  const Shape rows{g.size(0), g.size(1)};
-  const Tensor dg = view(grads.d_gate, rows), du = view(grads.d_up, rows);
+  const Tensor dg = as_rows(d_gate), du = as_rows(d_up);                    // (N, I) views: written in place
   if (gate.device().is_cpu()) {
     swiglu_cpu(g, u, dy, Tensor(), dg, du);
   } else {
     device_kernel(gate.device(), &DeviceOps::swiglu_backward, op)(dg, du, dy, g, u);
   }
-  return grads;
 }
 
 }  // namespace cpf::raw

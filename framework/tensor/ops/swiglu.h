@@ -27,4 +27,9 @@ struct SwigluGrads {
 // grad_out: (..., I) of gate's shape, dtype and device (any strides).
 SwigluGrads swiglu_backward(const Tensor& grad_out, const Tensor& gate, const Tensor& up);
 
+// The same gradients written into d_gate and d_up: gate's shape, dtype and device, unit stride along I
+// and one stride between rows (e.g. the two halves of one (..., 2 I) gradient of a fused projection).
+void swiglu_backward_into(const Tensor& grad_out, const Tensor& gate, const Tensor& up, const Tensor& d_gate,
+                          const Tensor& d_up);
+
 }  // namespace cpf::raw
