@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
 # Checks that what README.md and docs/*.md point at is in the repository: markdown links (relative
-# paths and their #section anchors), paths under the repository's top-level folders (`attention/cp/p2p.cpp`,
-# `docs/cp.md`, `attention/cuda/cudnn_*.{h,cpp}`) and bare source or doc file names (`add_norm.cu`,
-# `cp_spec.md`), in prose and in code blocks alike. Prints one line per reference that resolves to
+# paths and their #section anchors), files and folders under the repository's top-level folders
+# (`attention/cp/p2p.cpp`, `docs/cp.md`, `attention/cuda/cudnn_*.{h,cpp}`, `apps/trainer/`), and other
+# source or doc file names, bare or with folders (`add_norm.cu`, `cp/lse_merge.cpp`, `cp_spec.md`,
+# `notes/GPU.md`), in prose and in code blocks alike. Prints one line per reference that resolves to
 # nothing and exits 1 when there is one, so CI can run it (tests/docs/CMakeLists.txt does).
 #
 #   scripts/check_doc_references.sh [REPO]     (default: the repository this script is in)
 #
-# The files are git's tracked files when REPO is a git checkout, else every file below REPO. A path
-# with a placeholder (`build/<preset>`) or under a folder git does not hold (build/, /usr) is not
-# checked; a bare name resolves when some file of that name exists anywhere in the repository. The
-# few names of files that are not in the repository on purpose (programs, generated files, a user's
-# data) are listed in not_in_repo below.
+# The files are git's tracked files when REPO is a git checkout, else every file below REPO. Not
+# checked: paths with a placeholder (`build/<preset>`), under build/ or absolute (/usr), and slashed
+# words without an extension or a trailing "/" (profile scopes such as `attention/check_inputs`). A
+# name that is not under a top-level folder resolves when some file's path ends in it. The few files
+# that are not in the repository on purpose (generated files, a user's data) are listed in not_in_repo.
 set -euo pipefail
 
 case "${1-}" in
@@ -64,8 +65,10 @@ refs() {
         sub(/[.,:]+$/, "", tok)  # sentence punctuation
         if (gsub(/\{/, "{", tok) < gsub(/\}/, "}", tok)) sub(/\}+$/, "", tok)  # a closing brace of the prose
         if (tok ~ /[<>]/ || tok ~ /\.\.\./) continue  # placeholders
-        if (tok ~ ("^(" tops ")/")) emit("path", tok)
-        else if (tok !~ /\// && tok ~ /^[A-Za-z0-9_*-]+\.(h|hpp|cpp|cc|cu|cuh|md|cmake|sh)$/) emit("name", tok)
+        # A path under a top-level folder: a file (it has an extension) or a folder (it ends in "/");
+        # other slashed words there are names of another kind (profile scopes, `attention/check_inputs`).
+        if (tok ~ ("^(" tops ")/") && (tok ~ /\/$/ || tok ~ /\.[A-Za-z0-9_*{},]+$/)) emit("path", tok)
+        else if (tok ~ /^[A-Za-z0-9_*-][A-Za-z0-9_.\/*-]*\.(h|hpp|cpp|cc|cu|cuh|md|cmake|sh)$/ && tok !~ /^build\//) emit("name", tok)
       }
     }
   ' README.md docs/*.md
@@ -93,13 +96,12 @@ resolves() {
   grep -Eq "^$pattern(/|$)" "$files"
 }
 
-# What the docs name but the repository does not hold, on purpose: programs the build makes, files
-# the build, the install or the scripts write, and example paths of a user's data and configs.
+# What the docs name but the repository does not hold, on purpose: files the install or the scripts
+# write, and example paths of a user's data and configs.
 not_in_repo=(
-  apps/cpformer examples/train_mlp examples/custom_transformer       # programs (build/<preset>/...)
   'cpformerConfig*.cmake' 'cpformerTargets*.cmake'                    # the installed package files
   summary.md results.md cp_vs_torch.md train_scaling.md               # reports of scripts/gpu/*.sh
-  'data/*.bin' data/corpus configs/x.yaml                             # a user's shards, text and config
+  'data/*.bin' configs/x.yaml                                         # a user's shards and config
 )
 outside() {
   local p
@@ -116,7 +118,7 @@ while IFS=$'\t' read -r doc line kind ref; do
   case "$kind" in
     path)
       resolves "$ref" || { echo "$doc:$line: $ref is not in the repository"; bad=1; } ;;
-    name)
+    name)  # a file name, or the end of a path (cp/lse_merge.cpp): some file's path ends in it
       pattern="$(sed 's/[.[\^$+?()|]/\\&/g; s/\*/[^\/]*/g' <<<"$ref")"
       grep -Eq "(^|/)$pattern$" "$files" || { echo "$doc:$line: no file named $ref in the repository"; bad=1; } ;;
     link)

@@ -14,8 +14,9 @@ cat >"$fixture/README.md" <<'MD'
 
 ## Some Section: here
 
-Fine: `src/a/x.{h,cpp}`, `x.cpp`, [t](docs/b.md#some-section-here), `build/<preset>/x`.
-Stale: `src/a/y.cpp`, [u](docs/b.md#nope), `cp_spec.md`.
+Fine: `src/a/x.{h,cpp}`, `x.cpp`, `a/x.h`, `src/a/`, [t](docs/b.md#some-section-here), `build/<preset>/x`,
+the profile scope `src/check_inputs`.
+Stale: `src/a/y.cpp`, [u](docs/b.md#nope), `cp_spec.md`, notes/GPU.md, `src/b/`.
 ```
 src/a/z.cu
 ```
@@ -28,10 +29,12 @@ MD
 
 status=0
 output="$("$checker" "$fixture")" || status=$?
-expected='README.md:6: link to docs/b.md#nope: docs/b.md has no heading with the anchor #nope
-README.md:6: src/a/y.cpp is not in the repository
-README.md:6: no file named cp_spec.md in the repository
-README.md:8: src/a/z.cu is not in the repository
+expected='README.md:7: link to docs/b.md#nope: docs/b.md has no heading with the anchor #nope
+README.md:7: src/a/y.cpp is not in the repository
+README.md:7: no file named cp_spec.md in the repository
+README.md:7: no file named notes/GPU.md in the repository
+README.md:7: src/b/ is not in the repository
+README.md:9: src/a/z.cu is not in the repository
 docs/b.md:3: link to ../nope.md: nope.md is not in the repository'
 fail=0
 [[ $status -eq 1 ]] || { echo "expected exit code 1, got $status"; fail=1; }
