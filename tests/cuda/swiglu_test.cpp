@@ -1,7 +1,8 @@
 // SwiGLU's gate on the GPU (framework/tensor/cuda/swiglu.cu) against the CPU reference: the Llama 124M
 // MLP's shape in f32 and bf16, contiguous and as the two halves of one fused (N, 2I) projection, and the
 // scalar path (a column count that is no multiple of the vector, a row start off 16-byte alignment).
-// Both compute in f32 (bf16 rounds once), so they differ only by expf's last bits.
+// The packed backward's halves of one gradient buffer. Both compute in f32 (bf16 rounds once), so they
+// differ only by expf's last bits.
 #include "cuda_test_utils.h"
 #include "framework/tensor/ops/swiglu.h"
 #include "framework/tensor/ops/views.h"
@@ -45,6 +46,26 @@ TEST_F(CudaSwigluTest, ScalarPathMatchesTheCpu) {
   for (DType dtype : {DType::f32, DType::bf16, DType::f64}) {
     expect_match(37, 13, 26, 0, 13, dtype, 21);  // cols no multiple of the vector width
     expect_match(33, 16, 35, 1, 18, dtype, 23);  // row starts off 16-byte alignment
+  }
+}
+
+TEST_F(CudaSwigluTest, PackedGradientHalvesMatchTheCpu) {
+  // swiglu_packed's backward: d_gate and d_up written into the halves of one (N, 2I) buffer (row stride
+  // 2I), on the vector path (I = 2048) and the scalar one (I = 13).
+  for (const int64_t cols : {int64_t{2048}, int64_t{13}}) {
+    for (DType dtype : {DType::f32, DType::bf16}) {
+      const Tensor h = random_cpu({64, 2 * cols}, dtype, 41), dy = random_cpu({64, cols}, dtype, 42);
+      const Tensor hg = on_gpu(h);
+      Tensor dh = zeros({64, 2 * cols}, {.dtype = dtype, .device = Device::cuda(0)});
+      raw::swiglu_backward_into(on_gpu(dy), raw::narrow(hg, 1, 0, cols), raw::narrow(hg, 1, cols, cols),
+                                raw::narrow(dh, 1, 0, cols), raw::narrow(dh, 1, cols, cols));
+      const raw::SwigluGrads ref = raw::swiglu_backward(dy, raw::narrow(h, 1, 0, cols), raw::narrow(h, 1, cols, cols));
+      const Tensor got = on_cpu(dh);
+      const double tol = tol_for(dtype);
+      const std::string what = dtype_name(dtype) + " cols " + std::to_string(cols);
+      EXPECT_TRUE(all_close(raw::narrow(got, 1, 0, cols), ref.d_gate, tol, tol)) << "d_gate " << what;
+      EXPECT_TRUE(all_close(raw::narrow(got, 1, cols, cols), ref.d_up, tol, tol)) << "d_up " << what;
+    }
   }
 }
 
