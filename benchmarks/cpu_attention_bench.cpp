@@ -3,7 +3,7 @@
 //
 //   build/attn/benchmarks/cpu_attention_bench --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
 //
-// FLOPs follow the GPU peer convention (shared/GPU.md): forward = 2 * b * h * s^2 * (d_qk + d_v),
+// FLOPs follow the GPU peer convention (docs/attention.md): forward = 2 * b * h * s^2 * (d_qk + d_v),
 // halved when causal; forward+backward = 3.5 x forward. GFLOPS is that count over wall time.
 //
 // Memory: before the timed loop, one untimed call runs between a reset of the kernel's peak

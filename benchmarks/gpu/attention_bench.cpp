@@ -1,6 +1,6 @@
 // Attention on the GPU, bf16, through raw::attention_forward/backward with the backend forced to cuDNN
 // (fused flash attention, attention/cuda/cudnn_sdpa.h) or to the unfused path, against PyTorch 2.11's
-// cuDNN SDPA on an H200 (shared/GPU.md). Ends with the table
+// cuDNN SDPA on an H200 (docs/attention.md). Ends with the table
 //   case | backend | fwd TFLOP/s | fwd+bwd TFLOP/s | ratio to peer
 //
 //   gpu_attention_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true

@@ -1,6 +1,6 @@
 // Memory-bound CUDA kernels against the measured device-to-device copy (cudaMemcpy through the
 // backend): our copy kernel, add, gelu (f32 and bf16), a bias add, sum, softmax, layer_norm and the
-// cross-entropy forward. The target (shared/DESIGN.md) is >= 80% of the copy's bandwidth. Ends with a
+// cross-entropy forward. The target is >= 80% of the copy's bandwidth. Ends with a
 // table of GB/s and the ratio.
 //
 //   gpu_elementwise_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true

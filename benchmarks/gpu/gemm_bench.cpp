@@ -1,5 +1,5 @@
 // cuBLASLt GEMMs through raw::matmul: bf16 8192^3 (the peer: 782 TFLOP/s through PyTorch on an H200,
-// shared/GPU.md), f32 with and without TF32, a batched attention-shaped product, and the epilogue-fused
+// docs/gpu.md), f32 with and without TF32, a batched attention-shaped product, and the epilogue-fused
 // linear ops of GPT-2's MLP (x (32768, 768), fc_in (3072, 768), bf16) against their unfused sequences:
 //   BM_linear_gelu/0 linear then gelu           /1 raw::linear_gelu (GELU_AUX_BIAS)
 //   BM_linear_dgelu/0 dH GEMM then gelu backward /1 raw::linear_dgelu (DGELU)

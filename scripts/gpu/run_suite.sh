@@ -10,7 +10,7 @@
 # GTEST_FILTER applies to the tests, TESTS="cuda_distributed_* other_test" (shell patterns) picks the test
 # binaries, TEST_TIMEOUT (s, default 300) bounds each. Exit status: non-zero when a test binary failed.
 #
-# Environment (shared/GPU.md): cuDNN/NCCL/cuBLAS from the machine's Python venv when present (the
+# Environment (docs/gpu.md): cuDNN/NCCL/cuBLAS from the machine's Python venv when present (the
 # system cuDNN 9.14 has a known sliding-window bug), NVLink multicast off.
 set -uo pipefail
 
