@@ -21,6 +21,7 @@
 #if CPF_BENCH_CUDNN_MAPPING
 #include "attention/cuda/cudnn_mapping_cache.h"
 #include "attention/cuda/cudnn_sdpa_mapping.h"
+#include "attention/cuda/cudnn_sdpa_rows.h"
 #endif
 
 namespace {
@@ -98,6 +99,19 @@ void BM_CudnnMappingCached(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(attention_cuda::cudnn::cached_mapping(p));
 }
 BENCHMARK(BM_CudnnMappingCached)->DenseRange(0, 2)->Unit(benchmark::kMicrosecond);
+
+void BM_CudnnRowTables(benchmark::State& state) {
+  using namespace attention_cuda::cudnn;
+  const AttentionProblem p = ring_tile(state.range(0));
+  const auto m = cached_mapping(p);
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(packed_to_padded(p, *m));
+    benchmark::DoNotOptimize(padded_to_packed(*m));
+    benchmark::DoNotOptimize(flag_runs(m->q_undefined, kMaxFillRuns));
+    benchmark::DoNotOptimize(flag_runs(m->kv_undefined, kMaxFillRuns));
+  }
+}
+BENCHMARK(BM_CudnnRowTables)->DenseRange(0, 2)->Unit(benchmark::kMicrosecond);
 #endif
 
 }  // namespace
