@@ -2,8 +2,6 @@
 #include "attention/cuda/backend_selection.h"
 
 #include <cstdlib>
-#include <mutex>
-#include <set>
 #include <sstream>
 
 #include "framework/core/error.h"
@@ -130,14 +128,7 @@ BackendChoice select_and_log_backend(const AttentionProblem& p, DType dtype, boo
   key << device << ' ' << dtype_name(dtype) << ' ' << qkv_format_name(p.format) << ' ' << mask_words(p.window) << ' '
       << padded(p) << ' ' << p.h_q << ' ' << p.h_kv << ' ' << p.d_qk << ' ' << p.d_v << ' ' << backward << ' '
       << has_dlse << ' ' << attention_backend_name(choice.backend) << ' ' << choice.why;
-  static std::mutex mutex;
-  static std::set<std::string> seen;
-  bool first = false;
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    first = seen.insert(key.str()).second;
-  }
-  if (first) {
+  if (first_time_seen("attention backend", key.str())) {
     std::string line = "attention on " + device.str() + " (" + describe_problem(p, dtype, backward) +
                        "): " + std::string(attention_backend_name(choice.backend));
     if (!choice.why.empty()) line += " (" + choice.why + ")";
