@@ -46,11 +46,8 @@ if [[ "$N" -lt 2 ]]; then
 fi
 mkdir -p "$OUT_DIR"
 
-NV=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
-export LD_LIBRARY_PATH="$(dirname "$BENCH")/../lib:$NV/cublas/lib:$NV/cudnn/lib:$NV/nccl/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-export NCCL_NVLS_ENABLE=0
-PYTHON="${PYTHON:-/opt/torch/.venv/bin/python3}"
-[[ -x "$PYTHON" ]] || PYTHON=python3
+source "$ROOT/scripts/gpu/machine_env.sh"
+cpf_gpu_env "$(dirname "$BENCH")/../lib"
 TORCHRUN="$(dirname "$PYTHON")/torchrun"
 
 device="$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -1)"

@@ -24,9 +24,8 @@ fi
 OUT_DIR="${2:-${OUT:-$ROOT/out/gpu}}"
 mkdir -p "$OUT_DIR"
 
-NV=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
-export LD_LIBRARY_PATH="$CARRY_DIR/lib:$NV/cublas/lib:$NV/cudnn/lib:$NV/nccl/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-export NCCL_NVLS_ENABLE=0
+source "$ROOT/scripts/gpu/machine_env.sh"
+cpf_gpu_env "$CARRY_DIR/lib"
 
 results="$OUT_DIR/results.md"
 tests_log="$OUT_DIR/tests.log"

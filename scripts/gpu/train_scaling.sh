@@ -43,10 +43,8 @@ if [[ ! -x "$CPFORMER" ]]; then
 fi
 mkdir -p "$OUT_DIR"
 
-# The machine's libraries, as run_suite.sh sets them; NVLink multicast off on the shared machines.
-NV=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
-export LD_LIBRARY_PATH="$(dirname "$CPFORMER")/../lib:$NV/cublas/lib:$NV/cudnn/lib:$NV/nccl/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-export NCCL_NVLS_ENABLE=0
+source "$ROOT/scripts/gpu/machine_env.sh"
+cpf_gpu_env "$(dirname "$CPFORMER")/../lib"
 
 visible="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')"
 device="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"

@@ -31,10 +31,8 @@ if [[ ! -x "$CPFORMER" ]]; then
 fi
 mkdir -p "$OUT_DIR"
 
-NV=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
-export LD_LIBRARY_PATH="$(dirname "$CPFORMER")/../lib:$NV/cublas/lib:$NV/cudnn/lib:$NV/nccl/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-PYTHON="${PYTHON:-/opt/torch/.venv/bin/python3}"
-[[ -x "$PYTHON" ]] || PYTHON=python3
+source "$ROOT/scripts/gpu/machine_env.sh"
+cpf_gpu_env "$(dirname "$CPFORMER")/../lib"
 
 device="$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -1)"
 table="$OUT_DIR/train_vs_torch.md"
