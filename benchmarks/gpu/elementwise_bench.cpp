@@ -22,22 +22,11 @@ namespace {
 
 using namespace cpf;
 
-void set_bytes(benchmark::State& state, double bytes) {
-  state.counters["GB/s"] =
-      benchmark::Counter(bytes * bench::kReps * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-}
-
 DType dtype_arg(benchmark::State& state) { return state.range(1) == 0 ? DType::f32 : DType::bf16; }
 
 void BM_memcpy_d2d(benchmark::State& state) {
   const int64_t n = state.range(0);
-  Tensor src = bench::gpu_random({n}, DType::f32, 1);
-  Tensor dst = empty({n}, {.device = Device::cuda()});
-  DeviceBackend& backend = device_backend(DeviceType::cuda);
-  const size_t bytes = static_cast<size_t>(n) * 4;
-  bench::time_device(state,
-                     [&] { backend.copy(dst.raw_data(), dst.device(), src.raw_data(), src.device(), bytes); });
-  set_bytes(state, 2.0 * static_cast<double>(bytes));
+  bench::time_copy_roof(state, n);
 }
 
 void BM_copy_kernel(benchmark::State& state) {
@@ -45,7 +34,7 @@ void BM_copy_kernel(benchmark::State& state) {
   Tensor src = bench::gpu_random({n}, DType::f32, 1);
   Tensor dst = empty({n}, {.device = Device::cuda()});
   bench::time_device(state, [&] { raw::copy_(dst, src); });
-  set_bytes(state, 2.0 * n * 4);
+  bench::set_bytes(state, 2.0 * n * 4);
 }
 
 void BM_add(benchmark::State& state) {
@@ -53,7 +42,7 @@ void BM_add(benchmark::State& state) {
   const DType dtype = dtype_arg(state);
   Tensor a = bench::gpu_random({n}, dtype, 1), b = bench::gpu_random({n}, dtype, 2);
   bench::time_device(state, [&] { benchmark::DoNotOptimize(raw::add(a, b).raw_data()); });
-  set_bytes(state, 3.0 * n * static_cast<double>(dtype_size(dtype)));
+  bench::set_bytes(state, 3.0 * n * static_cast<double>(dtype_size(dtype)));
 }
 
 void BM_gelu(benchmark::State& state) {
@@ -61,7 +50,7 @@ void BM_gelu(benchmark::State& state) {
   const DType dtype = dtype_arg(state);
   Tensor x = bench::gpu_random({n}, dtype, 1);
   bench::time_device(state, [&] { benchmark::DoNotOptimize(raw::unary(raw::UnaryOp::gelu, x).raw_data()); });
-  set_bytes(state, 2.0 * n * static_cast<double>(dtype_size(dtype)));
+  bench::set_bytes(state, 2.0 * n * static_cast<double>(dtype_size(dtype)));
 }
 
 // (rows, 4096) + (4096): the bias-add pattern (the bias stays in cache: counted once).
@@ -69,21 +58,21 @@ void BM_bias_add(benchmark::State& state) {
   const int64_t n = state.range(0);
   Tensor a = bench::gpu_random({n / 4096, 4096}, DType::f32, 1), b = bench::gpu_random({4096}, DType::f32, 2);
   bench::time_device(state, [&] { benchmark::DoNotOptimize(raw::add(a, b).raw_data()); });
-  set_bytes(state, 2.0 * n * 4);
+  bench::set_bytes(state, 2.0 * n * 4);
 }
 
 void BM_sum_rows(benchmark::State& state) {
   const int64_t n = state.range(0);
   Tensor x = bench::gpu_random({n / 4096, 4096}, DType::f32, 1);
   bench::time_device(state, [&] { benchmark::DoNotOptimize(raw::sum(x, {1}).raw_data()); });
-  set_bytes(state, 1.0 * n * 4);
+  bench::set_bytes(state, 1.0 * n * 4);
 }
 
 void BM_sum_all(benchmark::State& state) {
   const int64_t n = state.range(0);
   Tensor x = bench::gpu_random({n}, DType::f32, 1);
   bench::time_device(state, [&] { benchmark::DoNotOptimize(raw::sum(x).raw_data()); });
-  set_bytes(state, 1.0 * n * 4);
+  bench::set_bytes(state, 1.0 * n * 4);
 }
 
 void BM_softmax_rows(benchmark::State& state) {
@@ -91,7 +80,7 @@ void BM_softmax_rows(benchmark::State& state) {
   const DType dtype = dtype_arg(state);
   Tensor x = bench::gpu_random({n / 1024, 1024}, dtype, 1);
   bench::time_device(state, [&] { benchmark::DoNotOptimize(raw::softmax(x, 1).raw_data()); });
-  set_bytes(state, 2.0 * n * static_cast<double>(dtype_size(dtype)));
+  bench::set_bytes(state, 2.0 * n * static_cast<double>(dtype_size(dtype)));
 }
 
 // Rows of 4096 with weight and bias (cached: counted once); x read, y written.
@@ -101,7 +90,7 @@ void BM_layer_norm(benchmark::State& state) {
   Tensor x = bench::gpu_random({n / 4096, 4096}, dtype, 1);
   Tensor w = bench::gpu_random({4096}, dtype, 2), b = bench::gpu_random({4096}, dtype, 3);
   bench::time_device(state, [&] { benchmark::DoNotOptimize(raw::layer_norm(x, w, b).y.raw_data()); });
-  set_bytes(state, 2.0 * n * static_cast<double>(dtype_size(dtype)));
+  bench::set_bytes(state, 2.0 * n * static_cast<double>(dtype_size(dtype)));
 }
 
 // (2048, 32768) logits read once per call; includes the device-side target check and the mean-loss
@@ -114,7 +103,7 @@ void BM_cross_entropy(benchmark::State& state) {
   for (int64_t r = 0; r < rows; ++r) t[r] = (r * 7919) % 32768;
   Tensor targets = raw::to(from_vector(t, {rows}), Device::cuda());
   bench::time_device(state, [&] { benchmark::DoNotOptimize(raw::cross_entropy(x, targets).lse.raw_data()); });
-  set_bytes(state, 1.0 * n * 4);
+  bench::set_bytes(state, 1.0 * n * 4);
 }
 
 constexpr int64_t kN = int64_t(1) << 26;

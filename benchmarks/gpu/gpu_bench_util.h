@@ -1,6 +1,7 @@
 #pragma once
-// Shared by the GPU benchmarks: timing with a device synchronisation around a batch of launches, and
-// a reporter that keeps the figures for the closing summary table.
+// Shared by the GPU benchmarks: timing with a device synchronisation around a batch of launches, the
+// bandwidth counter and its copy roof, and a reporter that keeps the figures for the closing summary
+// table.
 #include <benchmark/benchmark.h>
 
 #include <chrono>
@@ -11,6 +12,7 @@
 #include "framework/tensor/cuda/cuda.h"
 #include "framework/tensor/ops/copy.h"
 #include "framework/tensor/random.h"
+#include "framework/tensor/storage.h"
 
 namespace cpf::bench {
 
@@ -34,10 +36,27 @@ void time_device(benchmark::State& state, Fn&& fn) {
   }
 }
 
+// The "GB/s" counter of a bandwidth benchmark: `bytes` moved by one call (read + written), kReps calls
+// per iteration.
+inline void set_bytes(benchmark::State& state, double bytes) {
+  state.counters["GB/s"] = benchmark::Counter(bytes * kReps * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
 // Uniform random values (never zeros: see METHOD.md) drawn on the host, then moved to the GPU.
 inline Tensor gpu_random(const Shape& shape, DType dtype, uint64_t seed) {
   Generator gen(seed);
   return raw::to(uniform(shape, -1.0, 1.0, {.dtype = dtype}, &gen), Device::cuda(0));
+}
+
+// The roof of a bandwidth benchmark: a device-to-device copy of n f32 values through the backend
+// (cudaMemcpy), read and written, so 8n bytes a call.
+inline void time_copy_roof(benchmark::State& state, int64_t n) {
+  Tensor src = gpu_random({n}, DType::f32, 1);
+  Tensor dst = empty({n}, {.device = Device::cuda()});
+  DeviceBackend& backend = device_backend(DeviceType::cuda);
+  const size_t bytes = static_cast<size_t>(n) * 4;
+  time_device(state, [&] { backend.copy(dst.raw_data(), dst.device(), src.raw_data(), src.device(), bytes); });
+  set_bytes(state, 2.0 * static_cast<double>(bytes));
 }
 
 // Console output plus the median of one counter per benchmark family (name without /repeats).

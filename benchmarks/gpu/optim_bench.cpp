@@ -69,22 +69,11 @@ ModelState make_state(DType dtype) {
   return m;
 }
 
-void set_bytes(benchmark::State& state, double bytes) {
-  state.counters["GB/s"] =
-      benchmark::Counter(bytes * bench::kReps * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-}
-
 DType dtype_arg(benchmark::State& state) { return state.range(0) == 0 ? DType::f32 : DType::bf16; }
 
 void BM_memcpy_d2d(benchmark::State& state) {
   const int64_t n = int64_t(1) << 26;
-  Tensor src = bench::gpu_random({n}, DType::f32, 1);
-  Tensor dst = empty({n}, {.device = Device::cuda()});
-  DeviceBackend& backend = device_backend(DeviceType::cuda);
-  const size_t bytes = static_cast<size_t>(n) * 4;
-  bench::time_device(state,
-                     [&] { backend.copy(dst.raw_data(), dst.device(), src.raw_data(), src.device(), bytes); });
-  set_bytes(state, 2.0 * static_cast<double>(bytes));
+  bench::time_copy_roof(state, n);
 }
 
 void BM_adamw_step(benchmark::State& state) {
@@ -97,7 +86,7 @@ void BM_adamw_step(benchmark::State& state) {
     ++hyper.step;
   });
   const double per_param = dtype == DType::f32 ? 28.0 : 22.0;
-  set_bytes(state, per_param * static_cast<double>(m.numel));
+  bench::set_bytes(state, per_param * static_cast<double>(m.numel));
   state.counters["params"] = static_cast<double>(m.numel);
 }
 
@@ -107,7 +96,7 @@ void BM_grad_norm(benchmark::State& state) {
   Tensor out = empty({1}, {.dtype = DType::f64, .device = Device::cuda()});
   const auto sum_squares = device_kernel(Device::cuda(), &DeviceOps::sum_squares, "gpu_optim_bench");
   bench::time_device(state, [&] { sum_squares(out, m.grads); });
-  set_bytes(state, static_cast<double>(dtype_size(dtype)) * static_cast<double>(m.numel));
+  bench::set_bytes(state, static_cast<double>(dtype_size(dtype)) * static_cast<double>(m.numel));
 }
 
 BENCHMARK(BM_memcpy_d2d)->UseManualTime()->Unit(benchmark::kMicrosecond);
