@@ -30,46 +30,22 @@ const HeadCase kOddHeads[] = {
     {"h12_kv3", 12, 3, 4, 4},
 };
 
-struct Param {
-  CommType comm;
-  int cp;
-  QkvFormat format;
-  MaskCase mask;
-  HeadCase heads;
-};
-
-std::string param_name(const ::testing::TestParamInfo<Param>& info) {
-  const Param& p = info.param;
-  std::ostringstream os;
-  os << strategy_test_name(p.comm, p.cp, p.format) << "_" << p.mask.name << "_" << p.heads.name;
-  return os.str();
-}
+using Param = GridParam;
 
 std::vector<Param> grid() {
   std::vector<Param> params;
-  for (CommType comm : {CommType::p2p, CommType::all_gather, CommType::a2a, CommType::a2a_p2p}) {
-    for (int cp : {2, 4}) {
-      if (comm == CommType::a2a_p2p && cp != 4) continue;  // a2a+p2p runs as 2 x 2
-      for (QkvFormat format : {QkvFormat::bshd, QkvFormat::sbhd, QkvFormat::thd}) {
-        for (const MaskCase& mask : kMasks) {
-          for (const HeadCase& heads : kHeads) params.push_back({comm, cp, format, mask, heads});
-          if (mask.mask != MaskType::causal || mask.window.left != -1) continue;
-          for (const HeadCase& heads : kOddHeads) {
-            CpQuery q{comm, cp, comm == CommType::a2a_p2p ? 2 : 1, format, mask.mask, mask.window, heads.heads,
-                      heads.kv_heads, heads.d_qk, heads.d_v, false};
-            if (!unsupported_reason(q)) params.push_back({comm, cp, format, mask, heads});
-          }
-        }
+  for_each_strategy([&](CommType comm, int cp, QkvFormat format) {
+    for (const MaskCase& mask : kMasks) {
+      for (const HeadCase& heads : kHeads) params.push_back({comm, cp, format, mask, heads});
+      if (mask.mask != MaskType::causal || mask.window.left != -1) continue;
+      for (const HeadCase& heads : kOddHeads) {
+        CpQuery q{comm, cp, comm == CommType::a2a_p2p ? 2 : 1, format, mask.mask, mask.window, heads.heads,
+                  heads.kv_heads, heads.d_qk, heads.d_v, false};
+        if (!unsupported_reason(q)) params.push_back({comm, cp, format, mask, heads});
       }
     }
-  }
+  });
   return params;
-}
-
-// gtest would print a Param's bytes, padding included (uninitialised under valgrind); its name says it.
-void PrintTo(const Param& p, std::ostream* os) {
-  *os << comm_type_name(p.comm) << " cp" << p.cp << " " << qkv_format_name(p.format) << " " << p.mask.name << " "
-      << p.heads.name;
 }
 
 class CpEquivalence : public ::testing::TestWithParam<Param> {};
@@ -86,7 +62,7 @@ TEST_P(CpEquivalence, ShardsEqualTheSingleRankResult) {
   expect_shards_equal_reference(c, g, ref, cp);
 }
 
-INSTANTIATE_TEST_SUITE_P(SupportMatrix, CpEquivalence, ::testing::ValuesIn(grid()), param_name);
+INSTANTIATE_TEST_SUITE_P(SupportMatrix, CpEquivalence, ::testing::ValuesIn(grid()), grid_param_name);
 
 }  // namespace
 }  // namespace cpf::cp::testing

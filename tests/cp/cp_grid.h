@@ -1,7 +1,8 @@
 #pragma once
 // The pieces the parameterised CP test grids share (cp_equivalence, cp_positions, cp_sink and the
-// one-GPU test): mask and head cases, the strategy's part of a test name, the CpCase of one grid cell,
-// its support-matrix query, and the per-rank comparison of out, lse, dq, dk, dv against the reference.
+// one-GPU test): mask and head cases, the strategy's part of a test name, the strategy x cp x format
+// loop and the grid cell of the CPU grids, the CpCase of one cell, its support-matrix query, and the
+// per-rank comparison of out, lse, dq, dk, dv against the reference.
 #include <gtest/gtest.h>
 
 #include <sstream>
@@ -33,6 +34,41 @@ inline std::string strategy_test_name(CommType comm, int cp, QkvFormat format) {
   std::ostringstream os;
   os << name << "_cp" << cp << "_" << qkv_format_name(format);
   return os.str();
+}
+
+// The CPU grids' strategies: every strategy at cp 2 and 4 (a2a+p2p only as 2 x 2), every format;
+// fn(comm, cp, format) adds the cells of one.
+template <class Fn>
+void for_each_strategy(Fn&& fn) {
+  for (CommType comm : {CommType::p2p, CommType::all_gather, CommType::a2a, CommType::a2a_p2p}) {
+    for (int cp : {2, 4}) {
+      if (comm == CommType::a2a_p2p && cp != 4) continue;  // a2a+p2p runs as 2 x 2
+      for (QkvFormat format : {QkvFormat::bshd, QkvFormat::sbhd, QkvFormat::thd}) fn(comm, cp, format);
+    }
+  }
+}
+
+// A cell of a CPU grid: strategy, cp size, format, mask and head case.
+struct GridParam {
+  CommType comm;
+  int cp;
+  QkvFormat format;
+  MaskCase mask;
+  HeadCase heads;
+};
+
+// "<strategy>_cp<n>_<format>_<mask>_<heads>"
+inline std::string grid_param_name(const ::testing::TestParamInfo<GridParam>& info) {
+  const GridParam& p = info.param;
+  std::ostringstream os;
+  os << strategy_test_name(p.comm, p.cp, p.format) << "_" << p.mask.name << "_" << p.heads.name;
+  return os.str();
+}
+
+// gtest would print a GridParam's bytes, padding included (uninitialised under valgrind); its name says it.
+inline void PrintTo(const GridParam& p, std::ostream* os) {
+  *os << comm_type_name(p.comm) << " cp" << p.cp << " " << qkv_format_name(p.format) << " " << p.mask.name << " "
+      << p.heads.name;
 }
 
 // One grid cell: a2a+p2p runs as 2 x (cp / 2), the global sequence is 8 tokens per rank.

@@ -51,18 +51,13 @@ std::string param_name(const ::testing::TestParamInfo<Param>& info) {
 
 std::vector<Param> grid() {
   std::vector<Param> params;
-  for (CommType comm : {CommType::p2p, CommType::all_gather, CommType::a2a, CommType::a2a_p2p}) {
-    for (int cp : {2, 4}) {
-      if (comm == CommType::a2a_p2p && cp != 4) continue;  // a2a+p2p runs as 2 x 2
-      for (QkvFormat format : {QkvFormat::bshd, QkvFormat::sbhd, QkvFormat::thd}) {
-        for (Positions positions : {Positions::gapped, Positions::offsets, Positions::sequence_offsets}) {
-          for (const MaskCase& mask : kMasks) {
-            for (const HeadCase& heads : kHeads) params.push_back({comm, cp, format, positions, mask, heads});
-          }
-        }
+  for_each_strategy([&](CommType comm, int cp, QkvFormat format) {
+    for (Positions positions : {Positions::gapped, Positions::offsets, Positions::sequence_offsets}) {
+      for (const MaskCase& mask : kMasks) {
+        for (const HeadCase& heads : kHeads) params.push_back({comm, cp, format, positions, mask, heads});
       }
     }
-  }
+  });
   return params;
 }
 

@@ -24,39 +24,16 @@ const HeadCase kHeads[] = {
     {"mqa", 4, 1, 6, 6},
 };
 
-struct Param {
-  CommType comm;
-  int cp;
-  QkvFormat format;
-  MaskCase mask;
-  HeadCase heads;
-};
-
-std::string param_name(const ::testing::TestParamInfo<Param>& info) {
-  const Param& p = info.param;
-  std::ostringstream os;
-  os << strategy_test_name(p.comm, p.cp, p.format) << "_" << p.mask.name << "_" << p.heads.name;
-  return os.str();
-}
+using Param = GridParam;
 
 std::vector<Param> grid() {
   std::vector<Param> params;
-  for (CommType comm : {CommType::p2p, CommType::all_gather, CommType::a2a, CommType::a2a_p2p}) {
-    for (int cp : {2, 4}) {
-      if (comm == CommType::a2a_p2p && cp != 4) continue;  // a2a+p2p runs as 2 x 2
-      for (QkvFormat format : {QkvFormat::bshd, QkvFormat::sbhd, QkvFormat::thd}) {
-        for (const MaskCase& mask : kMasks) {
-          for (const HeadCase& heads : kHeads) params.push_back({comm, cp, format, mask, heads});
-        }
-      }
+  for_each_strategy([&](CommType comm, int cp, QkvFormat format) {
+    for (const MaskCase& mask : kMasks) {
+      for (const HeadCase& heads : kHeads) params.push_back({comm, cp, format, mask, heads});
     }
-  }
+  });
   return params;
-}
-
-void PrintTo(const Param& p, std::ostream* os) {
-  *os << comm_type_name(p.comm) << " cp" << p.cp << " " << qkv_format_name(p.format) << " " << p.mask.name << " "
-      << p.heads.name;
 }
 
 class CpSink : public ::testing::TestWithParam<Param> {};
@@ -82,7 +59,7 @@ TEST_P(CpSink, ShardsAndSinkGradientEqualTheSingleRankResult) {
   EXPECT_TRUE(::cpf::testing::all_close(dsink_sum, ref.dsink, 1e-5, 1e-5)) << "d(sink) summed over the ranks";
 }
 
-INSTANTIATE_TEST_SUITE_P(EveryStrategy, CpSink, ::testing::ValuesIn(grid()), param_name);
+INSTANTIATE_TEST_SUITE_P(EveryStrategy, CpSink, ::testing::ValuesIn(grid()), grid_param_name);
 
 // A sink that does not match q's heads is refused before any communication.
 TEST(CpSinkValidation, RejectsASinkOfTheWrongShape) {
