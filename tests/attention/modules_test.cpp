@@ -56,6 +56,40 @@ TEST(MultiHeadAttention, ParametersAndHandComposition) {
   EXPECT_TRUE(all_close(mha.forward(x), want, 1e-12, 1e-12));
 }
 
+TEST(MultiHeadAttention, FusedProjectionMatchesHandCompositionWithGradients) {
+  // 140 rows: q/k/v come from one GEMM (linear_cat's fused path) split into views; GQA and RoPE as in
+  // a Llama block. Output, input gradient and every parameter gradient equal the hand composition.
+  Generator gen(8);
+  MultiHeadAttention mha(mha_options(QkvFormat::bshd, 2), &gen);
+  const Tensor probe = random_tensor({2, 70, 12}, DType::f64, 3);
+  auto run = [&](bool module) {
+    Tensor x = random_tensor({2, 70, 12}, DType::f64, 2);
+    x.set_requires_grad(true);
+    Tensor y;
+    if (module) {
+      y = mha.forward(x);
+    } else {
+      const Tensor pos = arange(70);
+      const Tensor q = rope(heads(linear(mha, "q_proj", x), 4, 4), pos, 10000.0, 2);
+      const Tensor k = rope(heads(linear(mha, "k_proj", x), 2, 4), pos, 10000.0, 2);
+      const Tensor v = heads(linear(mha, "v_proj", x), 2, 4);
+      const Tensor attn = dot_product_attention(q, k, v, mha.spec(), std::nullopt).out;
+      y = linear(mha, "o_proj", reshape(attn, {2, 70, 16}));
+    }
+    mha.zero_grad();
+    backward(sum(mul(y, probe)));
+    std::vector<Tensor> out{y.detach(), x.grad()};
+    for (const auto& [n, t] : mha.named_parameters()) out.push_back(t.grad());
+    return out;
+  };
+  const std::vector<Tensor> got = run(true), want = run(false);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_TRUE(got[i].defined() && want[i].defined()) << "entry " << i;
+    EXPECT_TRUE(all_close(got[i], want[i], 1e-12, 1e-11)) << "entry " << i;
+  }
+}
+
 TEST(MultiHeadAttention, SbhdAndThdMatchBshd) {
   for (int64_t kv_heads : {4, 2, 1}) {  // MHA, GQA, MQA
     Generator g1(3), g2(3), g3(3);

@@ -20,9 +20,9 @@ Tensor leaf(const Shape& shape, uint64_t seed, DType dtype = DType::f64) {
   return t;
 }
 
-// x and the parts' leaves (fresh, same values for a seed); `fused` picks linear_cat or separate linears.
-// Returns the output and every leaf's gradient of sum(y * probe).
-std::vector<Tensor> run(bool fused, bool bias) {
+// x and the parts' leaves (fresh, same values for a seed); `fused` picks linear_cat (with min_fused_rows)
+// or separate linears. Returns the output and every leaf's gradient of sum(y * probe).
+std::vector<Tensor> run(bool fused, bool bias, int64_t min_fused_rows = 0) {
   const Tensor x = leaf({2, 3, 6}, 1);
   const std::vector<Tensor> w{leaf({4, 6}, 2), leaf({2, 6}, 3), leaf({2, 6}, 4)};
   const std::vector<Tensor> b{leaf({4}, 5), leaf({2}, 6), leaf({2}, 7)};
@@ -30,7 +30,7 @@ std::vector<Tensor> run(bool fused, bool bias) {
   if (fused) {
     std::vector<LinearWeights> parts;
     for (size_t i = 0; i < w.size(); ++i) parts.push_back({w[i], bias ? b[i] : Tensor()});
-    y = linear_cat(x, parts);  // (2, 3, 8)
+    y = linear_cat(x, parts, min_fused_rows);  // (2, 3, 8)
   } else {
     std::vector<Tensor> pieces;
     for (size_t i = 0; i < w.size(); ++i) pieces.push_back(linear(x, w[i], bias ? b[i] : Tensor()));
@@ -56,6 +56,16 @@ TEST(LinearCat, EqualsSeparateLinearsWithTheirGradients) {
   }
 }
 
+TEST(LinearCat, BelowMinFusedRowsRunsTheSameSeparateLinears) {
+  // 6 rows: fused with min_fused_rows 6, separate with 7 (and with the default 128).
+  for (int64_t min_rows : {int64_t{6}, int64_t{7}, kLinearCatMinFusedRows}) {
+    const std::vector<Tensor> got = run(true, true, min_rows), separate = run(false, true);
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_TRUE(all_close(got[i], separate[i], 1e-13, 1e-13)) << "min_fused_rows " << min_rows << " entry " << i;
+    }
+  }
+}
+
 TEST(LinearCat, MixedPrecisionReadsTheComputeCopies) {
   // f32 masters with bf16 x: the GEMM reads the compute copies (here deliberately different from the
   // masters' bf16 rounding, to see which is read) and the masters get f32 gradients.
@@ -63,7 +73,7 @@ TEST(LinearCat, MixedPrecisionReadsTheComputeCopies) {
   const Tensor w1 = leaf({8, 8}, 12, DType::f32), w2 = leaf({8, 8}, 13, DType::f32);
   const Tensor c1 = raw::to(random_tensor({8, 8}, DType::f64, 14), DType::bf16);
   const Tensor c2 = raw::to(random_tensor({8, 8}, DType::f64, 15), DType::bf16);
-  const Tensor y = linear_cat(x, {{w1, Tensor(), c1}, {w2, Tensor(), c2}});
+  const Tensor y = linear_cat(x, {{w1, Tensor(), c1}, {w2, Tensor(), c2}}, 0);
   EXPECT_EQ(y.dtype(), DType::bf16);
   EXPECT_TRUE(all_close(y, cat({linear(x, w1, Tensor(), c1), linear(x, w2, Tensor(), c2)}, -1), 0, 0));
   backward(sum(to(y, DType::f32)));
@@ -85,6 +95,7 @@ TEST(LinearCat, RejectsBadParts) {
   EXPECT_CPF_ERROR(linear_cat(x, {{w, zeros({3})}}), "part 0's bias must be (N) = (2) of the weight dtype f32, got [3]");
   EXPECT_CPF_ERROR(linear_cat(raw::to(x, DType::bf16), {{w, Tensor(), zeros({2, 4})}}),
                    "part 0's compute_weight must be the weight [2,4] in x's dtype bf16, got [2,4] f32");
+  EXPECT_CPF_ERROR(linear_cat(x, {{w}}, -1), "linear_cat: min_fused_rows must be >= 0, got -1");
 }
 
 TEST(SwigluPacked, RejectsAnOddWidth) {

@@ -76,16 +76,23 @@ inline void add_matmul_cases(std::vector<OpCase>& cases) {
   cases.push_back(std::move(gelu_mlp_fused));
   cases.push_back({"gelu_mlp_no_bias_odd", "gelu_mlp", {diff({6, 4}), diff({6, 4}), diff({5, 6})},
                    [](const Inputs& x) -> Outputs { return {gelu_mlp(x[0], {x[1]}, {x[2]})}; }});
-  // linear_cat: q/k/v-like parts without bias (3-D x), and two parts with biases on a strided x.
+  // linear_cat, fused (min_fused_rows 0): q/k/v-like parts without bias (3-D x), and two parts with
+  // biases on a strided x; and the separate linears it runs below min_fused_rows.
   cases.push_back({"linear_cat_three_parts",
                    "linear_cat",
                    {diff({2, 3, 4}), diff({8, 4}), diff({4, 4}), diff({4, 4})},
                    [](const Inputs& x) -> Outputs {
-                     return {linear_cat(x[0], {{x[1]}, {x[2]}, {x[3]}})};
+                     return {linear_cat(x[0], {{x[1]}, {x[2]}, {x[3]}}, 0)};
                    }});
   cases.push_back({"linear_cat_bias_strided",
                    "linear_cat",
                    {strided({6, 3}), diff({5, 3}), diff({5}), diff({3, 3}), diff({3})},
+                   [](const Inputs& x) -> Outputs {
+                     return {linear_cat(x[0], {{x[1], x[2]}, {x[3], x[4]}}, 0)};
+                   }});
+  cases.push_back({"linear_cat_separate_below_min_rows",
+                   "linear_cat",
+                   {diff({3, 4}), diff({8, 4}), diff({8}), diff({4, 4}), diff({4})},
                    [](const Inputs& x) -> Outputs {
                      return {linear_cat(x[0], {{x[1], x[2]}, {x[3], x[4]}})};
                    }});

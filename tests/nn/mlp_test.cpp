@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
+#include <string>
 
 #include "framework/autograd/ops.h"
 #include "framework/nn/mlp.h"
@@ -59,6 +61,35 @@ TEST(MLP, SwigluMatchesNaiveReference) {
   for (size_t i = 0; i < h.size(); ++i) h[i] = gate[i] / (1 + std::exp(-gate[i])) * up[i];
   const auto y = naive_linear(h, 4, p["down_proj.weight"], Tensor());
   EXPECT_TRUE(all_close(mlp.forward(x), from_vector(y, {2, 2, 4}), 1e-12, 1e-10));
+}
+
+TEST(MLP, SwigluFusedProjectionMatchesTheUnfusedGraph) {
+  // 160 rows: gate_proj and up_proj run as one GEMM (linear_cat's fused path) and the gate as
+  // swiglu_packed; the output and every parameter gradient equal the unfused ops' graph.
+  nn::MLP mlp({.hidden_size = 4, .intermediate_size = 6, .activation = nn::Activation::swiglu, .bias = true,
+               .dtype = DType::f64});
+  auto p = params_of(mlp);
+  ASSERT_EQ(p.size(), 6u);
+  const Tensor x = random_tensor({2, 80, 4}, DType::f64, 13, -2, 2);
+  const Tensor probe = random_tensor({2, 80, 4}, DType::f64, 14);
+  const Tensor y = mlp.forward(x);
+  backward(sum(mul(y, probe)));
+  std::map<std::string, Tensor> fused_grads;
+  for (auto& [name, t] : p) fused_grads[name] = t.grad();
+  std::map<std::string, Tensor> leaves;
+  for (auto& [name, t] : p) {
+    leaves[name] = t.detach();
+    leaves[name].set_requires_grad(true);
+  }
+  const Tensor gate = linear(x, leaves["gate_proj.weight"], leaves["gate_proj.bias"]);
+  const Tensor up = linear(x, leaves["up_proj.weight"], leaves["up_proj.bias"]);
+  const Tensor ref = linear(mul(silu(gate), up), leaves["down_proj.weight"], leaves["down_proj.bias"]);
+  EXPECT_TRUE(all_close(y, ref, 1e-13, 1e-12));
+  backward(sum(mul(ref, probe)));
+  for (auto& [name, t] : leaves) {
+    ASSERT_TRUE(fused_grads[name].defined()) << name;
+    EXPECT_TRUE(all_close(fused_grads[name], t.grad(), 1e-12, 1e-11)) << name;
+  }
 }
 
 TEST(MLP, OutputProjectionGetsItsOwnInitStd) {

@@ -1,5 +1,6 @@
 #include "framework/autograd/functions/linear_cat.h"
 
+#include "framework/autograd/functions/join.h"
 #include "framework/autograd/node.h"
 #include "framework/core/error.h"
 #include "framework/tensor/ops/copy.h"
@@ -59,8 +60,14 @@ Tensor stacked(const std::vector<LinearWeights>& parts, DType dtype, bool bias) 
 
 }  // namespace
 
-Tensor linear_cat(const Tensor& x, const std::vector<LinearWeights>& parts) {
+Tensor linear_cat(const Tensor& x, const std::vector<LinearWeights>& parts, int64_t min_fused_rows) {
   check_parts(x, parts);
+  CPF_CHECK(min_fused_rows >= 0, kOp, ": min_fused_rows must be >= 0, got ", min_fused_rows);
+  if (x.size(-1) == 0 || x.numel() / x.size(-1) < min_fused_rows) {
+    std::vector<Tensor> pieces;
+    for (const LinearWeights& p : parts) pieces.push_back(linear(x, p));  // (..., N_i)
+    return pieces.size() == 1 ? pieces[0] : cat(pieces, -1);               // (..., sum N)
+  }
   const bool has_bias = parts[0].bias.defined();
   const Tensor w = stacked(parts, x.dtype(), false);                        // (sum N, K)
   const Tensor b = has_bias ? stacked(parts, x.dtype(), true) : Tensor();  // (sum N)

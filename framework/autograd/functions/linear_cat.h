@@ -18,7 +18,11 @@
 namespace cpf {
 
 // parts: one or more LinearWeights with the same in_features K, weight dtype and device; biases all
-// defined or all undefined.
-Tensor linear_cat(const Tensor& x, const std::vector<LinearWeights>& parts);
+// defined or all undefined. With fewer than min_fused_rows rows in x (decoding, tiny batches) the weight
+// concatenation would cost more than one GEMM saves: the parts then run as separate linears whose
+// outputs are joined (same values, the same gradients).
+inline constexpr int64_t kLinearCatMinFusedRows = 128;
+Tensor linear_cat(const Tensor& x, const std::vector<LinearWeights>& parts,
+                  int64_t min_fused_rows = kLinearCatMinFusedRows);
 
 }  // namespace cpf
