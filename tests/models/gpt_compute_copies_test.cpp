@@ -9,24 +9,14 @@
 #include "framework/tensor/ops/copy.h"
 #include "models/gpt.h"
 #include "models/gpt_input.h"
+#include "models/gpt_test_options.h"
 #include "support/test_utils.h"
 
 namespace cpf::models {
 namespace {
 
 GPTOptions small(AttentionType attention) {
-  GPTOptions o;
-  o.vocab_size = 11;
-  o.hidden_size = 32;
-  o.num_layers = 2;
-  o.num_heads = 4;
-  o.attention = attention;
-  if (attention == AttentionType::gqa) o.num_kv_heads = 2;
-  o.kv_lora_rank = 16;
-  o.qk_nope_head_dim = 8;
-  o.qk_rope_head_dim = 8;
-  o.v_head_dim = 8;
-  o.init_std = 0.1;
+  GPTOptions o = precision_gpt(attention);
   o.compute_dtype = DType::bf16;
   return o;
 }

@@ -9,6 +9,7 @@
 #include "framework/autograd/ops.h"
 #include "models/gpt.h"
 #include "models/gpt_input.h"
+#include "models/gpt_test_options.h"
 #include "support/test_utils.h"
 
 namespace cpf::models {
@@ -16,19 +17,7 @@ namespace {
 
 using testing::all_close;
 
-GPTOptions base() {
-  GPTOptions o;
-  o.vocab_size = 13;
-  o.hidden_size = 16;
-  o.num_layers = 2;
-  o.num_heads = 4;
-  o.kv_lora_rank = 8;
-  o.qk_nope_head_dim = 4;
-  o.qk_rope_head_dim = 4;
-  o.v_head_dim = 4;
-  o.dtype = DType::f64;
-  return o;
-}
+GPTOptions base() { return f64_gpt(); }
 
 // Every architecture the model builds, each with the head tied or not.
 std::vector<std::pair<std::string, GPTOptions>> variants() {

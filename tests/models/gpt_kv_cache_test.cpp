@@ -16,6 +16,7 @@
 #include "models/gpt.h"
 #include "models/gpt_decoder.h"
 #include "models/gpt_input.h"
+#include "models/gpt_test_options.h"
 #include "support/test_utils.h"
 
 namespace cpf::models {
@@ -27,17 +28,8 @@ struct Case {
 };
 
 GPTOptions base() {
-  GPTOptions o;
-  o.vocab_size = 13;
-  o.hidden_size = 16;
-  o.num_layers = 2;
-  o.num_heads = 4;
-  o.kv_lora_rank = 8;
-  o.qk_nope_head_dim = 4;
-  o.qk_rope_head_dim = 4;
-  o.v_head_dim = 4;
+  GPTOptions o = f64_gpt();
   o.init_std = 0.3;  // large weights: logits that differ clearly between tokens and positions
-  o.dtype = DType::f64;
   return o;
 }
 

@@ -11,26 +11,13 @@
 #include "framework/tensor/storage.h"
 #include "models/gpt.h"
 #include "models/gpt_input.h"
+#include "models/gpt_test_options.h"
 #include "support/test_utils.h"
 
 namespace cpf::models {
 namespace {
 
-GPTOptions small(AttentionType attention) {
-  GPTOptions o;
-  o.vocab_size = 11;
-  o.hidden_size = 32;
-  o.num_layers = 2;
-  o.num_heads = 4;
-  o.attention = attention;
-  if (attention == AttentionType::gqa) o.num_kv_heads = 2;
-  o.kv_lora_rank = 16;
-  o.qk_nope_head_dim = 8;
-  o.qk_rope_head_dim = 8;
-  o.v_head_dim = 8;
-  o.init_std = 0.1;  // larger than GPT-2's so the logits are far from uniform and errors are visible
-  return o;
-}
+GPTOptions small(AttentionType attention) { return precision_gpt(attention); }
 
 // Two documents of 7 and 5 tokens.
 GPTInput batch() {

@@ -1,0 +1,42 @@
+#pragma once
+// Small GPTs the model tests share (a copy per test file drifted apart silently): every attention
+// type can be selected on them, and the MLA dims are set so `attention = mla` works as is.
+#include "models/gpt.h"
+
+namespace cpf::models {
+
+// f32, 32 wide, 4 heads (GQA: 2 KV heads), vocabulary 11; init_std 0.1, larger than GPT-2's, so the
+// logits are far from uniform and precision errors are visible. gpt_precision and gpt_compute_copies.
+inline GPTOptions precision_gpt(AttentionType attention) {
+  GPTOptions o;
+  o.vocab_size = 11;
+  o.hidden_size = 32;
+  o.num_layers = 2;
+  o.num_heads = 4;
+  o.attention = attention;
+  if (attention == AttentionType::gqa) o.num_kv_heads = 2;
+  o.kv_lora_rank = 16;
+  o.qk_nope_head_dim = 8;
+  o.qk_rope_head_dim = 8;
+  o.v_head_dim = 8;
+  o.init_std = 0.1;
+  return o;
+}
+
+// f64, 16 wide, 4 heads, vocabulary 13, MHA: exact comparisons of logits and losses between two ways
+// of computing them (gpt_forward_loss, gpt_kv_cache).
+inline GPTOptions f64_gpt() {
+  GPTOptions o;
+  o.vocab_size = 13;
+  o.hidden_size = 16;
+  o.num_layers = 2;
+  o.num_heads = 4;
+  o.kv_lora_rank = 8;
+  o.qk_nope_head_dim = 4;
+  o.qk_rope_head_dim = 4;
+  o.v_head_dim = 4;
+  o.dtype = DType::f64;
+  return o;
+}
+
+}  // namespace cpf::models
