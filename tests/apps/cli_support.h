@@ -53,4 +53,16 @@ inline std::string read_file(const std::filesystem::path& path) {
   return s.str();
 }
 
+// A training config of one-digit addition (the job of configs/tiny.yaml): a 2-layer 32-wide model,
+// 128-token batches padded to 8 (cp up to 4), one thread, a loss line every step, no evaluation until
+// the end, writing to out_dir.
+inline std::string addition_yaml(const std::filesystem::path& out_dir, int64_t steps) {
+  return "run:\n  out_dir: " + out_dir.string() + "\n  steps: " + std::to_string(steps) +
+         "\n  log_every: 1\n  eval_every: 0\n  eval_batches: 1\n  eval_examples: 8\n  threads: 1\n"
+         "model:\n  hidden_size: 32\n  num_layers: 2\n  num_heads: 4\n"
+         "optimizer:\n  lr: 0.003\n"
+         "schedule:\n  warmup_steps: 2\n  total_steps: 20\n"
+         "data:\n  min_len: 1\n  max_len: 1\n  seq_len: 16\n  tokens_per_batch: 128\n  pad_multiple: 8\n";
+}
+
 }  // namespace cpf::trainer::testing

@@ -17,19 +17,13 @@
 namespace cpf::trainer {
 namespace {
 
+using testing::addition_yaml;
 using testing::repo_root;
 using testing::run;
 using testing::scratch_dir;
 
 // The tiny addition job of configs/tiny.yaml, one thread, no evaluation until the end.
-std::string tiny_yaml(const std::filesystem::path& out_dir, int64_t steps) {
-  return "run:\n  out_dir: " + out_dir.string() + "\n  steps: " + std::to_string(steps) +
-         "\n  log_every: 1\n  eval_every: 0\n  eval_batches: 1\n  eval_examples: 8\n  threads: 1\n"
-         "model:\n  hidden_size: 32\n  num_layers: 2\n  num_heads: 4\n"
-         "optimizer:\n  lr: 0.003\n"
-         "schedule:\n  warmup_steps: 2\n  total_steps: 20\n"
-         "data:\n  min_len: 1\n  max_len: 1\n  seq_len: 16\n  tokens_per_batch: 128\n  pad_multiple: 8\n";
-}
+std::string tiny_yaml(const std::filesystem::path& out_dir, int64_t steps) { return addition_yaml(out_dir, steps); }
 
 // The config::ConfigError message of loading the tiny config with `overrides`, or "" when it loads.
 std::string config_error(const std::vector<std::string>& overrides) {

@@ -12,20 +12,14 @@
 namespace cpf::trainer {
 namespace {
 
+using testing::addition_yaml;
 using testing::read_file;
 using testing::repo_root;
 using testing::run;
 using testing::scratch_dir;
 
 // One-digit addition, a 2-layer model, 128-token batches padded for cp up to 4.
-std::string base_yaml(const std::filesystem::path& out_dir, int64_t steps) {
-  return "run:\n  out_dir: " + out_dir.string() + "\n  steps: " + std::to_string(steps) +
-         "\n  log_every: 1\n  eval_every: 0\n  eval_batches: 1\n  eval_examples: 8\n  threads: 1\n"
-         "model:\n  hidden_size: 32\n  num_layers: 2\n  num_heads: 4\n"
-         "optimizer:\n  lr: 0.003\n"
-         "schedule:\n  warmup_steps: 2\n  total_steps: 20\n"
-         "data:\n  min_len: 1\n  max_len: 1\n  seq_len: 16\n  tokens_per_batch: 128\n  pad_multiple: 8\n";
-}
+std::string base_yaml(const std::filesystem::path& out_dir, int64_t steps) { return addition_yaml(out_dir, steps); }
 
 TrainOutcome train_with(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
   const TrainConfig c = load_train_config_string(yaml, "test.yaml", overrides);
