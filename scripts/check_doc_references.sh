@@ -28,7 +28,8 @@ trap 'rm -f "$files"' EXIT
 if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
   git ls-files --cached --others --exclude-standard >"$files"
 else
-  find . -type f -not -path './.git/*' | sed 's|^\./||' >"$files"
+  # Build trees and script outputs are not the repository's (git ignores them).
+  find . \( -path ./.git -o -path ./build -o -path ./out \) -prune -o -type f -print | sed 's|^\./||' >"$files"
 fi
 # Top-level folders that hold tracked files: a path starting with one of them must resolve.
 tops="$(grep '/' "$files" | cut -d/ -f1 | sort -u | paste -sd'|')"
