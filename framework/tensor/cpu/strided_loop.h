@@ -4,6 +4,7 @@
 // are merged first, so a contiguous tensor of any rank becomes a single row and the inner loop is a
 // plain indexed loop the compiler vectorises. Rows are split across OpenMP threads when the work is
 // large enough to pay for it.
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <vector>
@@ -16,6 +17,15 @@ namespace cpf::cpu {
 inline constexpr int64_t kParallelGrain = 1 << 15;
 
 int max_threads();
+
+// Columns per task when `cols` columns are split between the threads (all of them in one task when not
+// `parallel`): whole 16-wide SIMD groups, at least 64, at least 1. A task that owns its columns sums
+// down them in row order, so each sum's order does not depend on the thread count.
+inline int64_t column_group(int64_t cols, bool parallel) {
+  const int64_t threads = parallel ? max_threads() : 1;
+  const int64_t group = (cols + threads - 1) / threads;
+  return std::max<int64_t>(1, std::min(cols, std::max<int64_t>(64, (group + 15) / 16 * 16)));
+}
 
 template <size_t N>
 struct StridedIteration {

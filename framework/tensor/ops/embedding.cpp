@@ -192,9 +192,7 @@ Tensor embedding_backward(const Tensor& grad, const Tensor& ids, int64_t num_row
   const bool parallel = n * cols >= cpu::kParallelGrain;
   // Each task owns a group of columns and adds the rows of grad in the order of embedding_segment.h: a
   // fixed summation order per element that does not depend on the thread count (the device's).
-  const int64_t threads = parallel ? cpu::max_threads() : 1;
-  int64_t group = (cols + threads - 1) / threads;
-  group = std::max<int64_t>(1, std::min(cols, std::max<int64_t>(64, (group + 15) / 16 * 16)));
+  const int64_t group = cpu::column_group(cols, parallel);
   const int64_t groups = (cols + group - 1) / group;
   visit_id_type(idc.dtype(), [&]<class I>() {
     const I* id = idc.data<I>();

@@ -113,9 +113,7 @@ void backward_kernel(const T* g, const T* x, const T* w, const T* mean, const T*
   if (!dw && !db) return;
   // Parameter gradients: each task owns a group of columns and walks all rows in order, so every
   // sum has the same order whatever the thread count (deterministic, no partial buffers).
-  const int64_t threads = parallel ? cpu::max_threads() : 1;
-  int64_t group = (cols + threads - 1) / threads;
-  group = std::min(cols, std::max<int64_t>(64, (group + 15) / 16 * 16));
+  const int64_t group = cpu::column_group(cols, parallel);
   const int64_t groups = (cols + group - 1) / group;
 #if defined(CPF_WITH_OPENMP)
 #pragma omp parallel for if (parallel && groups > 1) schedule(static)
