@@ -92,7 +92,8 @@ TEST(LinearCat, RejectsBadParts) {
                    "part 1's weight is f64 on cpu but part 0's is f32 on cpu");
   EXPECT_CPF_ERROR(linear_cat(raw::to(x, DType::f64), {{w}}), "input dtype f64 does not match the weight dtype f32");
   EXPECT_CPF_ERROR(linear_cat(x, {{w, zeros({2})}, {w}}), "part 1 has no bias but part 0 has one");
-  EXPECT_CPF_ERROR(linear_cat(x, {{w, zeros({3})}}), "part 0's bias must be (N) = (2) of the weight dtype f32, got [3]");
+  EXPECT_CPF_ERROR(linear_cat(x, {{w, zeros({3})}}),
+                   "part 0's bias must be (N) = (2) of the weight dtype f32, got [3]");
   EXPECT_CPF_ERROR(linear_cat(raw::to(x, DType::bf16), {{w, Tensor(), zeros({2, 4})}}),
                    "part 0's compute_weight must be the weight [2,4] in x's dtype bf16, got [2,4] f32");
   EXPECT_CPF_ERROR(linear_cat(x, {{w}}, -1), "linear_cat: min_fused_rows must be >= 0, got -1");

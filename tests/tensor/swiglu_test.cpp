@@ -93,7 +93,8 @@ TEST(Swiglu, RejectsBadInputs) {
   EXPECT_CPF_ERROR(raw::swiglu(zeros({2, 3}, {.dtype = DType::i64}), zeros({2, 3}, {.dtype = DType::i64})),
                    "must be f32, f64 or bf16, got i64");
   EXPECT_CPF_ERROR(raw::swiglu_backward(zeros({2, 2}), a, a), "grad_out must have gate's shape, dtype and device");
-  EXPECT_CPF_ERROR(raw::swiglu_backward(zeros({2, 3}, {.dtype = DType::f64}), a, a), "grad_out [2,3] f64 on cpu, gate [2,3] f32");
+  EXPECT_CPF_ERROR(raw::swiglu_backward(zeros({2, 3}, {.dtype = DType::f64}), a, a),
+                   "grad_out [2,3] f64 on cpu, gate [2,3] f32");
   EXPECT_CPF_ERROR(raw::swiglu_backward(Tensor(), a, a), "swiglu_backward: argument 'grad_out'");
   EXPECT_CPF_ERROR(raw::swiglu_backward(a, a, zeros({3})), "swiglu_backward: gate and up must have the same shape");
   const Tensor out = zeros({2, 3});

@@ -1,8 +1,8 @@
 // SwiGLU's gate (framework/tensor/ops/swiglu.h): one grid-stride pass over (rows, cols) element blocks of
 // V consecutive columns. The inputs are row-strided views (the two halves of a fused gate/up GEMM output
-// are), and so may the gradients be (the two halves of the fused projection's gradient). V = 16 bytes of the storage type when every row start is 16-byte
-// aligned and cols is a multiple of V, else 1: the op is bandwidth-bound, and whole-vector loads halve
-// the bf16 instructions per byte.
+// are), and so may the gradients be (the halves of the fused projection's gradient). V = 16 bytes of the
+// storage type when every row start is 16-byte aligned and cols is a multiple of V, else 1: the op is
+// bandwidth-bound, and whole-vector loads halve the bf16 instructions per byte.
 #include "framework/tensor/cuda/elementwise.cuh"
 
 namespace cpf::cuda::kernels {
