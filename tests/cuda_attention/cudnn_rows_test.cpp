@@ -11,6 +11,7 @@
 
 #include "attention/attention_problem.h"
 #include "attention/cuda/cudnn_sdpa_rows.h"
+#include "attention/sequence_info.h"
 #include "framework/tensor/ops/index.h"
 #include "tests/cuda/cuda_test_utils.h"
 
@@ -32,10 +33,14 @@ class CudnnRowsGpu : public testing::CudaTest {};
 
 constexpr int64_t kTokens = 40, kHeads = 2, kDim = 8;
 
+// thd needs its sequences (cu_seqlens): two packed ones of kTokens / 2, like the two bshd rows.
 AttentionProblem problem(QkvFormat format) {
-  const Shape shape = format == QkvFormat::thd ? Shape{kTokens, kHeads, kDim} : Shape{2, kTokens / 2, kHeads, kDim};
+  const bool thd = format == QkvFormat::thd;
+  const Shape shape = thd ? Shape{kTokens, kHeads, kDim} : Shape{2, kTokens / 2, kHeads, kDim};
   const Tensor q = empty(shape, {.dtype = DType::bf16});
-  return check_attention_inputs(q, q, q, {.qkv_format = format}, std::nullopt, {});
+  const std::optional<SequenceInfo> seq =
+      thd ? std::optional(SequenceInfo::from_lengths({kTokens / 2, kTokens / 2})) : std::nullopt;
+  return check_attention_inputs(q, q, q, {.qkv_format = format}, seq, {});
 }
 
 // Token flags: set inside [start, start + length) of every `period` tokens.
