@@ -123,7 +123,7 @@ void describe(V& v, GPTOptions& o) {
           Range{1e-8, 10});
   v.field("classifier_chunk_rows", o.classifier_chunk_rows,
           "training loss: rows per chunk of the fused LM head + cross-entropy (no whole logits); 0 = by memory "
-          "(256 MiB of logits a chunk), -1 = the unfused path",
+          "(1 GiB of logits a chunk), -1 = the unfused path",
           Range{-1, 1e9});
 }
 

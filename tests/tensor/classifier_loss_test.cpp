@@ -115,9 +115,9 @@ TEST(ClassifierLossTest, Bf16ComputesInF32AndMatchesTheUnfusedPath) {
 }
 
 TEST(ClassifierLossTest, ChunkRowsByMemory) {
-  // GPT-2's head in bf16: 256 MiB / (50304 x 2 bytes) = 2668 rows, rounded down to 2560 (a multiple of 128).
-  EXPECT_EQ(raw::classifier_chunk_rows(0, 32768, 50304, DType::bf16), 2560);
-  EXPECT_EQ(raw::classifier_chunk_rows(0, 32768, 50304, DType::f32), 1280);
+  // GPT-2's head in bf16: 1 GiB / (50304 x 2 bytes) = 10672 rows, rounded down to 10624 (a multiple of 128).
+  EXPECT_EQ(raw::classifier_chunk_rows(0, 32768, 50304, DType::bf16), 10624);
+  EXPECT_EQ(raw::classifier_chunk_rows(0, 32768, 50304, DType::f32), 5248);
   EXPECT_EQ(raw::classifier_chunk_rows(0, 100, 50304, DType::bf16), 100);  // fewer rows than a chunk
   // A vocabulary so wide that 128 rows pass the budget: 128 rows still.
   EXPECT_EQ(raw::classifier_chunk_rows(0, 1000, int64_t(1) << 22, DType::f32), 128);
