@@ -11,9 +11,30 @@ namespace {
 
 using autograd::GradList;
 
+// The pieces' gradients as one contiguous view when they already lie side by side, in order, in one
+// storage (cuDNN attention writes dq/dk/dv into one packed buffer, so the split of the fused q/k/v
+// projection joins them without a copy); undefined otherwise. Contiguous only: a joined gradient never
+// overlaps itself, so a leaf may adopt it and accumulate into it.
+Tensor adjacent_view(const GradList& g, const Shape& shape, DType dtype, const Device& device, int64_t d,
+                     const std::vector<int64_t>& sizes) {
+  if (g.size() != sizes.size() || g.empty()) return {};
+  const Tensor& first = g[0];
+  int64_t start = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const Tensor& p = g[i];
+    if (!p.defined() || sizes[i] <= 0 || p.dtype() != dtype || p.device() != device) return {};
+    if (p.storage() != first.storage() || p.strides() != first.strides()) return {};
+    if (p.offset() != first.offset() + start * first.stride(d)) return {};
+    start += sizes[i];
+  }
+  const Tensor joined = raw::as_strided(first, shape, first.strides(), first.offset());
+  return joined.is_contiguous() ? joined : Tensor();
+}
+
 // The gradient of x from the gradients of pieces cut out of it along d (undefined ones count as zero).
 Tensor join_piece_grads(const GradList& g, const Shape& shape, DType dtype, Device device, int64_t d,
                         const std::vector<int64_t>& sizes) {
+  if (Tensor joined = adjacent_view(g, shape, dtype, device, d, sizes); joined.defined()) return joined;
   Tensor grad = zeros(shape, {.dtype = dtype, .device = device});
   int64_t start = 0;
   for (size_t i = 0; i < sizes.size(); ++i) {
