@@ -1,5 +1,8 @@
 #include "attention/cp/latent_kv.h"
 
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
 #include <sstream>
 
 #include "framework/core/error.h"
@@ -29,24 +32,87 @@ MlaLatentMode parse_mla_latent_mode(const std::string& name) {
   CPF_FAIL("unknown cp_mla_latent '", name, "' (valid: auto, on, off)");
 }
 
-MlaLatentChoice choose_mla_latent(const MlaLatentShape& s, int64_t element_bytes, double link_bytes_per_s,
-                                  double flops_per_s) {
-  CPF_CHECK(link_bytes_per_s > 0 && flops_per_s > 0, "cp_mla_latent auto: link and compute rates must be positive: ",
-            link_bytes_per_s, " B/s, ", flops_per_s, " FLOP/s");
-  const int64_t expanded = s.num_heads * (s.head_dim_qk() + s.v_head_dim);
-  const int64_t latent = s.latent_dim();
-  // Per token that travels: K/V forward and again in backward (input dtype), dK/dV back (fp32).
-  const double bytes_saved = static_cast<double>(expanded - latent) * static_cast<double>(2 * element_bytes + 4);
-  // Per token received: the expansion GEMM forward, and in backward the re-expansion, d c_kv and dW.
-  const double flops = 4.0 * 2.0 * static_cast<double>(s.kv_lora_rank) * s.num_heads *
-                       static_cast<double>(s.qk_nope_head_dim + s.v_head_dim);
-  const double saved_s = bytes_saved / link_bytes_per_s, cost_s = flops / flops_per_s;
+namespace {
+
+// Exposed seconds of one pass pair (forward + backward) when each token of a block is `bytes` on the
+// wire: per window the part of the transfer its compute does not hide, plus the unhidden transfers.
+double exposed_s(const MlaLatentCall& c, double bytes, double link, double fwd_tile_s, double bwd_tile_s) {
+  const double block_s = static_cast<double>(c.tokens_per_rank) * bytes / link;
+  const double others = static_cast<double>(c.ranks - 1);
+  if (c.ring) {  // P - 1 forward steps; backward: K/V and the gradient sum per step, the last hop after all tiles
+    return others * std::max(0.0, block_s - fwd_tile_s) + others * std::max(0.0, 2 * block_s - bwd_tile_s) + block_s;
+  }
+  // all_gather: each gather behind the own-keys tile; the reduce-scatter follows the compute
+  const double gather_s = others * block_s;
+  return std::max(0.0, gather_s - fwd_tile_s) + std::max(0.0, gather_s - bwd_tile_s) + gather_s;
+}
+
+}  // namespace
+
+MlaLatentChoice choose_mla_latent(const MlaLatentShape& s, const MlaLatentCall& c, const MlaLatentRates& r) {
+  CPF_CHECK(r.link_bytes_per_s > 0 && r.flops_per_s > 0 && r.accumulate_flops_per_s > 0,
+            "cp_mla_latent auto: link and compute rates must be positive: ", r.link_bytes_per_s, " B/s, ",
+            r.flops_per_s, " and ", r.accumulate_flops_per_s, " FLOP/s");
+  CPF_CHECK(c.ranks >= 2 && c.tokens_per_rank > 0 && c.tile_pairs > 0 && c.element_bytes > 0,
+            "cp_mla_latent auto: the call needs ranks >= 2 and positive tokens per rank, tile pairs and element "
+            "bytes: ranks=", c.ranks, " tokens_per_rank=", c.tokens_per_rank, " tile_pairs=", c.tile_pairs,
+            " element_bytes=", c.element_bytes);
+  const int64_t expanded = s.num_heads * (s.head_dim_qk() + s.v_head_dim), latent = s.latent_dim();
+  // One causal (load-balanced) tile is half the pairs; backward is 2.5 times the forward's GEMM work.
+  const double fwd_tile_s = 0.5 * 2.0 * c.tile_pairs * static_cast<double>(expanded) / r.flops_per_s;
+  const double bwd_tile_s = 2.5 * fwd_tile_s;
+  const double eb = static_cast<double>(c.element_bytes);
+  const double exposed_kv = exposed_s(c, static_cast<double>(expanded) * eb, r.link_bytes_per_s, fwd_tile_s, bwd_tile_s);
+  const double exposed_latent = exposed_s(c, static_cast<double>(latent) * eb, r.link_bytes_per_s, fwd_tile_s, bwd_tile_s);
+  // One expansion GEMM per token: kv_lora_rank -> H (nope + d_v).
+  const double gemm = 2.0 * static_cast<double>(s.kv_lora_rank) * static_cast<double>(s.num_heads) *
+                      static_cast<double>(s.qk_nope_head_dim + s.v_head_dim);
+  const double t = static_cast<double>(c.tokens_per_rank);
+  const double received_s = static_cast<double>(c.ranks - 1) * t *
+                            (2 * gemm / r.flops_per_s + 2 * gemm / r.accumulate_flops_per_s);
+  const double own_s = std::max(0.0, t * (2 * gemm / r.accumulate_flops_per_s - gemm / r.flops_per_s));
+  const double cost_s = received_s + own_s, saved_s = exposed_kv - exposed_latent;
   std::ostringstream why;
   why << "latent " << latent << " vs expanded K/V " << expanded << " values per token ("
-      << static_cast<double>(expanded) / static_cast<double>(latent) << "x): saves " << bytes_saved
-      << " B per token (" << saved_s * 1e9 << " ns at " << link_bytes_per_s / 1e9 << " GB/s), costs " << flops
-      << " FLOP per token (" << cost_s * 1e9 << " ns at " << flops_per_s / 1e12 << " TFLOP/s)";
+      << static_cast<double>(expanded) / static_cast<double>(latent) << "x); " << c.tokens_per_rank
+      << " tokens per rank over " << c.ranks << " ranks: exposed communication " << exposed_kv * 1e3
+      << " ms expanded vs " << exposed_latent * 1e3 << " ms latent at " << r.link_bytes_per_s / 1e9
+      << " GB/s (the attention hides the rest), saves " << saved_s * 1e3 << " ms; the expansion costs "
+      << cost_s * 1e3 << " ms";
   return {saved_s > cost_s, why.str()};
+}
+
+double cp_link_bytes_per_s(double fallback) {
+  const char* env = std::getenv("CPF_CP_LINK_GBPS");
+  if (env == nullptr || *env == '\0') return fallback;
+  char* end = nullptr;
+  const double gbps = std::strtod(env, &end);
+  CPF_CHECK(end != env && *end == '\0' && std::isfinite(gbps) && gbps > 0, "CPF_CP_LINK_GBPS='", env,
+            "' is not a positive number of GB/s (e.g. 150 for NVLink peers, 25 for a 200 Gb/s NIC)");
+  return gbps * 1e9;
+}
+
+MlaLatentRates mla_latent_rates(const Device& device, DType dtype) {
+  if (device.is_cpu()) return {.link_bytes_per_s = 10e9, .flops_per_s = 100e9, .accumulate_flops_per_s = 100e9};
+  const bool half = dtype == DType::bf16;
+  return {.link_bytes_per_s = cp_link_bytes_per_s(150e9), .flops_per_s = half ? 400e12 : 50e12,
+          .accumulate_flops_per_s = 50e12};
+}
+
+double mla_tile_pairs(const std::optional<SequenceInfo>& seq, int64_t tokens_per_rank, int64_t batch, int64_t ranks) {
+  CPF_CHECK(ranks > 0 && batch > 0 && tokens_per_rank % batch == 0, "cp_mla_latent auto: ", tokens_per_rank,
+            " tokens per rank do not split into ", batch, " sequences over ", ranks, " ranks");
+  if (seq && seq->num_sequences() > 0 && batch == 1) {
+    double pairs = 0;
+    for (int64_t n = 0; n < seq->num_sequences(); ++n) {
+      const double local = static_cast<double>(seq->cu_seqlens_q_padded[n + 1] - seq->cu_seqlens_q_padded[n]) /
+                           static_cast<double>(ranks);
+      pairs += local * local;
+    }
+    return pairs;
+  }
+  const double per_sequence = static_cast<double>(tokens_per_rank / batch);
+  return static_cast<double>(batch) * per_sequence * per_sequence;
 }
 
 LatentKv::LatentKv(const MlaLatentShape& shape, Tensor weight, Tensor bias)
@@ -115,19 +181,20 @@ Tensor LatentKv::bias_grad() const {
 namespace cpf::cp {
 
 bool resolve_mla_latent(MlaLatentMode mode, const std::string& strategy, bool strategy_moves_kv,
-                        const MlaLatentShape& shape, DType dtype, const Device& device) {
+                        const MlaLatentShape& shape, const MlaLatentCall& call, DType dtype, const Device& device) {
   if (mode != MlaLatentMode::automatic) return mode == MlaLatentMode::on;
   MlaLatentChoice choice;
   if (!strategy_moves_kv) {
     choice.why = strategy + " moves heads, not K/V blocks";
+  } else if (call.ranks < 2) {
+    choice.why = "one rank: no block travels";
   } else {
-    const bool gpu = !device.is_cpu();
-    choice = choose_mla_latent(shape, static_cast<int64_t>(dtype_size(dtype)), gpu ? 100e9 : 10e9,
-                               gpu ? 400e12 : 100e9);
+    choice = choose_mla_latent(shape, call, mla_latent_rates(device, dtype));
   }
   std::ostringstream key;
   key << strategy << ' ' << device << ' ' << dtype_name(dtype) << ' ' << shape.num_heads << ' ' << shape.kv_lora_rank
-      << ' ' << shape.qk_nope_head_dim << ' ' << shape.qk_rope_head_dim << ' ' << shape.v_head_dim;
+      << ' ' << shape.qk_nope_head_dim << ' ' << shape.qk_rope_head_dim << ' ' << shape.v_head_dim << ' '
+      << call.ranks << ' ' << choice.latent;  // logged again when the choice changes, not per batch shape
   if (first_time_seen("cp_mla_latent", key.str())) {
     log_info("cp_mla_latent auto (", strategy, ", ", device.str(), "): ",
              choice.latent ? "the latent travels" : "expanded K/V travel", " (", choice.why, ")");

@@ -1,5 +1,6 @@
 #include "attention/modules/multi_head_latent_attention.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "attention/modules/attention_layout.h"
@@ -17,6 +18,23 @@ class LatentNorm final : public nn::Module {
   LatentNorm(int64_t size, DType dtype) { weight = register_parameter("weight", ones({size}, {.dtype = dtype})); }
   Tensor weight;
 };
+
+// The shape and size the cp_mla_latent auto rule weighs for this call: the blocks that travel
+// (a2a+p2p: its ring over the p2p sub-group, each rank holding the a2a sub-group's tokens for its
+// share of the heads).
+std::pair<cp::MlaLatentShape, cp::MlaLatentCall> latent_call(cp::MlaLatentShape shape, const Tensor& x, QkvFormat format,
+                                                             const std::optional<SequenceInfo>& seq,
+                                                             const cp::ContextParallel& cp) {
+  const bool hierarchical = cp.comm_type == cp::CommType::a2a_p2p && cp.a2a_group && cp.p2p_group;
+  const int64_t a2a = hierarchical ? cp.a2a_group->size() : 1;
+  const int64_t ranks = hierarchical ? cp.p2p_group->size() : cp.group->size();
+  const int64_t tokens = x.numel() / x.size(-1) * a2a;  // x: (T, C), (B, S, C) or (S, B, C)
+  const int64_t batch = format == QkvFormat::thd ? 1 : x.size(format == QkvFormat::bshd ? 0 : 1);
+  shape.num_heads = std::max<int64_t>(1, shape.num_heads / a2a);
+  return {shape, {.ring = cp.comm_type != cp::CommType::all_gather, .ranks = ranks, .tokens_per_rank = tokens,
+                  .tile_pairs = cp::mla_tile_pairs(seq, tokens, batch, ranks),
+                  .element_bytes = static_cast<int64_t>(dtype_size(x.dtype()))}};
+}
 
 void check_options(const MultiHeadLatentAttentionOptions& o) {
   CPF_CHECK(o.hidden_size > 0 && o.num_heads > 0 && o.kv_lora_rank > 0 && o.qk_nope_head_dim >= 0 &&
@@ -145,9 +163,12 @@ Tensor MultiHeadLatentAttention::forward(const Tensor& x, const std::optional<Se
                   : attention_modules::rope_positions(x_heads, o.qkv_format, seq, kv);
   };
   // Under p2p, all_gather and a2a+p2p the latent may travel instead of K/V (attention.cp_mla_latent).
-  const bool latent = use_cp && cp::resolve_mla_latent(cp->mla_latent, cp::comm_type_name(cp->comm_type),
-                                                       cp->comm_type != cp::CommType::a2a,
-                                                       latent_shape(), x.dtype(), x.device());
+  bool latent = false;
+  if (use_cp) {
+    const auto [shape, call] = latent_call(latent_shape(), x, o.qkv_format, seq, *cp);
+    latent = cp::resolve_mla_latent(cp->mla_latent, cp::comm_type_name(cp->comm_type),
+                                    cp->comm_type != cp::CommType::a2a, shape, call, x.dtype(), x.device());
+  }
   if (latent) {
     const AttentionOutput attn = latent_cp_attention(x, positions(false), positions(true), seq, *cp);
     return o_proj_->forward(attention_modules::merge_heads(attn.out));  // (.., C)

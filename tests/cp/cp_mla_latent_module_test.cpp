@@ -5,6 +5,7 @@
 // rejections, with their messages.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <map>
 #include <mutex>
 
@@ -161,19 +162,98 @@ TEST(CpMlaLatentModule, GradcheckF64ThroughTheModule) {
   EXPECT_TRUE(failures.empty()) << failures.size() << " mismatches, first: " << failures.front();
 }
 
-TEST(CpMlaLatentAuto, LatentForDeepSeekShapesAndExpandedWhereComputeIsDear) {
-  const MlaLatentShape v2_lite{.num_heads = 16, .kv_lora_rank = 512, .qk_nope_head_dim = 128, .qk_rope_head_dim = 64,
-                               .v_head_dim = 128};
-  const MlaLatentChoice on_gpu = choose_mla_latent(v2_lite, 2, 100e9, 400e12);
-  EXPECT_TRUE(on_gpu.latent) << on_gpu.why;
-  EXPECT_NE(on_gpu.why.find("latent 576 vs expanded K/V 5120 values per token"), std::string::npos) << on_gpu.why;
+// DeepSeek-V2-Lite's layer (h 16, d_qk 192 = 128 + 64 RoPE, d_v 128, kv_lora_rank 512), causal bf16.
+const MlaLatentShape kV2Lite{.num_heads = 16, .kv_lora_rank = 512, .qk_nope_head_dim = 128, .qk_rope_head_dim = 64,
+                             .v_head_dim = 128};
+
+MlaLatentCall v2_lite_call(bool ring, int64_t ranks, int64_t tokens) {
+  return {.ring = ring, .ranks = ranks, .tokens_per_rank = tokens,
+          .tile_pairs = static_cast<double>(tokens) * static_cast<double>(tokens), .element_bytes = 2};
+}
+
+MlaLatentRates cuda_rates(double link_gbps) {
+  return {.link_bytes_per_s = link_gbps * 1e9, .flops_per_s = 400e12, .accumulate_flops_per_s = 50e12};
+}
+
+// The measurement of docs/cp.md (2 x H200 over NVLink): expanded K/V were faster under p2p and
+// all_gather at 16384 and 65536 tokens per GPU; the rule at the NVLink default agrees.
+TEST(CpMlaLatentAuto, ExpandedOnNvlinkAsMeasured) {
+  for (bool ring : {true, false}) {
+    for (int64_t tokens : {16384, 65536}) {
+      const MlaLatentChoice c = choose_mla_latent(kV2Lite, v2_lite_call(ring, 2, tokens), cuda_rates(150));
+      EXPECT_FALSE(c.latent) << (ring ? "p2p " : "all_gather ") << tokens << ": " << c.why;
+      EXPECT_NE(c.why.find("latent 576 vs expanded K/V 5120 values per token"), std::string::npos) << c.why;
+    }
+  }
+  // p2p at 16384: the forward and backward windows hide everything; only the last gradient hop shows.
+  const MlaLatentChoice p2p = choose_mla_latent(kV2Lite, v2_lite_call(true, 2, 16384), cuda_rates(150));
+  EXPECT_NE(p2p.why.find("16384 tokens per rank over 2 ranks: exposed communication 1.11848 ms expanded vs "
+                         "0.125829 ms latent at 150 GB/s"), std::string::npos) << p2p.why;
+  EXPECT_EQ(mla_latent_rates(Device::cuda(0), DType::bf16).flops_per_s, 400e12);
+  EXPECT_EQ(mla_latent_rates(Device::cuda(0), DType::f32).flops_per_s, 50e12);
+}
+
+// Where communication dominates, the latent travels: a slow link, or few tokens per rank on an
+// InfiniBand-class link with many ranks.
+TEST(CpMlaLatentAuto, LatentWhereCommunicationDominates) {
+  for (bool ring : {true, false}) {
+    const MlaLatentChoice slow = choose_mla_latent(kV2Lite, v2_lite_call(ring, 2, 16384), cuda_rates(25));
+    EXPECT_TRUE(slow.latent) << slow.why;
+    const MlaLatentChoice few = choose_mla_latent(kV2Lite, v2_lite_call(ring, 8, 1024), cuda_rates(50));
+    EXPECT_TRUE(few.latent) << few.why;
+    // The same few tokens on NVLink: the fp32 projection of dK/dV costs about what the bytes take.
+    EXPECT_FALSE(choose_mla_latent(kV2Lite, v2_lite_call(ring, 8, 1024), cuda_rates(150)).latent);
+  }
   // A link far faster than the expansion: K/V travel.
-  EXPECT_FALSE(choose_mla_latent(v2_lite, 2, 1e15, 1e9).latent);
-  EXPECT_FALSE(resolve_mla_latent(MlaLatentMode::automatic, "a2a", false, v2_lite, DType::bf16, Device::cpu()));
-  EXPECT_TRUE(resolve_mla_latent(MlaLatentMode::on, "p2p", true, v2_lite, DType::bf16, Device::cpu()));
-  EXPECT_FALSE(resolve_mla_latent(MlaLatentMode::off, "p2p", true, v2_lite, DType::bf16, Device::cpu()));
+  EXPECT_FALSE(choose_mla_latent(kV2Lite, v2_lite_call(true, 4, 128), {1e15, 1e9, 1e9}).latent);
+}
+
+// CPU thread ranks (10 GB/s, 100 GFLOP/s): the module tests' small MLA (2 heads over a 3-value latent)
+// moves the latent, whose expansion costs almost nothing there; V2-Lite's expansion (4 GEMMs of 512 x
+// 4096 per token) costs more than its bytes take, so K/V travel.
+TEST(CpMlaLatentAuto, CpuRanksExerciseBothChoices) {
+  const MlaLatentShape small{.num_heads = 2, .kv_lora_rank = 3, .qk_nope_head_dim = 2, .qk_rope_head_dim = 2,
+                             .v_head_dim = 3};
+  const MlaLatentCall small_call{.ring = true, .ranks = 2, .tokens_per_rank = 8, .tile_pairs = 64, .element_bytes = 8};
+  EXPECT_TRUE(resolve_mla_latent(MlaLatentMode::automatic, "p2p", true, small, small_call, DType::f64, Device::cpu()));
+  EXPECT_FALSE(resolve_mla_latent(MlaLatentMode::automatic, "p2p", true, kV2Lite, v2_lite_call(true, 2, 16),
+                                  DType::bf16, Device::cpu()));
+  EXPECT_FALSE(resolve_mla_latent(MlaLatentMode::automatic, "all_gather", true, kV2Lite,
+                                  v2_lite_call(false, 2, 16384), DType::bf16, Device::cpu()));
+  EXPECT_FALSE(resolve_mla_latent(MlaLatentMode::automatic, "a2a", false, kV2Lite, v2_lite_call(true, 2, 16),
+                                  DType::bf16, Device::cpu()));
+  EXPECT_TRUE(resolve_mla_latent(MlaLatentMode::on, "p2p", true, kV2Lite, v2_lite_call(true, 2, 16384), DType::bf16,
+                                 Device::cpu()));
+  EXPECT_FALSE(resolve_mla_latent(MlaLatentMode::off, "p2p", true, kV2Lite, v2_lite_call(true, 2, 16), DType::bf16,
+                                  Device::cpu()));
   EXPECT_EQ(parse_mla_latent_mode("auto"), MlaLatentMode::automatic);
   EXPECT_CPF_ERROR(parse_mla_latent_mode("always"), "unknown cp_mla_latent 'always' (valid: auto, on, off)");
+}
+
+// Tile pairs: per packed sequence (its padded length / ranks)^2, else batch x per-sequence length^2.
+TEST(CpMlaLatentAuto, TilePairs) {
+  const SequenceInfo seq = SequenceInfo::from_cu_seqlens({0, 5, 13}, {0, 8, 16});
+  EXPECT_EQ(mla_tile_pairs(seq, 8, 1, 2), 4.0 * 4.0 + 4.0 * 4.0);
+  EXPECT_EQ(mla_tile_pairs(std::nullopt, 12, 3, 2), 3 * 4.0 * 4.0);
+}
+
+TEST(CpMlaLatentAuto, RejectsBadRatesCallsAndLinkSetting) {
+  EXPECT_CPF_ERROR(choose_mla_latent(kV2Lite, v2_lite_call(true, 2, 16), {0, 1, 1}),
+                   "cp_mla_latent auto: link and compute rates must be positive: 0 B/s, 1 and 1 FLOP/s");
+  EXPECT_CPF_ERROR(choose_mla_latent(kV2Lite, v2_lite_call(true, 1, 16), cuda_rates(150)),
+                   "cp_mla_latent auto: the call needs ranks >= 2 and positive tokens per rank, tile pairs and "
+                   "element bytes: ranks=1 tokens_per_rank=16");
+  EXPECT_CPF_ERROR(mla_tile_pairs(std::nullopt, 7, 2, 2),
+                   "cp_mla_latent auto: 7 tokens per rank do not split into 2 sequences over 2 ranks");
+  ::setenv("CPF_CP_LINK_GBPS", "25", 1);
+  EXPECT_EQ(cp_link_bytes_per_s(150e9), 25e9);
+  EXPECT_EQ(mla_latent_rates(Device::cuda(0), DType::bf16).link_bytes_per_s, 25e9);
+  ::setenv("CPF_CP_LINK_GBPS", "fast", 1);
+  EXPECT_CPF_ERROR(cp_link_bytes_per_s(150e9), "CPF_CP_LINK_GBPS='fast' is not a positive number of GB/s");
+  ::setenv("CPF_CP_LINK_GBPS", "-3", 1);
+  EXPECT_CPF_ERROR(cp_link_bytes_per_s(150e9), "CPF_CP_LINK_GBPS='-3' is not a positive number of GB/s");
+  ::unsetenv("CPF_CP_LINK_GBPS");
+  EXPECT_EQ(cp_link_bytes_per_s(150e9), 150e9);
 }
 
 TEST(CpMlaLatentValidation, RejectsUlyssesAndMismatchedShapes) {
