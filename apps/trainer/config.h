@@ -263,7 +263,8 @@ void describe(V& v, AttentionOptions& o) {
   v.choice("cp_mla_latent", o.cp_mla_latent,
            config::Choices<M>{{"auto", M::automatic}, {"on", M::on}, {"off", M::off}},
            "MLA under p2p, all_gather or a2a+p2p CP: move the latent (kv_lora_rank + rope per token) instead of the "
-           "expanded K/V; auto weighs bytes against re-expansion FLOPs and logs why");
+           "expanded K/V; auto weighs the communication the attention does not hide against the re-expansion and logs "
+           "why (CPF_CP_LINK_GBPS sets the link rate)");
 }
 
 template <class V>
