@@ -14,6 +14,25 @@ namespace {
 
 constexpr int kCachedThreads = 128;  // a block per long row (as norm.cu's register-cached kernel)
 
+// y's vector q = ((x1 - mean) * rstd) * w + bias (w, bias null: skipped), from x1's values v.
+template <int V, class TX, class TY>
+__device__ __forceinline__ void store_normed(const compute_t<TX> (&v)[V], const TX* w, const TX* bias,
+                                             compute_t<TX> mu, compute_t<TX> rs, int64_t q, TY* yr) {
+  using C = compute_t<TX>;
+  C wv[V], bv[V];
+  if (w != nullptr) load_row_vec<TX, V>(w, q, wv);
+  if (bias != nullptr) load_row_vec<TX, V>(bias, q, bv);
+  Vec<TY, V> o;
+#pragma unroll
+  for (int k = 0; k < V; ++k) {
+    C t = (v[k] - mu) * rs;
+    if (w != nullptr) t *= wv[k];
+    if (bias != nullptr) t += bv[k];
+    o.v[k] = narrow<TY>(static_cast<compute_t<TY>>(t));
+  }
+  *reinterpret_cast<Vec<TY, V>*>(yr + q * V) = o;
+}
+
 // G threads per row (32: a warp, else the block); V-element accesses. NC > 0: thread t keeps vectors t,
 // t + G, ... (NC of them) of x1 in registers, so x and b are read once; NC = 0: every pass recomputes x1
 // from x and b (rows too long for registers), which gives the same values.
@@ -83,21 +102,7 @@ __global__ void __launch_bounds__(G == 32 ? kThreads : G)
       if constexpr (centered) mean[r] = mu;
       rstd[r] = rs;
     }
-    TY* yr = y + r * cols;
-    each([&](int64_t q, C (&v)[V]) {
-      C wv[V], bv[V];
-      if (w != nullptr) load_row_vec<TX, V>(w, q, wv);
-      if (bias != nullptr) load_row_vec<TX, V>(bias, q, bv);
-      Vec<TY, V> o;
-#pragma unroll
-      for (int k = 0; k < V; ++k) {
-        C t = (v[k] - mu) * rs;
-        if (w != nullptr) t *= wv[k];
-        if (bias != nullptr) t += bv[k];
-        o.v[k] = narrow<TY>(static_cast<compute_t<TY>>(t));
-      }
-      *reinterpret_cast<Vec<TY, V>*>(yr + q * V) = o;
-    });
+    each([&](int64_t q, C (&v)[V]) { store_normed<V>(v, w, bias, mu, rs, q, y + r * cols); });
   }
 }
 
