@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "framework/tensor/cpu/compute_types.h"
 #include "framework/tensor/device_ops.h"
 #include "framework/tensor/ops/copy.h"
 #include "framework/tensor/ops/elementwise.h"
@@ -10,8 +11,6 @@
 
 namespace cpf::raw {
 namespace {
-
-DType compute_dtype(DType dtype) { return dtype == DType::bf16 ? DType::f32 : dtype; }
 
 Shape stat_shape(const Tensor& x) { return Shape(x.shape().begin(), x.shape().end() - 1); }
 

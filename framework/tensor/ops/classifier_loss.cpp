@@ -1,9 +1,9 @@
 #include "framework/tensor/ops/classifier_loss.h"
 
-#include <Eigen/Core>
 #include <algorithm>
 #include <limits>
 
+#include "framework/tensor/cpu/compute_types.h"
 #include "framework/tensor/cpu/softmax_kernels.h"
 #include "framework/tensor/cpu/strided_loop.h"
 #include "framework/tensor/device_ops.h"
@@ -19,11 +19,6 @@ namespace cpf::raw {
 namespace {
 
 constexpr const char* kOp = "classifier_loss";
-
-template <class T>
-using Vec = Eigen::Array<T, Eigen::Dynamic, 1>;
-
-DType compute_dtype(DType dtype) { return dtype == DType::bf16 ? DType::f32 : dtype; }
 
 void check_inputs(const Tensor& hidden, const Tensor& weight, const Tensor& labels, const ClassifierLossOptions& o) {
   check_defined(hidden, kOp, "hidden");
@@ -73,7 +68,7 @@ void cpu_rows(T* x, const int64_t* label, double* row_loss, int64_t rows, int64_
 #endif
   for (int64_t r = 0; r < rows; ++r) {
     T* xr = x + r * vocab;
-    Eigen::Map<Vec<T>> row(xr, vocab);
+    Map<T> row(xr, vocab);
     const int64_t t = label[r];
     if (t == ignore_index) {
       row_loss[r] = 0.0;
