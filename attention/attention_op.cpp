@@ -88,14 +88,15 @@ AttentionGrads attention_backward(const Tensor& dout, const Tensor& dlse, const 
   const Tensor qc = prepare(q, ct), kc = prepare(k, ct), vc = prepare(v, ct);
   const Tensor oc = prepare(out, ct), doc = prepare(dout, ct), lc = prepare(lse, ct);
   const Tensor dlc = dlse.defined() ? prepare(dlse, ct) : Tensor();
-  Tensor dq = zeros(q.shape(), {.dtype = ct}), dk = zeros(k.shape(), {.dtype = ct}), dv = zeros(v.shape(), {.dtype = ct});
+  Tensor dq = zeros(q.shape(), {.dtype = ct}), dk = zeros(k.shape(), {.dtype = ct}),
+         dv = zeros(v.shape(), {.dtype = ct});
   const TileStats stats = visit_compute_dtype(ct, "attention_backward", [&]<class T>() {
     return attention_cpu::flash_backward<T>(p, qc.data<T>(), kc.data<T>(), vc.data<T>(), oc.data<T>(), doc.data<T>(),
                                             lc.data<T>(), dlc.defined() ? dlc.data<T>() : nullptr, dq.data<T>(),
                                             dk.data<T>(), dv.data<T>());
   });
-  return with_sink_grad({raw::to(dq, q.dtype()), raw::to(dk, k.dtype()), raw::to(dv, v.dtype()), stats, {}}, dout,
-                        dlse, out, lse, spec);
+  return with_sink_grad({raw::to(dq, q.dtype()), raw::to(dk, k.dtype()), raw::to(dv, v.dtype()), stats, {}}, dout, dlse,
+                        out, lse, spec);
 }
 
 }  // namespace cpf::raw

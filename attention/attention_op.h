@@ -41,7 +41,7 @@ struct AttentionForward {
 struct AttentionGrads {
   Tensor dq, dk, dv;  // shapes and dtype of q, k, v; exactly 0 at padded storage and masked rows
   TileStats tiles;
-  Tensor dsink{};     // (h_q) in the sink's dtype when spec.sink is set (attention_sink.h), else undefined
+  Tensor dsink{};  // (h_q) in the sink's dtype when spec.sink is set (attention_sink.h), else undefined
 };
 
 AttentionForward attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec,

@@ -27,11 +27,11 @@ void check_tensors(const Tensor& q, const Tensor& k, const Tensor& v, const Atte
   CPF_CHECK(q.defined() && k.defined() && v.defined(), op, ": q, k and v must all be defined (q ",
             q.defined() ? "defined" : "undefined", ", k ", k.defined() ? "defined" : "undefined", ", v ",
             v.defined() ? "defined" : "undefined", ")");
-  CPF_CHECK(q.dtype() == k.dtype() && q.dtype() == v.dtype(), op, ": Q, K and V must have the same dtype: q=",
-            q.dtype(), " k=", k.dtype(), " v=", v.dtype());
+  CPF_CHECK(q.dtype() == k.dtype() && q.dtype() == v.dtype(), op,
+            ": Q, K and V must have the same dtype: q=", q.dtype(), " k=", k.dtype(), " v=", v.dtype());
   CPF_CHECK(is_floating(q.dtype()), op, ": Q, K and V must be f32, f64 or bf16: dtype=", q.dtype());
-  CPF_CHECK(q.device() == k.device() && q.device() == v.device(), op, ": Q, K and V must be on the same device: q=",
-            q.device(), " k=", k.device(), " v=", v.device());
+  CPF_CHECK(q.device() == k.device() && q.device() == v.device(), op,
+            ": Q, K and V must be on the same device: q=", q.device(), " k=", k.device(), " v=", v.device());
   const int64_t rank = spec.qkv_format == QkvFormat::thd ? 3 : 4;
   const char* layout = spec.qkv_format == QkvFormat::thd    ? "(tokens, heads, dim)"
                        : spec.qkv_format == QkvFormat::bshd ? "(batch, seq, heads, dim)"
@@ -49,8 +49,8 @@ std::array<Dims, 3> check_shapes(const Tensor& q, const Tensor& k, const Tensor&
   check_spec(spec);
   check_tensors(q, k, v, spec, op);
   const Dims dq = dims_of(q, spec.qkv_format), dk = dims_of(k, spec.qkv_format), dv = dims_of(v, spec.qkv_format);
-  CPF_CHECK(dq.batch == dk.batch && dq.batch == dv.batch, op, ": Q, K and V must have the same batch size: q=",
-            q.shape(), " k=", k.shape(), " v=", v.shape());
+  CPF_CHECK(dq.batch == dk.batch && dq.batch == dv.batch, op,
+            ": Q, K and V must have the same batch size: q=", q.shape(), " k=", k.shape(), " v=", v.shape());
   CPF_CHECK(dk.seq == dv.seq, op, ": K and V must have the same sequence length: q=", q.shape(), " k=", k.shape(),
             " v=", v.shape());
   CPF_CHECK(dk.heads == dv.heads, op, ": K and V must have the same number of heads: k=", k.shape(), " v=", v.shape());
@@ -58,8 +58,8 @@ std::array<Dims, 3> check_shapes(const Tensor& q, const Tensor& k, const Tensor&
             ": the query heads must be a multiple of the key/value heads (GQA/MQA): h_q=", dq.heads,
             " h_kv=", dk.heads);
   CPF_CHECK(dq.dim == dk.dim, op, ": Q and K must have the same head dim (d_qk): q=", q.shape(), " k=", k.shape());
-  CPF_CHECK(spec.num_heads == 0 || spec.num_heads == dq.heads, op, ": spec num_heads=", spec.num_heads,
-            " but q has ", dq.heads, " heads: q=", q.shape());
+  CPF_CHECK(spec.num_heads == 0 || spec.num_heads == dq.heads, op, ": spec num_heads=", spec.num_heads, " but q has ",
+            dq.heads, " heads: q=", q.shape());
   CPF_CHECK(spec.num_kv_heads == 0 || spec.num_kv_heads == dk.heads, op, ": spec num_kv_heads=", spec.num_kv_heads,
             " but k has ", dk.heads, " heads: k=", k.shape());
   CPF_CHECK(spec.head_dim_qk == 0 || spec.head_dim_qk == dq.dim, op, ": spec head_dim_qk=", spec.head_dim_qk,
@@ -81,14 +81,15 @@ std::array<Dims, 3> check_shapes(const Tensor& q, const Tensor& k, const Tensor&
 void resolve_sequences(AttentionProblem& p, const Tensor& q, const Tensor& k, const AttentionSpec& spec,
                        const std::optional<SequenceInfo>& seq, const char* op) {
   const bool thd = spec.qkv_format == QkvFormat::thd;
-  const SequenceInfo info = seq ? *seq : SequenceInfo::from_lengths(std::vector<int64_t>(p.batch, p.s_q),
-                                                                   std::vector<int64_t>(p.batch, p.s_kv), p.s_q, p.s_kv);
+  const SequenceInfo info = seq ? *seq
+                                : SequenceInfo::from_lengths(std::vector<int64_t>(p.batch, p.s_q),
+                                                             std::vector<int64_t>(p.batch, p.s_kv), p.s_q, p.s_kv);
   info.check();
   const int64_t q_tokens = p.batch * p.s_q, kv_tokens = p.batch * p.s_kv;
   if (thd) {
-    CPF_CHECK(info.q_storage_tokens() <= q_tokens && info.kv_storage_tokens() <= kv_tokens, op,
-              ": the sequences need ", info.q_storage_tokens(), " q and ", info.kv_storage_tokens(),
-              " kv tokens of storage but q has ", q_tokens, " and k ", kv_tokens, ": q=", q.shape(), " k=", k.shape(),
+    CPF_CHECK(info.q_storage_tokens() <= q_tokens && info.kv_storage_tokens() <= kv_tokens, op, ": the sequences need ",
+              info.q_storage_tokens(), " q and ", info.kv_storage_tokens(), " kv tokens of storage but q has ",
+              q_tokens, " and k ", kv_tokens, ": q=", q.shape(), " k=", k.shape(),
               " cu_seqlens_q_padded=", info.cu_seqlens_q_padded, " cu_seqlens_kv_padded=", info.cu_seqlens_kv_padded);
   } else {
     CPF_CHECK(info.q_storage_tokens() == q_tokens && info.kv_storage_tokens() == kv_tokens, op, ": the sequences of a ",

@@ -16,9 +16,9 @@ namespace cpf {
 
 // How the CPU backward distributes work over threads.
 enum class BackwardSchedule : uint8_t {
-  automatic,    // by_kv_head when there are enough (sequence, kv head) pairs to keep every thread busy
-  by_kv_head,   // one task per (sequence, kv head): dq, dk, dv in one sweep
-  split,        // dk/dv per (sequence, kv head, kv block), then dq per (sequence, head, q block)
+  automatic,   // by_kv_head when there are enough (sequence, kv head) pairs to keep every thread busy
+  by_kv_head,  // one task per (sequence, kv head): dq, dk, dv in one sweep
+  split,       // dk/dv per (sequence, kv head, kv block), then dq per (sequence, head, q block)
 };
 
 // Tile sizes and scheduling of the CPU kernels (defaults are what the benchmark measured best), and
@@ -34,14 +34,14 @@ struct AttentionKernelConfig {
 };
 
 struct AttentionSequence {
-  int64_t q_row = 0, q_col = 0, q_len = 0;     // batch row (0 for thd) and index within it
+  int64_t q_row = 0, q_col = 0, q_len = 0;  // batch row (0 for thd) and index within it
   int64_t kv_row = 0, kv_col = 0, kv_len = 0;
-  int64_t q_token = 0, kv_token = 0;           // flattened storage index (row * row length + col)
+  int64_t q_token = 0, kv_token = 0;  // flattened storage index (row * row length + col)
 };
 
 struct AttentionProblem {
   QkvFormat format = QkvFormat::bshd;
-  int64_t batch = 1;         // 1 for thd
+  int64_t batch = 1;          // 1 for thd
   int64_t s_q = 0, s_kv = 0;  // row lengths (thd: total tokens)
   int64_t h_q = 0, h_kv = 0, d_qk = 0, d_v = 0;
   double scale = 1.0;

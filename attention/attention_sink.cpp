@@ -35,9 +35,9 @@ Tensor sink_like_lse(const Tensor& sink, const Tensor& lse) {
 // A per-row value in lse's layout -> a view broadcasting over out's head dim.
 Tensor lse_rows_to_out(const Tensor& rows, QkvFormat format) {
   switch (format) {
-    case QkvFormat::thd: return raw::unsqueeze(raw::transpose(rows, 0, 1), 2);         // (h, t) -> (t, h, 1)
-    case QkvFormat::bshd: return raw::unsqueeze(raw::permute(rows, {0, 2, 1}), 3);     // -> (b, s, h, 1)
-    case QkvFormat::sbhd: return raw::unsqueeze(raw::permute(rows, {2, 0, 1}), 3);     // -> (s, b, h, 1)
+    case QkvFormat::thd: return raw::unsqueeze(raw::transpose(rows, 0, 1), 2);      // (h, t) -> (t, h, 1)
+    case QkvFormat::bshd: return raw::unsqueeze(raw::permute(rows, {0, 2, 1}), 3);  // -> (b, s, h, 1)
+    case QkvFormat::sbhd: return raw::unsqueeze(raw::permute(rows, {2, 0, 1}), 3);  // -> (s, b, h, 1)
   }
   return rows;
 }
@@ -45,9 +45,9 @@ Tensor lse_rows_to_out(const Tensor& rows, QkvFormat format) {
 // A per-row value in out's layout without the head dim -> lse's layout.
 Tensor out_rows_to_lse(const Tensor& rows, QkvFormat format) {
   switch (format) {
-    case QkvFormat::thd: return raw::transpose(rows, 0, 1);         // (t, h) -> (h, t)
-    case QkvFormat::bshd: return raw::permute(rows, {0, 2, 1});     // (b, s, h) -> (b, h, s)
-    case QkvFormat::sbhd: return raw::permute(rows, {1, 2, 0});     // (s, b, h) -> (b, h, s)
+    case QkvFormat::thd: return raw::transpose(rows, 0, 1);      // (t, h) -> (h, t)
+    case QkvFormat::bshd: return raw::permute(rows, {0, 2, 1});  // (b, s, h) -> (b, h, s)
+    case QkvFormat::sbhd: return raw::permute(rows, {1, 2, 0});  // (s, b, h) -> (b, h, s)
   }
   return rows;
 }

@@ -24,8 +24,8 @@ struct Run {
 struct Side {
   int64_t rows = 0;
   int64_t len = 0;
-  std::vector<int64_t> ids;        // rows * len
-  std::vector<int64_t> positions;  // rows * len
+  std::vector<int64_t> ids;            // rows * len
+  std::vector<int64_t> positions;      // rows * len
   std::vector<std::vector<Run>> runs;  // per row, in order
 };
 
@@ -37,8 +37,8 @@ Side load_side(const Tensor& ids, const Tensor& pos, const char* side) {
   }
   const Shape& is = ids.shape();
   const Shape& ps = pos.shape();
-  const bool trailing_match =
-      !ps.empty() && is.size() >= ps.size() && std::equal(ps.begin(), ps.end(), is.end() - static_cast<int64_t>(ps.size()));
+  const bool trailing_match = !ps.empty() && is.size() >= ps.size() &&
+                              std::equal(ps.begin(), ps.end(), is.end() - static_cast<int64_t>(ps.size()));
   CPF_CHECK(trailing_match, kOp, ": ", side, " segment_ids ", is, " and segment_pos ", ps,
             " do not match: segment_ids must have segment_pos's shape, optionally with extra leading batch dims");
   Side s;
@@ -64,8 +64,8 @@ Side load_side(const Tensor& ids, const Tensor& pos, const char* side) {
         continue;
       }
       for (const Run& prev : runs) {
-        CPF_CHECK(prev.id != row[i], kOp, ": ", side, " segment ", row[i], " of row ", r,
-                  " is not contiguous (tokens ", prev.end - 1, " and ", i, " are separated by other ids)");
+        CPF_CHECK(prev.id != row[i], kOp, ": ", side, " segment ", row[i], " of row ", r, " is not contiguous (tokens ",
+                  prev.end - 1, " and ", i, " are separated by other ids)");
       }
       runs.push_back({row[i], i, i + 1});
     }
@@ -144,11 +144,11 @@ SequenceInfo SequenceInfo::from_segment_ids(const AttentionSpec& spec, const Ten
       previous_kv_end = kr.end;
       const int64_t* pq = q.positions.data() + r * q.len + qr.begin;
       const int64_t* pk = kv.positions.data() + r * kv.len + kr.begin;
-      const auto [q_first, q_last] = visible_span(pq, qr.end - qr.begin, std::vector<int64_t>(pk, pk + (kr.end - kr.begin)),
-                                                  window.left, window.right);
+      const auto [q_first, q_last] = visible_span(
+          pq, qr.end - qr.begin, std::vector<int64_t>(pk, pk + (kr.end - kr.begin)), window.left, window.right);
       if (q_first < 0) continue;  // no visible pair: no sequence
-      const auto [k_first, k_last] = visible_span(pk, kr.end - kr.begin, std::vector<int64_t>(pq, pq + (qr.end - qr.begin)),
-                                                  window.right, window.left);
+      const auto [k_first, k_last] = visible_span(
+          pk, kr.end - kr.begin, std::vector<int64_t>(pq, pq + (qr.end - qr.begin)), window.right, window.left);
       info.cu_seqlens_q_padded.push_back(r * q.len + qr.begin + q_first);
       info.cu_seqlens_kv_padded.push_back(r * kv.len + kr.begin + k_first);
       info.cu_seqlens_q.push_back(info.cu_seqlens_q.back() + (q_last - q_first + 1));

@@ -39,15 +39,14 @@ void check_side(const std::vector<int64_t>& cu, const std::vector<int64_t>& padd
   CPF_CHECK(!cu.empty() && cu[0] == 0, "SequenceInfo: cu_seqlens_", side, " must start at 0: cu_seqlens_", side, "=",
             cu);
   for (size_t i = 0; i + 1 < cu.size(); ++i) {
-    CPF_CHECK(cu[i + 1] >= cu[i], "SequenceInfo: cu_seqlens_", side, " must not decrease: cu_seqlens_", side, "=",
-              cu);
+    CPF_CHECK(cu[i + 1] >= cu[i], "SequenceInfo: cu_seqlens_", side, " must not decrease: cu_seqlens_", side, "=", cu);
   }
   CPF_CHECK(padded.size() == cu.size(), "SequenceInfo: cu_seqlens_", side, "_padded must have one entry per entry of ",
             "cu_seqlens_", side, ": cu_seqlens_", side, "=", cu, " cu_seqlens_", side, "_padded=", padded);
   CPF_CHECK(padded[0] >= 0, "SequenceInfo: storage offsets must be >= 0: cu_seqlens_", side, "_padded=", padded);
   for (size_t i = 0; i + 1 < cu.size(); ++i) {
-    CPF_CHECK(padded[i + 1] - padded[i] >= cu[i + 1] - cu[i], "SequenceInfo: sequence ", i, " has ",
-              cu[i + 1] - cu[i], " tokens but a slot of ", padded[i + 1] - padded[i],
+    CPF_CHECK(padded[i + 1] - padded[i] >= cu[i + 1] - cu[i], "SequenceInfo: sequence ", i, " has ", cu[i + 1] - cu[i],
+              " tokens but a slot of ", padded[i + 1] - padded[i],
               " (slots must be ordered and hold their sequence): cu_seqlens_", side, "=", cu, " cu_seqlens_", side,
               "_padded=", padded);
   }
@@ -79,8 +78,9 @@ std::vector<int64_t> SequenceInfo::resolved_kv_positions() const {
 
 SequenceInfo SequenceInfo::from_lengths(const std::vector<int64_t>& q_lengths, const std::vector<int64_t>& kv_lengths,
                                         int64_t q_slot, int64_t kv_slot) {
-  CPF_CHECK(q_lengths.size() == kv_lengths.size(), "SequenceInfo: q and kv need one length per sequence each: q_lengths=",
-            q_lengths, " kv_lengths=", kv_lengths);
+  CPF_CHECK(q_lengths.size() == kv_lengths.size(),
+            "SequenceInfo: q and kv need one length per sequence each: q_lengths=", q_lengths,
+            " kv_lengths=", kv_lengths);
   SequenceInfo info;
   info.cu_seqlens_q = cumulative(q_lengths, "q_lengths");
   info.cu_seqlens_kv = cumulative(kv_lengths, "kv_lengths");
@@ -100,9 +100,10 @@ SequenceInfo SequenceInfo::from_cu_seqlens(const std::vector<int64_t>& cu_seqlen
                                            const std::vector<int64_t>& cu_seqlens_kv,
                                            const std::vector<int64_t>& cu_seqlens_q_padded,
                                            const std::vector<int64_t>& cu_seqlens_kv_padded) {
-  CPF_CHECK(!cu_seqlens_q.empty() && cu_seqlens_q.size() == cu_seqlens_kv.size(),
-            "SequenceInfo: cu_seqlens_q and cu_seqlens_kv must be non-empty and describe the same number of sequences: ",
-            "cu_seqlens_q=", cu_seqlens_q, " cu_seqlens_kv=", cu_seqlens_kv);
+  CPF_CHECK(
+      !cu_seqlens_q.empty() && cu_seqlens_q.size() == cu_seqlens_kv.size(),
+      "SequenceInfo: cu_seqlens_q and cu_seqlens_kv must be non-empty and describe the same number of sequences: ",
+      "cu_seqlens_q=", cu_seqlens_q, " cu_seqlens_kv=", cu_seqlens_kv);
   SequenceInfo info;
   info.cu_seqlens_q = cu_seqlens_q;
   info.cu_seqlens_kv = cu_seqlens_kv;
@@ -156,10 +157,10 @@ void SequenceInfo::check() const {
 std::string SequenceInfo::str() const {
   auto fmt = [](const std::vector<int64_t>& v) { return str_cat(v); };
   return str_cat("SequenceInfo(sequences=", num_sequences(), ", cu_seqlens_q=", fmt(cu_seqlens_q),
-                         ", cu_seqlens_kv=", fmt(cu_seqlens_kv), ", cu_seqlens_q_padded=", fmt(cu_seqlens_q_padded),
-                         ", cu_seqlens_kv_padded=", fmt(cu_seqlens_kv_padded), ", max_seqlen_q=", max_seqlen_q,
-                         ", max_seqlen_kv=", max_seqlen_kv, q_positions.empty() ? "" : ", q_positions set",
-                         kv_positions.empty() ? "" : ", kv_positions set", ")");
+                 ", cu_seqlens_kv=", fmt(cu_seqlens_kv), ", cu_seqlens_q_padded=", fmt(cu_seqlens_q_padded),
+                 ", cu_seqlens_kv_padded=", fmt(cu_seqlens_kv_padded), ", max_seqlen_q=", max_seqlen_q,
+                 ", max_seqlen_kv=", max_seqlen_kv, q_positions.empty() ? "" : ", q_positions set",
+                 kv_positions.empty() ? "" : ", kv_positions set", ")");
 }
 
 }  // namespace cpf

@@ -53,7 +53,8 @@ struct SequenceInfo {
                                    int64_t q_slot = 0, int64_t kv_slot = 0);
   static SequenceInfo from_lengths(const std::vector<int64_t>& lengths, int64_t slot = 0);  // self-attention
   // Cumulative real lengths plus storage offsets (an empty padded array = packed: equal to cu_seqlens).
-  static SequenceInfo from_cu_seqlens(const std::vector<int64_t>& cu_seqlens_q, const std::vector<int64_t>& cu_seqlens_kv,
+  static SequenceInfo from_cu_seqlens(const std::vector<int64_t>& cu_seqlens_q,
+                                      const std::vector<int64_t>& cu_seqlens_kv,
                                       const std::vector<int64_t>& cu_seqlens_q_padded,
                                       const std::vector<int64_t>& cu_seqlens_kv_padded);
   static SequenceInfo from_cu_seqlens(const std::vector<int64_t>& cu_seqlens,
@@ -75,7 +76,8 @@ struct SequenceInfo {
   // A copy whose tokens have positions offset + (index within the slot): one offset for every
   // sequence, or one per sequence (e.g. q offset = kv_length - q_length aligns a tile bottom-right).
   SequenceInfo with_position_offsets(int64_t q_offset, int64_t kv_offset) const;
-  SequenceInfo with_position_offsets(const std::vector<int64_t>& q_offsets, const std::vector<int64_t>& kv_offsets) const;
+  SequenceInfo with_position_offsets(const std::vector<int64_t>& q_offsets,
+                                     const std::vector<int64_t>& kv_offsets) const;
   // A copy with explicit per-token positions (each empty or one per storage token).
   SequenceInfo with_positions(std::vector<int64_t> q_positions, std::vector<int64_t> kv_positions) const;
 

@@ -24,8 +24,7 @@ constexpr std::array<std::pair<std::string_view, MaskType>, 4> kMasks{{
 }};
 
 template <class Enum, size_t N>
-std::string_view name_of(const std::array<std::pair<std::string_view, Enum>, N>& table, Enum value,
-                         const char* what) {
+std::string_view name_of(const std::array<std::pair<std::string_view, Enum>, N>& table, Enum value, const char* what) {
   for (const auto& [name, v] : table) {
     if (v == value) return name;
   }
@@ -64,11 +63,11 @@ std::string AttentionSpec::str() const {
 
 void check_spec(const AttentionSpec& spec) {
   const AttentionWindow& w = spec.window;
-  CPF_CHECK(w.left >= -1 && w.right >= -1, "attention: window entries must be >= -1 (-1 = unbounded): window=[",
-            w.left, ", ", w.right, "]");
+  CPF_CHECK(w.left >= -1 && w.right >= -1, "attention: window entries must be >= -1 (-1 = unbounded): window=[", w.left,
+            ", ", w.right, "]");
   CPF_CHECK(!is_causal(spec.mask) || w.right <= 0, "attention: mask ", mask_type_name(spec.mask),
-            " sees no keys after the query, so the window must have right = 0 or -1: window=[", w.left, ", ",
-            w.right, "]");
+            " sees no keys after the query, so the window must have right = 0 or -1: window=[", w.left, ", ", w.right,
+            "]");
   CPF_CHECK(spec.num_heads >= 0 && spec.num_kv_heads >= 0 && spec.head_dim_qk >= 0 && spec.head_dim_v >= 0,
             "attention: head counts and dims must be >= 0 (0 = from the tensors): num_heads=", spec.num_heads,
             " num_kv_heads=", spec.num_kv_heads, " head_dim_qk=", spec.head_dim_qk, " head_dim_v=", spec.head_dim_v);

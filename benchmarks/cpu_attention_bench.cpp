@@ -108,7 +108,9 @@ void check_rows(const Inputs& in, const cpf::Tensor& out, int64_t s, bool causal
   const double scale = 1.0 / std::sqrt(static_cast<double>(kDim));
   for (int64_t i : {int64_t{0}, s / 2 + 3, s - 1}) {
     const int64_t h = i % kHeads, keys = causal ? i + 1 : s;
-    auto at = [&](const float* t, int64_t token, int64_t d) { return static_cast<double>(t[(token * kHeads + h) * kDim + d]); };
+    auto at = [&](const float* t, int64_t token, int64_t d) {
+      return static_cast<double>(t[(token * kHeads + h) * kDim + d]);
+    };
     std::vector<double> w(static_cast<size_t>(keys));
     double max = -INFINITY, sum = 0;
     for (int64_t j = 0; j < keys; ++j) {
@@ -172,8 +174,8 @@ void register_all() {
   for (int64_t with_backward : {0, 1}) {
     for (int64_t causal : {0, 1}) {
       for (int64_t s : {1024, 4096}) {
-        const std::string name = std::string(with_backward ? "attention_fwd_bwd" : "attention_fwd") +
-                                 (causal ? "/causal" : "/full");
+        const std::string name =
+            std::string(with_backward ? "attention_fwd_bwd" : "attention_fwd") + (causal ? "/causal" : "/full");
         benchmark::RegisterBenchmark(name.c_str(), BM_attention)
             ->Args({s, causal, with_backward})
             ->ArgNames({"s", "causal", "bwd"})

@@ -112,7 +112,7 @@ void BM_SlidingWindowRing(benchmark::State& state) {
   for (auto _ : state) stats = run(cp::CommType::p2p, 4, false, window);
   const TileStats& t = stats.forward_tiles;
   state.counters["ring_steps_skipped_pct"] = 100.0 * static_cast<double>(stats.ring_steps_skipped) /
-                                              static_cast<double>(std::max<int64_t>(stats.ring_steps, 1));
+                                             static_cast<double>(std::max<int64_t>(stats.ring_steps, 1));
   const double all_tiles = static_cast<double>(t.full + t.partial + t.skipped);
   state.counters["tiles_skipped_pct"] = all_tiles > 0 ? 100.0 * static_cast<double>(t.skipped) / all_tiles : 0.0;
   state.SetLabel("p2p cp=4 causal window left=" + std::to_string(window) + " (rank 0)");

@@ -15,9 +15,9 @@
 //   build/gpushared/benchmarks/cpu_cp_host_bench --benchmark_filter=Mapping
 #include <benchmark/benchmark.h>
 
+#include "attention/attention_problem.h"
 #include "attention/cp/layout.h"
 #include "attention/cp/layout_cache.h"
-#include "attention/attention_problem.h"
 #if CPF_BENCH_CUDNN_MAPPING
 #include "attention/cuda/cudnn_mapping_cache.h"
 #include "attention/cuda/cudnn_sdpa_mapping.h"

@@ -40,8 +40,7 @@ struct Operands {
     RowMatrix expected = ConstMap(a.data<float>(), n, n) * ConstMap(b.data<float>(), n, n);
     const float diff = (ConstMap(c.data<float>(), n, n) - expected).cwiseAbs().maxCoeff();
     if (!(diff <= 1e-3f * std::sqrt(static_cast<float>(n)))) {
-      std::fprintf(stderr, "cpu_matmul_bench: cpf and eigen differ by %g at n=%lld\n", diff,
-                   static_cast<long long>(n));
+      std::fprintf(stderr, "cpu_matmul_bench: cpf and eigen differ by %g at n=%lld\n", diff, static_cast<long long>(n));
       std::abort();
     }
   }

@@ -195,7 +195,8 @@ struct RankModel {
     if (mode == Reduce::after_backward) return;
     reducer = std::make_unique<cpf::dist::GradientReducer>(
         weights, pg,
-        cpf::dist::GradientReducerOptions{.bucket_bytes = kMiB, .start_in_backward = mode == Reduce::buckets_overlapped});
+        cpf::dist::GradientReducerOptions{.bucket_bytes = kMiB,
+                                          .start_in_backward = mode == Reduce::buckets_overlapped});
   }
   void step(ProcessGroup& pg) {
     Tensor h = input;

@@ -36,7 +36,7 @@ namespace {
 
 using namespace cpf;
 
-constexpr int64_t kVocab = 10;      // tokens 0..9; kSeparator = 10
+constexpr int64_t kVocab = 10;  // tokens 0..9; kSeparator = 10
 constexpr int64_t kSeparator = kVocab;
 constexpr int64_t kCopyLength = 6;  // L
 constexpr int64_t kSeqLen = 2 * kCopyLength + 1;
@@ -55,14 +55,14 @@ class Block : public nn::Module {
  public:
   Block(const Config& c, Generator* gen) {
     attn_norm_ = register_module("attn_norm", std::make_shared<nn::RMSNorm>(nn::RMSNormOptions{.dim = c.hidden}));
-    attn_ = register_module("attn", std::make_shared<nn::MultiHeadAttention>(
-                                        nn::MultiHeadAttentionOptions{.hidden_size = c.hidden,
-                                                                      .num_heads = c.heads,
-                                                                      .qkv_format = QkvFormat::bshd,
-                                                                      .mask = MaskType::causal,
-                                                                      .rope = true,
-                                                                      .init_std = 0.02},
-                                        gen));
+    attn_ = register_module(
+        "attn", std::make_shared<nn::MultiHeadAttention>(nn::MultiHeadAttentionOptions{.hidden_size = c.hidden,
+                                                                                       .num_heads = c.heads,
+                                                                                       .qkv_format = QkvFormat::bshd,
+                                                                                       .mask = MaskType::causal,
+                                                                                       .rope = true,
+                                                                                       .init_std = 0.02},
+                                                         gen));
     mlp_norm_ = register_module("mlp_norm", std::make_shared<nn::RMSNorm>(nn::RMSNormOptions{.dim = c.hidden}));
     mlp_ = register_module("mlp", std::make_shared<nn::Sequential>());
     mlp_->add(
@@ -95,8 +95,8 @@ class TinyTransformer : public nn::Module {
     blocks_ = register_module("blocks", std::make_shared<nn::ModuleList>());
     for (int64_t i = 0; i < c.layers; ++i) blocks_->push_back(std::make_shared<Block>(c, gen));
     norm_ = register_module("norm", std::make_shared<nn::RMSNorm>(nn::RMSNormOptions{.dim = c.hidden}));
-    head_ = register_module("head", std::make_shared<nn::Linear>(
-                                        nn::LinearOptions{.in_features = c.hidden, .out_features = c.vocab}, gen));
+    head_ = register_module(
+        "head", std::make_shared<nn::Linear>(nn::LinearOptions{.in_features = c.hidden, .out_features = c.vocab}, gen));
   }
 
   // tokens (B, T) i64 -> logits (B * T, V)
@@ -120,8 +120,8 @@ struct Batch {
 };
 
 Batch copy_batch(Generator& gen) {
-  const std::vector<int64_t> draws = randint(0, kVocab, {kBatch, kCopyLength}, {.dtype = DType::i64}, &gen)
-                                         .to_vector<int64_t>();
+  const std::vector<int64_t> draws =
+      randint(0, kVocab, {kBatch, kCopyLength}, {.dtype = DType::i64}, &gen).to_vector<int64_t>();
   std::vector<int64_t> tokens, targets;
   for (int64_t b = 0; b < kBatch; ++b) {
     std::vector<int64_t> row(draws.begin() + b * kCopyLength, draws.begin() + (b + 1) * kCopyLength);

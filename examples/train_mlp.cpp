@@ -65,7 +65,7 @@ int run(int64_t steps) {
 
   // Data: x ~ N(0, 1); y = a fixed random tanh network of x (the teacher), so a perfect fit exists.
   const cpf::Tensor x = cpf::randn({kSamples, kInputs}, {}, &gen);  // (N, in)
-  cpf::Tensor y;                                                     // (N, out)
+  cpf::Tensor y;                                                    // (N, out)
   {
     cpf::NoGradGuard no_grad;
     const cpf::Tensor t1 = cpf::randn({kInputs, kTeacherHidden}, {}, &gen);

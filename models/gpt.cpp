@@ -6,8 +6,8 @@
 #include "framework/autograd/ops.h"
 #include "framework/nn/compute_copies.h"
 #include "framework/tensor/ops/elementwise.h"
-#include "models/gpt_block.h"
 #include "framework/tensor/profile.h"
+#include "models/gpt_block.h"
 
 namespace cpf::models {
 namespace {
@@ -38,10 +38,10 @@ std::optional<OptionProblem> check_options(const GPTOptions& o) {
       return problem("num_kv_heads", o.num_kv_heads, "must divide num_heads=" + std::to_string(o.num_heads));
     }
   } else if (o.num_kv_heads != 0 && o.num_kv_heads != o.num_heads) {
-    return problem("num_kv_heads", o.num_kv_heads,
-                   "needs attention: gqa (with attention: " +
-                       std::string(o.attention == AttentionType::mha ? "mha" : "mla") +
-                       " every head has its own keys and values)");
+    return problem(
+        "num_kv_heads", o.num_kv_heads,
+        "needs attention: gqa (with attention: " + std::string(o.attention == AttentionType::mha ? "mha" : "mla") +
+            " every head has its own keys and values)");
   }
   if (o.attention == AttentionType::mla) {
     if (o.kv_lora_rank < 1) return problem("kv_lora_rank", o.kv_lora_rank, "must be positive");
@@ -67,7 +67,8 @@ std::optional<OptionProblem> check_options(const GPTOptions& o) {
   if (o.intermediate_size < 0) return problem("intermediate_size", o.intermediate_size, "must be >= 0");
   if (o.max_positions < 1) return problem("max_positions", o.max_positions, "must be positive");
   if (o.classifier_chunk_rows < -1) {
-    return problem("classifier_chunk_rows", o.classifier_chunk_rows, "must be -1 (unfused), 0 (by memory) or a row count");
+    return problem("classifier_chunk_rows", o.classifier_chunk_rows,
+                   "must be -1 (unfused), 0 (by memory) or a row count");
   }
   if (!(o.norm_eps > 0) || !std::isfinite(o.norm_eps)) {
     return OptionProblem{"norm_eps", "norm_eps=" + std::to_string(o.norm_eps) + " must be positive"};
@@ -91,17 +92,17 @@ GPT::GPT(const GPTOptions& options, Generator* gen) : options_(options) {
   nn::check_precision(precision(), "GPT");
   const GPTOptions& o = options_;
   embed_tokens_ = register_module(
-      "embed_tokens", std::make_shared<nn::Embedding>(nn::EmbeddingOptions{.num_embeddings = o.vocab_size,
-                                                                            .embedding_dim = o.hidden_size,
-                                                                            .init_std = o.init_std,
-                                                                            .dtype = o.dtype},
-                                                      gen));
+      "embed_tokens",
+      std::make_shared<nn::Embedding>(
+          nn::EmbeddingOptions{
+              .num_embeddings = o.vocab_size, .embedding_dim = o.hidden_size, .init_std = o.init_std, .dtype = o.dtype},
+          gen));
   if (o.positions == PositionType::learned) {
     embed_positions_ = register_module(
         "embed_positions", std::make_shared<nn::Embedding>(nn::EmbeddingOptions{.num_embeddings = o.max_positions,
-                                                                                 .embedding_dim = o.hidden_size,
-                                                                                 .init_std = o.init_std,
-                                                                                 .dtype = o.dtype},
+                                                                                .embedding_dim = o.hidden_size,
+                                                                                .init_std = o.init_std,
+                                                                                .dtype = o.dtype},
                                                            gen));
   }
   auto blocks = register_module("blocks", std::make_shared<BlockList>());
@@ -164,9 +165,9 @@ Tensor GPT::hidden(const GPTInput& in, const cp::ContextParallel* cp) const {
   CPF_CHECK(in.seq.q_storage_tokens() == t * cp_size, "GPT: the sequence info covers ", in.seq.q_storage_tokens(),
             " storage tokens but the batch has ", t, " tokens", use_cp ? " per rank x cp " : "",
             use_cp ? std::to_string(cp_size) : std::string());
-  CPF_CHECK(in.tokens.device() == device() && in.positions.device() == device(), "GPT: tokens on ",
-            in.tokens.device(), " and positions on ", in.positions.device(), " must be on the model's device ",
-            device(), " (move the batch, e.g. models::to_device in models/gpt_input.h)");
+  CPF_CHECK(in.tokens.device() == device() && in.positions.device() == device(), "GPT: tokens on ", in.tokens.device(),
+            " and positions on ", in.positions.device(), " must be on the model's device ", device(),
+            " (move the batch, e.g. models::to_device in models/gpt_input.h)");
   BlockOutput out{embed(in.tokens, in.positions), Tensor()};  // (T, C) stream, nothing pending yet
   for (const auto& block : blocks_) out = block->forward(out.x, out.pending, in.seq, cp);
   return final_norm_fn_(out.x, out.pending, precision().compute).y;  // (T, C) in the compute dtype
@@ -202,7 +203,7 @@ Tensor GPT::logits(const Tensor& x_in, const Tensor& pending) const {
 
 Tensor GPT::head(const Tensor& x) const {
   if (lm_head_) return lm_head_->forward(x);  // (T, V)
-  return linear(x, head_weight(x.dtype()));     // (T, V): the gradient of the table arrives (V, C), as the table is
+  return linear(x, head_weight(x.dtype()));   // (T, V): the gradient of the table arrives (V, C), as the table is
 }
 
 Tensor GPT::head_weight(DType dtype) const {

@@ -60,7 +60,7 @@ struct GPTOptions {
   int64_t qk_nope_head_dim = 32;
   int64_t qk_rope_head_dim = 16;
   int64_t v_head_dim = 32;
-  int64_t window = -1;  // sliding window: keys at most `window` positions back; -1 = unbounded
+  int64_t window = -1;          // sliding window: keys at most `window` positions back; -1 = unbounded
   bool attention_sink = false;  // a learnable logit per query head in every softmax denominator (gpt-oss)
   nn::Activation mlp = nn::Activation::gelu;
   int64_t intermediate_size = 0;  // 0 = 4 * hidden (gelu) or 8/3 * hidden rounded up to 8 (swiglu)
@@ -77,8 +77,8 @@ struct GPTOptions {
   int64_t classifier_chunk_rows = 0;
   DType dtype = DType::f32;  // not a YAML key: f32 for training, f64 for gradchecks
   // Not YAML keys of this section (the trainer sets them from run.precision and attention:):
-  std::optional<DType> compute_dtype;  // nullopt = dtype; bf16: mixed precision over f32 parameters
-  AttentionKernelConfig kernel_config;                 // kernel choice of every attention call (backend, deterministic)
+  std::optional<DType> compute_dtype;   // nullopt = dtype; bf16: mixed precision over f32 parameters
+  AttentionKernelConfig kernel_config;  // kernel choice of every attention call (backend, deterministic)
 };
 
 template <class V>
@@ -89,9 +89,10 @@ void describe(V& v, GPTOptions& o) {
   v.field("hidden_size", o.hidden_size, "model width C", Range{1, 65536});
   v.field("num_layers", o.num_layers, "transformer blocks", Range{1, 1024});
   v.field("num_heads", o.num_heads, "query heads", Range{1, 1024});
-  v.choice("attention", o.attention,
-           Choices<AttentionType>{{"mha", AttentionType::mha}, {"gqa", AttentionType::gqa}, {"mla", AttentionType::mla}},
-           "multi-head, grouped-query (num_kv_heads) or multi-head latent attention");
+  v.choice(
+      "attention", o.attention,
+      Choices<AttentionType>{{"mha", AttentionType::mha}, {"gqa", AttentionType::gqa}, {"mla", AttentionType::mla}},
+      "multi-head, grouped-query (num_kv_heads) or multi-head latent attention");
   v.field("num_kv_heads", o.num_kv_heads, "gqa: key/value heads, dividing num_heads (1 = MQA); 0 = num_heads",
           Range{0, 1024});
   v.field("head_dim", o.head_dim, "mha/gqa: dims per head; 0 = hidden_size / num_heads", Range{0, 4096});
@@ -140,9 +141,9 @@ int64_t effective_intermediate_size(const GPTOptions& o);
 
 // One batch as the model sees it (models/gpt_input.h builds it from the data loader's batches).
 struct GPTInput {
-  Tensor tokens;      // (T) i64: this rank's tokens in THD storage order
-  Tensor positions;   // (T) i64: each token's position inside its sequence
-  SequenceInfo seq;   // the batch's sequences; under CP the GLOBAL batch's
+  Tensor tokens;     // (T) i64: this rank's tokens in THD storage order
+  Tensor positions;  // (T) i64: each token's position inside its sequence
+  SequenceInfo seq;  // the batch's sequences; under CP the GLOBAL batch's
 };
 
 class GPTBlock;
@@ -171,8 +172,8 @@ class GPT : public nn::Module {
   // final hidden states go through the fused classifier (framework/autograd/functions/classifier_loss.h)
   // in chunks of options().classifier_chunk_rows rows, which also computes the head's gradients
   // during the forward, so the returned loss must be the end of the graph (backward(loss) or a multiple
-  // of it). labels (T) i64/i32 with -100 ignored; valid_labels as for loss() (the unfused path uses it). classifier_chunk_rows = -1, or grad mode off: the
-  // unfused path (identical results up to rounding).
+  // of it). labels (T) i64/i32 with -100 ignored; valid_labels as for loss() (the unfused path uses it).
+  // classifier_chunk_rows = -1, or grad mode off: the unfused path (identical results up to rounding).
   Tensor forward_loss(const GPTInput& input, const Tensor& labels, int64_t normalizer, int64_t valid_labels = -1,
                       const cp::ContextParallel* cp = nullptr) const;
 
@@ -189,7 +190,7 @@ class GPT : public nn::Module {
   Tensor embed(const Tensor& tokens, const Tensor& positions) const;  // (T, C) residual stream
   // The checked input through the embedding, the blocks and the final norm: (T, C) in the compute dtype.
   Tensor hidden(const GPTInput& input, const cp::ContextParallel* cp) const;
-  Tensor head(const Tensor& x) const;  // (T, C) -> logits (T, V)
+  Tensor head(const Tensor& x) const;     // (T, C) -> logits (T, V)
   Tensor head_weight(DType dtype) const;  // (V, C) in `dtype`: lm_head or the tied embedding, cast per use
   // Mixed precision: the step's bf16 parameter copies refreshed (one multi-tensor cast for those that
   // changed) and made the ones Linear and compute_parameter use while the scope lives (compute_copies.h).

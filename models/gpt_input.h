@@ -14,8 +14,8 @@ namespace cpf::models {
 
 struct GPTBatch {
   GPTInput input;
-  Tensor labels;                     // (T) i64, -100 = no loss
-  int64_t num_valid_labels = 0;      // on this rank
+  Tensor labels;                        // (T) i64, -100 = no loss
+  int64_t num_valid_labels = 0;         // on this rank
   int64_t global_num_valid_labels = 0;  // over the CP group
 };
 

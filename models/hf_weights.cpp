@@ -12,10 +12,10 @@ namespace {
 
 // How one HF tensor is made of cpformer tensors.
 enum class Layout {
-  same,                // identical
-  transposed,          // Conv1D (in, out) of a Linear (out, in)
-  fused_transposed,    // c_attn.weight: [q^T | k^T | v^T] along dim 1
-  fused,               // c_attn.bias: [q | k | v]
+  same,              // identical
+  transposed,        // Conv1D (in, out) of a Linear (out, in)
+  fused_transposed,  // c_attn.weight: [q^T | k^T | v^T] along dim 1
+  fused,             // c_attn.bias: [q | k | v]
 };
 
 struct Rule {
@@ -38,8 +38,10 @@ std::vector<Rule> gpt2_rules(const GPTOptions& o) {
     const std::string b = layer(i), h = "transformer.h." + std::to_string(i) + ".";
     add_norm(r, b + "attn_norm", h + "ln_1", true);
     r.push_back({{b + "attn.q_proj.weight", b + "attn.k_proj.weight", b + "attn.v_proj.weight"},
-                 h + "attn.c_attn.weight", Layout::fused_transposed});
-    r.push_back({{b + "attn.q_proj.bias", b + "attn.k_proj.bias", b + "attn.v_proj.bias"}, h + "attn.c_attn.bias",
+                 h + "attn.c_attn.weight",
+                 Layout::fused_transposed});
+    r.push_back({{b + "attn.q_proj.bias", b + "attn.k_proj.bias", b + "attn.v_proj.bias"},
+                 h + "attn.c_attn.bias",
                  Layout::fused});
     r.push_back({{b + "attn.o_proj.weight"}, h + "attn.c_proj.weight", Layout::transposed});
     r.push_back({{b + "attn.o_proj.bias"}, h + "attn.c_proj.bias"});
@@ -211,10 +213,11 @@ void drop_tied_head(std::map<std::string, Tensor>& by_name, const std::string& e
   auto head = by_name.find("lm_head.weight");
   if (head == by_name.end()) return;
   auto emb = by_name.find(embedding);
-  const bool same = emb != by_name.end() && emb->second.shape() == head->second.shape() &&
-                    raw::to(emb->second, DType::f64).to_vector<double>() ==
-                        raw::to(head->second, DType::f64).to_vector<double>();
-  CPF_CHECK(same, "lm_head.weight differs from ", embedding, " but model.tie_embeddings is true; set "
+  const bool same =
+      emb != by_name.end() && emb->second.shape() == head->second.shape() &&
+      raw::to(emb->second, DType::f64).to_vector<double>() == raw::to(head->second, DType::f64).to_vector<double>();
+  CPF_CHECK(same, "lm_head.weight differs from ", embedding,
+            " but model.tie_embeddings is true; set "
             "model.tie_embeddings: false to load a separate output layer");
   by_name.erase(head);
 }

@@ -14,8 +14,8 @@ namespace cpf::trainer {
 const std::vector<CommandSpec>& all_commands() {
   // One line per command; the order is the order of `cpformer --help`.
   static const std::vector<CommandSpec> table = {
-      train_command(),    generate_command(),        check_config_command(), plot_command(), export_command(),
-      tokenize_command(), train_tokenizer_command(), docs_command(),
+      train_command(),  generate_command(), check_config_command(),    plot_command(),
+      export_command(), tokenize_command(), train_tokenizer_command(), docs_command(),
   };
   return table;
 }
@@ -74,7 +74,6 @@ const OptionSpec* find_option(const CommandSpec& spec, const std::string& name) 
   return nullptr;
 }
 
-
 // An option this command does not take: a typo of one it does, or another command's option.
 [[noreturn]] void reject_option(const CommandSpec& spec, const std::string& name) {
   std::vector<std::string> owners;
@@ -84,13 +83,11 @@ const OptionSpec* find_option(const CommandSpec& spec, const std::string& name) 
   if (!owners.empty()) {
     std::string list;
     for (size_t i = 0; i < owners.size(); ++i) list += (i == 0 ? "" : ", ") + owners[i];
-    throw UsageError("'" + spec.name + "' takes no " + name + " (an option of " + list + ")",
-                     spec.name);
+    throw UsageError("'" + spec.name + "' takes no " + name + " (an option of " + list + ")", spec.name);
   }
   std::vector<std::string> names{"--help"};
   for (const auto& o : spec.options) names.push_back(o.name);
-  throw UsageError("unknown option '" + name + "'" + config::did_you_mean_suffix(name, names),
-                   spec.name);
+  throw UsageError("unknown option '" + name + "'" + config::did_you_mean_suffix(name, names), spec.name);
 }
 
 }  // namespace
@@ -132,10 +129,11 @@ CommandLine parse_command_line(const CommandSpec& spec, const std::vector<std::s
 }
 
 std::string usage() {
-  std::string text = "usage: cpformer <command> [arguments] [options]\n"
-                     "       cpformer <command> --help      what a command does and its options\n"
-                     "       cpformer --version\n"
-                     "commands:\n";
+  std::string text =
+      "usage: cpformer <command> [arguments] [options]\n"
+      "       cpformer <command> --help      what a command does and its options\n"
+      "       cpformer --version\n"
+      "commands:\n";
   for (const auto& spec : all_commands()) text += help_row(spec.name + " " + spec.arguments, spec.summary);
   text +=
       "exit codes: 0 ok, 1 error, 2 config or usage error, 3 unreadable data, 4 training target not reached,\n"

@@ -30,9 +30,9 @@ class UsageError : public std::runtime_error {
 };
 
 struct OptionSpec {
-  std::string name;        // "--tokens"
-  std::string value_name;  // "N"; empty for a flag that takes no value
-  std::string help;        // one line (wrapped by the help printer)
+  std::string name;         // "--tokens"
+  std::string value_name;   // "N"; empty for a flag that takes no value
+  std::string help;         // one line (wrapped by the help printer)
   bool repeatable = false;  // may be given several times (--set)
 };
 
@@ -44,17 +44,17 @@ struct CommandLine {
 
   bool has(const std::string& name) const;
   std::optional<std::string> value(const std::string& name) const;  // the last one given
-  std::vector<std::string> values(const std::string& name) const;    // every one, in order
+  std::vector<std::string> values(const std::string& name) const;   // every one, in order
 };
 
 // `out`: the command's output; `err`: diagnostics (stderr); `terminal`: stdout is a terminal.
 using CommandHandler = int (*)(const CommandLine& line, std::ostream& out, std::ostream& err, bool terminal);
 
 struct CommandSpec {
-  std::string name;         // "train"
-  std::string arguments;    // positional arguments for the synopsis: "CONFIG", "RUN [RUN ...]"
-  std::string summary;      // one line for `cpformer --help`
-  std::string description;  // paragraphs for `cpformer NAME --help` (lines already wrapped)
+  std::string name;                 // "train"
+  std::string arguments;            // positional arguments for the synopsis: "CONFIG", "RUN [RUN ...]"
+  std::string summary;              // one line for `cpformer --help`
+  std::string description;          // paragraphs for `cpformer NAME --help` (lines already wrapped)
   std::vector<OptionSpec> options;  // --help is implied
   CommandHandler run = nullptr;
 };
@@ -84,12 +84,12 @@ uint64_t parse_unsigned_option(const std::string& flag, const std::string& text)
 double parse_real_option(const std::string& flag, const std::string& text);
 
 // The command specs, each defined next to its command's code.
-CommandSpec train_command();         // train_command.cpp
-CommandSpec check_config_command();  // train_command.cpp
-CommandSpec docs_command();          // train_command.cpp
-CommandSpec generate_command();      // generate_command.cpp
-CommandSpec plot_command();          // plot_command.cpp
-CommandSpec export_command();        // export_command.cpp
+CommandSpec train_command();            // train_command.cpp
+CommandSpec check_config_command();     // train_command.cpp
+CommandSpec docs_command();             // train_command.cpp
+CommandSpec generate_command();         // generate_command.cpp
+CommandSpec plot_command();             // plot_command.cpp
+CommandSpec export_command();           // export_command.cpp
 CommandSpec tokenize_command();         // tokenize_command.cpp
 CommandSpec train_tokenizer_command();  // tokenize_command.cpp
 

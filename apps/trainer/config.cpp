@@ -106,10 +106,10 @@ class Checker {
   ValueText values_;
 };
 
-const std::vector<std::string> kDataKeys = {"source",     "task",           "min_len",   "max_len",    "num_examples",
-                                            "path",       "text_split",     "text_separator", "eot_token", "vocab_size", "tokenizer",
-                                            "layout",     "bshd_fill",      "seq_len",   "batch_size", "tokens_per_batch",
-                                            "pad_multiple", "seed",         "shuffle"};
+const std::vector<std::string> kDataKeys = {
+    "source",       "task",       "min_len",   "max_len", "num_examples", "path",    "text_split", "text_separator",
+    "eot_token",    "vocab_size", "tokenizer", "layout",  "bshd_fill",    "seq_len", "batch_size", "tokens_per_batch",
+    "pad_multiple", "seed",       "shuffle"};
 
 // A target no evaluation can ever meet would train to the last step and then report it missed.
 void check_targets_reachable(const Checker& check, const TrainConfig& c) {
@@ -213,13 +213,15 @@ void check_model_and_parallel(const Checker& check, const TrainConfig& c) {
   if (par.cp > 1) {
     const int64_t chunks = 2 * par.cp;
     if (c.data.layout == "thd" && c.data.pad_multiple % chunks != 0) {
-      check.fail("data.pad_multiple", "must be a multiple of 2 x parallel.cp = " + std::to_string(chunks) +
-                                          " (context parallelism cuts every sequence slot into 2 x cp chunks)",
+      check.fail("data.pad_multiple",
+                 "must be a multiple of 2 x parallel.cp = " + std::to_string(chunks) +
+                     " (context parallelism cuts every sequence slot into 2 x cp chunks)",
                  {"parallel.cp", "data.layout"});
     }
     if (c.data.layout == "bshd" && c.data.seq_len % chunks != 0) {
-      check.fail("data.seq_len", "must be a multiple of 2 x parallel.cp = " + std::to_string(chunks) +
-                                     " (context parallelism cuts every row into 2 x cp chunks)",
+      check.fail("data.seq_len",
+                 "must be a multiple of 2 x parallel.cp = " + std::to_string(chunks) +
+                     " (context parallelism cuts every row into 2 x cp chunks)",
                  {"parallel.cp", "data.layout"});
     }
     if (auto reason = cp_problem(c)) {
@@ -228,8 +230,9 @@ void check_model_and_parallel(const Checker& check, const TrainConfig& c) {
                   "model.hidden_size", "model.head_dim", "model.window"});
     }
     if (auto reason = a2a_head_groups_problem(c)) {
-      check.fail("parallel.cp_a2a_head_groups", *reason,
-                 {"parallel.cp", "parallel.cp_comm_type", "parallel.cp_a2a_size", "model.num_heads", "model.num_kv_heads"});
+      check.fail(
+          "parallel.cp_a2a_head_groups", *reason,
+          {"parallel.cp", "parallel.cp_comm_type", "parallel.cp_a2a_size", "model.num_heads", "model.num_kv_heads"});
     }
   }
 }
@@ -244,9 +247,10 @@ void check_run(const Checker& check, const TrainConfig& c) {
 
   if (c.run.profile > 0 && c.run.profile + 1 > c.run.steps) {
     check.fail("run.profile",
-               "needs run.steps >= " + std::to_string(c.run.profile + 1) + " (it profiles the steps after the first), got " +
-                   std::to_string(c.run.steps) + "; lower it to at most " +
-                   std::to_string(std::max<int64_t>(c.run.steps - 1, 0)) + " or raise run.steps",
+               "needs run.steps >= " + std::to_string(c.run.profile + 1) +
+                   " (it profiles the steps after the first), got " + std::to_string(c.run.steps) +
+                   "; lower it to at most " + std::to_string(std::max<int64_t>(c.run.steps - 1, 0)) +
+                   " or raise run.steps",
                {"run.steps"});
   }
 
@@ -264,13 +268,15 @@ void check_run(const Checker& check, const TrainConfig& c) {
   }
 
   if (c.parallel.backend == dist::Backend::nccl && c.run.device != RunDevice::cuda) {
-    check.fail("parallel.backend", "nccl runs one rank per GPU but run.device=cpu; set run.device: cuda "
-                                   "(or use parallel.backend: thread)",
+    check.fail("parallel.backend",
+               "nccl runs one rank per GPU but run.device=cpu; set run.device: cuda "
+               "(or use parallel.backend: thread)",
                {"run.device"});
   }
   if (c.attention.backend != AttentionBackend::automatic && c.run.device == RunDevice::cpu) {
-    check.fail("attention.backend", "selects CUDA attention kernels but run.device=cpu (the CPU has one attention "
-                                    "implementation); use attention.backend: auto, or run.device: cuda",
+    check.fail("attention.backend",
+               "selects CUDA attention kernels but run.device=cpu (the CPU has one attention "
+               "implementation); use attention.backend: auto, or run.device: cuda",
                {"run.device"});
   }
 
@@ -297,9 +303,7 @@ void check(const config::ConfigReader& reader, TrainConfig& c) {
 
 }  // namespace
 
-int64_t data_vocab_size(const data::DataOptions& o) {
-  return data::data_source_vocab_size(o);
-}
+int64_t data_vocab_size(const data::DataOptions& o) { return data::data_source_vocab_size(o); }
 
 optim::LrScheduleOptions schedule_options(const TrainConfig& c) {
   optim::LrScheduleOptions s;

@@ -88,21 +88,21 @@ struct RunOptions {
   int64_t seed = 1234;  // model initialisation
   int64_t steps = 1000;
   int64_t log_every = 10;
-  int64_t eval_every = 100;   // 0 = only at the end
-  int64_t eval_batches = 4;   // held-out batches per evaluation (loss)
-  int64_t eval_examples = 200;  // synthetic: exact-match examples per evaluation
-  std::string eval_path;      // text / shards: held-out files; "" = no held-out loss
+  int64_t eval_every = 100;      // 0 = only at the end
+  int64_t eval_batches = 4;      // held-out batches per evaluation (loss)
+  int64_t eval_examples = 200;   // synthetic: exact-match examples per evaluation
+  std::string eval_path;         // text / shards: held-out files; "" = no held-out loss
   int64_t checkpoint_every = 0;  // 0 = only at the end
   int64_t keep_checkpoints = 2;
   ResumeMode resume = ResumeMode::auto_resume;
-  int64_t profile = 0;  // profile this many steps after the first (step_profiler.h); 0 = off
-  int64_t max_nonfinite_steps = 20;  // stop after this many consecutive non-finite steps; 0 = never
-  double grad_clip = 1.0;         // 0 = no clipping
-  double target_accuracy = 0.0;   // > 0: stop once exact-match accuracy reaches it
-  double target_loss = 0.0;       // > 0: stop once the held-out loss falls to it
-  int64_t threads = 0;            // OpenMP threads per rank; 0 = cores / ranks
-  int64_t grad_accum_steps = 1;   // micro-batches per optimizer step (apps/trainer/grad_accumulation.h)
-  std::string init_from;          // starting weights: a cpformer checkpoint or an HF folder (init_from.h)
+  int64_t profile = 0;                // profile this many steps after the first (step_profiler.h); 0 = off
+  int64_t max_nonfinite_steps = 20;   // stop after this many consecutive non-finite steps; 0 = never
+  double grad_clip = 1.0;             // 0 = no clipping
+  double target_accuracy = 0.0;       // > 0: stop once exact-match accuracy reaches it
+  double target_loss = 0.0;           // > 0: stop once the held-out loss falls to it
+  int64_t threads = 0;                // OpenMP threads per rank; 0 = cores / ranks
+  int64_t grad_accum_steps = 1;       // micro-batches per optimizer step (apps/trainer/grad_accumulation.h)
+  std::string init_from;              // starting weights: a cpformer checkpoint or an HF folder (init_from.h)
   RunDevice device = RunDevice::cpu;  // cuda: rank r on cuda:(r % visible GPUs)
   PrecisionMode precision = PrecisionMode::fp32;
 };
@@ -130,7 +130,7 @@ struct ParallelOptions {
   int64_t dp = 1;
   int64_t cp = 1;
   cp::CommType cp_comm_type = cp::CommType::p2p;
-  int64_t cp_a2a_size = 2;  // a2a+p2p: ranks of each a2a sub-group (cp = cp_a2a_size x p2p size)
+  int64_t cp_a2a_size = 2;         // a2a+p2p: ranks of each a2a sub-group (cp = cp_a2a_size x p2p size)
   int64_t cp_a2a_head_groups = 0;  // a2a, a2a+p2p: ContextParallel::a2a_head_groups (0 = automatic)
   // thread: ranks are threads meeting in host memory (any device); nccl: one GPU per rank, NCCL
   // collectives (threads of this process, or one process per rank under torchrun/srun/mpirun).
@@ -166,8 +166,8 @@ void describe(V& v, RunOptions& o) {
   v.field("eval_batches", o.eval_batches, "held-out batches per evaluation (loss)", Range{0, 1e6});
   v.field("eval_examples", o.eval_examples, "synthetic: held-out examples for exact-match accuracy", Range{0, 1e7});
   v.field("eval_path", o.eval_path, "text / shards: held-out files for the eval loss; empty = none");
-  v.field("checkpoint_every", o.checkpoint_every, "save a checkpoint every N steps (and always at the end); 0 = end only",
-          Range{0, 1e12});
+  v.field("checkpoint_every", o.checkpoint_every,
+          "save a checkpoint every N steps (and always at the end); 0 = end only", Range{0, 1e12});
   v.field("keep_checkpoints", o.keep_checkpoints, "checkpoints kept in the run folder; 0 = all", Range{0, 1e6});
   v.choice("resume", o.resume,
            config::Choices<ResumeMode>{
@@ -241,7 +241,8 @@ void describe(V& v, ParallelOptions& o) {
   v.field("cp_a2a_size", o.cp_a2a_size, "a2a+p2p: ranks of each a2a sub-group (cp = cp_a2a_size x ring size)",
           Range{1, 4096});
   v.field("cp_a2a_head_groups", o.cp_a2a_head_groups,
-          "a2a, a2a+p2p: head groups whose all-to-alls pipeline with attention; 0 = automatic (1: no pipelining, the measured best on NVLink)",
+          "a2a, a2a+p2p: head groups whose all-to-alls pipeline with attention; 0 = automatic (1: no pipelining, the "
+          "measured best on NVLink)",
           Range{0, 64});
   v.choice("backend", o.backend,
            config::Choices<dist::Backend>{{"thread", dist::Backend::thread}, {"nccl", dist::Backend::nccl}},
@@ -260,8 +261,7 @@ void describe(V& v, AttentionOptions& o) {
   v.field("deterministic", o.deterministic,
           "CUDA: bitwise reproducible attention backward (cuDNN's slower path; the CPU always is)");
   using M = cp::MlaLatentMode;
-  v.choice("cp_mla_latent", o.cp_mla_latent,
-           config::Choices<M>{{"auto", M::automatic}, {"on", M::on}, {"off", M::off}},
+  v.choice("cp_mla_latent", o.cp_mla_latent, config::Choices<M>{{"auto", M::automatic}, {"on", M::on}, {"off", M::off}},
            "MLA under p2p, all_gather or a2a+p2p CP: move the latent (kv_lora_rank + rope per token) instead of the "
            "expanded K/V; auto weighs the communication the attention does not hide against the re-expansion and logs "
            "why (CPF_CP_LINK_GBPS sets the link rate)");

@@ -75,8 +75,9 @@ std::vector<RuntimeNeed> device_needs(const TrainConfig& c) {
     } else if (gpus > 0 && !dist::read_launch_environment() && world > gpus) {
       needs.push_back({"nccl backend", false,
                        std::to_string(world) + " ranks (parallel.dp x parallel.cp) need one GPU each but " +
-                           std::to_string(gpus) + " are visible here; on several nodes start them with torchrun, "
-                                                  "srun or mpirun"});
+                           std::to_string(gpus) +
+                           " are visible here; on several nodes start them with torchrun, "
+                           "srun or mpirun"});
     } else if (gpus > 0) {
       needs.push_back({"nccl backend", true, std::to_string(world) + " rank(s)"});
     }
@@ -109,8 +110,9 @@ void print_config_check(const std::string& name, const TrainConfig& c, std::ostr
   out << "  data: " << c.data.source << (c.data.source == "synthetic" ? ":" + c.data.task : " " + c.data.path) << ", "
       << c.data.layout << ", seq_len " << c.data.seq_len << "\n";
   if (const int64_t accum = grad_accum_steps(c); accum > 1) {
-    out << "  batch: " << accum * micro_step_tokens(c) << " tokens per step = " << accum << " accumulated micro-batches x "
-        << data::effective_tokens_per_batch(c.data) << " tokens x dp " << c.parallel.dp << "\n";
+    out << "  batch: " << accum * micro_step_tokens(c) << " tokens per step = " << accum
+        << " accumulated micro-batches x " << data::effective_tokens_per_batch(c.data) << " tokens x dp "
+        << c.parallel.dp << "\n";
   }
   out << "  parallel: dp=" << c.parallel.dp << " cp=" << c.parallel.cp << " backend "
       << dist::backend_name(c.parallel.backend);

@@ -14,7 +14,7 @@
 namespace cpf::trainer {
 
 struct RuntimeNeed {
-  std::string what;    // "data files", "held-out files", "cuda device", "nccl backend"
+  std::string what;  // "data files", "held-out files", "cuda device", "nccl backend"
   bool checked = false;
   std::string detail;  // what was found, or why it could not be checked
 };

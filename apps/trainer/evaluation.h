@@ -40,7 +40,8 @@ std::shared_ptr<const data::DocumentSource> make_eval_source(const TrainConfig& 
 
 // Mean held-out loss; every rank of the world calls it. nullopt without held-out data.
 std::optional<double> eval_loss(const models::GPT& model, const TrainConfig& config,
-                                const std::shared_ptr<const data::DocumentSource>& eval_source, const RankGroups& groups);
+                                const std::shared_ptr<const data::DocumentSource>& eval_source,
+                                const RankGroups& groups);
 
 // The model's greedy next token after each prefix (no CP: the model replica of one rank).
 std::vector<int64_t> greedy_next_tokens(const models::GPT& model, const std::vector<std::vector<int64_t>>& prefixes,

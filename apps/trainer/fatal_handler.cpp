@@ -14,9 +14,10 @@ namespace {
     try {
       std::rethrow_exception(e);
     } catch (const std::bad_alloc&) {
-      std::fputs("cpformer: fatal: out of host memory (std::bad_alloc) in a thread that cannot report it; lower the "
-                 "model or batch size or the rank count, or raise the memory limit\n",
-                 stderr);
+      std::fputs(
+          "cpformer: fatal: out of host memory (std::bad_alloc) in a thread that cannot report it; lower the "
+          "model or batch size or the rank count, or raise the memory limit\n",
+          stderr);
     } catch (const std::exception& ex) {
       std::fprintf(stderr, "cpformer: fatal: uncaught exception in a thread that cannot report it: %s\n", ex.what());
     } catch (...) {

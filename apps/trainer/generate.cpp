@@ -156,8 +156,8 @@ GenerateBatchResult generate_batch(const GenerateOptions& options) {
                                                             ? config.model.max_positions
                                                             : std::numeric_limits<int64_t>::max());
   const int64_t n = static_cast<int64_t>(sequences.size());
-  models::GPTDecoder decoder(model, n, {.context = context, .max_length = longest + options.max_new_tokens,
-                                        .kv_cache = options.kv_cache});
+  models::GPTDecoder decoder(
+      model, n, {.context = context, .max_length = longest + options.max_new_tokens, .kv_cache = options.kv_cache});
   std::vector<std::unique_ptr<Generator>> gens;  // Generator is not movable (an atomic offset)
   for (int64_t i = 0; i < n; ++i) gens.push_back(std::make_unique<Generator>(options.seed + static_cast<uint64_t>(i)));
   std::vector<bool> active(static_cast<size_t>(n), true);

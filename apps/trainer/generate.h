@@ -25,15 +25,15 @@
 namespace cpf::trainer {
 
 struct GenerateOptions {
-  std::string checkpoint;             // a checkpoint, a folder of checkpoints, or a run folder
-  std::optional<std::string> prompt;  // synthetic default: the first held-out prompt; text: required
+  std::string checkpoint;                   // a checkpoint, a folder of checkpoints, or a run folder
+  std::optional<std::string> prompt;        // synthetic default: the first held-out prompt; text: required
   std::optional<std::string> prompts_file;  // one prompt per line (empty lines skipped); not with prompt
   int64_t max_new_tokens = 64;
   double temperature = 0.0;  // 0 = greedy
   int64_t top_k = 0;         // 0 = off
   double top_p = 1.0;        // 1 = off
   uint64_t seed = 1;
-  std::string device = "cpu";           // "cpu", "cuda" or "cuda:N"
+  std::string device = "cpu";            // "cpu", "cuda" or "cuda:N"
   std::optional<std::string> precision;  // "fp32" or "bf16"; default bf16 on CUDA, fp32 on the CPU
   bool kv_cache = true;                  // false: rerun the full window for every token
 };
@@ -51,9 +51,9 @@ struct GenerateBatchResult {
   std::string device;                   // "cpu", "cuda:0"
   std::string precision;                // "fp32" or "bf16"
   bool kv_cache = true;
-  int64_t new_tokens = 0;      // tokens generated over all prompts
-  int64_t tokens_fed = 0;      // tokens the model processed (prompts, decoded tokens, refed windows)
-  double seconds = 0;          // wall time of decoding (prefill included, model loading not)
+  int64_t new_tokens = 0;        // tokens generated over all prompts
+  int64_t tokens_fed = 0;        // tokens the model processed (prompts, decoded tokens, refed windows)
+  double seconds = 0;            // wall time of decoding (prefill included, model loading not)
   double tokens_per_second = 0;  // new_tokens / seconds
 };
 

@@ -63,22 +63,24 @@ int run_generate(const CommandLine& line, std::ostream& out, std::ostream& err, 
 }  // namespace
 
 CommandSpec generate_command() {
-  return {.name = "generate",
-          .arguments = "CHECKPOINT_DIR",
-          .summary = "sample from a checkpoint (or a run folder); greedy by default",
-          .description = "CHECKPOINT_DIR is a checkpoint, a folder of checkpoints (the newest is used) or a run\n"
-                         "folder. Synthetic models continue their first held-out prompt when --prompt is not given.",
-          .options = {{"--prompt", "TEXT", "the text to continue (required for text models)"},
-                      {"--tokens", "N", "tokens to generate, at least 1 (default 64)"},
-                      {"--temperature", "T", "sampling temperature >= 0; 0 = greedy (default 0)"},
-                      {"--seed", "S", "seed of the sampling stream (default 1; prompt i of a file uses S + i)"},
-                      {"--prompts", "FILE", "one prompt per line (empty lines skipped), decoded as one batch"},
-                      {"--top-k", "K", "sample among the K most likely tokens; 0 = all (default 0)"},
-                      {"--top-p", "P", "sample among the most likely tokens holding probability P, in (0, 1] (default 1)"},
-                      {"--device", "D", "cpu, cuda or cuda:N (default cpu)"},
-                      {"--precision", "P", "fp32 or bf16 (default bf16 on CUDA, fp32 on the CPU)"},
-                      {"--no-kv-cache", "", "recompute the whole window for every token (same tokens, slower)"}},
-          .run = run_generate};
+  return {
+      .name = "generate",
+      .arguments = "CHECKPOINT_DIR",
+      .summary = "sample from a checkpoint (or a run folder); greedy by default",
+      .description =
+          "CHECKPOINT_DIR is a checkpoint, a folder of checkpoints (the newest is used) or a run\n"
+          "folder. Synthetic models continue their first held-out prompt when --prompt is not given.",
+      .options = {{"--prompt", "TEXT", "the text to continue (required for text models)"},
+                  {"--tokens", "N", "tokens to generate, at least 1 (default 64)"},
+                  {"--temperature", "T", "sampling temperature >= 0; 0 = greedy (default 0)"},
+                  {"--seed", "S", "seed of the sampling stream (default 1; prompt i of a file uses S + i)"},
+                  {"--prompts", "FILE", "one prompt per line (empty lines skipped), decoded as one batch"},
+                  {"--top-k", "K", "sample among the K most likely tokens; 0 = all (default 0)"},
+                  {"--top-p", "P", "sample among the most likely tokens holding probability P, in (0, 1] (default 1)"},
+                  {"--device", "D", "cpu, cuda or cuda:N (default cpu)"},
+                  {"--precision", "P", "fp32 or bf16 (default bf16 on CUDA, fp32 on the CPU)"},
+                  {"--no-kv-cache", "", "recompute the whole window for every token (same tokens, slower)"}},
+      .run = run_generate};
 }
 
 }  // namespace cpf::trainer

@@ -22,8 +22,8 @@ void check_sampling_options(const SamplingOptions& o) {
   CPF_CHECK(o.top_k >= 0, "generate: --top-k ", o.top_k, " must be >= 0 (0 = keep every token)");
   CPF_CHECK(std::isfinite(o.top_p) && o.top_p > 0 && o.top_p <= 1, "generate: --top-p ", o.top_p,
             " must be in (0, 1] (1 = keep every token)");
-  CPF_CHECK(o.temperature > 0 || (o.top_k == 0 && o.top_p == 1), "generate: --top-k ", o.top_k, " / --top-p ",
-            o.top_p, " filter sampling, but --temperature 0 is greedy decoding (always the most likely token); ",
+  CPF_CHECK(o.temperature > 0 || (o.top_k == 0 && o.top_p == 1), "generate: --top-k ", o.top_k, " / --top-p ", o.top_p,
+            " filter sampling, but --temperature 0 is greedy decoding (always the most likely token); ",
             "set --temperature > 0 (e.g. 0.8) to sample");
 }
 

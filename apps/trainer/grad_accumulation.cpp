@@ -1,9 +1,9 @@
 #include "apps/trainer/grad_accumulation.h"
 
 #include "framework/autograd/ops.h"
+#include "framework/tensor/profile.h"
 #include "models/data/cp_shard.h"
 #include "models/gpt_input.h"
-#include "framework/tensor/profile.h"
 
 namespace cpf::trainer {
 namespace {
@@ -30,9 +30,9 @@ std::optional<AccumulationProblem> accumulation_problem(const TrainConfig& c) {
                                "parallel.dp=" + std::to_string(c.parallel.dp) + " = " + std::to_string(micro);
   if (total % micro != 0) {
     const int64_t lower = std::max<int64_t>(total / micro, 1) * micro;
-    return AccumulationProblem{"data.total_batch_tokens",
-                               "must be a multiple of the tokens of one micro-step (" + per_step +
-                                   "); use " + std::to_string(lower) + ", or change data.batch_size / data.seq_len"};
+    return AccumulationProblem{"data.total_batch_tokens", "must be a multiple of the tokens of one micro-step (" +
+                                                              per_step + "); use " + std::to_string(lower) +
+                                                              ", or change data.batch_size / data.seq_len"};
   }
   const int64_t steps = total / micro;
   if (c.run.grad_accum_steps != 1 && c.run.grad_accum_steps != steps) {

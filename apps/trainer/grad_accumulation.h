@@ -37,8 +37,8 @@ std::optional<AccumulationProblem> accumulation_problem(const TrainConfig& confi
 int64_t grad_accum_steps(const TrainConfig& config);
 
 struct AccumulatedLoss {
-  double loss = 0;               // mean token loss of the whole step (every rank gets it)
-  int64_t valid_labels = 0;      // labels of the whole step over the world
+  double loss = 0;           // mean token loss of the whole step (every rank gets it)
+  int64_t valid_labels = 0;  // labels of the whole step over the world
 };
 
 // Forward and backward of this rank's micro-batches of one step, accumulating into the parameters'

@@ -11,9 +11,9 @@
 
 namespace cpf::trainer {
 namespace fs = std::filesystem;
+using models::HfArchitecture;
 using nlohmann::json;
 using nlohmann::ordered_json;
-using models::HfArchitecture;
 
 namespace {
 
@@ -90,7 +90,8 @@ HfArchitecture hf_architecture_of(const json& config, const std::string& path) {
   }
   if (type == "gpt2") return HfArchitecture::gpt2;
   if (type == "llama") return HfArchitecture::llama;
-  CPF_FAIL(path, ": model_type '", type, "' is not one cpformer reads (gpt2: GPT2LMHeadModel, llama: LlamaForCausalLM)");
+  CPF_FAIL(path, ": model_type '", type,
+           "' is not one cpformer reads (gpt2: GPT2LMHeadModel, llama: LlamaForCausalLM)");
 }
 
 // One config.json key against the model option it must equal.
@@ -99,7 +100,8 @@ class ConfigComparer {
   ConfigComparer(const json& config, std::string path) : config_(config), path_(std::move(path)) {}
   // `fallback`: HF's default when the key is absent or null.
   template <class T>
-  void equal(const std::string& key, const std::string& option, T ours, std::optional<T> fallback = std::nullopt) const {
+  void equal(const std::string& key, const std::string& option, T ours,
+             std::optional<T> fallback = std::nullopt) const {
     const bool present = config_.contains(key) && !config_[key].is_null();
     CPF_CHECK(present || fallback, path_, ": has no '", key, "' (needed for model.", option, ")");
     T theirs = *fallback;
@@ -107,7 +109,8 @@ class ConfigComparer {
       try {
         theirs = config_[key].get<T>();
       } catch (const json::exception&) {
-        CPF_FAIL(path_, ": '", key, "' is ", config_[key].dump(), ", not a ", typeid(T) == typeid(bool) ? "boolean" : "number");
+        CPF_FAIL(path_, ": '", key, "' is ", config_[key].dump(), ", not a ",
+                 typeid(T) == typeid(bool) ? "boolean" : "number");
       }
     }
     CPF_CHECK(theirs == ours, path_, " has ", key, " ", show(theirs), " but model.", option, " is ", show(ours),
@@ -177,7 +180,8 @@ std::string hf_config_json(const models::GPTOptions& model, HfArchitecture arch)
   return (arch == HfArchitecture::gpt2 ? gpt2_config(model) : llama_config(model)).dump(2) + "\n";
 }
 
-HfArchitecture write_hf_folder(const std::string& dir, const models::GPTOptions& model, const io::NamedTensors& params) {
+HfArchitecture write_hf_folder(const std::string& dir, const models::GPTOptions& model,
+                               const io::NamedTensors& params) {
   const models::HfMatch match = models::match_hf_architecture(model);
   CPF_CHECK(match.arch, "export --format hf: the model fits no Hugging Face architecture: ", match.why_not);
   std::error_code ec;

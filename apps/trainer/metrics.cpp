@@ -68,10 +68,9 @@ std::optional<int64_t> tokens_of_last_record(const std::string& path) {
 MetricsLogger::MetricsLogger(std::ostream& out, LoggerOptions options)
     : out_(out), options_(std::move(options)), train_log_(options_.train_log_path, options_.rank) {
   if (options_.heartbeat_seconds > 0) {
-    heartbeat_ = std::make_unique<Heartbeat>(std::chrono::duration<double>(options_.heartbeat_seconds),
-                                             [this](const std::string& what, double seconds) {
-                                               heartbeat_line(what, seconds);
-                                             });
+    heartbeat_ =
+        std::make_unique<Heartbeat>(std::chrono::duration<double>(options_.heartbeat_seconds),
+                                    [this](const std::string& what, double seconds) { heartbeat_line(what, seconds); });
   }
 }
 
@@ -108,8 +107,8 @@ void MetricsLogger::check_output() {
   // Where stdout goes, when it is a file (the console log of a batch job).
   std::error_code ec;
   const auto target = std::filesystem::read_symlink("/proc/self/fd/" + std::to_string(STDOUT_FILENO), ec);
-  CPF_FAIL("cannot write the training log to standard output", ec ? std::string() : " (" + target.string() + ")",
-           ": ", err != 0 ? std::strerror(err) : "the stream failed");
+  CPF_FAIL("cannot write the training log to standard output", ec ? std::string() : " (" + target.string() + ")", ": ",
+           err != 0 ? std::strerror(err) : "the stream failed");
 }
 
 void MetricsLogger::clear_bar() {
@@ -139,8 +138,8 @@ void MetricsLogger::step(const StepMetrics& m, bool print) {
   char mfu[32] = "";
   if (m.mfu) std::snprintf(mfu, sizeof mfu, " | MFU %.1f%%", 100.0 * *m.mfu);
   std::snprintf(buf, sizeof buf,
-                "step %*lld/%lld | loss %.4f | lr %.2e | grad %.3f | %s tok/s%s | %s tok%s | %s elapsed | ETA %s", width,
-                static_cast<long long>(m.step), static_cast<long long>(options_.total_steps), m.loss, m.lr,
+                "step %*lld/%lld | loss %.4f | lr %.2e | grad %.3f | %s tok/s%s | %s tok%s | %s elapsed | ETA %s",
+                width, static_cast<long long>(m.step), static_cast<long long>(options_.total_steps), m.loss, m.lr,
                 m.grad_norm, format_count(m.tokens_per_second).c_str(), mfu,
                 format_count(static_cast<double>(m.tokens_seen)).c_str(), memory.c_str(),
                 format_duration(m.elapsed_seconds).c_str(), format_duration(m.eta_seconds).c_str());

@@ -4,9 +4,9 @@
 // train.log (the console lines with timestamps, train_log.h) and metrics.jsonl (one JSON object per
 // line) in the run folder, and the closing summary line.
 //
-//   step   200/1500 | loss 0.8123 | lr 1.00e-03 | grad 0.412 | 14.2k tok/s | 1.64M tok | rss 312 MiB | 0:18 elapsed | ETA 1:55
-//   eval   200/1500 | loss 0.7904 | exact match 31.5% (63/200)
-//   heartbeat: step 201/1500 running for 0:31 | 0:49 elapsed | rss 312 MiB
+//   step   200/1500 | loss 0.8123 | lr 1.00e-03 | grad 0.412 | 14.2k tok/s | 1.64M tok | rss 312 MiB | 0:18 elapsed |
+//   ETA 1:55 eval   200/1500 | loss 0.7904 | exact match 31.5% (63/200) heartbeat: step 201/1500 running for 0:31 |
+//   0:49 elapsed | rss 312 MiB
 //
 // "loss" is the mean over the steps since the previous step line; "tok" counts every training token
 // seen since step 1 (resumed runs included). CPU runs show the process's resident memory ("rss"); on
@@ -56,8 +56,8 @@ struct LoggerOptions {
   std::string metrics_path;    // empty = no metrics.jsonl
   std::string train_log_path;  // empty = no train.log
   int64_t total_steps = 0;
-  bool progress_bar = false;   // stdout is a terminal: draw a bar between log lines
-  int rank = 0;                // the rank the lines are stamped with in train.log
+  bool progress_bar = false;  // stdout is a terminal: draw a bar between log lines
+  int rank = 0;               // the rank the lines are stamped with in train.log
   // Seconds of silence before a heartbeat line; 0 = none. The trainer uses kHeartbeatSeconds when
   // stdout is not a terminal (a terminal has the progress bar).
   double heartbeat_seconds = 0;
@@ -78,9 +78,9 @@ class MetricsLogger {
   // kept record says: 0 for a fresh run, nullopt when the records do not tell (no metrics file, or one
   // written before tokens were recorded).
   std::optional<int64_t> start_metrics(int64_t start_step);
-  void step(const StepMetrics& m, bool print);  // recorded in metrics.jsonl only when print is true
+  void step(const StepMetrics& m, bool print);          // recorded in metrics.jsonl only when print is true
   void eval(const EvalMetrics& m, bool record = true);  // record = false: console only
-  void note(const std::string& line);  // any other console line (checkpoints, resume, warnings)
+  void note(const std::string& line);                   // any other console line (checkpoints, resume, warnings)
   // The progress bar after step `step`: percent, ETA and tokens/s; no-op without a terminal.
   void progress(int64_t step, double elapsed_seconds, double eta_seconds, double tokens_per_second);
   // What the run does now, for the heartbeat line ("step 13/3000", "evaluation at step 200").
@@ -90,7 +90,7 @@ class MetricsLogger {
   void clear_bar();
   void write_json(const std::string& line);
   void print_line(const std::string& line);  // to `out_` and train.log, checked; the caller holds mutex_
-  void check_output();  // throws, naming stdout's target and errno, once `out_` failed
+  void check_output();                       // throws, naming stdout's target and errno, once `out_` failed
   void heartbeat_line(const std::string& activity, double activity_seconds);
 
   std::ostream& out_;
@@ -99,7 +99,7 @@ class MetricsLogger {
   TrainLog train_log_;
   bool bar_shown_ = false;
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
-  std::mutex mutex_;  // the heartbeat thread prints too
+  std::mutex mutex_;                      // the heartbeat thread prints too
   std::unique_ptr<Heartbeat> heartbeat_;  // last: its thread may call back into the fields above
 };
 

@@ -107,18 +107,19 @@ int run_plot(const CommandLine& line, std::ostream& out, std::ostream&, bool) {
 }  // namespace
 
 CommandSpec plot_command() {
-  return {.name = "plot",
-          .arguments = "RUN [RUN ...]",
-          .summary = "draw loss and exact match of runs against steps and tokens (SVG, PNG)",
-          .description =
-              "RUN is a run folder (or its metrics.jsonl). Four panels: loss against steps and against training\n"
-              "tokens, held-out exact match against steps and tokens; train loss solid, held-out loss and exact\n"
-              "match dashed with a marker per evaluation; one colour per run, named in the legend. Writes\n"
-              "RUN/loss.svg for one run folder, ./loss.svg for several (or --out), and a PNG beside it when\n"
-              "rsvg-convert or ImageMagick's convert is on PATH.",
-          .options = {{"--out", "FILE.svg", "where to write the SVG (default: RUN/loss.svg, or ./loss.svg for several)"},
-                      {"--no-png", "", "write only the SVG"}},
-          .run = run_plot};
+  return {
+      .name = "plot",
+      .arguments = "RUN [RUN ...]",
+      .summary = "draw loss and exact match of runs against steps and tokens (SVG, PNG)",
+      .description =
+          "RUN is a run folder (or its metrics.jsonl). Four panels: loss against steps and against training\n"
+          "tokens, held-out exact match against steps and tokens; train loss solid, held-out loss and exact\n"
+          "match dashed with a marker per evaluation; one colour per run, named in the legend. Writes\n"
+          "RUN/loss.svg for one run folder, ./loss.svg for several (or --out), and a PNG beside it when\n"
+          "rsvg-convert or ImageMagick's convert is on PATH.",
+      .options = {{"--out", "FILE.svg", "where to write the SVG (default: RUN/loss.svg, or ./loss.svg for several)"},
+                  {"--no-png", "", "write only the SVG"}},
+      .run = run_plot};
 }
 
 }  // namespace cpf::trainer

@@ -69,7 +69,8 @@ void apply_start_mode(const TrainConfig& config) {
   if (config.run.resume == ResumeMode::never) {
     const auto existing = io::list_checkpoints(dir);
     CPF_CHECK(existing.empty(), "run.resume: never, but the run folder ", run_dir(config), " holds ", existing.size(),
-              " checkpoint(s) (newest ", existing.empty() ? "" : existing.back(), "); a later run.resume: auto "
+              " checkpoint(s) (newest ", existing.empty() ? "" : existing.back(),
+              "); a later run.resume: auto "
               "would continue them instead of this run. Set run.resume: replace to delete them and start over, "
               "run.resume: auto to continue, or give this run another folder (run.out_dir or run.name)");
   } else if (config.run.resume == ResumeMode::replace) {

@@ -64,7 +64,7 @@ std::optional<double> tokens_at(const RunMetrics& m, int64_t step) {
     if (s.step >= step && !after) after = &s;
   }
   if (before && before->step == step) return static_cast<double>(*before->tokens);
-  const double per_step = before ? static_cast<double>(*before->tokens) / static_cast<double>(before->step)
+  const double per_step = before  ? static_cast<double>(*before->tokens) / static_cast<double>(before->step)
                           : after ? static_cast<double>(*after->tokens) / static_cast<double>(after->step)
                                   : std::numeric_limits<double>::quiet_NaN();
   return per_step * static_cast<double>(step);
@@ -114,12 +114,13 @@ Chart runs_chart(const std::vector<RunMetrics>& runs) {
   chart.title = "cpformer: " + (names.size() > 90 ? std::to_string(runs.size()) + " runs" : names);
   const std::string no_accuracy = "no exact match recorded (synthetic tasks with run.eval_examples > 0)";
   ChartPanel loss_steps{"loss", "step", "loss", AxisFormat::count, AxisFormat::plain, {}, "no loss recorded"};
-  ChartPanel acc_steps{"exact match (held-out)", "step", "exact match", AxisFormat::count, AxisFormat::percent, {},
-                       no_accuracy};
-  ChartPanel loss_tokens{"loss", "training tokens", "loss", AxisFormat::count, AxisFormat::plain, {},
-                         "no token counts recorded"};
-  ChartPanel acc_tokens{"exact match (held-out)", "training tokens", "exact match", AxisFormat::count,
-                        AxisFormat::percent, {}, "no token counts recorded"};
+  ChartPanel acc_steps{"exact match (held-out)", "step", "exact match", AxisFormat::count,
+                       AxisFormat::percent,      {},     no_accuracy};
+  ChartPanel loss_tokens{"loss", "training tokens",         "loss", AxisFormat::count, AxisFormat::plain,
+                         {},     "no token counts recorded"};
+  ChartPanel acc_tokens{"exact match (held-out)",  "training tokens",   "exact match",
+                        AxisFormat::count,         AxisFormat::percent, {},
+                        "no token counts recorded"};
   for (size_t i = 0; i < runs.size(); ++i) {
     const RunMetrics& r = runs[i];
     const std::string color = kColors[i % (sizeof kColors / sizeof kColors[0])];
@@ -147,7 +148,8 @@ Chart runs_chart(const std::vector<RunMetrics>& runs) {
   chart.legend.push_back({"train loss", "#444", false, false});
   chart.legend.push_back({"held-out loss / exact match", "#444", true, true});
   const bool any_accuracy = std::any_of(runs.begin(), runs.end(), [](const RunMetrics& r) {
-    return std::any_of(r.evals.begin(), r.evals.end(), [](const RunMetrics::Eval& e) { return e.accuracy.has_value(); });
+    return std::any_of(r.evals.begin(), r.evals.end(),
+                       [](const RunMetrics::Eval& e) { return e.accuracy.has_value(); });
   });
   if (!any_accuracy) acc_tokens.empty_note = no_accuracy;  // say what is missing, not both
   chart.panels = {loss_steps, acc_steps, loss_tokens, acc_tokens};

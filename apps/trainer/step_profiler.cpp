@@ -75,14 +75,12 @@ std::string format_profile(const std::vector<ProfileRow>& rows, int64_t first_st
   return out;
 }
 
-StepProfiler::StepProfiler(int64_t steps, int64_t first_step, int64_t last_step, Device device,
-                           std::string out_path)
+StepProfiler::StepProfiler(int64_t steps, int64_t first_step, int64_t last_step, Device device, std::string out_path)
     : steps_(steps), first_(first_step), device_(device), out_path_(std::move(out_path)) {
   CPF_CHECK(steps >= 0, "run.profile=", steps, " must be 0 (off) or a number of steps to profile");
   CPF_CHECK(steps == 0 || window_end() <= last_step, "run.profile=", steps, " profiles steps ", first_step + 2, "-",
             window_end(), " (the run's first step is left out) but the run ends at step ", last_step,
-            ": lower run.profile to at most ", std::max<int64_t>(last_step - first_step - 1, 0),
-            " or raise run.steps");
+            ": lower run.profile to at most ", std::max<int64_t>(last_step - first_step - 1, 0), " or raise run.steps");
 }
 
 bool StepProfiler::active(int64_t step) const { return steps_ > 0 && step > first_ + 1 && step <= window_end(); }

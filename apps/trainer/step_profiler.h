@@ -6,8 +6,8 @@
 // What it measures: the step, its phases (forward, backward, optimizer: scopes the trainer opens),
 // the forward of each module kind (forward/linear, forward/attention, ...) and the backward of each
 // autograd op (backward/<op>). GPU time comes from CUDA events on the rank's stream, so it needs no
-// synchronisation inside the step (it is read once, after the window); host time is the CPU's time in the same scopes (on a CPU run, the
-// work itself). Nested rows include their children: the phases add up to the step, the op rows do
+// synchronisation inside the step (it is read once, after the window); host time is the CPU's time in the same scopes
+// (on a CPU run, the work itself). Nested rows include their children: the phases add up to the step, the op rows do
 // not add up to their phase (element-wise glue between modules is in the phase only).
 #include <cstdint>
 #include <optional>
@@ -25,7 +25,7 @@ struct ProfileRow {
   double calls_per_step = 0;
   double gpu_ms_per_step = -1;  // -1: no GPU time (a CPU run)
   double host_ms_per_step = 0;
-  double share = 0;             // of the step's time (GPU when measured, else host)
+  double share = 0;  // of the step's time (GPU when measured, else host)
 };
 
 // Rows per step from a table of `steps` steps, sorted phases first (in step order), then ops by time.

@@ -50,7 +50,8 @@ bool catch_unless_ignored(int signal, const struct sigaction& action, struct sig
 }  // namespace
 
 StopSignalScope::StopSignalScope() {
-  CPF_CHECK(!g_installed.exchange(true), "StopSignalScope: the stop-signal handlers are already installed "
+  CPF_CHECK(!g_installed.exchange(true),
+            "StopSignalScope: the stop-signal handlers are already installed "
             "(one training run per process at a time)");
   g_received.store(0);
   struct sigaction action {};
@@ -97,12 +98,9 @@ int pending_stop_signal() { return g_received.load(); }
 
 const char* stop_signal_name(int signal) {
   switch (signal) {
-    case SIGINT:
-      return "SIGINT";
-    case SIGTERM:
-      return "SIGTERM";
-    default:
-      return "a signal";
+    case SIGINT: return "SIGINT";
+    case SIGTERM: return "SIGTERM";
+    default: return "a signal";
   }
 }
 

@@ -128,13 +128,20 @@ void render_panel(std::string& svg, const ChartPanel& panel, double left, double
       yr.add(y);
     }
   }
-  Frame f{left + kMarginLeft, top + kMarginTop, kPanelWidth - kMarginLeft - kMarginRight,
-          kPanelHeight - kMarginTop - kMarginBottom, 0, 1, 0, 1};
+  Frame f{left + kMarginLeft,
+          top + kMarginTop,
+          kPanelWidth - kMarginLeft - kMarginRight,
+          kPanelHeight - kMarginTop - kMarginBottom,
+          0,
+          1,
+          0,
+          1};
   if (xr.empty()) {
     svg += "<rect class=\"frame\" x=\"" + num(f.left) + "\" y=\"" + num(f.top) + "\" width=\"" + num(f.width) +
            "\" height=\"" + num(f.height) + "\" fill=\"none\" stroke=\"#ccc\"/>\n<text class=\"empty-note\" x=\"" +
            num(f.left + f.width / 2) + "\" y=\"" + num(f.top + f.height / 2) +
-           "\" text-anchor=\"middle\" font-size=\"12\" fill=\"#777\">" + xml_escape(panel.empty_note) + "</text>\n</g>\n";
+           "\" text-anchor=\"middle\" font-size=\"12\" fill=\"#777\">" + xml_escape(panel.empty_note) +
+           "</text>\n</g>\n";
     return;
   }
   const std::vector<double> xt = nice_ticks(xr.lo, xr.hi), yt = nice_ticks(yr.lo, yr.hi);
@@ -162,8 +169,8 @@ double render_legend(std::string& svg, const std::vector<LegendEntry>& legend, d
            (e.dashed ? " stroke-dasharray=\"6 4\"" : "") + "/>";
     // A round <rect>, not a <circle>: ImageMagick's own renderer draws stray lines after a legend circle.
     if (e.markers) {
-      svg += "<rect x=\"" + num(x + 10.4) + "\" y=\"" + num(y - 6.6) + "\" width=\"5.2\" height=\"5.2\" rx=\"2.6\" fill=\"" +
-             e.color + "\"/>";
+      svg += "<rect x=\"" + num(x + 10.4) + "\" y=\"" + num(y - 6.6) +
+             "\" width=\"5.2\" height=\"5.2\" rx=\"2.6\" fill=\"" + e.color + "\"/>";
     }
     svg += "<text x=\"" + num(x + 32) + "\" y=\"" + num(y) + "\">" + xml_escape(e.label) + "</text></g>\n";
     x += w;
@@ -246,8 +253,10 @@ std::string render_svg(const Chart& chart) {
                     num(width) + "\" height=\"" + num(height) + "\" viewBox=\"0 0 " + num(width) + " " + num(height) +
                     "\" font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\">\n";
   svg += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
-  svg += "<text class=\"chart-title\" x=\"" + num(width / 2) + "\" y=\"24\" text-anchor=\"middle\" font-size=\"16\" "
-         "font-weight=\"bold\">" + xml_escape(chart.title) + "</text>\n";
+  svg += "<text class=\"chart-title\" x=\"" + num(width / 2) +
+         "\" y=\"24\" text-anchor=\"middle\" font-size=\"16\" "
+         "font-weight=\"bold\">" +
+         xml_escape(chart.title) + "</text>\n";
   svg += legend;
   for (size_t i = 0; i < chart.panels.size(); ++i) {
     const double left = 10 + kPanelWidth * static_cast<double>(static_cast<int>(i) % columns);

@@ -10,11 +10,8 @@ namespace cpf::trainer {
 namespace {
 
 cuda::HostSyncCounts from_array(const uint64_t (&c)[5]) {
-  return cuda::HostSyncCounts{.device_to_host = c[0],
-                              .upload_waits = c[1],
-                              .stream_syncs = c[2],
-                              .device_syncs = c[3],
-                              .device_mallocs = c[4]};
+  return cuda::HostSyncCounts{
+      .device_to_host = c[0], .upload_waits = c[1], .stream_syncs = c[2], .device_syncs = c[3], .device_mallocs = c[4]};
 }
 
 }  // namespace
@@ -22,8 +19,7 @@ cuda::HostSyncCounts from_array(const uint64_t (&c)[5]) {
 SyncCheck::SyncCheck(Device device) : on_(device.is_cuda() && cuda::sync_check_enabled()) {
   if (!on_) return;
   const cuda::HostSyncCounts c = cuda::host_sync_counts();
-  const uint64_t values[5] = {c.device_to_host, c.upload_waits, c.stream_syncs, c.device_syncs,
-                              c.device_mallocs};
+  const uint64_t values[5] = {c.device_to_host, c.upload_waits, c.stream_syncs, c.device_syncs, c.device_mallocs};
   for (int i = 0; i < 5; ++i) counts_[i] = values[i];
 }
 

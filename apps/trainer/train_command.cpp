@@ -21,9 +21,9 @@ const OptionSpec kGpusOption{"--gpus", "N", "train on N GPUs of this machine (NC
 
 void expect_one_positional(const CommandLine& line, const char* what) {
   if (line.positional.size() != 1) {
-    throw UsageError("'" + line.command + "' takes exactly one " + what + ", got " +
-                         std::to_string(line.positional.size()),
-                     line.command);
+    throw UsageError(
+        "'" + line.command + "' takes exactly one " + what + ", got " + std::to_string(line.positional.size()),
+        line.command);
   }
 }
 
@@ -53,8 +53,9 @@ TrainConfig load_config(const CommandLine& line) {
                      std::to_string(c.parallel.cp) + "; drop one of them");
   }
   if (n % c.parallel.cp != 0) {
-    throw UsageError("--gpus " + std::to_string(n) + " is not a multiple of parallel.cp=" +
-                     std::to_string(c.parallel.cp) + " (ranks = parallel.dp x parallel.cp); pick a multiple or set "
+    throw UsageError("--gpus " + std::to_string(n) +
+                     " is not a multiple of parallel.cp=" + std::to_string(c.parallel.cp) +
+                     " (ranks = parallel.dp x parallel.cp); pick a multiple or set "
                      "--set parallel.cp=...");
   }
   overrides.push_back("parallel.dp=" + std::to_string(n / c.parallel.cp));
@@ -74,7 +75,7 @@ int run_train(const CommandLine& line, std::ostream& out, std::ostream&, bool te
   if (r.stop_signal != 0) {  // stopped by SIGINT / SIGTERM (stop_signals.h): how to continue, and 128 + signal
     if (r.reporter) {
       const std::string resume = "resume with: " + resume_command(line.positional[0], line.values("--set"),
-                                                                   line.value("--gpus"), c.run.resume);
+                                                                  line.value("--gpus"), c.run.resume);
       out << resume << std::endl;
       append_to_train_log(r, resume);
     }
@@ -114,8 +115,9 @@ CommandSpec check_config_command() {
   return {.name = "check-config",
           .arguments = "CONFIG",
           .summary = "validate a config (CP support, data files, devices) without training",
-          .description = "Prints the resolved model and parallel layout and what was checked; says OK only when the\n"
-                         "data files and devices were checked too (otherwise 'NOT fully checked' and why).",
+          .description =
+              "Prints the resolved model and parallel layout and what was checked; says OK only when the\n"
+              "data files and devices were checked too (otherwise 'NOT fully checked' and why).",
           .options = {kSetOption, kGpusOption},
           .run = run_check_config};
 }

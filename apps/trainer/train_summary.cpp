@@ -23,7 +23,8 @@ std::string fixed(double v) {
 std::string target_text(const TrainConfig& c) {
   std::string target;
   if (c.run.target_accuracy > 0) target = "exact match >= " + percent(c.run.target_accuracy);
-  if (c.run.target_loss > 0) target += (target.empty() ? "" : " or ") + std::string("eval loss <= ") + fixed(c.run.target_loss);
+  if (c.run.target_loss > 0)
+    target += (target.empty() ? "" : " or ") + std::string("eval loss <= ") + fixed(c.run.target_loss);
   return target;
 }
 
@@ -34,9 +35,10 @@ std::string summary_line(const TrainConfig& c, const TrainOutcome& r) {
                      format_duration(r.seconds);
   if (r.train_loss) {
     const int64_t first = r.final_step - r.train_loss_steps + 1;
-    line += " | train loss " + fixed(*r.train_loss) +
-            (r.train_loss_steps > 1 ? " (mean of steps " + std::to_string(first) + "-" + std::to_string(r.final_step) + ")"
-                                    : " (step " + std::to_string(r.final_step) + ")");
+    line +=
+        " | train loss " + fixed(*r.train_loss) +
+        (r.train_loss_steps > 1 ? " (mean of steps " + std::to_string(first) + "-" + std::to_string(r.final_step) + ")"
+                                : " (step " + std::to_string(r.final_step) + ")");
   }
   if (r.last_eval && r.last_eval->loss) line += " | eval loss " + fixed(*r.last_eval->loss);
   if (r.last_eval && r.last_eval->accuracy) {

@@ -16,9 +16,9 @@
 #include "apps/trainer/grad_accumulation.h"
 #include "apps/trainer/init_from.h"
 #include "apps/trainer/process_memory.h"
-#include "apps/trainer/run_plot.h"
 #include "apps/trainer/resume_rules.h"
 #include "apps/trainer/run_folder.h"
+#include "apps/trainer/run_plot.h"
 #include "apps/trainer/run_tokenizer.h"
 #include "apps/trainer/step_profiler.h"
 #include "apps/trainer/stop_signals.h"
@@ -34,8 +34,8 @@
 #if CPF_HAVE_NCCL
 #include "framework/distributed/nccl/nccl_init.h"
 #endif
-#include "models/model_flops.h"
 #include "framework/tensor/profile.h"
+#include "models/model_flops.h"
 
 namespace cpf::trainer {
 namespace fs = std::filesystem;
@@ -202,8 +202,8 @@ class RankTrainer {
   std::unique_ptr<dist::GradientReducer> reducer_;  // null on one rank
   std::unique_ptr<data::DataLoader> loader_;
   int64_t step_ = 0;
-  int64_t accum_steps_ = 1;  // micro-batches per optimizer step
-  int64_t tokens_seen_ = 0;  // rank 0: training tokens of steps 1..step_, resumed sessions included
+  int64_t accum_steps_ = 1;                 // micro-batches per optimizer step
+  int64_t tokens_seen_ = 0;                 // rank 0: training tokens of steps 1..step_, resumed sessions included
   std::optional<int64_t> tokens_at_start_;  // rank 0: from metrics.jsonl; nullopt when it does not tell
   std::string last_checkpoint_;
 };
@@ -232,9 +232,8 @@ void RankTrainer::resume() {
     const Tensor mine = full({1}, static_cast<double>(step_), {.dtype = DType::f64, .device = device_});
     const double lo = groups_.world->all_reduce(mine, dist::ReduceOp::min).item<double>();
     const double hi = groups_.world->all_reduce(mine, dist::ReduceOp::max).item<double>();
-    CPF_CHECK(lo == hi, "resume: the ranks found different checkpoints (steps ", lo, " to ", hi,
-              "); the run folder ", run_dir(c_),
-              " must be on a filesystem every rank sees, or set run.resume: replace");
+    CPF_CHECK(lo == hi, "resume: the ranks found different checkpoints (steps ", lo, " to ", hi, "); the run folder ",
+              run_dir(c_), " must be on a filesystem every rank sees, or set run.resume: replace");
   }
   if (!shared_.resume_path || !logger_) return;
   logger_->note("resumed from " + *shared_.resume_path + " at step " + std::to_string(step_));
@@ -366,7 +365,8 @@ void RankTrainer::start_session() {
   if (!c_.run.init_from.empty()) {
     // Fine-tuning starts from these weights; a resumed run continues its own (init_from.h).
     const std::string loaded = shared_.resume_path ? "" : load_init_weights(c_.run.init_from, c_, params_);
-    if (logger_) logger_->note(loaded.empty() ? "run.init_from ignored: resuming this run's checkpoint" : "init_from: " + loaded);
+    if (logger_)
+      logger_->note(loaded.empty() ? "run.init_from ignored: resuming this run's checkpoint" : "init_from: " + loaded);
   }
   start_writing();
   if (logger_ && accum_steps_ > 1) {
@@ -490,15 +490,15 @@ namespace {
 
 // Started by torchrun / srun / mpirun (or dist::spawn_local_processes): this process is one rank, of a
 // world of the config's size.
-void check_launch_environment(const TrainConfig& config, const std::optional<dist::LaunchEnvironment>& env,
-                              int world) {
+void check_launch_environment(const TrainConfig& config, const std::optional<dist::LaunchEnvironment>& env, int world) {
   if (!env) return;
   CPF_CHECK(config.parallel.backend == dist::Backend::nccl, "cpformer train was started by ", env->launcher,
-            " as rank ", env->rank, " of ", env->world_size, ", but parallel.backend is thread (ranks as threads "
+            " as rank ", env->rank, " of ", env->world_size,
+            ", but parallel.backend is thread (ranks as threads "
             "of one process); set parallel.backend: nccl (or --set parallel.backend=nccl)");
   CPF_CHECK(env->world_size == world, "cpformer train: the launcher started ", env->world_size,
-            " processes but parallel.dp x parallel.cp = ", config.parallel.dp, " x ", config.parallel.cp, " = ",
-            world, " ranks; make them equal");
+            " processes but parallel.dp x parallel.cp = ", config.parallel.dp, " x ", config.parallel.cp, " = ", world,
+            " ranks; make them equal");
 }
 
 Sources open_sources(const TrainConfig& config) {
@@ -513,8 +513,8 @@ Sources open_sources(const TrainConfig& config) {
 }
 
 // The writing process's logger, and its first line: the run's shape.
-void start_logger(std::optional<MetricsLogger>& logger, const TrainConfig& config, std::ostream& out,
-                  bool progress_bar, const Sources& sources, const std::optional<dist::LaunchEnvironment>& env) {
+void start_logger(std::optional<MetricsLogger>& logger, const TrainConfig& config, std::ostream& out, bool progress_bar,
+                  const Sources& sources, const std::optional<dist::LaunchEnvironment>& env) {
   const std::string dir = run_dir(config);
   const int world = static_cast<int>(config.parallel.dp * config.parallel.cp);
   logger.emplace(out, LoggerOptions{.metrics_path = (fs::path(dir) / "metrics.jsonl").string(),
@@ -523,15 +523,13 @@ void start_logger(std::optional<MetricsLogger>& logger, const TrainConfig& confi
                                     .progress_bar = progress_bar,
                                     .rank = 0,
                                     .heartbeat_seconds = progress_bar ? 0.0 : kHeartbeatSeconds});
-  logger->note("cpformer train: " + config.run.name + " | " + sources.train->name() + " | " +
-               std::to_string(world) + " rank(s): dp=" + std::to_string(config.parallel.dp) +
-               " cp=" + std::to_string(config.parallel.cp) +
-               (config.parallel.cp > 1 ? " (" + cp::comm_type_name(config.parallel.cp_comm_type) + ")" : "") +
-               ", " + dist::backend_name(config.parallel.backend) +
-               (env ? " (" + env->launcher + ", one process per rank)" : "") + " | " +
-               (rank_device_of(config, 0).is_cuda() ? "cuda" : "cpu") +
-               (config.run.precision == PrecisionMode::bf16 ? " bf16 (f32 master weights)" : " fp32") +
-               " | run folder " + dir);
+  logger->note(
+      "cpformer train: " + config.run.name + " | " + sources.train->name() + " | " + std::to_string(world) +
+      " rank(s): dp=" + std::to_string(config.parallel.dp) + " cp=" + std::to_string(config.parallel.cp) +
+      (config.parallel.cp > 1 ? " (" + cp::comm_type_name(config.parallel.cp_comm_type) + ")" : "") + ", " +
+      dist::backend_name(config.parallel.backend) + (env ? " (" + env->launcher + ", one process per rank)" : "") +
+      " | " + (rank_device_of(config, 0).is_cuda() ? "cuda" : "cpu") +
+      (config.run.precision == PrecisionMode::bf16 ? " bf16 (f32 master weights)" : " fp32") + " | run folder " + dir);
 }
 
 }  // namespace

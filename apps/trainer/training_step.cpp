@@ -19,8 +19,9 @@ BatchLoss batch_loss(const models::GPT& model, const data::Batch& batch, const R
   int64_t count = b.num_valid_labels;
   if (g.world && g.world->size() > 1) {
     // On the model's device: an NCCL group only takes tensors on its GPU.
-    count = g.world->all_reduce(scalar_tensor(static_cast<double>(count), {.dtype = DType::i64, .device = model.device()}))
-                .item<int64_t>();
+    count =
+        g.world->all_reduce(scalar_tensor(static_cast<double>(count), {.dtype = DType::i64, .device = model.device()}))
+            .item<int64_t>();
   }
   const Tensor logits = model.forward(b.input, g.cp ? &*g.cp : nullptr);  // (T_local, V)
   return BatchLoss{.loss = models::GPT::loss(logits, b.labels, std::max<int64_t>(count, 1), b.num_valid_labels),

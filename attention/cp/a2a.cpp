@@ -100,12 +100,13 @@ std::string a2a_head_groups_problem(int64_t head_groups, int64_t q_heads, int64_
 
 int64_t a2a_head_groups(const CpContext& ctx, int64_t q_heads, int64_t kv_heads, int64_t tokens) {
   const int requested = ctx.config.a2a_head_groups;
-  CPF_CHECK(requested >= 0, "context parallel (", comm_type_name(ctx.config.comm_type), "): a2a_head_groups=",
-            requested, " is negative; use 0 (automatic) or a count dividing the heads each rank attends");
+  CPF_CHECK(requested >= 0, "context parallel (", comm_type_name(ctx.config.comm_type),
+            "): a2a_head_groups=", requested,
+            " is negative; use 0 (automatic) or a count dividing the heads each rank attends");
   if (requested == 0) return choose_a2a_head_groups(q_heads, kv_heads, tokens);
   const std::string problem = a2a_head_groups_problem(requested, q_heads, kv_heads);
-  CPF_CHECK(problem.empty(), "context parallel (", comm_type_name(ctx.config.comm_type), "): a2a_head_groups=", requested,
-            " ", problem);
+  CPF_CHECK(problem.empty(), "context parallel (", comm_type_name(ctx.config.comm_type),
+            "): a2a_head_groups=", requested, " ", problem);
   return requested;
 }
 
@@ -211,7 +212,8 @@ std::pair<Tensor, Tensor> ulysses_grad_in(const CpContext& ctx, dist::ProcessGro
                                           const Tensor& dout, const Tensor& dlse) {
   Tensor dout_heads = to_sequence_major(seq_to_head_split(ctx, group, dout), layout);
   Tensor dlse_heads;
-  if (dlse.defined()) dlse_heads = rows_as_lse(to_sequence_major(seq_to_head_split(ctx, group, lse_as_rows(dlse)), layout));
+  if (dlse.defined())
+    dlse_heads = rows_as_lse(to_sequence_major(seq_to_head_split(ctx, group, lse_as_rows(dlse)), layout));
   return {dout_heads, dlse_heads};
 }
 
@@ -222,33 +224,33 @@ CpForward a2a_forward(const CpContext& ctx, const Tensor& q, const Tensor& k, co
   const int64_t a = group.size();
   const int64_t g = a2a_head_groups(ctx, q.size(1) / a, std::max<int64_t>(k.size(1), a) / a, layout.tokens());
   const SequenceInfo info = pair_sequence_info(layout, layout);
-  return ulysses_pipelined_forward(ctx, group, layout, q, k, v, g, [&](const Tensor& qh, const Tensor& kh,
-                                                                       const Tensor& vh, int64_t first_head) {
-    const auto result = raw::attention_forward(qh, kh, vh, ctx.spec, info, ctx.config.kernel_config);
-    ctx.stats->forward_tiles.full += result.tiles.full;
-    ctx.stats->forward_tiles.partial += result.tiles.partial;
-    ctx.stats->forward_tiles.skipped += result.tiles.skipped;
-    // The sink joins the rows of this head group; the backward uses those rows.
-    return with_sink(ctx, {result.out, result.lse, {}}, first_head);
-  });
+  return ulysses_pipelined_forward(
+      ctx, group, layout, q, k, v, g, [&](const Tensor& qh, const Tensor& kh, const Tensor& vh, int64_t first_head) {
+        const auto result = raw::attention_forward(qh, kh, vh, ctx.spec, info, ctx.config.kernel_config);
+        ctx.stats->forward_tiles.full += result.tiles.full;
+        ctx.stats->forward_tiles.partial += result.tiles.partial;
+        ctx.stats->forward_tiles.skipped += result.tiles.skipped;
+        // The sink joins the rows of this head group; the backward uses those rows.
+        return with_sink(ctx, {result.out, result.lse, {}}, first_head);
+      });
 }
 
-CpGrads a2a_backward(const CpContext& ctx, const Tensor& dout, const Tensor& dlse, const Tensor& /*q*/,
-                     const Tensor& k, const Tensor& /*v*/, const CpSaved& saved) {
+CpGrads a2a_backward(const CpContext& ctx, const Tensor& dout, const Tensor& dlse, const Tensor& /*q*/, const Tensor& k,
+                     const Tensor& /*v*/, const CpSaved& saved) {
   dist::ProcessGroup& group = whole_group(ctx);
   const auto layout_ptr = whole_layout(ctx);
   const GroupLayout& layout = *layout_ptr;
   const SequenceInfo info = pair_sequence_info(layout, layout);
-  return ulysses_pipelined_backward(ctx, group, layout, dout, dlse, k, saved.extra,
-                                    [&](const Tensor& dout_h, const Tensor& dlse_h, const Tensor* e) {
-    // e: q, k, v, out, lse of this head group, sequence-major
-    const auto grads = raw::attention_backward(dout_h, dlse_h, e[0], e[1], e[2], e[3], e[4], ctx.spec, info,
-                                               ctx.config.kernel_config);
-    ctx.stats->backward_tiles.full += grads.tiles.full;
-    ctx.stats->backward_tiles.partial += grads.tiles.partial;
-    ctx.stats->backward_tiles.skipped += grads.tiles.skipped;
-    return CpGrads{grads.dq, grads.dk, grads.dv};
-  });
+  return ulysses_pipelined_backward(
+      ctx, group, layout, dout, dlse, k, saved.extra, [&](const Tensor& dout_h, const Tensor& dlse_h, const Tensor* e) {
+        // e: q, k, v, out, lse of this head group, sequence-major
+        const auto grads = raw::attention_backward(dout_h, dlse_h, e[0], e[1], e[2], e[3], e[4], ctx.spec, info,
+                                                   ctx.config.kernel_config);
+        ctx.stats->backward_tiles.full += grads.tiles.full;
+        ctx.stats->backward_tiles.partial += grads.tiles.partial;
+        ctx.stats->backward_tiles.skipped += grads.tiles.skipped;
+        return CpGrads{grads.dq, grads.dk, grads.dv};
+      });
 }
 
 }  // namespace cpf::cp

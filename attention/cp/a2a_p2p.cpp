@@ -75,7 +75,8 @@ CpForward latent_forward(const CpContext& ctx, const Hierarchy& h, const Tensor&
   ctx.count_sent(latent, h.a2a->size() - 1);
   const Tensor latent_group = to_sequence_major(h.a2a->all_gather(raw::contiguous(latent), 0), h.own);
   const CpContext sliced = with_latent_slice(ctx, std::make_shared<LatentKv>(ctx.latent->head_slice(first, heads)));
-  const CpForward ring = with_sink(ctx, ring_forward(sliced, *h.p2p, h.members, q_heads, latent_group, Tensor()), first);
+  const CpForward ring =
+      with_sink(ctx, ring_forward(sliced, *h.p2p, h.members, q_heads, latent_group, Tensor()), first);
   CpForward forward = ulysses_out(ctx, *h.a2a, h.own, ring.out, ring.lse);
   forward.extra = {q_heads, latent_group, ring.out, ring.lse};
   return forward;
@@ -87,8 +88,8 @@ CpGrads latent_backward(const CpContext& ctx, const Hierarchy& h, const Tensor& 
   const auto [dout_heads, dlse_heads] = ulysses_grad_in(ctx, *h.a2a, h.own, dout, dlse);
   const auto& e = saved.extra;  // q, latent, out, lse of this rank's head slice, sequence-major
   auto slice = std::make_shared<LatentKv>(ctx.latent->head_slice(first, heads));
-  const CpGrads g = ring_backward(with_latent_slice(ctx, slice), *h.p2p, h.members, dout_heads, dlse_heads, e[0],
-                                  e[1], Tensor(), {e[2], e[3], {}});
+  const CpGrads g = ring_backward(with_latent_slice(ctx, slice), *h.p2p, h.members, dout_heads, dlse_heads, e[0], e[1],
+                                  Tensor(), {e[2], e[3], {}});
   ctx.latent->add_slice_grads(*slice, first);
   // dq back through the inverse a2a; the latent's gradient (this head slice's share) summed over the
   // a2a group onto the ranks that own the tokens.
@@ -107,22 +108,21 @@ CpForward a2a_p2p_forward(const CpContext& ctx, const Tensor& q, const Tensor& k
   // in flight. The sink joins the ring's merged rows of each head group, once.
   const int64_t a = h.a2a->size();
   const int64_t g = a2a_head_groups(ctx, q.size(1) / a, std::max<int64_t>(k.size(1), a) / a, h.own.tokens());
-  return ulysses_pipelined_forward(ctx, *h.a2a, h.own, q, k, v, g,
-                                   [&](const Tensor& qh, const Tensor& kh, const Tensor& vh, int64_t first_head) {
-                                     return with_sink(ctx, ring_forward(ctx, *h.p2p, h.members, qh, kh, vh), first_head);
-                                   });
+  return ulysses_pipelined_forward(
+      ctx, *h.a2a, h.own, q, k, v, g, [&](const Tensor& qh, const Tensor& kh, const Tensor& vh, int64_t first_head) {
+        return with_sink(ctx, ring_forward(ctx, *h.p2p, h.members, qh, kh, vh), first_head);
+      });
 }
 
 CpGrads a2a_p2p_backward(const CpContext& ctx, const Tensor& dout, const Tensor& dlse, const Tensor& /*q*/,
                          const Tensor& k, const Tensor& /*v*/, const CpSaved& saved) {
   const Hierarchy h = hierarchy(ctx);
   if (ctx.latent) return latent_backward(ctx, h, dout, dlse, saved);
-  return ulysses_pipelined_backward(ctx, *h.a2a, h.own, dout, dlse, k, saved.extra,
-                                    [&](const Tensor& dout_h, const Tensor& dlse_h, const Tensor* e) {
-                                      // e: q, k, v, out, lse of this head group, sequence-major
-                                      return ring_backward(ctx, *h.p2p, h.members, dout_h, dlse_h, e[0], e[1], e[2],
-                                                           {e[3], e[4], {}});
-                                    });
+  return ulysses_pipelined_backward(
+      ctx, *h.a2a, h.own, dout, dlse, k, saved.extra, [&](const Tensor& dout_h, const Tensor& dlse_h, const Tensor* e) {
+        // e: q, k, v, out, lse of this head group, sequence-major
+        return ring_backward(ctx, *h.p2p, h.members, dout_h, dlse_h, e[0], e[1], e[2], {e[3], e[4], {}});
+      });
 }
 
 }  // namespace cpf::cp

@@ -38,7 +38,6 @@
 #include "framework/tensor/ops/views.h"
 #include "framework/tensor/profile.h"
 
-
 namespace cpf::cp {
 namespace {
 
@@ -164,7 +163,7 @@ CpForward all_gather_forward(const CpContext& ctx, const Tensor& q, const Tensor
   };
   const auto own_ptr = cached_group_layout(ctx.global, ctx.cp_size, {ctx.cp_rank});
   const GroupLayout& own = *own_ptr;  // this rank's queries (and keys)
-  if (overlap) {  // the own-keys tile while the gather is in flight
+  if (overlap) {                      // the own-keys tile while the gather is in flight
     const auto [k_own, v_own] = own_kv(ctx, k, v);
     attend(k_own, v_own, pair_sequence_info(own, own));
   }
@@ -214,7 +213,8 @@ Tensor key_set_backward(const CpContext& ctx, const Tensor& dout, const Tensor& 
   const int64_t d_qk = keys.size(-1), d_v = values.size(-1);
   if (!dkv.defined()) dkv = zeros({keys.size(0), keys.size(1), d_qk + d_v}, {.dtype = acc, .device = q.device()});
   // MLA latent: dK/dV projected through the up-projection on this rank; only the latent's gradient travels.
-  if (ctx.latent) dkv = ctx.latent->project_grad(latent, raw::narrow(dkv, -1, 0, d_qk), raw::narrow(dkv, -1, d_qk, d_v), acc);
+  if (ctx.latent)
+    dkv = ctx.latent->project_grad(latent, raw::narrow(dkv, -1, 0, d_qk), raw::narrow(dkv, -1, d_qk, d_v), acc);
   return dkv;
 }
 
@@ -229,7 +229,8 @@ Tensor reduce_to_owners(const CpContext& ctx, const GroupLayout& layout, const T
     shape[0] = own;
     const Tensor zero = zeros(shape, {.dtype = wire, .device = dkv.device()});
     member_major = raw::cat({raw::narrow(member_major, 0, 0, start), zero,
-                             raw::narrow(member_major, 0, start, member_major.size(0) - start)}, 0);
+                             raw::narrow(member_major, 0, start, member_major.size(0) - start)},
+                            0);
   }
   ctx.count_sent(member_major, 1, ctx.cp_size - 1, ctx.cp_size);
   const profile::Scope scope("cp/all_gather/gather");
@@ -246,7 +247,7 @@ CpGrads all_gather_backward(const CpContext& ctx, const Tensor& dout, const Tens
   Tensor dq, own_dkv;
   const auto own_ptr = cached_group_layout(ctx.global, ctx.cp_size, {ctx.cp_rank});
   const GroupLayout& own = *own_ptr;  // this rank's queries (and keys)
-  if (overlap) {  // the own-keys tile while the gather is in flight
+  if (overlap) {                      // the own-keys tile while the gather is in flight
     const auto [k_own, v_own] = own_kv(ctx, k, v);
     own_dkv = key_set_backward(ctx, dout, dlse, q, k_own, v_own, k, saved, {pair_sequence_info(own, own)}, dq);
   }
@@ -262,8 +263,7 @@ CpGrads all_gather_backward(const CpContext& ctx, const Tensor& dout, const Tens
   }
   auto [k_all, v_all] = arrange_kv(ctx, rows, gathered, &latent_all);
   gathered.clear();
-  const Tensor dkv_all =
-      key_set_backward(ctx, dout, dlse, q, k_all, v_all, latent_all, saved, parts, dq);
+  const Tensor dkv_all = key_set_backward(ctx, dout, dlse, q, k_all, v_all, latent_all, saved, parts, dq);
   k_all = v_all = Tensor();  // the gathered sequence is released before the reduce-scatter
   // The wire dtype is the input's (bf16 under mixed precision); the sums above stayed in fp32.
   const Tensor received = reduce_to_owners(ctx, layout, dkv_all, k.dtype());

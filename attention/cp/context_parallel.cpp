@@ -56,16 +56,18 @@ struct Resolved {
 
 // thd: the global SequenceInfo is the batch; the local shard holds 1/P of its padded storage.
 void resolve_thd(const Tensor& q, const std::optional<SequenceInfo>& seq, int64_t p, CpContext& ctx, CpQuery& query) {
-  CPF_CHECK(seq.has_value(), "context parallel (thd): sequence info is required (global cu_seqlens and "
-                             "cu_seqlens_padded)");
-  query.cross_attention = seq->cu_seqlens_q != seq->cu_seqlens_kv || seq->cu_seqlens_q_padded != seq->cu_seqlens_kv_padded;
+  CPF_CHECK(seq.has_value(),
+            "context parallel (thd): sequence info is required (global cu_seqlens and "
+            "cu_seqlens_padded)");
+  query.cross_attention =
+      seq->cu_seqlens_q != seq->cu_seqlens_kv || seq->cu_seqlens_q_padded != seq->cu_seqlens_kv_padded;
   ctx.global = {seq->cu_seqlens_q, seq->cu_seqlens_q_padded, {}, {}};
   CPF_CHECK(seq->cu_seqlens_q_padded.size() == seq->cu_seqlens_q.size(),
             "context parallel (thd): padded cu_seqlens are required (cu_seqlens_q=", seq->cu_seqlens_q,
-            ", cu_seqlens_q_padded=", seq->cu_seqlens_q_padded, "); pad every sequence to a multiple of 2*cp=",
-            2 * p, " with cp::pad_cu_seqlens");
-  CPF_CHECK(seq->cu_seqlens_q_padded.back() == q.size(0) * p, "context parallel (thd): the local shard has ",
-            q.size(0), " tokens but cu_seqlens_padded ", seq->cu_seqlens_q_padded, " over cp=", p, " needs ",
+            ", cu_seqlens_q_padded=", seq->cu_seqlens_q_padded, "); pad every sequence to a multiple of 2*cp=", 2 * p,
+            " with cp::pad_cu_seqlens");
+  CPF_CHECK(seq->cu_seqlens_q_padded.back() == q.size(0) * p, "context parallel (thd): the local shard has ", q.size(0),
+            " tokens but cu_seqlens_padded ", seq->cu_seqlens_q_padded, " over cp=", p, " needs ",
             seq->cu_seqlens_q_padded.back() / p);
 }
 
@@ -139,8 +141,8 @@ void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Atten
               "context parallel: Q, K and V must be sharded the same way along the sequence: q=", q.shape(),
               " k=", k.shape(), " v=", v.shape());
   }
-  CPF_CHECK(q.dtype() == k.dtype() && k.dtype() == v.dtype(), "context parallel: q, k and v dtypes differ: ",
-            q.dtype(), ", ", k.dtype(), ", ", v.dtype());
+  CPF_CHECK(q.dtype() == k.dtype() && k.dtype() == v.dtype(), "context parallel: q, k and v dtypes differ: ", q.dtype(),
+            ", ", k.dtype(), ", ", v.dtype());
 }
 
 // The support query (cp_support.h) of this call's shapes and spec; ctx.spec keeps the mask, window and
@@ -182,8 +184,8 @@ void take_sink(const Tensor& q, const AttentionSpec& spec, const std::string& na
 }
 
 // The global sequences of the batch (thd: the SequenceInfo; bshd/sbhd: one slot per row).
-void resolve_sequences(const Tensor& q, const AttentionSpec& spec, const std::optional<SequenceInfo>& seq,
-                       Resolved& r, CpQuery& query) {
+void resolve_sequences(const Tensor& q, const AttentionSpec& spec, const std::optional<SequenceInfo>& seq, Resolved& r,
+                       CpQuery& query) {
   if (seq) seq->check();  // positions of the right size, ordered slots
   if (spec.qkv_format == QkvFormat::thd) {
     resolve_thd(q, seq, r.ctx.cp_size, r.ctx, query);
@@ -252,9 +254,9 @@ CpGrads run_backward(const CpContext& ctx, const Tensor& dout, const Tensor& dls
 
 }  // namespace
 
-AttentionOutput context_parallel_attention(const Tensor& q, const Tensor& k, const Tensor& v,
-                                           const AttentionSpec& spec, const std::optional<SequenceInfo>& seq,
-                                           const ContextParallel& cp, std::shared_ptr<CpStats> stats) {
+AttentionOutput context_parallel_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec,
+                                           const std::optional<SequenceInfo>& seq, const ContextParallel& cp,
+                                           std::shared_ptr<CpStats> stats) {
   const profile::Scope scope("forward/cp_attention", q.defined() ? q.device() : Device::cpu());
   Resolved r = resolve(q, k, v, spec, seq, cp);
   if (!stats) stats = std::make_shared<CpStats>();
@@ -285,7 +287,8 @@ AttentionOutput context_parallel_attention(const Tensor& q, const Tensor& k, con
     autograd::GradList result{from_thd(g.dq, format, q_shape), from_thd(g.dk, format, k_shape),
                               from_thd(g.dv, format, v_shape)};
     // d(sink) of this rank's rows; the world's gradient all-reduce sums it over the CP group.
-    if (has_sink) result.push_back(raw::attention_sink_grad(dout, dlse, saved.out, saved.lse, ctx.sink, QkvFormat::thd));
+    if (has_sink)
+      result.push_back(raw::attention_sink_grad(dout, dlse, saved.out, saved.lse, ctx.sink, QkvFormat::thd));
     return result;
   };
   std::vector<Tensor> inputs{q, k, v};
@@ -319,7 +322,8 @@ void check_mla_latent_inputs(const Tensor& q, const Tensor& latent, const Tensor
                              const MlaLatentShape& shape, const ContextParallel& cp) {
   const std::string who = "context parallel (" + comm_type_name(cp.comm_type) + ")";
   if (auto reason = mla_latent_problem(cp.comm_type)) CPF_FAIL("context parallel: ", *reason);
-  CPF_CHECK(q.defined() && latent.defined() && weight.defined(), who, ": q, the latent and the up-projection weight "
+  CPF_CHECK(q.defined() && latent.defined() && weight.defined(), who,
+            ": q, the latent and the up-projection weight "
             "must be defined");
   CPF_CHECK(latent.dim() == q.dim() && latent.size(-2) == 1 && latent.size(-1) == shape.latent_dim(), who,
             ": the MLA latent must be q's layout with one head of kv_lora_rank + qk_rope_head_dim = ",
@@ -329,11 +333,12 @@ void check_mla_latent_inputs(const Tensor& q, const Tensor& latent, const Tensor
               " latent=", latent.shape());
   }
   CPF_CHECK(q.size(-2) == shape.num_heads && q.size(-1) == shape.head_dim_qk(), who, ": q=", q.shape(),
-            " must have num_heads=", shape.num_heads, " heads of qk_nope_head_dim + qk_rope_head_dim = ",
-            shape.head_dim_qk());
-  CPF_CHECK(latent.dtype() == q.dtype() && weight.dtype() == q.dtype() && (!bias.defined() || bias.dtype() == q.dtype()),
-            who, ": q, the latent and the up-projection must share a dtype: q ", q.dtype(), ", latent ",
-            latent.dtype(), ", weight ", weight.dtype());
+            " must have num_heads=", shape.num_heads,
+            " heads of qk_nope_head_dim + qk_rope_head_dim = ", shape.head_dim_qk());
+  CPF_CHECK(
+      latent.dtype() == q.dtype() && weight.dtype() == q.dtype() && (!bias.defined() || bias.dtype() == q.dtype()), who,
+      ": q, the latent and the up-projection must share a dtype: q ", q.dtype(), ", latent ", latent.dtype(),
+      ", weight ", weight.dtype());
 }
 
 }  // namespace
@@ -360,10 +365,10 @@ AttentionOutput context_parallel_mla_attention(const Tensor& q, const Tensor& la
   const bool has_sink = spec.sink.defined(), has_bias = bias.defined();
   std::vector<SavedTensor> extra;  // a2a+p2p keeps its head-split state for the backward
   for (const Tensor& t : forward.extra) extra.emplace_back(t);
-  auto backward = [ctx = r.ctx, format = r.format, stats, has_sink, has_bias, shape, weight, bias,
-                   q_shape = q.shape(), latent_shape = latent.shape(), sq = SavedTensor(q_thd),
-                   slatent = SavedTensor(latent_thd), sout = SavedTensor(forward.out),
-                   slse = SavedTensor(forward.lse), extra](const autograd::GradList& grads) mutable {
+  auto backward = [ctx = r.ctx, format = r.format, stats, has_sink, has_bias, shape, weight, bias, q_shape = q.shape(),
+                   latent_shape = latent.shape(), sq = SavedTensor(q_thd), slatent = SavedTensor(latent_thd),
+                   sout = SavedTensor(forward.out), slse = SavedTensor(forward.lse),
+                   extra](const autograd::GradList& grads) mutable {
     ctx.stats = stats.get();
     ctx.backward = true;
     auto latent_kv = std::make_shared<LatentKv>(shape, weight, bias);  // fresh dW/db accumulators
@@ -379,16 +384,17 @@ AttentionOutput context_parallel_mla_attention(const Tensor& q, const Tensor& la
     autograd::GradList result{from_thd(g.dq, format, q_shape), from_thd(g.dk, format, latent_shape),
                               latent_kv->weight_grad()};
     if (has_bias) result.push_back(latent_kv->bias_grad());
-    if (has_sink) result.push_back(raw::attention_sink_grad(dout, dlse, saved.out, saved.lse, ctx.sink, QkvFormat::thd));
+    if (has_sink)
+      result.push_back(raw::attention_sink_grad(dout, dlse, saved.out, saved.lse, ctx.sink, QkvFormat::thd));
     return result;
   };
   std::vector<Tensor> inputs{q, latent, kv_b_weight};
   if (has_bias) inputs.push_back(kv_b_bias);
   if (has_sink) inputs.push_back(spec.sink);
-  auto outputs = autograd::record("context_parallel_mla_attention[" + comm_type_name(cp.comm_type) + "]",
-                                  {from_thd(forward.out, r.format, v_shape),
-                                   lse_from_thd(forward.lse, r.format, r.batch, r.local_seq)},
-                                  inputs, backward);
+  auto outputs = autograd::record(
+      "context_parallel_mla_attention[" + comm_type_name(cp.comm_type) + "]",
+      {from_thd(forward.out, r.format, v_shape), lse_from_thd(forward.lse, r.format, r.batch, r.local_seq)}, inputs,
+      backward);
   return {outputs[0], outputs[1]};
 }
 

@@ -36,7 +36,8 @@ struct ContextParallel {
   dist::ProcessGroupPtr group;      // the CP group (size P > 1)
   dist::ProcessGroupPtr a2a_group;  // a2a+p2p: this rank's a2a sub-group (consecutive CP ranks)
   dist::ProcessGroupPtr p2p_group;  // a2a+p2p: this rank's p2p sub-group
-  AttentionKernelConfig kernel_config;                // kernel choice (backend, deterministic) of every attention call the strategy makes
+  AttentionKernelConfig
+      kernel_config;  // kernel choice (backend, deterministic) of every attention call the strategy makes
   // Ring forward (p2p, a2a+p2p): 2 = tiles alternate between two compute streams so neighbours can
   // overlap (docs/cp.md, "On GPUs"), 1 = one stream. Devices that run in order (the CPU) have one either way.
   int compute_streams = 2;
@@ -66,9 +67,9 @@ struct CpStats {
 
 // Differentiable in q, k, v (through out and lse). `stats`, when given, is filled by the forward
 // and, later, the backward (it must outlive the backward).
-AttentionOutput context_parallel_attention(const Tensor& q, const Tensor& k, const Tensor& v,
-                                           const AttentionSpec& spec, const std::optional<SequenceInfo>& seq,
-                                           const ContextParallel& cp, std::shared_ptr<CpStats> stats = nullptr);
+AttentionOutput context_parallel_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec,
+                                           const std::optional<SequenceInfo>& seq, const ContextParallel& cp,
+                                           std::shared_ptr<CpStats> stats = nullptr);
 
 // The same with each input's sharding carried along (sharded_tensor.h): q, k and v must all be
 // dual-chunk shards for this rank of cp.group, or the call is refused before any communication with

@@ -1,10 +1,10 @@
 // Building blocks shared by the CP strategies: the context's helpers and the Ulysses exchange.
 #include "attention/attention_sink.h"
+#include "attention/cp/strategy.h"
 #include "framework/tensor/ops/copy.h"
 #include "framework/tensor/ops/index.h"
 #include "framework/tensor/ops/reduce.h"
 #include "framework/tensor/ops/views.h"
-#include "attention/cp/strategy.h"
 
 namespace cpf::cp {
 

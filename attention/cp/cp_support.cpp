@@ -47,8 +47,9 @@ std::optional<std::string> check_heads(const CpQuery& q, int64_t a2a, const std:
 
 std::optional<std::string> mla_latent_problem(CommType comm_type) {
   if (comm_type != CommType::a2a) return std::nullopt;
-  return comm_type_name(comm_type) + ": MLA latent communication runs under p2p, all_gather and a2a+p2p (Ulysses "
-                                     "alone moves heads, not K/V blocks); set attention.cp_mla_latent: off or auto";
+  return comm_type_name(comm_type) +
+         ": MLA latent communication runs under p2p, all_gather and a2a+p2p (Ulysses "
+         "alone moves heads, not K/V blocks); set attention.cp_mla_latent: off or auto";
 }
 
 std::optional<std::string> unsupported_reason(const CpQuery& q) {
@@ -59,12 +60,13 @@ std::optional<std::string> unsupported_reason(const CpQuery& q) {
            "without CP)";
   }
   if (q.cross_attention) {
-    return name + ": cross-attention (different q and kv sequences) is not supported under context parallelism; "
-                  "every strategy shards q and kv with one dual-chunk layout";
+    return name +
+           ": cross-attention (different q and kv sequences) is not supported under context parallelism; "
+           "every strategy shards q and kv with one dual-chunk layout";
   }
   if (q.num_heads <= 0 || q.num_kv_heads <= 0 || q.num_heads % q.num_kv_heads != 0) {
-    return name + ": num_heads=" + std::to_string(q.num_heads) + " must be a positive multiple of num_kv_heads=" +
-           std::to_string(q.num_kv_heads);
+    return name + ": num_heads=" + std::to_string(q.num_heads) +
+           " must be a positive multiple of num_kv_heads=" + std::to_string(q.num_kv_heads);
   }
   if (q.window.left < -1 || q.window.right < -1) {
     return name + ": window (" + std::to_string(q.window.left) + ", " + std::to_string(q.window.right) +
@@ -78,10 +80,8 @@ std::optional<std::string> unsupported_reason(const CpQuery& q) {
   }
   switch (q.comm_type) {
     case CommType::p2p:
-    case CommType::all_gather:
-      return std::nullopt;
-    case CommType::a2a:
-      return check_heads(q, q.cp_size, "cp size");
+    case CommType::all_gather: return std::nullopt;
+    case CommType::a2a: return check_heads(q, q.cp_size, "cp size");
     case CommType::a2a_p2p: {
       if (q.a2a_size < 2 || q.cp_size % q.a2a_size != 0 || q.cp_size / q.a2a_size < 2) {
         return name + ": cp size " + std::to_string(q.cp_size) + " must split into a2a size " +
@@ -106,23 +106,72 @@ struct MatrixRow {
 const MatrixRow kRows[] = {
     {"bshd, causal", [](CpQuery&) {}},
     {"sbhd, causal", [](CpQuery& q) { q.format = QkvFormat::sbhd; }},
-    {"thd, padding_causal", [](CpQuery& q) { q.format = QkvFormat::thd; q.mask = MaskType::padding_causal; }},
-    {"thd, padding (no causal)", [](CpQuery& q) { q.format = QkvFormat::thd; q.mask = MaskType::padding; }},
+    {"thd, padding_causal",
+     [](CpQuery& q) {
+       q.format = QkvFormat::thd;
+       q.mask = MaskType::padding_causal;
+     }},
+    {"thd, padding (no causal)",
+     [](CpQuery& q) {
+       q.format = QkvFormat::thd;
+       q.mask = MaskType::padding;
+     }},
     {"no_mask", [](CpQuery& q) { q.mask = MaskType::no_mask; }},
     {"bshd, padding_causal (per-row lengths)", [](CpQuery& q) { q.mask = MaskType::padding_causal; }},
-    {"sliding window, causal (left 128)", [](CpQuery& q) { q.window = {128, 0}; }},
-    {"sliding window (left 128, right 64)", [](CpQuery& q) { q.mask = MaskType::no_mask; q.window = {128, 64}; }},
-    {"thd + sliding window", [](CpQuery& q) { q.format = QkvFormat::thd; q.mask = MaskType::padding_causal; q.window = {128, 0}; }},
+    {"sliding window, causal (left 128)",
+     [](CpQuery& q) {
+       q.window = {128, 0};
+     }},
+    {"sliding window (left 128, right 64)",
+     [](CpQuery& q) {
+       q.mask = MaskType::no_mask;
+       q.window = {128, 64};
+     }},
+    {"thd + sliding window",
+     [](CpQuery& q) {
+       q.format = QkvFormat::thd;
+       q.mask = MaskType::padding_causal;
+       q.window = {128, 0};
+     }},
     {"GQA (8 q / 4 kv heads)", [](CpQuery& q) { q.num_kv_heads = 4; }},
     {"MQA (8 q / 1 kv head)", [](CpQuery& q) { q.num_kv_heads = 1; }},
     {"KV heads < a2a size (8 q / 2 kv, cp 4)", [](CpQuery& q) { q.num_kv_heads = 2; }},
-    {"MLA (d_qk 192, d_v 128)", [](CpQuery& q) { q.head_dim_qk = 192; q.head_dim_v = 128; }},
-    {"GQA + MLA", [](CpQuery& q) { q.num_kv_heads = 2; q.head_dim_qk = 192; q.head_dim_v = 128; }},
-    {"MLA moving its latent (attention.cp_mla_latent)", [](CpQuery& q) { q.head_dim_qk = 192; q.head_dim_v = 128; q.mla_latent = true; }},
+    {"MLA (d_qk 192, d_v 128)",
+     [](CpQuery& q) {
+       q.head_dim_qk = 192;
+       q.head_dim_v = 128;
+     }},
+    {"GQA + MLA",
+     [](CpQuery& q) {
+       q.num_kv_heads = 2;
+       q.head_dim_qk = 192;
+       q.head_dim_v = 128;
+     }},
+    {"MLA moving its latent (attention.cp_mla_latent)",
+     [](CpQuery& q) {
+       q.head_dim_qk = 192;
+       q.head_dim_v = 128;
+       q.mla_latent = true;
+     }},
     {"attention sink (learnable logit per query head)", [](CpQuery& q) { q.attention_sink = true; }},
-    {"attention sink + GQA + MLA + sliding window", [](CpQuery& q) { q.attention_sink = true; q.num_kv_heads = 2; q.head_dim_qk = 192; q.head_dim_v = 128; q.window = {128, 0}; }},
-    {"heads not divisible by a2a size (6 q / 6 kv, cp 4)", [](CpQuery& q) { q.num_heads = 6; q.num_kv_heads = 6; }},
-    {"KV heads neither dividing nor divisible (12 q / 3 kv, cp 4)", [](CpQuery& q) { q.num_heads = 12; q.num_kv_heads = 3; }},
+    {"attention sink + GQA + MLA + sliding window",
+     [](CpQuery& q) {
+       q.attention_sink = true;
+       q.num_kv_heads = 2;
+       q.head_dim_qk = 192;
+       q.head_dim_v = 128;
+       q.window = {128, 0};
+     }},
+    {"heads not divisible by a2a size (6 q / 6 kv, cp 4)",
+     [](CpQuery& q) {
+       q.num_heads = 6;
+       q.num_kv_heads = 6;
+     }},
+    {"KV heads neither dividing nor divisible (12 q / 3 kv, cp 4)",
+     [](CpQuery& q) {
+       q.num_heads = 12;
+       q.num_kv_heads = 3;
+     }},
     {"cross-attention", [](CpQuery& q) { q.cross_attention = true; }},
     {"cp group of size 1", [](CpQuery& q) { q.cp_size = 1; }},
 };

@@ -55,21 +55,24 @@ MlaLatentChoice choose_mla_latent(const MlaLatentShape& s, const MlaLatentCall& 
             r.flops_per_s, " and ", r.accumulate_flops_per_s, " FLOP/s");
   CPF_CHECK(c.ranks >= 2 && c.tokens_per_rank > 0 && c.tile_pairs > 0 && c.element_bytes > 0,
             "cp_mla_latent auto: the call needs ranks >= 2 and positive tokens per rank, tile pairs and element "
-            "bytes: ranks=", c.ranks, " tokens_per_rank=", c.tokens_per_rank, " tile_pairs=", c.tile_pairs,
+            "bytes: ranks=",
+            c.ranks, " tokens_per_rank=", c.tokens_per_rank, " tile_pairs=", c.tile_pairs,
             " element_bytes=", c.element_bytes);
   const int64_t expanded = s.num_heads * (s.head_dim_qk() + s.v_head_dim), latent = s.latent_dim();
   // One causal (load-balanced) tile is half the pairs; backward is 2.5 times the forward's GEMM work.
   const double fwd_tile_s = 0.5 * 2.0 * c.tile_pairs * static_cast<double>(expanded) / r.flops_per_s;
   const double bwd_tile_s = 2.5 * fwd_tile_s;
   const double eb = static_cast<double>(c.element_bytes);
-  const double exposed_kv = exposed_s(c, static_cast<double>(expanded) * eb, r.link_bytes_per_s, fwd_tile_s, bwd_tile_s);
-  const double exposed_latent = exposed_s(c, static_cast<double>(latent) * eb, r.link_bytes_per_s, fwd_tile_s, bwd_tile_s);
+  const double exposed_kv =
+      exposed_s(c, static_cast<double>(expanded) * eb, r.link_bytes_per_s, fwd_tile_s, bwd_tile_s);
+  const double exposed_latent =
+      exposed_s(c, static_cast<double>(latent) * eb, r.link_bytes_per_s, fwd_tile_s, bwd_tile_s);
   // One expansion GEMM per token: kv_lora_rank -> H (nope + d_v).
   const double gemm = 2.0 * static_cast<double>(s.kv_lora_rank) * static_cast<double>(s.num_heads) *
                       static_cast<double>(s.qk_nope_head_dim + s.v_head_dim);
   const double t = static_cast<double>(c.tokens_per_rank);
-  const double received_s = static_cast<double>(c.ranks - 1) * t *
-                            (2 * gemm / r.flops_per_s + 2 * gemm / r.accumulate_flops_per_s);
+  const double received_s =
+      static_cast<double>(c.ranks - 1) * t * (2 * gemm / r.flops_per_s + 2 * gemm / r.accumulate_flops_per_s);
   const double own_s = std::max(0.0, t * (2 * gemm / r.accumulate_flops_per_s - gemm / r.flops_per_s));
   const double cost_s = received_s + own_s, saved_s = exposed_kv - exposed_latent;
   std::ostringstream why;
@@ -77,8 +80,8 @@ MlaLatentChoice choose_mla_latent(const MlaLatentShape& s, const MlaLatentCall& 
       << static_cast<double>(expanded) / static_cast<double>(latent) << "x); " << c.tokens_per_rank
       << " tokens per rank over " << c.ranks << " ranks: exposed communication " << exposed_kv * 1e3
       << " ms expanded vs " << exposed_latent * 1e3 << " ms latent at " << r.link_bytes_per_s / 1e9
-      << " GB/s (the attention hides the rest), saves " << saved_s * 1e3 << " ms; the expansion costs "
-      << cost_s * 1e3 << " ms";
+      << " GB/s (the attention hides the rest), saves " << saved_s * 1e3 << " ms; the expansion costs " << cost_s * 1e3
+      << " ms";
   return {saved_s > cost_s, why.str()};
 }
 
@@ -95,7 +98,8 @@ double cp_link_bytes_per_s(double fallback) {
 MlaLatentRates mla_latent_rates(const Device& device, DType dtype) {
   if (device.is_cpu()) return {.link_bytes_per_s = 10e9, .flops_per_s = 100e9, .accumulate_flops_per_s = 100e9};
   const bool half = dtype == DType::bf16;
-  return {.link_bytes_per_s = cp_link_bytes_per_s(150e9), .flops_per_s = half ? 400e12 : 50e12,
+  return {.link_bytes_per_s = cp_link_bytes_per_s(150e9),
+          .flops_per_s = half ? 400e12 : 50e12,
           .accumulate_flops_per_s = 50e12};
 }
 
@@ -120,7 +124,8 @@ LatentKv::LatentKv(const MlaLatentShape& shape, Tensor weight, Tensor bias)
   const int64_t rows = shape.num_heads * (shape.qk_nope_head_dim + shape.v_head_dim);
   CPF_CHECK(weight_.dim() == 2 && weight_.size(0) == rows && weight_.size(1) == shape.kv_lora_rank,
             "cp_mla_latent: the up-projection weight must be (num_heads x (qk_nope_head_dim + v_head_dim), "
-            "kv_lora_rank) = [", rows, ", ", shape.kv_lora_rank, "]: weight=", weight_.shape());
+            "kv_lora_rank) = [",
+            rows, ", ", shape.kv_lora_rank, "]: weight=", weight_.shape());
   CPF_CHECK(!bias_.defined() || (bias_.dim() == 1 && bias_.size(0) == rows),
             "cp_mla_latent: the up-projection bias must be [", rows, "]: bias=", bias_.shape());
 }
@@ -134,8 +139,8 @@ std::pair<Tensor, Tensor> LatentKv::expand(const Tensor& latent) const {
   if (bias_.defined()) kv = raw::binary(raw::BinaryOp::add, kv, bias_);
   kv = raw::reshape(kv, {t, s.num_heads, nope + s.v_head_dim});
   // The RoPE key is shared by every head.
-  const Tensor k_pe = raw::expand(raw::reshape(raw::contiguous(raw::narrow(flat, 1, s.kv_lora_rank, rope)), {t, 1, rope}),
-                                  {t, s.num_heads, rope});
+  const Tensor k_pe = raw::expand(
+      raw::reshape(raw::contiguous(raw::narrow(flat, 1, s.kv_lora_rank, rope)), {t, 1, rope}), {t, s.num_heads, rope});
   const Tensor k = nope > 0 ? raw::cat({raw::narrow(kv, 2, 0, nope), k_pe}, 2) : raw::contiguous(k_pe);
   return {raw::contiguous(k), raw::contiguous(raw::narrow(kv, 2, nope, s.v_head_dim))};
 }
@@ -146,8 +151,8 @@ Tensor LatentKv::project_grad(const Tensor& latent, const Tensor& dk, const Tens
   const Tensor dk_acc = raw::to(dk, acc), dv_acc = raw::to(dv, acc);
   const Tensor dkv_heads = nope > 0 ? raw::cat({raw::narrow(dk_acc, 2, 0, nope), dv_acc}, 2) : dv_acc;
   const Tensor dkv = raw::reshape(raw::contiguous(dkv_heads), {t, s.num_heads * (nope + s.v_head_dim)});
-  const Tensor dc_kv = raw::matmul(dkv, raw::to(weight_, acc));                    // (t, kv_lora_rank)
-  const Tensor dk_pe = raw::sum(raw::narrow(dk_acc, 2, nope, rope), {1});        // (t, rope)
+  const Tensor dc_kv = raw::matmul(dkv, raw::to(weight_, acc));            // (t, kv_lora_rank)
+  const Tensor dk_pe = raw::sum(raw::narrow(dk_acc, 2, nope, rope), {1});  // (t, rope)
   const Tensor flat = raw::reshape(raw::to(raw::contiguous(latent), acc), {t, s.latent_dim()});
   const Tensor c_kv = raw::contiguous(raw::narrow(flat, 1, 0, s.kv_lora_rank));
   const Tensor dweight = raw::matmul(raw::contiguous(raw::transpose(dkv, 0, 1)), c_kv);
@@ -193,11 +198,11 @@ bool resolve_mla_latent(MlaLatentMode mode, const std::string& strategy, bool st
   }
   std::ostringstream key;
   key << strategy << ' ' << device << ' ' << dtype_name(dtype) << ' ' << shape.num_heads << ' ' << shape.kv_lora_rank
-      << ' ' << shape.qk_nope_head_dim << ' ' << shape.qk_rope_head_dim << ' ' << shape.v_head_dim << ' '
-      << call.ranks << ' ' << choice.latent;  // logged again when the choice changes, not per batch shape
+      << ' ' << shape.qk_nope_head_dim << ' ' << shape.qk_rope_head_dim << ' ' << shape.v_head_dim << ' ' << call.ranks
+      << ' ' << choice.latent;  // logged again when the choice changes, not per batch shape
   if (first_time_seen("cp_mla_latent", key.str())) {
-    log_info("cp_mla_latent auto (", strategy, ", ", device.str(), "): ",
-             choice.latent ? "the latent travels" : "expanded K/V travel", " (", choice.why, ")");
+    log_info("cp_mla_latent auto (", strategy, ", ", device.str(),
+             "): ", choice.latent ? "the latent travels" : "expanded K/V travel", " (", choice.why, ")");
   }
   return choice.latent;
 }
@@ -213,8 +218,8 @@ LatentKv LatentKv::head_slice(int64_t first_head, int64_t heads) const {
   shape.num_heads = heads;
   const int64_t per_head = shape_.qk_nope_head_dim + shape_.v_head_dim;
   Tensor weight = raw::contiguous(raw::narrow(weight_, 0, first_head * per_head, heads * per_head));
-  Tensor bias = bias_.defined() ? raw::contiguous(raw::narrow(bias_, 0, first_head * per_head, heads * per_head))
-                                : Tensor();
+  Tensor bias =
+      bias_.defined() ? raw::contiguous(raw::narrow(bias_, 0, first_head * per_head, heads * per_head)) : Tensor();
   return LatentKv(shape, std::move(weight), std::move(bias));
 }
 

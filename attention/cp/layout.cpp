@@ -99,7 +99,9 @@ Tensor to_member_major(const Tensor& sequence_major, const GroupLayout& layout) 
   return reorder_rows(sequence_major, layout.to_member_major, layout);
 }
 
-std::vector<SequenceInfo> split_query_runs(const SequenceInfo& info) { return split_query_runs(info, info.q_positions); }
+std::vector<SequenceInfo> split_query_runs(const SequenceInfo& info) {
+  return split_query_runs(info, info.q_positions);
+}
 
 std::vector<SequenceInfo> split_query_runs(const SequenceInfo& info, const std::vector<int64_t>& run_keys) {
   CPF_CHECK(static_cast<int64_t>(run_keys.size()) == info.q_storage_tokens(), "split_query_runs: ", run_keys.size(),

@@ -24,8 +24,8 @@ bool same_key(const Entry<Value>& e, const GlobalSequences& g, int64_t cp_size, 
 // Per thread (the callers' thread_local vectors): rank threads never share an entry, and no lock is
 // needed.
 template <class Value, class Build>
-std::shared_ptr<const Value> lookup(std::vector<Entry<Value>>& entries, const GlobalSequences& global,
-                                    int64_t cp_size, const std::vector<int>& members, Build build) {
+std::shared_ptr<const Value> lookup(std::vector<Entry<Value>>& entries, const GlobalSequences& global, int64_t cp_size,
+                                    const std::vector<int>& members, Build build) {
   const auto hit = std::find_if(entries.begin(), entries.end(),
                                 [&](const Entry<Value>& e) { return same_key(e, global, cp_size, members); });
   if (hit != entries.end()) {

@@ -12,11 +12,11 @@ namespace {
 
 // Per-token sizes in bytes of one shape (memory_model.h's e, a, Q, K, V, O, L).
 struct Sizes {
-  int64_t t = 0;      // tokens per rank
+  int64_t t = 0;  // tokens per rank
   int64_t e = 0, a = 0;
   int64_t q = 0, k = 0, v = 0, o = 0, l = 0;  // values per token
 
-  int64_t kv_bytes() const { return t * e * (k + v); }         // one K/V block of T tokens
+  int64_t kv_bytes() const { return t * e * (k + v); }  // one K/V block of T tokens
   int64_t lse_bytes() const { return t * a * l; }
   int64_t tile_out_bytes() const { return t * (e * o + a * l); }  // one tile's out and lse
   // The attention kernel's backward workspace over T query rows: the fp32 dQ accumulator and row sums.
@@ -74,8 +74,8 @@ void check_shape(CommType comm, const CpMemoryShape& s) {
   const std::string who = "cp memory estimate (" + comm_type_name(comm) + ")";
   CPF_CHECK(s.cp >= 2, who, ": cp must be at least 2, got ", s.cp);
   CPF_CHECK(s.tokens_per_rank > 0 && s.heads > 0 && s.kv_heads > 0 && s.head_dim_qk > 0 && s.head_dim_v > 0, who,
-            ": tokens_per_rank, heads, kv_heads and head dims must be positive: T=", s.tokens_per_rank, " H=",
-            s.heads, " Hkv=", s.kv_heads, " Dqk=", s.head_dim_qk, " Dv=", s.head_dim_v);
+            ": tokens_per_rank, heads, kv_heads and head dims must be positive: T=", s.tokens_per_rank, " H=", s.heads,
+            " Hkv=", s.kv_heads, " Dqk=", s.head_dim_qk, " Dv=", s.head_dim_v);
   CPF_CHECK(is_floating(s.dtype), who, ": dtype must be floating, got ", s.dtype);
   if (comm == CommType::a2a) {
     CPF_CHECK(s.heads % s.cp == 0, who, ": heads ", s.heads, " are not divisible by cp ", s.cp);
@@ -156,8 +156,10 @@ CpMemoryEstimate cp_memory_estimate(CommType comm, const CpMemoryShape& s) {
 }
 
 CpMemoryEstimate single_device_memory_estimate(const CpMemoryShape& s) {
-  CPF_CHECK(s.tokens_per_rank > 0 && s.cp >= 1, "single-device memory estimate: tokens_per_rank and cp must be "
-            "positive: T=", s.tokens_per_rank, " cp=", s.cp);
+  CPF_CHECK(s.tokens_per_rank > 0 && s.cp >= 1,
+            "single-device memory estimate: tokens_per_rank and cp must be "
+            "positive: T=",
+            s.tokens_per_rank, " cp=", s.cp);
   const Sizes z = sizes_of(s, s.tokens_per_rank * s.cp, s.kv_heads);
   CpMemoryEstimate m;
   m.caller = caller_bytes(z);

@@ -291,7 +291,7 @@ CpGrads ring_backward(const CpContext& ctx, dist::ProcessGroup& group, const std
   const DType acc = q.dtype() == DType::f64 ? DType::f64 : DType::f32;
   Block block = travelling_block(ctx, k, v);
   const DType wire = block.k.dtype();  // the gradient sums travel in the inputs' dtype
-  Tensor dq;  // (T, Hq, Dqk) in acc, from the first computed tile on
+  Tensor dq;                           // (T, Hq, Dqk) in acc, from the first computed tile on
   dist::WorkPtr grad_shift;
   Block grad_in;  // the partial dK/dV of the block held now, from prev
   for (int step = 0; step < n; ++step) {

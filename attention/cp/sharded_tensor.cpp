@@ -59,8 +59,9 @@ void check_attention_shardings(const Sharding& q, const Sharding& k, const Shard
   const std::string named = "q=" + q.str() + " k=" + k.str() + " v=" + v.str();
   CPF_CHECK(q == k && k == v, who, ": q, k and v are sharded differently along the sequence: ", named,
             "; cut all three with cp::dual_chunk_shard (the same tokens on every input)");
-  CPF_CHECK(q.scheme == ShardScheme::dual_chunk, who, ": q, k and v are sharded ", shard_scheme_name(q.scheme),
-            " (", named, ") but context parallel attention needs the dual-chunk layout; cut them with "
+  CPF_CHECK(q.scheme == ShardScheme::dual_chunk, who, ": q, k and v are sharded ", shard_scheme_name(q.scheme), " (",
+            named,
+            ") but context parallel attention needs the dual-chunk layout; cut them with "
             "cp::dual_chunk_shard");
   CPF_CHECK(q.cp_size == cp_size && q.rank == cp_rank, who, ": q, k and v are sharded for cp=", q.cp_size,
             ", rank=", q.rank, " (", named, ") but this is CP rank ", cp_rank, " of a group of ", cp_size);

@@ -57,9 +57,8 @@ std::vector<int64_t> pad_cu_seqlens(const std::vector<int64_t>& cu_seqlens, int6
 ThdShard thd_shard(const std::vector<int64_t>& cu_seqlens, const std::vector<int64_t>& cu_seqlens_padded,
                    int64_t cp_size, int64_t rank) {
   check_cp(cp_size, rank, "thd_shard");
-  CPF_CHECK(cu_seqlens.size() == cu_seqlens_padded.size() && !cu_seqlens.empty(),
-            "thd_shard: cu_seqlens ", cu_seqlens, " and cu_seqlens_padded ", cu_seqlens_padded,
-            " must have the same, non-zero number of entries");
+  CPF_CHECK(cu_seqlens.size() == cu_seqlens_padded.size() && !cu_seqlens.empty(), "thd_shard: cu_seqlens ", cu_seqlens,
+            " and cu_seqlens_padded ", cu_seqlens_padded, " must have the same, non-zero number of entries");
   CPF_CHECK(cu_seqlens.front() == 0 && cu_seqlens_padded.front() == 0, "thd_shard: cu_seqlens ", cu_seqlens,
             " and cu_seqlens_padded ", cu_seqlens_padded, " must start at 0");
   const int64_t factor = 2 * cp_size;
@@ -73,8 +72,8 @@ ThdShard thd_shard(const std::vector<int64_t>& cu_seqlens, const std::vector<int
   for (size_t s = 0; s + 1 < cu_seqlens.size(); ++s) {
     const int64_t real = cu_seqlens[s + 1] - cu_seqlens[s];
     const int64_t padded = cu_seqlens_padded[s + 1] - cu_seqlens_padded[s];
-    CPF_CHECK(real >= 0 && padded >= real, "thd_shard: sequence ", s, " has real length ", real,
-              " and padded length ", padded, " (cu_seqlens ", cu_seqlens, ", cu_seqlens_padded ", cu_seqlens_padded,
+    CPF_CHECK(real >= 0 && padded >= real, "thd_shard: sequence ", s, " has real length ", real, " and padded length ",
+              padded, " (cu_seqlens ", cu_seqlens, ", cu_seqlens_padded ", cu_seqlens_padded,
               "): need 0 <= real <= padded");
     CPF_CHECK(padded % factor == 0, "context parallel: padded length ", padded, " of sequence ", s,
               " is not divisible by 2*cp_size=", factor, "; pad every sequence to a multiple of ", factor,
@@ -141,8 +140,7 @@ Tensor shard_tokens(const Tensor& t, const ThdShard& shard) {
   int64_t local = 0;
   while (local < shard.local_tokens()) {
     int64_t run = 1;
-    while (local + run < shard.local_tokens() &&
-           shard.global_index[local + run] == shard.global_index[local] + run) {
+    while (local + run < shard.local_tokens() && shard.global_index[local + run] == shard.global_index[local] + run) {
       ++run;
     }
     copy_rows(out, local, t, shard.global_index[local], run, 0);

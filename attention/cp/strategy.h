@@ -6,17 +6,17 @@
 #include <vector>
 
 #include "attention/cp/context_parallel.h"
-#include "attention/cp/layout.h"
 #include "attention/cp/latent_kv.h"
+#include "attention/cp/layout.h"
 
 namespace cpf::cp {
 
 struct CpContext {
-  AttentionSpec spec;       // thd spec: mask, window, scale; heads/dims left to the tensors
-  GlobalSequences global;   // the batch's real and padded cumulative lengths
+  AttentionSpec spec;      // thd spec: mask, window, scale; heads/dims left to the tensors
+  GlobalSequences global;  // the batch's real and padded cumulative lengths
   int64_t cp_size = 1;
   int cp_rank = 0;
-  ContextParallel config;   // the caller's CP configuration: comm type, groups, kernel config, streams, latent mode
+  ContextParallel config;  // the caller's CP configuration: comm type, groups, kernel config, streams, latent mode
   std::vector<int> cp_rank_of_global;  // global rank -> CP rank (-1 outside the group)
   CpStats* stats = nullptr;            // never null inside a strategy
   bool backward = false;               // counts bytes into the backward figures when set
@@ -40,8 +40,8 @@ struct CpContext {
 };
 
 struct CpForward {
-  Tensor out;  // (T, Hq, Dv), q's dtype
-  Tensor lse;  // (Hq, T), f32 (f64 for f64 inputs)
+  Tensor out;                 // (T, Hq, Dv), q's dtype
+  Tensor lse;                 // (Hq, T), f32 (f64 for f64 inputs)
   std::vector<Tensor> extra;  // strategy state kept for the backward (e.g. Ulysses head-split tensors)
 };
 
@@ -68,8 +68,8 @@ CpGrads a2a_backward(const CpContext& ctx, const Tensor& dout, const Tensor& dls
                      const Tensor& v, const CpSaved& saved);
 
 CpForward a2a_p2p_forward(const CpContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v);
-CpGrads a2a_p2p_backward(const CpContext& ctx, const Tensor& dout, const Tensor& dlse, const Tensor& q,
-                         const Tensor& k, const Tensor& v, const CpSaved& saved);
+CpGrads a2a_p2p_backward(const CpContext& ctx, const Tensor& dout, const Tensor& dlse, const Tensor& q, const Tensor& k,
+                         const Tensor& v, const CpSaved& saved);
 
 // ---- shared building blocks ----
 

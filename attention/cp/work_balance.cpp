@@ -32,8 +32,8 @@ double rank_pairs(const std::vector<int64_t>& cu, const std::vector<int64_t>& pa
 }  // namespace
 
 std::vector<double> causal_pairs_per_rank(const std::vector<int64_t>& cu_seqlens,
-                                          const std::vector<int64_t>& cu_seqlens_padded, CommType comm,
-                                          int64_t cp_size, int64_t a2a_size) {
+                                          const std::vector<int64_t>& cu_seqlens_padded, CommType comm, int64_t cp_size,
+                                          int64_t a2a_size) {
   CPF_CHECK(cp_size >= 1, "causal_pairs_per_rank: cp_size=", cp_size, " must be at least 1");
   (void)thd_shard(cu_seqlens, cu_seqlens_padded, cp_size, 0);  // validates the lengths, naming them
   std::vector<double> own(static_cast<size_t>(cp_size));

@@ -22,8 +22,8 @@ namespace cpf::cp {
 // cu_seqlens_padded the slots (each a multiple of 2 * cp_size; validated as by thd_shard). a2a_size is
 // the a2a sub-group size of a2a+p2p (it must divide cp_size) and is ignored by the other strategies.
 std::vector<double> causal_pairs_per_rank(const std::vector<int64_t>& cu_seqlens,
-                                          const std::vector<int64_t>& cu_seqlens_padded, CommType comm,
-                                          int64_t cp_size, int64_t a2a_size = 1);
+                                          const std::vector<int64_t>& cu_seqlens_padded, CommType comm, int64_t cp_size,
+                                          int64_t a2a_size = 1);
 
 // max / mean of per-rank work: 1 is perfect balance; the step time follows the slowest rank.
 double work_imbalance(const std::vector<double>& per_rank);

@@ -60,8 +60,10 @@ TileKind backward_tile(const BackwardContext<T>& c, const AttentionSequence& s, 
   }
   for (int64_t r = 0; r < rows; ++r) {
     // A row with lse = -inf saw no key: its probabilities are 0 (exp(-inf + inf) would be NaN).
-    if (lse[r] == -std::numeric_limits<T>::infinity()) probs.row(r).setZero();
-    else exp_shifted(probs.row(r), lse[r], kind == TileKind::partial);
+    if (lse[r] == -std::numeric_limits<T>::infinity())
+      probs.row(r).setZero();
+    else
+      exp_shifted(probs.row(r), lse[r], kind == TileKind::partial);
   }
   if (dv_acc) dv_acc->noalias() += probs.transpose() * do_rows;
   Matrix<T> dscores = do_rows * v_rows.transpose();  // dP, then dS in place: (rows, cols)
@@ -199,7 +201,7 @@ template TileStats flash_backward<float>(const AttentionProblem&, const float*, 
                                          const float*, const float*, const float*, const float*, float*, float*,
                                          float*);
 template TileStats flash_backward<double>(const AttentionProblem&, const double*, const double*, const double*,
-                                          const double*, const double*, const double*, const double*, double*,
-                                          double*, double*);
+                                          const double*, const double*, const double*, const double*, double*, double*,
+                                          double*);
 
 }  // namespace cpf::attention_cpu

@@ -9,8 +9,8 @@
 #include <xmmintrin.h>
 #endif
 
-#include "attention/attention_problem.h"
 #include "attention/attention_op.h"
+#include "attention/attention_problem.h"
 #include "attention/mask.h"
 
 namespace cpf::attention_cpu {
@@ -82,9 +82,12 @@ inline TileKind tile_kind(const AttentionProblem& p, const AttentionSequence& s,
 }
 
 inline void count_tile(TileStats& stats, TileKind kind) {
-  if (kind == TileKind::empty) ++stats.skipped;
-  else if (kind == TileKind::partial) ++stats.partial;
-  else ++stats.full;
+  if (kind == TileKind::empty)
+    ++stats.skipped;
+  else if (kind == TileKind::partial)
+    ++stats.partial;
+  else
+    ++stats.full;
 }
 
 }  // namespace cpf::attention_cpu

@@ -172,8 +172,8 @@ std::unique_ptr<ExecutionPlan> GraphBuilder::finish(cudnnHandle_t handle, std::s
            ops_.data(), "operation graph ops");
   set_attr(graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle, "operation graph handle");
   if (const cudnnStatus_t s = cudnnBackendFinalize(graph); s != CUDNN_STATUS_SUCCESS) {
-    *failure = std::string("the operation graph does not finalize: ") + cudnnGetErrorString(s) + ": " +
-               last_error_string();
+    *failure =
+        std::string("the operation graph does not finalize: ") + cudnnGetErrorString(s) + ": " + last_error_string();
     return nullptr;
   }
   std::string last_failure = "heuristics returned no engine configuration";
@@ -200,8 +200,8 @@ std::unique_ptr<ExecutionPlan> GraphBuilder::finish(cudnnHandle_t handle, std::s
       set_attr(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle, "plan handle");
       set_desc(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, configs[static_cast<size_t>(i)], "plan config");
       if (const cudnnStatus_t s = cudnnBackendFinalize(plan.get()); s != CUDNN_STATUS_SUCCESS) {
-        last_failure = std::string("no engine configuration finalizes: ") + cudnnGetErrorString(s) + ": " +
-                       last_error_string();
+        last_failure =
+            std::string("no engine configuration finalizes: ") + cudnnGetErrorString(s) + ": " + last_error_string();
         continue;
       }
       auto result = std::make_unique<ExecutionPlan>();
@@ -225,16 +225,15 @@ std::unique_ptr<ExecutionPlan> GraphBuilder::finish(cudnnHandle_t handle, std::s
 
 void execute(cudnnHandle_t handle, const ExecutionPlan& plan, const std::vector<int64_t>& uids,
              const std::vector<void*>& pointers, void* workspace) {
-  CPF_CHECK(uids.size() == pointers.size(), "cudnn execute: ", uids.size(), " uids but ", pointers.size(),
-            " pointers");
+  CPF_CHECK(uids.size() == pointers.size(), "cudnn execute: ", uids.size(), " uids but ", pointers.size(), " pointers");
   Descriptor pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
   const auto n = static_cast<int64_t>(uids.size());
-  CPF_CUDNN_CHECK(cudnnBackendSetAttribute(pack.get(), CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, n,
-                                           uids.data()));
+  CPF_CUDNN_CHECK(
+      cudnnBackendSetAttribute(pack.get(), CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, n, uids.data()));
   CPF_CUDNN_CHECK(cudnnBackendSetAttribute(pack.get(), CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, n,
                                            pointers.data()));
-  CPF_CUDNN_CHECK(cudnnBackendSetAttribute(pack.get(), CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1,
-                                           &workspace));
+  CPF_CUDNN_CHECK(
+      cudnnBackendSetAttribute(pack.get(), CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace));
   CPF_CUDNN_CHECK(cudnnBackendFinalize(pack.get()));
   CPF_CUDNN_CHECK(cudnnBackendExecute(handle, plan.plan, pack.get()));
 }

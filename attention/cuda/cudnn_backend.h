@@ -21,12 +21,12 @@ std::string last_error_string();
 }  // namespace cpf::attention_cuda::cudnn
 
 // Throws cpf::Error naming the call, cudnnGetErrorString and cudnnGetLastErrorString.
-#define CPF_CUDNN_CHECK(call)                                                  \
-  do {                                                                         \
-    const cudnnStatus_t cpf_cudnn_status_ = (call);                            \
-    if (cpf_cudnn_status_ != CUDNN_STATUS_SUCCESS) [[unlikely]] {              \
+#define CPF_CUDNN_CHECK(call)                                                    \
+  do {                                                                           \
+    const cudnnStatus_t cpf_cudnn_status_ = (call);                              \
+    if (cpf_cudnn_status_ != CUDNN_STATUS_SUCCESS) [[unlikely]] {                \
       ::cpf::attention_cuda::cudnn::throw_cudnn_error(#call, cpf_cudnn_status_); \
-    }                                                                          \
+    }                                                                            \
   } while (0)
 
 namespace cpf::attention_cuda::cudnn {
@@ -71,7 +71,6 @@ struct TensorFlags {
 
 class GraphBuilder {
  public:
-
   // A tensor with an explicit uid (inputs, outputs, scalars) or a fresh one (uid < 0).
   Desc tensor(int64_t uid, cudnnDataType_t type, const Dims& dims, const Dims& strides, TensorFlags options = {});
   Desc virtual_tensor(cudnnDataType_t type, const Dims& dims, const Dims& strides);
@@ -81,8 +80,7 @@ class GraphBuilder {
   Desc pointwise(cudnnPointwiseMode_t mode, Desc x, Desc b, Desc t, Desc y, cudnnDataType_t precision,
                  int64_t axis = -1);
   // c = a @ b with optional M/N/K overrides (per-batch actual lengths).
-  void matmul(Desc a, Desc b, Desc c, Desc m_override = nullptr, Desc n_override = nullptr,
-              Desc k_override = nullptr);
+  void matmul(Desc a, Desc b, Desc c, Desc m_override = nullptr, Desc n_override = nullptr, Desc k_override = nullptr);
   void reduction(cudnnReduceTensorOp_t op, Desc x, Desc y);
   void reshape(Desc x, Desc y);
 

@@ -57,7 +57,8 @@ struct Prepared {
 std::string version_reason(int64_t version, const SdpaMapping& m) {
   if (version == 0) return "cuDNN could not be loaded";
   if (version < 90600) {
-    return "cuDNN " + std::to_string(version) + " is older than 9.6.0 (needed for sliding windows, bottom-right "
+    return "cuDNN " + std::to_string(version) +
+           " is older than 9.6.0 (needed for sliding windows, bottom-right "
            "masks and packed thd); install cuDNN 9.19 or use attention.backend: unfused";
   }
   if (version == 91000 || version == 91001) {
@@ -66,8 +67,9 @@ std::string version_reason(int64_t version, const SdpaMapping& m) {
   }
   if (version < 91000 && ((m.right_bound && m.right < 0) || (m.left_bound && m.left <= 0))) {
     // Verified on 9.19 (cudnn_test's fully masked rows); the frontend refuses such bounds before 9.10.
-    return "cuDNN " + std::to_string(version) + " takes no negative diagonal bounds (right " +
-           std::to_string(m.right) + ", left " + std::to_string(m.left) + "); use cuDNN 9.10.2+ or "
+    return "cuDNN " + std::to_string(version) + " takes no negative diagonal bounds (right " + std::to_string(m.right) +
+           ", left " + std::to_string(m.left) +
+           "); use cuDNN 9.10.2+ or "
            "attention.backend: unfused";
   }
   if (version == 91400 && m.left_bound) {
@@ -174,8 +176,8 @@ CachedPlan build_plan(const SdpaGraphKey& key) {
   thread_stats.build_seconds += seconds;
   // Plans take 0.1-1 s each: a run that builds many (a key that changes per call) shows up here.
   cpf::log(seconds >= 1.0 ? LogLevel::info : LogLevel::debug, "cuDNN attention plan ", key.str(), ": ",
-      entry.plan ? "built" : "no engine", " in ", static_cast<int64_t>(seconds * 1e3), " ms (", thread_stats.builds,
-      " builds on this thread)");
+           entry.plan ? "built" : "no engine", " in ", static_cast<int64_t>(seconds * 1e3), " ms (",
+           thread_stats.builds, " builds on this thread)");
   if (!entry.plan) {
     entry.failure = "cuDNN found no engine for " + key.str() + ": " + entry.failure;
     std::lock_guard<std::mutex> lock(failures_mutex);

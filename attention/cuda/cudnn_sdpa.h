@@ -18,8 +18,8 @@
 #include <memory>
 #include <string>
 
-#include "attention/attention_problem.h"
 #include "attention/attention_op.h"
+#include "attention/attention_problem.h"
 #include "framework/tensor/tensor.h"
 
 namespace cpf::attention_cuda::cudnn {

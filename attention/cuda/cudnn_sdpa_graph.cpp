@@ -178,9 +178,9 @@ std::unique_ptr<ExecutionPlan> build_backward(const SdpaGraphKey& key, cudnnHand
   Desc dv = s.io_tensor(kUidDv, hk, skv, key.d_v, key.v, s.offset_v_);
 
   // softmax_sum = rowsum(dO * O) * 1, into a caller-provided fp32 buffer.
-  Desc prod = g.pointwise(CUDNN_POINTWISE_MUL, dout, o, nullptr,
-                          g.virtual_tensor(kF32, {b, hq, sq, key.d_v}, {hq * sq * key.d_v, sq * key.d_v, key.d_v, 1}),
-                          kF32);
+  Desc prod =
+      g.pointwise(CUDNN_POINTWISE_MUL, dout, o, nullptr,
+                  g.virtual_tensor(kF32, {b, hq, sq, key.d_v}, {hq * sq * key.d_v, sq * key.d_v, key.d_v, 1}), kF32);
   Desc row_sum = s.row_stat();
   g.reduction(CUDNN_REDUCE_TENSOR_ADD, prod, row_sum);
   Desc softmax_sum = s.stats_tensor(kUidSoftmaxSum);
@@ -237,8 +237,8 @@ std::unique_ptr<ExecutionPlan> build_backward(const SdpaGraphKey& key, cudnnHand
 
 std::string SdpaGraphKey::str() const {
   std::ostringstream os;
-  os << (backward ? "bwd" : "fwd") << " b=" << b << " hq=" << h_q << " hkv=" << h_kv << " sq=" << s_q
-     << " skv=" << s_kv << " dqk=" << d_qk << " dv=" << d_v << (padding ? " padding" : "") << (ragged ? " ragged" : "")
+  os << (backward ? "bwd" : "fwd") << " b=" << b << " hq=" << h_q << " hkv=" << h_kv << " sq=" << s_q << " skv=" << s_kv
+     << " dqk=" << d_qk << " dv=" << d_v << (padding ? " padding" : "") << (ragged ? " ragged" : "")
      << (ragged_int64 ? "64" : "") << (right_bound ? " right_bound" : "") << (right_shift ? "+shift" : "")
      << (left_bound ? " left_bound" : "") << (bottom_right ? " bottom_right" : "")
      << (backward && deterministic ? " deterministic" : "") << (!backward && sink ? " sink" : "");

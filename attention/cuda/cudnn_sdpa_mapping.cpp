@@ -252,8 +252,8 @@ std::string choose_band(const AttentionProblem& p, SdpaMapping& m, std::vector<R
       const int64_t hi = m.right_bound ? std::min(kv_len - 1, i + cr.max + shift) : kv_len - 1;
       const int64_t lo = m.left_bound ? std::max<int64_t>(0, i - cl.max + shift) : 0;
       if (lo <= hi) {
-        return concat("query ", row, " of sequence ", n, " sees no key, but cuDNN's band would show it keys ", lo,
-                      "..", hi);
+        return concat("query ", row, " of sequence ", n, " sees no key, but cuDNN's band would show it keys ", lo, "..",
+                      hi);
       }
     }
   }

@@ -23,16 +23,16 @@ namespace cpf::attention_cuda::cudnn {
 struct SdpaMapping {
   std::string reason;  // non-empty: cuDNN cannot express this call (the rest is then meaningless)
 
-  int64_t b = 0;             // cuDNN batch: rows (bshd/sbhd) or non-empty sequences (thd)
+  int64_t b = 0;              // cuDNN batch: rows (bshd/sbhd) or non-empty sequences (thd)
   int64_t s_q = 0, s_kv = 0;  // cuDNN's s dims: the row lengths, or (thd) the longest sequence rounded up
   std::vector<int32_t> seq_len_q, seq_len_kv;  // per cuDNN batch entry
   std::vector<int64_t> q_token, kv_token;      // storage token of each entry's first query / key
 
-  bool padding = false;       // pass seq_len tensors (padding mask + matmul overrides)
-  bool ragged = false;        // thd
+  bool padding = false;  // pass seq_len tensors (padding mask + matmul overrides)
+  bool ragged = false;   // thd
   bool right_bound = false, left_bound = false, bottom_right = false;
-  int64_t right = 0;          // r above (only when right_bound)
-  int64_t left = 0;           // w above (only when left_bound)
+  int64_t right = 0;  // r above (only when right_bound)
+  int64_t left = 0;   // w above (only when left_bound)
 
   // Storage tokens whose outputs cuDNN does not define: queries outside every cuDNN sequence or with
   // no visible key (out 0, lse -inf, dq 0), keys outside every cuDNN sequence (dk, dv 0). Empty when

@@ -20,13 +20,11 @@ void lse_merge(const Tensor& acc_out, const Tensor& acc_lse, const Tensor& part_
                 part_lse.shape() == acc_lse.shape(),
             "cp merge (cuda): out (T, H, D) and lse (H, T) expected: out ", acc_out.shape(), ", part out ",
             part_out.shape(), ", lse ", acc_lse.shape(), ", part lse ", part_lse.shape());
-  CPF_CHECK(acc_out.is_contiguous() && acc_lse.is_contiguous() && part_out.is_contiguous() &&
-                part_lse.is_contiguous(),
+  CPF_CHECK(acc_out.is_contiguous() && acc_lse.is_contiguous() && part_out.is_contiguous() && part_lse.is_contiguous(),
             "cp merge (cuda): every tensor must be contiguous");
   const int device = acc_out.device().index;
   for (const Tensor* t : {&acc_lse, &part_out, &part_lse}) {
-    CPF_CHECK(t->device() == acc_out.device(), "cp merge (cuda): tensors on ", t->device(), " and ",
-              acc_out.device());
+    CPF_CHECK(t->device() == acc_out.device(), "cp merge (cuda): tensors on ", t->device(), " and ", acc_out.device());
   }
   cuda::DeviceGuard guard(device);
   merge::launch_lse_merge(static_cast<int>(acc), static_cast<int>(part_out.dtype()), acc_out.raw_data(),

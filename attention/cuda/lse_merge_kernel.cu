@@ -30,9 +30,9 @@ __device__ __forceinline__ A value_of(P v) {
 }
 
 template <class A, class P>
-__global__ void __launch_bounds__(kThreads) lse_merge_kernel(A* acc_out, A* acc_lse, const P* part_out,
-                                                              const A* part_lse, int64_t tokens, int64_t heads,
-                                                              int64_t dim) {
+__global__ void __launch_bounds__(kThreads)
+    lse_merge_kernel(A* acc_out, A* acc_lse, const P* part_out, const A* part_lse, int64_t tokens, int64_t heads,
+                     int64_t dim) {
   const int lane = static_cast<int>(threadIdx.x % 32);
   const int64_t rows = tokens * heads;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;

@@ -7,9 +7,8 @@
 #include "attention/cuda/lse_merge_cuda.h"
 
 extern "C" void cpf_attention_cuda_register() {
-  cpf::raw::register_device_attention(cpf::DeviceType::cuda,
-                                      {.forward = &cpf::attention_cuda::forward,
-                                       .backward = &cpf::attention_cuda::backward});
+  cpf::raw::register_device_attention(
+      cpf::DeviceType::cuda, {.forward = &cpf::attention_cuda::forward, .backward = &cpf::attention_cuda::backward});
   // The CP ring's running (out, lse) merge (attention/cp/lse_merge.h): one kernel per part.
   cpf::cp::register_device_merge(cpf::DeviceType::cuda, &cpf::attention_cuda::lse_merge);
   // The ring backward's dQ accumulation: a bf16 tile added into the fp32 sum without a converted copy.

@@ -10,8 +10,8 @@
 #include <algorithm>
 #include <limits>
 
-#include "attention/cuda/unfused_attention.h"
 #include "attention/cuda/device_tables.h"
+#include "attention/cuda/unfused_attention.h"
 #include "attention/cuda/unfused_chunks.h"
 #include "attention/cuda/unfused_gemm.cuh"
 #include "attention/cuda/unfused_kernels.cuh"
@@ -80,8 +80,8 @@ GemmOutput query_rows_out(const AttentionProblem& p, const Chunk& c, T* t, int64
 template <class T>
 GemmOperand kv_rows(const AttentionProblem& p, const Chunk& c, const T* t, int64_t dim, bool transposed = false) {
   const AttentionSequence& s = *c.seq;
-  return {t + p.element_offset(s.kv_row, s.kv_col + c.c0, p.s_kv, c.g0, p.h_kv, dim), p.token_stride(p.h_kv, dim),
-          dim, transposed};
+  return {t + p.element_offset(s.kv_row, s.kv_col + c.c0, p.s_kv, c.g0, p.h_kv, dim), p.token_stride(p.h_kv, dim), dim,
+          transposed};
 }
 template <class T>
 GemmOutput kv_rows_out(const AttentionProblem& p, const Chunk& c, T* t, int64_t dim) {
@@ -110,8 +110,8 @@ void forward_typed(const AttentionProblem& p, const Launch& l, const T* q, const
     compute_scores(p, l, c, q, k, scores);
     launch_softmax_rows<T>(score_rows(p, c, l), scores, lse, l.stream);
     // O rows = P V (complete for these rows: the chunk holds every key they see).
-    l.gemm(c.kv_heads, c.rows, p.d_v, c.cols, 1.0, scores_of(c, scores),
-           kv_rows(p, c, v, p.d_v), 0.0, query_rows_out(p, c, out, p.d_v));
+    l.gemm(c.kv_heads, c.rows, p.d_v, c.cols, 1.0, scores_of(c, scores), kv_rows(p, c, v, p.d_v), 0.0,
+           query_rows_out(p, c, out, p.d_v));
   });
 }
 
@@ -132,8 +132,8 @@ void backward_typed(const AttentionProblem& p, const Launch& l, const T* q, cons
     l.gemm(c.kv_heads, kv_len, p.d_qk, c.rows, p.scale, scores_of(c, dscores, /*transposed=*/true),
            query_rows(p, c, q, p.d_qk), 1.0, kv_rows_out(p, c, dk, p.d_qk));
     // dQ = scale dS K (complete for these rows: the chunk holds every key they see).
-    l.gemm(c.kv_heads, c.rows, p.d_qk, kv_len, p.scale, scores_of(c, dscores),
-           kv_rows(p, c, k, p.d_qk), 0.0, query_rows_out(p, c, dq, p.d_qk));
+    l.gemm(c.kv_heads, c.rows, p.d_qk, kv_len, p.scale, scores_of(c, dscores), kv_rows(p, c, k, p.d_qk), 0.0,
+           query_rows_out(p, c, dq, p.d_qk));
   });
 }
 
@@ -219,14 +219,14 @@ raw::AttentionGrads backward(const AttentionProblem& p, const Tensor& dout, cons
     const int64_t chunk = chunk_elements(p, 2 * dtype_size(ct), options.workspace_bytes);
     const Tensor probs = empty({chunk}, {.dtype = ct, .device = device});
     const Tensor dscores = empty({chunk}, {.dtype = ct, .device = device});
-    const DeltaParams dp{.batch = p.batch, .s_q = p.s_q, .h_q = p.h_q, .d_v = p.d_v,
-                         .sbhd = p.format == QkvFormat::sbhd};
+    const DeltaParams dp{
+        .batch = p.batch, .s_q = p.s_q, .h_q = p.h_q, .d_v = p.d_v, .sbhd = p.format == QkvFormat::sbhd};
     auto run = [&]<class T>() {
       launch_delta<T>(dp, oc.data<T>(), doc.data<T>(), dlc.defined() ? dlc.data<T>() : nullptr, delta.data<T>(),
                       st.launch.stream);
       backward_typed<T>(p, st.launch, qc.data<T>(), kc.data<T>(), vc.data<T>(), doc.data<T>(), lc.data<T>(),
-                        delta.data<T>(), dq.data<T>(), dk.data<T>(), dv.data<T>(), probs.data<T>(),
-                        dscores.data<T>(), options.workspace_bytes);
+                        delta.data<T>(), dq.data<T>(), dk.data<T>(), dv.data<T>(), probs.data<T>(), dscores.data<T>(),
+                        options.workspace_bytes);
     };
     if (ct == DType::f64) {
       run.template operator()<double>();

@@ -22,8 +22,8 @@
 // the backward), so long sequences are processed in row chunks instead of running out of memory.
 #include <cstddef>
 
-#include "attention/attention_problem.h"
 #include "attention/attention_op.h"
+#include "attention/attention_problem.h"
 #include "framework/tensor/tensor.h"
 
 namespace cpf::attention_cuda::unfused {

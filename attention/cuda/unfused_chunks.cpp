@@ -34,7 +34,7 @@ struct RowBlock {
 // As many rows as the budget allows (capped at kSkipRowBlock when keys can be skipped), then as many
 // kv heads as fit beside them.
 RowBlock chunk_shape(const AttentionProblem& p, const AttentionSequence& s, size_t bytes_per_score, size_t budget,
-                  bool skip) {
+                     bool skip) {
   const size_t per_row = std::max<size_t>(static_cast<size_t>(s.kv_len) * bytes_per_score, 1);
   const int64_t rows_fit = std::max<int64_t>(1, static_cast<int64_t>(budget / per_row));
   const int64_t rows = std::min({s.q_len, rows_fit, skip ? kSkipRowBlock : s.q_len});

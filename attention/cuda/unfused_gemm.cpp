@@ -21,8 +21,10 @@ void gemm(int device, DType dtype, bool tf32, int64_t batch, int64_t m, int64_t 
           cudaStream_t stream) {
   CPF_CHECK(dtype == DType::f32 || dtype == DType::f64, "attention (unfused): gemm computes in f32 or f64, got ",
             dtype);
-  CPF_CHECK(batch > 0 && m > 0 && n > 0 && k > 0 && batch <= INT32_MAX, "attention (unfused): gemm sizes must be "
-            "positive: batch=", batch, " m=", m, " n=", n, " k=", k);
+  CPF_CHECK(batch > 0 && m > 0 && n > 0 && k > 0 && batch <= INT32_MAX,
+            "attention (unfused): gemm sizes must be "
+            "positive: batch=",
+            batch, " m=", m, " n=", n, " k=", k);
   CPF_CHECK(beta == 0.0 || beta == 1.0, "attention (unfused): gemm beta must be 0 (overwrite) or 1 (accumulate), got ",
             beta);
   const cudaDataType_t type = dtype == DType::f64 ? CUDA_R_64F : CUDA_R_32F;
@@ -44,8 +46,8 @@ void gemm(int device, DType dtype, bool tf32, int64_t batch, int64_t m, int64_t 
   g.stride_b = batch > 1 ? a.batch_stride : 0;
   g.stride_c = batch > 1 ? c.batch_stride : 0;
   auto align = [&](const void* p, int64_t ld, int64_t stride) {
-    return cuda::lt::alignment_of({reinterpret_cast<uint64_t>(p), static_cast<uint64_t>(ld) * es,
-                                   static_cast<uint64_t>(stride) * es});
+    return cuda::lt::alignment_of(
+        {reinterpret_cast<uint64_t>(p), static_cast<uint64_t>(ld) * es, static_cast<uint64_t>(stride) * es});
   };
   g.align_a = align(b.data, b.ld, g.stride_a);
   g.align_b = align(a.data, a.ld, g.stride_b);

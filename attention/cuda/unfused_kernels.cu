@@ -27,11 +27,15 @@ __device__ __forceinline__ bool visible(int64_t pq, int64_t pk, int64_t left, in
 
 struct MaxOp {
   template <class T>
-  __device__ __forceinline__ T operator()(T a, T b) const { return b > a ? b : a; }
+  __device__ __forceinline__ T operator()(T a, T b) const {
+    return b > a ? b : a;
+  }
 };
 struct SumOp {
   template <class T>
-  __device__ __forceinline__ T operator()(T a, T b) const { return a + b; }
+  __device__ __forceinline__ T operator()(T a, T b) const {
+    return a + b;
+  }
 };
 
 // Every thread of the block gets op over all threads' values. The warps' partials are combined in
@@ -143,8 +147,8 @@ __global__ void __launch_bounds__(kMaxThreads) softmax_rows_registers_kernel(Sco
 }
 
 template <class T>
-__global__ void __launch_bounds__(kMaxThreads) backward_rows_kernel(ScoreRows p, T* scores, T* dp, const T* lse,
-                                                                    const T* delta) {
+__global__ void __launch_bounds__(kMaxThreads)
+    backward_rows_kernel(ScoreRows p, T* scores, T* dp, const T* lse, const T* delta) {
   const int64_t row = blockIdx.x;
   const int64_t g = row / p.rows, r = row - g * p.rows;
   T* s = scores + row * p.cols;
@@ -164,8 +168,8 @@ __global__ void __launch_bounds__(kMaxThreads) backward_rows_kernel(ScoreRows p,
 }
 
 template <class T>
-__global__ void __launch_bounds__(kMaxThreads) delta_kernel(DeltaParams p, const T* out, const T* dout,
-                                                            const T* dlse, T* delta, int64_t entries) {
+__global__ void __launch_bounds__(kMaxThreads)
+    delta_kernel(DeltaParams p, const T* out, const T* dout, const T* dlse, T* delta, int64_t entries) {
   const int lane = static_cast<int>(threadIdx.x & 31);
   const int64_t warps = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
   for (int64_t i = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5; i < entries; i += warps) {
@@ -189,8 +193,8 @@ int threads_for(int64_t cols) {
 
 unsigned row_blocks(const ScoreRows& p) {
   const int64_t blocks = p.groups * p.rows;
-  CPF_CHECK(blocks > 0 && blocks < (int64_t(1) << 31), "attention (unfused): score chunk of ", p.groups, " x ",
-            p.rows, " rows does not fit one launch (internal: the chunking bounds it)");
+  CPF_CHECK(blocks > 0 && blocks < (int64_t(1) << 31), "attention (unfused): score chunk of ", p.groups, " x ", p.rows,
+            " rows does not fit one launch (internal: the chunking bounds it)");
   return static_cast<unsigned>(blocks);
 }
 
@@ -220,8 +224,7 @@ void launch_softmax_rows(const ScoreRows& rows, T* scores, T* lse, cudaStream_t 
 }
 
 template <class T>
-void launch_backward_rows(const ScoreRows& rows, T* scores, T* dp, const T* lse, const T* delta,
-                          cudaStream_t stream) {
+void launch_backward_rows(const ScoreRows& rows, T* scores, T* dp, const T* lse, const T* delta, cudaStream_t stream) {
   backward_rows_kernel<T><<<row_blocks(rows), threads_for(rows.cols), 0, stream>>>(rows, scores, dp, lse, delta);
   CPF_CUDA_CHECK_LAUNCH("attention (unfused): backward_rows_kernel");
 }

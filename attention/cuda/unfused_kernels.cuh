@@ -16,8 +16,8 @@ struct ScoreRows {
   int64_t head0 = 0, head_step = 1;
   // lse / delta entry of row (g, r): ((lse_row * h_q + head) * s_q + lse_col0 + r).
   int64_t lse_row = 0, lse_col0 = 0, h_q = 0, s_q = 0;
-  const int64_t* q_pos = nullptr;   // device, one per row r
-  const int64_t* kv_pos = nullptr;  // device, one per column
+  const int64_t* q_pos = nullptr;               // device, one per row r
+  const int64_t* kv_pos = nullptr;              // device, one per column
   int64_t window_left = -1, window_right = -1;  // -1: unbounded (mask.h)
 };
 
@@ -29,8 +29,7 @@ void launch_softmax_rows(const ScoreRows& rows, T* scores, T* lse, cudaStream_t 
 // Backward: scores (scale * Q K^T) become P = exp(S - lse) (0 where masked or lse = -inf) and
 // dp (dO V^T) becomes dS = P * (dP - delta) in place.
 template <class T>
-void launch_backward_rows(const ScoreRows& rows, T* scores, T* dp, const T* lse, const T* delta,
-                          cudaStream_t stream);
+void launch_backward_rows(const ScoreRows& rows, T* scores, T* dp, const T* lse, const T* delta, cudaStream_t stream);
 
 // delta[b, h, s] = sum_d dout * out - dlse[b, h, s] (dlse may be null) over every lse entry; out and
 // dout are contiguous (token, h_q, d_v) with token = s * batch + b for sbhd, b * s_q + s otherwise.
@@ -39,7 +38,6 @@ struct DeltaParams {
   bool sbhd = false;
 };
 template <class T>
-void launch_delta(const DeltaParams& params, const T* out, const T* dout, const T* dlse, T* delta,
-                  cudaStream_t stream);
+void launch_delta(const DeltaParams& params, const T* out, const T* dout, const T* dlse, T* delta, cudaStream_t stream);
 
 }  // namespace cpf::attention_cuda::unfused

@@ -57,8 +57,9 @@ Tensor cp_rope_positions(const Tensor& x_heads, QkvFormat format, const std::opt
   std::vector<int64_t> pos;
   if (thd) {
     CPF_CHECK(seq.has_value(), "attention (thd) under context parallelism needs the global sequence info");
-    const cp::ThdShard shard = cp::thd_shard(kv ? seq->cu_seqlens_kv : seq->cu_seqlens_q,
-                                             kv ? seq->cu_seqlens_kv_padded : seq->cu_seqlens_q_padded, cp_size, cp_rank);
+    const cp::ThdShard shard =
+        cp::thd_shard(kv ? seq->cu_seqlens_kv : seq->cu_seqlens_q,
+                      kv ? seq->cu_seqlens_kv_padded : seq->cu_seqlens_q_padded, cp_size, cp_rank);
     for (int64_t g : shard.global_index) pos.push_back(g < static_cast<int64_t>(global_pos.size()) ? global_pos[g] : 0);
     pos.resize(static_cast<size_t>(x_heads.size(0)), 0);
     return from_vector(pos, {x_heads.size(0)}, x_heads.device());

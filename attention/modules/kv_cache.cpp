@@ -2,10 +2,10 @@
 
 #include <numeric>
 
+#include "framework/autograd/grad_mode.h"
 #include "framework/core/error.h"
 #include "framework/tensor/ops/copy.h"
 #include "framework/tensor/ops/views.h"
-#include "framework/autograd/grad_mode.h"
 
 namespace cpf::nn {
 
@@ -81,7 +81,6 @@ void KVCache::clear() {
   num_sequences_ = 0;
   capacity_ = 0;
 }
-
 
 void check_cached_attention(const AttentionSpec& spec, const Tensor& x, const KVCacheStep& step, const char* op) {
   CPF_CHECK(spec.qkv_format == QkvFormat::thd, op, ": cached decoding needs qkv_format thd (new tokens packed per ",

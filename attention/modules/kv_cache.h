@@ -23,9 +23,9 @@
 namespace cpf::nn {
 
 struct KVCacheStep {
-  int64_t capacity = 0;              // slot tokens per sequence, the same in every layer's cache
-  std::vector<int64_t> past;         // tokens each sequence keeps from earlier calls
-  std::vector<int64_t> new_tokens;   // tokens this call appends to each sequence
+  int64_t capacity = 0;             // slot tokens per sequence, the same in every layer's cache
+  std::vector<int64_t> past;        // tokens each sequence keeps from earlier calls
+  std::vector<int64_t> new_tokens;  // tokens this call appends to each sequence
 
   int64_t num_sequences() const { return static_cast<int64_t>(past.size()); }
   int64_t total_new() const;

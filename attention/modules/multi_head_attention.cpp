@@ -11,12 +11,12 @@ namespace {
 constexpr const char* kOp = "MultiHeadAttention";
 
 MultiHeadAttentionOptions resolved(MultiHeadAttentionOptions o) {
-  CPF_CHECK(o.hidden_size > 0 && o.num_heads > 0, kOp, ": hidden_size and num_heads must be positive: hidden_size=",
-            o.hidden_size, " num_heads=", o.num_heads);
+  CPF_CHECK(o.hidden_size > 0 && o.num_heads > 0, kOp,
+            ": hidden_size and num_heads must be positive: hidden_size=", o.hidden_size, " num_heads=", o.num_heads);
   if (o.num_kv_heads == 0) o.num_kv_heads = o.num_heads;
   CPF_CHECK(o.num_kv_heads > 0 && o.num_heads % o.num_kv_heads == 0, kOp,
-            ": num_heads must be a multiple of num_kv_heads: num_heads=", o.num_heads, " num_kv_heads=",
-            o.num_kv_heads);
+            ": num_heads must be a multiple of num_kv_heads: num_heads=", o.num_heads,
+            " num_kv_heads=", o.num_kv_heads);
   if (o.head_dim == 0) {
     CPF_CHECK(o.hidden_size % o.num_heads == 0, kOp, ": hidden_size=", o.hidden_size,
               " is not a multiple of num_heads=", o.num_heads, "; set head_dim explicitly");
@@ -64,7 +64,8 @@ MultiHeadAttention::MultiHeadAttention(const MultiHeadAttentionOptions& options,
   check_spec(spec_);
   auto linear = [&](int64_t in, int64_t out) {
     return std::make_shared<nn::Linear>(
-        nn::LinearOptions{.in_features = in, .out_features = out, .bias = o.bias, .init_std = o.init_std, .dtype = o.dtype},
+        nn::LinearOptions{
+            .in_features = in, .out_features = out, .bias = o.bias, .init_std = o.init_std, .dtype = o.dtype},
         gen);
   };
   q_proj_ = register_module("q_proj", linear(o.hidden_size, o.num_heads * o.head_dim));
@@ -72,7 +73,8 @@ MultiHeadAttention::MultiHeadAttention(const MultiHeadAttentionOptions& options,
   v_proj_ = register_module("v_proj", linear(o.hidden_size, o.num_kv_heads * o.head_dim));
   o_proj_ = register_module("o_proj", linear(o.num_heads * o.head_dim, o.hidden_size));
   // The spec holds the parameter's handle: in-place updates, loads and moves reach every call.
-  if (o.attention_sink) spec_.sink = register_parameter("sinks", attention_modules::sink_parameter(o.num_heads, o.dtype));
+  if (o.attention_sink)
+    spec_.sink = register_parameter("sinks", attention_modules::sink_parameter(o.num_heads, o.dtype));
 }
 
 Tensor MultiHeadAttention::forward(const Tensor& x, const std::optional<SequenceInfo>& seq,
@@ -85,17 +87,17 @@ Tensor MultiHeadAttention::forward(const Tensor& x, const std::optional<Sequence
     using attention_modules::apply_rope;
     using attention_modules::rope_positions;
     auto positions = [&](const Tensor& t, bool kv) {
-      return use_cp ? attention_modules::cp_rope_positions(t, o.qkv_format, seq, kv, cp->group->size(),
-                                                           cp->group->rank())
-                    : rope_positions(t, o.qkv_format, seq, kv);
+      return use_cp
+                 ? attention_modules::cp_rope_positions(t, o.qkv_format, seq, kv, cp->group->size(), cp->group->rank())
+                 : rope_positions(t, o.qkv_format, seq, kv);
     };
     const profile::Scope scope("forward/rope", x.device());
     // Self-attention: q and k come from the same tokens, so their positions differ only when the
     // SequenceInfo gives the keys their own; one table (one upload) then serves both.
     const Tensor q_positions = positions(q, false);
-    const bool same = !seq || (seq->cu_seqlens_q == seq->cu_seqlens_kv &&
-                               seq->cu_seqlens_q_padded == seq->cu_seqlens_kv_padded &&
-                               seq->resolved_q_positions() == seq->resolved_kv_positions());
+    const bool same =
+        !seq || (seq->cu_seqlens_q == seq->cu_seqlens_kv && seq->cu_seqlens_q_padded == seq->cu_seqlens_kv_padded &&
+                 seq->resolved_q_positions() == seq->resolved_kv_positions());
     q = apply_rope(q, o.qkv_format, q_positions, o.rope_base, o.rotary_dim);
     k = apply_rope(k, o.qkv_format, same ? q_positions : positions(k, true), o.rope_base, o.rotary_dim);
   }

@@ -22,8 +22,8 @@ class LatentNorm final : public nn::Module {
 // The shape and size the cp_mla_latent auto rule weighs for this call: the blocks that travel
 // (a2a+p2p: its ring over the p2p sub-group, each rank holding the a2a sub-group's tokens for its
 // share of the heads).
-std::pair<cp::MlaLatentShape, cp::MlaLatentCall> latent_call(cp::MlaLatentShape shape, const Tensor& x, QkvFormat format,
-                                                             const std::optional<SequenceInfo>& seq,
+std::pair<cp::MlaLatentShape, cp::MlaLatentCall> latent_call(cp::MlaLatentShape shape, const Tensor& x,
+                                                             QkvFormat format, const std::optional<SequenceInfo>& seq,
                                                              const cp::ContextParallel& cp) {
   const bool hierarchical = cp.comm_type == cp::CommType::a2a_p2p && cp.a2a_group && cp.p2p_group;
   const int64_t a2a = hierarchical ? cp.a2a_group->size() : 1;
@@ -31,9 +31,12 @@ std::pair<cp::MlaLatentShape, cp::MlaLatentCall> latent_call(cp::MlaLatentShape 
   const int64_t tokens = x.numel() / x.size(-1) * a2a;  // x: (T, C), (B, S, C) or (S, B, C)
   const int64_t batch = format == QkvFormat::thd ? 1 : x.size(format == QkvFormat::bshd ? 0 : 1);
   shape.num_heads = std::max<int64_t>(1, shape.num_heads / a2a);
-  return {shape, {.ring = cp.comm_type != cp::CommType::all_gather, .ranks = ranks, .tokens_per_rank = tokens,
-                  .tile_pairs = cp::mla_tile_pairs(seq, tokens, batch, ranks),
-                  .element_bytes = static_cast<int64_t>(dtype_size(x.dtype()))}};
+  return {shape,
+          {.ring = cp.comm_type != cp::CommType::all_gather,
+           .ranks = ranks,
+           .tokens_per_rank = tokens,
+           .tile_pairs = cp::mla_tile_pairs(seq, tokens, batch, ranks),
+           .element_bytes = static_cast<int64_t>(dtype_size(x.dtype()))}};
 }
 
 void check_options(const MultiHeadLatentAttentionOptions& o) {
@@ -43,8 +46,8 @@ void check_options(const MultiHeadLatentAttentionOptions& o) {
             "q_lora_rank and qk_nope_head_dim >= 0: hidden_size=", o.hidden_size, " num_heads=", o.num_heads,
             " kv_lora_rank=", o.kv_lora_rank, " qk_nope_head_dim=", o.qk_nope_head_dim,
             " qk_rope_head_dim=", o.qk_rope_head_dim, " v_head_dim=", o.v_head_dim, " q_lora_rank=", o.q_lora_rank);
-  CPF_CHECK(o.qk_rope_head_dim % 2 == 0, kOp, ": qk_rope_head_dim must be even (RoPE rotates pairs): qk_rope_head_dim=",
-            o.qk_rope_head_dim);
+  CPF_CHECK(o.qk_rope_head_dim % 2 == 0, kOp,
+            ": qk_rope_head_dim must be even (RoPE rotates pairs): qk_rope_head_dim=", o.qk_rope_head_dim);
 }
 
 }  // namespace
@@ -65,7 +68,8 @@ MultiHeadLatentAttention::MultiHeadLatentAttention(const MultiHeadLatentAttentio
   check_spec(spec_);
   auto linear = [&](int64_t in, int64_t out) {
     return std::make_shared<nn::Linear>(
-        nn::LinearOptions{.in_features = in, .out_features = out, .bias = o.bias, .init_std = o.init_std, .dtype = o.dtype},
+        nn::LinearOptions{
+            .in_features = in, .out_features = out, .bias = o.bias, .init_std = o.init_std, .dtype = o.dtype},
         gen);
   };
   if (o.q_lora_rank > 0) {
@@ -82,7 +86,8 @@ MultiHeadLatentAttention::MultiHeadLatentAttention(const MultiHeadLatentAttentio
   kv_b_proj_ = register_module("kv_b_proj", linear(o.kv_lora_rank, o.num_heads * (o.qk_nope_head_dim + o.v_head_dim)));
   o_proj_ = register_module("o_proj", linear(o.num_heads * o.v_head_dim, o.hidden_size));
   // The spec holds the parameter's handle: in-place updates, loads and moves reach every call.
-  if (o.attention_sink) spec_.sink = register_parameter("sinks", attention_modules::sink_parameter(o.num_heads, o.dtype));
+  if (o.attention_sink)
+    spec_.sink = register_parameter("sinks", attention_modules::sink_parameter(o.num_heads, o.dtype));
 }
 
 Tensor MultiHeadLatentAttention::project_q(const Tensor& x) const {
@@ -108,12 +113,13 @@ std::pair<Tensor, Tensor> MultiHeadLatentAttention::latent_parts(const Tensor& x
   const Tensor kv_norm = nn::compute_parameter(kv_a_norm_weight_, kv_a[0].dtype(), kOp, "kv_a_layernorm weight");
   const Tensor c_kv = rms_norm(kv_a[0], kv_norm, o.norm_eps);  // (.., kv_lora_rank)
   // One RoPE key per token, shared by every head: rotated as a single head.
-  const Tensor k_pe = attention_modules::apply_rope(unsqueeze(kv_a[1], -2), o.qkv_format, kv_positions, o.rope_base, -1);
+  const Tensor k_pe =
+      attention_modules::apply_rope(unsqueeze(kv_a[1], -2), o.qkv_format, kv_positions, o.rope_base, -1);
   return {c_kv, k_pe};  // k_pe (.., 1, rope)
 }
 
 MultiHeadLatentAttention::QKV MultiHeadLatentAttention::project_qkv(const Tensor& x, const Tensor& q_positions,
-                                                                     const Tensor& kv_positions) const {
+                                                                    const Tensor& kv_positions) const {
   const MultiHeadLatentAttentionOptions& o = options_;
   const int64_t nope = o.qk_nope_head_dim;
   const auto [c_kv, k_pe_one] = latent_parts(x, kv_positions);

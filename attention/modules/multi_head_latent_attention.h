@@ -94,6 +94,7 @@ namespace cpf {
 // The old names, kept for one release.
 using MultiHeadLatentAttention [[deprecated("use cpf::nn::MultiHeadLatentAttention (moved to cpf::nn)")]] =
     nn::MultiHeadLatentAttention;
-using MultiHeadLatentAttentionOptions [[deprecated("use cpf::nn::MultiHeadLatentAttentionOptions (moved to cpf::nn)")]] =
-    nn::MultiHeadLatentAttentionOptions;
+using MultiHeadLatentAttentionOptions
+    [[deprecated("use cpf::nn::MultiHeadLatentAttentionOptions (moved to cpf::nn)")]] =
+        nn::MultiHeadLatentAttentionOptions;
 }  // namespace cpf

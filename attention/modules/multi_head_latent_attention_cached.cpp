@@ -41,8 +41,8 @@ Tensor MultiHeadLatentAttention::forward_cached(const Tensor& x, const KVCacheSt
   q_cols.push_back(q_parts[1]);
   Tensor b_v;  // (H, v) or undefined
   if (kv_b_proj_->bias().defined()) {
-    const Tensor b = reshape(compute_parameter(kv_b_proj_->bias(), dtype, kOp, "kv_b_proj bias"),
-                             {heads, nope + o.v_head_dim});
+    const Tensor b =
+        reshape(compute_parameter(kv_b_proj_->bias(), dtype, kOp, "kv_b_proj bias"), {heads, nope + o.v_head_dim});
     const std::vector<Tensor> b_parts = split(b, std::vector<int64_t>{nope, o.v_head_dim}, 1);
     q_cols.push_back(sum(mul(q_parts[0], b_parts[0]), {-1}, /*keepdim=*/true));  // (T, H, 1): q_nope . b_k
     const Tensor one = ones({t_new, 1, 1}, {.dtype = dtype, .device = x.device()});
@@ -57,14 +57,14 @@ Tensor MultiHeadLatentAttention::forward_cached(const Tensor& x, const KVCacheSt
   latent_spec.head_dim_qk = cache.keys().size(-1);
   latent_spec.head_dim_v = cache.values().size(-1);
   latent_spec.softmax_scale = softmax_scale(spec_, nope + o.qk_rope_head_dim);  // the per-head form's
-  const Tensor attn =
-      dot_product_attention(cat(q_cols, -1), cache.keys(), cache.values(), latent_spec, step.attention_info(), o.kernel_config)
-          .out;  // (T, H, rank (+1))
-  const std::vector<Tensor> out_parts = split(attn, b_v.defined() ? std::vector<int64_t>{rank, 1}
-                                                                  : std::vector<int64_t>{rank}, -1);
+  const Tensor attn = dot_product_attention(cat(q_cols, -1), cache.keys(), cache.values(), latent_spec,
+                                            step.attention_info(), o.kernel_config)
+                          .out;  // (T, H, rank (+1))
+  const std::vector<Tensor> out_parts =
+      split(attn, b_v.defined() ? std::vector<int64_t>{rank, 1} : std::vector<int64_t>{rank}, -1);
   // W_UV_h (sum_j p c_j): (H, T, rank) @ (H, rank, v) -> (T, H, v)
   Tensor out = permute(matmul(permute(out_parts[0], {1, 0, 2}), transpose(w_parts[1], 1, 2)), {1, 0, 2});
-  if (b_v.defined()) out = add(out, mul(out_parts[1], b_v));  // + b_v (sum_j p)
+  if (b_v.defined()) out = add(out, mul(out_parts[1], b_v));     // + b_v (sum_j p)
   return o_proj_->forward(attention_modules::merge_heads(out));  // (T, C)
 }
 

@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "attention/cuda/cudnn_sdpa.h"
 #include "attention/attention_op.h"
+#include "attention/cuda/cudnn_sdpa.h"
 #include "benchmarks/gpu/gpu_bench_util.h"
 
 namespace {
@@ -60,13 +60,13 @@ std::map<std::string, std::string>& skipped() {
   return s;
 }
 
-#define BENCH_CUDA_CHECK(call)                                                                 \
-  do {                                                                                         \
-    const cudaError_t status_ = (call);                                                        \
-    if (status_ != cudaSuccess) {                                                              \
-      std::fprintf(stderr, "%s failed: %s\n", #call, cudaGetErrorString(status_));             \
-      std::abort();                                                                            \
-    }                                                                                          \
+#define BENCH_CUDA_CHECK(call)                                                     \
+  do {                                                                             \
+    const cudaError_t status_ = (call);                                            \
+    if (status_ != cudaSuccess) {                                                  \
+      std::fprintf(stderr, "%s failed: %s\n", #call, cudaGetErrorString(status_)); \
+      std::abort();                                                                \
+    }                                                                              \
   } while (0)
 
 // Times `reps` calls of fn per iteration with CUDA events on the current stream.
@@ -108,8 +108,8 @@ void BM_attention(benchmark::State& state) {
     time_with_events(state, reps, [&] {
       const raw::AttentionForward f = raw::attention_forward(q, k, v, spec, std::nullopt, config);
       if (with_backward) {
-        const raw::AttentionGrads g = raw::attention_backward(dout, Tensor(), q, k, v, f.out, f.lse, spec,
-                                                              std::nullopt, config);
+        const raw::AttentionGrads g =
+            raw::attention_backward(dout, Tensor(), q, k, v, f.out, f.lse, spec, std::nullopt, config);
         benchmark::DoNotOptimize(g.dq.raw_data());
       }
       benchmark::DoNotOptimize(f.out.raw_data());
@@ -182,8 +182,8 @@ int main(int argc, char** argv) {
       const std::string fb = figure(reporter.values(), base + "/fwd+bwd/", &fwd_bwd);
       char ratio[64] = "-";
       if (fwd > 0 || fwd_bwd > 0) {
-        std::snprintf(ratio, sizeof ratio, "%.2f / %.2f (peer %.0f / %.0f)", fwd / c.peer_fwd,
-                      fwd_bwd / c.peer_fwd_bwd, c.peer_fwd, c.peer_fwd_bwd);
+        std::snprintf(ratio, sizeof ratio, "%.2f / %.2f (peer %.0f / %.0f)", fwd / c.peer_fwd, fwd_bwd / c.peer_fwd_bwd,
+                      c.peer_fwd, c.peer_fwd_bwd);
       }
       std::printf("%-34s | %-8s | %-12s | %-16s | %s\n", c.name, backend, f.c_str(), fb.c_str(), ratio);
     }

@@ -46,8 +46,8 @@ void unfused(const Inputs& in) {
   const raw::CrossEntropyResult ce = raw::cross_entropy(logits, in.labels);
   const Tensor one = raw::to(scalar_tensor(1.0, {.dtype = DType::f32}), Device::cuda(0));
   const Tensor dlogits = raw::cross_entropy_backward(one, logits, in.labels, ce.lse, ce.count);  // (T, V)
-  const Tensor dh = raw::matmul(dlogits, in.weight);                                            // (T, C)
-  const Tensor dw = raw::matmul(raw::transpose(dlogits, 0, 1), in.hidden);                      // (V, C)
+  const Tensor dh = raw::matmul(dlogits, in.weight);                                             // (T, C)
+  const Tensor dw = raw::matmul(raw::transpose(dlogits, 0, 1), in.hidden);                       // (V, C)
 }
 
 void fused(const Inputs& in, int64_t chunk_rows) {
@@ -70,7 +70,9 @@ void run(benchmark::State& state, Fn&& fn) {
   state.counters["peak_GiB"] = peak / double(1 << 30);
 }
 
-void BM_Unfused(benchmark::State& state) { run(state, [](const Inputs& in) { unfused(in); }); }
+void BM_Unfused(benchmark::State& state) {
+  run(state, [](const Inputs& in) { unfused(in); });
+}
 void BM_Fused(benchmark::State& state) {
   const int64_t chunk = state.range(0);
   run(state, [chunk](const Inputs& in) { fused(in, chunk); });
@@ -80,8 +82,14 @@ BENCHMARK(BM_Unfused)->UseManualTime()->Unit(benchmark::kMillisecond)->Iteration
 // 0 = chosen by memory (10624 rows, 1019 MiB of logits a chunk); 2560 rows was the old 256 MiB budget;
 // larger chunks trade memory for fewer dweight accumulations.
 BENCHMARK(BM_Fused)
-    ->Arg(0)->Arg(2560)->Arg(4096)->Arg(8192)->Arg(16384)
-    ->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(3);
+    ->Arg(0)
+    ->Arg(2560)
+    ->Arg(4096)
+    ->Arg(8192)
+    ->Arg(16384)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(3);
 
 }  // namespace
 

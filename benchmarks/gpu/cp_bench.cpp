@@ -3,9 +3,9 @@
 // per GPU (16k and 64k), for p2p, all_gather, a2a and, on 4 GPUs, a2a+p2p (2 x 2). Ends with the table
 // whose header starts "CP summary".
 //
-//   NCCL_NVLS_ENABLE=0 ./gpu_cp_bench [--ranks N] [--tokens 16384,65536] [--strategies p2p,p2p:1,all_gather,a2a,a2a+p2p]
-//   (p2p:1 = the ring forward on one compute stream, for comparison with the default two; a2a:G and
-//   a2a+p2p:G = G head groups in the pipelined all-to-all, a2a:1 = not pipelined; plain = automatic)
+//   NCCL_NVLS_ENABLE=0 ./gpu_cp_bench [--ranks N] [--tokens 16384,65536] [--strategies
+//   p2p,p2p:1,all_gather,a2a,a2a+p2p] (p2p:1 = the ring forward on one compute stream, for comparison with the default
+//   two; a2a:G and a2a+p2p:G = G head groups in the pipelined all-to-all, a2a:1 = not pipelined; plain = automatic)
 //                                     [--max-call-seconds 30] [--thd-tokens 65536]
 // After the bshd table, the packed-documents case (cp_bench_thd.h; --thd-tokens 0 skips it) prints the
 // table whose header starts "CP packed documents".
@@ -41,9 +41,9 @@
 
 #include "attention/cp/context_parallel.h"
 #include "attention/cp/memory_model.h"
+#include "attention/dot_product_attention.h"
 #include "benchmarks/gpu/cp_bench_common.h"
 #include "benchmarks/gpu/cp_bench_thd.h"
-#include "attention/dot_product_attention.h"
 #include "framework/autograd/ops.h"
 #include "framework/distributed/device_mesh.h"
 #include "framework/distributed/launcher.h"
@@ -69,7 +69,7 @@ struct Row {
   std::string strategy;
   std::string note;  // why it was not measured; empty when it was
   double seconds = 0;
-  double bytes_sent = 0;  // per rank per call (forward + backward), the largest over ranks
+  double bytes_sent = 0;              // per rank per call (forward + backward), the largest over ranks
   double peak_max = 0, peak_min = 0;  // bytes, over ranks
 };
 
@@ -242,14 +242,18 @@ std::string fixed(const char* format, double value) {
 // The per-rank peak of docs/cp.md's memory formulas for a row (attention/cp/memory_model.h), next to
 // the measured one; "n/a" where the model refuses the case. ranks = 0: one GPU on the whole sequence.
 std::string model_gib(const std::string& strategy, int64_t tokens_per_gpu, int ranks) {
-  const cp::CpMemoryShape shape{.tokens_per_rank = tokens_per_gpu, .cp = ranks, .a2a = 2, .heads = kHeads,
-                                .kv_heads = kHeads, .head_dim_qk = kHeadDim, .head_dim_v = kHeadDim};
+  const cp::CpMemoryShape shape{.tokens_per_rank = tokens_per_gpu,
+                                .cp = ranks,
+                                .a2a = 2,
+                                .heads = kHeads,
+                                .kv_heads = kHeads,
+                                .head_dim_qk = kHeadDim,
+                                .head_dim_v = kHeadDim};
   try {
-    const int64_t bytes = strategy.empty() ? cp::single_device_memory_estimate(shape).peak_bytes()
-                                           : cp::cp_memory_estimate(cp::parse_comm_type(strategy.substr(
-                                                                        0, strategy.find(':'))),
-                                                                    shape)
-                                                 .peak_bytes();
+    const int64_t bytes =
+        strategy.empty()
+            ? cp::single_device_memory_estimate(shape).peak_bytes()
+            : cp::cp_memory_estimate(cp::parse_comm_type(strategy.substr(0, strategy.find(':'))), shape).peak_bytes();
     return fixed("%.2f", gib(static_cast<double>(bytes)));
   } catch (const Error&) {
     return "n/a";
@@ -274,9 +278,10 @@ int main(int argc, char** argv) {
   for (const int64_t t : args.tokens) {
     const int64_t seq = t * ranks;
     const Baseline base = single_gpu(seq, max_call_seconds);
-    const std::string base_text = base.note.empty() ? fixed("%.2f ms, ", base.seconds * 1e3) +
-                                                          fixed("%.1f TFLOP/s", flops_fwd_bwd(seq) / base.seconds * 1e-12)
-                                                    : base.note;
+    const std::string base_text =
+        base.note.empty()
+            ? fixed("%.2f ms, ", base.seconds * 1e3) + fixed("%.1f TFLOP/s", flops_fwd_bwd(seq) / base.seconds * 1e-12)
+            : base.note;
     std::printf("1 GPU, %lld tokens: %s\n", static_cast<long long>(seq), base_text.c_str());
     std::fflush(stdout);
     for (const std::string& name : args.strategies) {
@@ -301,9 +306,10 @@ int main(int argc, char** argv) {
     }
   }
 
-  std::printf("\nCP summary (%d GPUs over NCCL; fwd+bwd, causal, bf16, b=1 h=%lld d=%lld; efficiency = per-GPU "
-              "TFLOP/s / one GPU's TFLOP/s on the whole sequence = t1 / (n t_cp); target >= 90%% for p2p)\n",
-              ranks, static_cast<long long>(kHeads), static_cast<long long>(kHeadDim));
+  std::printf(
+      "\nCP summary (%d GPUs over NCCL; fwd+bwd, causal, bf16, b=1 h=%lld d=%lld; efficiency = per-GPU "
+      "TFLOP/s / one GPU's TFLOP/s on the whole sequence = t1 / (n t_cp); target >= 90%% for p2p)\n",
+      ranks, static_cast<long long>(kHeads), static_cast<long long>(kHeadDim));
   std::printf("%-10s | %-10s | %-10s | %-13s | %-13s | %-10s | %-14s | %-23s | %-14s | %-14s | %s\n", "tokens/GPU",
               "strategy", "ms/call", "per-GPU TF/s", "1-GPU TF/s", "efficiency", "sent MiB/rank",
               "peak GiB/rank (max / min)", "1-GPU peak GiB", "model GiB/rank", "1-GPU model GiB");

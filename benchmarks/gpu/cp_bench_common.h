@@ -21,9 +21,7 @@ inline double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-inline double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
+inline double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 // Calls per timed batch: about half a second of work, at least 1.
 inline int reps_for(double seconds_per_call) {

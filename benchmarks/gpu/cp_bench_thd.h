@@ -108,7 +108,8 @@ inline double single_gpu(const Batch& b, double max_call_seconds, std::string& n
       backward({out}, {in.dout});
       in.clear_grads();
     };
-    seconds = time_call(call, [] {}, [](double s) { return s; }, 0, max_call_seconds, note);
+    seconds = time_call(
+        call, [] {}, [](double s) { return s; }, 0, max_call_seconds, note);
   } catch (const std::exception& e) {
     note = e.what();
   }
@@ -124,38 +125,37 @@ inline double multi_gpu(const Batch& b, int ranks, cp::CommType comm, int head_g
   double seconds = 0;
   std::mutex mutex;
   try {
-    dist::launch(
-        ranks,
-        [&](dist::RankContext& ctx) {
-          dist::MeshShape shape{.cp = ranks, .require_cp = true};
-          if (comm == cp::CommType::a2a_p2p) {
-            shape.cp_a2a = 2;
-            shape.hierarchical_cp = true;
-          }
-          dist::DeviceMesh mesh(ctx.world, shape);
-          cp::ContextParallel config{comm, mesh.cp(), mesh.cp_a2a(), mesh.cp_p2p()};
-          config.a2a_head_groups = head_groups;
-          Inputs in(b.cu_padded.back() / ranks, ctx.device, 100 + static_cast<uint64_t>(ctx.rank));
-          const SequenceInfo seq = SequenceInfo::from_cu_seqlens(b.cu, b.cu_padded);  // global
-          auto call = [&] {
-            auto [out, lse] = cp::context_parallel_attention(in.q, in.k, in.v, spec(), seq, config);
-            backward({out}, {in.dout});
-            in.clear_grads();
-          };
-          auto slowest = [&](double s) {
-            const Tensor t = full({1}, s, {.dtype = DType::f64, .device = ctx.device});
-            return ctx.world->all_reduce(t, dist::ReduceOp::max).item<double>();
-          };
-          std::string rank_note;
-          const double s = time_call(call, [&] { ctx.world->barrier(); }, slowest, ctx.device.index,
-                                     max_call_seconds, rank_note);
-          if (ctx.rank == 0) {
-            std::lock_guard lock(mutex);
-            seconds = s;
-            note = rank_note;
-          }
-        },
-        {.timeout = std::chrono::seconds(600), .backend = dist::Backend::nccl});
+    dist::launch(ranks,
+                 [&](dist::RankContext& ctx) {
+                   dist::MeshShape shape{.cp = ranks, .require_cp = true};
+                   if (comm == cp::CommType::a2a_p2p) {
+                     shape.cp_a2a = 2;
+                     shape.hierarchical_cp = true;
+                   }
+                   dist::DeviceMesh mesh(ctx.world, shape);
+                   cp::ContextParallel config{comm, mesh.cp(), mesh.cp_a2a(), mesh.cp_p2p()};
+                   config.a2a_head_groups = head_groups;
+                   Inputs in(b.cu_padded.back() / ranks, ctx.device, 100 + static_cast<uint64_t>(ctx.rank));
+                   const SequenceInfo seq = SequenceInfo::from_cu_seqlens(b.cu, b.cu_padded);  // global
+                   auto call = [&] {
+                     auto [out, lse] = cp::context_parallel_attention(in.q, in.k, in.v, spec(), seq, config);
+                     backward({out}, {in.dout});
+                     in.clear_grads();
+                   };
+                   auto slowest = [&](double s) {
+                     const Tensor t = full({1}, s, {.dtype = DType::f64, .device = ctx.device});
+                     return ctx.world->all_reduce(t, dist::ReduceOp::max).item<double>();
+                   };
+                   std::string rank_note;
+                   const double s = time_call(
+                       call, [&] { ctx.world->barrier(); }, slowest, ctx.device.index, max_call_seconds, rank_note);
+                   if (ctx.rank == 0) {
+                     std::lock_guard lock(mutex);
+                     seconds = s;
+                     note = rank_note;
+                   }
+                 },
+                 {.timeout = std::chrono::seconds(600), .backend = dist::Backend::nccl});
   } catch (const std::exception& e) {
     note = e.what();
   }
@@ -170,12 +170,13 @@ inline void run(int ranks, int64_t tokens_per_gpu, const std::vector<std::string
   const Batch b = make_batch(ranks, tokens_per_gpu);
   std::string base_note;
   const double t1 = single_gpu(b, max_call_seconds, base_note);
-  std::printf("\nCP packed documents (thd, padding_causal, bf16, h=%lld d=%lld): %lld documents, %lld real tokens "
-              "(%lld tokens/GPU), lognormal lengths median 1024 in [128, 32768], seed %llu; 1 GPU: %s\n",
-              static_cast<long long>(kHeads), static_cast<long long>(kHeadDim), static_cast<long long>(b.documents),
-              static_cast<long long>(b.cu.back()), static_cast<long long>(tokens_per_gpu),
-              static_cast<unsigned long long>(kSeed),
-              base_note.empty() ? (std::to_string(static_cast<int64_t>(t1 * 1e6) / 1e3) + " ms").c_str() : base_note.c_str());
+  std::printf(
+      "\nCP packed documents (thd, padding_causal, bf16, h=%lld d=%lld): %lld documents, %lld real tokens "
+      "(%lld tokens/GPU), lognormal lengths median 1024 in [128, 32768], seed %llu; 1 GPU: %s\n",
+      static_cast<long long>(kHeads), static_cast<long long>(kHeadDim), static_cast<long long>(b.documents),
+      static_cast<long long>(b.cu.back()), static_cast<long long>(tokens_per_gpu),
+      static_cast<unsigned long long>(kSeed),
+      base_note.empty() ? (std::to_string(static_cast<int64_t>(t1 * 1e6) / 1e3) + " ms").c_str() : base_note.c_str());
   std::printf("%-10s | %-10s | %-10s | %-10s | %s\n", "tokens/GPU", "strategy", "ms/call", "efficiency",
               "work imbalance (max/mean)");
   for (const std::string& name : strategies) {
@@ -186,8 +187,8 @@ inline void run(int ranks, int64_t tokens_per_gpu, const std::vector<std::string
     const bool ulysses = comm == cp::CommType::a2a || comm == cp::CommType::a2a_p2p;
     const int groups = ulysses && colon != std::string::npos ? std::stoi(name.substr(colon + 1)) : 0;
     if (!ulysses && colon != std::string::npos) continue;  // p2p:1 (streams) is a bshd-table variant
-    const double imbalance =
-        cp::work_imbalance(cp::causal_pairs_per_rank(b.cu, b.cu_padded, comm, ranks, comm == cp::CommType::a2a_p2p ? 2 : 1));
+    const double imbalance = cp::work_imbalance(
+        cp::causal_pairs_per_rank(b.cu, b.cu_padded, comm, ranks, comm == cp::CommType::a2a_p2p ? 2 : 1));
     std::string note;
     const double t = multi_gpu(b, ranks, comm, groups, max_call_seconds, note);
     char eff[32] = "n/a";

@@ -25,9 +25,9 @@
 #include <vector>
 
 #include "attention/cp/context_parallel.h"
-#include "benchmarks/gpu/cp_bench_common.h"
 #include "attention/cuda/backend_selection.h"
 #include "attention/dot_product_attention.h"
+#include "benchmarks/gpu/cp_bench_common.h"
 #include "framework/autograd/functions/linear.h"
 #include "framework/autograd/ops.h"
 #include "framework/distributed/device_mesh.h"
@@ -41,8 +41,8 @@ using namespace cpf;
 using cp::CommType;
 using namespace cpf::bench;  // Clock, median, seconds_since, reps_for, split_list (cp_bench_common.h)
 
-const cp::MlaLatentShape kShape{.num_heads = 16, .kv_lora_rank = 512, .qk_nope_head_dim = 128,
-                                .qk_rope_head_dim = 64, .v_head_dim = 128};
+const cp::MlaLatentShape kShape{
+    .num_heads = 16, .kv_lora_rank = 512, .qk_nope_head_dim = 128, .qk_rope_head_dim = 64, .v_head_dim = 128};
 constexpr int kBatches = 5;
 
 double attention_flops(int64_t seq) {  // causal fwd + bwd, b = 1 (gpu_cp_bench's convention)
@@ -78,7 +78,8 @@ Inputs make_inputs(int64_t tokens, const Device& device, uint64_t seed) {
 // backward formed dW per token before summing them: a (T, rank, H (nope + d_v)) bf16 tensor, 64 GiB at
 // 16k tokens and the 256 GiB request at 64k of the first run, which were taken for unfused attention.)
 std::pair<Tensor, Tensor> expand_kv(const Tensor& latent, const Tensor& weight) {
-  const std::vector<Tensor> parts = split(latent, std::vector<int64_t>{kShape.kv_lora_rank, kShape.qk_rope_head_dim}, -1);
+  const std::vector<Tensor> parts =
+      split(latent, std::vector<int64_t>{kShape.kv_lora_rank, kShape.qk_rope_head_dim}, -1);
   Tensor kv = linear(parts[0], weight);  // (1, T, 1, H (nope + d_v))
   kv = reshape(kv, {1, latent.size(1), kShape.num_heads, kShape.qk_nope_head_dim + kShape.v_head_dim});
   const std::vector<Tensor> kv_parts = split(kv, std::vector<int64_t>{kShape.qk_nope_head_dim, kShape.v_head_dim}, -1);
@@ -142,7 +143,8 @@ std::pair<double, std::string> single_gpu(int64_t seq, double max_call_seconds) 
       backward({out}, {in.dout});
       clear_grads(in);
     };
-    auto result = time_calls(call, 0, max_call_seconds, [](double x) { return x; }, [] {});
+    auto result = time_calls(
+        call, 0, max_call_seconds, [](double x) { return x; }, [] {});
     cuda::synchronize(0);
     cuda::empty_cache(0);
     return result;
@@ -156,45 +158,45 @@ Row run_cp(int n, int64_t tokens, CommType comm, bool latent, double max_call_se
   Row row{tokens, cp::comm_type_name(comm), latent ? "latent" : "expanded K/V", "", 0, 0, 0};
   std::mutex mutex;
   try {
-    dist::launch(
-        n,
-        [&](dist::RankContext& ctx) {
-          dist::DeviceMesh mesh(ctx.world, {.cp = n, .require_cp = true});
-          const cp::ContextParallel cp_config{comm, mesh.cp()};
-          const int dev = ctx.device.index;
-          Inputs in = make_inputs(tokens, ctx.device, 100 + static_cast<uint64_t>(ctx.rank));
-          auto stats = std::make_shared<cp::CpStats>();
-          auto call = [&] {
-            *stats = cp::CpStats{};
-            AttentionOutput o;
-            if (latent) {
-              o = cp::context_parallel_mla_attention(in.q, in.latent, in.weight, Tensor(), kShape, causal(),
-                                                     std::nullopt, cp_config, stats);
-            } else {
-              const auto [k, v] = expand_kv(in.latent, in.weight);
-              o = cp::context_parallel_attention(in.q, k, v, causal(), std::nullopt, cp_config, stats);
-            }
-            backward({o.out}, {in.dout});
-            clear_grads(in);
-          };
-          auto max_over_ranks = [&](double mine) {
-            const Tensor t = full({1}, mine, {.dtype = DType::f64, .device = ctx.device});
-            return ctx.world->all_reduce(t, dist::ReduceOp::max).item<double>();
-          };
-          cuda::reset_peak_memory_stats(dev);
-          const auto [seconds, note] =
-              time_calls(call, dev, max_call_seconds, max_over_ranks, [&] { ctx.world->barrier(); });
-          const double sent = max_over_ranks(static_cast<double>(stats->forward_bytes_sent + stats->backward_bytes_sent));
-          const double peak = max_over_ranks(static_cast<double>(cuda::memory_stats(dev).peak_allocated));
-          if (ctx.rank == 0) {
-            std::lock_guard lock(mutex);
-            row.seconds = seconds;
-            row.note = note;
-            row.bytes_sent = sent;
-            row.peak = peak;
-          }
-        },
-        {.timeout = std::chrono::seconds(600), .backend = dist::Backend::nccl});
+    dist::launch(n,
+                 [&](dist::RankContext& ctx) {
+                   dist::DeviceMesh mesh(ctx.world, {.cp = n, .require_cp = true});
+                   const cp::ContextParallel cp_config{comm, mesh.cp()};
+                   const int dev = ctx.device.index;
+                   Inputs in = make_inputs(tokens, ctx.device, 100 + static_cast<uint64_t>(ctx.rank));
+                   auto stats = std::make_shared<cp::CpStats>();
+                   auto call = [&] {
+                     *stats = cp::CpStats{};
+                     AttentionOutput o;
+                     if (latent) {
+                       o = cp::context_parallel_mla_attention(in.q, in.latent, in.weight, Tensor(), kShape, causal(),
+                                                              std::nullopt, cp_config, stats);
+                     } else {
+                       const auto [k, v] = expand_kv(in.latent, in.weight);
+                       o = cp::context_parallel_attention(in.q, k, v, causal(), std::nullopt, cp_config, stats);
+                     }
+                     backward({o.out}, {in.dout});
+                     clear_grads(in);
+                   };
+                   auto max_over_ranks = [&](double mine) {
+                     const Tensor t = full({1}, mine, {.dtype = DType::f64, .device = ctx.device});
+                     return ctx.world->all_reduce(t, dist::ReduceOp::max).item<double>();
+                   };
+                   cuda::reset_peak_memory_stats(dev);
+                   const auto [seconds, note] =
+                       time_calls(call, dev, max_call_seconds, max_over_ranks, [&] { ctx.world->barrier(); });
+                   const double sent =
+                       max_over_ranks(static_cast<double>(stats->forward_bytes_sent + stats->backward_bytes_sent));
+                   const double peak = max_over_ranks(static_cast<double>(cuda::memory_stats(dev).peak_allocated));
+                   if (ctx.rank == 0) {
+                     std::lock_guard lock(mutex);
+                     row.seconds = seconds;
+                     row.note = note;
+                     row.bytes_sent = sent;
+                     row.peak = peak;
+                   }
+                 },
+                 {.timeout = std::chrono::seconds(600), .backend = dist::Backend::nccl});
   } catch (const std::exception& e) {
     row.note = e.what();
   }
@@ -203,10 +205,11 @@ Row run_cp(int n, int64_t tokens, CommType comm, bool latent, double max_call_se
 }
 
 void print_summary(int ranks, const std::vector<Row>& rows, const std::vector<std::pair<double, std::string>>& bases) {
-  std::printf("\nMLA latent summary (%d GPUs over NCCL; fwd+bwd incl. the K/V expansion, causal bf16, h=%lld "
-              "d_qk=%lld d_v=%lld kv_lora_rank=%lld; efficiency = t1 / (n t_cp))\n",
-              ranks, static_cast<long long>(kShape.num_heads), static_cast<long long>(kShape.head_dim_qk()),
-              static_cast<long long>(kShape.v_head_dim), static_cast<long long>(kShape.kv_lora_rank));
+  std::printf(
+      "\nMLA latent summary (%d GPUs over NCCL; fwd+bwd incl. the K/V expansion, causal bf16, h=%lld "
+      "d_qk=%lld d_v=%lld kv_lora_rank=%lld; efficiency = t1 / (n t_cp))\n",
+      ranks, static_cast<long long>(kShape.num_heads), static_cast<long long>(kShape.head_dim_qk()),
+      static_cast<long long>(kShape.v_head_dim), static_cast<long long>(kShape.kv_lora_rank));
   std::printf("%-10s | %-10s | %-12s | %-10s | %-10s | %-14s | %s\n", "tokens/GPU", "strategy", "travels", "ms/call",
               "efficiency", "sent MiB/rank", "peak GiB/rank");
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -218,9 +221,9 @@ void print_summary(int ranks, const std::vector<Row>& rows, const std::vector<st
     }
     char eff[32] = "n/a";
     if (bases[i].second.empty()) std::snprintf(eff, sizeof eff, "%.1f%%", 100 * bases[i].first / (ranks * r.seconds));
-    std::printf("%-10lld | %-10s | %-12s | %-10.2f | %-10s | %-14.1f | %.2f\n", static_cast<long long>(r.tokens_per_gpu),
-                r.strategy.c_str(), r.path.c_str(), r.seconds * 1e3, eff, r.bytes_sent / 1048576.0,
-                r.peak / 1073741824.0);
+    std::printf("%-10lld | %-10s | %-12s | %-10.2f | %-10s | %-14.1f | %.2f\n",
+                static_cast<long long>(r.tokens_per_gpu), r.strategy.c_str(), r.path.c_str(), r.seconds * 1e3, eff,
+                r.bytes_sent / 1048576.0, r.peak / 1073741824.0);
   }
 }
 
@@ -248,7 +251,8 @@ int main(int argc, char** argv) {
       for (const bool latent : {false, true}) {
         Row row = run_cp(ranks, t, cp::parse_comm_type(name), latent, max_call_seconds);
         std::printf("%d GPUs, %lld tokens per GPU, %s, %s: %s\n", ranks, static_cast<long long>(t), name.c_str(),
-                    row.path.c_str(), row.note.empty() ? (std::to_string(row.seconds * 1e3) + " ms").c_str() : row.note.c_str());
+                    row.path.c_str(),
+                    row.note.empty() ? (std::to_string(row.seconds * 1e3) + " ms").c_str() : row.note.c_str());
         std::fflush(stdout);
         rows.push_back(row);
         bases.push_back(base);

@@ -97,12 +97,21 @@ void BM_weight_grad(benchmark::State& state) {
 }
 
 // Args: m, n, k, kind (0 bf16, 1 f32, 2 f32 with TF32).
-BENCHMARK(BM_gemm)->Args({8192, 8192, 8192, 0})->Args({4096, 4096, 4096, 0})->Args({4096, 4096, 4096, 1})
-    ->Args({4096, 4096, 4096, 2})->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_gemm)
+    ->Args({8192, 8192, 8192, 0})
+    ->Args({4096, 4096, 4096, 0})
+    ->Args({4096, 4096, 4096, 1})
+    ->Args({4096, 4096, 4096, 2})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
 // The same 8192^3 bf16 product timed in short bursts (one iteration of 10 products per repetition, after a
 // warm-up), closer to how the peer figure was taken (mean of 10 products after 3 warm-ups): sustained runs
 // (above, >= 0.5 s each) let the GPU reach its power limit and lower its clocks.
-BENCHMARK(BM_gemm)->Name("BM_gemm_burst")->Args({8192, 8192, 8192, 0})->Iterations(1)->UseManualTime()
+BENCHMARK(BM_gemm)
+    ->Name("BM_gemm_burst")
+    ->Args({8192, 8192, 8192, 0})
+    ->Iterations(1)
+    ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_gemm_batched)->UseManualTime()->Unit(benchmark::kMillisecond);
 // Arg: 0 unfused (the path before), 1 one GEMM with the epilogue.

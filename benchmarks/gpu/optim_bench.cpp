@@ -25,17 +25,17 @@ std::vector<Shape> gpt2_small_shapes() {
   const int64_t vocab = 50257, positions = 1024, width = 768, layers = 12;
   std::vector<Shape> shapes{{vocab, width}, {positions, width}};
   for (int64_t l = 0; l < layers; ++l) {
-    for (const Shape& s : std::vector<Shape>{{width},                 // ln_1 weight, bias
+    for (const Shape& s : std::vector<Shape>{{width},  // ln_1 weight, bias
                                              {width},
-                                             {width, 3 * width},      // attention qkv
+                                             {width, 3 * width},  // attention qkv
                                              {3 * width},
-                                             {width, width},          // attention output
+                                             {width, width},  // attention output
                                              {width},
-                                             {width},                 // ln_2 weight, bias
+                                             {width},  // ln_2 weight, bias
                                              {width},
-                                             {width, 4 * width},      // mlp in
+                                             {width, 4 * width},  // mlp in
                                              {4 * width},
-                                             {4 * width, width},      // mlp out
+                                             {4 * width, width},  // mlp out
                                              {width}}) {
       shapes.push_back(s);
     }

@@ -72,8 +72,8 @@ std::vector<Tensor> analytic_gradients(const GradcheckFn& fn, const std::vector<
 
 std::string GradcheckReport::str() const {
   std::ostringstream os;
-  os << (ok ? "gradcheck passed" : "gradcheck FAILED") << ": " << checked << " elements, max |analytic - numeric| = "
-     << max_abs_error;
+  os << (ok ? "gradcheck passed" : "gradcheck FAILED") << ": " << checked
+     << " elements, max |analytic - numeric| = " << max_abs_error;
   if (worst_index >= 0) {
     os << "; worst: input " << worst_input << " " << shape_str(worst_shape) << " element " << worst_index
        << " analytic=" << worst_analytic << " numeric=" << worst_numeric;

@@ -40,7 +40,7 @@ using GradcheckFn = std::function<std::vector<Tensor>(const std::vector<Tensor>&
 
 GradcheckReport gradcheck(const GradcheckFn& fn, const std::vector<Tensor>& inputs, GradcheckOptions options = {});
 // Convenience for single-output functions.
-GradcheckReport gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& fn, const std::vector<Tensor>& inputs,
-                          GradcheckOptions options = {});
+GradcheckReport gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& fn,
+                          const std::vector<Tensor>& inputs, GradcheckOptions options = {});
 
 }  // namespace cpf

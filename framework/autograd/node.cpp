@@ -122,15 +122,17 @@ SavedTensor::SavedTensor(const Tensor& t) {
 
 const Tensor& SavedTensor::unpack() const {
   CPF_CHECK(!data_.defined() || data_.version() == version_, "autograd: a tensor of shape ", data_.shape(),
-            " saved for the backward of '", current_backward_op(), "' was modified in place after it was saved (version ",
-            data_.version(), ", saved at version ", version_,
+            " saved for the backward of '", current_backward_op(),
+            "' was modified in place after it was saved (version ", data_.version(), ", saved at version ", version_,
             "); compute on a copy (clone) or make the change out of place");
   return data_;
 }
 
 FunctionNode::FunctionNode(std::string name, BackwardFn backward, std::vector<Edge> next_edges,
                            std::vector<InputMeta> meta, uint32_t num_outputs)
-    : Node(std::move(next_edges), std::move(meta), num_outputs), name_(std::move(name)), backward_(std::move(backward)) {}
+    : Node(std::move(next_edges), std::move(meta), num_outputs),
+      name_(std::move(name)),
+      backward_(std::move(backward)) {}
 
 std::vector<Tensor> FunctionNode::apply(const std::vector<Tensor>& grad_outputs) {
   CPF_CHECK(!released(), "autograd: trying to backward through the graph of '", name_,
@@ -196,11 +198,11 @@ Tensor record(const std::string& name, Tensor output, const std::vector<Tensor>&
 }
 
 Tensor record_source(const std::string& name, Tensor output, BackwardFn backward) {
-  CPF_CHECK(output.defined() && is_floating(output.dtype()),
-            "autograd::record_source(", name, "): the output must be a defined floating tensor, got ",
+  CPF_CHECK(output.defined() && is_floating(output.dtype()), "autograd::record_source(", name,
+            "): the output must be a defined floating tensor, got ",
             output.defined() ? dtype_name(output.dtype()) : "an undefined tensor");
-  auto node = std::make_shared<FunctionNode>(name, std::move(backward), std::vector<Edge>{}, std::vector<InputMeta>{},
-                                             1);
+  auto node =
+      std::make_shared<FunctionNode>(name, std::move(backward), std::vector<Edge>{}, std::vector<InputMeta>{}, 1);
   TensorImpl* impl = output.impl();
   impl->requires_grad = true;
   impl->grad_fn = std::move(node);

@@ -125,9 +125,9 @@ void apply_override(ConfigDocument& doc, const std::string& assignment) {
 
 struct ConfigReader::State {
   std::shared_ptr<ConfigDocument> doc;
-  std::vector<YAML::Node> nodes;      // current mapping stack
-  std::vector<std::string> prefix;    // key path of the stack
-  std::set<std::string> consumed;     // key paths read (leaves and sections)
+  std::vector<YAML::Node> nodes;                       // current mapping stack
+  std::vector<std::string> prefix;                     // key path of the stack
+  std::set<std::string> consumed;                      // key paths read (leaves and sections)
   std::map<std::string, std::set<std::string>> known;  // section path -> keys it accepts
   std::map<std::string, Location> locations;
 
@@ -208,28 +208,28 @@ void ConfigReader::fail(const std::string& path, const std::string& message) con
   throw ConfigError(location(path).str() + ": " + message);
 }
 
-#define CPF_CONFIG_READ_SCALAR(TYPE, CONVERT, EXPECTED)                                                          \
-  void ConfigReader::field(const std::string& key, TYPE& value, const std::string&, Range range) {             \
-    std::string path;                                                                                          \
-    const YAML::Node node = state_->take(key, path);                                                           \
-    if (!node.IsDefined()) return;                                                                             \
-    if (node.IsNull()) fail(path, no_value(path));                                                             \
-    const std::string text = scalar_text(node);                                                                \
-    TYPE parsed{};                                                                                             \
-    const std::string zero = leading_zero_problem(text);                                                       \
-    if (!zero.empty()) fail(path, path + "=" + text + ": " + zero);                                            \
-    try {                                                                                                      \
-      if (!node.IsScalar()) throw YAML::Exception(YAML::Mark::null_mark(), "");                                \
-      parsed = CONVERT;                                                                                        \
-    } catch (const YAML::Exception&) {                                                                         \
-      fail(path, path + "=" + text + ": expected " EXPECTED);                                                  \
-    }                                                                                                          \
-    const double as_double = static_cast<double>(parsed);                                                      \
-    if (!(as_double >= range.min && as_double <= range.max)) {                                                 \
-      fail(path, path + "=" + text + " is out of range [" + format_double(range.min) + ", " +                  \
-                     format_double(range.max) + "]");                                                          \
-    }                                                                                                          \
-    value = parsed;                                                                                            \
+#define CPF_CONFIG_READ_SCALAR(TYPE, CONVERT, EXPECTED)                                            \
+  void ConfigReader::field(const std::string& key, TYPE& value, const std::string&, Range range) { \
+    std::string path;                                                                              \
+    const YAML::Node node = state_->take(key, path);                                               \
+    if (!node.IsDefined()) return;                                                                 \
+    if (node.IsNull()) fail(path, no_value(path));                                                 \
+    const std::string text = scalar_text(node);                                                    \
+    TYPE parsed{};                                                                                 \
+    const std::string zero = leading_zero_problem(text);                                           \
+    if (!zero.empty()) fail(path, path + "=" + text + ": " + zero);                                \
+    try {                                                                                          \
+      if (!node.IsScalar()) throw YAML::Exception(YAML::Mark::null_mark(), "");                    \
+      parsed = CONVERT;                                                                            \
+    } catch (const YAML::Exception&) {                                                             \
+      fail(path, path + "=" + text + ": expected " EXPECTED);                                      \
+    }                                                                                              \
+    const double as_double = static_cast<double>(parsed);                                          \
+    if (!(as_double >= range.min && as_double <= range.max)) {                                     \
+      fail(path, path + "=" + text + " is out of range [" + format_double(range.min) + ", " +      \
+                     format_double(range.max) + "]");                                              \
+    }                                                                                              \
+    value = parsed;                                                                                \
   }
 
 CPF_CONFIG_READ_SCALAR(int64_t, node.as<int64_t>(), "an integer")

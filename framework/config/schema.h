@@ -42,8 +42,8 @@ using Choices = std::vector<std::pair<std::string, E>>;
 // Where a key came from: a file position, or a --set override.
 struct Location {
   std::string file;
-  int line = 0;    // 1-based; 0 when unknown
-  int column = 0;  // 1-based
+  int line = 0;               // 1-based; 0 when unknown
+  int column = 0;             // 1-based
   std::string override_text;  // "--set a.b=c" when set on the command line
   std::string str() const;
 };

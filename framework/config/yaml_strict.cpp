@@ -159,8 +159,7 @@ std::string leading_zero_problem(const std::string& text) {
   const size_t digits = (!text.empty() && (text[0] == '-' || text[0] == '+')) ? 1 : 0;
   if (text.size() < digits + 2 || text[digits] != '0' || text[digits + 1] < '0' || text[digits + 1] > '9') return "";
   const size_t nonzero = text.find_first_not_of('0', digits);
-  std::string decimal = text.substr(0, digits) +
-                        (nonzero == std::string::npos || text[nonzero] == '.' ? "0" : "") +
+  std::string decimal = text.substr(0, digits) + (nonzero == std::string::npos || text[nonzero] == '.' ? "0" : "") +
                         (nonzero == std::string::npos ? "" : text.substr(nonzero));
   return "a leading zero makes YAML read an integer as octal (010 is 8); write " + decimal + " without the zero";
 }
@@ -174,8 +173,9 @@ YAML::Node load_strict_yaml(const std::string& text, const std::string& name) {
     throw ConfigError(at(name, e.mark.line + 1, e.mark.column + 1) + ": invalid YAML: " + e.msg);
   }
   if (docs.empty() || (docs.size() == 1 && docs[0].IsNull())) {
-    throw ConfigError(name + ":1: the config is empty (no keys), so every default would train without a word; "
-                             "write the keys to set, or {} to train the defaults on purpose");
+    throw ConfigError(name +
+                      ":1: the config is empty (no keys), so every default would train without a word; "
+                      "write the keys to set, or {} to train the defaults on purpose");
   }
   if (docs.size() > 1) {
     int line = second_document_line(text);

@@ -33,8 +33,7 @@ std::string short_path(const std::string& file) {
   return file;
 }
 
-std::string compose(const std::string& file, int line, const std::string& condition,
-                    const std::string& message) {
+std::string compose(const std::string& file, int line, const std::string& condition, const std::string& message) {
   std::string out = message.empty() ? "check failed" : message;
   out += " [" + file + ":" + std::to_string(line);
   if (!condition.empty()) out += ": " + condition;

@@ -61,11 +61,11 @@ std::string shape_str(const std::vector<int64_t>& shape);
 
 }  // namespace cpf
 
-#define CPF_CHECK(cond, ...)                                                                     \
-  do {                                                                                           \
-    if (!(cond)) [[unlikely]] {                                                                  \
+#define CPF_CHECK(cond, ...)                                                              \
+  do {                                                                                    \
+    if (!(cond)) [[unlikely]] {                                                           \
       ::cpf::detail::throw_error(__FILE__, __LINE__, #cond, ::cpf::str_cat(__VA_ARGS__)); \
-    }                                                                                            \
+    }                                                                                     \
   } while (0)
 
 #define CPF_FAIL(...) ::cpf::detail::throw_error(__FILE__, __LINE__, "", ::cpf::str_cat(__VA_ARGS__))

@@ -20,10 +20,16 @@ void log(LogLevel level, const Args&... args) {
   if (level >= log_level()) log_message(level, str_cat(args...));
 }
 template <class... Args>
-void log_info(const Args&... args) { log(LogLevel::info, args...); }
+void log_info(const Args&... args) {
+  log(LogLevel::info, args...);
+}
 template <class... Args>
-void log_warn(const Args&... args) { log(LogLevel::warn, args...); }
+void log_warn(const Args&... args) {
+  log(LogLevel::warn, args...);
+}
 template <class... Args>
-void log_debug(const Args&... args) { log(LogLevel::debug, args...); }
+void log_debug(const Args&... args) {
+  log(LogLevel::debug, args...);
+}
 
 }  // namespace cpf

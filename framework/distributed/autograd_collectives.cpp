@@ -28,16 +28,15 @@ void check_differentiable_op(ReduceOp op, const char* name) {
 
 Tensor all_gather(const Tensor& x, int64_t dim, ProcessGroup& group) {
   Tensor y = group.all_gather(x, dim);
-  return autograd::record(
-      "dist::all_gather", y, {x},
-      [pg = group.shared_from_this(), dim, shape = x.shape(), out_shape = y.shape(), dtype = x.dtype(),
-       device = x.device()](const GradList& g) {
-        const Tensor grad = grad_or_zeros(g[0], out_shape, dtype, device);
-        // Each rank's out says how big its piece is (the ranks' sizes along dim may differ).
-        const Tensor gx = empty(shape, {.dtype = dtype, .device = device});
-        pg->reduce_scatter_async(grad, dim, ReduceOp::sum, gx)->wait();
-        return GradList{gx};
-      });
+  return autograd::record("dist::all_gather", y, {x},
+                          [pg = group.shared_from_this(), dim, shape = x.shape(), out_shape = y.shape(),
+                           dtype = x.dtype(), device = x.device()](const GradList& g) {
+                            const Tensor grad = grad_or_zeros(g[0], out_shape, dtype, device);
+                            // Each rank's out says how big its piece is (the ranks' sizes along dim may differ).
+                            const Tensor gx = empty(shape, {.dtype = dtype, .device = device});
+                            pg->reduce_scatter_async(grad, dim, ReduceOp::sum, gx)->wait();
+                            return GradList{gx};
+                          });
 }
 
 Tensor reduce_scatter(const Tensor& x, int64_t dim, ProcessGroup& group, ReduceOp op,
@@ -66,25 +65,24 @@ Tensor all_to_all(const Tensor& x, int64_t split_dim, int64_t concat_dim, Proces
 Tensor all_reduce(const Tensor& x, ProcessGroup& group, ReduceOp op) {
   check_differentiable_op(op, "all_reduce");
   Tensor y = group.all_reduce(x, op);
-  return autograd::record("dist::all_reduce", y, {x},
-                          [pg = group.shared_from_this(), op, shape = x.shape(), dtype = x.dtype(),
-                           device = x.device()](const GradList& g) {
-                            return GradList{pg->all_reduce(grad_or_zeros(g[0], shape, dtype, device), op)};
-                          });
+  return autograd::record(
+      "dist::all_reduce", y, {x},
+      [pg = group.shared_from_this(), op, shape = x.shape(), dtype = x.dtype(), device = x.device()](
+          const GradList& g) { return GradList{pg->all_reduce(grad_or_zeros(g[0], shape, dtype, device), op)}; });
 }
 
 Tensor send_recv(const Tensor& x, int dst, int src, ProcessGroup& group, int tag) {
   Tensor y = empty(x.shape(), {.dtype = x.dtype(), .device = x.device()});
   group.batch_p2p({P2POp::send(x, dst, tag), P2POp::recv(y, src, tag)});
-  return autograd::record("dist::send_recv", y, {x},
-                          [pg = group.shared_from_this(), dst, src, tag, shape = x.shape(), dtype = x.dtype(),
-                           device = x.device()](const GradList& g) {
-                            // The gradient travels the other way: y came from src, x went to dst.
-                            Tensor gx = empty(shape, {.dtype = dtype, .device = device});
-                            pg->batch_p2p({P2POp::send(grad_or_zeros(g[0], shape, dtype, device), src, tag),
-                                           P2POp::recv(gx, dst, tag)});
-                            return GradList{gx};
-                          });
+  return autograd::record(
+      "dist::send_recv", y, {x},
+      [pg = group.shared_from_this(), dst, src, tag, shape = x.shape(), dtype = x.dtype(),
+       device = x.device()](const GradList& g) {
+        // The gradient travels the other way: y came from src, x went to dst.
+        Tensor gx = empty(shape, {.dtype = dtype, .device = device});
+        pg->batch_p2p({P2POp::send(grad_or_zeros(g[0], shape, dtype, device), src, tag), P2POp::recv(gx, dst, tag)});
+        return GradList{gx};
+      });
 }
 
 Tensor send(const Tensor& x, int dst, ProcessGroup& group, int tag) {

@@ -21,8 +21,8 @@ int world_size_of(const ProcessGroupPtr& world) {
 MeshLayout::MeshLayout(int world_size, const MeshShape& shape) : world_(world_size) {
   CPF_CHECK(world_size >= 1, "DeviceMesh: the world size must be positive, got ", world_size);
   CPF_CHECK(shape.dp >= 0 && shape.cp >= 1 && shape.cp_a2a >= 0 && shape.cp_p2p >= 0,
-            "DeviceMesh: sizes must be positive (0 = derive dp, cp_a2a or cp_p2p), got dp=", shape.dp,
-            " cp=", shape.cp, " cp_a2a=", shape.cp_a2a, " cp_p2p=", shape.cp_p2p);
+            "DeviceMesh: sizes must be positive (0 = derive dp, cp_a2a or cp_p2p), got dp=", shape.dp, " cp=", shape.cp,
+            " cp_a2a=", shape.cp_a2a, " cp_p2p=", shape.cp_p2p);
   cp_ = shape.cp;
   if (shape.dp == 0) {
     CPF_CHECK(world_size % cp_ == 0, "DeviceMesh: cp=", cp_, " does not divide the world size ", world_size,
@@ -41,14 +41,13 @@ MeshLayout::MeshLayout(int world_size, const MeshShape& shape) : world_(world_si
     p2p_ = cp_;
   } else if (a2a_ == 0 || p2p_ == 0) {
     const int given = a2a_ == 0 ? p2p_ : a2a_;
-    CPF_CHECK(cp_ % given == 0, "DeviceMesh: ", a2a_ == 0 ? "cp_p2p=" : "cp_a2a=", given, " does not divide cp=",
-              cp_);
+    CPF_CHECK(cp_ % given == 0, "DeviceMesh: ", a2a_ == 0 ? "cp_p2p=" : "cp_a2a=", given, " does not divide cp=", cp_);
     (a2a_ == 0 ? a2a_ : p2p_) = cp_ / given;
   }
   CPF_CHECK(a2a_ * p2p_ == cp_, "DeviceMesh: cp_a2a=", a2a_, " x cp_p2p=", p2p_, " = ", a2a_ * p2p_,
             " does not match cp=", cp_);
-  CPF_CHECK(!shape.require_cp || cp_ > 1, "DeviceMesh: context parallelism was requested but cp=1 (world ",
-            world_size, " = dp ", dp_, " x cp ", cp_, "); set cp to the number of ranks that share a sequence");
+  CPF_CHECK(!shape.require_cp || cp_ > 1, "DeviceMesh: context parallelism was requested but cp=1 (world ", world_size,
+            " = dp ", dp_, " x cp ", cp_, "); set cp to the number of ranks that share a sequence");
   CPF_CHECK(!shape.hierarchical_cp || (a2a_ > 1 && p2p_ > 1),
             "DeviceMesh: hierarchical CP (a2a+p2p) needs cp_a2a > 1 and cp_p2p > 1, got ",
             sizes_str(dp_, cp_, a2a_, p2p_), "; with one level use plain a2a or p2p");
@@ -107,8 +106,7 @@ std::vector<std::vector<int>> MeshLayout::p2p_groups() const {
 
 std::string MeshLayout::str() const {
   std::ostringstream os;
-  os << "world " << world_ << " = dp " << dp_ << " x cp " << cp_ << " (cp = a2a " << a2a_ << " x p2p " << p2p_
-     << ")\n";
+  os << "world " << world_ << " = dp " << dp_ << " x cp " << cp_ << " (cp = a2a " << a2a_ << " x p2p " << p2p_ << ")\n";
   for (int d = 0; d < dp_; ++d) {
     os << "  dp " << d << ": [";
     for (int c = 0; c < cp_; ++c) {
@@ -121,9 +119,7 @@ std::string MeshLayout::str() const {
 }
 
 DeviceMesh::DeviceMesh(const ProcessGroupPtr& world, const MeshShape& shape)
-    : layout_(world_size_of(world), shape),
-      coord_(layout_.coord(world->rank())),
-      world_(world) {
+    : layout_(world_size_of(world), shape), coord_(layout_.coord(world->rank())), world_(world) {
   // Every rank creates every group, in the same order (new_group is collective over the world).
   const auto make = [&](const std::vector<std::vector<int>>& groups, const char* name) {
     ProcessGroupPtr mine;

@@ -24,7 +24,7 @@
 namespace cpf::dist {
 
 struct MeshShape {
-  int dp = 0;      // 0: world size / cp
+  int dp = 0;  // 0: world size / cp
   int cp = 1;
   int cp_a2a = 0;  // 0: cp / cp_p2p when cp_p2p is given, else 1 (plain p2p uses the whole cp group)
   int cp_p2p = 0;  // 0: cp / cp_a2a

@@ -52,12 +52,13 @@ std::vector<GradientBucketPlan> plan_gradient_buckets(const std::vector<Tensor>&
 
 GradientReducer::GradientReducer(std::vector<Tensor> params, ProcessGroupPtr group, GradientReducerOptions options)
     : params_(std::move(params)), group_(std::move(group)), options_(options) {
-  CPF_CHECK(group_ != nullptr, "GradientReducer: the process group is null (a rank outside the data-parallel "
+  CPF_CHECK(group_ != nullptr,
+            "GradientReducer: the process group is null (a rank outside the data-parallel "
             "group has no reducer)");
   const std::string where = "GradientReducer on " + group_->describe();
   CPF_CHECK(!params_.empty(), where, ": the parameter list is empty");
-  CPF_CHECK(options_.op == ReduceOp::sum || options_.op == ReduceOp::avg, where,
-            ": op must be sum or avg, got ", reduce_op_name(options_.op));
+  CPF_CHECK(options_.op == ReduceOp::sum || options_.op == ReduceOp::avg, where, ": op must be sum or avg, got ",
+            reduce_op_name(options_.op));
   CPF_CHECK(options_.bucket_bytes > 0, where, ": bucket_bytes must be positive, got ", options_.bucket_bytes);
   std::unordered_map<TensorImpl*, size_t> seen;
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -66,8 +67,8 @@ GradientReducer::GradientReducer(std::vector<Tensor> params, ProcessGroupPtr gro
     CPF_CHECK(p.is_leaf() && p.requires_grad(), where, ": parameter ", i, " of shape ", p.shape(),
               " must be a leaf that requires grad (only leaves get gradients)");
     CPF_CHECK(is_floating(p.dtype()), where, ": parameter ", i, " is ", p.dtype(), "; gradients are f32, f64 or bf16");
-    CPF_CHECK(p.device() == params_[0].device(), where, ": parameter ", i, " is on ", p.device(), " but parameter 0 is on ",
-              params_[0].device(), "; every parameter must be on this rank's device");
+    CPF_CHECK(p.device() == params_[0].device(), where, ": parameter ", i, " is on ", p.device(),
+              " but parameter 0 is on ", params_[0].device(), "; every parameter must be on this rank's device");
     const auto [it, inserted] = seen.emplace(p.impl(), i);
     CPF_CHECK(inserted, where, ": parameters ", it->second, " and ", i, " are the same tensor; pass each once");
   }
@@ -106,7 +107,7 @@ void GradientReducer::check_same_layout_on_every_rank() const {
   const std::vector<int64_t> mine = {static_cast<int64_t>(params_.size()), static_cast<int64_t>(plan_.size()), elements,
                                      std::bit_cast<int64_t>(layout.value), static_cast<int64_t>(options_.op)};
   const Tensor local = raw::to(from_vector<int64_t>(mine, {kFields}), params_[0].device());  // (kFields,)
-  const std::vector<int64_t> all = group_->all_gather(local, 0).to_vector<int64_t>();       // (n * kFields,)
+  const std::vector<int64_t> all = group_->all_gather(local, 0).to_vector<int64_t>();        // (n * kFields,)
   for (int r = 0; r < group_->size(); ++r) {
     const int64_t* theirs = all.data() + static_cast<size_t>(r) * kFields;
     if (std::equal(mine.begin(), mine.end(), theirs)) continue;
@@ -130,7 +131,7 @@ std::string GradientReducer::describe_bucket(size_t bucket) const {
   const GradientBucketPlan& plan = plan_[bucket];
   std::vector<int64_t> members(plan.params.begin(), plan.params.end());
   return str_cat("GradientReducer: bucket ", bucket, " of ", plan_.size(), " (", plan.dtype, ", ", plan.numel,
-                         " elements, parameters ", members, ") on ", group_->describe());
+                 " elements, parameters ", members, ") on ", group_->describe());
 }
 
 void GradientReducer::copy_into_bucket(size_t index) {

@@ -157,7 +157,8 @@ void launch(int n_ranks, const std::function<void(RankContext&)>& fn, const Laun
         threads.emplace_back(std::move(body));
       } catch (const std::exception& e) {
         world->abort(r, "could not start the thread of rank " + std::to_string(r) + " of " + std::to_string(n_ranks) +
-                            " (" + e.what() + "); lower the rank count (parallel.dp x parallel.cp) or raise the "
+                            " (" + e.what() +
+                            "); lower the rank count (parallel.dp x parallel.cp) or raise the "
                             "thread and memory limits (ulimit -u, ulimit -v)");
         break;
       }

@@ -27,14 +27,14 @@ namespace cpf::dist {
 struct RankContext {
   int rank = 0;
   int world_size = 1;
-  Device device;         // this rank's device: create its tensors here
+  Device device;          // this rank's device: create its tensors here
   ProcessGroupPtr world;  // this rank's handle on the world group
 };
 
 enum class DevicePolicy {
   automatic,  // cuda:(rank % device count) when a CUDA backend with devices is present, else cpu
   cpu,
-  cuda,       // cuda:(rank % device count); an error when there is no CUDA device
+  cuda,  // cuda:(rank % device count); an error when there is no CUDA device
 };
 
 enum class Backend {
@@ -46,7 +46,7 @@ const char* backend_name(Backend backend);
 struct LaunchOptions {
   std::chrono::milliseconds timeout = kDefaultTimeout;  // bound of every wait in every group
   DevicePolicy devices = DevicePolicy::automatic;
-  int omp_threads_per_rank = 0;  // 0: max(1, cores / n_ranks)
+  int omp_threads_per_rank = 0;       // 0: max(1, cores / n_ranks)
   Backend backend = Backend::thread;  // nccl implies DevicePolicy::cuda with rank r on cuda:r
 };
 

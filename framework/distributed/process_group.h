@@ -68,7 +68,7 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   // ---- identity ----
   virtual int rank() const = 0;  // in this group, 0..size-1
   virtual int size() const = 0;
-  virtual const std::string& name() const = 0;                // "world", "cp", ...
+  virtual const std::string& name() const = 0;               // "world", "cp", ...
   virtual const std::vector<int>& global_ranks() const = 0;  // world rank of each group rank
   int global_rank() const { return global_ranks()[static_cast<size_t>(rank())]; }
   virtual std::string backend() const = 0;  // "thread", "nccl"
@@ -116,8 +116,8 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   virtual WorkPtr do_all_reduce(const Tensor& input, ReduceOp op, const Tensor& out) = 0;
   virtual WorkPtr do_broadcast(const Tensor& input, int root, const Tensor& out) = 0;
   virtual WorkPtr do_all_gather(const Tensor& input, int64_t dim, const Tensor& out) = 0;
-  virtual WorkPtr do_reduce_scatter(const Tensor& input, int64_t dim, ReduceOp op, const Tensor& out,
-                                    int64_t out_size, const std::vector<int64_t>& splits) = 0;
+  virtual WorkPtr do_reduce_scatter(const Tensor& input, int64_t dim, ReduceOp op, const Tensor& out, int64_t out_size,
+                                    const std::vector<int64_t>& splits) = 0;
   virtual WorkPtr do_all_to_all(const Tensor& input, int64_t split_dim, int64_t concat_dim, const Tensor& out) = 0;
   virtual WorkPtr do_batch_p2p(const std::vector<P2POp>& ops) = 0;
   virtual WorkPtr do_barrier() = 0;

@@ -153,10 +153,10 @@ void TcpRendezvous::watch_loop() {
       if (peers_[r] < 0) continue;
       if (Clock::now() - heard[r] > heartbeat_timeout_) {
         const int silent = static_cast<int>(r);
-        const std::string reason = str_cat(
-            "nothing arrived on its rendezvous connection for ", seconds(heartbeat_timeout_),
-            " s while watching ranks send a heartbeat every ", seconds(heartbeat_interval_),
-            " s: its host vanished or its process stopped");
+        const std::string reason =
+            str_cat("nothing arrived on its rendezvous connection for ", seconds(heartbeat_timeout_),
+                    " s while watching ranks send a heartbeat every ", seconds(heartbeat_interval_),
+                    " s: its host vanished or its process stopped");
         peer_lost(silent, reason, str_cat("FAILED ", silent, " ", reason, "\n"));
         return;
       }
@@ -179,8 +179,7 @@ void TcpRendezvous::watch_loop() {
       }
       if (readers[ur].overflowed()) {
         const std::string reason = str_cat("its rendezvous connection sent more than ", kMaxWatchLine,
-                                                   " bytes without a newline: '",
-                                                   rdzv::escaped(readers[ur].pending()), "'");
+                                           " bytes without a newline: '", rdzv::escaped(readers[ur].pending()), "'");
         peer_lost(r, reason, str_cat("FAILED ", r, " ", reason, "\n"));
         return;
       }
@@ -225,8 +224,7 @@ bool TcpRendezvous::handle_line(int r, const std::string& line) {
   }
   // Not the protocol: that process is broken (an authenticated peer), so it counts as failed.
   const std::string reason =
-      str_cat("its rendezvous connection sent a line that is not part of the protocol: '",
-                      rdzv::escaped(line), "'");
+      str_cat("its rendezvous connection sent a line that is not part of the protocol: '", rdzv::escaped(line), "'");
   peer_lost(r, reason, str_cat("FAILED ", r, " ", reason, "\n"));
   return true;
 }
@@ -245,7 +243,7 @@ bool TcpRendezvous::send_heartbeat(Clock::time_point& next) {
   if (stuck.empty()) return true;
   const int r = stuck.front();
   const std::string reason = str_cat("its process does not read its rendezvous connection (a heartbeat ",
-                                             "could not be sent within ", seconds(kWatchSendTime), " s)");
+                                     "could not be sent within ", seconds(kWatchSendTime), " s)");
   peer_lost(r, reason, str_cat("FAILED ", r, " ", reason, "\n"));
   return false;
 }
@@ -272,9 +270,7 @@ void TcpRendezvous::send_failure(const std::string& reason) {
   send_to_open_peers(rank_ == 0 ? str_cat("FAILED 0 ", text, "\n") : "FAIL " + text + "\n", -1);
 }
 
-void TcpRendezvous::report_failure(const std::string& reason) {
-  send_failure("its process reported: " + reason);
-}
+void TcpRendezvous::report_failure(const std::string& reason) { send_failure("its process reported: " + reason); }
 
 TcpRendezvous::~TcpRendezvous() {
   {

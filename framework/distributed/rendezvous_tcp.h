@@ -126,7 +126,7 @@ class TcpRendezvous {
   std::thread watcher_;
   // Exceptions propagating on the thread that built this: more at destruction means it is unwound.
   const int uncaught_at_construction_;
-  bool joined_ = false;  // join() returned it (a join that throws is not a member's failure)
+  bool joined_ = false;              // join() returned it (a join that throws is not a member's failure)
   std::atomic<bool> failed_{false};  // this process sent its failure notice
   // Serialises sends from report_failure() and the watcher, and the watcher's closing of peers_.
   std::mutex send_mutex_;

@@ -43,16 +43,16 @@ std::string random_hex(size_t bytes) {
   return to_hex(buffer.data(), bytes);
 }
 
-std::string hello_mac(const std::string& token, std::string_view server_nonce, std::string_view client_nonce,
-                      int rank, int world_size) {
-  return hmac_sha256_hex(token, str_cat("cpformer-rendezvous-hello-v1\n", server_nonce, "\n", client_nonce,
-                                                "\n", rank, "\n", world_size));
+std::string hello_mac(const std::string& token, std::string_view server_nonce, std::string_view client_nonce, int rank,
+                      int world_size) {
+  return hmac_sha256_hex(
+      token, str_cat("cpformer-rendezvous-hello-v1\n", server_nonce, "\n", client_nonce, "\n", rank, "\n", world_size));
 }
 
-std::string answer_mac(const std::string& token, std::string_view server_nonce, std::string_view client_nonce,
-                       int rank, int world_size, std::string_view payload) {
-  return hmac_sha256_hex(token, str_cat("cpformer-rendezvous-answer-v1\n", server_nonce, "\n", client_nonce,
-                                                "\n", rank, "\n", world_size, "\n", payload));
+std::string answer_mac(const std::string& token, std::string_view server_nonce, std::string_view client_nonce, int rank,
+                       int world_size, std::string_view payload) {
+  return hmac_sha256_hex(token, str_cat("cpformer-rendezvous-answer-v1\n", server_nonce, "\n", client_nonce, "\n", rank,
+                                        "\n", world_size, "\n", payload));
 }
 
 bool macs_equal(std::string_view a, std::string_view b) {

@@ -16,11 +16,11 @@ constexpr size_t kMinTokenLength = 16;
 std::string random_hex(size_t bytes);
 
 // What a rank sends with its hello: proves the token to rank 0.
-std::string hello_mac(const std::string& token, std::string_view server_nonce, std::string_view client_nonce,
-                      int rank, int world_size);
+std::string hello_mac(const std::string& token, std::string_view server_nonce, std::string_view client_nonce, int rank,
+                      int world_size);
 // What rank 0 sends with the payload: proves the token, and binds the payload to this handshake.
-std::string answer_mac(const std::string& token, std::string_view server_nonce, std::string_view client_nonce,
-                       int rank, int world_size, std::string_view payload);
+std::string answer_mac(const std::string& token, std::string_view server_nonce, std::string_view client_nonce, int rank,
+                       int world_size, std::string_view payload);
 
 // Equal in time independent of where they differ (no timing oracle for the MAC).
 bool macs_equal(std::string_view a, std::string_view b);

@@ -125,9 +125,9 @@ bool HostJoin::accept_failed(int err) {
   accept_paused_until_ = Clock::now() + 100ms;
   if (accept_trouble_.empty()) {
     const bool fds = err == EMFILE || err == ENFILE;
-    accept_trouble_ = str_cat("rank 0 could not accept connections: ", std::strerror(err),
-                                      fds ? " (file descriptors exhausted: raise `ulimit -n`)" : "",
-                                      "; it retried every 100 ms");
+    accept_trouble_ =
+        str_cat("rank 0 could not accept connections: ", std::strerror(err),
+                fds ? " (file descriptors exhausted: raise `ulimit -n`)" : "", "; it retried every 100 ms");
     s_.log(str_cat(s_.where, ": ", accept_trouble_));
   }
   return false;
@@ -159,8 +159,7 @@ void HostJoin::serve(Pending& p) {
     return;
   }
   if (p.reader.overflowed()) {
-    drop(p, str_cat("sent more than ", kMaxHelloLine, " bytes without a newline: '",
-                            escaped(p.reader.pending()), "'"),
+    drop(p, str_cat("sent more than ", kMaxHelloLine, " bytes without a newline: '", escaped(p.reader.pending()), "'"),
          true);
     return;
   }
@@ -184,10 +183,10 @@ void HostJoin::on_hello(Pending& p, const std::string& line) {
     const std::string what = str_cat("rank ", *rank, " from ", p.peer);
     if (rejected_.size() < kListedRejections) rejected_.push_back(what);
     ++rejected_count_;
-    const std::string why = str_cat(
-        s_.where, ": rank 0 rejected the hello of ", what,
-        ": its proof of the token does not match (CPF_RENDEZVOUS_TOKEN differs between that rank and rank 0, "
-        "or is set on one of them only)");
+    const std::string why =
+        str_cat(s_.where, ": rank 0 rejected the hello of ", what,
+                ": its proof of the token does not match (CPF_RENDEZVOUS_TOKEN differs between that rank and rank 0, "
+                "or is set on one of them only)");
     log_closed(why);
     send_within(p.fd, "ERR " + why + "\n", Clock::now() + 200ms);
     close_fd(p.fd);
@@ -199,13 +198,13 @@ void HostJoin::on_hello(Pending& p, const std::string& line) {
 // A hello that proves the token comes from this job: a conflict is a launch error, fatal to all.
 void HostJoin::seat_or_fail(Pending& p, int rank, int size, const std::string& client_nonce) {
   if (size != world_) {
-    error_ = str_cat(s_.where, ": rank ", rank, " (", p.peer, ") says the world has ", size,
-                             " ranks but rank 0 has ", world_, " (WORLD_SIZE differs between processes)");
+    error_ = str_cat(s_.where, ": rank ", rank, " (", p.peer, ") says the world has ", size, " ranks but rank 0 has ",
+                     world_, " (WORLD_SIZE differs between processes)");
   } else if (rank <= 0 || rank >= world_) {
     error_ = str_cat(s_.where, ": a peer (", p.peer, ") says it is rank ", rank, ", not in 1..", world_ - 1);
   } else if (seats_[static_cast<size_t>(rank)].fd >= 0) {
-    error_ = str_cat(s_.where, ": two processes say they are rank ", rank, ": ",
-                             seats_[static_cast<size_t>(rank)].peer, " and ", p.peer, " (RANK differs between them?)");
+    error_ = str_cat(s_.where, ": two processes say they are rank ", rank, ": ", seats_[static_cast<size_t>(rank)].peer,
+                     " and ", p.peer, " (RANK differs between them?)");
   } else {
     seats_[static_cast<size_t>(rank)] = {p.fd, p.peer, p.nonce, client_nonce};
     p.fd = -1;
@@ -215,8 +214,7 @@ void HostJoin::seat_or_fail(Pending& p, int rank, int size, const std::string& c
 
 // Closes a connection that is not a rank of this job; the join goes on.
 void HostJoin::drop(Pending& p, const std::string& what, bool tell) {
-  log_closed(str_cat(s_.where, ": closed the connection from ", p.peer, ", which ", what,
-                             "; the rendezvous goes on"));
+  log_closed(str_cat(s_.where, ": closed the connection from ", p.peer, ", which ", what, "; the rendezvous goes on"));
   if (tell) send_within(p.fd, "ERR not a cpformer rendezvous hello\n", Clock::now());
   close_fd(p.fd);
 }
@@ -227,7 +225,7 @@ void HostJoin::log_closed(const std::string& message) {
     s_.log(message);
   } else if (closed_count_ % 100 == 0) {
     s_.log(str_cat(s_.where, ": ", closed_count_, " connections closed so far (the first ", kLoggedClosures,
-                           " were logged one by one)"));
+                   " were logged one by one)"));
   }
 }
 
@@ -248,16 +246,15 @@ std::string HostJoin::missing_message() const {
   for (int r = 1; r < world_; ++r) {
     if (seats_[static_cast<size_t>(r)].fd < 0) missing.push_back(r);
   }
-  std::string text =
-      str_cat(s_.where, ": ranks ", missing, " of ", world_, " did not arrive within the timeout of ",
-                      seconds_of(s_.options.timeout), " s (rank 0 listened on ", bound_,
-                      "; did they start, with the same MASTER_ADDR and MASTER_PORT?)");
-  const bool local_name = s_.options.host == "localhost" || s_.options.host.rfind("127.", 0) == 0 ||
-                          s_.options.host == "::1";
+  std::string text = str_cat(s_.where, ": ranks ", missing, " of ", world_, " did not arrive within the timeout of ",
+                             seconds_of(s_.options.timeout), " s (rank 0 listened on ", bound_,
+                             "; did they start, with the same MASTER_ADDR and MASTER_PORT?)");
+  const bool local_name =
+      s_.options.host == "localhost" || s_.options.host.rfind("127.", 0) == 0 || s_.options.host == "::1";
   if (s_.endpoints.front().loopback && !local_name && s_.options.bind.empty()) {
     text += str_cat("; '", s_.options.host, "' resolves to a loopback address on rank 0's host, which ",
-                            "ranks on other hosts cannot reach: set MASTER_ADDR to an address they reach, or ",
-                            "CPF_RENDEZVOUS_BIND=0.0.0.0");
+                    "ranks on other hosts cannot reach: set MASTER_ADDR to an address they reach, or ",
+                    "CPF_RENDEZVOUS_BIND=0.0.0.0");
   }
   if (!rejected_.empty()) {
     text += "; hellos rejected for a token that does not match: ";

@@ -34,7 +34,7 @@ class PeerJoin {
   const JoinSetup& s_;
   const int rank_;
   std::string why_ = "no attempt";  // the last reason an attempt did not join
-  std::string closed_;  // set when rank 0 once closed a connection before answering (did it fail?)
+  std::string closed_;              // set when rank 0 once closed a connection before answering (did it fail?)
   IoStatus last_status_ = IoStatus::ok;
 };
 
@@ -47,8 +47,8 @@ int PeerJoin::run(std::string& payload, std::string& leftover) {
     }
     std::this_thread::sleep_for(50ms);
   }
-  CPF_FAIL(s_.where, ": rank ", rank_, " could not reach rank 0 within the timeout of ",
-           seconds_of(s_.options.timeout), " s (last error: ", why_,
+  CPF_FAIL(s_.where, ": rank ", rank_, " could not reach rank 0 within the timeout of ", seconds_of(s_.options.timeout),
+           " s (last error: ", why_,
            closed_.empty() || closed_ == why_ ? "" : "; earlier, " + closed_ + ": did rank 0 fail?",
            "); is rank 0 running, and do all ranks use the same MASTER_ADDR and MASTER_PORT?");
 }
@@ -110,11 +110,12 @@ Attempt PeerJoin::take_answer(int fd, LineReader& reader, const std::string& ser
             "' (expected 'OK <size up to ", kMaxPayload, "> <proof>')");
   std::optional<std::string> bytes =
       read_bytes_within(fd, reader, static_cast<size_t>(*size), s_.deadline + kAnswerGrace, last_status_);
-  CPF_CHECK(bytes.has_value(), s_.where, ": rank ", rank_, " lost the connection to rank 0 while receiving the payload");
+  CPF_CHECK(bytes.has_value(), s_.where, ": rank ", rank_,
+            " lost the connection to rank 0 while receiving the payload");
   const std::string expected =
       answer_mac(s_.options.token, server_nonce, client_nonce, rank_, s_.options.world_size, *bytes);
-  CPF_CHECK(macs_equal(expected, w[2]), s_.where, ": rank 0's answer does not prove the token: ",
-            "CPF_RENDEZVOUS_TOKEN differs between rank ", rank_,
+  CPF_CHECK(macs_equal(expected, w[2]), s_.where,
+            ": rank 0's answer does not prove the token: ", "CPF_RENDEZVOUS_TOKEN differs between rank ", rank_,
             " and rank 0 (or is set on one of them only), or the process on that port is not this job's rank 0");
   payload = std::move(*bytes);
   return Attempt::joined;

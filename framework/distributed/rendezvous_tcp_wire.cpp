@@ -219,8 +219,8 @@ int listen_on(const std::vector<Endpoint>& endpoints, const std::string& context
     const int err = errno;
     ::close(fd);
     failures += str_cat(failures.empty() ? "" : "; ", e.text, ": ", std::strerror(err),
-                                err == EADDRINUSE ? " (another job uses it: pick another MASTER_PORT)" : "",
-                                err == EADDRNOTAVAIL ? " (not an address of this host: check MASTER_ADDR)" : "");
+                        err == EADDRINUSE ? " (another job uses it: pick another MASTER_PORT)" : "",
+                        err == EADDRNOTAVAIL ? " (not an address of this host: check MASTER_ADDR)" : "");
   }
   CPF_FAIL(context, ": rank 0 cannot listen: ", failures);
 }

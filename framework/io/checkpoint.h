@@ -29,11 +29,11 @@
 namespace cpf::io {
 
 struct CheckpointMeta {
-  int64_t step = 0;          // optimizer steps completed when the checkpoint was taken (>= 0)
-  uint64_t rng_seed = 0;     // Generator::seed() / offset() to restore with set_state
+  int64_t step = 0;       // optimizer steps completed when the checkpoint was taken (>= 0)
+  uint64_t rng_seed = 0;  // Generator::seed() / offset() to restore with set_state
   uint64_t rng_offset = 0;
-  int64_t data_cursor = 0;   // the data loader's position (its own unit: samples, tokens, batches)
-  std::string config_hash;   // identifies the training config; resume refuses a different one
+  int64_t data_cursor = 0;                   // the data loader's position (its own unit: samples, tokens, batches)
+  std::string config_hash;                   // identifies the training config; resume refuses a different one
   std::map<std::string, std::string> extra;  // anything else the trainer wants back (strings)
   // Filled in by save and read back by load: the optimizer's name ("" for weights only) and steps.
   std::string optimizer_name;

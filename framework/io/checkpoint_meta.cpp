@@ -26,9 +26,8 @@ std::string canonical_checksum(json j) {
 bool is_checksum_text(const json& v) {
   if (!v.is_string()) return false;
   const std::string s = v.get<std::string>();
-  return s.size() == 16 && std::all_of(s.begin(), s.end(), [](char c) {
-           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
-         });
+  return s.size() == 16 &&
+         std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
 }
 
 // "checksums": {"model.safetensors": {"fc1.weight": "<16 hex digits>", ...}, ...}
@@ -113,8 +112,8 @@ std::string checkpoint_meta_json(const CheckpointMetaFile& file) {
   j["rng_offset"] = m.rng_offset;
   j["data_cursor"] = m.data_cursor;
   j["config_hash"] = m.config_hash;
-  j["optimizer"] = m.optimizer_name.empty() ? json(nullptr)
-                                            : json{{"name", m.optimizer_name}, {"step_count", m.optimizer_step}};
+  j["optimizer"] =
+      m.optimizer_name.empty() ? json(nullptr) : json{{"name", m.optimizer_name}, {"step_count", m.optimizer_step}};
   j["files"] = file.file_sizes;
   j["extra"] = m.extra;
   j["checksum_algorithm"] = kChecksumAlgorithm;

@@ -20,8 +20,8 @@ inline constexpr int64_t kCheckpointVersionWithoutChecksums = 1;
 struct CheckpointMetaFile {
   CheckpointMeta meta;
   int64_t version = kCheckpointVersion;
-  std::map<std::string, uint64_t> file_sizes;            // file name -> bytes
-  std::map<std::string, TensorChecksums> checksums;      // file name -> tensor -> checksum (version 2)
+  std::map<std::string, uint64_t> file_sizes;        // file name -> bytes
+  std::map<std::string, TensorChecksums> checksums;  // file name -> tensor -> checksum (version 2)
   bool has_checksums() const { return version >= 2; }
 };
 

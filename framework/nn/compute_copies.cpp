@@ -40,9 +40,9 @@ Tensor ComputeCopies::find(const Tensor& param, DType dtype) const {
   if (!param.defined() || param.numel() == 0 || param.dtype() == dtype) return Tensor();
   const std::lock_guard<std::mutex> lock(mutex_);
   auto it = entries_.find(param.raw_data());
-  const bool valid = it != entries_.end() && it->second.param.is_same(param) &&
-                     it->second.version == param.version() && it->second.copy.dtype() == dtype &&
-                     it->second.copy.shape() == param.shape() && it->second.copy.device() == param.device();
+  const bool valid = it != entries_.end() && it->second.param.is_same(param) && it->second.version == param.version() &&
+                     it->second.copy.dtype() == dtype && it->second.copy.shape() == param.shape() &&
+                     it->second.copy.device() == param.device();
   if (valid) return it->second.copy;
   wanted_.insert(param.raw_data());
   return Tensor();

@@ -11,8 +11,9 @@
 // the compute dtype (not the f32 norms or an untied embedding table) in one raw::to_many call (one launch
 // per 64 tensors on a device). A copy is valid while its parameter's storage version is the one it was
 // made from: the optimizer's in-place update (or a checkpoint load, or Module::to) bumps the version, so a
-// refresh converts exactly the wanted parameters that changed, and a stale copy is never used. Copies are new tensors at every refresh, never written in
-// place, so a graph that saved one (the linear op keeps its bf16 weight for dX) stays correct.
+// refresh converts exactly the wanted parameters that changed, and a stale copy is never used. Copies are new tensors
+// at every refresh, never written in place, so a graph that saved one (the linear op keeps its bf16 weight for dX)
+// stays correct.
 #include <cstdint>
 #include <mutex>
 #include <unordered_map>
@@ -40,7 +41,7 @@ class ComputeCopies {
     uint64_t version = 0;
     Tensor copy;
   };
-  mutable std::mutex mutex_;  // forwards of one model on several threads share the copies
+  mutable std::mutex mutex_;                        // forwards of one model on several threads share the copies
   std::unordered_map<const void*, Entry> entries_;  // keyed by the parameter's data address
   mutable std::unordered_set<const void*> wanted_;  // data addresses looked up without a valid copy
   int64_t conversions_ = 0;

@@ -8,8 +8,9 @@
 namespace cpf::nn {
 
 Embedding::Embedding(const EmbeddingOptions& options, Generator* gen) : options_(options) {
-  CPF_CHECK(options.num_embeddings > 0 && options.embedding_dim > 0, "Embedding: num_embeddings=",
-            options.num_embeddings, " and embedding_dim=", options.embedding_dim, " must be positive");
+  CPF_CHECK(options.num_embeddings > 0 && options.embedding_dim > 0,
+            "Embedding: num_embeddings=", options.num_embeddings, " and embedding_dim=", options.embedding_dim,
+            " must be positive");
   CPF_CHECK(std::isfinite(options.init_std) && options.init_std > 0, "Embedding: init_std=", options.init_std,
             " must be positive and finite");
   CPF_CHECK(is_floating(options.dtype), "Embedding: dtype must be floating, got ", options.dtype);

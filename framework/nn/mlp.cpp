@@ -2,15 +2,13 @@
 
 #include <cmath>
 
-#include "framework/autograd/ops.h"
 #include "framework/autograd/functions/linear_cat.h"
+#include "framework/autograd/ops.h"
 #include "framework/tensor/profile.h"
 
 namespace cpf::nn {
 
-const char* activation_name(Activation activation) {
-  return activation == Activation::gelu ? "gelu" : "swiglu";
-}
+const char* activation_name(Activation activation) { return activation == Activation::gelu ? "gelu" : "swiglu"; }
 
 MLP::MLP(const MLPOptions& options, Generator* gen) : options_(options) {
   const MLPOptions& o = options_;

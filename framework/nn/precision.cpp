@@ -25,8 +25,8 @@ std::string precision_name(DType compute) {
 void check_precision(const Precision& p, const char* op) {
   CPF_CHECK(is_floating(p.param) && p.param != DType::bf16 && is_floating(p.compute), op,
             ": parameters must be f32 or f64 and compute floating: param=", p.param, " compute=", p.compute);
-  CPF_CHECK(p.compute == p.param || (p.param == DType::f32 && p.compute == DType::bf16), op,
-            ": compute dtype ", p.compute, " with ", p.param,
+  CPF_CHECK(p.compute == p.param || (p.param == DType::f32 && p.compute == DType::bf16), op, ": compute dtype ",
+            p.compute, " with ", p.param,
             " parameters is not supported; use the parameters' dtype, or bf16 compute with f32 parameters");
 }
 

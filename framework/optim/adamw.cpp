@@ -12,8 +12,8 @@ void validate(const AdamWOptions& o) {
   CPF_CHECK(o.beta1 >= 0 && o.beta1 < 1, "adamw: beta1 must be in [0, 1), got ", o.beta1);
   CPF_CHECK(o.beta2 >= 0 && o.beta2 < 1, "adamw: beta2 must be in [0, 1), got ", o.beta2);
   CPF_CHECK(std::isfinite(o.eps) && o.eps > 0, "adamw: eps must be finite and > 0, got ", o.eps);
-  CPF_CHECK(std::isfinite(o.weight_decay) && o.weight_decay >= 0,
-            "adamw: weight_decay must be finite and >= 0, got ", o.weight_decay);
+  CPF_CHECK(std::isfinite(o.weight_decay) && o.weight_decay >= 0, "adamw: weight_decay must be finite and >= 0, got ",
+            o.weight_decay);
 }
 
 namespace {

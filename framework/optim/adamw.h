@@ -16,12 +16,12 @@ namespace cpf::optim {
 
 // Fields are the YAML keys of the `optimizer:` section (docs/optim.md).
 struct AdamWOptions {
-  double lr = 6e-4;          // peak learning rate; a schedule overrides it every step via set_lr
-  double beta1 = 0.9;        // in [0, 1)
-  double beta2 = 0.95;       // in [0, 1)
-  double eps = 1e-8;         // > 0
-  double weight_decay = 0.1; // >= 0, decoupled (multiplied by lr)
-  bool decay_all = false;    // also decay norms, biases, embeddings and 1-D tensors
+  double lr = 6e-4;           // peak learning rate; a schedule overrides it every step via set_lr
+  double beta1 = 0.9;         // in [0, 1)
+  double beta2 = 0.95;        // in [0, 1)
+  double eps = 1e-8;          // > 0
+  double weight_decay = 0.1;  // >= 0, decoupled (multiplied by lr)
+  bool decay_all = false;     // also decay norms, biases, embeddings and 1-D tensors
 };
 
 // Throws naming the first invalid field.

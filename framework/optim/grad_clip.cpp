@@ -85,7 +85,9 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm) {
   if (norm > max_norm) scale_all(grads, max_norm / (norm + 1e-6));
   return norm;
 }
-double clip_grad_norm_(const NamedTensors& params, double max_norm) { return clip_grad_norm_(handles(params), max_norm); }
+double clip_grad_norm_(const NamedTensors& params, double max_norm) {
+  return clip_grad_norm_(handles(params), max_norm);
+}
 
 void scale_grads_(const std::vector<Tensor>& params, double factor) {
   CPF_CHECK(std::isfinite(factor), "scale_grads_: factor must be finite, got ", factor);

@@ -29,8 +29,8 @@ void validate(const LrScheduleOptions& o) {
   if (o.decay == LrDecay::constant) return;
   CPF_CHECK(std::isfinite(o.min_lr) && o.min_lr >= 0, "lr_schedule: min_lr must be finite and >= 0, got ", o.min_lr);
   CPF_CHECK(o.min_lr <= o.lr, "lr_schedule: min_lr=", o.min_lr, " must not exceed the peak lr=", o.lr);
-  CPF_CHECK(o.total_steps > 0, "lr_schedule: total_steps must be > 0 for ", lr_decay_name(o.decay),
-            " decay, got ", o.total_steps);
+  CPF_CHECK(o.total_steps > 0, "lr_schedule: total_steps must be > 0 for ", lr_decay_name(o.decay), " decay, got ",
+            o.total_steps);
   CPF_CHECK(o.warmup_steps <= o.total_steps, "lr_schedule: warmup_steps=", o.warmup_steps,
             " must not exceed total_steps=", o.total_steps);
 }

@@ -24,10 +24,10 @@ LrDecay lr_decay_from_name(const std::string& name);
 // Fields are the YAML keys of the `lr_schedule:` section (docs/optim.md).
 struct LrScheduleOptions {
   LrDecay decay = LrDecay::cosine;
-  double lr = 6e-4;           // peak, reached at the end of warmup; finite, >= 0
-  double min_lr = 6e-5;       // floor reached at total_steps; in [0, lr] (unused by constant)
-  int64_t warmup_steps = 0;   // >= 0; <= total_steps when decaying
-  int64_t total_steps = 0;    // > 0 when decaying (steps of the whole run); ignored by constant
+  double lr = 6e-4;          // peak, reached at the end of warmup; finite, >= 0
+  double min_lr = 6e-5;      // floor reached at total_steps; in [0, lr] (unused by constant)
+  int64_t warmup_steps = 0;  // >= 0; <= total_steps when decaying
+  int64_t total_steps = 0;   // > 0 when decaying (steps of the whole run); ignored by constant
 };
 
 // Throws naming the first invalid field or combination.

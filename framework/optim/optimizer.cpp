@@ -145,8 +145,8 @@ void Optimizer::validate_state(const NamedTensors& tensors) const {
               " but the optimizer keeps ", live.dtype());
     given.erase(it);
   }
-  CPF_CHECK(given.empty(), name_, ": unexpected state tensor '", given.empty() ? "" : given.begin()->first,
-            "' (", given.size(), " not matching any parameter and slot)");
+  CPF_CHECK(given.empty(), name_, ": unexpected state tensor '", given.empty() ? "" : given.begin()->first, "' (",
+            given.size(), " not matching any parameter and slot)");
 }
 
 void Optimizer::load_state(const NamedTensors& tensors, int64_t step_count) {

@@ -76,8 +76,8 @@ class Optimizer {
   // One parameter's update. `param` and `grad` are in the compute dtype (f32 for bf16 parameters,
   // already widened: the caller rounds `param` back), `state` holds one tensor per slot. `step` is the
   // 1-based number of the step being taken.
-  virtual void update(const Tensor& param, const Tensor& grad, const std::vector<Tensor>& state,
-                      double weight_decay, int64_t step) = 0;
+  virtual void update(const Tensor& param, const Tensor& grad, const std::vector<Tensor>& state, double weight_decay,
+                      int64_t step) = 0;
 
   // One parameter of a step as step() hands it to update_fused: the parameter and gradient in their own
   // dtype (not widened), its state tensors and its group's weight decay.

@@ -14,11 +14,11 @@ namespace cpf::optim {
 
 // Fields are the YAML keys of the `optimizer:` section (docs/optim.md).
 struct SGDOptions {
-  double lr = 0.01;            // >= 0
-  double momentum = 0.9;       // in [0, 1)
-  bool nesterov = false;       // needs momentum > 0
-  double weight_decay = 0.0;   // >= 0, coupled: added to the gradient
-  bool decay_all = false;      // also decay norms, biases, embeddings and 1-D tensors
+  double lr = 0.01;           // >= 0
+  double momentum = 0.9;      // in [0, 1)
+  bool nesterov = false;      // needs momentum > 0
+  double weight_decay = 0.0;  // >= 0, coupled: added to the gradient
+  bool decay_all = false;     // also decay norms, biases, embeddings and 1-D tensors
 };
 
 // Throws naming the first invalid field.

@@ -11,7 +11,7 @@ struct bfloat16 {
 
   bfloat16() = default;
   bfloat16(float value) : bits(round_from_float(value)) {}  // NOLINT: implicit like a float type
-  operator float() const {                                   // NOLINT
+  operator float() const {                                  // NOLINT
     const uint32_t wide = static_cast<uint32_t>(bits) << 16;
     float out;
     std::memcpy(&out, &wide, sizeof(out));

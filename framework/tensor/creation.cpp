@@ -7,8 +7,7 @@
 namespace cpf {
 
 Tensor make_tensor(std::shared_ptr<Storage> storage, Shape shape, Shape strides, int64_t offset, DType dtype) {
-  CPF_CHECK(shape.size() == strides.size(), "make_tensor: shape ", shape, " and strides ", strides,
-            " differ in rank");
+  CPF_CHECK(shape.size() == strides.size(), "make_tensor: shape ", shape, " and strides ", strides, " differ in rank");
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = std::move(storage);
   impl->shape = std::move(shape);

@@ -14,8 +14,8 @@ Device Device::parse(const std::string& text) {
     const char* begin = text.data() + 5;
     const char* end = text.data() + text.size();
     const auto result = std::from_chars(begin, end, index);
-    CPF_CHECK(result.ec == std::errc() && result.ptr == end && index >= 0,
-              "invalid device '", text, "': the index after 'cuda:' must be a non-negative integer");
+    CPF_CHECK(result.ec == std::errc() && result.ptr == end && index >= 0, "invalid device '", text,
+              "': the index after 'cuda:' must be a non-negative integer");
     return cuda(index);
   }
   CPF_FAIL("invalid device '", text, "' (expected 'cpu', 'cuda' or 'cuda:N')");

@@ -44,10 +44,10 @@ enum class DeviceGemmEpilogue {
 };
 struct DeviceGemmArgs {
   DeviceGemmEpilogue epilogue = DeviceGemmEpilogue::none;
-  Tensor bias;       // gelu: (N) of out's dtype, contiguous, 16-byte aligned; or undefined
-  Tensor aux;        // gelu: written, dgelu: read; (M, N) contiguous of out's dtype
-  Tensor bias_grad;  // written, of out's dtype, or undefined: dgelu: (N) column sums of out;
-                     // none: (M) row sums of a (the bias gradient beside a weight-gradient GEMM)
+  Tensor bias;              // gelu: (N) of out's dtype, contiguous, 16-byte aligned; or undefined
+  Tensor aux;               // gelu: written, dgelu: read; (M, N) contiguous of out's dtype
+  Tensor bias_grad;         // written, of out's dtype, or undefined: dgelu: (N) column sums of out;
+                            // none: (M) row sums of a (the bias gradient beside a weight-gradient GEMM)
   bool accumulate = false;  // none only: out += p (out already holds a value)
 };
 
@@ -67,10 +67,10 @@ struct DeviceAdamW {
 enum class DeviceIndexKind { index, embedding_id, target };
 struct DeviceIndexCheck {
   DeviceIndexKind kind = DeviceIndexKind::index;
-  const char* op = "";  // a string literal: the message is built after the call returns
-  Tensor index;         // contiguous i32/i64; its shape gives the position in the message
-  int64_t bound = 0;    // valid values: 0 <= v < bound
-  int64_t dim = 0;      // index kind: the dim indexed
+  const char* op = "";      // a string literal: the message is built after the call returns
+  Tensor index;             // contiguous i32/i64; its shape gives the position in the message
+  int64_t bound = 0;        // valid values: 0 <= v < bound
+  int64_t dim = 0;          // index kind: the dim indexed
   bool has_ignore = false;  // target kind: ignore_index is allowed too
   int64_t ignore_index = 0;
 };
@@ -139,7 +139,8 @@ struct DeviceOps {
   // dtype. x, weight, bias (or undefined), x1 of one dtype; branch of x's dtype or bf16, or undefined (no add:
   // x1 undefined); y of x's dtype or bf16; mean (centered only), rstd in the compute dtype. All contiguous.
   void (*add_norm)(bool centered, const Tensor& x1, const Tensor& y, const Tensor& mean, const Tensor& rstd,
-                   const Tensor& x, const Tensor& branch, const Tensor& weight, const Tensor& bias, double eps) = nullptr;
+                   const Tensor& x, const Tensor& branch, const Tensor& weight, const Tensor& bias,
+                   double eps) = nullptr;
   // dx (x1's dtype) = grad_x1 (undefined: 0) + the norm's input gradient of grad_y (y's dtype); dbranch (its
   // dtype, or undefined) = dx converted; dweight, dbias (x1's dtype, or undefined) summed as for norm_backward.
   void (*add_norm_backward)(bool centered, const Tensor& dx, const Tensor& dbranch, const Tensor& dweight,

@@ -18,14 +18,34 @@ inline bool is_floating(DType dtype) { return dtype == DType::f32 || dtype == DT
 inline bool is_integral(DType dtype) { return dtype == DType::i32 || dtype == DType::i64 || dtype == DType::boolean; }
 std::ostream& operator<<(std::ostream& os, DType dtype);
 
-template <class T> struct dtype_of;
-template <> struct dtype_of<float> { static constexpr DType value = DType::f32; };
-template <> struct dtype_of<double> { static constexpr DType value = DType::f64; };
-template <> struct dtype_of<bfloat16> { static constexpr DType value = DType::bf16; };
-template <> struct dtype_of<int32_t> { static constexpr DType value = DType::i32; };
-template <> struct dtype_of<int64_t> { static constexpr DType value = DType::i64; };
-template <> struct dtype_of<bool> { static constexpr DType value = DType::boolean; };
-template <class T> inline constexpr DType dtype_v = dtype_of<T>::value;
+template <class T>
+struct dtype_of;
+template <>
+struct dtype_of<float> {
+  static constexpr DType value = DType::f32;
+};
+template <>
+struct dtype_of<double> {
+  static constexpr DType value = DType::f64;
+};
+template <>
+struct dtype_of<bfloat16> {
+  static constexpr DType value = DType::bf16;
+};
+template <>
+struct dtype_of<int32_t> {
+  static constexpr DType value = DType::i32;
+};
+template <>
+struct dtype_of<int64_t> {
+  static constexpr DType value = DType::i64;
+};
+template <>
+struct dtype_of<bool> {
+  static constexpr DType value = DType::boolean;
+};
+template <class T>
+inline constexpr DType dtype_v = dtype_of<T>::value;
 
 // Calls fn.template operator()<T>() with T the C++ type of `dtype`:
 //   visit_dtype(t.dtype(), [&]<class T>() { ... });

@@ -92,8 +92,8 @@ bool enabled() { return g_enabled.load(std::memory_order_relaxed); }
 void register_device_hooks(DeviceType type, const DeviceHooks& h) {
   CPF_CHECK(static_cast<size_t>(type) < kDeviceTypes, "profile::register_device_hooks: unknown device type ",
             static_cast<int>(type));
-  CPF_CHECK((h.timer_start == nullptr) ==
-                    (h.timer_stop == nullptr) && (h.timer_start == nullptr) == (h.timer_elapsed_ms == nullptr) &&
+  CPF_CHECK((h.timer_start == nullptr) == (h.timer_stop == nullptr) &&
+                (h.timer_start == nullptr) == (h.timer_elapsed_ms == nullptr) &&
                 (h.timer_start == nullptr) == (h.timer_release == nullptr),
             "profile::register_device_hooks: the four timer hooks come together (all set or all null)");
   std::lock_guard<std::mutex> lock(table().mutex);

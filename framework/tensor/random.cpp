@@ -67,12 +67,13 @@ Tensor uniform(const Shape& shape, double low, double high, TensorOptions option
                 [=](const PhiloxBlock&) { return low; });
   }
   const DType dtype = options.dtype;
-  return draw(shape, options, gen, {.op = DeviceRandomOp::uniform, .a = low, .b = high}, [=](const PhiloxBlock& b) {
-    return below_high(low + (high - low) * uniform_double(b), high, dtype);
-  });
+  return draw(shape, options, gen, {.op = DeviceRandomOp::uniform, .a = low, .b = high},
+              [=](const PhiloxBlock& b) { return below_high(low + (high - low) * uniform_double(b), high, dtype); });
 }
 
-Tensor rand(const Shape& shape, TensorOptions options, Generator* gen) { return uniform(shape, 0.0, 1.0, options, gen); }
+Tensor rand(const Shape& shape, TensorOptions options, Generator* gen) {
+  return uniform(shape, 0.0, 1.0, options, gen);
+}
 
 Tensor normal(const Shape& shape, double mean, double stddev, TensorOptions options, Generator* gen) {
   CPF_CHECK(stddev >= 0, "normal: stddev=", stddev, " must be non-negative");
@@ -80,7 +81,9 @@ Tensor normal(const Shape& shape, double mean, double stddev, TensorOptions opti
               [=](const PhiloxBlock& b) { return mean + stddev * normal_double(b); });
 }
 
-Tensor randn(const Shape& shape, TensorOptions options, Generator* gen) { return normal(shape, 0.0, 1.0, options, gen); }
+Tensor randn(const Shape& shape, TensorOptions options, Generator* gen) {
+  return normal(shape, 0.0, 1.0, options, gen);
+}
 
 Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions options, Generator* gen) {
   CPF_CHECK(low < high, "randint: empty range [", low, ", ", high, ")");

@@ -23,8 +23,8 @@ int64_t shape_numel(const Shape& shape) {
 int64_t normalize_dim(int64_t dim, int64_t ndim, const char* op) {
   const int64_t lo = ndim > 0 ? -ndim : -1;
   const int64_t hi = ndim > 0 ? ndim - 1 : 0;
-  CPF_CHECK(dim >= lo && dim <= hi, op, ": dim ", dim, " out of range for a tensor of rank ", ndim, " (expected ",
-            lo, "..", hi, ")");
+  CPF_CHECK(dim >= lo && dim <= hi, op, ": dim ", dim, " out of range for a tensor of rank ", ndim, " (expected ", lo,
+            "..", hi, ")");
   return dim < 0 ? dim + std::max<int64_t>(ndim, 1) : dim;
 }
 
@@ -34,8 +34,8 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
   for (size_t i = 0; i < n; ++i) {
     const int64_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
     const int64_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
-    CPF_CHECK(da == db || da == 1 || db == 1, op, ": shapes ", a, " and ", b, " are not broadcastable (dim ", i,
-              ": ", da, " vs ", db, ")");
+    CPF_CHECK(da == db || da == 1 || db == 1, op, ": shapes ", a, " and ", b, " are not broadcastable (dim ", i, ": ",
+              da, " vs ", db, ")");
     out[i] = da == 1 ? db : da;
   }
   return out;

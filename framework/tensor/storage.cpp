@@ -55,8 +55,7 @@ class CpuBackend final : public DeviceBackend {
     std::free(ptr);
   }
   void copy(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes) override {
-    CPF_CHECK(dst_device.is_cpu() && src_device.is_cpu(), "cpu backend cannot copy ", src_device, " -> ",
-              dst_device);
+    CPF_CHECK(dst_device.is_cpu() && src_device.is_cpu(), "cpu backend cannot copy ", src_device, " -> ", dst_device);
     if (nbytes) std::memcpy(dst, src, nbytes);
   }
   void fill_zero(void* ptr, size_t nbytes, Device) override {

@@ -59,11 +59,10 @@ bool Tensor::requires_grad() const { return checked(impl_).requires_grad; }
 
 Tensor& Tensor::set_requires_grad(bool requires_grad) {
   auto& impl = checked(impl_);
-  CPF_CHECK(impl.grad_fn == nullptr || requires_grad,
-            "set_requires_grad(false) on a non-leaf tensor of shape ", impl.shape,
-            ": use detach() to take it out of the graph");
-  CPF_CHECK(!requires_grad || is_floating(impl.dtype), "set_requires_grad: only floating tensors can require grad, got ",
-            impl.dtype);
+  CPF_CHECK(impl.grad_fn == nullptr || requires_grad, "set_requires_grad(false) on a non-leaf tensor of shape ",
+            impl.shape, ": use detach() to take it out of the graph");
+  CPF_CHECK(!requires_grad || is_floating(impl.dtype),
+            "set_requires_grad: only floating tensors can require grad, got ", impl.dtype);
   impl.requires_grad = requires_grad;
   return *this;
 }
@@ -99,8 +98,8 @@ std::vector<T> Tensor::to_vector() const {
   return std::vector<T>(begin, begin + host.numel());
 }
 
-#define CPF_INSTANTIATE_ACCESSORS(T)            \
-  template T Tensor::item<T>() const;           \
+#define CPF_INSTANTIATE_ACCESSORS(T)  \
+  template T Tensor::item<T>() const; \
   template std::vector<T> Tensor::to_vector<T>() const;
 CPF_INSTANTIATE_ACCESSORS(float)
 CPF_INSTANTIATE_ACCESSORS(double)

@@ -55,8 +55,9 @@ LocalBatch shard_for_rank(const Batch& batch, int64_t cp_size, int64_t cp_rank) 
     for (int64_t s = 0; s < batch.num_sequences(); ++s) {
       const int64_t slot = batch.cu_seqlens_padded[s + 1] - batch.cu_seqlens_padded[s];
       CPF_CHECK(cp_size == 1 || slot % factor == 0, "shard_for_rank: sequence ", s, " has a slot of ", slot,
-                " tokens, not a multiple of 2*cp_size=", factor, "; the batch was packed with pad_multiple=",
-                batch.pad_multiple, ", set pad_multiple to a multiple of ", factor);
+                " tokens, not a multiple of 2*cp_size=", factor,
+                "; the batch was packed with pad_multiple=", batch.pad_multiple, ", set pad_multiple to a multiple of ",
+                factor);
     }
     local.thd = cp_size == 1 ? identity_shard(batch.cu_seqlens, batch.cu_seqlens_padded)
                              : cp::thd_shard(batch.cu_seqlens, batch.cu_seqlens_padded, cp_size, cp_rank);
@@ -64,12 +65,12 @@ LocalBatch shard_for_rank(const Batch& batch, int64_t cp_size, int64_t cp_rank) 
     local.labels = cp::shard_tokens(batch.labels, local.thd);
     local.positions = cp::shard_tokens(batch.positions, local.thd);
   } else {
-    CPF_CHECK(batch.tokens.dim() == 2, "shard_for_rank: a bshd batch needs (B, T) tensors, got ",
-              batch.tokens.shape());
+    CPF_CHECK(batch.tokens.dim() == 2, "shard_for_rank: a bshd batch needs (B, T) tensors, got ", batch.tokens.shape());
     const int64_t T = batch.tokens.size(1);
-    CPF_CHECK(cp_size == 1 || T % factor == 0, "shard_for_rank: seq_len=", T, " is not a multiple of 2*cp_size=",
-              factor, "; the batch was packed with pad_multiple=", batch.pad_multiple,
-              ", set pad_multiple to a multiple of ", factor);
+    CPF_CHECK(cp_size == 1 || T % factor == 0, "shard_for_rank: seq_len=", T,
+              " is not a multiple of 2*cp_size=", factor,
+              "; the batch was packed with pad_multiple=", batch.pad_multiple, ", set pad_multiple to a multiple of ",
+              factor);
     if (cp_size == 1) {
       local.tokens = batch.tokens;
       local.labels = batch.labels;
@@ -90,8 +91,8 @@ Batch unshard_batch(const std::vector<LocalBatch>& shards) {
   const Layout layout = shards.front().layout;
   for (int64_t r = 0; r < cp_size; ++r) {
     const LocalBatch& s = shards[static_cast<size_t>(r)];
-    CPF_CHECK(s.cp_size == cp_size && s.cp_rank == r && s.layout == layout, "unshard_batch: shard ", r,
-              " is rank ", s.cp_rank, " of ", s.cp_size, ", expected rank ", r, " of ", cp_size, " with one layout");
+    CPF_CHECK(s.cp_size == cp_size && s.cp_rank == r && s.layout == layout, "unshard_batch: shard ", r, " is rank ",
+              s.cp_rank, " of ", s.cp_size, ", expected rank ", r, " of ", cp_size, " with one layout");
   }
   Batch batch;
   batch.layout = layout;

@@ -110,8 +110,8 @@ void DataLoader::set_cursor(const DataCursor& cursor) {
   CPF_CHECK(cursor.index >= 0 && cursor.index < n, "DataLoader: cursor ", cursor.str(), ": index is outside [0, ", n,
             ") for source ", source_->name(), " (was the checkpoint written with other data?)");
   const int64_t unit = unit_length_at(cursor);
-  CPF_CHECK(cursor.offset >= 0 && cursor.offset < unit, "DataLoader: cursor ", cursor.str(),
-            ": offset is outside the ", unit, " tokens (end-of-text included) of the document at that index",
+  CPF_CHECK(cursor.offset >= 0 && cursor.offset < unit, "DataLoader: cursor ", cursor.str(), ": offset is outside the ",
+            unit, " tokens (end-of-text included) of the document at that index",
             " (was the checkpoint written with other data?)");
   cursor_ = cursor;
 }

@@ -52,8 +52,8 @@ void validate_data_options(const DataOptions& o) {
               " must be a multiple of pad_multiple=", o.pad_multiple);
   } else {
     const int64_t budget = effective_tokens_per_batch(o);
-    CPF_CHECK(budget % o.pad_multiple == 0, "data: tokens_per_batch=", budget, " must be a multiple of pad_multiple=",
-              o.pad_multiple);
+    CPF_CHECK(budget % o.pad_multiple == 0, "data: tokens_per_batch=", budget,
+              " must be a multiple of pad_multiple=", o.pad_multiple);
     CPF_CHECK(round_up(o.seq_len, o.pad_multiple) <= budget, "data: a piece of seq_len=", o.seq_len,
               " tokens padded to a multiple of pad_multiple=", o.pad_multiple, " (",
               round_up(o.seq_len, o.pad_multiple), ") does not fit in tokens_per_batch=", budget);

@@ -9,9 +9,7 @@
 
 namespace cpf::data {
 
-std::string DataCursor::str() const {
-  return str_cat("epoch=", epoch, " index=", index, " offset=", offset);
-}
+std::string DataCursor::str() const { return str_cat("epoch=", epoch, " index=", index, " offset=", offset); }
 
 DataCursor parse_data_cursor(const std::string& text) {
   std::istringstream in(text);
@@ -73,8 +71,8 @@ DocumentOrder::DocumentOrder(int64_t num_documents, uint64_t seed, bool shuffle)
 }
 
 int64_t DocumentOrder::document_at(int64_t epoch, int64_t index) {
-  CPF_CHECK(index >= 0 && index < num_documents_, "DocumentOrder: index ", index, " is outside [0, ",
-            num_documents_, ")");
+  CPF_CHECK(index >= 0 && index < num_documents_, "DocumentOrder: index ", index, " is outside [0, ", num_documents_,
+            ")");
   if (!shuffle_) return index;
   for (int slot = 0; slot < 2; ++slot) {
     if (cached_epoch_[slot] == epoch) return cached_order_[slot][index];

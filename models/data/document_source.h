@@ -41,8 +41,8 @@ class DocumentSource {
 
 // Throws unless 0 <= index < num_documents, naming the source.
 inline void check_document_index(const DocumentSource& source, int64_t index) {
-  CPF_CHECK(index >= 0 && index < source.num_documents(), source.name(), ": document index ", index,
-            " is outside [0, ", source.num_documents(), ")");
+  CPF_CHECK(index >= 0 && index < source.num_documents(), source.name(), ": document index ", index, " is outside [0, ",
+            source.num_documents(), ")");
 }
 
 // Appends "<id>": how decode() renders a token id it has no text for.

@@ -10,15 +10,20 @@
 // file is always picked up.
 #define CPF_GPT2_STR2(x) #x
 #define CPF_GPT2_STR(x) CPF_GPT2_STR2(x)
-#define CPF_GPT2_EMBED(symbol, file)                 \
-  ".section .rodata\n"                                \
-  ".balign 16\n"                                      \
-  ".globl " #symbol "_begin\n"                        \
-  ".hidden " #symbol "_begin\n" #symbol "_begin:\n"   \
-  ".incbin \"" CPF_GPT2_DIR "/" file "\"\n"           \
-  ".globl " #symbol "_end\n"                          \
-  ".hidden " #symbol "_end\n" #symbol "_end:\n"       \
-  ".byte 0\n"                                         \
+#define CPF_GPT2_EMBED(symbol, file)    \
+  ".section .rodata\n"                  \
+  ".balign 16\n"                        \
+  ".globl " #symbol                     \
+  "_begin\n"                            \
+  ".hidden " #symbol "_begin\n" #symbol \
+  "_begin:\n"                           \
+  ".incbin \"" CPF_GPT2_DIR "/" file    \
+  "\"\n"                                \
+  ".globl " #symbol                     \
+  "_end\n"                              \
+  ".hidden " #symbol "_end\n" #symbol   \
+  "_end:\n"                             \
+  ".byte 0\n"                           \
   ".previous\n"
 
 __asm__(CPF_GPT2_EMBED(cpf_gpt2_encoder_json, "encoder.json"));

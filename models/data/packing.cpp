@@ -57,8 +57,8 @@ void fill_piece(DocumentCache& cache, const Piece& piece, int64_t* out_tokens, i
   }
   const Document& doc = cache.get(piece.document);
   const int64_t unit_length = static_cast<int64_t>(doc.tokens.size()) + 1;
-  CPF_CHECK(piece.begin >= 0 && piece.begin < piece.end && piece.end <= unit_length, "fill_piece: piece [",
-            piece.begin, ", ", piece.end, ") is outside document ", piece.document, "'s ", unit_length,
+  CPF_CHECK(piece.begin >= 0 && piece.begin < piece.end && piece.end <= unit_length, "fill_piece: piece [", piece.begin,
+            ", ", piece.end, ") is outside document ", piece.document, "'s ", unit_length,
             " tokens (end-of-text included)");
   for (int64_t p = piece.begin; p < piece.end; ++p) {
     const int64_t i = p - piece.begin;
@@ -73,8 +73,9 @@ void fill_piece(DocumentCache& cache, const Piece& piece, int64_t* out_tokens, i
 
 Batch pack_thd(DocumentCache& cache, const std::vector<Piece>& pieces, int64_t tokens_per_batch, int64_t pad_multiple) {
   check_pad_multiple(pad_multiple, "pack_thd");
-  CPF_CHECK(tokens_per_batch >= 1 && tokens_per_batch % pad_multiple == 0, "pack_thd: tokens_per_batch=",
-            tokens_per_batch, " must be a positive multiple of pad_multiple=", pad_multiple);
+  CPF_CHECK(tokens_per_batch >= 1 && tokens_per_batch % pad_multiple == 0,
+            "pack_thd: tokens_per_batch=", tokens_per_batch,
+            " must be a positive multiple of pad_multiple=", pad_multiple);
   const int64_t T = tokens_per_batch;
   const int64_t eot = cache.source().eot_token();
   std::vector<int64_t> tokens(static_cast<size_t>(T), eot), labels(static_cast<size_t>(T), kIgnoreLabel),

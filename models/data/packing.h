@@ -38,9 +38,9 @@ enum class Layout { thd, bshd };
 
 struct Batch {
   Layout layout = Layout::thd;
-  Tensor tokens;     // i64, thd: (T), bshd: (B, T); padding holds the end-of-text id
-  Tensor labels;     // i64, like tokens; kIgnoreLabel where there is no loss
-  Tensor positions;  // i64, like tokens; position inside the sequence (thd) or the row (bshd)
+  Tensor tokens;                           // i64, thd: (T), bshd: (B, T); padding holds the end-of-text id
+  Tensor labels;                           // i64, like tokens; kIgnoreLabel where there is no loss
+  Tensor positions;                        // i64, like tokens; position inside the sequence (thd) or the row (bshd)
   std::vector<int64_t> cu_seqlens;         // thd: (N+1) cumulative real lengths, global
   std::vector<int64_t> cu_seqlens_padded;  // thd: (N+1) storage offsets; back() == T
   // thd: the source document of each sequence (-1 for the padding tail); bshd document mode: of each

@@ -104,8 +104,8 @@ void TextSource::add_file(const std::string& path, const TextOptions& options) {
     }
     if (doc_begin != std::string::npos) add_span(doc_begin, doc_end);
   }
-  CPF_CHECK(spans_.size() > documents_before, "text source: file '", path, "' holds no document (text_split: ",
-            split_name(options.split), "; it is only whitespace)");
+  CPF_CHECK(spans_.size() > documents_before, "text source: file '", path,
+            "' holds no document (text_split: ", split_name(options.split), "; it is only whitespace)");
 }
 
 std::string TextSource::document_text(int64_t index) const {

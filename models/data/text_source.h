@@ -29,7 +29,7 @@ TextSplit parse_text_split(const std::string& name);
 struct TextOptions {
   std::string path;
   TextSplit split = TextSplit::blank_lines;
-  std::string separator;  // text_separator, used by TextSplit::separator
+  std::string separator;                       // text_separator, used by TextSplit::separator
   std::shared_ptr<const Tokenizer> tokenizer;  // null or "bytes": byte-level
 };
 

@@ -79,10 +79,10 @@ ShardHeader read_shard_header(const std::string& path) {
 }
 
 TokenShardSource::TokenShardSource(const ShardOptions& options) : options_(options) {
-  CPF_CHECK(options.vocab_size >= 1 && options.vocab_size <= kMaxShardVocabSize, "token shards: vocab_size=",
-            options.vocab_size, " must lie in [1, 2^31]");
-  CPF_CHECK(options.eot_token >= 0 && options.eot_token < options.vocab_size, "token shards: eot_token=",
-            options.eot_token, " is outside [0, vocab_size=", options.vocab_size, ")");
+  CPF_CHECK(options.vocab_size >= 1 && options.vocab_size <= kMaxShardVocabSize,
+            "token shards: vocab_size=", options.vocab_size, " must lie in [1, 2^31]");
+  CPF_CHECK(options.eot_token >= 0 && options.eot_token < options.vocab_size,
+            "token shards: eot_token=", options.eot_token, " is outside [0, vocab_size=", options.vocab_size, ")");
   files_ = expand_file_pattern(options.path, "token shards");
   std::vector<int64_t> chunk;
   for (const std::string& file : files_) {

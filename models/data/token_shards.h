@@ -12,8 +12,8 @@
 //
 // `path` is a file or a pattern ("data/*_train_*.bin", models/data/file_glob.h); shards are read in
 // sorted order with positioned reads (pread), a document at a time, so a corpus larger than RAM works,
-// and a shard truncated while it is read gives an error naming it (a memory mapping would die of SIGBUS instead); each shard keeps one file
-// descriptor open. Documents are the maximal runs of tokens between end-of-text tokens (50256 for
+// and a shard truncated while it is read gives an error naming it (a memory mapping would die of SIGBUS instead); each
+// shard keeps one file descriptor open. Documents are the maximal runs of tokens between end-of-text tokens (50256 for
 // GPT-2, `eot_token`); a document never spans two shards. Every token is checked against vocab_size
 // when the shard is opened.
 #include <cstdint>
@@ -39,7 +39,7 @@ constexpr int64_t kMaxShardVocabSize = int64_t{1} << 31;
 struct ShardOptions {
   std::string path;
   int64_t eot_token = 50256;
-  int64_t vocab_size = 50257;  // in [1, 2^31]; uint16 shards hold ids below 65536 whatever it says
+  int64_t vocab_size = 50257;                  // in [1, 2^31]; uint16 shards hold ids below 65536 whatever it says
   std::shared_ptr<const Tokenizer> tokenizer;  // decodes samples; null: ids print as "<id>"
 };
 

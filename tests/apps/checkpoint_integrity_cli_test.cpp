@@ -139,7 +139,8 @@ TEST(CheckpointIntegrityCli, TheTrainerRefusesToSaveNonFiniteWeights) {
                    "save_checkpoint: refusing to write step 21 into " + (dir / "checkpoints").string() +
                        ": model parameter tensor '" + name +
                        "' holds 1 non-finite value (the first, inf, at element 0); the checkpoints already there are "
-                       "kept (newest: " + before + ")");
+                       "kept (newest: " +
+                       before + ")");
   EXPECT_EQ(io::list_checkpoints((dir / "checkpoints").string()),
             (std::vector<std::string>{(dir / "checkpoints" / "step_00000010").string(), before}))
       << "keep_checkpoints=1 rotated nothing out";

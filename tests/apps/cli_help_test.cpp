@@ -52,7 +52,8 @@ TEST(CliHelp, EveryCommandHasHelpListingEveryOption) {
       EXPECT_TRUE(starts_with(r.out, "usage: cpformer " + spec.name)) << r.out;
       EXPECT_NE(r.out.find(spec.summary), std::string::npos) << r.out;
       for (const auto& option : spec.options) {
-        EXPECT_NE(r.out.find("  " + option.name), std::string::npos) << spec.name << " " << option.name << "\n" << r.out;
+        EXPECT_NE(r.out.find("  " + option.name), std::string::npos) << spec.name << " " << option.name << "\n"
+                                                                     << r.out;
       }
       EXPECT_NE(r.out.find("-h, --help"), std::string::npos);
       EXPECT_TRUE(r.err.empty()) << r.err;
@@ -71,8 +72,9 @@ TEST(CliHelp, MistypedCommandsSuggestTheNearestOne) {
   expect_usage_error({"fly"}, "unknown command 'fly'");  // nothing close: no guess
   EXPECT_EQ(run({"fly"}).err.find("did you mean"), std::string::npos);
   expect_usage_error({"help", "trian"}, "unknown command 'trian'; did you mean 'train'?");
-  expect_usage_error({"--verison"}, "'--verison' before a command: options follow the command (cpformer COMMAND "
-                                    "--verison); did you mean '--version'?");
+  expect_usage_error({"--verison"},
+                     "'--verison' before a command: options follow the command (cpformer COMMAND "
+                     "--verison); did you mean '--version'?");
 }
 
 TEST(CliHelp, MistypedOptionsSuggestTheNearestOptionOfTheCommand) {
@@ -132,10 +134,12 @@ std::string config_error(const std::string& yaml, const std::vector<std::string>
 }
 
 TEST(CliHelp, MistypedConfigKeysSuggestTheKey) {
-  EXPECT_NE(config_error("model:\n  hiden_size: 32\n").find("; did you mean 'model.hidden_size'?\n"), std::string::npos);
+  EXPECT_NE(config_error("model:\n  hiden_size: 32\n").find("; did you mean 'model.hidden_size'?\n"),
+            std::string::npos);
   EXPECT_NE(config_error("run:\n  stpes: 5\n").find("unknown key 'run.stpes' (valid keys here: "), std::string::npos);
   EXPECT_NE(config_error("run:\n  stpes: 5\n").find("; did you mean 'run.steps'?"), std::string::npos);
-  EXPECT_NE(config_error("optimzer:\n  lr: 0.1\n").find("unknown key 'optimzer' (valid keys here: "), std::string::npos);
+  EXPECT_NE(config_error("optimzer:\n  lr: 0.1\n").find("unknown key 'optimzer' (valid keys here: "),
+            std::string::npos);
   EXPECT_NE(config_error("optimzer:\n  lr: 0.1\n").find("; did you mean 'optimizer'?"), std::string::npos);
   EXPECT_NE(config_error("run:\n  steps: 5\n", {"--set", "run.stpes=5"})
                 .find("--set run.stpes=5: unknown key 'run.stpes' (valid keys here: "),
@@ -148,17 +152,18 @@ TEST(CliHelp, MistypedConfigKeysSuggestTheKey) {
 
 TEST(CliHelp, StepsBelowWarmupSuggestTheFix) {
   const std::string err = config_error("schedule:\n  warmup_steps: 20\n", {"--set", "run.steps=10"});
-  EXPECT_EQ(err,
-            "--set run.steps=10: schedule.warmup_steps=20 must not exceed the decay length of 10 steps; lower it (--set "
-            "schedule.warmup_steps=10 or less), raise run.steps (or schedule.total_steps), or use schedule.decay: "
-            "constant\n");
+  EXPECT_EQ(
+      err,
+      "--set run.steps=10: schedule.warmup_steps=20 must not exceed the decay length of 10 steps; lower it (--set "
+      "schedule.warmup_steps=10 or less), raise run.steps (or schedule.total_steps), or use schedule.decay: "
+      "constant\n");
   // The suggested fix works.
   const auto dir = scratch_dir("fixed");
   write_file(dir / "x.yaml", "schedule:\n  warmup_steps: 20\n");
-  EXPECT_EQ(run({"check-config", (dir / "x.yaml").string(), "--set", "run.steps=10", "--set",
-                 "schedule.warmup_steps=10"})
-                .code,
-            kExitOk);
+  EXPECT_EQ(
+      run({"check-config", (dir / "x.yaml").string(), "--set", "run.steps=10", "--set", "schedule.warmup_steps=10"})
+          .code,
+      kExitOk);
 }
 
 TEST(DidYouMean, EditDistanceCountsTranspositionsAsOneEdit) {

@@ -60,7 +60,8 @@ TEST(CliConfig, UnknownKeyNamesTheValidOnes) {
 
 TEST(CliConfig, WrongTypeNamesTheKeyAndValue) {
   expect_config_error("run:\n  steps: many\n", "x.yaml:2:10: run.steps=many: expected an integer");
-  expect_config_error("model:\n  tie_embeddings: maybe\n", "x.yaml:2:19: model.tie_embeddings=maybe: expected true or false");
+  expect_config_error("model:\n  tie_embeddings: maybe\n",
+                      "x.yaml:2:19: model.tie_embeddings=maybe: expected true or false");
   expect_config_error("parallel:\n  cp_comm_type: ring\n",
                       "x.yaml:2:17: parallel.cp_comm_type=ring is not one of: p2p, all_gather, a2a, a2a+p2p");
   expect_config_error("data:\n  source: csv\n", "x.yaml:2:11: data.source=csv is not one of: synthetic, text, shards");
@@ -94,17 +95,19 @@ TEST(CliConfig, UnsupportedContextParallelCombination) {
   expect_config_error("data:\n  layout: bshd\n  seq_len: 18\nparallel:\n  cp: 2\n",
                       "x.yaml:3:12: data.seq_len=18 must be a multiple of 2 x parallel.cp = 4");
   // Head groups of the pipelined all-to-all must divide the heads each rank attends (4 heads over 2 ranks).
-  expect_config_error("data:\n  pad_multiple: 4\nparallel:\n  cp: 2\n  cp_comm_type: a2a\n  cp_a2a_head_groups: 3\n",
-                      "x.yaml:6:23: parallel.cp_a2a_head_groups=3 does not divide the 2 query heads and 2 KV heads each "
-                      "rank attends after the all-to-all; use 0 (automatic) or a common divisor of 2 and 2");
+  expect_config_error(
+      "data:\n  pad_multiple: 4\nparallel:\n  cp: 2\n  cp_comm_type: a2a\n  cp_a2a_head_groups: 3\n",
+      "x.yaml:6:23: parallel.cp_a2a_head_groups=3 does not divide the 2 query heads and 2 KV heads each "
+      "rank attends after the all-to-all; use 0 (automatic) or a common divisor of 2 and 2");
 }
 
 TEST(CliConfig, CrossSectionChecks) {
   expect_config_error("model:\n  vocab_size: 10\n",
                       "x.yaml:2:15: model.vocab_size=10 is smaller than the vocabulary of the data (14 tokens)");
-  expect_config_error("data:\n  min_len: 3\n  max_len: 2\n",
-                      "x.yaml:2:12: data.min_len=3: synthetic task addition needs 1 <= min_len <= max_len, got min_len=3 "
-                      "max_len=2");
+  expect_config_error(
+      "data:\n  min_len: 3\n  max_len: 2\n",
+      "x.yaml:2:12: data.min_len=3: synthetic task addition needs 1 <= min_len <= max_len, got min_len=3 "
+      "max_len=2");
   expect_config_error("model:\n  positions: learned\n  max_positions: 8\ndata:\n  seq_len: 16\n",
                       "x.yaml:3:18: model.max_positions=8 must be at least data.seq_len=16 with learned positions");
   expect_config_error("run:\n  steps: 10\nschedule:\n  warmup_steps: 20\n",
@@ -170,14 +173,16 @@ TEST(CliStrictConfig, NamesAndPathsWithControlCharactersOrEdgeSpaces) {
                       "a folder name)");
   expect_config_error("data:\n  source: text\n  path: \"docs/\\t*.md\"\n",
                       "x.yaml:3:9: data.path=\"docs/\\x09*.md\" holds a control character");
-  expect_config_error("run:\n  steps: 5\n", "--set run.out_dir=\"x\\ny\": run.out_dir=\"x\\x0ay\" holds a control character",
+  expect_config_error("run:\n  steps: 5\n",
+                      "--set run.out_dir=\"x\\ny\": run.out_dir=\"x\\x0ay\" holds a control character",
                       {"--set", "run.out_dir=\"x\\ny\""});
 }
 
 TEST(CliStrictConfig, TargetsThatCanNeverBeReached) {
-  expect_config_error("run:\n  target_accuracy: 0.9\n  eval_examples: 0\n",
-                      "x.yaml:2:20: run.target_accuracy=0.9 can never be reached: run.eval_examples=0 measures no exact "
-                      "match; set run.eval_examples > 0 or run.target_accuracy: 0");
+  expect_config_error(
+      "run:\n  target_accuracy: 0.9\n  eval_examples: 0\n",
+      "x.yaml:2:20: run.target_accuracy=0.9 can never be reached: run.eval_examples=0 measures no exact "
+      "match; set run.eval_examples > 0 or run.target_accuracy: 0");
   expect_config_error("run:\n  target_loss: 1.5\n  eval_batches: 0\n",
                       "x.yaml:2:16: run.target_loss=1.5 can never be reached: run.eval_batches=0 measures no held-out "
                       "loss; set run.eval_batches > 0 or run.target_loss: 0");
@@ -197,8 +202,8 @@ TEST(CliStrictConfig, DirectoriesAndSetMistakes) {
   EXPECT_EQ(r.code, kExitConfig);
   EXPECT_EQ(r.err, dir.string() + ": is a directory, not a config file; name the YAML file in it\n");
   EXPECT_EQ(run({"train", dir.string()}).code, kExitConfig);
-  expect_config_error("run:\n  steps: 5\n", "--set runn.steps=5: unknown key 'runn' (valid keys here: ",
-                      {"--set", "runn.steps=5"});
+  expect_config_error("run:\n  steps: 5\n",
+                      "--set runn.steps=5: unknown key 'runn' (valid keys here: ", {"--set", "runn.steps=5"});
   expect_config_error("run:\n  steps: 5\n", "--set run=7: 'run' is a section; set its keys one by one",
                       {"--set", "run=7"});
   expect_config_error("run:\n  steps: 5\n", "--set run.steps=08: run.steps=08: a leading zero makes YAML read",
@@ -254,9 +259,12 @@ TEST(CliUsage, GenerateArgumentsAreUsageErrors) {
   // Checked before the checkpoint is opened: the folder does not matter.
   expect_usage({"generate", "dir", "--tokens", "0"}, "--tokens 0: expected at least 1 token to generate");
   expect_usage({"generate", "dir", "--tokens", "-3"}, "--tokens -3: expected at least 1 token to generate");
-  expect_usage({"generate", "dir", "--temperature", "-1"}, "--temperature -1: expected a finite number >= 0 (0 = greedy)");
-  expect_usage({"generate", "dir", "--temperature", "nan"}, "--temperature nan: expected a finite number >= 0 (0 = greedy)");
-  expect_usage({"generate", "dir", "--temperature", "inf"}, "--temperature inf: expected a finite number >= 0 (0 = greedy)");
+  expect_usage({"generate", "dir", "--temperature", "-1"},
+               "--temperature -1: expected a finite number >= 0 (0 = greedy)");
+  expect_usage({"generate", "dir", "--temperature", "nan"},
+               "--temperature nan: expected a finite number >= 0 (0 = greedy)");
+  expect_usage({"generate", "dir", "--temperature", "inf"},
+               "--temperature inf: expected a finite number >= 0 (0 = greedy)");
   expect_usage({"generate", "dir", "--seed", "-1"}, "--seed -1: expected a number >= 0");
   expect_usage({"generate", "dir", "--prompt", ""}, "--prompt: the prompt is empty; give the text to continue");
 }

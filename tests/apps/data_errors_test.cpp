@@ -40,7 +40,8 @@ testing::CliResult train_on(const std::filesystem::path& dir, const std::string&
                             const std::string& extra = "") {
   write_file(dir / "c.yaml", "run:\n  out_dir: " + (dir / "run").string() + "\n  steps: 2\n  threads: 1\n" + extra +
                                  "model:\n  hidden_size: 16\n  num_layers: 1\n  num_heads: 2\n"
-                                 "data:\n  source: " + source + "\n  path: " + path + "\n  seq_len: 16\n  batch_size: 4\n");
+                                 "data:\n  source: " +
+                                 source + "\n  path: " + path + "\n  seq_len: 16\n  batch_size: 4\n");
   return run({"train", (dir / "c.yaml").string()});
 }
 
@@ -65,8 +66,9 @@ TEST(DataErrors, DataErrorIsACpfErrorWhoseTextIsTheMessage) {
 TEST(DataErrors, TruncatedShard) {
   const auto dir = scratch_dir("d");
   write_shard(dir / "train_000.bin", 20240520, 100, some_tokens(60));
-  expect_data_error(train_on(dir, "shards", (dir / "train_*.bin").string()),
-                    "train_000.bin': the header says 100 tokens, i.e. 1224 bytes, but the file has 1144 bytes (truncated)");
+  expect_data_error(
+      train_on(dir, "shards", (dir / "train_*.bin").string()),
+      "train_000.bin': the header says 100 tokens, i.e. 1224 bytes, but the file has 1144 bytes (truncated)");
 }
 
 TEST(DataErrors, WrongMagicShard) {
@@ -94,9 +96,9 @@ TEST(DataErrors, MissingFilesAndBadHeldOutData) {
   expect_data_error(train_on(dir, "text", (dir / "nothing_*.txt").string()), "nothing_*.txt");
   write_file(dir / "train.txt", "some text\n\nmore text\n");
   write_file(dir / "held_out.txt", "");
-  expect_data_error(train_on(dir, "text", (dir / "train.txt").string(),
-                             "  eval_path: " + (dir / "held_out.txt").string() + "\n"),
-                    "run.eval_path: text source: file '");
+  expect_data_error(
+      train_on(dir, "text", (dir / "train.txt").string(), "  eval_path: " + (dir / "held_out.txt").string() + "\n"),
+      "run.eval_path: text source: file '");
 }
 
 TEST(DataErrors, GoodShardsTrain) {

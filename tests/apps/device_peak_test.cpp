@@ -38,8 +38,9 @@ TEST_F(PeakEnv, ABadOverrideIsRefusedByName) {
       (void)dense_bf16_peak(Device::cpu());
       ADD_FAILURE() << "CPF_PEAK_TFLOPS=" << bad << " was accepted";
     } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(std::string("CPF_PEAK_TFLOPS='") + bad + "' must be the GPU's dense bf16 peak"),
-                std::string::npos)
+      EXPECT_NE(
+          std::string(e.what()).find(std::string("CPF_PEAK_TFLOPS='") + bad + "' must be the GPU's dense bf16 peak"),
+          std::string::npos)
           << e.what();
     }
   }

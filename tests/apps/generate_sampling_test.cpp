@@ -14,8 +14,8 @@
 namespace cpf::trainer {
 namespace {
 
-using ::testing::ElementsAre;
 using ::testing::DoubleNear;
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 // Logits whose softmax (temperature 1) is exactly `p`.
@@ -34,11 +34,11 @@ TEST(Sampling, GreedyIsOneHotAtTheFirstMaximum) {
 
 TEST(Sampling, TemperatureScalesTheSoftmax) {
   const std::vector<double> logits{0.0, std::log(3.0)};  // p = [1/4, 3/4] at temperature 1
-  EXPECT_THAT(sampling_distribution(logits, {.temperature = 1.0}), ElementsAre(DoubleNear(0.25, 1e-12),
-                                                                                DoubleNear(0.75, 1e-12)));
+  EXPECT_THAT(sampling_distribution(logits, {.temperature = 1.0}),
+              ElementsAre(DoubleNear(0.25, 1e-12), DoubleNear(0.75, 1e-12)));
   // Temperature 0.5 squares the odds: 1 : 9.
-  EXPECT_THAT(sampling_distribution(logits, {.temperature = 0.5}), ElementsAre(DoubleNear(0.1, 1e-12),
-                                                                                DoubleNear(0.9, 1e-12)));
+  EXPECT_THAT(sampling_distribution(logits, {.temperature = 0.5}),
+              ElementsAre(DoubleNear(0.1, 1e-12), DoubleNear(0.9, 1e-12)));
 }
 
 TEST(Sampling, TopKKeepsTheKMostLikelyWithTiesToTheLowerId) {
@@ -47,9 +47,9 @@ TEST(Sampling, TopKKeepsTheKMostLikelyWithTiesToTheLowerId) {
   EXPECT_THAT(sampling_distribution(logits, {.temperature = 1.0, .top_k = 3}),
               ElementsAre(DoubleNear(1.0 / 9, 1e-12), DoubleNear(4.0 / 9, 1e-12), 0, DoubleNear(4.0 / 9, 1e-12)));
   // k at or beyond the vocabulary keeps every token.
-  EXPECT_THAT(sampling_distribution(logits, {.temperature = 1.0, .top_k = 50}),
-              ElementsAre(DoubleNear(0.1, 1e-12), DoubleNear(0.4, 1e-12), DoubleNear(0.1, 1e-12),
-                          DoubleNear(0.4, 1e-12)));
+  EXPECT_THAT(
+      sampling_distribution(logits, {.temperature = 1.0, .top_k = 50}),
+      ElementsAre(DoubleNear(0.1, 1e-12), DoubleNear(0.4, 1e-12), DoubleNear(0.1, 1e-12), DoubleNear(0.4, 1e-12)));
 }
 
 TEST(Sampling, TopPKeepsTheSmallestSetReachingP) {
@@ -62,9 +62,9 @@ TEST(Sampling, TopPKeepsTheSmallestSetReachingP) {
   // A tiny p still keeps one token.
   EXPECT_THAT(sampling_distribution(logits, {.temperature = 1.0, .top_p = 1e-9}), ElementsAre(0, 1, 0, 0));
   // 0.5 + 0.3 + 0.15 = 0.95 >= 0.9: three tokens.
-  EXPECT_THAT(sampling_distribution(logits, {.temperature = 1.0, .top_p = 0.9}),
-              ElementsAre(DoubleNear(0.15 / 0.95, 1e-12), DoubleNear(0.5 / 0.95, 1e-12), 0,
-                          DoubleNear(0.3 / 0.95, 1e-12)));
+  EXPECT_THAT(
+      sampling_distribution(logits, {.temperature = 1.0, .top_p = 0.9}),
+      ElementsAre(DoubleNear(0.15 / 0.95, 1e-12), DoubleNear(0.5 / 0.95, 1e-12), 0, DoubleNear(0.3 / 0.95, 1e-12)));
 }
 
 TEST(Sampling, TopPActsOnTheTopKRenormalised) {

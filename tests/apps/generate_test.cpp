@@ -47,8 +47,8 @@ TEST(Generate, TextModelNeedsAPromptAndSamplesBytes) {
   write_file(dir / "c.yaml", "run:\n  out_dir: " + (dir / "run").string() +
                                  "\n  steps: 2\n  threads: 1\n  eval_path: " + (dir / "corpus.txt").string() +
                                  "\nmodel:\n  hidden_size: 16\n  num_layers: 1\n  num_heads: 2\n"
-                                 "data:\n  source: text\n  path: " + (dir / "corpus.txt").string() +
-                                 "\n  seq_len: 16\n  batch_size: 2\n");
+                                 "data:\n  source: text\n  path: " +
+                                 (dir / "corpus.txt").string() + "\n  seq_len: 16\n  batch_size: 2\n");
   const auto t = run({"train", (dir / "c.yaml").string()});
   ASSERT_EQ(t.code, 0) << t.err;
   EXPECT_NE(t.out.find("eval 2/2 | loss "), std::string::npos) << t.out;

@@ -37,7 +37,8 @@ std::vector<double> golden_run(int64_t cp) {
       "optimizer:\n  lr: 0.003\n"
       "schedule:\n  warmup_steps: 2\n  total_steps: 20\n"
       "data:\n  min_len: 1\n  max_len: 1\n  seq_len: 16\n  tokens_per_batch: 128\n  pad_multiple: 8\n"
-      "parallel:\n  cp: " + std::to_string(cp) + "\n";
+      "parallel:\n  cp: " +
+      std::to_string(cp) + "\n";
   const TrainConfig c = load_train_config_string(yaml, "golden.yaml");
   std::ostringstream out;
   return train(c, out).losses;

@@ -16,7 +16,7 @@
 #include "tests/apps/cli_support.h"
 #include "tests/support/test_utils.h"
 
-#define EXPECT_CONFIG_ERROR(statement, substring)                                                          \
+#define EXPECT_CONFIG_ERROR(statement, substring)                                                           \
   do {                                                                                                      \
     try {                                                                                                   \
       statement;                                                                                            \
@@ -53,7 +53,8 @@ data::Batch concatenate(const std::vector<data::Batch>& parts) {
   for (const data::Batch& b : parts) {
     const int64_t real = all.cu_seqlens.back(), stored = all.cu_seqlens_padded.back();
     for (size_t i = 1; i < b.cu_seqlens.size(); ++i) all.cu_seqlens.push_back(real + b.cu_seqlens[i]);
-    for (size_t i = 1; i < b.cu_seqlens_padded.size(); ++i) all.cu_seqlens_padded.push_back(stored + b.cu_seqlens_padded[i]);
+    for (size_t i = 1; i < b.cu_seqlens_padded.size(); ++i)
+      all.cu_seqlens_padded.push_back(stored + b.cu_seqlens_padded[i]);
     all.documents.insert(all.documents.end(), b.documents.begin(), b.documents.end());
     all.num_valid_labels += b.num_valid_labels;
     tokens.push_back(b.tokens);
@@ -87,14 +88,15 @@ StepResult run_step(int dp, int cp, int micro, bool as_one_batch) {
     g.cp_size = cp;
     if (cp > 1) g.cp = cp::ContextParallel{cp::CommType::p2p, mesh.cp(), nullptr, nullptr};
     Generator gen(11);
-    const models::GPT model(models::GPTOptions{.vocab_size = 14, .hidden_size = 16, .num_layers = 2, .num_heads = 2,
-                                               .dtype = DType::f64},
-                            &gen);
+    const models::GPT model(
+        models::GPTOptions{.vocab_size = 14, .hidden_size = 16, .num_layers = 2, .num_heads = 2, .dtype = DType::f64},
+        &gen);
     std::vector<Tensor> params;
     for (const auto& [name, t] : model.named_parameters()) params.push_back(t);
     std::unique_ptr<dist::GradientReducer> reducer;
-    if (dp * cp > 1) reducer = std::make_unique<dist::GradientReducer>(params, ctx.world,
-                                                                      dist::GradientReducerOptions{.op = dist::ReduceOp::sum});
+    if (dp * cp > 1)
+      reducer = std::make_unique<dist::GradientReducer>(params, ctx.world,
+                                                        dist::GradientReducerOptions{.op = dist::ReduceOp::sum});
     data::DataLoader loader(batch_options(), g.dp_rank, dp);
     std::vector<data::Batch> batches;
     for (int i = 0; i < micro; ++i) batches.push_back(loader.next());
@@ -150,7 +152,8 @@ TEST(GradAccumulation, EqualsOneBatchUnderDataAndContextParallel) {
 std::string config_yaml(const std::string& extra_data, const std::string& extra_run = "") {
   return "run:\n  steps: 2\n  threads: 1\n" + extra_run +
          "model:\n  hidden_size: 16\n  num_layers: 1\n  num_heads: 2\n"
-         "data:\n  seq_len: 16\n  batch_size: 4\n" + extra_data + "parallel:\n  dp: 2\n";
+         "data:\n  seq_len: 16\n  batch_size: 4\n" +
+         extra_data + "parallel:\n  dp: 2\n";
 }
 
 TEST(GradAccumulation, TotalBatchTokensSetsTheMicroSteps) {
@@ -168,16 +171,16 @@ TEST(GradAccumulation, TotalBatchTokensSetsTheMicroSteps) {
 
 TEST(GradAccumulation, RejectsATotalThatIsNotAMultipleOfAMicroStep) {
   EXPECT_CONFIG_ERROR(load_train_config_string(config_yaml("  total_batch_tokens: 500\n"), "t.yaml"),
-                   "t.yaml:11:23: data.total_batch_tokens=500 must be a multiple of the tokens of one micro-step "
-                   "(64 tokens per batch x parallel.dp=2 = 128); use 384");
+                      "t.yaml:11:23: data.total_batch_tokens=500 must be a multiple of the tokens of one micro-step "
+                      "(64 tokens per batch x parallel.dp=2 = 128); use 384");
   EXPECT_CONFIG_ERROR(load_train_config_string(config_yaml("  total_batch_tokens: 100\n"), "t.yaml"), "use 128");
 }
 
 TEST(GradAccumulation, RejectsDisagreeingKeys) {
-  EXPECT_CONFIG_ERROR(load_train_config_string(config_yaml("  total_batch_tokens: 512\n", "  grad_accum_steps: 2\n"),
-                                            "t.yaml"),
-                   "t.yaml:4:21: run.grad_accum_steps=2 disagrees with data.total_batch_tokens=512 (64 tokens per batch x "
-                   "parallel.dp=2 = 128 per micro-step gives 4 micro-steps); set only one of the two");
+  EXPECT_CONFIG_ERROR(
+      load_train_config_string(config_yaml("  total_batch_tokens: 512\n", "  grad_accum_steps: 2\n"), "t.yaml"),
+      "t.yaml:4:21: run.grad_accum_steps=2 disagrees with data.total_batch_tokens=512 (64 tokens per batch x "
+      "parallel.dp=2 = 128 per micro-step gives 4 micro-steps); set only one of the two");
   EXPECT_CONFIG_ERROR(load_train_config_string(config_yaml("", "  grad_accum_steps: 0\n"), "t.yaml"),
                       "run.grad_accum_steps=0");
 }

@@ -21,11 +21,13 @@ namespace cpf::trainer {
 namespace {
 namespace fs = std::filesystem;
 
-const char* kGpt2Model = "model:\n  hidden_size: 16\n  num_layers: 2\n  num_heads: 2\n  mlp: gelu\n  norm: layernorm\n"
-                         "  positions: learned\n  max_positions: 32\n  bias: true\n  tie_embeddings: true\n";
-const char* kLlamaModel = "model:\n  hidden_size: 16\n  num_layers: 2\n  num_heads: 4\n  attention: gqa\n"
-                          "  num_kv_heads: 2\n  mlp: swiglu\n  norm: rmsnorm\n  positions: rope\n  bias: false\n"
-                          "  tie_embeddings: false\n";
+const char* kGpt2Model =
+    "model:\n  hidden_size: 16\n  num_layers: 2\n  num_heads: 2\n  mlp: gelu\n  norm: layernorm\n"
+    "  positions: learned\n  max_positions: 32\n  bias: true\n  tie_embeddings: true\n";
+const char* kLlamaModel =
+    "model:\n  hidden_size: 16\n  num_layers: 2\n  num_heads: 4\n  attention: gqa\n"
+    "  num_kv_heads: 2\n  mlp: swiglu\n  norm: rmsnorm\n  positions: rope\n  bias: false\n"
+    "  tie_embeddings: false\n";
 
 std::string run_yaml(const fs::path& dir, const std::string& model, const std::string& extra_run = "",
                      double lr = 0.003) {
@@ -128,8 +130,9 @@ TEST(HfExport, LlamaConfigNamesHeadsAndRope) {
 
 TEST(HfExport, RefusesModelsWithoutAnHfArchitectureAndUsedFolders) {
   const fs::path dir = testing::scratch_dir("run");
-  train_and_load(run_yaml(dir, "model:\n  hidden_size: 16\n  num_layers: 1\n  num_heads: 2\n  attention: mla\n"
-                               "  kv_lora_rank: 8\n  qk_nope_head_dim: 4\n  qk_rope_head_dim: 4\n  v_head_dim: 4\n"));
+  train_and_load(run_yaml(dir,
+                          "model:\n  hidden_size: 16\n  num_layers: 1\n  num_heads: 2\n  attention: mla\n"
+                          "  kv_lora_rank: 8\n  qk_nope_head_dim: 4\n  qk_rope_head_dim: 4\n  v_head_dim: 4\n"));
   EXPECT_CPF_ERROR(export_hf(dir.string(), std::nullopt),
                    "the model fits no Hugging Face architecture: GPT-2 (GPT2LMHeadModel) needs attention: mha (has "
                    "mla); Llama (LlamaForCausalLM) needs attention: mha or gqa (has mla)");
@@ -230,16 +233,18 @@ TEST(InitFrom, RefusesEveryMismatchNamingIt) {
   const HfExportResult r = export_hf(dir.string(), std::nullopt);
   const std::string hf = r.out_dir, config = (fs::path(hf) / kHfConfigFile).string();
   EXPECT_EQ(init_error(hf, kGpt2Model), "");
-  EXPECT_NE(init_error((dir / "none").string(), kGpt2Model).find("run.init_from: " + (dir / "none").string() +
-                                                                 " does not exist"),
+  EXPECT_NE(init_error((dir / "none").string(), kGpt2Model)
+                .find("run.init_from: " + (dir / "none").string() + " does not exist"),
             std::string::npos);
   EXPECT_NE(init_error(hf, with(kGpt2Model, "hidden_size: 16", "hidden_size: 32"))
                 .find(config + " has n_embd 16 but model.hidden_size is 32; set model.hidden_size: 16"),
             std::string::npos);
-  EXPECT_NE(init_error(hf, with(kGpt2Model, "num_layers: 2", "num_layers: 3")).find("has n_layer 2 but model.num_layers is 3"),
+  EXPECT_NE(init_error(hf, with(kGpt2Model, "num_layers: 2", "num_layers: 3"))
+                .find("has n_layer 2 but model.num_layers is 3"),
             std::string::npos);
-  EXPECT_NE(init_error(hf, kLlamaModel).find(config + " is a GPT2LMHeadModel but the model: section describes "
-                                                      "LlamaForCausalLM"),
+  EXPECT_NE(init_error(hf, kLlamaModel)
+                .find(config + " is a GPT2LMHeadModel but the model: section describes "
+                               "LlamaForCausalLM"),
             std::string::npos);
   // A cpformer checkpoint of another model: the differing model: keys.
   EXPECT_NE(init_error(dir.string(), with(kGpt2Model, "norm: layernorm", "norm: rmsnorm"))
@@ -260,8 +265,9 @@ TEST(InitFrom, RefusesMissingExtraAndMisshapenTensors) {
     if (t.first != "transformer.h.1.ln_2.bias") missing.push_back(t);
   }
   rewrite(missing);
-  EXPECT_NE(init_error(hf, kGpt2Model).find(weights + ": no tensor 'transformer.h.1.ln_2.bias', which the model's "
-                                                      "blocks.1.mlp_norm.bias needs"),
+  EXPECT_NE(init_error(hf, kGpt2Model)
+                .find(weights + ": no tensor 'transformer.h.1.ln_2.bias', which the model's "
+                                "blocks.1.mlp_norm.bias needs"),
             std::string::npos);
 
   io::NamedTensors extra = original;
@@ -285,8 +291,9 @@ TEST(InitFrom, RefusesMissingExtraAndMisshapenTensors) {
   io::NamedTensors head = original;
   head.emplace_back("lm_head.weight", zeros(original[0].second.shape()));
   rewrite(head);
-  EXPECT_NE(init_error(hf, kGpt2Model).find("lm_head.weight differs from transformer.wte.weight but "
-                                            "model.tie_embeddings is true"),
+  EXPECT_NE(init_error(hf, kGpt2Model)
+                .find("lm_head.weight differs from transformer.wte.weight but "
+                      "model.tie_embeddings is true"),
             std::string::npos);
   // The Hub's original gpt2 names (no "transformer." prefix) and its attn.bias buffers load.
   io::NamedTensors hub;

@@ -72,15 +72,16 @@ TEST(CliGpus, BadCountsAreUsageErrors) {
   expect_usage({"train", default_config(), "--gpus", "two"}, "--gpus two: expected a number");
   expect_usage({"train", default_config(), "--gpus"}, "--gpus needs a value");
   expect_usage({"generate", "dir", "--gpus", "2"}, "'generate' takes no --gpus");
-  expect_usage({"check-config", default_config(), "--gpus", "4", "--set", "parallel.dp=1"},
-               "--gpus 4 and --set parallel.dp=1 disagree: ranks = parallel.dp x parallel.cp = 1 x 2; drop one of them");
+  expect_usage(
+      {"check-config", default_config(), "--gpus", "4", "--set", "parallel.dp=1"},
+      "--gpus 4 and --set parallel.dp=1 disagree: ranks = parallel.dp x parallel.cp = 1 x 2; drop one of them");
 }
 
 TEST(CliGpus, WithoutAGpuTrainingStopsWithTheFix) {
   // This machine (CI, development) has no GPU, or the build has no CUDA backend: either way the
   // message names run.device=cuda and how to proceed.
-  const auto r = run({"train", default_config(), "--gpus", "2", "--set", "run.out_dir=" +
-                                                                        scratch_dir("gpus").string()});
+  const auto r =
+      run({"train", default_config(), "--gpus", "2", "--set", "run.out_dir=" + scratch_dir("gpus").string()});
   if (r.code == kExitOk) GTEST_SKIP() << "a GPU is visible: tests/cuda_distributed covers training on it";
   EXPECT_EQ(r.code, kExitError);
   EXPECT_NE(r.err.find("run.device=cuda: "), std::string::npos) << r.err;

@@ -92,7 +92,8 @@ TEST(PlotSvg, TwoRunsOverlaidWithALegend) {
   EXPECT_EQ(count(svg, "<g class=\"legend-entry\">"), 4u);
   const std::string name_a = a.filename().string(), name_b = b.filename().string();
   EXPECT_NE(svg.find("stroke=\"#0072B2\" stroke-width=\"2\"/><text x=\"52.00\" y=\"50.00\">" + name_a + "</text>"),
-            std::string::npos) << svg;
+            std::string::npos)
+      << svg;
   EXPECT_NE(svg.find(">" + name_b + "</text>"), std::string::npos);
   // Per run: train and eval loss against steps and tokens, exact match against both: 6 lines.
   EXPECT_EQ(count(svg, "<polyline"), 12u);
@@ -130,7 +131,8 @@ TEST(PlotSvg, OneRunFolderDefaultsToItsLossSvg) {
 
 TEST(PlotSvg, WithoutAccuracyOrTokensThePanelsSaySo) {
   const auto dir = scratch_dir("text_run");
-  write_file(dir / "metrics.jsonl", "{\"step\":5,\"loss\":2.5}\n{\"step\":10,\"loss\":2.0}\n{\"step\":10,\"eval_loss\":2.2}\n");
+  write_file(dir / "metrics.jsonl",
+             "{\"step\":5,\"loss\":2.5}\n{\"step\":10,\"loss\":2.0}\n{\"step\":10,\"eval_loss\":2.2}\n");
   const auto out = scratch_dir("out") / "p.svg";
   ASSERT_EQ(run({"plot", dir.string(), "--out", out.string(), "--no-png"}).code, kExitOk);
   const std::string svg = read_file(out);
@@ -143,9 +145,10 @@ TEST(PlotSvg, WithoutAccuracyOrTokensThePanelsSaySo) {
 
 TEST(PlotSvg, ANonFiniteLossBreaksTheLine) {
   const auto dir = scratch_dir("nan_run");
-  write_file(dir / "metrics.jsonl",
-             "{\"step\":1,\"loss\":2.5}\n{\"step\":2,\"loss\":2.4}\n{\"step\":3,\"loss\":null}\n{\"step\":4,\"loss\":2.2}\n"
-             "{\"step\":5,\"loss\":2.1}\n");
+  write_file(
+      dir / "metrics.jsonl",
+      "{\"step\":1,\"loss\":2.5}\n{\"step\":2,\"loss\":2.4}\n{\"step\":3,\"loss\":null}\n{\"step\":4,\"loss\":2.2}\n"
+      "{\"step\":5,\"loss\":2.1}\n");
   const auto out = scratch_dir("out") / "p.svg";
   ASSERT_EQ(run({"plot", dir.string(), "--out", out.string(), "--no-png"}).code, kExitOk);
   EXPECT_EQ(count(read_file(out), "<polyline"), 2u);
@@ -205,8 +208,9 @@ TEST(PlotPng, WrittenByAConverterOnPathOrTheReasonWhyNot) {
   const auto none = run({"plot", a.string(), "--out", out.string()});
   setenv("PATH", path.c_str(), 1);
   EXPECT_EQ(none.code, kExitOk) << none.err;
-  EXPECT_EQ(none.out, "wrote " + out.string() + "\nno PNG: neither rsvg-convert (librsvg2-bin) nor convert "
-                                                "(imagemagick) is on PATH\n");
+  EXPECT_EQ(none.out, "wrote " + out.string() +
+                          "\nno PNG: neither rsvg-convert (librsvg2-bin) nor convert "
+                          "(imagemagick) is on PATH\n");
   const auto with = run({"plot", a.string(), "--out", out.string()});
   EXPECT_EQ(with.code, kExitOk) << with.err;
   if (with.out.find("\nwrote ") == std::string::npos) GTEST_SKIP() << "no SVG converter here: " << with.out;
@@ -240,7 +244,8 @@ TEST(PlotErrors, RejectedInputsNameTheProblem) {
   const auto a = fake_run("run", 40, 1.0);
   expect({"plot", a.string(), "--out", "x.png"}, kExitConfig,
          "cpformer: --out x.png: expected a file name ending in .svg (the PNG, when made, gets .png)");
-  expect({"plot", "/nonexistent/run"}, kExitData, "cpformer: data error: /nonexistent/run: no such run folder or metrics file");
+  expect({"plot", "/nonexistent/run"}, kExitData,
+         "cpformer: data error: /nonexistent/run: no such run folder or metrics file");
   const auto empty_dir = scratch_dir("no_metrics");
   expect({"plot", empty_dir.string()}, kExitData,
          "cpformer: data error: " + empty_dir.string() + ": no metrics.jsonl in this folder (is it a run folder?");

@@ -160,8 +160,8 @@ TEST(Precision, CudaDeviceWithoutAGpuNamesTheFix) {
   // The run folder is not created for a run that cannot start.
   EXPECT_FALSE(std::filesystem::exists(dir / "config.yaml"));
   // Through the CLI: a runtime error (exit code 1) with the same message and "or set run.device: cpu".
-  const auto r = run({"train", (repo_root() / "configs" / "gpu_tiny.yaml").string(), "--set",
-                      "run.out_dir=" + dir.string()});
+  const auto r =
+      run({"train", (repo_root() / "configs" / "gpu_tiny.yaml").string(), "--set", "run.out_dir=" + dir.string()});
   EXPECT_EQ(r.code, 1) << r.out << r.err;
   EXPECT_NE(r.err.find(expected), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("or set run.device: cpu"), std::string::npos) << r.err;

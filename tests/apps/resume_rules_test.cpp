@@ -51,8 +51,11 @@ TEST(ResumeRules, NeverRefusesAFolderWithCheckpointsAndReplaceStartsOver) {
   const fs::path ckpts = dir / "run" / "checkpoints";
   const auto r = train(config, {"run.resume=never", "run.steps=2"});
   EXPECT_EQ(r.code, kExitError);
-  EXPECT_NE(r.err.find("run.resume: never, but the run folder " + (dir / "run").string() + " holds 1 checkpoint(s) "
-                       "(newest " + (ckpts / "step_00000004").string() + "); a later run.resume: auto would continue "
+  EXPECT_NE(r.err.find("run.resume: never, but the run folder " + (dir / "run").string() +
+                       " holds 1 checkpoint(s) "
+                       "(newest " +
+                       (ckpts / "step_00000004").string() +
+                       "); a later run.resume: auto would continue "
                        "them instead of this run. Set run.resume: replace to delete them and start over"),
             std::string::npos)
       << r.err;
@@ -151,7 +154,7 @@ TEST(ResumeRules, ConsecutiveNonFiniteStepsStopTheRun) {
                        "checkpoint"),
             std::string::npos)
       << r.err;
-  EXPECT_NE(r.err.find("the gradient norm was not finite (") , std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("the gradient norm was not finite ("), std::string::npos) << r.err;
   EXPECT_EQ(r.out.find("done:"), std::string::npos) << r.out;
   EXPECT_FALSE(fs::exists(dir / "run" / "checkpoints"));
   // 0 turns the stop off: the run ends (its updates skipped) as before.
@@ -166,13 +169,14 @@ TEST(ResumeRules, ConfigDifferencesListOnlyTheKeysOfTheHash) {
   TrainConfig a = load_train_config_string(yaml("/tmp/x"), "a.yaml");
   TrainConfig b = a;
   EXPECT_EQ(config_differences(a, b), "");
-  b.run.steps = 100;        // not part of what a checkpoint means
+  b.run.steps = 100;  // not part of what a checkpoint means
   b.run.log_every = 7;
   EXPECT_EQ(config_differences(a, b), "");
   b.run.seed = 5;
   b.data.task = "sort";
-  EXPECT_EQ(config_differences(a, b), "data.task: addition in the checkpoint, sort now; run.seed: 1234 in the "
-                                      "checkpoint, 5 now");
+  EXPECT_EQ(config_differences(a, b),
+            "data.task: addition in the checkpoint, sort now; run.seed: 1234 in the "
+            "checkpoint, 5 now");
 }
 
 }  // namespace

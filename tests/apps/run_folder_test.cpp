@@ -28,7 +28,8 @@ std::string yaml(const fs::path& out_dir, int64_t steps) {
 
 std::string in_use_message(const fs::path& run, const std::string& pid) {
   return "cpformer: error: the run folder " + run.string() + " is in use by another cpformer train (PID " + pid +
-         ", lock " + (run / ".lock").string() + "); wait for it to finish or stop it, or give this run another "
+         ", lock " + (run / ".lock").string() +
+         "); wait for it to finish or stop it, or give this run another "
          "folder (run.out_dir or run.name)";
 }
 
@@ -57,8 +58,7 @@ TEST(RunFolder, ALiveTrainerProcessKeepsOthersOut) {
   ASSERT_TRUE(first.wait_for_output("/1000000 | loss")) << first.out() << first.err();
   const auto second = run({"train", (dir / "c.yaml").string(), "--set", "run.steps=5"});
   EXPECT_EQ(second.code, kExitError);
-  EXPECT_NE(second.err.find(in_use_message(dir / "run", std::to_string(first.pid()))), std::string::npos)
-      << second.err;
+  EXPECT_NE(second.err.find(in_use_message(dir / "run", std::to_string(first.pid()))), std::string::npos) << second.err;
   ASSERT_EQ(::kill(first.pid(), SIGTERM), 0);
   EXPECT_EQ(first.wait(), 143) << first.out() << first.err();
 }
@@ -72,9 +72,9 @@ TEST(RunFolder, ConfigYamlOnAFullDiskStopsBeforeTraining) {
   const auto r = run({"train", (dir / "c.yaml").string()});
   EXPECT_EQ(r.code, kExitError);
   const fs::path target = dir / "run" / "config.yaml";
-  EXPECT_NE(r.err.find("cannot write " + target.string() + " (via " + target.string() +
-                       ".tmp): No space left on device"),
-            std::string::npos)
+  EXPECT_NE(
+      r.err.find("cannot write " + target.string() + " (via " + target.string() + ".tmp): No space left on device"),
+      std::string::npos)
       << r.err;
   EXPECT_EQ(r.out.find("| loss"), std::string::npos) << "no step may train: " << r.out;
   EXPECT_FALSE(fs::exists(target));

@@ -44,8 +44,8 @@ TEST(ShardTruncationCli, AShardTruncatedDuringTrainingStopsTheRunWithAnErrorNami
   write_file(dir / "c.yaml", "run:\n  out_dir: " + (dir / "run").string() +
                                  "\n  steps: 1000000\n  log_every: 1\n  eval_every: 0\n  threads: 1\n"
                                  "model:\n  hidden_size: 16\n  num_layers: 1\n  num_heads: 2\n"
-                                 "data:\n  source: shards\n  path: " + shard.string() +
-                                 "\n  seq_len: 16\n  batch_size: 4\n");
+                                 "data:\n  source: shards\n  path: " +
+                                 shard.string() + "\n  seq_len: 16\n  batch_size: 4\n");
   auto training = std::async(std::launch::async, [&] { return run({"train", (dir / "c.yaml").string()}); });
   // Wait for the first logged step: the source is open and batches are being read.
   const fs::path metrics = dir / "run" / "metrics.jsonl";

@@ -94,9 +94,7 @@ void expect_stop_and_resume(int signal, const std::vector<std::string>& override
   EXPECT_EQ(recorded_steps(dir / "run" / "metrics.jsonl"), expected);
 }
 
-TEST(StopSignals, SigtermWritesACheckpointSaysHowToResumeAndExits143) {
-  expect_stop_and_resume(SIGTERM, {});
-}
+TEST(StopSignals, SigtermWritesACheckpointSaysHowToResumeAndExits143) { expect_stop_and_resume(SIGTERM, {}); }
 
 TEST(StopSignals, SigintStopsEveryThreadRankTogetherAndExits130) {
   // dp=2 x cp=2: four rank threads agree on the step to stop after and all take part in the save.

@@ -52,8 +52,8 @@ TEST(StepProfiler, ProfilesTheWindowAfterTheFirstStepAndWritesTheTable) {
   EXPECT_FALSE(profile::enabled());
   EXPECT_NE(table->find("profile: steps 12-13 on cpu"), std::string::npos) << *table;
   // Phases in step order before the ops; one call per step each; the step is 100% of itself.
-  const size_t step_row = table->find("\nstep "), fwd = table->find("phase/forward"), bwd = table->find("phase/backward"),
-               op = table->find("forward/linear");
+  const size_t step_row = table->find("\nstep "), fwd = table->find("phase/forward"),
+               bwd = table->find("phase/backward"), op = table->find("forward/linear");
   ASSERT_NE(op, std::string::npos) << *table;
   EXPECT_LT(step_row, fwd);
   EXPECT_LT(fwd, bwd);

@@ -153,7 +153,8 @@ TEST(TrainLog, ARunStoppedAtItsTargetBetweenStepLinesPrintsItsLastSteps) {
   const std::string step10 = r.out.substr(at, r.out.find('\n', at) - at);
   const std::string summary = lines_of(r.out).back();
   EXPECT_NE(summary.find("train loss " + loss_field(step10, "| loss ") + " (mean of steps 8-10)"), std::string::npos)
-      << step10 << "\n" << summary;
+      << step10 << "\n"
+      << summary;
 }
 
 TEST(TrainLog, TheTrainerDrawsLossSvgInTheRunFolder) {
@@ -174,8 +175,11 @@ TEST(Heartbeat, AQuietStretchGetsALineEveryInterval) {
   const auto dir = scratch_dir("log");
   std::ostringstream out;
   {
-    MetricsLogger logger(out, LoggerOptions{.metrics_path = "", .train_log_path = (dir / "train.log").string(),
-                                            .total_steps = 10, .progress_bar = false, .rank = 0,
+    MetricsLogger logger(out, LoggerOptions{.metrics_path = "",
+                                            .train_log_path = (dir / "train.log").string(),
+                                            .total_steps = 10,
+                                            .progress_bar = false,
+                                            .rank = 0,
                                             .heartbeat_seconds = 0.05});
     logger.start_metrics(0);
     logger.activity("step 3/10");
@@ -184,7 +188,8 @@ TEST(Heartbeat, AQuietStretchGetsALineEveryInterval) {
   const auto lines = lines_of(out.str());
   ASSERT_GE(lines.size(), 3u) << out.str();
   for (const auto& l : lines) {
-    EXPECT_TRUE(std::regex_match(l, std::regex(R"(heartbeat: step 3/10 running for 0:00 \| 0:00 elapsed( \| rss \d+ MiB)?)")))
+    EXPECT_TRUE(
+        std::regex_match(l, std::regex(R"(heartbeat: step 3/10 running for 0:00 \| 0:00 elapsed( \| rss \d+ MiB)?)")))
         << l;
   }
   EXPECT_EQ(lines_of(read_file(dir / "train.log")).size(), lines.size()) << "heartbeats go to train.log too";

@@ -71,8 +71,8 @@ TEST(Train, ContextParallelStepsMatchOneRank) {
     int cp;
   };
   for (const Case& c : {Case{"p2p", 2}, Case{"all_gather", 2}, Case{"a2a", 2}, Case{"a2a+p2p", 4}}) {
-    const auto losses = train_with(base_yaml(scratch_dir(c.comm), 5),
-                                   {"parallel.cp=" + std::to_string(c.cp), std::string("parallel.cp_comm_type=") + c.comm})
+    const auto losses = train_with(base_yaml(scratch_dir(c.comm), 5), {"parallel.cp=" + std::to_string(c.cp),
+                                                                       std::string("parallel.cp_comm_type=") + c.comm})
                             .losses;
     expect_same_losses(losses, reference, 1e-5, std::string("cp_comm_type ") + c.comm);
   }
@@ -88,7 +88,8 @@ TEST(Train, DataParallelMatchesOneRankWithTheDoubledBatch) {
   const auto dp2 = train_with(yaml + bshd, {"parallel.dp=2", "run.out_dir=" + scratch_dir("dp2").string()}).losses;
   expect_same_losses(dp2, reference, 1e-5, "dp=2");
   const auto dp2cp2 =
-      train_with(yaml + bshd, {"parallel.dp=2", "parallel.cp=2", "run.out_dir=" + scratch_dir("dp2cp2").string()}).losses;
+      train_with(yaml + bshd, {"parallel.dp=2", "parallel.cp=2", "run.out_dir=" + scratch_dir("dp2cp2").string()})
+          .losses;
   expect_same_losses(dp2cp2, reference, 1e-5, "dp=2 x cp=2");
 }
 
@@ -148,8 +149,8 @@ TEST(Train, ResumeRefusesCheckpointsOfAnotherConfig) {
       << r.err;
   EXPECT_NE(r.err.find("run.resume: replace"), std::string::npos) << r.err;
   // resume: replace starts over.
-  const auto fresh = run({"train", (dir / "other.yaml").string(), "--set", "model.hidden_size=64", "--set",
-                          "run.resume=replace"});
+  const auto fresh =
+      run({"train", (dir / "other.yaml").string(), "--set", "model.hidden_size=64", "--set", "run.resume=replace"});
   EXPECT_EQ(fresh.code, kExitOk) << fresh.err;
 }
 

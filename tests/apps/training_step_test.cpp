@@ -74,8 +74,8 @@ Stepped step_with(double grad_clip, bool poison) {
   const optim::NamedTensors params = s.model->named_parameters();
   if (poison) {
     NoGradGuard no_grad;
-    raw::copy_(params.front().second, full(params.front().second.shape(), std::numeric_limits<double>::quiet_NaN(),
-                                           {.dtype = DType::f64}));
+    raw::copy_(params.front().second,
+               full(params.front().second.shape(), std::numeric_limits<double>::quiet_NaN(), {.dtype = DType::f64}));
   }
   data::DataLoader loader(batch_options());
   RankGroups g;
@@ -90,7 +90,7 @@ Stepped step_with(double grad_clip, bool poison) {
                                      .schedule = schedule,
                                      .accum_steps = 1,
                                      .grad_clip = grad_clip},
-                         0);
+                           0);
   return s;
 }
 

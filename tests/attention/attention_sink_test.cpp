@@ -63,8 +63,7 @@ void expect_sink_matches_reference(const Tensor& q, const Tensor& k, const Tenso
 TEST(AttentionSink, BshdCausalGqaMatchesOracle) {
   const Tensor q = random_tensor({2, 7, 4, 5}, DType::f64, 1), k = random_tensor({2, 7, 2, 5}, DType::f64, 2);
   const Tensor v = random_tensor({2, 7, 2, 3}, DType::f64, 3), sink = random_tensor({4}, DType::f64, 4, -2, 2);
-  expect_sink_matches_reference(q, k, v, sink, {.qkv_format = QkvFormat::bshd, .mask = MaskType::causal},
-                                std::nullopt);
+  expect_sink_matches_reference(q, k, v, sink, {.qkv_format = QkvFormat::bshd, .mask = MaskType::causal}, std::nullopt);
 }
 
 TEST(AttentionSink, SbhdSlidingWindowMqaMatchesOracle) {
@@ -96,9 +95,8 @@ TEST(AttentionSink, CrossAttentionWithFullyMaskedRowsMatchesOracle) {
   const SequenceInfo seq = SequenceInfo::from_lengths({3, 4}, {5, 1}, 4, 6).with_position_offsets(2, 0);
   const Tensor q = random_tensor({2, 4, 2, 3}, DType::f64, 13), k = random_tensor({2, 6, 2, 3}, DType::f64, 14);
   const Tensor v = random_tensor({2, 6, 2, 3}, DType::f64, 15), sink = random_tensor({2}, DType::f64, 16, -2, 2);
-  expect_sink_matches_reference(q, k, v, sink,
-                                {.qkv_format = QkvFormat::bshd, .mask = MaskType::padding_causal, .window = {1, 0}},
-                                seq);
+  expect_sink_matches_reference(
+      q, k, v, sink, {.qkv_format = QkvFormat::bshd, .mask = MaskType::padding_causal, .window = {1, 0}}, seq);
 }
 
 TEST(AttentionSink, F32MatchesOracle) {
@@ -146,8 +144,8 @@ TEST(AttentionSinkGradcheck, ThdPaddedWindow) {
   using testing::grad_input;
   const SequenceInfo seq = SequenceInfo::from_cu_seqlens({0, 3, 4, 4, 6}, {0, 4, 6, 7, 9});
   EXPECT_GRADCHECK(sink_fn({.qkv_format = QkvFormat::thd, .mask = MaskType::padding_causal, .window = {1, 0}}, seq),
-                   (std::vector<Tensor>{grad_input({9, 2, 3}, 5), grad_input({9, 1, 3}, 6),
-                                        grad_input({9, 1, 2}, 7), grad_input({2}, 8)}));
+                   (std::vector<Tensor>{grad_input({9, 2, 3}, 5), grad_input({9, 1, 3}, 6), grad_input({9, 1, 2}, 7),
+                                        grad_input({2}, 8)}));
 }
 
 TEST(AttentionSinkValidation, RejectsWrongShapeAndDtype) {

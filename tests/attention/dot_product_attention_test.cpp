@@ -50,9 +50,10 @@ TEST(AttentionThd, EqualsEachSequenceAloneInBshd) {
     const Tensor q = random_tensor({t, 4, 8}, DType::f64, 1), k = random_tensor({t, 2, 8}, DType::f64, 2);
     const Tensor v = random_tensor({t, 2, 5}, DType::f64, 3), dout = random_tensor({t, 4, 5}, DType::f64, 4);
     const Tensor dlse = random_tensor({4, t}, DType::f64, 5);
-    const auto packed = run_attention(dpa(thd, SequenceInfo::from_cu_seqlens(cu, cu_padded), {.block_q = 4, .block_kv = 3}),
-                                      q, k, v, dout, dlse);
-    const AttentionSpec bshd{.qkv_format = QkvFormat::bshd, .mask = is_causal(mask) ? MaskType::causal : MaskType::no_mask,
+    const auto packed = run_attention(
+        dpa(thd, SequenceInfo::from_cu_seqlens(cu, cu_padded), {.block_q = 4, .block_kv = 3}), q, k, v, dout, dlse);
+    const AttentionSpec bshd{.qkv_format = QkvFormat::bshd,
+                             .mask = is_causal(mask) ? MaskType::causal : MaskType::no_mask,
                              .window = {3, -1}};
     for (size_t n = 0; n + 1 < cu.size(); ++n) {
       const int64_t start = cu_padded[n], len = cu[n + 1] - cu[n];
@@ -67,7 +68,8 @@ TEST(AttentionThd, EqualsEachSequenceAloneInBshd) {
     }
     // Padding between and after the sequences: exact zeros and -inf, even with nonzero seeds there.
     for (auto [begin, end] : {std::pair<int64_t, int64_t>{5, 6}, {6, 8}, {18, 24}}) {
-      for (const Tensor* g : {&packed.out, &packed.dq, &packed.dk, &packed.dv}) expect_rows_equal(*g, begin, end, 0.0, "pad");
+      for (const Tensor* g : {&packed.out, &packed.dq, &packed.dk, &packed.dv})
+        expect_rows_equal(*g, begin, end, 0.0, "pad");
       for (int64_t i = begin; i < end; ++i) {
         for (double x : raw::select(packed.lse, 1, i).to_vector<double>()) EXPECT_EQ(x, -kInf);
       }
@@ -121,10 +123,12 @@ TEST(AttentionPositions, CpTilesFromPositionOffsets) {
     testing::expect_matches_reference(q, k, v, causal, rows.with_position_offsets(q_off, kv_off),
                                       {.block_q = 2, .block_kv = 2});
   }
-  const auto full = raw::attention_forward(q, k, v, causal, rows.with_position_offsets(4, 0), {.block_q = 2, .block_kv = 2});
+  const auto full =
+      raw::attention_forward(q, k, v, causal, rows.with_position_offsets(4, 0), {.block_q = 2, .block_kv = 2});
   EXPECT_EQ(full.tiles.partial, 0);
   EXPECT_EQ(full.tiles.skipped, 0);
-  const auto none = raw::attention_forward(q, k, v, causal, rows.with_position_offsets(0, 4), {.block_q = 2, .block_kv = 2});
+  const auto none =
+      raw::attention_forward(q, k, v, causal, rows.with_position_offsets(0, 4), {.block_q = 2, .block_kv = 2});
   EXPECT_EQ(none.tiles.computed(), 0);
   for (double x : none.lse.to_vector<double>()) EXPECT_EQ(x, -kInf);
 }
@@ -154,7 +158,7 @@ TEST(AttentionLse, MergingKvHalvesGivesFullAttention) {
   const AttentionOutput b = dot_product_attention(q, raw::narrow(k, 1, 6, 6), raw::narrow(v, 1, 6, 6), spec,
                                                   half.with_position_offsets(6, 6));
   const Tensor lse = raw::logsumexp(raw::stack({a.lse, b.lse}, 0), {0});  // (2, h, s)
-  auto weight = [&](const Tensor& l) {  // (b, h, s) -> (b, s, h, 1)
+  auto weight = [&](const Tensor& l) {                                    // (b, h, s) -> (b, s, h, 1)
     return raw::unsqueeze(raw::permute(raw::exp(raw::sub(l, lse)), {0, 2, 1}), -1);
   };
   const Tensor merged = raw::add(raw::mul(weight(a.lse), a.out), raw::mul(weight(b.lse), b.out));
@@ -175,8 +179,8 @@ TEST(AttentionTiles, CausalSkipsTilesAboveTheDiagonal) {
   EXPECT_EQ(grads.tiles.partial, 8);
   EXPECT_EQ(grads.tiles.skipped, 12);
   // A sliding window of 64 keys: blocks on the diagonal and the one before it are computed.
-  const auto window = raw::attention_forward(q, q, q, {.qkv_format = QkvFormat::bshd, .mask = MaskType::causal,
-                                                       .window = {64, 0}});
+  const auto window =
+      raw::attention_forward(q, q, q, {.qkv_format = QkvFormat::bshd, .mask = MaskType::causal, .window = {64, 0}});
   EXPECT_EQ(window.tiles.computed(), 2 * 7);
   EXPECT_EQ(window.tiles.skipped, 2 * 9);
   const auto plain = raw::attention_forward(q, q, q, {.qkv_format = QkvFormat::bshd});
@@ -221,8 +225,8 @@ TEST(AttentionInputs, NonContiguousViewsAndLseOnlyGradients) {
   const AttentionSpec spec{.qkv_format = QkvFormat::bshd, .mask = MaskType::causal};
   backward(sum(dot_product_attention(view, view, view, spec).lse));
   Tensor y = raw::clone(base).set_requires_grad(true);
-  backward(sum(testing::naive_attention(transpose(y, 1, 2), transpose(y, 1, 2), transpose(y, 1, 2), spec,
-                                        std::nullopt).lse));
+  backward(sum(
+      testing::naive_attention(transpose(y, 1, 2), transpose(y, 1, 2), transpose(y, 1, 2), spec, std::nullopt).lse));
   EXPECT_TRUE(all_close(x.grad(), y.grad(), 1e-12, 1e-12));
 }
 

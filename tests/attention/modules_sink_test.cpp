@@ -35,8 +35,13 @@ using testing::with_parameters;
 
 TEST(AttentionModulesSink, SinksParameterAndHandComposition) {
   Generator gen(3);
-  const MultiHeadAttention mha({.hidden_size = 12, .num_heads = 4, .num_kv_heads = 2, .head_dim = 4,
-                                .rope = false, .dtype = DType::f64, .attention_sink = true},
+  const MultiHeadAttention mha({.hidden_size = 12,
+                                .num_heads = 4,
+                                .num_kv_heads = 2,
+                                .head_dim = 4,
+                                .rope = false,
+                                .dtype = DType::f64,
+                                .attention_sink = true},
                                &gen);
   const Tensor sinks = param(mha, "sinks");
   ASSERT_EQ(sinks.shape(), (Shape{4}));
@@ -58,8 +63,13 @@ TEST(AttentionModulesSink, SinksParameterAndHandComposition) {
 
 TEST(AttentionModulesSink, GradcheckMultiHeadAttentionWithSinks) {
   Generator gen(1);
-  const MultiHeadAttention mha({.hidden_size = 6, .num_heads = 4, .num_kv_heads = 2, .head_dim = 2,
-                                .window = {2, 0}, .dtype = DType::f64, .attention_sink = true},
+  const MultiHeadAttention mha({.hidden_size = 6,
+                                .num_heads = 4,
+                                .num_kv_heads = 2,
+                                .head_dim = 2,
+                                .window = {2, 0},
+                                .dtype = DType::f64,
+                                .attention_sink = true},
                                &gen);
   raw::copy_(param(mha, "sinks"), random_tensor({4}, DType::f64, 4, -1, 1));
   const Tensor x = testing::grad_input({2, 4, 6}, 2);
@@ -68,9 +78,16 @@ TEST(AttentionModulesSink, GradcheckMultiHeadAttentionWithSinks) {
 
 TEST(AttentionModulesSink, GradcheckMultiHeadLatentAttentionWithSinks) {
   Generator gen(5);
-  const MultiHeadLatentAttention mla({.hidden_size = 5, .num_heads = 2, .kv_lora_rank = 3, .qk_nope_head_dim = 2,
-                                      .qk_rope_head_dim = 2, .v_head_dim = 3, .qkv_format = QkvFormat::thd,
-                                      .mask = MaskType::padding_causal, .dtype = DType::f64, .attention_sink = true},
+  const MultiHeadLatentAttention mla({.hidden_size = 5,
+                                      .num_heads = 2,
+                                      .kv_lora_rank = 3,
+                                      .qk_nope_head_dim = 2,
+                                      .qk_rope_head_dim = 2,
+                                      .v_head_dim = 3,
+                                      .qkv_format = QkvFormat::thd,
+                                      .mask = MaskType::padding_causal,
+                                      .dtype = DType::f64,
+                                      .attention_sink = true},
                                      &gen);
   ASSERT_EQ(param(mla, "sinks").shape(), (Shape{2}));
   raw::copy_(param(mla, "sinks"), random_tensor({2}, DType::f64, 6, -1, 1));
@@ -87,10 +104,16 @@ struct ModuleRun {
 
 std::shared_ptr<MultiHeadAttention> make_mha() {
   Generator gen(11);
-  auto mha = std::make_shared<MultiHeadAttention>(MultiHeadAttentionOptions{.hidden_size = 8, .num_heads = 4, .num_kv_heads = 2, .head_dim = 2,
-                          .qkv_format = QkvFormat::thd, .mask = MaskType::padding_causal, .window = {5, 0},
-                          .dtype = DType::f64, .attention_sink = true},
-                         &gen);
+  auto mha = std::make_shared<MultiHeadAttention>(MultiHeadAttentionOptions{.hidden_size = 8,
+                                                                            .num_heads = 4,
+                                                                            .num_kv_heads = 2,
+                                                                            .head_dim = 2,
+                                                                            .qkv_format = QkvFormat::thd,
+                                                                            .mask = MaskType::padding_causal,
+                                                                            .window = {5, 0},
+                                                                            .dtype = DType::f64,
+                                                                            .attention_sink = true},
+                                                  &gen);
   raw::copy_(param(*mha, "sinks"), random_tensor({4}, DType::f64, 12, -2, 2));
   return mha;
 }

@@ -33,8 +33,13 @@ using testing::param;
 Tensor heads(const Tensor& x, int64_t h, int64_t d) { return reshape(x, {x.size(0), x.size(1), h, d}); }
 
 MultiHeadAttentionOptions mha_options(QkvFormat format, int64_t kv_heads) {
-  return {.hidden_size = 12, .num_heads = 4, .num_kv_heads = kv_heads, .head_dim = 4, .qkv_format = format,
-          .rotary_dim = 2, .dtype = DType::f64};
+  return {.hidden_size = 12,
+          .num_heads = 4,
+          .num_kv_heads = kv_heads,
+          .head_dim = 4,
+          .qkv_format = format,
+          .rotary_dim = 2,
+          .dtype = DType::f64};
 }
 
 TEST(MultiHeadAttention, ParametersAndHandComposition) {
@@ -119,8 +124,14 @@ TEST(MultiHeadAttention, CausalOutputsIgnoreFutureTokens) {
 }
 
 MultiHeadLatentAttentionOptions mla_options(int64_t q_lora_rank) {
-  return {.hidden_size = 10, .num_heads = 3, .q_lora_rank = q_lora_rank, .kv_lora_rank = 5, .qk_nope_head_dim = 3,
-          .qk_rope_head_dim = 2, .v_head_dim = 4, .dtype = DType::f64};
+  return {.hidden_size = 10,
+          .num_heads = 3,
+          .q_lora_rank = q_lora_rank,
+          .kv_lora_rank = 5,
+          .qk_nope_head_dim = 3,
+          .qk_rope_head_dim = 2,
+          .v_head_dim = 4,
+          .dtype = DType::f64};
 }
 
 TEST(MultiHeadLatentAttention, ParametersFollowDeepSeekNames) {
@@ -190,12 +201,12 @@ TEST(AttentionModules, RejectBadOptionsAndInputs) {
   EXPECT_CPF_ERROR(mha.forward(random_tensor({2, 6, 12}, DType::f64)),
                    "MultiHeadAttention: qkv_format thd expects (tokens, hidden) inputs with hidden = 12: x=[2,6,12]");
   EXPECT_CPF_ERROR(mha.forward(random_tensor({6, 12}, DType::f64)), "qkv_format thd needs a SequenceInfo");
-  EXPECT_CPF_ERROR(MultiHeadLatentAttention({.hidden_size = 8, .num_heads = 2, .kv_lora_rank = 0,
-                                             .qk_rope_head_dim = 2, .v_head_dim = 4}),
+  EXPECT_CPF_ERROR(MultiHeadLatentAttention(
+                       {.hidden_size = 8, .num_heads = 2, .kv_lora_rank = 0, .qk_rope_head_dim = 2, .v_head_dim = 4}),
                    "MultiHeadLatentAttention: hidden_size, num_heads, kv_lora_rank, qk_rope_head_dim and v_head_dim "
                    "must be positive");
-  EXPECT_CPF_ERROR(MultiHeadLatentAttention({.hidden_size = 8, .num_heads = 2, .kv_lora_rank = 4,
-                                             .qk_rope_head_dim = 3, .v_head_dim = 4}),
+  EXPECT_CPF_ERROR(MultiHeadLatentAttention(
+                       {.hidden_size = 8, .num_heads = 2, .kv_lora_rank = 4, .qk_rope_head_dim = 3, .v_head_dim = 4}),
                    "qk_rope_head_dim must be even (RoPE rotates pairs): qk_rope_head_dim=3");
   const MultiHeadLatentAttention mla(mla_options(0));
   EXPECT_CPF_ERROR(mla.forward(random_tensor({2, 6, 9}, DType::f64)),

@@ -24,7 +24,8 @@ struct NaiveAttention {
 // (rows, 1, s_q, s_kv) bool: true where query i of a row sees key j. thd is one row of t tokens.
 inline Tensor naive_mask(const AttentionSpec& spec, const SequenceInfo& info, int64_t rows, int64_t s_q, int64_t s_kv) {
   const int64_t left = spec.window.left;
-  const int64_t right = (spec.mask == MaskType::causal || spec.mask == MaskType::padding_causal) ? 0 : spec.window.right;
+  const int64_t right =
+      (spec.mask == MaskType::causal || spec.mask == MaskType::padding_causal) ? 0 : spec.window.right;
   Tensor m = zeros({rows, 1, s_q, s_kv}, {.dtype = DType::boolean});
   bool* mask = m.data<bool>();
   auto position = [](const std::vector<int64_t>& explicit_pos, int64_t token, int64_t slot_start) {
@@ -66,8 +67,8 @@ inline Tensor from_rows_heads(const Tensor& t, QkvFormat format) {
 }
 
 // With an explicit (rows, 1, s_q, s_kv) bool mask (thd: rows = 1).
-inline NaiveAttention naive_attention_masked(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec,
-                                             const Tensor& mask) {
+inline NaiveAttention naive_attention_masked(const Tensor& q, const Tensor& k, const Tensor& v,
+                                             const AttentionSpec& spec, const Tensor& mask) {
   const QkvFormat f = spec.qkv_format;
   Tensor qh = to_rows_heads(q, f), kh = to_rows_heads(k, f), vh = to_rows_heads(v, f);  // (R, H, S, D)
   const int64_t rows = qh.size(0), h_q = qh.size(1), s_q = qh.size(2), h_kv = kh.size(1), s_kv = kh.size(2);
@@ -79,13 +80,14 @@ inline NaiveAttention naive_attention_masked(const Tensor& q, const Tensor& k, c
   kh = repeat_heads(kh);
   vh = repeat_heads(vh);
   const DType dt = q.dtype();
-  const Tensor row_valid = raw::compare(raw::CompareOp::gt, raw::sum(raw::to(mask, dt), {-1}, true), 0.0);  // (R,1,Sq,1)
+  const Tensor row_valid =
+      raw::compare(raw::CompareOp::gt, raw::sum(raw::to(mask, dt), {-1}, true), 0.0);  // (R,1,Sq,1)
   const double scale = spec.softmax_scale.value_or(1.0 / std::sqrt(static_cast<double>(q.size(-1))));
   const double inf = std::numeric_limits<double>::infinity();
   Tensor scores = matmul(qh, transpose(kh, -1, -2)) * scale;  // (R, H, Sq, Skv)
   scores = where(mask, scores, full({}, -inf, {.dtype = dt}));
   scores = where(row_valid, scores, zeros({}, {.dtype = dt}));  // rows that see nothing: no NaN
-  Tensor lse = logsumexp(scores, {-1}, true);                    // (R, H, Sq, 1)
+  Tensor lse = logsumexp(scores, {-1}, true);                   // (R, H, Sq, 1)
   Tensor probs = exp(scores - lse);
   Tensor out = where(row_valid, matmul(probs, vh), zeros({}, {.dtype = dt}));
   lse = squeeze(where(row_valid, lse, full({}, -inf, {.dtype = dt})), -1);  // (R, H, Sq)
@@ -99,9 +101,9 @@ inline NaiveAttention naive_attention(const Tensor& q, const Tensor& k, const Te
   const int64_t rows = thd ? 1 : q.size(spec.qkv_format == QkvFormat::bshd ? 0 : 1);
   const int64_t s_q = thd ? q.size(0) : q.size(spec.qkv_format == QkvFormat::bshd ? 1 : 0);
   const int64_t s_kv = thd ? k.size(0) : k.size(spec.qkv_format == QkvFormat::bshd ? 1 : 0);
-  const SequenceInfo info = seq ? *seq
-                                : SequenceInfo::from_lengths(std::vector<int64_t>(rows, s_q),
-                                                             std::vector<int64_t>(rows, s_kv), s_q, s_kv);
+  const SequenceInfo info =
+      seq ? *seq
+          : SequenceInfo::from_lengths(std::vector<int64_t>(rows, s_q), std::vector<int64_t>(rows, s_kv), s_q, s_kv);
   return naive_attention_masked(q, k, v, spec, naive_mask(spec, info, rows, s_q, s_kv));
 }
 
@@ -116,9 +118,9 @@ inline NaiveAttention naive_attention_with_sink(const Tensor& q, const Tensor& k
   const int64_t rows = thd ? 1 : q.size(f == QkvFormat::bshd ? 0 : 1);
   const int64_t s_q = thd ? q.size(0) : q.size(f == QkvFormat::bshd ? 1 : 0);
   const int64_t s_kv = thd ? k.size(0) : k.size(f == QkvFormat::bshd ? 1 : 0);
-  const SequenceInfo info = seq ? *seq
-                                : SequenceInfo::from_lengths(std::vector<int64_t>(rows, s_q),
-                                                             std::vector<int64_t>(rows, s_kv), s_q, s_kv);
+  const SequenceInfo info =
+      seq ? *seq
+          : SequenceInfo::from_lengths(std::vector<int64_t>(rows, s_q), std::vector<int64_t>(rows, s_kv), s_q, s_kv);
   const Tensor mask = naive_mask(spec, info, rows, s_q, s_kv);
   Tensor qh = to_rows_heads(q, f), kh = to_rows_heads(k, f), vh = to_rows_heads(v, f);
   const int64_t h_q = qh.size(1), h_kv = kh.size(1), group = h_q / h_kv;

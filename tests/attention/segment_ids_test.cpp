@@ -101,7 +101,8 @@ TEST(SegmentIds, AttentionOnDerivedInfoEqualsTheSegmentMask) {
       mask.data<bool>()[i * 10 + j] = seg[i] != 0 && seg[i] == seg[j] && pos[j] <= pos[i] && pos[j] >= pos[i] - 2;
     }
   }
-  const Tensor q = testing::random_tensor({10, 2, 4}, DType::f64, 1), k = testing::random_tensor({10, 1, 4}, DType::f64, 2);
+  const Tensor q = testing::random_tensor({10, 2, 4}, DType::f64, 1),
+               k = testing::random_tensor({10, 1, 4}, DType::f64, 2);
   const Tensor v = testing::random_tensor({10, 1, 4}, DType::f64, 3);
   const AttentionOutput got = dot_product_attention(q, k, v, spec, info, {.block_q = 3, .block_kv = 2});
   const testing::NaiveAttention want = testing::naive_attention_masked(q, k, v, spec, mask);
@@ -115,9 +116,9 @@ TEST(SegmentIds, RejectsInconsistentShapesAndIds) {
                    "q segment_ids [2,8] and segment_pos [7] do not match");
   EXPECT_CPF_ERROR(SequenceInfo::from_segment_ids(thd, ids(V(4, 1), {4}), ids(V(8, 0), {2, 4})),
                    "q segment_ids [4] and segment_pos [2,4] do not match: segment_ids must have segment_pos's shape");
-  EXPECT_CPF_ERROR(SequenceInfo::from_segment_ids(thd, ids(V(4, 1), {4}), ids(V(4, 0), {4}), ids(V(4, 1), {4}),
-                                                  ids(V(5, 0), {5})),
-                   "kv segment_ids [4] and segment_pos [5] do not match");
+  EXPECT_CPF_ERROR(
+      SequenceInfo::from_segment_ids(thd, ids(V(4, 1), {4}), ids(V(4, 0), {4}), ids(V(4, 1), {4}), ids(V(5, 0), {5})),
+      "kv segment_ids [4] and segment_pos [5] do not match");
   EXPECT_CPF_ERROR(SequenceInfo::from_segment_ids(thd, full({4}, 1.0), ids(V(4, 0), {4})),
                    "q segment ids and positions must be i32 or i64: segment_ids f32 segment_pos i64");
   EXPECT_CPF_ERROR(SequenceInfo::from_segment_ids(thd, Tensor(), ids(V(4, 0), {4})),
@@ -129,9 +130,9 @@ TEST(SegmentIds, RejectsInconsistentShapesAndIds) {
   EXPECT_CPF_ERROR(SequenceInfo::from_segment_ids(thd, ids(V(4, 1), {2, 2}), ids(V(2, 0), {2}), ids(V(3, 1), {3, 1}),
                                                   ids(V(1, 0), {1})),
                    "q and kv must have the same rows: q segment_ids [2,2] kv segment_ids [3,1]");
-  EXPECT_CPF_ERROR(SequenceInfo::from_segment_ids(thd, ids({1, 2}, {2}), ids({0, 0}, {2}), ids({2, 1}, {2}),
-                                                  ids({0, 0}, {2})),
-                   "segments must appear in the same order on q and kv, but row 0 has segment 2 earlier on q");
+  EXPECT_CPF_ERROR(
+      SequenceInfo::from_segment_ids(thd, ids({1, 2}, {2}), ids({0, 0}, {2}), ids({2, 1}, {2}), ids({0, 0}, {2})),
+      "segments must appear in the same order on q and kv, but row 0 has segment 2 earlier on q");
   const AttentionSpec bshd{.qkv_format = QkvFormat::bshd, .mask = MaskType::padding};
   EXPECT_CPF_ERROR(SequenceInfo::from_segment_ids(bshd, ids({1, 1, 2, 2}, {1, 4}), ids({0, 1, 0, 1}, {1, 4})),
                    "bshd/sbhd hold at most one sequence per row, but row 0 has 2 q and 2 kv segments");

@@ -39,8 +39,13 @@ TEST(AttentionSpec, DefaultScaleIsInverseSqrtOfTheQkDim) {
 }
 
 TEST(AttentionSpec, StrNamesEveryKey) {
-  const AttentionSpec spec{.qkv_format = QkvFormat::thd, .mask = MaskType::causal, .window = {8, 0},
-                           .softmax_scale = 0.5, .num_heads = 8, .num_kv_heads = 2, .head_dim_qk = 16,
+  const AttentionSpec spec{.qkv_format = QkvFormat::thd,
+                           .mask = MaskType::causal,
+                           .window = {8, 0},
+                           .softmax_scale = 0.5,
+                           .num_heads = 8,
+                           .num_kv_heads = 2,
+                           .head_dim_qk = 16,
                            .head_dim_v = 8};
   EXPECT_EQ(spec.str(),
             "qkv_format: thd, mask: causal, window: [8, 0], softmax_scale: 0.5, num_heads: 8, num_kv_heads: 2, "

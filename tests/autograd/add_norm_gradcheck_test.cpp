@@ -25,12 +25,10 @@ TEST_P(AddNormGradcheck, LayerNorm) {
   Tensor w = grad_leaf({6}, 3, 0.5, 1.5);
   Tensor bias = grad_leaf({6}, 4);
   const auto f64 = DType::f64;
-  EXPECT_GRADCHECK(
-      [f64](const Inputs& in) { return both(add_layer_norm(in[0], in[1], in[2], in[3], 1e-5, f64)); },
-      Inputs{x, b, w, bias});
-  EXPECT_GRADCHECK(
-      [f64](const Inputs& in) { return both(add_layer_norm(in[0], in[1], in[2], Tensor(), 1e-5, f64)); },
-      Inputs{x, b, w});
+  EXPECT_GRADCHECK([f64](const Inputs& in) { return both(add_layer_norm(in[0], in[1], in[2], in[3], 1e-5, f64)); },
+                   Inputs{x, b, w, bias});
+  EXPECT_GRADCHECK([f64](const Inputs& in) { return both(add_layer_norm(in[0], in[1], in[2], Tensor(), 1e-5, f64)); },
+                   Inputs{x, b, w});
   EXPECT_GRADCHECK(
       [f64](const Inputs& in) { return both(add_layer_norm(in[0], in[1], Tensor(), Tensor(), 1e-5, f64)); },
       Inputs{x, b});
@@ -42,13 +40,13 @@ TEST_P(AddNormGradcheck, LayerNorm) {
   Tensor xs = strided_leaf(5, 3, 5);
   Tensor bs = strided_leaf(5, 3, 6);
   Tensor w3 = grad_leaf({3}, 7, 0.5, 1.5);
-  EXPECT_GRADCHECK(
-      [f64](const Inputs& in) { return both(add_layer_norm(in[0], in[1], in[2], in[2], 1e-5, f64)); },
-      Inputs{xs, bs, w3});
+  EXPECT_GRADCHECK([f64](const Inputs& in) { return both(add_layer_norm(in[0], in[1], in[2], in[2], 1e-5, f64)); },
+                   Inputs{xs, bs, w3});
   Tensor x3 = grad_leaf({2, 3, 5}, 8, -2, 2);
   Tensor b3 = grad_leaf({2, 3, 5}, 9);
-  EXPECT_GRADCHECK([f64](const Inputs& in) { return both(add_layer_norm(in[0], in[1], Tensor(), Tensor(), 1e-5, f64)); },
-                   Inputs{x3, b3});
+  EXPECT_GRADCHECK(
+      [f64](const Inputs& in) { return both(add_layer_norm(in[0], in[1], Tensor(), Tensor(), 1e-5, f64)); },
+      Inputs{x3, b3});
 }
 
 TEST_P(AddNormGradcheck, RmsNorm) {

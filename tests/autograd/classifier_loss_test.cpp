@@ -49,8 +49,9 @@ TEST_P(ClassifierLossAutograd, Gradcheck) {
   EXPECT_GRADCHECK([&](const Inputs& in) { return classifier_loss(in[0], fixed, l, {.chunk_rows = 2}); },
                    Inputs{hidden});
   const Tensor gain = grad_leaf({4}, 4, 0.5, 1.5);
-  EXPECT_GRADCHECK([&](const Inputs& in) { return classifier_loss(rms_norm(in[0], in[2]), in[1], l, {.chunk_rows = 4}); },
-                   Inputs{hidden, weight, gain});
+  EXPECT_GRADCHECK(
+      [&](const Inputs& in) { return classifier_loss(rms_norm(in[0], in[2]), in[1], l, {.chunk_rows = 4}); },
+      Inputs{hidden, weight, gain});
 }
 
 TEST_P(ClassifierLossAutograd, EqualsTheUnfusedGraph) {
@@ -94,10 +95,11 @@ TEST_P(ClassifierLossAutograd, AnF32MasterGetsTheF32SumDirectly) {
   Tensor master = random_on(device(), {10, 8}, DType::f32, 12, -1, 1);
   master.set_requires_grad(true);
   const Tensor l = labels({0, 9, -100, 4, 4, 1, 2, 3, 5});
-  const Tensor loss = classifier_loss(hidden, LinearWeights{master, Tensor(), Tensor(), Tensor()}, l, {.chunk_rows = 4});
+  const Tensor loss =
+      classifier_loss(hidden, LinearWeights{master, Tensor(), Tensor(), Tensor()}, l, {.chunk_rows = 4});
   backward(loss);
-  const raw::ClassifierLossResult ref = raw::classifier_loss(hidden.detach(), raw::to(master.detach(), DType::bf16),
-                                                             l, {.chunk_rows = 4});
+  const raw::ClassifierLossResult ref =
+      raw::classifier_loss(hidden.detach(), raw::to(master.detach(), DType::bf16), l, {.chunk_rows = 4});
   ASSERT_EQ(master.grad().dtype(), DType::f32);
   EXPECT_TRUE(all_close(raw::to(master.grad(), Device::cpu()), raw::to(ref.dweight, Device::cpu()), 0, 0));
   EXPECT_EQ(hidden.grad().dtype(), DType::bf16);

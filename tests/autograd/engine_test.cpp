@@ -97,8 +97,9 @@ TEST(Engine, RootErrors) {
   EXPECT_CPF_ERROR(backward(Tensor()), "backward: root 0 is an undefined tensor");
   Tensor x = leaf({1, 2, 3, 4, 5, 6}, {2, 3});
   Tensor y = mul(x, 2.0);
-  EXPECT_CPF_ERROR(backward(y), "backward: a gradient can only be implied for a scalar output; the root has shape "
-                                "[2,3], pass grad explicitly");
+  EXPECT_CPF_ERROR(backward(y),
+                   "backward: a gradient can only be implied for a scalar output; the root has shape "
+                   "[2,3], pass grad explicitly");
   EXPECT_CPF_ERROR(backward(y, ones({3}, {.dtype = DType::f64})),
                    "backward: gradient of shape [3] for a root of shape [2,3]");
   EXPECT_CPF_ERROR(backward(y, ones({2, 3})), "backward: gradient dtype f32 differs from root dtype f64");
@@ -230,7 +231,8 @@ TEST(InPlace, ModifyingASavedTensorIsDetected) {
   } catch (const Error& e) {
     const std::string what = e.what();
     EXPECT_NE(what.find("a tensor of shape [2] saved for the backward of 'mul' was modified in place"),
-              std::string::npos) << what;
+              std::string::npos)
+        << what;
     EXPECT_NE(what.find("(version 1, saved at version 0)"), std::string::npos) << what;
   }
   EXPECT_FALSE(b.grad().defined());
@@ -254,10 +256,10 @@ TEST(InPlace, WritesThroughAnotherViewAreDetected) {
   // square saves a view of x; the write goes through a different view of the same storage. The
   // version is per storage, so even a write outside the saved range counts (conservative).
   Tensor x = leaf({1, 2, 3, 4}, {4});
-  Tensor loss = sum(mul(narrow(x, 0, 0, 2), 3.0));  // mul by a scalar saves nothing
+  Tensor loss = sum(mul(narrow(x, 0, 0, 2), 3.0));     // mul by a scalar saves nothing
   Tensor view_loss = sum(square(narrow(x, 0, 2, 2)));  // square saves its input: a view of x
   raw::fill_(raw::narrow(x.detach(), 0, 0, 1), 10.0);  // touches x's storage (not even the saved range)
-  backward(loss);  // nothing saved: runs
+  backward(loss);                                      // nothing saved: runs
   EXPECT_EQ(grad_of(x), (std::vector<double>{3, 3, 0, 0}));
   EXPECT_CPF_ERROR(backward(view_loss), "saved for the backward of 'square' was modified in place");
 }
@@ -318,9 +320,7 @@ TEST(Engine, CustomNodesAreCheckedByTheEngine) {
                      return autograd::GradList{zeros({3}, {.dtype = DType::f64})};
                    }))),
                    "autograd: backward of 'bad' returned a gradient of shape [3] for input 0 of shape [2]");
-  EXPECT_CPF_ERROR(backward(sum(record_with([](const autograd::GradList&) {
-                     return autograd::GradList{zeros({2})};
-                   }))),
+  EXPECT_CPF_ERROR(backward(sum(record_with([](const autograd::GradList&) { return autograd::GradList{zeros({2})}; }))),
                    "autograd: backward of 'bad' returned a f32 gradient for input 0 of dtype f64");
   EXPECT_CPF_ERROR(backward(sum(record_with([](const autograd::GradList& g) {
                      return autograd::GradList{g[0], g[0]};
@@ -343,11 +343,11 @@ TEST(Engine, CustomNodesAreCheckedByTheEngine) {
 TEST(Engine, MultiOutputNodes) {
   // One node with two outputs; only the second receives a gradient.
   Tensor x = leaf({1, 2}, {2});
-  std::vector<Tensor> outs = autograd::record("split", {raw::mul(x, 2.0), raw::mul(x, 3.0)}, {x},
-                                              [](const autograd::GradList& g) {
-                                                EXPECT_FALSE(g[0].defined());
-                                                return autograd::GradList{raw::mul(g[1], 3.0)};
-                                              });
+  std::vector<Tensor> outs =
+      autograd::record("split", {raw::mul(x, 2.0), raw::mul(x, 3.0)}, {x}, [](const autograd::GradList& g) {
+        EXPECT_FALSE(g[0].defined());
+        return autograd::GradList{raw::mul(g[1], 3.0)};
+      });
   ASSERT_EQ(outs.size(), 2u);
   EXPECT_EQ(outs[0].grad_fn(), outs[1].grad_fn());
   EXPECT_EQ(outs[1].output_nr(), 1u);

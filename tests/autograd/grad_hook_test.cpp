@@ -165,7 +165,11 @@ TEST(GradReadyHook, SeveralHooksFireInRegistrationOrderAndRemovedHooksDoNot) {
   backward(cpf::sum(cpf::mul(w, 2.0)));
   EXPECT_EQ(order, "abcac");
 
-  { auto moved = std::move(c); EXPECT_FALSE(c.active()); EXPECT_TRUE(moved.active()); }  // destroyed: removed
+  {
+    auto moved = std::move(c);
+    EXPECT_FALSE(c.active());
+    EXPECT_TRUE(moved.active());
+  }  // destroyed: removed
   backward(cpf::sum(cpf::mul(w, 2.0)));
   EXPECT_EQ(order, "abcaca");
 

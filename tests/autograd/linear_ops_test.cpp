@@ -38,8 +38,11 @@ TEST(LinearOpsGradcheck, LinearLinearGeluAndGeluMlp) {
     EXPECT_GRADCHECK([](const Inputs& in) { return linear(in[0], in[1]); }, Inputs{x, w1});
     EXPECT_GRADCHECK([](const Inputs& in) { return linear_gelu(in[0], in[1], in[2]); }, Inputs{x, w1, b1});
     EXPECT_GRADCHECK([](const Inputs& in) { return linear_gelu(in[0], in[1]); }, Inputs{x, w1});
-    EXPECT_GRADCHECK([](const Inputs& in) { return gelu_mlp(in[0], {in[1], in[2]}, {in[3], in[4]}); },
-                     Inputs{x, w1, b1, w2, b2});
+    EXPECT_GRADCHECK(
+        [](const Inputs& in) {
+          return gelu_mlp(in[0], {in[1], in[2]}, {in[3], in[4]});
+        },
+        Inputs{x, w1, b1, w2, b2});
     EXPECT_GRADCHECK([](const Inputs& in) { return gelu_mlp(in[0], {in[1]}, {in[2]}); }, Inputs{x, w1, w2});
   }
 }
@@ -117,14 +120,16 @@ TEST(LinearOps, RejectsDtypeAndComputeWeightMismatches) {
   EXPECT_CPF_ERROR(linear(x64, w32), "linear: input dtype f64 does not match the weight dtype f32 (mixed precision");
   EXPECT_CPF_ERROR(linear_gelu(x64, w32), "linear_gelu: input dtype f64 does not match the weight dtype f32");
   const Tensor xb = zeros({3, 4}, {.dtype = DType::bf16});
-  EXPECT_CPF_ERROR(linear(xb, w32, zeros({2}, {.dtype = DType::f64})), "linear: bias dtype f64 must match the weight "
-                                                                       "dtype f32");
+  EXPECT_CPF_ERROR(linear(xb, w32, zeros({2}, {.dtype = DType::f64})),
+                   "linear: bias dtype f64 must match the weight "
+                   "dtype f32");
   EXPECT_CPF_ERROR(linear(xb, w32, Tensor(), zeros({2, 4})),
                    "linear: compute_weight must be the weight [2,4] in the input dtype bf16 on cpu, got [2,4] f32");
   EXPECT_CPF_ERROR(linear(xb, w32, Tensor(), zeros({4, 2}, {.dtype = DType::bf16})),
                    "linear: compute_weight must be the weight [2,4] in the input dtype bf16");
-  EXPECT_CPF_ERROR(gelu_mlp(zeros({3, 4}), {zeros({6, 4})}, {zeros({4, 5})}), "linear: x [3,6] must end in "
-                                                                              "in_features");
+  EXPECT_CPF_ERROR(gelu_mlp(zeros({3, 4}), {zeros({6, 4})}, {zeros({4, 5})}),
+                   "linear: x [3,6] must end in "
+                   "in_features");
 }
 
 // The raw backward halves against their unfused definitions (f64), and their rejected inputs.

@@ -48,14 +48,17 @@ inline Tolerance cublaslt_gelu_tolerance(DType run, DType result, double scale) 
 
 inline void add_matmul_cases(std::vector<OpCase>& cases) {
   // linear: x (..., K) @ W^T + b in one node (a GEMM epilogue adds b on a device).
-  cases.push_back({"linear_bias_3d", "linear", {diff({2, 3, 4}), diff({5, 4}), diff({5})}, [](const Inputs& x) -> Outputs {
-                     return {linear(x[0], x[1], x[2])};
-                   }});
+  cases.push_back(
+      {"linear_bias_3d", "linear", {diff({2, 3, 4}), diff({5, 4}), diff({5})}, [](const Inputs& x) -> Outputs {
+         return {linear(x[0], x[1], x[2])};
+       }});
   cases.push_back({"linear_no_bias_strided", "linear", {strided({6, 3}), diff({7, 3})}, [](const Inputs& x) -> Outputs {
                      return {linear(x[0], x[1])};
                    }});
-  cases.push_back({"linear_transposed_weight", "linear", {diff({4, 6}), diff({6, 8}), diff({8})},
-                   [](const Inputs& x) -> Outputs { return {linear(x[0], transpose(x[1], 0, 1), x[2])}; }});
+  cases.push_back(
+      {"linear_transposed_weight", "linear", {diff({4, 6}), diff({6, 8}), diff({8})}, [](const Inputs& x) -> Outputs {
+         return {linear(x[0], transpose(x[1], 0, 1), x[2])};
+       }});
   // linear_gelu / gelu_mlp: N % 8 == 0 runs cuBLASLt's GELU / DGELU epilogues at f32 and bf16 on a
   // device; other N (and f64) the unfused fallback.
   OpCase linear_gelu_fused{
@@ -64,8 +67,10 @@ inline void add_matmul_cases(std::vector<OpCase>& cases) {
       }};
   linear_gelu_fused.tolerance = cublaslt_gelu_tolerance;
   cases.push_back(std::move(linear_gelu_fused));
-  cases.push_back({"linear_gelu_no_bias_odd_n", "linear_gelu", {strided({5, 3}), diff({6, 3})},
-                   [](const Inputs& x) -> Outputs { return {linear_gelu(x[0], x[1])}; }});
+  cases.push_back(
+      {"linear_gelu_no_bias_odd_n", "linear_gelu", {strided({5, 3}), diff({6, 3})}, [](const Inputs& x) -> Outputs {
+         return {linear_gelu(x[0], x[1])};
+       }});
   OpCase gelu_mlp_fused{"gelu_mlp_bias_3d",
                         "gelu_mlp",
                         {diff({2, 3, 4}), diff({8, 4}), diff({8}), diff({4, 8}), diff({4})},
@@ -74,8 +79,10 @@ inline void add_matmul_cases(std::vector<OpCase>& cases) {
                         }};
   gelu_mlp_fused.tolerance = cublaslt_gelu_tolerance;
   cases.push_back(std::move(gelu_mlp_fused));
-  cases.push_back({"gelu_mlp_no_bias_odd", "gelu_mlp", {diff({6, 4}), diff({6, 4}), diff({5, 6})},
-                   [](const Inputs& x) -> Outputs { return {gelu_mlp(x[0], {x[1]}, {x[2]})}; }});
+  cases.push_back(
+      {"gelu_mlp_no_bias_odd", "gelu_mlp", {diff({6, 4}), diff({6, 4}), diff({5, 6})}, [](const Inputs& x) -> Outputs {
+         return {gelu_mlp(x[0], {x[1]}, {x[2]})};
+       }});
   // linear_cat, fused (min_fused_rows 0): q/k/v-like parts without bias (3-D x), and two parts with
   // biases on a strided x; and the separate linears it runs below min_fused_rows.
   cases.push_back({"linear_cat_three_parts",

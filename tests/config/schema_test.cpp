@@ -47,7 +47,8 @@ demo::Options read(const std::string& yaml, const std::vector<std::string>& over
   return testing::read_options<demo::Options>(yaml, "configs/x.yaml", overrides);
 }
 
-void expect_error(const std::string& yaml, const std::string& expected, const std::vector<std::string>& overrides = {}) {
+void expect_error(const std::string& yaml, const std::string& expected,
+                  const std::vector<std::string>& overrides = {}) {
   const auto error = testing::config_error<demo::Options>(yaml, "configs/x.yaml", overrides);
   if (!error) {
     ADD_FAILURE() << "expected ConfigError containing: " << expected;
@@ -119,9 +120,10 @@ TEST(ConfigSchema, WriterRoundTripsAndDocsListEveryKey) {
   describe(docs, defaults);
   std::vector<std::string> keys;
   for (const auto& row : docs.rows()) keys.push_back(row.key);
-  EXPECT_EQ(keys, (std::vector<std::string>{"layers", "lr", "tie", "name", "norm", "attention.heads",
-                                            "attention.dropout"}));
-  EXPECT_NE(docs.markdown().find("| `norm` | one of rmsnorm, layernorm | `rmsnorm` | normalisation |"), std::string::npos)
+  EXPECT_EQ(keys,
+            (std::vector<std::string>{"layers", "lr", "tie", "name", "norm", "attention.heads", "attention.dropout"}));
+  EXPECT_NE(docs.markdown().find("| `norm` | one of rmsnorm, layernorm | `rmsnorm` | normalisation |"),
+            std::string::npos)
       << docs.markdown();
 }
 

@@ -40,7 +40,8 @@ strict_demo::Options read(const std::string& yaml, const std::vector<std::string
 }
 
 // The whole message, so a wrong line or a changed reason both fail.
-void expect_error(const std::string& yaml, const std::string& expected, const std::vector<std::string>& overrides = {}) {
+void expect_error(const std::string& yaml, const std::string& expected,
+                  const std::vector<std::string>& overrides = {}) {
   const auto error = testing::config_error<strict_demo::Options>(yaml, "x.yaml", overrides);
   if (!error) {
     ADD_FAILURE() << "accepted; expected: " << expected;
@@ -83,12 +84,14 @@ TEST(ConfigStrictYaml, SecondDocumentIsRefusedAtItsSeparator) {
 }
 
 TEST(ConfigStrictYaml, UnclosedQuotesAreRefusedWhereTheyOpen) {
-  expect_error("run:\n  name: \"abc\n",
-               "x.yaml:2:9: the quote \" opened here is never closed (YAML would read to the end of the file: \"abc \"); "
-               "close it on this line");
-  expect_error("run:\n  steps: 3\n  name: 'abc\n",
-               "x.yaml:3:9: the quote ' opened here is never closed (YAML would read to the end of the file: \"abc \"); "
-               "close it on this line");
+  expect_error(
+      "run:\n  name: \"abc\n",
+      "x.yaml:2:9: the quote \" opened here is never closed (YAML would read to the end of the file: \"abc \"); "
+      "close it on this line");
+  expect_error(
+      "run:\n  steps: 3\n  name: 'abc\n",
+      "x.yaml:3:9: the quote ' opened here is never closed (YAML would read to the end of the file: \"abc \"); "
+      "close it on this line");
   // Escaped quotes inside, and quoted scalars over several lines, are closed.
   EXPECT_EQ(read("run:\n  name: \"a\\\"b\"\n").run.name, "a\"b");
   EXPECT_EQ(read("run:\n  name: 'it''s'\n").run.name, "it's");
@@ -124,27 +127,28 @@ TEST(ConfigStrictYaml, LeadingZerosAreRefusedNotReadAsOctal) {
 }
 
 TEST(ConfigStrictYaml, OverrideMistakesBlameTheOverride) {
-  expect_error("run:\n  steps: 5\n",
-               "--set foo.bar=1: unknown key 'foo' (valid keys here: run)", {"foo.bar=1"});
-  expect_error("run:\n  steps: 5\n",
-               "--set run=: 'run' is a section; set its keys one by one (--set run.KEY=VALUE)", {"run="});
-  expect_error("run:\n  steps: 5\n",
-               "--set run.=4: 'run.' is not a key path (expected section.key, no empty parts)", {"run.=4"});
+  expect_error("run:\n  steps: 5\n", "--set foo.bar=1: unknown key 'foo' (valid keys here: run)", {"foo.bar=1"});
+  expect_error("run:\n  steps: 5\n", "--set run=: 'run' is a section; set its keys one by one (--set run.KEY=VALUE)",
+               {"run="});
+  expect_error("run:\n  steps: 5\n", "--set run.=4: 'run.' is not a key path (expected section.key, no empty parts)",
+               {"run.=4"});
   expect_error("run:\n  steps: 5\n",
                "--set .steps=4: '.steps' is not a key path (expected section.key, no empty parts)", {".steps=4"});
   expect_error("run:\n  steps: 5\n",
                "--set run.steps=010: run.steps=010: a leading zero makes YAML read an integer as octal (010 is 8); "
                "write 10 without the zero",
                {"run.steps=010"});
-  expect_error("run:\n  steps: 5\n",
-               "--set run={steps: 1, steps: 2}: duplicate key 'run.steps'; YAML keeps one of them silently, so keep only "
-               "the one you mean",
-               {"run={steps: 1, steps: 2}"});
+  expect_error(
+      "run:\n  steps: 5\n",
+      "--set run={steps: 1, steps: 2}: duplicate key 'run.steps'; YAML keeps one of them silently, so keep only "
+      "the one you mean",
+      {"run={steps: 1, steps: 2}"});
   // Keys inside a section a --set replaced are the --set's, not lines of the file.
-  expect_error("run:\n  steps: 5\n",
-               "--set run={steps: 2, stepz: 3}: unknown key 'run.stepz' (valid keys here: lr, name, steps); did you mean "
-               "'run.steps'?",
-               {"run={steps: 2, stepz: 3}"});
+  expect_error(
+      "run:\n  steps: 5\n",
+      "--set run={steps: 2, stepz: 3}: unknown key 'run.stepz' (valid keys here: lr, name, steps); did you mean "
+      "'run.steps'?",
+      {"run={steps: 2, stepz: 3}"});
   expect_error("run:\n  steps: 5\n", "--set run={steps: 0}: run.steps=0 is out of range [1, 1e+12]",
                {"run={steps: 0}"});
   EXPECT_EQ(read("run:\n  steps: 5\n", {"run.steps=6"}).run.steps, 6);
@@ -153,9 +157,10 @@ TEST(ConfigStrictYaml, OverrideMistakesBlameTheOverride) {
 TEST(ConfigStrictYaml, EmptyValuesAreRefusedAtTheirKey) {
   expect_error("run:\n  steps:\n  lr: 0.1\n",
                "x.yaml:2:3: run.steps has no value; write one, or remove the key to keep the default");
-  expect_error("run:\n  name:\n", "x.yaml:2:3: run.name has no value; write one, or remove the key to keep the default");
-  expect_error("run:\n  steps: 5\n", "--set run.lr=: run.lr has no value; write one, or remove the key to keep the default",
-               {"run.lr="});
+  expect_error("run:\n  name:\n",
+               "x.yaml:2:3: run.name has no value; write one, or remove the key to keep the default");
+  expect_error("run:\n  steps: 5\n",
+               "--set run.lr=: run.lr has no value; write one, or remove the key to keep the default", {"run.lr="});
   EXPECT_EQ(read("run:\n  name: \"\"\n").run.name, "");  // an empty string is written as ""
 }
 

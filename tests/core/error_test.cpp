@@ -29,8 +29,7 @@ TEST(Error, CheckComposesValuesShapesLocationAndCondition) {
     EXPECT_EQ(e.condition(), "x == 3");
     EXPECT_EQ(e.file(), this_file());
     EXPECT_EQ(e.line(), line);
-    EXPECT_EQ(std::string(e.what()),
-              expected_message + " [" + this_file() + ":" + std::to_string(line) + ": x == 3]");
+    EXPECT_EQ(std::string(e.what()), expected_message + " [" + this_file() + ":" + std::to_string(line) + ": x == 3]");
   }
 }
 

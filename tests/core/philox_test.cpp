@@ -107,9 +107,9 @@ TEST(Philox, NormalStatistics) {
   }
   const double mean = sum / n;
   const double var = sum_sq / n - mean * mean;
-  EXPECT_NEAR(mean, 0.0, 0.012);    // sigma 2.2e-3
-  EXPECT_NEAR(var, 1.0, 0.016);     // sigma sqrt(2/n) = 3.2e-3
-  EXPECT_NEAR(sum_4 / n, 3.0, 0.1); // kurtosis of a normal
+  EXPECT_NEAR(mean, 0.0, 0.012);     // sigma 2.2e-3
+  EXPECT_NEAR(var, 1.0, 0.016);      // sigma sqrt(2/n) = 3.2e-3
+  EXPECT_NEAR(sum_4 / n, 3.0, 0.1);  // kurtosis of a normal
   EXPECT_NEAR(static_cast<double>(within_one) / n, 0.682689, 0.006);
 }
 

@@ -39,8 +39,17 @@ std::vector<Param> grid() {
       for (const HeadCase& heads : kHeads) params.push_back({comm, cp, format, mask, heads});
       if (mask.mask != MaskType::causal || mask.window.left != -1) continue;
       for (const HeadCase& heads : kOddHeads) {
-        CpQuery q{comm, cp, comm == CommType::a2a_p2p ? 2 : 1, format, mask.mask, mask.window, heads.heads,
-                  heads.kv_heads, heads.d_qk, heads.d_v, false};
+        CpQuery q{comm,
+                  cp,
+                  comm == CommType::a2a_p2p ? 2 : 1,
+                  format,
+                  mask.mask,
+                  mask.window,
+                  heads.heads,
+                  heads.kv_heads,
+                  heads.d_qk,
+                  heads.d_v,
+                  false};
         if (!unsupported_reason(q)) params.push_back({comm, cp, format, mask, heads});
       }
     }

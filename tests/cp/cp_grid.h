@@ -91,8 +91,7 @@ inline CpCase grid_case(CommType comm, int cp, QkvFormat format, MaskType mask, 
 
 // The support-matrix question a case asks (self-attention; with a sink when c.sink).
 inline CpQuery query_of(const CpCase& c) {
-  return CpQuery{c.comm,  c.cp,       c.a2a,  c.format, c.mask, c.window, c.heads,
-                 c.kv_heads, c.d_qk, c.d_v, false,    c.sink};
+  return CpQuery{c.comm, c.cp, c.a2a, c.format, c.mask, c.window, c.heads, c.kv_heads, c.d_qk, c.d_v, false, c.sink};
 }
 
 // Every rank's out, lse, dq, dk, dv equal its shard of the single-rank result (fp32,

@@ -8,9 +8,9 @@
 #include "attention/cp/context_parallel.h"
 #include "attention/cp/sharding.h"
 #include "framework/autograd/ops.h"
-#include "framework/tensor/ops/views.h"
 #include "framework/distributed/device_mesh.h"
 #include "framework/distributed/launcher.h"
+#include "framework/tensor/ops/views.h"
 #include "support/test_utils.h"
 
 namespace cpf::cp::testing {
@@ -106,7 +106,8 @@ inline Global make_global(const CpCase& c) {
   const Shape lse_shape = c.format == QkvFormat::thd ? Shape{c.heads, tokens} : Shape{c.batch, c.heads, tokens};
   g.dlse = ::cpf::testing::random_tensor(lse_shape, c.dtype == DType::f64 ? DType::f64 : DType::f32, c.seed + 4);
   if (c.sink) {
-    g.sink = ::cpf::testing::random_tensor({c.heads}, c.dtype == DType::f64 ? DType::f64 : DType::f32, c.seed + 5, -2, 2);
+    g.sink =
+        ::cpf::testing::random_tensor({c.heads}, c.dtype == DType::f64 ? DType::f64 : DType::f32, c.seed + 5, -2, 2);
   }
   return g;
 }
@@ -152,30 +153,34 @@ inline std::vector<Tensors> run_cp(const CpCase& c, const Global& g, std::vector
   std::vector<Tensors> results(static_cast<size_t>(c.cp));
   std::vector<CpStats> stats(static_cast<size_t>(c.cp));
   const int64_t lse_dim = c.format == QkvFormat::thd ? 1 : 2;
-  dist::launch(c.cp, [&](dist::RankContext& rc) {
-    dist::MeshShape shape;
-    shape.cp = c.cp;
-    if (c.comm == CommType::a2a_p2p) {
-      shape.cp_a2a = c.a2a;
-      shape.hierarchical_cp = true;
-    }
-    shape.require_cp = true;
-    dist::DeviceMesh mesh(rc.world, shape);
-    ContextParallel cp{c.comm, mesh.cp(), mesh.cp_a2a(), mesh.cp_p2p()};
-    cp.a2a_head_groups = c.a2a_head_groups;
-    const int r = rc.rank;
-    ShardedTensor q = sharded_input(c, g, g.q, r), k = sharded_input(c, g, g.k, r), v = sharded_input(c, g, g.v, r);
-    for (ShardedTensor* t : {&q, &k, &v}) t->tensor.set_requires_grad();
-    auto st = std::make_shared<CpStats>();
-    AttentionSpec spec = spec_of(c);
-    Tensor sink;
-    if (g.sink.defined()) spec.sink = sink = raw::clone(g.sink).set_requires_grad();
-    auto [out, lse] = context_parallel_attention(q, k, v, spec, g.seq, cp, st);
-    backward({out, lse}, {shard(c, g, g.dout, g.seq_dim, r), raw::to(shard(c, g, g.dlse, lse_dim, r), lse.dtype())});
-    results[r] = {out.detach(), lse.detach(), q.tensor.grad(), k.tensor.grad(), v.tensor.grad(),
-                  sink.defined() ? sink.grad() : Tensor()};
-    stats[r] = *st;
-  }, {.timeout = std::chrono::milliseconds(60'000)});
+  dist::launch(c.cp,
+               [&](dist::RankContext& rc) {
+                 dist::MeshShape shape;
+                 shape.cp = c.cp;
+                 if (c.comm == CommType::a2a_p2p) {
+                   shape.cp_a2a = c.a2a;
+                   shape.hierarchical_cp = true;
+                 }
+                 shape.require_cp = true;
+                 dist::DeviceMesh mesh(rc.world, shape);
+                 ContextParallel cp{c.comm, mesh.cp(), mesh.cp_a2a(), mesh.cp_p2p()};
+                 cp.a2a_head_groups = c.a2a_head_groups;
+                 const int r = rc.rank;
+                 ShardedTensor q = sharded_input(c, g, g.q, r), k = sharded_input(c, g, g.k, r),
+                               v = sharded_input(c, g, g.v, r);
+                 for (ShardedTensor* t : {&q, &k, &v}) t->tensor.set_requires_grad();
+                 auto st = std::make_shared<CpStats>();
+                 AttentionSpec spec = spec_of(c);
+                 Tensor sink;
+                 if (g.sink.defined()) spec.sink = sink = raw::clone(g.sink).set_requires_grad();
+                 auto [out, lse] = context_parallel_attention(q, k, v, spec, g.seq, cp, st);
+                 backward({out, lse},
+                          {shard(c, g, g.dout, g.seq_dim, r), raw::to(shard(c, g, g.dlse, lse_dim, r), lse.dtype())});
+                 results[r] = {out.detach(),    lse.detach(),    q.tensor.grad(),
+                               k.tensor.grad(), v.tensor.grad(), sink.defined() ? sink.grad() : Tensor()};
+                 stats[r] = *st;
+               },
+               {.timeout = std::chrono::milliseconds(60'000)});
   if (stats_out) *stats_out = stats;
   return results;
 }

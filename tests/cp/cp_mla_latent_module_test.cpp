@@ -29,12 +29,20 @@ using nn::MultiHeadLatentAttention;
 
 std::shared_ptr<MultiHeadLatentAttention> make_mla(bool bias, bool sink) {
   Generator gen(21);
-  auto mla = std::make_shared<MultiHeadLatentAttention>(
-      nn::MultiHeadLatentAttentionOptions{.hidden_size = 6, .num_heads = 2, .kv_lora_rank = 3, .qk_nope_head_dim = 2,
-                                          .qk_rope_head_dim = 2, .v_head_dim = 3, .qkv_format = QkvFormat::thd,
-                                          .mask = MaskType::padding_causal, .window = {6, 0}, .bias = bias,
-                                          .dtype = DType::f64, .attention_sink = sink},
-      &gen);
+  auto mla =
+      std::make_shared<MultiHeadLatentAttention>(nn::MultiHeadLatentAttentionOptions{.hidden_size = 6,
+                                                                                     .num_heads = 2,
+                                                                                     .kv_lora_rank = 3,
+                                                                                     .qk_nope_head_dim = 2,
+                                                                                     .qk_rope_head_dim = 2,
+                                                                                     .v_head_dim = 3,
+                                                                                     .qkv_format = QkvFormat::thd,
+                                                                                     .mask = MaskType::padding_causal,
+                                                                                     .window = {6, 0},
+                                                                                     .bias = bias,
+                                                                                     .dtype = DType::f64,
+                                                                                     .attention_sink = sink},
+                                                 &gen);
   if (sink) {
     for (const auto& [name, p] : mla->named_parameters()) {
       if (name == "sinks") raw::copy_(p, random_tensor({2}, DType::f64, 22, -1, 1));
@@ -69,23 +77,26 @@ void expect_module_matches_one_rank(CommType comm, int cp_size, MlaLatentMode mo
   const std::map<std::string, Tensor> want = grads_of(*single);
   std::vector<std::map<std::string, Tensor>> rank_grads(static_cast<size_t>(cp_size));
   std::mutex mu;
-  dist::launch(cp_size, [&](dist::RankContext& rc) {
-    dist::MeshShape shape{.cp = cp_size, .require_cp = true};
-    if (comm == CommType::a2a_p2p) {
-      shape.cp_a2a = 2;
-      shape.hierarchical_cp = true;
-    }
-    dist::DeviceMesh mesh(rc.world, shape);
-    ContextParallel cp{comm, mesh.cp(), mesh.cp_a2a(), mesh.cp_p2p()};
-    cp.mla_latent = mode;
-    const ThdShard shard = thd_shard(pr.cu, pr.cu_padded, cp_size, rc.rank);
-    const auto mla = make_mla(bias, sink);
-    const Tensor local = mla->forward(shard_tokens(pr.x, shard), pr.seq, &cp);
-    backward({local}, {shard_tokens(pr.dy, shard)});
-    std::lock_guard<std::mutex> lock(mu);
-    EXPECT_TRUE(all_close(local, shard_tokens(y.detach(), shard), 1e-10, 1e-10)) << "output of rank " << rc.rank;
-    rank_grads[static_cast<size_t>(rc.rank)] = grads_of(*mla);
-  }, {.timeout = std::chrono::milliseconds(60'000)});
+  dist::launch(cp_size,
+               [&](dist::RankContext& rc) {
+                 dist::MeshShape shape{.cp = cp_size, .require_cp = true};
+                 if (comm == CommType::a2a_p2p) {
+                   shape.cp_a2a = 2;
+                   shape.hierarchical_cp = true;
+                 }
+                 dist::DeviceMesh mesh(rc.world, shape);
+                 ContextParallel cp{comm, mesh.cp(), mesh.cp_a2a(), mesh.cp_p2p()};
+                 cp.mla_latent = mode;
+                 const ThdShard shard = thd_shard(pr.cu, pr.cu_padded, cp_size, rc.rank);
+                 const auto mla = make_mla(bias, sink);
+                 const Tensor local = mla->forward(shard_tokens(pr.x, shard), pr.seq, &cp);
+                 backward({local}, {shard_tokens(pr.dy, shard)});
+                 std::lock_guard<std::mutex> lock(mu);
+                 EXPECT_TRUE(all_close(local, shard_tokens(y.detach(), shard), 1e-10, 1e-10))
+                     << "output of rank " << rc.rank;
+                 rank_grads[static_cast<size_t>(rc.rank)] = grads_of(*mla);
+               },
+               {.timeout = std::chrono::milliseconds(60'000)});
   for (const auto& [name, g] : want) {
     Tensor sum = zeros_like(g);
     for (const auto& rank : rank_grads) sum = raw::binary(raw::BinaryOp::add, sum, rank.at(name));
@@ -116,59 +127,66 @@ TEST(CpMlaLatentModule, GradcheckF64ThroughTheModule) {
   std::mutex mu;
   std::vector<std::string> failures;
   int checked = 0;
-  dist::launch(cp_size, [&](dist::RankContext& rc) {
-    dist::DeviceMesh mesh(rc.world, {.cp = cp_size, .require_cp = true});
-    ContextParallel cp{CommType::p2p, mesh.cp()};
-    cp.mla_latent = MlaLatentMode::on;
-    const ThdShard shard = thd_shard(pr.cu, pr.cu_padded, cp_size, rc.rank);
-    const auto mla = make_mla(true, true);
-    Tensor x = raw::clone(shard_tokens(pr.x, shard)).set_requires_grad();
-    const Tensor dy = shard_tokens(pr.dy, shard);
-    backward({mla->forward(x, pr.seq, &cp)}, {dy});
-    auto total = [&] {
-      NoGradGuard no_grad;
-      const double local = raw::sum(raw::mul(mla->forward(x, pr.seq, &cp), dy)).item<double>();
-      return rc.world->all_reduce(full({}, local, {.dtype = DType::f64})).item<double>();
-    };
-    auto check = [&](const Tensor& t, const Tensor& analytic, const std::string& what, bool every_rank, int owner) {
-      for (int64_t e = 0; e < t.numel(); ++e) {
-        double* v = t.data<double>() + e;
-        const double original = *v, eps = 1e-6;
-        const bool mine = every_rank || rc.rank == owner;
-        if (mine) *v = original + eps;
-        const double plus = total();
-        if (mine) *v = original - eps;
-        const double minus = total();
-        if (mine) *v = original;
-        const double numeric = (plus - minus) / (2 * eps), a = analytic.data<double>()[e];
-        if (rc.rank == owner && std::abs(numeric - a) > 1e-6 + 1e-5 * std::abs(numeric)) {
-          std::lock_guard<std::mutex> lock(mu);
-          failures.push_back(what + "[" + std::to_string(e) + "]: analytic " + std::to_string(a) + ", numeric " +
-                             std::to_string(numeric));
-        }
-        if (rc.rank == owner) {
-          std::lock_guard<std::mutex> lock(mu);
-          ++checked;
-        }
-      }
-    };
-    for (int owner = 0; owner < cp_size; ++owner) check(x, x.grad(), "x of rank " + std::to_string(owner), false, owner);
-    for (const auto& [name, p] : mla->named_parameters()) {
-      const Tensor summed = rc.world->all_reduce(p.grad());
-      check(p, summed, name, true, 0);
-    }
-  }, {.timeout = std::chrono::milliseconds(120'000)});
+  dist::launch(cp_size,
+               [&](dist::RankContext& rc) {
+                 dist::DeviceMesh mesh(rc.world, {.cp = cp_size, .require_cp = true});
+                 ContextParallel cp{CommType::p2p, mesh.cp()};
+                 cp.mla_latent = MlaLatentMode::on;
+                 const ThdShard shard = thd_shard(pr.cu, pr.cu_padded, cp_size, rc.rank);
+                 const auto mla = make_mla(true, true);
+                 Tensor x = raw::clone(shard_tokens(pr.x, shard)).set_requires_grad();
+                 const Tensor dy = shard_tokens(pr.dy, shard);
+                 backward({mla->forward(x, pr.seq, &cp)}, {dy});
+                 auto total = [&] {
+                   NoGradGuard no_grad;
+                   const double local = raw::sum(raw::mul(mla->forward(x, pr.seq, &cp), dy)).item<double>();
+                   return rc.world->all_reduce(full({}, local, {.dtype = DType::f64})).item<double>();
+                 };
+                 auto check = [&](const Tensor& t, const Tensor& analytic, const std::string& what, bool every_rank,
+                                  int owner) {
+                   for (int64_t e = 0; e < t.numel(); ++e) {
+                     double* v = t.data<double>() + e;
+                     const double original = *v, eps = 1e-6;
+                     const bool mine = every_rank || rc.rank == owner;
+                     if (mine) *v = original + eps;
+                     const double plus = total();
+                     if (mine) *v = original - eps;
+                     const double minus = total();
+                     if (mine) *v = original;
+                     const double numeric = (plus - minus) / (2 * eps), a = analytic.data<double>()[e];
+                     if (rc.rank == owner && std::abs(numeric - a) > 1e-6 + 1e-5 * std::abs(numeric)) {
+                       std::lock_guard<std::mutex> lock(mu);
+                       failures.push_back(what + "[" + std::to_string(e) + "]: analytic " + std::to_string(a) +
+                                          ", numeric " + std::to_string(numeric));
+                     }
+                     if (rc.rank == owner) {
+                       std::lock_guard<std::mutex> lock(mu);
+                       ++checked;
+                     }
+                   }
+                 };
+                 for (int owner = 0; owner < cp_size; ++owner)
+                   check(x, x.grad(), "x of rank " + std::to_string(owner), false, owner);
+                 for (const auto& [name, p] : mla->named_parameters()) {
+                   const Tensor summed = rc.world->all_reduce(p.grad());
+                   check(p, summed, name, true, 0);
+                 }
+               },
+               {.timeout = std::chrono::milliseconds(120'000)});
   EXPECT_GT(checked, 100);
   EXPECT_TRUE(failures.empty()) << failures.size() << " mismatches, first: " << failures.front();
 }
 
 // DeepSeek-V2-Lite's layer (h 16, d_qk 192 = 128 + 64 RoPE, d_v 128, kv_lora_rank 512), causal bf16.
-const MlaLatentShape kV2Lite{.num_heads = 16, .kv_lora_rank = 512, .qk_nope_head_dim = 128, .qk_rope_head_dim = 64,
-                             .v_head_dim = 128};
+const MlaLatentShape kV2Lite{
+    .num_heads = 16, .kv_lora_rank = 512, .qk_nope_head_dim = 128, .qk_rope_head_dim = 64, .v_head_dim = 128};
 
 MlaLatentCall v2_lite_call(bool ring, int64_t ranks, int64_t tokens) {
-  return {.ring = ring, .ranks = ranks, .tokens_per_rank = tokens,
-          .tile_pairs = static_cast<double>(tokens) * static_cast<double>(tokens), .element_bytes = 2};
+  return {.ring = ring,
+          .ranks = ranks,
+          .tokens_per_rank = tokens,
+          .tile_pairs = static_cast<double>(tokens) * static_cast<double>(tokens),
+          .element_bytes = 2};
 }
 
 MlaLatentRates cuda_rates(double link_gbps) {
@@ -188,7 +206,9 @@ TEST(CpMlaLatentAuto, ExpandedOnNvlinkAsMeasured) {
   // p2p at 16384: the forward and backward windows hide everything; only the last gradient hop shows.
   const MlaLatentChoice p2p = choose_mla_latent(kV2Lite, v2_lite_call(true, 2, 16384), cuda_rates(150));
   EXPECT_NE(p2p.why.find("16384 tokens per rank over 2 ranks: exposed communication 1.11848 ms expanded vs "
-                         "0.125829 ms latent at 150 GB/s"), std::string::npos) << p2p.why;
+                         "0.125829 ms latent at 150 GB/s"),
+            std::string::npos)
+      << p2p.why;
   EXPECT_EQ(mla_latent_rates(Device::cuda(0), DType::bf16).flops_per_s, 400e12);
   EXPECT_EQ(mla_latent_rates(Device::cuda(0), DType::f32).flops_per_s, 50e12);
 }
@@ -212,14 +232,14 @@ TEST(CpMlaLatentAuto, LatentWhereCommunicationDominates) {
 // moves the latent, whose expansion costs almost nothing there; V2-Lite's expansion (4 GEMMs of 512 x
 // 4096 per token) costs more than its bytes take, so K/V travel.
 TEST(CpMlaLatentAuto, CpuRanksExerciseBothChoices) {
-  const MlaLatentShape small{.num_heads = 2, .kv_lora_rank = 3, .qk_nope_head_dim = 2, .qk_rope_head_dim = 2,
-                             .v_head_dim = 3};
+  const MlaLatentShape small{
+      .num_heads = 2, .kv_lora_rank = 3, .qk_nope_head_dim = 2, .qk_rope_head_dim = 2, .v_head_dim = 3};
   const MlaLatentCall small_call{.ring = true, .ranks = 2, .tokens_per_rank = 8, .tile_pairs = 64, .element_bytes = 8};
   EXPECT_TRUE(resolve_mla_latent(MlaLatentMode::automatic, "p2p", true, small, small_call, DType::f64, Device::cpu()));
   EXPECT_FALSE(resolve_mla_latent(MlaLatentMode::automatic, "p2p", true, kV2Lite, v2_lite_call(true, 2, 16),
                                   DType::bf16, Device::cpu()));
-  EXPECT_FALSE(resolve_mla_latent(MlaLatentMode::automatic, "all_gather", true, kV2Lite,
-                                  v2_lite_call(false, 2, 16384), DType::bf16, Device::cpu()));
+  EXPECT_FALSE(resolve_mla_latent(MlaLatentMode::automatic, "all_gather", true, kV2Lite, v2_lite_call(false, 2, 16384),
+                                  DType::bf16, Device::cpu()));
   EXPECT_FALSE(resolve_mla_latent(MlaLatentMode::automatic, "a2a", false, kV2Lite, v2_lite_call(true, 2, 16),
                                   DType::bf16, Device::cpu()));
   EXPECT_TRUE(resolve_mla_latent(MlaLatentMode::on, "p2p", true, kV2Lite, v2_lite_call(true, 2, 16384), DType::bf16,
@@ -259,8 +279,8 @@ TEST(CpMlaLatentAuto, RejectsBadRatesCallsAndLinkSetting) {
 TEST(CpMlaLatentValidation, RejectsUlyssesAndMismatchedShapes) {
   dist::launch(2, [&](dist::RankContext& rc) {
     dist::DeviceMesh mesh(rc.world, {.cp = 2, .require_cp = true});
-    const MlaLatentShape s{.num_heads = 2, .kv_lora_rank = 3, .qk_nope_head_dim = 2, .qk_rope_head_dim = 2,
-                           .v_head_dim = 3};
+    const MlaLatentShape s{
+        .num_heads = 2, .kv_lora_rank = 3, .qk_nope_head_dim = 2, .qk_rope_head_dim = 2, .v_head_dim = 3};
     const Tensor q = random_tensor({1, 4, 2, 4}, DType::f64, 1), latent = random_tensor({1, 4, 1, 5}, DType::f64, 2);
     const Tensor w = random_tensor({10, 3}, DType::f64, 3);
     const AttentionSpec spec{.mask = MaskType::causal};
@@ -277,9 +297,9 @@ TEST(CpMlaLatentValidation, RejectsUlyssesAndMismatchedShapes) {
                                                     std::nullopt, p2p),
                      "the up-projection weight must be (num_heads x (qk_nope_head_dim + v_head_dim), kv_lora_rank) = "
                      "[10, 3]: weight=[10,4]");
-    EXPECT_CPF_ERROR(context_parallel_mla_attention(q, raw::to(latent, DType::f32), w, Tensor(), s, spec, std::nullopt,
-                                                    p2p),
-                     "q, the latent and the up-projection must share a dtype: q f64, latent f32, weight f64");
+    EXPECT_CPF_ERROR(
+        context_parallel_mla_attention(q, raw::to(latent, DType::f32), w, Tensor(), s, spec, std::nullopt, p2p),
+        "q, the latent and the up-projection must share a dtype: q f64, latent f32, weight f64");
     (void)rc;
   });
 }

@@ -26,8 +26,8 @@ namespace {
 
 using ::cpf::testing::all_close;
 
-const MlaLatentShape kShape{.num_heads = 4, .kv_lora_rank = 5, .qk_nope_head_dim = 4, .qk_rope_head_dim = 2,
-                            .v_head_dim = 3};
+const MlaLatentShape kShape{
+    .num_heads = 4, .kv_lora_rank = 5, .qk_nope_head_dim = 4, .qk_rope_head_dim = 2, .v_head_dim = 3};
 
 struct LatentCase {
   CommType comm;
@@ -44,8 +44,9 @@ struct LatentRun {
 
 // One rank's latent call (or, when `expanded`, the expanded call through autograd), backward from
 // (dout, dlse) of its shard.
-LatentRun run_rank(const LatentCase& lc, const CpCase& c, const Global& g, const Tensor& latent_g, const Tensor& weight_g,
-                   const Tensor& bias_g, const ContextParallel& cp, int r, bool expanded, CpStats* stats) {
+LatentRun run_rank(const LatentCase& lc, const CpCase& c, const Global& g, const Tensor& latent_g,
+                   const Tensor& weight_g, const Tensor& bias_g, const ContextParallel& cp, int r, bool expanded,
+                   CpStats* stats) {
   Tensor q = shard(c, g, g.q, g.seq_dim, r).set_requires_grad();
   Tensor latent = shard(c, g, latent_g, g.seq_dim, r).set_requires_grad();
   Tensor weight = raw::clone(weight_g).set_requires_grad();
@@ -64,16 +65,21 @@ LatentRun run_rank(const LatentCase& lc, const CpCase& c, const Global& g, const
   const int64_t lse_dim = c.format == QkvFormat::thd ? 1 : 2;
   backward({o.out, o.lse}, {shard(c, g, g.dout, g.seq_dim, r), shard(c, g, g.dlse, lse_dim, r)});
   if (stats) *stats = *st;
-  return {o.out.detach(), o.lse.detach(), q.grad(), latent.grad(), weight.grad(),
-          lc.bias ? bias.grad() : Tensor(), lc.sink ? sink.grad() : Tensor()};
+  return {o.out.detach(),
+          o.lse.detach(),
+          q.grad(),
+          latent.grad(),
+          weight.grad(),
+          lc.bias ? bias.grad() : Tensor(),
+          lc.sink ? sink.grad() : Tensor()};
 }
 
 std::string case_name(const ::testing::TestParamInfo<LatentCase>& info) {
   const LatentCase& p = info.param;
   std::ostringstream os;
   os << (p.comm == CommType::a2a_p2p ? std::string("a2a_p2p") : comm_type_name(p.comm)) << "_cp" << p.cp << "_"
-     << qkv_format_name(p.format) << "_" << mask_type_name(p.mask)
-     << (p.window.left >= 0 ? "_window" : "") << (p.bias ? "_bias" : "") << (p.sink ? "_sink" : "");
+     << qkv_format_name(p.format) << "_" << mask_type_name(p.mask) << (p.window.left >= 0 ? "_window" : "")
+     << (p.bias ? "_bias" : "") << (p.sink ? "_sink" : "");
   return os.str();
 }
 
@@ -115,18 +121,20 @@ TEST_P(CpMlaLatent, EqualsTheExpandedCallAndOneRank) {
 
   std::vector<LatentRun> latent_runs(static_cast<size_t>(c.cp)), expanded_runs(static_cast<size_t>(c.cp));
   std::vector<CpStats> latent_stats(static_cast<size_t>(c.cp)), expanded_stats(static_cast<size_t>(c.cp));
-  dist::launch(c.cp, [&](dist::RankContext& rc) {
-    dist::MeshShape shape{.cp = c.cp, .require_cp = true};
-    if (c.comm == CommType::a2a_p2p) {
-      shape.cp_a2a = 2;
-      shape.hierarchical_cp = true;
-    }
-    dist::DeviceMesh mesh(rc.world, shape);
-    const ContextParallel cp{c.comm, mesh.cp(), mesh.cp_a2a(), mesh.cp_p2p()};
-    const int r = rc.rank;
-    latent_runs[r] = run_rank(lc, c, g, latent, weight, bias, cp, r, false, &latent_stats[r]);
-    expanded_runs[r] = run_rank(lc, c, g, latent, weight, bias, cp, r, true, &expanded_stats[r]);
-  }, {.timeout = std::chrono::milliseconds(60'000)});
+  dist::launch(c.cp,
+               [&](dist::RankContext& rc) {
+                 dist::MeshShape shape{.cp = c.cp, .require_cp = true};
+                 if (c.comm == CommType::a2a_p2p) {
+                   shape.cp_a2a = 2;
+                   shape.hierarchical_cp = true;
+                 }
+                 dist::DeviceMesh mesh(rc.world, shape);
+                 const ContextParallel cp{c.comm, mesh.cp(), mesh.cp_a2a(), mesh.cp_p2p()};
+                 const int r = rc.rank;
+                 latent_runs[r] = run_rank(lc, c, g, latent, weight, bias, cp, r, false, &latent_stats[r]);
+                 expanded_runs[r] = run_rank(lc, c, g, latent, weight, bias, cp, r, true, &expanded_stats[r]);
+               },
+               {.timeout = std::chrono::milliseconds(60'000)});
 
   const int64_t lse_dim = c.format == QkvFormat::thd ? 1 : 2;
   Tensor dweight = zeros_like(weight), dbias = zeros_like(bias), dsink = lc.sink ? zeros_like(g.sink) : Tensor();

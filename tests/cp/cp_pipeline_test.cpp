@@ -54,23 +54,26 @@ const AttentionWindow kNone{-1, -1}, kCausal{-1, 0}, kLeft{5, 0}, kBand{5, 2};
 
 INSTANTIATE_TEST_SUITE_P(
     Pipeline, CpHeadGroups,
-    ::testing::Values(
-        PipelineCase{"a2a_cp2_bshd_causal_g2", CommType::a2a, 2, QkvFormat::bshd, MaskType::causal, kCausal, 8, 8, 2, false},
-        PipelineCase{"a2a_cp2_bshd_causal_g4", CommType::a2a, 2, QkvFormat::bshd, MaskType::causal, kCausal, 8, 8, 4, false},
-        PipelineCase{"a2a_cp2_sbhd_no_mask_g4", CommType::a2a, 2, QkvFormat::sbhd, MaskType::no_mask, kNone, 8, 8, 4, false},
-        PipelineCase{"a2a_cp2_thd_padding_causal_gqa_g2", CommType::a2a, 2, QkvFormat::thd, MaskType::padding_causal,
-                     kCausal, 8, 4, 2, false},
-        PipelineCase{"a2a_cp4_thd_window_g2", CommType::a2a, 4, QkvFormat::thd, MaskType::padding_causal, kLeft, 16, 8,
-                     2, false},
-        PipelineCase{"a2a_cp2_bshd_band_sink_g4", CommType::a2a, 2, QkvFormat::bshd, MaskType::no_mask, kBand, 8, 8, 4, true},
-        PipelineCase{"a2a_cp4_bshd_gqa_sink_g2", CommType::a2a, 4, QkvFormat::bshd, MaskType::causal, kCausal, 16, 8, 2,
-                     true},
-        PipelineCase{"a2a_p2p_cp4_bshd_causal_g2", CommType::a2a_p2p, 4, QkvFormat::bshd, MaskType::causal, kCausal, 8, 4,
-                     2, false},
-        PipelineCase{"a2a_p2p_cp4_thd_window_sink_g2", CommType::a2a_p2p, 4, QkvFormat::thd, MaskType::padding_causal,
-                     kLeft, 8, 8, 2, true},
-        PipelineCase{"a2a_p2p_cp4_sbhd_no_mask_g4", CommType::a2a_p2p, 4, QkvFormat::sbhd, MaskType::no_mask, kNone, 8, 8,
-                     4, false}),
+    ::testing::Values(PipelineCase{"a2a_cp2_bshd_causal_g2", CommType::a2a, 2, QkvFormat::bshd, MaskType::causal,
+                                   kCausal, 8, 8, 2, false},
+                      PipelineCase{"a2a_cp2_bshd_causal_g4", CommType::a2a, 2, QkvFormat::bshd, MaskType::causal,
+                                   kCausal, 8, 8, 4, false},
+                      PipelineCase{"a2a_cp2_sbhd_no_mask_g4", CommType::a2a, 2, QkvFormat::sbhd, MaskType::no_mask,
+                                   kNone, 8, 8, 4, false},
+                      PipelineCase{"a2a_cp2_thd_padding_causal_gqa_g2", CommType::a2a, 2, QkvFormat::thd,
+                                   MaskType::padding_causal, kCausal, 8, 4, 2, false},
+                      PipelineCase{"a2a_cp4_thd_window_g2", CommType::a2a, 4, QkvFormat::thd, MaskType::padding_causal,
+                                   kLeft, 16, 8, 2, false},
+                      PipelineCase{"a2a_cp2_bshd_band_sink_g4", CommType::a2a, 2, QkvFormat::bshd, MaskType::no_mask,
+                                   kBand, 8, 8, 4, true},
+                      PipelineCase{"a2a_cp4_bshd_gqa_sink_g2", CommType::a2a, 4, QkvFormat::bshd, MaskType::causal,
+                                   kCausal, 16, 8, 2, true},
+                      PipelineCase{"a2a_p2p_cp4_bshd_causal_g2", CommType::a2a_p2p, 4, QkvFormat::bshd,
+                                   MaskType::causal, kCausal, 8, 4, 2, false},
+                      PipelineCase{"a2a_p2p_cp4_thd_window_sink_g2", CommType::a2a_p2p, 4, QkvFormat::thd,
+                                   MaskType::padding_causal, kLeft, 8, 8, 2, true},
+                      PipelineCase{"a2a_p2p_cp4_sbhd_no_mask_g4", CommType::a2a_p2p, 4, QkvFormat::sbhd,
+                                   MaskType::no_mask, kNone, 8, 8, 4, false}),
     [](const ::testing::TestParamInfo<PipelineCase>& info) { return std::string(info.param.name); });
 
 // Head groups split the exchanges, not the bytes: a pipelined call sends what one exchange sends.
@@ -143,7 +146,8 @@ TEST(CpAllGatherVolume, GradientsTravelInTheInputDtype) {
 }
 
 bool has_scope(const std::vector<profile::Stats>& table, const std::string& name) {
-  return std::any_of(table.begin(), table.end(), [&](const profile::Stats& s) { return s.name == name && s.calls > 0; });
+  return std::any_of(table.begin(), table.end(),
+                     [&](const profile::Stats& s) { return s.name == name && s.calls > 0; });
 }
 
 TEST(CpProfileScopes, PhasesAppearInTheProfileTable) {

@@ -44,8 +44,8 @@ const char* positions_name(Positions positions) {
 std::string param_name(const ::testing::TestParamInfo<Param>& info) {
   const Param& p = info.param;
   std::ostringstream os;
-  os << strategy_test_name(p.comm, p.cp, p.format) << "_"
-     << positions_name(p.positions) << "_" << p.mask.name << "_" << p.heads.name;
+  os << strategy_test_name(p.comm, p.cp, p.format) << "_" << positions_name(p.positions) << "_" << p.mask.name << "_"
+     << p.heads.name;
   return os.str();
 }
 

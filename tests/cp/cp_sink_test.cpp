@@ -67,8 +67,9 @@ TEST(CpSinkValidation, RejectsASinkOfTheWrongShape) {
   c.sink = true;
   Global g = make_global(c);
   g.sink = zeros({c.heads + 1}, {.dtype = DType::f32});
-  EXPECT_CPF_ERROR(run_cp(c, g), "context parallel (p2p): the attention sink must hold one logit per query head, "
-                                 "shape [4]: sink=[5]");
+  EXPECT_CPF_ERROR(run_cp(c, g),
+                   "context parallel (p2p): the attention sink must hold one logit per query head, "
+                   "shape [4]: sink=[5]");
 }
 
 }  // namespace

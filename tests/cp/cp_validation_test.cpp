@@ -10,10 +10,12 @@ namespace {
 
 // Runs `body(cp)` on two thread ranks with a flat CP group of `comm`.
 void on_two_ranks(CommType comm, const std::function<void(const ContextParallel&)>& body) {
-  dist::launch(2, [&](dist::RankContext& rc) {
-    dist::DeviceMesh mesh(rc.world, {.cp = 2, .require_cp = true});
-    body(ContextParallel{comm, mesh.cp(), nullptr, nullptr});
-  }, {.timeout = std::chrono::milliseconds(20'000)});
+  dist::launch(2,
+               [&](dist::RankContext& rc) {
+                 dist::DeviceMesh mesh(rc.world, {.cp = 2, .require_cp = true});
+                 body(ContextParallel{comm, mesh.cp(), nullptr, nullptr});
+               },
+               {.timeout = std::chrono::milliseconds(20'000)});
 }
 
 AttentionSpec bshd_causal() { return {.qkv_format = QkvFormat::bshd, .mask = MaskType::causal}; }
@@ -53,9 +55,9 @@ TEST(CpValidation, InconsistentShardsNameTheThreeShapes) {
                      "q=[2,4,2,4] k=[3,4,2,4] v=[3,4,2,4]");
     EXPECT_CPF_ERROR(context_parallel_attention(q, zeros({2, 4, 2}), q, bshd_causal(), std::nullopt, cp),
                      "q, k and v must be 4-D for bshd");
-    EXPECT_CPF_ERROR(context_parallel_attention(q, zeros({2, 4, 2, 4}, {.dtype = DType::f64}), q, bshd_causal(),
-                                                std::nullopt, cp),
-                     "q, k and v dtypes differ: f32, f64, f32");
+    EXPECT_CPF_ERROR(
+        context_parallel_attention(q, zeros({2, 4, 2, 4}, {.dtype = DType::f64}), q, bshd_causal(), std::nullopt, cp),
+        "q, k and v dtypes differ: f32, f64, f32");
   });
 }
 
@@ -77,8 +79,9 @@ TEST(CpValidation, ThdNeedsGlobalPaddedMetadata) {
     AttentionSpec thd{.qkv_format = QkvFormat::thd, .mask = MaskType::padding_causal};
     Tensor t = zeros({4, 2, 4});
     EXPECT_CPF_ERROR(context_parallel_attention(t, t, t, thd, std::nullopt, cp), "sequence info is required");
-    EXPECT_CPF_ERROR(context_parallel_attention(t, t, t, thd, SequenceInfo::from_cu_seqlens({0, 4, 12}, {0, 4, 12}), cp),
-                     "the local shard has 4 tokens but cu_seqlens_padded [0,4,12] over cp=2 needs 6");
+    EXPECT_CPF_ERROR(
+        context_parallel_attention(t, t, t, thd, SequenceInfo::from_cu_seqlens({0, 4, 12}, {0, 4, 12}), cp),
+        "the local shard has 4 tokens but cu_seqlens_padded [0,4,12] over cp=2 needs 6");
     SequenceInfo cross = SequenceInfo::from_cu_seqlens({0, 3, 7}, {0, 4, 8}, {0, 4, 8}, {0, 4, 8});
     EXPECT_CPF_ERROR(context_parallel_attention(t, t, t, thd, cross, cp), "cross-attention");
   });
@@ -122,10 +125,12 @@ TEST(CpValidation, UlyssesHeadsThatCannotSplit) {
   });
   CpQuery query{.comm_type = CommType::a2a, .cp_size = 4, .num_heads = 12, .num_kv_heads = 3};
   ASSERT_TRUE(unsupported_reason(query).has_value());
-  EXPECT_NE(unsupported_reason(query)->find("num_kv_heads=3 is fewer than the cp size=4 and does not divide it"), std::string::npos)
+  EXPECT_NE(unsupported_reason(query)->find("num_kv_heads=3 is fewer than the cp size=4 and does not divide it"),
+            std::string::npos)
       << *unsupported_reason(query);
   query.num_kv_heads = 6;
-  EXPECT_NE(unsupported_reason(query)->find("num_kv_heads=6 is not divisible by the cp size=4"), std::string::npos) << *unsupported_reason(query);
+  EXPECT_NE(unsupported_reason(query)->find("num_kv_heads=6 is not divisible by the cp size=4"), std::string::npos)
+      << *unsupported_reason(query);
   query.num_kv_heads = 2;  // fewer KV heads than ranks: replicated
   EXPECT_FALSE(unsupported_reason(query).has_value());
 }
@@ -139,7 +144,8 @@ TEST(CpValidation, HierarchicalNeedsBothSubGroups) {
 }
 
 TEST(CpValidation, UnknownCommTypeListsTheValidOnes) {
-  EXPECT_CPF_ERROR(parse_comm_type("ring"), "unknown cp_comm_type 'ring' (expected one of p2p, all_gather, a2a, a2a+p2p)");
+  EXPECT_CPF_ERROR(parse_comm_type("ring"),
+                   "unknown cp_comm_type 'ring' (expected one of p2p, all_gather, a2a, a2a+p2p)");
   EXPECT_EQ(parse_comm_type("a2a+p2p"), CommType::a2a_p2p);
 }
 

@@ -110,67 +110,71 @@ void lockstep_gradcheck(CommType comm, AttentionWindow window = {5, 0}, int head
   const Global g = make_global(c);
   std::mutex failures_mutex;
   std::vector<std::string> failures;
-  dist::launch(c.cp, [&](dist::RankContext& rc) {
-    dist::MeshShape shape{.cp = c.cp, .require_cp = true};
-    if (comm == CommType::a2a_p2p) {
-      shape.cp_a2a = 2;
-      shape.hierarchical_cp = true;
-    }
-    dist::DeviceMesh mesh(rc.world, shape);
-    ContextParallel cp{comm, mesh.cp(), mesh.cp_a2a(), mesh.cp_p2p()};
-    cp.a2a_head_groups = head_groups;
-    const int r = rc.rank;
-    std::vector<Tensor> inputs{shard(c, g, g.q, 0, r).set_requires_grad(), shard(c, g, g.k, 0, r).set_requires_grad(),
-                               shard(c, g, g.v, 0, r).set_requires_grad()};
-    const Tensor w = shard(c, g, g.dout, 0, r);
-    const Tensor u = shard(c, g, g.dlse, 1, r);
-    auto local_loss = [&]() {
-      auto [out, lse] = context_parallel_attention(inputs[0], inputs[1], inputs[2], spec_of(c), g.seq, cp);
-      // -inf lse rows (padding) contribute nothing.
-      Tensor finite = raw::compare(raw::CompareOp::gt, lse, -1e300);
-      Tensor lse_term = raw::where(finite, raw::mul(lse, u), zeros({}, {.dtype = DType::f64}));
-      return std::pair{out, lse};
-      (void)lse_term;
-    };
-    {
-      auto [out, lse] = local_loss();
-      Tensor finite = raw::compare(raw::CompareOp::gt, lse.detach(), -1e300);
-      backward({out, lse}, {w, raw::where(finite, u, zeros({}, {.dtype = DType::f64}))});
-    }
-    auto total_loss = [&]() {
-      NoGradGuard no_grad;
-      auto [out, lse] = local_loss();
-      Tensor finite = raw::compare(raw::CompareOp::gt, lse, -1e300);
-      double local = raw::sum(raw::mul(out, w)).item<double>() +
-                     raw::sum(raw::where(finite, raw::mul(lse, u), zeros({}, {.dtype = DType::f64}))).item<double>();
-      return rc.world->all_reduce(full({}, local, {.dtype = DType::f64})).item<double>();
-    };
-    const double eps = 1e-6;
-    for (int owner = 0; owner < c.cp; ++owner) {
-      for (size_t i = 0; i < inputs.size(); ++i) {
-        const int64_t n = inputs[i].numel();
-        Tensor grad = inputs[i].grad();
-        for (int64_t e = 0; e < n; ++e) {
-          double* x = inputs[i].data<double>() + e;
-          const double original = *x;
-          if (r == owner) *x = original + eps;
-          const double plus = total_loss();
-          if (r == owner) *x = original - eps;
-          const double minus = total_loss();
-          if (r == owner) *x = original;
-          if (r != owner) continue;
-          const double numeric = (plus - minus) / (2 * eps);
-          const double analytic = grad.defined() ? grad.data<double>()[e] : 0.0;
-          if (std::abs(numeric - analytic) > 1e-6 + 1e-5 * std::abs(numeric)) {
-            std::lock_guard<std::mutex> lock(failures_mutex);
-            failures.push_back("rank " + std::to_string(r) + " input " + std::to_string(i) + " element " +
-                               std::to_string(e) + ": analytic " + std::to_string(analytic) + " numeric " +
-                               std::to_string(numeric));
-          }
-        }
-      }
-    }
-  }, {.timeout = std::chrono::milliseconds(120'000)});
+  dist::launch(c.cp,
+               [&](dist::RankContext& rc) {
+                 dist::MeshShape shape{.cp = c.cp, .require_cp = true};
+                 if (comm == CommType::a2a_p2p) {
+                   shape.cp_a2a = 2;
+                   shape.hierarchical_cp = true;
+                 }
+                 dist::DeviceMesh mesh(rc.world, shape);
+                 ContextParallel cp{comm, mesh.cp(), mesh.cp_a2a(), mesh.cp_p2p()};
+                 cp.a2a_head_groups = head_groups;
+                 const int r = rc.rank;
+                 std::vector<Tensor> inputs{shard(c, g, g.q, 0, r).set_requires_grad(),
+                                            shard(c, g, g.k, 0, r).set_requires_grad(),
+                                            shard(c, g, g.v, 0, r).set_requires_grad()};
+                 const Tensor w = shard(c, g, g.dout, 0, r);
+                 const Tensor u = shard(c, g, g.dlse, 1, r);
+                 auto local_loss = [&]() {
+                   auto [out, lse] = context_parallel_attention(inputs[0], inputs[1], inputs[2], spec_of(c), g.seq, cp);
+                   // -inf lse rows (padding) contribute nothing.
+                   Tensor finite = raw::compare(raw::CompareOp::gt, lse, -1e300);
+                   Tensor lse_term = raw::where(finite, raw::mul(lse, u), zeros({}, {.dtype = DType::f64}));
+                   return std::pair{out, lse};
+                   (void)lse_term;
+                 };
+                 {
+                   auto [out, lse] = local_loss();
+                   Tensor finite = raw::compare(raw::CompareOp::gt, lse.detach(), -1e300);
+                   backward({out, lse}, {w, raw::where(finite, u, zeros({}, {.dtype = DType::f64}))});
+                 }
+                 auto total_loss = [&]() {
+                   NoGradGuard no_grad;
+                   auto [out, lse] = local_loss();
+                   Tensor finite = raw::compare(raw::CompareOp::gt, lse, -1e300);
+                   double local =
+                       raw::sum(raw::mul(out, w)).item<double>() +
+                       raw::sum(raw::where(finite, raw::mul(lse, u), zeros({}, {.dtype = DType::f64}))).item<double>();
+                   return rc.world->all_reduce(full({}, local, {.dtype = DType::f64})).item<double>();
+                 };
+                 const double eps = 1e-6;
+                 for (int owner = 0; owner < c.cp; ++owner) {
+                   for (size_t i = 0; i < inputs.size(); ++i) {
+                     const int64_t n = inputs[i].numel();
+                     Tensor grad = inputs[i].grad();
+                     for (int64_t e = 0; e < n; ++e) {
+                       double* x = inputs[i].data<double>() + e;
+                       const double original = *x;
+                       if (r == owner) *x = original + eps;
+                       const double plus = total_loss();
+                       if (r == owner) *x = original - eps;
+                       const double minus = total_loss();
+                       if (r == owner) *x = original;
+                       if (r != owner) continue;
+                       const double numeric = (plus - minus) / (2 * eps);
+                       const double analytic = grad.defined() ? grad.data<double>()[e] : 0.0;
+                       if (std::abs(numeric - analytic) > 1e-6 + 1e-5 * std::abs(numeric)) {
+                         std::lock_guard<std::mutex> lock(failures_mutex);
+                         failures.push_back("rank " + std::to_string(r) + " input " + std::to_string(i) + " element " +
+                                            std::to_string(e) + ": analytic " + std::to_string(analytic) + " numeric " +
+                                            std::to_string(numeric));
+                       }
+                     }
+                   }
+                 }
+               },
+               {.timeout = std::chrono::milliseconds(120'000)});
   EXPECT_TRUE(failures.empty()) << failures.size() << " mismatches, first: " << failures.front();
 }
 

@@ -38,9 +38,9 @@ TEST(LayoutCache, AnyDifferenceInTheKeyBuildsAnother) {
   positions.q_positions.resize(16);
   positions.kv_positions.resize(16);
   for (int64_t i = 0; i < 16; ++i) positions.q_positions[i] = positions.kv_positions[i] = 2 * i;
-  for (const auto& other : {cached_group_layout(batch(12, 16), 2, {0, 1}), cached_group_layout(batch(13, 24), 2, {0, 1}),
-                            cached_group_layout(g, 4, {0, 1}), cached_group_layout(g, 2, {1, 0}),
-                            cached_group_layout(positions, 2, {0, 1})}) {
+  for (const auto& other : {cached_group_layout(batch(12, 16), 2, {0, 1}),
+                            cached_group_layout(batch(13, 24), 2, {0, 1}), cached_group_layout(g, 4, {0, 1}),
+                            cached_group_layout(g, 2, {1, 0}), cached_group_layout(positions, 2, {0, 1})}) {
     EXPECT_NE(other.get(), base.get());
   }
   expect_same_layout(*cached_group_layout(positions, 2, {0, 1}), make_group_layout(positions, 2, {0, 1}));
@@ -49,7 +49,8 @@ TEST(LayoutCache, AnyDifferenceInTheKeyBuildsAnother) {
 TEST(LayoutCache, KeepsOnlyTheLastEntries) {
   const GlobalSequences g = batch(16, 16);
   const auto oldest = cached_group_layout(g, 2, {0});
-  for (int64_t real = 1; real <= static_cast<int64_t>(kLayoutCacheEntries); ++real) cached_group_layout(batch(real, 16), 2, {0});
+  for (int64_t real = 1; real <= static_cast<int64_t>(kLayoutCacheEntries); ++real)
+    cached_group_layout(batch(real, 16), 2, {0});
   const auto again = cached_group_layout(g, 2, {0});  // evicted: built anew, equal
   EXPECT_NE(again.get(), oldest.get());
   expect_same_layout(*again, *oldest);

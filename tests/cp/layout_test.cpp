@@ -86,8 +86,8 @@ TEST(CpLayout, ExplicitPositionsTravelWithTheirTokens) {
     shifted.kv_positions.push_back(t % 16);
   }
   const AttentionWindow diagonal{0, 0};
-  EXPECT_FALSE(any_visible(make_group_layout(two_sequences(), 2, {0}), make_group_layout(two_sequences(), 2, {1}),
-                           diagonal));
+  EXPECT_FALSE(
+      any_visible(make_group_layout(two_sequences(), 2, {0}), make_group_layout(two_sequences(), 2, {1}), diagonal));
   EXPECT_TRUE(any_visible(make_group_layout(shifted, 2, {0}), make_group_layout(shifted, 2, {1}), diagonal));
 }
 

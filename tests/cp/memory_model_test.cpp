@@ -12,8 +12,14 @@ namespace {
 // T = 1024 tokens per rank, 2 heads (2 KV heads) of d = 8, bf16: per token Q = K = V = O = 16 values,
 // L = 2; e = 2 bytes, a = 4 bytes.
 CpMemoryShape small(int64_t cp, DType dtype = DType::bf16) {
-  return {.tokens_per_rank = 1024, .cp = cp, .a2a = 2, .heads = 2, .kv_heads = 2, .head_dim_qk = 8,
-          .head_dim_v = 8, .dtype = dtype};
+  return {.tokens_per_rank = 1024,
+          .cp = cp,
+          .a2a = 2,
+          .heads = 2,
+          .kv_heads = 2,
+          .head_dim_qk = 8,
+          .head_dim_v = 8,
+          .dtype = dtype};
 }
 
 TEST(CpMemoryModel, CallerTensorsAreTheSameForEveryStrategy) {
@@ -62,8 +68,8 @@ TEST(CpMemoryModel, RingMemoryPerRankFallsWithCp) {
   // One 128k-token sequence, 16 heads of d = 128 (the GPU benchmark's shape).
   int64_t previous = 0;
   for (int64_t cp : {2, 4, 8}) {
-    CpMemoryShape s{.tokens_per_rank = 131072 / cp, .cp = cp, .heads = 16, .kv_heads = 16, .head_dim_qk = 128,
-                    .head_dim_v = 128};
+    CpMemoryShape s{
+        .tokens_per_rank = 131072 / cp, .cp = cp, .heads = 16, .kv_heads = 16, .head_dim_qk = 128, .head_dim_v = 128};
     const int64_t peak = cp_memory_estimate(CommType::p2p, s).peak_bytes();
     if (previous > 0) EXPECT_LT(peak, previous) << "cp " << cp;
     previous = peak;

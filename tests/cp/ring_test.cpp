@@ -84,14 +84,16 @@ TEST(CpRing, RanksWithoutRealTokensReturnZeroGradients) {
   for (int r = 0; r < c.cp; ++r) {
     for (const auto& [name, want, have] : {std::tuple{"dq", ref.dq, got[r].dq}, std::tuple{"dk", ref.dk, got[r].dk},
                                            std::tuple{"dv", ref.dv, got[r].dv}}) {
-      EXPECT_TRUE(::cpf::testing::all_close(have, shard(c, g, want, g.seq_dim, r), 1e-6, 1e-5)) << name << " rank " << r;
+      EXPECT_TRUE(::cpf::testing::all_close(have, shard(c, g, want, g.seq_dim, r), 1e-6, 1e-5))
+          << name << " rank " << r;
     }
   }
   EXPECT_EQ(stats[3].backward_tiles.computed(), 0) << "rank 3 holds padding only";
 }
 
 bool has_scope(const std::vector<profile::Stats>& table, const std::string& name) {
-  return std::any_of(table.begin(), table.end(), [&](const profile::Stats& s) { return s.name == name && s.calls > 0; });
+  return std::any_of(table.begin(), table.end(),
+                     [&](const profile::Stats& s) { return s.name == name && s.calls > 0; });
 }
 
 TEST(CpRing, PhasesAppearInTheProfileTable) {
@@ -136,7 +138,8 @@ TEST(CpRing, MergeUpdatesTheRunningPairInPlace) {
 
 TEST(CpRing, MergeRefusesPartsOfAnotherShape) {
   PartialMerge merge(2, 1, 2, DType::f32);
-  EXPECT_CPF_ERROR(merge.add(zeros({2, 1, 3}), zeros({1, 2})), "cp merge: partial out [2,1,3] / lse [1,2] do not match the accumulator [2,1,2]");
+  EXPECT_CPF_ERROR(merge.add(zeros({2, 1, 3}), zeros({1, 2})),
+                   "cp merge: partial out [2,1,3] / lse [1,2] do not match the accumulator [2,1,2]");
   EXPECT_CPF_ERROR(merge.add(zeros({2, 1, 2}, {.dtype = DType::i32}), zeros({1, 2})),
                    "cp merge: partial out (i32) and lse (f32) must be floating");
 }

@@ -24,7 +24,8 @@ TEST(CpSharding, CuttingFunctionsTagWhatTheyCut) {
   const ShardedTensor block = contiguous_shard(t, 1, 2, 1);
   EXPECT_EQ(block.sharding, Sharding::contiguous(2, 1));
   EXPECT_TRUE(::cpf::testing::all_close(block.tensor, raw::narrow(t, 1, 4, 4), 0, 0));
-  EXPECT_CPF_ERROR(contiguous_shard(t, 1, 3, 0), "contiguous_shard: length 8 along dim 1 is not divisible by cp_size=3");
+  EXPECT_CPF_ERROR(contiguous_shard(t, 1, 3, 0),
+                   "contiguous_shard: length 8 along dim 1 is not divisible by cp_size=3");
 
   const Tensor packed = ::cpf::testing::random_tensor({8, 3}, DType::f32, 12);
   const ThdShard info = thd_shard({0, 5}, {0, 8}, 2, 0);
@@ -35,15 +36,17 @@ TEST(CpSharding, CuttingFunctionsTagWhatTheyCut) {
 
 // Runs `body(cp, rank)` on four thread ranks with the CP group (and sub-groups) of `comm`.
 void on_four_ranks(CommType comm, const std::function<void(const ContextParallel&, int)>& body) {
-  dist::launch(4, [&](dist::RankContext& rc) {
-    dist::MeshShape shape{.cp = 4, .require_cp = true};
-    if (comm == CommType::a2a_p2p) {
-      shape.cp_a2a = 2;
-      shape.hierarchical_cp = true;
-    }
-    dist::DeviceMesh mesh(rc.world, shape);
-    body(ContextParallel{comm, mesh.cp(), mesh.cp_a2a(), mesh.cp_p2p()}, rc.rank);
-  }, {.timeout = std::chrono::milliseconds(20'000)});
+  dist::launch(4,
+               [&](dist::RankContext& rc) {
+                 dist::MeshShape shape{.cp = 4, .require_cp = true};
+                 if (comm == CommType::a2a_p2p) {
+                   shape.cp_a2a = 2;
+                   shape.hierarchical_cp = true;
+                 }
+                 dist::DeviceMesh mesh(rc.world, shape);
+                 body(ContextParallel{comm, mesh.cp(), mesh.cp_a2a(), mesh.cp_p2p()}, rc.rank);
+               },
+               {.timeout = std::chrono::milliseconds(20'000)});
 }
 
 class CpShardingMismatch : public ::testing::TestWithParam<CommType> {};
@@ -57,8 +60,8 @@ TEST_P(CpShardingMismatch, ContiguousKvWithDualChunkQIsRefused) {
     const ShardedTensor q = dual_chunk_shard(full, 1, 4, r), kv = contiguous_shard(full, 1, 4, r);
     ASSERT_EQ(q.tensor.shape(), kv.tensor.shape());
     const std::string who = "context parallel (" + comm_type_name(comm) + "): ";
-    const std::string dual = "dual_chunk(cp=4, rank=" + std::to_string(r) + ": chunks " + std::to_string(r) +
-                             " and " + std::to_string(7 - r) + " of 8)";
+    const std::string dual = "dual_chunk(cp=4, rank=" + std::to_string(r) + ": chunks " + std::to_string(r) + " and " +
+                             std::to_string(7 - r) + " of 8)";
     const std::string block = "contiguous(cp=4, rank=" + std::to_string(r) + ": block " + std::to_string(r) + " of 4)";
     EXPECT_CPF_ERROR(context_parallel_attention(q, kv, kv, spec, std::nullopt, cp),
                      who + "q, k and v are sharded differently along the sequence: q=" + dual + " k=" + block +
@@ -73,8 +76,8 @@ TEST_P(CpShardingMismatch, ContiguousKvWithDualChunkQIsRefused) {
     // Cut for another rank of the group.
     const ShardedTensor other = dual_chunk_shard(full, 1, 4, (r + 1) % 4);
     EXPECT_CPF_ERROR(context_parallel_attention(other, other, other, spec, std::nullopt, cp),
-                     who + "q, k and v are sharded for cp=4, rank=" + std::to_string((r + 1) % 4) + " (q=" +
-                         other.sharding.str() + " k=" + other.sharding.str() + " v=" + other.sharding.str() +
+                     who + "q, k and v are sharded for cp=4, rank=" + std::to_string((r + 1) % 4) +
+                         " (q=" + other.sharding.str() + " k=" + other.sharding.str() + " v=" + other.sharding.str() +
                          ") but this is CP rank " + std::to_string(r) + " of a group of 4");
   });
 }

@@ -69,7 +69,7 @@ TEST(PackedDocuments, LengthsFillTheBudgetWithinTheClip) {
     EXPECT_GE(lengths[i], 128);
     EXPECT_LE(lengths[i], 32768);
   }
-  EXPECT_GT(lengths.size(), 10u);                      // many documents, not one long one
+  EXPECT_GT(lengths.size(), 10u);                           // many documents, not one long one
   EXPECT_EQ(lengths, packed_document_lengths(131072, 42));  // fixed seed, same batch
   EXPECT_NE(lengths, packed_document_lengths(131072, 43));
 }

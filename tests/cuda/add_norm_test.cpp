@@ -55,7 +55,8 @@ void check_case(const Shape& shape, const Dtypes& d, const Params& p, const std:
   const Tensor w = p.weight ? random_cpu({cols}, d.x, 63, 0.5, 1.5) : Tensor();
   const Tensor bias = p.bias ? random_cpu({cols}, d.x, 64) : Tensor();
   const raw::AddNormResult ref = raw::add_norm(p.kind, x, b, w, bias, 1e-5, d.out);
-  const raw::AddNormResult got = raw::add_norm(p.kind, on_gpu(x), maybe_gpu(b), maybe_gpu(w), maybe_gpu(bias), 1e-5, d.out);
+  const raw::AddNormResult got =
+      raw::add_norm(p.kind, on_gpu(x), maybe_gpu(b), maybe_gpu(w), maybe_gpu(bias), 1e-5, d.out);
   ASSERT_EQ(got.y.device(), Device::cuda(0)) << what;
   ASSERT_EQ(got.y.dtype(), d.out) << what;
   EXPECT_TRUE(all_close(on_cpu(got.x1), ref.x1, 0, 0)) << "x1 " << what;
@@ -70,10 +71,10 @@ void check_case(const Shape& shape, const Dtypes& d, const Params& p, const std:
   const Tensor gx1 = p.grad_x1 ? random_cpu(shape, d.x, 65) : Tensor();
   const Tensor gy = random_cpu(shape, d.out, 66);
   const std::optional<DType> bd = p.branch ? std::optional<DType>(d.branch) : std::nullopt;
-  const raw::AddNormGrads rg = raw::add_norm_backward(p.kind, gx1, gy, d.out, ref.x1, w, p.bias, ref.mean, ref.rstd, bd);
-  const raw::AddNormGrads gg =
-      raw::add_norm_backward(p.kind, maybe_gpu(gx1), on_gpu(gy), d.out, on_gpu(ref.x1), maybe_gpu(w), p.bias,
-                             maybe_gpu(ref.mean), on_gpu(ref.rstd), bd);
+  const raw::AddNormGrads rg =
+      raw::add_norm_backward(p.kind, gx1, gy, d.out, ref.x1, w, p.bias, ref.mean, ref.rstd, bd);
+  const raw::AddNormGrads gg = raw::add_norm_backward(p.kind, maybe_gpu(gx1), on_gpu(gy), d.out, on_gpu(ref.x1),
+                                                      maybe_gpu(w), p.bias, maybe_gpu(ref.mean), on_gpu(ref.rstd), bd);
   const DType xc = d.x == DType::bf16 ? DType::bf16 : d.x;
   EXPECT_TRUE(all_close(on_cpu(gg.dx), rg.dx, atol(xc) * 10, rtol(xc) * 10)) << "dx " << what;
   EXPECT_EQ(gg.dbranch.defined(), p.branch) << what;
@@ -94,11 +95,11 @@ TEST_F(CudaAddNormTest, MatchesTheCpu) {
   // 16-byte vectors); (6, 3000) and (2, 8192): a block per row in registers (f64 8192 recomputes);
   // (3, 1030): a block, recomputing (unaligned rows). The backward's dx kernel takes the same paths, except
   // that it keeps at most 8 vectors a thread: (2, 8192) re-reads its 16-byte vectors in f32 and f64.
-  const std::vector<Dtypes> dtypes{{DType::f32, DType::f32, DType::f32},   {DType::f32, DType::bf16, DType::f32},
-                                   {DType::f32, DType::f32, DType::bf16},  {DType::f32, DType::bf16, DType::bf16},
-                                   {DType::f64, DType::f64, DType::f64},   {DType::bf16, DType::bf16, DType::bf16}};
-  for (const Shape& shape : {Shape{4, 7, 96}, Shape{3, 768}, Shape{3, 33}, Shape{5, 1}, Shape{6, 3000},
-                             Shape{2, 8192}, Shape{3, 1030}}) {
+  const std::vector<Dtypes> dtypes{{DType::f32, DType::f32, DType::f32},  {DType::f32, DType::bf16, DType::f32},
+                                   {DType::f32, DType::f32, DType::bf16}, {DType::f32, DType::bf16, DType::bf16},
+                                   {DType::f64, DType::f64, DType::f64},  {DType::bf16, DType::bf16, DType::bf16}};
+  for (const Shape& shape :
+       {Shape{4, 7, 96}, Shape{3, 768}, Shape{3, 33}, Shape{5, 1}, Shape{6, 3000}, Shape{2, 8192}, Shape{3, 1030}}) {
     for (const Dtypes& d : dtypes) {
       for (const Params& p : param_cases()) {
         const std::string what = shape_str(shape) + " x " + dtype_name(d.x) + " branch " + dtype_name(d.branch) +
@@ -118,8 +119,8 @@ TEST_F(CudaAddNormTest, StridedInputsAndDeterministicParameterSums) {
   const Tensor w = random_cpu({64}, DType::f32, 73, 0.5, 1.5);
   const Tensor xt = raw::transpose(x, 0, 1), bt = raw::transpose(b, 0, 1);  // (3000, 64) strided
   const auto ref = raw::add_norm(NormKind::layer_norm, xt, bt, w, w, 1e-5, DType::bf16);
-  const auto got = raw::add_norm(NormKind::layer_norm, raw::transpose(on_gpu(x), 0, 1),
-                                 raw::transpose(on_gpu(b), 0, 1), on_gpu(w), on_gpu(w), 1e-5, DType::bf16);
+  const auto got = raw::add_norm(NormKind::layer_norm, raw::transpose(on_gpu(x), 0, 1), raw::transpose(on_gpu(b), 0, 1),
+                                 on_gpu(w), on_gpu(w), 1e-5, DType::bf16);
   EXPECT_TRUE(all_close(on_cpu(got.x1), ref.x1, 0, 0));
   EXPECT_TRUE(all_close(on_cpu(got.y), ref.y, atol(DType::bf16), rtol(DType::bf16)));
   const Tensor gy = on_gpu(random_cpu({3000, 64}, DType::bf16, 74));
@@ -134,9 +135,9 @@ TEST_F(CudaAddNormTest, StridedInputsAndDeterministicParameterSums) {
 
 TEST_F(CudaAddNormTest, RejectsInputsOnAnotherDevice) {
   const Tensor x = on_gpu(random_cpu({2, 4}, DType::f32, 81));
-  EXPECT_CPF_ERROR(raw::add_norm(NormKind::rms_norm, x, random_cpu({2, 4}, DType::bf16, 82), Tensor(), Tensor(), 1e-6,
-                                 DType::bf16),
-                   "add_rms_norm: branch is on cpu but x is on cuda:0");
+  EXPECT_CPF_ERROR(
+      raw::add_norm(NormKind::rms_norm, x, random_cpu({2, 4}, DType::bf16, 82), Tensor(), Tensor(), 1e-6, DType::bf16),
+      "add_rms_norm: branch is on cpu but x is on cuda:0");
   EXPECT_CPF_ERROR(raw::add_norm(NormKind::layer_norm, x, Tensor(), ones({4}), Tensor(), 1e-5, DType::bf16),
                    "add_layer_norm: weight is on cpu but x is on cuda:0");
 }

@@ -2,8 +2,8 @@
 // for bit raw::to's rounding (ties to even, infinities, NaN, values that round up to the next binade),
 // for lists longer than one launch (64 pairs), tensors spanning several chunks of 4096 elements with a
 // ragged tail, empty tensors, and sources at offsets that rule out 16-byte loads.
-#include "cuda_test_utils.h"
 #include "framework/tensor/ops/cast_many.h"
+#include "cuda_test_utils.h"
 #include "framework/tensor/ops/views.h"
 
 namespace cpf {
@@ -27,9 +27,9 @@ TEST_F(CudaCastManyTest, EqualsToOnLongListsAndOddSizes) {
     cpu.push_back(random_cpu({n}, DType::f32, 100 + i, -50, 50));
   }
   // Special values: ties to even, the largest f32 (rounds to inf), inf, NaN, subnormals, -0.
-  cpu.push_back(from_vector<float>({1.00390625f, 1.01171875f, 3.4028235e38f, INFINITY, -INFINITY, NAN, 1e-40f, -0.0f,
-                                    65504.0f, 1.0f + 1.0f / 256},
-                                   {10}));
+  cpu.push_back(from_vector<float>(
+      {1.00390625f, 1.01171875f, 3.4028235e38f, INFINITY, -INFINITY, NAN, 1e-40f, -0.0f, 65504.0f, 1.0f + 1.0f / 256},
+      {10}));
   std::vector<Tensor> gpu;
   for (const Tensor& t : cpu) gpu.push_back(on_gpu(t));
   const std::vector<Tensor> out = raw::to_many(gpu, DType::bf16);
@@ -43,7 +43,7 @@ TEST_F(CudaCastManyTest, EqualsToOnLongListsAndOddSizes) {
 
 TEST_F(CudaCastManyTest, UnalignedAndStridedSources) {
   const Tensor base = on_gpu(random_cpu({2, 9001}, DType::f32, 7));
-  const Tensor shifted = raw::narrow(raw::flatten(base), 0, 1, 9000);  // starts 4 bytes in: scalar path
+  const Tensor shifted = raw::narrow(raw::flatten(base), 0, 1, 9000);          // starts 4 bytes in: scalar path
   const Tensor strided = raw::transpose(raw::reshape(base, {9001, 2}), 0, 1);  // made contiguous first
   const std::vector<Tensor> out = raw::to_many({shifted, strided, base}, DType::bf16);
   EXPECT_TRUE(equal(on_cpu(out[0]), raw::to(on_cpu(shifted), DType::bf16)));

@@ -47,8 +47,7 @@ TEST_F(CudaClassifierLossTest, MatchesTheCpuForEveryKernelVariant) {
         EXPECT_EQ(got.divisor, ref.divisor) << what;
         EXPECT_EQ(got.dweight.dtype(), ref.dweight.dtype()) << what;
         const double tol = dtype == DType::f64 ? 1e-12 : (dtype == DType::f32 ? 1e-5 : 1e-2);
-        EXPECT_NEAR(on_cpu(got.loss).item<double>(), ref.loss.item<double>(),
-                    tol * std::abs(ref.loss.item<double>()))
+        EXPECT_NEAR(on_cpu(got.loss).item<double>(), ref.loss.item<double>(), tol * std::abs(ref.loss.item<double>()))
             << what;
         EXPECT_LT(rel_error(on_cpu(got.dhidden), ref.dhidden), tol) << what;
         EXPECT_LT(rel_error(on_cpu(got.dweight), ref.dweight), tol) << what;

@@ -46,27 +46,37 @@ TEST_F(CudaDeviceErrorsTest, ErrorsAreRaisedByEveryWaitingCall) {
   const char* msg = "index_select: index 5 at position [2] is out of range for dim 0 of size 3";
   // A device->host copy (item, to_vector, printing go through it).
   EXPECT_CPF_ERROR(on_cpu(raw::index_select(x, 0, bad)), msg);
-  EXPECT_CPF_ERROR({
-    (void)raw::index_select(x, 0, bad);
-    (void)raw::add(x, x).to_vector<float>();
-  }, msg);
-  EXPECT_CPF_ERROR({
-    (void)raw::index_select(x, 0, bad);
-    cuda::current_stream().synchronize();
-  }, msg);
+  EXPECT_CPF_ERROR(
+      {
+        (void)raw::index_select(x, 0, bad);
+        (void)raw::add(x, x).to_vector<float>();
+      },
+      msg);
+  EXPECT_CPF_ERROR(
+      {
+        (void)raw::index_select(x, 0, bad);
+        cuda::current_stream().synchronize();
+      },
+      msg);
   // memory_stats waits for nothing: it raises once the check kernel has finished (microseconds).
-  EXPECT_CPF_ERROR({
-    (void)raw::index_select(x, 0, bad);
-    for (int i = 0; i < 1000000; ++i) (void)cuda::memory_stats();
-  }, msg);
-  EXPECT_CPF_ERROR({
-    (void)raw::index_select(x, 0, bad);
-    cuda::empty_cache();
-  }, msg);
-  EXPECT_CPF_ERROR({
-    (void)raw::index_select(x, 0, bad);
-    cuda::synchronize(0);
-  }, msg);
+  EXPECT_CPF_ERROR(
+      {
+        (void)raw::index_select(x, 0, bad);
+        for (int i = 0; i < 1000000; ++i) (void)cuda::memory_stats();
+      },
+      msg);
+  EXPECT_CPF_ERROR(
+      {
+        (void)raw::index_select(x, 0, bad);
+        cuda::empty_cache();
+      },
+      msg);
+  EXPECT_CPF_ERROR(
+      {
+        (void)raw::index_select(x, 0, bad);
+        cuda::synchronize(0);
+      },
+      msg);
 }
 
 TEST_F(CudaDeviceErrorsTest, BadIndicesAreNeverAccessed) {
@@ -77,10 +87,12 @@ TEST_F(CudaDeviceErrorsTest, BadIndicesAreNeverAccessed) {
   EXPECT_CPF_ERROR(on_cpu(raw::index_select(x, 0, far)),
                    "index_select: index 1099511627776 at position [1] is out of range for dim 0 of size 2");
   Tensor acc = on_gpu(zeros({2, 2}));
-  EXPECT_CPF_ERROR({
-    raw::scatter_add_(acc, 0, on_gpu(from_vector<int64_t>({0, -7, 1, 1}, {2, 2})), on_gpu(ones({2, 2})));
-    cuda::synchronize();
-  }, "scatter_add_: index -7 at position [0,1] is out of range for dim 0 of size 2");
+  EXPECT_CPF_ERROR(
+      {
+        raw::scatter_add_(acc, 0, on_gpu(from_vector<int64_t>({0, -7, 1, 1}, {2, 2})), on_gpu(ones({2, 2})));
+        cuda::synchronize();
+      },
+      "scatter_add_: index -7 at position [0,1] is out of range for dim 0 of size 2");
   EXPECT_CPF_ERROR(raw::cross_entropy(x, on_gpu(from_vector<int64_t>({1, -3}, {2}))).loss.item<float>(),
                    "cross_entropy: target -3 at row 1 is out of range for C=2 classes (expected 0..1 or "
                    "ignore_index=-100)");

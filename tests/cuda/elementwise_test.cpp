@@ -1,7 +1,7 @@
 // Element-wise kernels on the GPU against the CPU kernels: every op and dtype, broadcasting, strided
 // (transposed, sliced) inputs, in-place ops. Tolerances: cuda_test_utils.h (rtol_for / atol_for).
-#include "cuda_test_utils.h"
 #include "framework/tensor/ops/elementwise.h"
+#include "cuda_test_utils.h"
 #include "framework/tensor/ops/views.h"
 
 namespace cpf {
@@ -19,10 +19,9 @@ using testing::rtol_for;
 
 class CudaElementwiseTest : public testing::CudaTest {};
 
-const std::vector<UnaryOp> kUnaryOps{UnaryOp::neg,  UnaryOp::exp,     UnaryOp::log,    UnaryOp::sqrt,
-                                     UnaryOp::rsqrt, UnaryOp::tanh,   UnaryOp::gelu,   UnaryOp::silu,
-                                     UnaryOp::relu, UnaryOp::sigmoid, UnaryOp::abs,    UnaryOp::square,
-                                     UnaryOp::reciprocal};
+const std::vector<UnaryOp> kUnaryOps{
+    UnaryOp::neg,  UnaryOp::exp,  UnaryOp::log,     UnaryOp::sqrt, UnaryOp::rsqrt,  UnaryOp::tanh,      UnaryOp::gelu,
+    UnaryOp::silu, UnaryOp::relu, UnaryOp::sigmoid, UnaryOp::abs,  UnaryOp::square, UnaryOp::reciprocal};
 const std::vector<DType> kFloating{DType::f32, DType::f64, DType::bf16};
 
 // log/sqrt/rsqrt/reciprocal get positive inputs, the others [-4, 4).
@@ -67,13 +66,19 @@ TEST_F(CudaElementwiseTest, UnaryBackwardMatchesTheCpu) {
 }
 
 TEST_F(CudaElementwiseTest, BinaryOpsBroadcastAndFollowStrides) {
-  const std::vector<BinaryOp> ops{BinaryOp::add, BinaryOp::sub, BinaryOp::mul, BinaryOp::div,
+  const std::vector<BinaryOp> ops{BinaryOp::add, BinaryOp::sub,     BinaryOp::mul,    BinaryOp::div,
                                   BinaryOp::pow, BinaryOp::maximum, BinaryOp::minimum};
   // (shape a, shape b): same shape, row broadcast, column broadcast, both broadcast, scalar.
   const std::vector<std::pair<Shape, Shape>> shapes{
-      {{64, 129}, {64, 129}}, {{64, 129}, {129}}, {{64, 129}, {64, 1}}, {{8, 1, 33}, {1, 17, 33}}, {{300}, {}},
+      {{64, 129}, {64, 129}},
+      {{64, 129}, {129}},
+      {{64, 129}, {64, 1}},
+      {{8, 1, 33}, {1, 17, 33}},
+      {{300}, {}},
       // Innermost sizes a multiple of the vector width: the vectorised strided kernel.
-      {{64, 256}, {256}}, {{64, 256}, {64, 1}}, {{8, 1, 64}, {1, 16, 64}}};
+      {{64, 256}, {256}},
+      {{64, 256}, {64, 1}},
+      {{8, 1, 64}, {1, 16, 64}}};
   for (DType dtype : kFloating) {
     for (BinaryOp op : ops) {
       for (const auto& [sa, sb] : shapes) {
@@ -102,8 +107,8 @@ TEST_F(CudaElementwiseTest, IntegerArithmeticWrapsAndTruncatesLikeTheCpu) {
   for (DType dtype : {DType::i32, DType::i64}) {
     Tensor a = random_cpu({2000}, dtype, 10, -100000, 100000);
     Tensor b = random_cpu({2000}, dtype, 11, 1, 50);
-    for (BinaryOp op : {BinaryOp::add, BinaryOp::sub, BinaryOp::mul, BinaryOp::div, BinaryOp::maximum,
-                        BinaryOp::minimum}) {
+    for (BinaryOp op :
+         {BinaryOp::add, BinaryOp::sub, BinaryOp::mul, BinaryOp::div, BinaryOp::maximum, BinaryOp::minimum}) {
       EXPECT_TRUE(all_close(on_cpu(raw::binary(op, on_gpu(a), on_gpu(b))), raw::binary(op, a, b), 0, 0))
           << raw::op_name(op) << " " << dtype_name(dtype);
     }
@@ -116,8 +121,8 @@ TEST_F(CudaElementwiseTest, IntegerArithmeticWrapsAndTruncatesLikeTheCpu) {
 }
 
 TEST_F(CudaElementwiseTest, ComparisonsAndWhere) {
-  const std::vector<CompareOp> ops{CompareOp::eq, CompareOp::ne, CompareOp::lt, CompareOp::le, CompareOp::gt,
-                                   CompareOp::ge};
+  const std::vector<CompareOp> ops{CompareOp::eq, CompareOp::ne, CompareOp::lt,
+                                   CompareOp::le, CompareOp::gt, CompareOp::ge};
   for (DType dtype : {DType::f32, DType::f64, DType::bf16, DType::i32, DType::i64}) {
     // Few distinct values so that equality happens.
     Tensor a = raw::to(raw::to(random_cpu({50, 60}, DType::f64, 12, -3, 3), DType::i32), dtype);

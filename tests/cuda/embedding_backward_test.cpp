@@ -49,8 +49,8 @@ TEST_F(CudaEmbeddingBackwardTest, OneIdRepeatedThousandsOfTimesKeepsTheCpuOrder)
   const Tensor ids = from_vector(v, {31, 100});
   for (DType dtype : {DType::f32, DType::f64}) {
     const Tensor grad = random_cpu({31, 100, 40}, dtype, 82, -1e3, 1e3);  // large terms: order matters
-    EXPECT_TRUE(same_bits(on_cpu(raw::embedding_backward(on_gpu(grad), on_gpu(ids), 9)),
-                          raw::embedding_backward(grad, ids, 9)))
+    EXPECT_TRUE(
+        same_bits(on_cpu(raw::embedding_backward(on_gpu(grad), on_gpu(ids), 9)), raw::embedding_backward(grad, ids, 9)))
         << dtype_name(dtype);
   }
 }

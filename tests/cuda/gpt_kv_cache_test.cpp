@@ -5,8 +5,8 @@
 // tokens in f32. Skips without a visible GPU.
 #include <gtest/gtest.h>
 
-#include <filesystem>
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -132,7 +132,7 @@ INSTANTIATE_TEST_SUITE_P(Attention, CudaKVCache,
                          [](const auto& info) {
                            return info.param == models::AttentionType::mha   ? std::string("mha")
                                   : info.param == models::AttentionType::gqa ? std::string("gqa")
-                                                                              : std::string("mla");
+                                                                             : std::string("mla");
                          });
 
 class CudaGenerate : public CudaTest {};

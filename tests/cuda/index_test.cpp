@@ -3,9 +3,9 @@
 // accumulating ops add every destination's terms in index-position order on both sides (no atomics
 // on the GPU), so f32 results are bit-identical to the CPU's too, and bf16 (accumulated in f32,
 // rounded once) as well.
+#include "framework/tensor/ops/index.h"
 #include "cuda_test_utils.h"
 #include "framework/tensor/ops/embedding.h"
-#include "framework/tensor/ops/index.h"
 #include "framework/tensor/ops/join.h"
 #include "framework/tensor/ops/views.h"
 
@@ -135,12 +135,13 @@ TEST_F(CudaIndexTest, ScatterAddAndIndexAddMatchTheCpuExactly) {
   raw::index_add_(raw::transpose(gbase, 0, 1), 1, on_gpu(index), on_gpu(src));
   EXPECT_TRUE(all_close(on_cpu(gbase), base, 0, 0));
   // Checked on the device: raised by the next synchronisation, with the CPU's message.
-  EXPECT_CPF_ERROR({
-    raw::scatter_add_(on_gpu(zeros({2, 2})), 0, on_gpu(from_vector<int64_t>({0, 2, 1, 1}, {2, 2})),
-                      on_gpu(zeros({2, 2})));
-    cuda::synchronize();
-  },
-                   "scatter_add_: index 2 at position [0,1] is out of range for dim 0 of size 2");
+  EXPECT_CPF_ERROR(
+      {
+        raw::scatter_add_(on_gpu(zeros({2, 2})), 0, on_gpu(from_vector<int64_t>({0, 2, 1, 1}, {2, 2})),
+                          on_gpu(zeros({2, 2})));
+        cuda::synchronize();
+      },
+      "scatter_add_: index 2 at position [0,1] is out of range for dim 0 of size 2");
 }
 
 TEST_F(CudaIndexTest, MaskedFillMatchesTheCpu) {
@@ -148,8 +149,8 @@ TEST_F(CudaIndexTest, MaskedFillMatchesTheCpu) {
     Tensor x = raw::to(random_cpu({5, 6}, DType::f32, 80, -3, 3), dtype);
     Tensor mask = raw::to(random_cpu({1, 6}, DType::f32, 81), DType::boolean);  // broadcast over rows
     const double value = dtype == DType::boolean ? 1.0 : (dtype == DType::i64 ? -7.0 : -1e9);
-    EXPECT_TRUE(all_close(on_cpu(raw::masked_fill(on_gpu(x), on_gpu(mask), value)), raw::masked_fill(x, mask, value),
-                          0, 0))
+    EXPECT_TRUE(
+        all_close(on_cpu(raw::masked_fill(on_gpu(x), on_gpu(mask), value)), raw::masked_fill(x, mask, value), 0, 0))
         << dtype_name(dtype);
   }
 }

@@ -45,10 +45,10 @@ TEST_F(CudaLinearEpilogueTest, LinearGeluMatchesTheCpu) {
           const Tensor x = random_cpu(xs, dtype, 1), w = random_cpu({n, 40}, dtype, 2);
           const Tensor b = bias ? random_cpu({n}, dtype, 3) : Tensor();
           const raw::LinearGelu got = raw::linear_gelu(on_gpu(x), on_gpu(w), bias ? on_gpu(b) : Tensor());
-          const Tensor pre = raw::linear(raw::to(x, DType::f64), raw::to(w, DType::f64),
-                                         bias ? raw::to(b, DType::f64) : Tensor());
-          const std::string what = dtype_name(dtype) + " x " + shape_str(xs) + " N=" + std::to_string(n) +
-                                   (bias ? " bias" : "");
+          const Tensor pre =
+              raw::linear(raw::to(x, DType::f64), raw::to(w, DType::f64), bias ? raw::to(b, DType::f64) : Tensor());
+          const std::string what =
+              dtype_name(dtype) + " x " + shape_str(xs) + " N=" + std::to_string(n) + (bias ? " bias" : "");
           ASSERT_EQ(got.out.shape(), pre.shape()) << what;
           EXPECT_EQ(got.out.dtype(), dtype) << what;
           EXPECT_LT(rel_error(f64(got.pre), pre), tolerance(dtype)) << what;
@@ -92,7 +92,8 @@ TEST_F(CudaLinearEpilogueTest, ParamGradsMatchTheCpu) {
   struct Types {
     DType in, out;
   };
-  for (const Types& t : {Types{DType::f32, DType::f32}, Types{DType::bf16, DType::bf16}, Types{DType::bf16, DType::f32}}) {
+  for (const Types& t :
+       {Types{DType::f32, DType::f32}, Types{DType::bf16, DType::bf16}, Types{DType::bf16, DType::f32}}) {
     for (const Shape& xs : x_shapes()) {
       Shape gs = xs;
       gs.back() = 36;
@@ -159,11 +160,12 @@ TEST_F(CudaLinearEpilogueTest, Gpt2ShapesRunFused) {
   ASSERT_NE(entry, nullptr);
   const TensorOptions bf{.dtype = DType::bf16, .device = Device::cuda(0)};
   const Tensor x = on_gpu(random_cpu({2048, 768}, DType::bf16, 1));
-  const Tensor w_in = on_gpu(random_cpu({3072, 768}, DType::bf16, 2));  // fc_in (I, C)
+  const Tensor w_in = on_gpu(random_cpu({3072, 768}, DType::bf16, 2));   // fc_in (I, C)
   const Tensor w_out = on_gpu(random_cpu({768, 3072}, DType::bf16, 3));  // fc_out (C, I)
   const Tensor b_in = on_gpu(random_cpu({3072}, DType::bf16, 4));
   Tensor h = empty({2048, 3072}, bf), pre = empty({2048, 3072}, bf);
-  EXPECT_TRUE(entry(h, x, raw::transpose(w_in, 0, 1), {.epilogue = DeviceGemmEpilogue::gelu, .bias = b_in, .aux = pre}));
+  EXPECT_TRUE(
+      entry(h, x, raw::transpose(w_in, 0, 1), {.epilogue = DeviceGemmEpilogue::gelu, .bias = b_in, .aux = pre}));
   const Tensor gy = on_gpu(random_cpu({2048, 768}, DType::bf16, 5));
   Tensor dpre = empty({2048, 3072}, bf), db = empty({3072}, bf);
   EXPECT_TRUE(entry(dpre, gy, w_out, {.epilogue = DeviceGemmEpilogue::dgelu, .aux = pre, .bias_grad = db}));
@@ -187,9 +189,9 @@ TEST_F(CudaLinearEpilogueTest, EntryRefusesWhatCuBLASLtCannotRun) {
   Tensor out24 = empty({16, 24}, bf);
   EXPECT_CPF_ERROR(entry(out24, a, b24, {.epilogue = DeviceGemmEpilogue::gelu, .aux = aux}),
                    "matmul_epilogue (cuda, gelu): aux must be a contiguous [16,24] bf16 tensor, got [16,20]");
-  EXPECT_CPF_ERROR(entry(out24, a, b24, {.epilogue = DeviceGemmEpilogue::dgelu, .aux = empty({16, 24}, bf),
-                                         .accumulate = true}),
-                   "matmul_epilogue (cuda, dgelu): accumulate is supported with epilogue none only");
+  EXPECT_CPF_ERROR(
+      entry(out24, a, b24, {.epilogue = DeviceGemmEpilogue::dgelu, .aux = empty({16, 24}, bf), .accumulate = true}),
+      "matmul_epilogue (cuda, dgelu): accumulate is supported with epilogue none only");
   Tensor out32 = empty({16, 24}, {.dtype = DType::f32, .device = Device::cuda(0)});
   EXPECT_CPF_ERROR(entry(out32, a, b24, {.epilogue = DeviceGemmEpilogue::gelu, .aux = empty({16, 24}, bf)}),
                    "matmul_epilogue (cuda, gelu): operands bf16/bf16 with output f32 are not supported");

@@ -2,10 +2,10 @@
 // bf16 operands with f32 accumulation; transposed views read in place, batched and broadcast batch
 // dims, vectors, K = 0. Errors are norm-wise (||out - ref|| / ||ref||, see METHOD: f32 far under
 // 1e-3, TF32 near 3e-4, bf16 a few 1e-3 from rounding the output to bf16 alone).
+#include "framework/tensor/ops/matmul.h"
 #include "cuda_test_utils.h"
 #include "framework/tensor/ops/elementwise.h"
 #include "framework/tensor/ops/linear.h"
-#include "framework/tensor/ops/matmul.h"
 #include "framework/tensor/ops/views.h"
 
 namespace cpf {
@@ -46,12 +46,12 @@ void expect_matmul(const Tensor& a, const Tensor& b, const Tensor& ga, const Ten
 
 TEST_F(CudaMatmulTest, PlainAndTransposedOperands) {
   for (DType dtype : {DType::f32, DType::f64, DType::bf16}) {
-    for (const auto& [m, k, n] : {std::tuple{64, 128, 96}, std::tuple{1, 300, 7}, std::tuple{33, 17, 1},
-                                  std::tuple{257, 129, 65}}) {
+    for (const auto& [m, k, n] :
+         {std::tuple{64, 128, 96}, std::tuple{1, 300, 7}, std::tuple{33, 17, 1}, std::tuple{257, 129, 65}}) {
       Tensor a = random_cpu({m, k}, dtype, 41);
       Tensor b = random_cpu({k, n}, dtype, 42);
-      const std::string what = dtype_name(dtype) + " " + std::to_string(m) + "x" + std::to_string(k) + "x" +
-                               std::to_string(n);
+      const std::string what =
+          dtype_name(dtype) + " " + std::to_string(m) + "x" + std::to_string(k) + "x" + std::to_string(n);
       expect_matmul(a, b, on_gpu(a), on_gpu(b), what);
       // a^T and b^T stored transposed: (k, m) and (n, k) tensors viewed through transpose, no copy.
       Tensor at = random_cpu({k, m}, dtype, 43);

@@ -121,8 +121,8 @@ TEST_F(CudaNnTest, CrossEntropyMatchesTheCpu) {
         EXPECT_TRUE(all_close(on_cpu(got.loss), ref.loss, tol, tol)) << "loss " << what;
         Tensor gl = scalar_tensor(0.7, {.dtype = dtype});
         Tensor rd = raw::cross_entropy_backward(gl, logits, targets, ref.lse, ref.valid_count);
-        Tensor gd = raw::cross_entropy_backward(on_gpu(gl), on_gpu(logits), on_gpu(targets), on_gpu(ref.lse),
-                                                ref.valid_count);
+        Tensor gd =
+            raw::cross_entropy_backward(on_gpu(gl), on_gpu(logits), on_gpu(targets), on_gpu(ref.lse), ref.valid_count);
         EXPECT_EQ(gd.dtype(), dtype);
         EXPECT_LT(rel_error(on_cpu(gd), rd), dtype == DType::bf16 ? 1e-2 : tol) << "backward " << what;
         // The overload with the count tensor (what the autograd op uses): scale formed on the device.

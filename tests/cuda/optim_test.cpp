@@ -110,8 +110,8 @@ TEST_F(CudaOptimTest, GradNormAndClippingMatchTheCpu) {
     EXPECT_NEAR(optim::clip_grad_norm_(gpu_params, 1.0), optim::clip_grad_norm_(cpu_params, 1.0), 1e-12 * expected);
     for (size_t i = 0; i < cpu_params.size(); ++i) {
       if (!cpu_params[i].grad().defined()) continue;
-      EXPECT_TRUE(all_close(on_cpu(gpu_params[i].grad()), cpu_params[i].grad(), 1e-7,
-                            std::max(testing::rtol_for(dtype), 1e-6)))
+      EXPECT_TRUE(
+          all_close(on_cpu(gpu_params[i].grad()), cpu_params[i].grad(), 1e-7, std::max(testing::rtol_for(dtype), 1e-6)))
           << dtype_name(dtype) << " gradient " << i;
     }
     // After clipping to 1: bf16 gradients were rounded once more by the scaling (2^-8 relative).

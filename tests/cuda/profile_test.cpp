@@ -4,9 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include "cuda_test_utils.h"
 #include "framework/tensor/device_stream.h"
 #include "framework/tensor/ops/matmul.h"
-#include "cuda_test_utils.h"
 
 namespace cpf {
 namespace {

@@ -26,7 +26,7 @@ TEST_F(CudaRandomTest, UniformAndRandintAreBitIdenticalToTheCpu) {
   const TensorOptions gpu{.device = Device::cuda(0)};
   for (DType dtype : {DType::f32, DType::f64, DType::bf16}) {
     Generator cpu_gen(1234), gpu_gen(1234);
-    const Shape shape{301, 67};  // not a multiple of anything in particular
+    const Shape shape{301, 67};             // not a multiple of anything in particular
     for (int draw = 0; draw < 2; ++draw) {  // the second draw starts at the advanced offset
       Tensor c = uniform(shape, -2.0, 3.0, {.dtype = dtype}, &cpu_gen);
       Tensor g = uniform(shape, -2.0, 3.0, {.dtype = dtype, .device = gpu.device}, &gpu_gen);

@@ -85,7 +85,8 @@ TEST_F(CudaReduceTest, LeadingDimsFoldAsColumnsInPlace) {
       const double atol = sum_atol(dtype, terms), rtol = testing::rtol_for(dtype);
       const std::string what = dtype_name(dtype) + " " + shape_str(shape);
       EXPECT_TRUE(all_close(on_cpu(raw::sum(gx, dims)), raw::sum(x, dims), atol, rtol)) << "sum " << what;
-      EXPECT_TRUE(all_close(on_cpu(raw::mean(gx, dims, true)), raw::mean(x, dims, true), atol, rtol)) << "mean " << what;
+      EXPECT_TRUE(all_close(on_cpu(raw::mean(gx, dims, true)), raw::mean(x, dims, true), atol, rtol))
+          << "mean " << what;
       EXPECT_TRUE(all_close(on_cpu(raw::amax(gx, dims)), raw::amax(x, dims), 0, 0)) << "amax " << what;
     }
   }

@@ -35,10 +35,9 @@ TEST_F(CudaRopeBackwardTest, ModelShapeLayoutsMatchTheCpu) {
                             raw::rope_backward(g, pos, 10000.0, rot, false), 1e-5, tol_for(dtype)))
           << "bshd " << what;
       const Tensor bhtd = random_cpu({b, h, t, d}, dtype, 92);
-      EXPECT_TRUE(all_close(on_cpu(raw::rope_backward(raw::transpose(on_gpu(bhtd), 1, 2), on_gpu(pos), 500000.0, rot,
-                                                      false)),
-                            raw::rope_backward(raw::transpose(bhtd, 1, 2), pos, 500000.0, rot, false), 1e-5,
-                            tol_for(dtype)))
+      EXPECT_TRUE(
+          all_close(on_cpu(raw::rope_backward(raw::transpose(on_gpu(bhtd), 1, 2), on_gpu(pos), 500000.0, rot, false)),
+                    raw::rope_backward(raw::transpose(bhtd, 1, 2), pos, 500000.0, rot, false), 1e-5, tol_for(dtype)))
           << "bhtd view " << what;
       const Tensor thd = random_cpu({t, h, d}, dtype, 93);
       EXPECT_TRUE(all_close(on_cpu(raw::rope_backward(on_gpu(thd), on_gpu(pos), 10000.0, rot, false)),

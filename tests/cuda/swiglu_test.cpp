@@ -3,8 +3,8 @@
 // scalar path (a column count that is no multiple of the vector, a row start off 16-byte alignment).
 // The packed backward's halves of one gradient buffer. Both compute in f32 (bf16 rounds once), so they
 // differ only by expf's last bits.
-#include "cuda_test_utils.h"
 #include "framework/tensor/ops/swiglu.h"
+#include "cuda_test_utils.h"
 #include "framework/tensor/ops/views.h"
 
 namespace cpf {

@@ -153,8 +153,8 @@ TEST_F(GpuTraining, GpuTinyConfigLogsMemoryAndItsCheckpointGenerates) {
         ;
     ASSERT_TRUE(file.good()) << "cannot write " << config;
   }
-  const int code = run_cli({"train", config, "--set", "run.out_dir=" + dir.string(), "--set", "run.steps=60",
-                            "--set", "run.eval_every=30", "--set", "run.log_every=20"},
+  const int code = run_cli({"train", config, "--set", "run.out_dir=" + dir.string(), "--set", "run.steps=60", "--set",
+                            "run.eval_every=30", "--set", "run.log_every=20"},
                            out, err, false);
   ASSERT_EQ(code, 0) << out.str() << err.str();
   const std::string log = out.str();

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "attention/attention_problem.h"
 #include "attention/attention_op.h"
+#include "attention/attention_problem.h"
 #include "cuda/cuda_test_utils.h"
 
 namespace cpf::testing {
@@ -110,12 +110,12 @@ inline void expect_exact_zeros_without_keys(const AttentionProblem& p, const Att
         const int64_t o = p.element_offset(row, col, p.s_q, h, p.h_q, p.d_v);
         const int64_t g = p.element_offset(row, col, p.s_q, h, p.h_q, p.d_qk);
         for (int64_t e = 0; e < p.d_v; ++e) {
-          ASSERT_EQ(out[static_cast<size_t>(o + e)], 0.0) << what << ": out at row " << row << " col " << col
-                                                           << " head " << h << " (lse -inf)";
+          ASSERT_EQ(out[static_cast<size_t>(o + e)], 0.0)
+              << what << ": out at row " << row << " col " << col << " head " << h << " (lse -inf)";
         }
         for (int64_t e = 0; e < p.d_qk; ++e) {
-          ASSERT_EQ(dq[static_cast<size_t>(g + e)], 0.0) << what << ": dq at row " << row << " col " << col
-                                                          << " head " << h << " (lse -inf)";
+          ASSERT_EQ(dq[static_cast<size_t>(g + e)], 0.0)
+              << what << ": dq at row " << row << " col " << col << " head " << h << " (lse -inf)";
         }
       }
     }

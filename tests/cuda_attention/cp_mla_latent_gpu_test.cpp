@@ -21,8 +21,8 @@ namespace {
 using ::cpf::testing::close_to_reference;
 
 // Head dims that are multiples of 8, so cuDNN can take the bf16 tiles.
-const MlaLatentShape kShape{.num_heads = 4, .kv_lora_rank = 32, .qk_nope_head_dim = 48, .qk_rope_head_dim = 16,
-                            .v_head_dim = 64};
+const MlaLatentShape kShape{
+    .num_heads = 4, .kv_lora_rank = 32, .qk_nope_head_dim = 48, .qk_rope_head_dim = 16, .v_head_dim = 64};
 
 struct Result {
   Tensor out, lse, dq, dlatent, dweight, dsink;
@@ -71,26 +71,26 @@ TEST_P(CpMlaLatentGpu, ShardsMatchTheCpuReference) {
   backward({ref.out}, {g.dout});
 
   std::vector<Result> results(2);
-  const AttentionKernelConfig kernel_config{.backend = p.dtype == DType::f32 ? AttentionBackend::unfused : AttentionBackend::automatic};
-  dist::launch(
-      2,
-      [&](dist::RankContext& rc) {
-        dist::DeviceMesh mesh(rc.world, {.cp = 2, .require_cp = true});
-        const ContextParallel cp{c.comm, mesh.cp(), nullptr, nullptr, kernel_config};
-        const int r = rc.rank;
-        auto put = [&](const Tensor& t) { return raw::to(raw::to(t, p.dtype), rc.device); };
-        Tensor q = put(shard(c, g, g.q, g.seq_dim, r)).set_requires_grad();
-        Tensor l = put(shard(c, g, latent, g.seq_dim, r)).set_requires_grad();
-        Tensor w = put(weight).set_requires_grad();
-        AttentionSpec s = spec_of(c);
-        s.sink = raw::to(g.sink, rc.device).set_requires_grad();
-        const AttentionOutput o = context_parallel_mla_attention(q, l, w, Tensor(), kShape, s, g.seq, cp);
-        backward({o.out}, {put(shard(c, g, g.dout, g.seq_dim, r))});
-        auto host = [](const Tensor& t) { return raw::to(raw::to(t.detach(), Device::cpu()), DType::f32); };
-        results[static_cast<size_t>(r)] = {host(o.out), host(o.lse), host(q.grad()), host(l.grad()), host(w.grad()),
-                                           host(s.sink.grad())};
-      },
-      {.timeout = std::chrono::milliseconds(120'000), .devices = dist::DevicePolicy::cuda});
+  const AttentionKernelConfig kernel_config{.backend = p.dtype == DType::f32 ? AttentionBackend::unfused
+                                                                             : AttentionBackend::automatic};
+  dist::launch(2,
+               [&](dist::RankContext& rc) {
+                 dist::DeviceMesh mesh(rc.world, {.cp = 2, .require_cp = true});
+                 const ContextParallel cp{c.comm, mesh.cp(), nullptr, nullptr, kernel_config};
+                 const int r = rc.rank;
+                 auto put = [&](const Tensor& t) { return raw::to(raw::to(t, p.dtype), rc.device); };
+                 Tensor q = put(shard(c, g, g.q, g.seq_dim, r)).set_requires_grad();
+                 Tensor l = put(shard(c, g, latent, g.seq_dim, r)).set_requires_grad();
+                 Tensor w = put(weight).set_requires_grad();
+                 AttentionSpec s = spec_of(c);
+                 s.sink = raw::to(g.sink, rc.device).set_requires_grad();
+                 const AttentionOutput o = context_parallel_mla_attention(q, l, w, Tensor(), kShape, s, g.seq, cp);
+                 backward({o.out}, {put(shard(c, g, g.dout, g.seq_dim, r))});
+                 auto host = [](const Tensor& t) { return raw::to(raw::to(t.detach(), Device::cpu()), DType::f32); };
+                 results[static_cast<size_t>(r)] = {host(o.out),    host(o.lse),    host(q.grad()),
+                                                    host(l.grad()), host(w.grad()), host(s.sink.grad())};
+               },
+               {.timeout = std::chrono::milliseconds(120'000), .devices = dist::DevicePolicy::cuda});
 
   const double tol = p.dtype == DType::f32 ? 1e-5 : 3.5e-2;
   const int64_t lse_dim = c.format == QkvFormat::thd ? 1 : 2;
@@ -99,7 +99,8 @@ TEST_P(CpMlaLatentGpu, ShardsMatchTheCpuReference) {
     SCOPED_TRACE("rank " + std::to_string(r));
     const Result& got = results[static_cast<size_t>(r)];
     EXPECT_TRUE(close_to_reference(got.out, shard(c, g, ref.out.detach(), g.seq_dim, r), tol)) << "out";
-    EXPECT_TRUE(close_to_reference(got.lse, shard(c, g, ref.lse.detach(), lse_dim, r), p.dtype == DType::f32 ? 1e-5 : 1e-3))
+    EXPECT_TRUE(
+        close_to_reference(got.lse, shard(c, g, ref.lse.detach(), lse_dim, r), p.dtype == DType::f32 ? 1e-5 : 1e-3))
         << "lse";
     EXPECT_TRUE(close_to_reference(got.dq, shard(c, g, q1.grad(), g.seq_dim, r), tol)) << "dq";
     EXPECT_TRUE(close_to_reference(got.dlatent, shard(c, g, l1.grad(), g.seq_dim, r), tol)) << "d(latent)";

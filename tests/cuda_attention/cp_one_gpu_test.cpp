@@ -42,8 +42,8 @@ struct Param {
 std::string param_name(const ::testing::TestParamInfo<Param>& info) {
   const Param& p = info.param;
   std::ostringstream os;
-  os << strategy_test_name(p.comm, p.cp, p.format) << "_" << mask_type_name(p.mask) << "_"
-     << p.heads.name << "_" << dtype_name(p.dtype) << "_" << attention_backend_name(p.backend);
+  os << strategy_test_name(p.comm, p.cp, p.format) << "_" << mask_type_name(p.mask) << "_" << p.heads.name << "_"
+     << dtype_name(p.dtype) << "_" << attention_backend_name(p.backend);
   if (p.sink) os << "_sink";
   return os.str();
 }
@@ -112,8 +112,9 @@ std::vector<Tensors> run_cp_on_gpu(const CpCase& c, const Global& g, const Atten
         auto [out, lse] = context_parallel_attention(q, k, v, spec, g.seq, cp);
         backward({out, lse}, {on_device(g.dout, g.seq_dim), raw::to(on_device(g.dlse, lse_dim), lse.dtype())});
         auto host = [](const Tensor& t) { return raw::to(t.detach(), Device::cpu()); };
-        results[static_cast<size_t>(r)] = {host(out), host(lse), host(q.grad()), host(k.grad()), host(v.grad()),
-                                           spec.sink.defined() ? host(spec.sink.grad()) : Tensor()};
+        results[static_cast<size_t>(r)] = {host(out),      host(lse),
+                                           host(q.grad()), host(k.grad()),
+                                           host(v.grad()), spec.sink.defined() ? host(spec.sink.grad()) : Tensor()};
       },
       {.timeout = std::chrono::milliseconds(120'000), .devices = dist::DevicePolicy::cuda});
   return results;
@@ -183,17 +184,17 @@ TEST_F(CpMergeOnGpu, MatchesTheHostMerge) {
     device.add(raw::to(out, Device::cuda(0)), raw::to(lse_t, Device::cuda(0)));
   }
   EXPECT_TRUE(::cpf::testing::all_close(raw::to(device.lse(), Device::cpu()), host.lse(), 1e-6, 1e-6)) << "lse";
-  EXPECT_TRUE(::cpf::testing::all_close(raw::to(device.out(DType::f32), Device::cpu()), host.out(DType::f32), 1e-6,
-                                        1e-6))
+  EXPECT_TRUE(
+      ::cpf::testing::all_close(raw::to(device.out(DType::f32), Device::cpu()), host.out(DType::f32), 1e-6, 1e-6))
       << "out";
   EXPECT_EQ(raw::to(device.lse(), Device::cpu()).to_vector<float>()[5], -INFINITY) << "token 5 saw no key";
 }
 
 TEST_F(CpMergeOnGpu, RejectsPartsOnAnotherDevice) {
   PartialMerge merge(4, 2, 3, DType::f32);  // on the CPU
-  EXPECT_CPF_ERROR(merge.add(zeros({4, 2, 3}, {.device = Device::cuda(0)}),
-                             full({2, 4}, 0.0, {.device = Device::cuda(0)})),
-                   "cp merge: partial out on cuda:0 and lse on cuda:0 but the accumulator is on cpu");
+  EXPECT_CPF_ERROR(
+      merge.add(zeros({4, 2, 3}, {.device = Device::cuda(0)}), full({2, 4}, 0.0, {.device = Device::cuda(0)})),
+      "cp merge: partial out on cuda:0 and lse on cuda:0 but the accumulator is on cpu");
 }
 
 }  // namespace

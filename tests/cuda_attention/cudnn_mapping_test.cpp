@@ -80,8 +80,8 @@ TEST(CudnnMapping, RowsThatSeeNoKeyAreMarked) {
 
 TEST(CudnnMapping, ThdDropsEmptySequencesAndRoundsLengths) {
   // Sequence 1 has no keys: left out of cuDNN's batch, its queries fixed up; padded slots too.
-  const auto seq = SequenceInfo::from_cu_seqlens({0, 100, 150, 450}, {0, 100, 100, 400}, {0, 110, 160, 460},
-                                                 {0, 100, 100, 400});
+  const auto seq =
+      SequenceInfo::from_cu_seqlens({0, 100, 150, 450}, {0, 100, 100, 400}, {0, 110, 160, 460}, {0, 100, 100, 400});
   const SdpaMapping m = map_to_cudnn(problem(QkvFormat::thd, MaskType::causal, {}, 1, 460, 400, seq));
   ASSERT_EQ(m.reason, "");
   EXPECT_EQ(m.b, 2);
@@ -194,9 +194,9 @@ TEST(CudnnMapping, KeysOutOfPositionOrderOrTwoDiagonalsAreRejected) {
   std::vector<int64_t> all(256);
   for (int64_t i = 0; i < 256; ++i) all[static_cast<size_t>(i)] = i;
   const auto gathered = SequenceInfo::from_lengths({128}, {256}, 128, 256).with_positions(two_runs(0, 192, 64), all);
-  EXPECT_NE(map_to_cudnn(problem(QkvFormat::thd, MaskType::causal, {}, 1, 128, 256, gathered))
-                .reason.find("not one band"),
-            std::string::npos);
+  EXPECT_NE(
+      map_to_cudnn(problem(QkvFormat::thd, MaskType::causal, {}, 1, 128, 256, gathered)).reason.find("not one band"),
+      std::string::npos);
 }
 
 std::vector<int64_t> iota_from(int64_t start, int64_t n) {
@@ -225,8 +225,7 @@ TEST(CudnnMapping, BottomRightWithALeftBound) {
   // bshd rows (not trimmed) whose queries end where their keys end, window left 15: the diagonals
   // agree only bottom-right aligned, and w is the shifted left constant plus one.
   const auto seq = SequenceInfo::from_lengths({32, 64}, {64, 128}, 64, 128).with_position_offsets({32, 64}, {0, 0});
-  const SdpaMapping m =
-      map_to_cudnn(problem(QkvFormat::bshd, MaskType::padding_causal, {15, -1}, 2, 64, 128, seq));
+  const SdpaMapping m = map_to_cudnn(problem(QkvFormat::bshd, MaskType::padding_causal, {15, -1}, 2, 64, 128, seq));
   ASSERT_EQ(m.reason, "");
   EXPECT_TRUE(m.bottom_right);
   EXPECT_TRUE(m.padding);

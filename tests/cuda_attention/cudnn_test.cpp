@@ -17,9 +17,9 @@
 #include <thread>
 #include <vector>
 
+#include "attention/attention_op.h"
 #include "attention/attention_problem.h"
 #include "attention/cuda/cudnn_sdpa.h"
-#include "attention/attention_op.h"
 #include "cuda/cuda_test_utils.h"
 #include "framework/tensor/ops/copy.h"
 #include "framework/tensor/ops/views.h"
@@ -119,8 +119,8 @@ std::vector<uint8_t> pinned_keys(const Case& c) {
 // The storage token of element e of a q/k/v-shaped tensor (rows of `row` elements) or of the lse.
 int64_t token_of(const Case& c, int64_t e, int64_t row, int64_t seq, bool lse) {
   if (lse) {
-    if (c.format == QkvFormat::thd) return e % seq;                    // (h, t)
-    return (e / (c.h_q * seq)) * seq + e % seq;                         // (b, h, s)
+    if (c.format == QkvFormat::thd) return e % seq;  // (h, t)
+    return (e / (c.h_q * seq)) * seq + e % seq;      // (b, h, s)
   }
   const int64_t t = e / row;
   return c.format == QkvFormat::sbhd ? (t % c.batch) * seq + t / c.batch : t;
@@ -128,9 +128,9 @@ int64_t token_of(const Case& c, int64_t e, int64_t row, int64_t seq, bool lse) {
 
 struct Check {
   double tol;
-  bool per_element;               // lse: |got - ref| <= tol * max(1, |ref|) per entry
+  bool per_element;                    // lse: |got - ref| <= tol * max(1, |ref|) per entry
   const std::vector<uint8_t>* pinned;  // per storage token: must equal the reference exactly
-  int64_t row, seq;               // elements per token; tokens per batch row (thd: all)
+  int64_t row, seq;                    // elements per token; tokens per batch row (thd: all)
   bool lse = false;
 };
 
@@ -152,9 +152,9 @@ struct Check {
     const bool pinned = (*k.pinned)[static_cast<size_t>(token)] != 0;
     if (pinned || std::isinf(a[i]) || std::isinf(b[i])) {
       if (a[i] != b[i]) {
-        return ::testing::AssertionFailure() << "element " << i << " (storage token " << token << ") is " << a[i]
-                                             << ", reference " << b[i]
-                                             << (pinned ? " (padding or a row that sees no key: must be exact)" : "");
+        return ::testing::AssertionFailure()
+               << "element " << i << " (storage token " << token << ") is " << a[i] << ", reference " << b[i]
+               << (pinned ? " (padding or a row that sees no key: must be exact)" : "");
       }
       continue;
     }
@@ -168,9 +168,9 @@ struct Check {
   const double score = k.per_element ? worst_rel : (max_ref == 0 ? max_err : max_err / max_ref);
   if (score > k.tol) {
     return ::testing::AssertionFailure() << (k.per_element ? "relative error " : "max error / max |ref| ") << score
-                                         << " > " << k.tol << " (max abs error " << max_err << ", max |ref| "
-                                         << max_ref << ", worst element " << worst << ": " << a[worst] << " vs "
-                                         << b[worst] << ")";
+                                         << " > " << k.tol << " (max abs error " << max_err << ", max |ref| " << max_ref
+                                         << ", worst element " << worst << ": " << a[worst] << " vs " << b[worst]
+                                         << ")";
   }
   return ::testing::AssertionSuccess() << "error " << score;
 }
@@ -203,50 +203,126 @@ std::vector<Case> feature_cases() {
   cs.push_back({.name = "bshd_causal_mha_d64", .mask = M::causal, .s_q = 256, .s_kv = 256});
   cs.push_back({.name = "bshd_no_mask_d128_len200", .s_q = 200, .s_kv = 200, .d_qk = 128, .d_v = 128});
   cs.push_back({.name = "bshd_cross_sq128_skv320", .s_q = 128, .s_kv = 320});
-  cs.push_back({.name = "sbhd_causal_d128", .format = F::sbhd, .mask = M::causal, .batch = 3, .s_q = 192, .s_kv = 192,
-                .d_qk = 128, .d_v = 128});
-  cs.push_back({.name = "sbhd_no_mask_gqa", .format = F::sbhd, .batch = 2, .s_q = 160, .s_kv = 160, .h_q = 8,
-                .h_kv = 2});
-  cs.push_back({.name = "bshd_sliding_window_causal", .mask = M::causal, .window = {63, -1}, .s_q = 300,
-                .s_kv = 300});
-  cs.push_back({.name = "bshd_sliding_window_non_causal", .window = {40, 20}, .s_q = 256, .s_kv = 256});
-  cs.push_back({.name = "bshd_gqa_8_2_causal_d128", .mask = M::causal, .s_q = 256, .s_kv = 256, .h_q = 8, .h_kv = 2,
-                .d_qk = 128, .d_v = 128});
-  cs.push_back({.name = "bshd_mqa_8_1", .s_q = 192, .s_kv = 192, .h_q = 8, .h_kv = 1});
-  cs.push_back({.name = "bshd_mla_192_128_causal", .mask = M::causal, .s_q = 256, .s_kv = 256, .d_qk = 192,
+  cs.push_back({.name = "sbhd_causal_d128",
+                .format = F::sbhd,
+                .mask = M::causal,
+                .batch = 3,
+                .s_q = 192,
+                .s_kv = 192,
+                .d_qk = 128,
                 .d_v = 128});
-  cs.push_back({.name = "bshd_mla_192_128_gqa", .mask = M::causal, .s_q = 128, .s_kv = 128, .h_q = 8, .h_kv = 2,
-                .d_qk = 192, .d_v = 128});
-  cs.push_back({.name = "bshd_d256_causal", .mask = M::causal, .batch = 1, .s_q = 256, .s_kv = 256, .h_q = 2,
-                .h_kv = 2, .d_qk = 256, .d_v = 256});
-  cs.push_back({.name = "bshd_padding_causal", .mask = M::padding_causal, .s_q = 256, .s_kv = 256,
+  cs.push_back(
+      {.name = "sbhd_no_mask_gqa", .format = F::sbhd, .batch = 2, .s_q = 160, .s_kv = 160, .h_q = 8, .h_kv = 2});
+  cs.push_back({.name = "bshd_sliding_window_causal", .mask = M::causal, .window = {63, -1}, .s_q = 300, .s_kv = 300});
+  cs.push_back({.name = "bshd_sliding_window_non_causal", .window = {40, 20}, .s_q = 256, .s_kv = 256});
+  cs.push_back({.name = "bshd_gqa_8_2_causal_d128",
+                .mask = M::causal,
+                .s_q = 256,
+                .s_kv = 256,
+                .h_q = 8,
+                .h_kv = 2,
+                .d_qk = 128,
+                .d_v = 128});
+  cs.push_back({.name = "bshd_mqa_8_1", .s_q = 192, .s_kv = 192, .h_q = 8, .h_kv = 1});
+  cs.push_back(
+      {.name = "bshd_mla_192_128_causal", .mask = M::causal, .s_q = 256, .s_kv = 256, .d_qk = 192, .d_v = 128});
+  cs.push_back({.name = "bshd_mla_192_128_gqa",
+                .mask = M::causal,
+                .s_q = 128,
+                .s_kv = 128,
+                .h_q = 8,
+                .h_kv = 2,
+                .d_qk = 192,
+                .d_v = 128});
+  cs.push_back({.name = "bshd_d256_causal",
+                .mask = M::causal,
+                .batch = 1,
+                .s_q = 256,
+                .s_kv = 256,
+                .h_q = 2,
+                .h_kv = 2,
+                .d_qk = 256,
+                .d_v = 256});
+  cs.push_back({.name = "bshd_padding_causal",
+                .mask = M::padding_causal,
+                .s_q = 256,
+                .s_kv = 256,
                 .seq = SequenceInfo::from_lengths({256, 77}, 256)});
-  cs.push_back({.name = "sbhd_padding_causal", .format = F::sbhd, .mask = M::padding_causal, .s_q = 192, .s_kv = 192,
+  cs.push_back({.name = "sbhd_padding_causal",
+                .format = F::sbhd,
+                .mask = M::padding_causal,
+                .s_q = 192,
+                .s_kv = 192,
                 .seq = SequenceInfo::from_lengths({192, 100}, 192)});
-  cs.push_back({.name = "bshd_padding_cross", .mask = M::padding, .s_q = 128, .s_kv = 192,
+  cs.push_back({.name = "bshd_padding_cross",
+                .mask = M::padding,
+                .s_q = 128,
+                .s_kv = 192,
                 .seq = SequenceInfo::from_lengths({100, 128}, {192, 33}, 128, 192)});
   // thd: lengths that are not multiples of 64, packed and with padded slots.
-  cs.push_back({.name = "thd_causal_1000_700_37", .format = F::thd, .mask = M::causal, .batch = 1, .s_q = 1737,
-                .s_kv = 1737, .seq = SequenceInfo::from_lengths({1000, 700, 37})});
-  cs.push_back({.name = "thd_no_mask_padded_slots_gqa", .format = F::thd, .batch = 1, .s_q = 640, .s_kv = 640,
-                .h_q = 8, .h_kv = 2, .seq = SequenceInfo::from_cu_seqlens({0, 300, 557, 600}, {0, 320, 577, 640})});
-  cs.push_back({.name = "thd_sliding_window_causal", .format = F::thd, .mask = M::causal, .window = {100, -1},
-                .batch = 1, .s_q = 500, .s_kv = 500, .seq = SequenceInfo::from_lengths({300, 200})});
-  cs.push_back({.name = "thd_mla_causal", .format = F::thd, .mask = M::causal, .batch = 1, .s_q = 400, .s_kv = 400,
-                .d_qk = 192, .d_v = 128, .seq = SequenceInfo::from_lengths({150, 250})});
+  cs.push_back({.name = "thd_causal_1000_700_37",
+                .format = F::thd,
+                .mask = M::causal,
+                .batch = 1,
+                .s_q = 1737,
+                .s_kv = 1737,
+                .seq = SequenceInfo::from_lengths({1000, 700, 37})});
+  cs.push_back({.name = "thd_no_mask_padded_slots_gqa",
+                .format = F::thd,
+                .batch = 1,
+                .s_q = 640,
+                .s_kv = 640,
+                .h_q = 8,
+                .h_kv = 2,
+                .seq = SequenceInfo::from_cu_seqlens({0, 300, 557, 600}, {0, 320, 577, 640})});
+  cs.push_back({.name = "thd_sliding_window_causal",
+                .format = F::thd,
+                .mask = M::causal,
+                .window = {100, -1},
+                .batch = 1,
+                .s_q = 500,
+                .s_kv = 500,
+                .seq = SequenceInfo::from_lengths({300, 200})});
+  cs.push_back({.name = "thd_mla_causal",
+                .format = F::thd,
+                .mask = M::causal,
+                .batch = 1,
+                .s_q = 400,
+                .s_kv = 400,
+                .d_qk = 192,
+                .d_v = 128,
+                .seq = SequenceInfo::from_lengths({150, 250})});
   // Position offsets (what CP steps ask for): a shifted diagonal, rows that see no key at all, and
   // per-sequence bottom-right alignment.
-  cs.push_back({.name = "bshd_causal_queries_ahead_by_64", .mask = M::causal, .s_q = 128, .s_kv = 256,
+  cs.push_back({.name = "bshd_causal_queries_ahead_by_64",
+                .mask = M::causal,
+                .s_q = 128,
+                .s_kv = 256,
                 .seq = SequenceInfo::from_lengths({128, 128}, {256, 256}, 128, 256).with_position_offsets(64, 0)});
-  cs.push_back({.name = "bshd_window_both_sides_shifted", .window = {32, 16}, .s_q = 128, .s_kv = 256,
+  cs.push_back({.name = "bshd_window_both_sides_shifted",
+                .window = {32, 16},
+                .s_q = 128,
+                .s_kv = 256,
                 .seq = SequenceInfo::from_lengths({128, 128}, {256, 256}, 128, 256).with_position_offsets(50, 0)});
-  cs.push_back({.name = "bshd_causal_fully_masked_rows", .mask = M::causal, .s_q = 128, .s_kv = 128,
+  cs.push_back({.name = "bshd_causal_fully_masked_rows",
+                .mask = M::causal,
+                .s_q = 128,
+                .s_kv = 128,
                 .seq = SequenceInfo::from_lengths({128, 128}, 128).with_position_offsets(0, 64)});
-  cs.push_back({.name = "thd_causal_bottom_right", .format = F::thd, .mask = M::causal, .batch = 1, .s_q = 400,
+  cs.push_back({.name = "thd_causal_bottom_right",
+                .format = F::thd,
+                .mask = M::causal,
+                .batch = 1,
+                .s_q = 400,
                 .s_kv = 700,
                 .seq = SequenceInfo::from_lengths({100, 300}, {300, 400}).with_position_offsets({200, 100}, {0, 0})});
-  cs.push_back({.name = "thd_window_fully_masked_rows", .format = F::thd, .mask = M::causal, .window = {16, -1},
-                .batch = 1, .s_q = 300, .s_kv = 300,
+  cs.push_back({.name = "thd_window_fully_masked_rows",
+                .format = F::thd,
+                .mask = M::causal,
+                .window = {16, -1},
+                .batch = 1,
+                .s_q = 300,
+                .s_kv = 300,
                 .seq = SequenceInfo::from_lengths({150, 150}).with_position_offsets(0, 40)});
   return cs;
 }
@@ -271,8 +347,15 @@ TEST_F(CudnnAttention, MatchesCpuReferenceOnEveryFeature) {
 }
 
 TEST_F(CudnnAttention, DeterministicBackwardIsBitwiseReproducible) {
-  const Case c{.name = "deterministic_gqa", .mask = MaskType::causal, .s_q = 512, .s_kv = 512, .h_q = 8, .h_kv = 2,
-               .d_qk = 128, .d_v = 128, .deterministic = true};
+  const Case c{.name = "deterministic_gqa",
+               .mask = MaskType::causal,
+               .s_q = 512,
+               .s_kv = 512,
+               .h_q = 8,
+               .h_kv = 2,
+               .d_qk = 128,
+               .d_v = 128,
+               .deterministic = true};
   const Inputs in = make_inputs(c, 7);
   const Result first = run_cudnn(c, in), second = run_cudnn(c, in);
   EXPECT_TRUE(bitwise_equal(first.dq, second.dq)) << "dq";
@@ -317,7 +400,12 @@ TEST_F(CudnnAttention, StridedViewsOfAFusedProjection) {
 TEST_F(CudnnAttention, ThreadsWithTheirOwnStreamsGetCorrectResults) {
   const std::vector<Case> cs{
       {.name = "thread_causal_gqa", .mask = MaskType::causal, .s_q = 256, .s_kv = 256, .h_q = 8, .h_kv = 2},
-      {.name = "thread_thd", .format = QkvFormat::thd, .mask = MaskType::causal, .batch = 1, .s_q = 300, .s_kv = 300,
+      {.name = "thread_thd",
+       .format = QkvFormat::thd,
+       .mask = MaskType::causal,
+       .batch = 1,
+       .s_q = 300,
+       .s_kv = 300,
        .seq = SequenceInfo::from_lengths({200, 100})}};
   std::vector<Inputs> inputs;
   for (size_t i = 0; i < cs.size(); ++i) inputs.push_back(make_inputs(cs[i], 300 + 10 * i));
@@ -352,7 +440,9 @@ TEST_F(CudnnAttention, ThreadsWithTheirOwnStreamsGetCorrectResults) {
 // lose that difference to rounding on any implementation.)
 TEST_F(CudnnAttention, VeryNegativeLseAtSkvSixtyFourModulo128HasNoNan) {
   for (const MaskType mask : {MaskType::no_mask, MaskType::causal}) {
-    Case c{.name = std::string("negative_lse_s192_") + std::string(mask_type_name(mask)), .mask = mask, .s_q = 192,
+    Case c{.name = std::string("negative_lse_s192_") + std::string(mask_type_name(mask)),
+           .mask = mask,
+           .s_q = 192,
            .s_kv = 192};
     Inputs in = make_inputs(c, 55);
     auto k = raw::to(in.k, DType::f32).to_vector<float>();
@@ -404,28 +494,45 @@ TEST(CudnnUnsupportedReason, NamesWhatCudnnCannotRun) {
       << reason_for(mla256, DType::bf16, true);
 
   // Offsets that differ per sequence and are not bottom-right aligned (equal lengths).
-  const Case offsets{.name = "offsets", .format = QkvFormat::thd, .mask = MaskType::causal, .batch = 1, .s_q = 128,
-                     .s_kv = 128, .seq = SequenceInfo::from_lengths({64, 64}).with_position_offsets({0, 10}, {0, 0})};
+  const Case offsets{.name = "offsets",
+                     .format = QkvFormat::thd,
+                     .mask = MaskType::causal,
+                     .batch = 1,
+                     .s_q = 128,
+                     .s_kv = 128,
+                     .seq = SequenceInfo::from_lengths({64, 64}).with_position_offsets({0, 10}, {0, 0})};
   EXPECT_NE(reason_for(offsets).find("not one band with the same diagonal in every sequence"), std::string::npos)
       << reason_for(offsets);
 
   // Key positions that do not increase.
   std::vector<int64_t> q_pos(64), kv_pos(64);
   for (int64_t i = 0; i < 64; ++i) q_pos[static_cast<size_t>(i)] = kv_pos[static_cast<size_t>(i)] = 63 - i;
-  const Case shuffled{.name = "shuffled", .format = QkvFormat::thd, .mask = MaskType::causal, .batch = 1, .s_q = 64,
-                      .s_kv = 64, .seq = SequenceInfo::from_lengths({64}).with_positions(q_pos, kv_pos)};
+  const Case shuffled{.name = "shuffled",
+                      .format = QkvFormat::thd,
+                      .mask = MaskType::causal,
+                      .batch = 1,
+                      .s_q = 64,
+                      .s_kv = 64,
+                      .seq = SequenceInfo::from_lengths({64}).with_positions(q_pos, kv_pos)};
   EXPECT_NE(reason_for(shuffled).find("the key positions of sequence 0 do not increase (63 then 62"), std::string::npos)
       << reason_for(shuffled);
 
   // bshd rows with no keys cannot go through cuDNN's per-row form.
-  const Case empty_row{.name = "empty_row", .mask = MaskType::padding, .s_q = 64, .s_kv = 64,
+  const Case empty_row{.name = "empty_row",
+                       .mask = MaskType::padding,
+                       .s_q = 64,
+                       .s_kv = 64,
                        .seq = SequenceInfo::from_lengths({64, 64}, {64, 0}, 64, 64)};
   EXPECT_NE(reason_for(empty_row).find("has 64 queries and 0 keys"), std::string::npos) << reason_for(empty_row);
 }
 
 TEST(CudnnUnsupportedReason, WithoutPositionBoundsOffsetsDoNotMatter) {
   // No window: positions are irrelevant, so the static checks pass (the probe then needs a GPU).
-  const Case c{.name = "no_window", .format = QkvFormat::thd, .batch = 1, .s_q = 128, .s_kv = 128,
+  const Case c{.name = "no_window",
+               .format = QkvFormat::thd,
+               .batch = 1,
+               .s_q = 128,
+               .s_kv = 128,
                .seq = SequenceInfo::from_lengths({64, 64}).with_position_offsets({0, 10}, {0, 0})};
   const std::string reason = reason_for(c);
   if (cuda::is_available()) {

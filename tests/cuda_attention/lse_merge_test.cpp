@@ -76,8 +76,9 @@ TEST_F(CudaLseMerge, TheKernelIsRegisteredForCuda) {
 TEST_F(CudaLseMerge, RefusesTensorsOutsideItsContract) {
   const Tensor acc = on_gpu(zeros({kTokens, kHeads, kDim}));
   const Tensor lse = on_gpu(zeros({kHeads, kTokens}));
-  EXPECT_CPF_ERROR(attention_cuda::lse_merge(acc, lse, on_gpu(zeros({kTokens, kHeads, kDim}, {.dtype = DType::i32})), lse),
-                   "cp merge (cuda): the part's out must be f32, f64 or bf16, got i32");
+  EXPECT_CPF_ERROR(
+      attention_cuda::lse_merge(acc, lse, on_gpu(zeros({kTokens, kHeads, kDim}, {.dtype = DType::i32})), lse),
+      "cp merge (cuda): the part's out must be f32, f64 or bf16, got i32");
   EXPECT_CPF_ERROR(attention_cuda::lse_merge(acc, on_gpu(zeros({kHeads, kTokens}, {.dtype = DType::f64})),
                                              on_gpu(zeros({kTokens, kHeads, kDim})), lse),
                    "must share an f32/f64 dtype: out f32, lse f64");
@@ -88,9 +89,9 @@ TEST_F(CudaLseMerge, RefusesTensorsOutsideItsContract) {
 // The ring backward's dQ accumulation: acc += part in one pass reading the part in its own dtype,
 // against the CPU's raw ops (the part converted, then added); the accumulator stays the same tensor.
 TEST_F(CudaLseMerge, AccumulateMatchesTheCpu) {
-  for (const auto& [acc_dtype, part_dtype] : {std::pair{DType::f32, DType::bf16}, std::pair{DType::f32, DType::f32},
-                                              std::pair{DType::f32, DType::f64}, std::pair{DType::f64, DType::f64},
-                                              std::pair{DType::f64, DType::bf16}}) {
+  for (const auto& [acc_dtype, part_dtype] :
+       {std::pair{DType::f32, DType::bf16}, std::pair{DType::f32, DType::f32}, std::pair{DType::f32, DType::f64},
+        std::pair{DType::f64, DType::f64}, std::pair{DType::f64, DType::bf16}}) {
     const Tensor start = random_cpu({kTokens, kHeads, kDim}, acc_dtype, 3);
     const Tensor part = random_cpu({kTokens, kHeads, kDim}, part_dtype, 4, -50, 50);
     const Tensor cpu = raw::clone(start);

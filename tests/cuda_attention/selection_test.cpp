@@ -23,12 +23,16 @@ class ScopedBackendEnv {
  public:
   explicit ScopedBackendEnv(const char* value) {
     if (const char* old = std::getenv("CPF_ATTENTION_BACKEND")) saved_ = old;
-    if (value) setenv("CPF_ATTENTION_BACKEND", value, 1);
-    else unsetenv("CPF_ATTENTION_BACKEND");
+    if (value)
+      setenv("CPF_ATTENTION_BACKEND", value, 1);
+    else
+      unsetenv("CPF_ATTENTION_BACKEND");
   }
   ~ScopedBackendEnv() {
-    if (saved_) setenv("CPF_ATTENTION_BACKEND", saved_->c_str(), 1);
-    else unsetenv("CPF_ATTENTION_BACKEND");
+    if (saved_)
+      setenv("CPF_ATTENTION_BACKEND", saved_->c_str(), 1);
+    else
+      unsetenv("CPF_ATTENTION_BACKEND");
   }
 
  private:
@@ -133,8 +137,9 @@ TEST_F(AttentionBackendSelectionGpu, LogsTheChoiceOncePerConfiguration) {
   (void)raw::attention_forward(q, q, q, spec);
   (void)raw::attention_forward(q, q, q, spec);
   const std::string log = ::testing::internal::GetCapturedStderr();
-  const std::string expected = "attention on cuda:0 (f32, bshd, causal, b=1 hq=2 hkv=2 sq=8 skv=8 dqk=8 dv=8, "
-                               "forward): unfused (cuDNN: ";
+  const std::string expected =
+      "attention on cuda:0 (f32, bshd, causal, b=1 hq=2 hkv=2 sq=8 skv=8 dqk=8 dv=8, "
+      "forward): unfused (cuDNN: ";
   const size_t first = log.find(expected);
   EXPECT_NE(first, std::string::npos) << "stderr was: " << log;
   EXPECT_EQ(log.find(expected, first + 1), std::string::npos) << "logged twice: " << log;

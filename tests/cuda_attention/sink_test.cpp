@@ -8,9 +8,9 @@
 #include <optional>
 #include <string>
 
+#include "attention/attention_op.h"
 #include "attention/attention_problem.h"
 #include "attention/cuda/cudnn_sdpa.h"
-#include "attention/attention_op.h"
 #include "cuda/cuda_test_utils.h"
 #include "cuda_attention/attention_gpu_support.h"
 #include "framework/tensor/ops/copy.h"
@@ -46,8 +46,11 @@ struct SinkResult {
 };
 
 // Forward and backward on `device` (CPU tensors in, CPU tensors out).
-SinkResult run_on(const Device& device, const SinkCase& c, DType dtype, uint64_t seed, const AttentionKernelConfig& config) {
-  auto input = [&](int64_t heads, uint64_t s) { return raw::to(raw::to(random_cpu(shape_of(c, heads), DType::bf16, s), dtype), device); };
+SinkResult run_on(const Device& device, const SinkCase& c, DType dtype, uint64_t seed,
+                  const AttentionKernelConfig& config) {
+  auto input = [&](int64_t heads, uint64_t s) {
+    return raw::to(raw::to(random_cpu(shape_of(c, heads), DType::bf16, s), dtype), device);
+  };
   const Tensor q = input(c.h_q, seed), k = input(c.h_kv, seed + 1), v = input(c.h_kv, seed + 2);
   const Tensor dout = input(c.h_q, seed + 3);
   AttentionSpec spec{.qkv_format = c.format, .mask = c.mask, .window = c.window};
@@ -60,7 +63,11 @@ SinkResult run_on(const Device& device, const SinkCase& c, DType dtype, uint64_t
 std::vector<SinkCase> cases() {
   return {
       {.name = "bshd_causal_gqa"},
-      {.name = "sbhd_window", .format = QkvFormat::sbhd, .mask = MaskType::no_mask, .window = {32, 16}, .h_q = 4,
+      {.name = "sbhd_window",
+       .format = QkvFormat::sbhd,
+       .mask = MaskType::no_mask,
+       .window = {32, 16},
+       .h_q = 4,
        .h_kv = 4},
       {.name = "thd_padding_causal",
        .format = QkvFormat::thd,
@@ -124,8 +131,8 @@ TEST_F(AttentionSinkGpu, CudnnPutsTheSinkIntoItsForwardGraph) {
                                    << " built no sink graph for a causal bf16 call";
   AttentionSpec cpu_spec = spec;
   cpu_spec.sink = on_cpu(spec.sink);
-  const raw::AttentionForward want = raw::attention_forward(raw::to(on_cpu(q), DType::f32), raw::to(on_cpu(k), DType::f32),
-                                                            raw::to(on_cpu(v), DType::f32), cpu_spec);
+  const raw::AttentionForward want = raw::attention_forward(
+      raw::to(on_cpu(q), DType::f32), raw::to(on_cpu(k), DType::f32), raw::to(on_cpu(v), DType::f32), cpu_spec);
   EXPECT_TRUE(close_to_reference(native.out, want.out, 2.5e-2)) << "out";
   EXPECT_TRUE(close_to_reference(native.lse, want.lse, 1e-5)) << "lse";
 }

@@ -10,8 +10,8 @@
 #include "attention/cuda/device_tables.h"
 #include "framework/autograd/ops.h"
 #include "framework/tensor/cuda/cuda.h"
-#include "models/gpt.h"
 #include "models/data/cp_shard.h"
+#include "models/gpt.h"
 #include "models/gpt_input.h"
 #include "tests/cuda/cuda_test_utils.h"
 
@@ -76,9 +76,9 @@ TEST_F(StepSyncTest, WarmForwardAndBackwardDoNotWaitForTheDevice) {
     std::optional<DType> compute;
     data::Layout layout;
   };
-  for (const Case& c : {Case{"learned bshd f32 (unfused attention)", PositionType::learned, std::nullopt,
-                             data::Layout::bshd},
-                        Case{"rope thd bf16 (cuDNN)", PositionType::rope, DType::bf16, data::Layout::thd}}) {
+  for (const Case& c :
+       {Case{"learned bshd f32 (unfused attention)", PositionType::learned, std::nullopt, data::Layout::bshd},
+        Case{"rope thd bf16 (cuDNN)", PositionType::rope, DType::bf16, data::Layout::thd}}) {
     const cuda::HostSyncCounts n = warm_step_syncs(options(c.positions, c.compute), device_batch(c.layout));
     EXPECT_EQ(n.total(), 0u) << c.name << ": " << cuda::to_string(n);
   }

@@ -24,8 +24,8 @@
 namespace cpf {
 namespace {
 
-using testing::AttentionResult;
 using testing::attention_shape;
+using testing::AttentionResult;
 
 struct Case {
   std::string name;
@@ -47,58 +47,157 @@ std::vector<Case> cases() {
   using M = MaskType;
   std::vector<Case> cs;
   cs.push_back({.name = "bshd_no_mask_mha_odd_length", .batch = 2, .s_q = 37, .s_kv = 37});
-  cs.push_back({.name = "bshd_causal_gqa", .mask = M::causal, .s_q = 64, .s_kv = 64, .h_q = 8, .h_kv = 2, .d_qk = 32,
+  cs.push_back({.name = "bshd_causal_gqa",
+                .mask = M::causal,
+                .s_q = 64,
+                .s_kv = 64,
+                .h_q = 8,
+                .h_kv = 2,
+                .d_qk = 32,
                 .d_v = 32});
-  cs.push_back({.name = "sbhd_causal_mqa", .format = F::sbhd, .mask = M::causal, .batch = 3, .s_q = 24, .s_kv = 24,
-                .h_q = 4, .h_kv = 1, .d_qk = 8, .d_v = 8});
-  cs.push_back({.name = "bshd_causal_mla", .mask = M::causal, .s_q = 33, .s_kv = 33, .h_q = 4, .h_kv = 2, .d_qk = 24,
+  cs.push_back({.name = "sbhd_causal_mqa",
+                .format = F::sbhd,
+                .mask = M::causal,
+                .batch = 3,
+                .s_q = 24,
+                .s_kv = 24,
+                .h_q = 4,
+                .h_kv = 1,
+                .d_qk = 8,
+                .d_v = 8});
+  cs.push_back({.name = "bshd_causal_mla",
+                .mask = M::causal,
+                .s_q = 33,
+                .s_kv = 33,
+                .h_q = 4,
+                .h_kv = 2,
+                .d_qk = 24,
                 .d_v = 16});
   cs.push_back({.name = "bshd_cross_no_mask", .s_q = 17, .s_kv = 45, .h_q = 2, .h_kv = 2, .d_qk = 8, .d_v = 8});
   cs.push_back({.name = "bshd_cross_causal_top_left", .mask = M::causal, .s_q = 50, .s_kv = 20, .h_q = 2, .h_kv = 1});
-  cs.push_back({.name = "bshd_padding_causal", .mask = M::padding_causal, .s_q = 32, .s_kv = 32,
+  cs.push_back({.name = "bshd_padding_causal",
+                .mask = M::padding_causal,
+                .s_q = 32,
+                .s_kv = 32,
                 .seq = SequenceInfo::from_lengths({13, 29}, 32)});
-  cs.push_back({.name = "sbhd_padding_cross", .format = F::sbhd, .mask = M::padding, .s_q = 12, .s_kv = 10,
-                .h_q = 2, .h_kv = 1, .seq = SequenceInfo::from_lengths({5, 11}, {9, 3}, 12, 10)});
+  cs.push_back({.name = "sbhd_padding_cross",
+                .format = F::sbhd,
+                .mask = M::padding,
+                .s_q = 12,
+                .s_kv = 10,
+                .h_q = 2,
+                .h_kv = 1,
+                .seq = SequenceInfo::from_lengths({5, 11}, {9, 3}, 12, 10)});
   cs.push_back({.name = "bshd_sliding_window_causal", .mask = M::causal, .window = {5, 0}, .s_q = 40, .s_kv = 40});
-  cs.push_back({.name = "sbhd_window_both_sides_gqa", .format = F::sbhd, .window = {3, 2}, .s_q = 30, .s_kv = 30,
-                .h_q = 6, .h_kv = 3, .d_qk = 8, .d_v = 12});
-  cs.push_back({.name = "thd_causal_packed", .format = F::thd, .mask = M::causal, .s_q = 33, .s_kv = 33, .h_q = 4,
-                .h_kv = 2, .seq = SequenceInfo::from_cu_seqlens({0, 5, 21, 22, 33})});
-  cs.push_back({.name = "thd_padded_odd_window", .format = F::thd, .mask = M::padding_causal, .window = {2, 0},
-                .s_q = 12, .s_kv = 12, .h_q = 3, .h_kv = 1, .d_qk = 12, .d_v = 8,
+  cs.push_back({.name = "sbhd_window_both_sides_gqa",
+                .format = F::sbhd,
+                .window = {3, 2},
+                .s_q = 30,
+                .s_kv = 30,
+                .h_q = 6,
+                .h_kv = 3,
+                .d_qk = 8,
+                .d_v = 12});
+  cs.push_back({.name = "thd_causal_packed",
+                .format = F::thd,
+                .mask = M::causal,
+                .s_q = 33,
+                .s_kv = 33,
+                .h_q = 4,
+                .h_kv = 2,
+                .seq = SequenceInfo::from_cu_seqlens({0, 5, 21, 22, 33})});
+  cs.push_back({.name = "thd_padded_odd_window",
+                .format = F::thd,
+                .mask = M::padding_causal,
+                .window = {2, 0},
+                .s_q = 12,
+                .s_kv = 12,
+                .h_q = 3,
+                .h_kv = 1,
+                .d_qk = 12,
+                .d_v = 8,
                 .seq = SequenceInfo::from_cu_seqlens({0, 3, 4, 4, 9}, {0, 4, 6, 7, 12})});
-  cs.push_back({.name = "thd_cross_padded", .format = F::thd, .s_q = 12, .s_kv = 13, .h_q = 2, .h_kv = 2,
+  cs.push_back({.name = "thd_cross_padded",
+                .format = F::thd,
+                .s_q = 12,
+                .s_kv = 13,
+                .h_q = 2,
+                .h_kv = 2,
                 .seq = SequenceInfo::from_cu_seqlens({0, 3, 10}, {0, 8, 12}, {0, 4, 12}, {0, 8, 13})});
   // CP steps: explicit position offsets give full tiles, fully hidden tiles and shifted diagonals.
-  cs.push_back({.name = "positions_full_tile", .mask = M::causal, .seq = SequenceInfo::from_lengths({16, 16}, 16)
-                                                                           .with_position_offsets(16, 0)});
-  cs.push_back({.name = "positions_all_rows_masked", .mask = M::causal,
+  cs.push_back({.name = "positions_full_tile",
+                .mask = M::causal,
+                .seq = SequenceInfo::from_lengths({16, 16}, 16).with_position_offsets(16, 0)});
+  cs.push_back({.name = "positions_all_rows_masked",
+                .mask = M::causal,
                 .seq = SequenceInfo::from_lengths({16, 16}, 16).with_position_offsets(0, 16)});
-  cs.push_back({.name = "positions_some_rows_masked", .mask = M::causal, .window = {4, 0},
+  cs.push_back({.name = "positions_some_rows_masked",
+                .mask = M::causal,
+                .window = {4, 0},
                 .seq = SequenceInfo::from_lengths({16, 16}, 16).with_position_offsets(0, 8)});
-  cs.push_back({.name = "positions_thd_per_sequence", .format = F::thd, .mask = M::causal, .s_q = 14, .s_kv = 14,
-                .h_q = 2, .h_kv = 1,
+  cs.push_back({.name = "positions_thd_per_sequence",
+                .format = F::thd,
+                .mask = M::causal,
+                .s_q = 14,
+                .s_kv = 14,
+                .h_q = 2,
+                .h_kv = 1,
                 .seq = SequenceInfo::from_cu_seqlens({0, 6, 14}).with_position_offsets({4, 0}, {0, 3})});
   // Arbitrary (non-monotonic) positions: what a load-balanced CP layout can ask for.
-  cs.push_back({.name = "positions_arbitrary", .mask = M::causal, .batch = 1, .s_q = 8, .s_kv = 8, .h_q = 2,
-                .h_kv = 2, .seq = SequenceInfo::from_lengths({8}, 8).with_positions({7, 0, 3, 12, 5, 9, 1, 4},
-                                                                                   {2, 8, 0, 11, 6, 3, 13, 5})});
-  cs.push_back({.name = "long_rows_causal", .mask = M::causal, .batch = 1, .s_q = 300, .s_kv = 300, .h_q = 2,
-                .h_kv = 1, .d_qk = 64, .d_v = 64});
+  cs.push_back({.name = "positions_arbitrary",
+                .mask = M::causal,
+                .batch = 1,
+                .s_q = 8,
+                .s_kv = 8,
+                .h_q = 2,
+                .h_kv = 2,
+                .seq = SequenceInfo::from_lengths({8}, 8).with_positions({7, 0, 3, 12, 5, 9, 1, 4},
+                                                                         {2, 8, 0, 11, 6, 3, 13, 5})});
+  cs.push_back({.name = "long_rows_causal",
+                .mask = M::causal,
+                .batch = 1,
+                .s_q = 300,
+                .s_kv = 300,
+                .h_q = 2,
+                .h_kv = 1,
+                .d_qk = 64,
+                .d_v = 64});
   // Longer than kSkipRowBlock (512): row blocks that skip the keys they cannot see.
-  cs.push_back({.name = "row_blocks_causal", .mask = M::causal, .batch = 1, .s_q = 1100, .s_kv = 1100, .h_q = 2,
-                .h_kv = 1, .d_qk = 32, .d_v = 32});
-  cs.push_back({.name = "row_blocks_sliding_window_thd", .format = F::thd, .mask = M::causal, .window = {100, 0},
-                .s_q = 1300, .s_kv = 1300, .h_q = 2, .h_kv = 2, .d_qk = 16, .d_v = 16,
+  cs.push_back({.name = "row_blocks_causal",
+                .mask = M::causal,
+                .batch = 1,
+                .s_q = 1100,
+                .s_kv = 1100,
+                .h_q = 2,
+                .h_kv = 1,
+                .d_qk = 32,
+                .d_v = 32});
+  cs.push_back({.name = "row_blocks_sliding_window_thd",
+                .format = F::thd,
+                .mask = M::causal,
+                .window = {100, 0},
+                .s_q = 1300,
+                .s_kv = 1300,
+                .h_q = 2,
+                .h_kv = 2,
+                .d_qk = 16,
+                .d_v = 16,
                 .seq = SequenceInfo::from_cu_seqlens({0, 1100, 1300})});
   // Rows longer than the softmax keeps in registers (8192 scores): the three-pass kernel.
   std::vector<int64_t> q_far(5), kv_reversed(9000);
   for (int64_t i = 0; i < 5; ++i) q_far[static_cast<size_t>(i)] = 8000 + i;
   for (int64_t i = 0; i < 9000; ++i) kv_reversed[static_cast<size_t>(i)] = 8999 - i;
-  cs.push_back({.name = "long_keys_no_mask", .batch = 1, .s_q = 3, .s_kv = 9000, .h_q = 2, .h_kv = 1, .d_qk = 8,
-                .d_v = 8});
-  cs.push_back({.name = "long_keys_unsorted_window", .window = {4000, 100}, .batch = 1, .s_q = 5, .s_kv = 9000,
-                .h_q = 1, .h_kv = 1, .d_qk = 8, .d_v = 8,
+  cs.push_back(
+      {.name = "long_keys_no_mask", .batch = 1, .s_q = 3, .s_kv = 9000, .h_q = 2, .h_kv = 1, .d_qk = 8, .d_v = 8});
+  cs.push_back({.name = "long_keys_unsorted_window",
+                .window = {4000, 100},
+                .batch = 1,
+                .s_q = 5,
+                .s_kv = 9000,
+                .h_q = 1,
+                .h_kv = 1,
+                .d_qk = 8,
+                .d_v = 8,
                 .seq = SequenceInfo::from_lengths({5}, {9000}, 5, 9000).with_positions(q_far, kv_reversed)});
   cs.push_back({.name = "custom_scale", .s_q = 9, .s_kv = 9, .scale = 0.3});
   return cs;
@@ -273,9 +372,9 @@ TEST_F(UnfusedAttention, GradcheckThdPaddedWithWindowAndOffsets) {
   const SequenceInfo seq =
       SequenceInfo::from_cu_seqlens({0, 3, 4, 4, 6}, {0, 4, 6, 7, 9}).with_position_offsets({2, 0, 0, 1}, {0, 0, 0, 0});
   const AttentionSpec spec{.qkv_format = QkvFormat::thd, .mask = MaskType::padding_causal, .window = {1, 0}};
-  EXPECT_GRADCHECK(attention_fn(spec, seq), (std::vector<Tensor>{gpu_grad_input({9, 2, 3}, 7),
-                                                                 gpu_grad_input({9, 1, 3}, 8),
-                                                                 gpu_grad_input({9, 1, 2}, 9)}));
+  EXPECT_GRADCHECK(
+      attention_fn(spec, seq),
+      (std::vector<Tensor>{gpu_grad_input({9, 2, 3}, 7), gpu_grad_input({9, 1, 3}, 8), gpu_grad_input({9, 1, 2}, 9)}));
 }
 
 }  // namespace

@@ -33,11 +33,17 @@ using nn::MultiHeadLatentAttention;
 // 8 heads over a 32-value latent: the latent (32 + 16 per token) is 8x smaller than K/V (8 x 48), and 78
 // tokens per rank hide little of a transfer, so auto moves it at the default CUDA rates (asserted below,
 // so the test runs the latent path).
-const nn::MultiHeadLatentAttentionOptions kOptions{
-    .hidden_size = 64, .num_heads = 8, .kv_lora_rank = 32, .qk_nope_head_dim = 16, .qk_rope_head_dim = 16,
-    .v_head_dim = 16, .qkv_format = QkvFormat::thd, .mask = MaskType::causal, .init_std = 0.1};
-const MlaLatentShape kShape{.num_heads = 8, .kv_lora_rank = 32, .qk_nope_head_dim = 16, .qk_rope_head_dim = 16,
-                            .v_head_dim = 16};
+const nn::MultiHeadLatentAttentionOptions kOptions{.hidden_size = 64,
+                                                   .num_heads = 8,
+                                                   .kv_lora_rank = 32,
+                                                   .qk_nope_head_dim = 16,
+                                                   .qk_rope_head_dim = 16,
+                                                   .v_head_dim = 16,
+                                                   .qkv_format = QkvFormat::thd,
+                                                   .mask = MaskType::causal,
+                                                   .init_std = 0.1};
+const MlaLatentShape kShape{
+    .num_heads = 8, .kv_lora_rank = 32, .qk_nope_head_dim = 16, .qk_rope_head_dim = 16, .v_head_dim = 16};
 
 std::shared_ptr<MultiHeadLatentAttention> make_mla(const Device& device) {
   Generator gen(31);
@@ -64,8 +70,11 @@ TEST_P(CpMlaLatentNccl, AutoLogsItsChoiceAndEqualsOneGpu) {
   const SequenceInfo seq = SequenceInfo::from_cu_seqlens(cu, cu_padded);
   // The rule's choice for this call (f32 at the CUDA rates), as the module computes it.
   const int64_t tokens = cu_padded.back() / cp_size;
-  const MlaLatentCall call{.ring = comm == CommType::p2p, .ranks = cp_size, .tokens_per_rank = tokens,
-                           .tile_pairs = mla_tile_pairs(seq, tokens, 1, cp_size), .element_bytes = 4};
+  const MlaLatentCall call{.ring = comm == CommType::p2p,
+                           .ranks = cp_size,
+                           .tokens_per_rank = tokens,
+                           .tile_pairs = mla_tile_pairs(seq, tokens, 1, cp_size),
+                           .element_bytes = 4};
   const MlaLatentChoice expected = choose_mla_latent(kShape, call, mla_latent_rates(Device::cuda(0), DType::f32));
   // At the default link rate a few hundred tokens per rank are communication-bound: the latent path runs.
   if (std::getenv("CPF_CP_LINK_GBPS") == nullptr) EXPECT_TRUE(expected.latent) << expected.why;
@@ -118,8 +127,9 @@ TEST_P(CpMlaLatentNccl, AutoLogsItsChoiceAndEqualsOneGpu) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Strategies, CpMlaLatentNccl, ::testing::Values(CommType::p2p, CommType::all_gather),
-                         [](const auto& info) { return comm_type_name(info.param) == "p2p" ? std::string("p2p")
-                                                                                           : std::string("all_gather"); });
+                         [](const auto& info) {
+                           return comm_type_name(info.param) == "p2p" ? std::string("p2p") : std::string("all_gather");
+                         });
 
 }  // namespace
 }  // namespace cpf::cp

@@ -39,7 +39,7 @@ namespace {
 struct Strategy {
   CommType comm;
   int cp;
-  int a2a;  // a2a+p2p: the a2a sub-group size
+  int a2a;              // a2a+p2p: the a2a sub-group size
   int head_groups = 0;  // a2a, a2a+p2p: ContextParallel::a2a_head_groups (0 = automatic)
 };
 
@@ -97,8 +97,8 @@ Tensors single_device_result(const Case& k, Device device) {
     backward({out}, {put(g.dout)});
   }
   auto host = [](const Tensor& t) { return raw::to(t.detach(), Device::cpu()); };
-  return {host(out), host(lse), host(q.grad()), host(kk.grad()), host(v.grad()),
-          spec.sink.defined() ? host(spec.sink.grad()) : Tensor()};
+  return {host(out),       host(lse),      host(q.grad()),
+          host(kk.grad()), host(v.grad()), spec.sink.defined() ? host(spec.sink.grad()) : Tensor()};
 }
 
 std::vector<Case> cases_of(const Strategy& s, Device reference_device) {
@@ -138,9 +138,10 @@ std::vector<Case> cases_of(const Strategy& s, Device reference_device) {
                << dtype_name(dtype) << "_" << attention_backend_name(k.backend);
           if (sink) name << "_sink";
           k.name = name.str();
-          const CpQuery query{c.comm, c.cp, c.a2a, c.format, c.mask, c.window, c.heads, c.kv_heads, c.d_qk, c.d_v,
-                              false};
-          if (const auto reason = unsupported_reason(query)) ADD_FAILURE() << k.name << ": the strategy rejects it: " << *reason;
+          const CpQuery query{c.comm,  c.cp,       c.a2a,  c.format, c.mask, c.window,
+                              c.heads, c.kv_heads, c.d_qk, c.d_v,    false};
+          if (const auto reason = unsupported_reason(query))
+            ADD_FAILURE() << k.name << ": the strategy rejects it: " << *reason;
           k.global = in_dtype(make_global(c), dtype);
           k.reference = single_device_result(k, reference_device);
           cases.push_back(std::move(k));
@@ -187,8 +188,9 @@ std::vector<std::vector<Tensors>> run_on_ranks(const Strategy& s, const std::vec
               backward({out}, {put(g.dout, g.seq_dim)});
             }
             auto host = [](const Tensor& t) { return raw::to(t.detach(), Device::cpu()); };
-            results[i][static_cast<size_t>(r)] = {host(out), host(lse), host(q.grad()), host(kk.grad()), host(v.grad()),
-                                                  spec.sink.defined() ? host(spec.sink.grad()) : Tensor()};
+            results[i][static_cast<size_t>(r)] = {
+                host(out),       host(lse),      host(q.grad()),
+                host(kk.grad()), host(v.grad()), spec.sink.defined() ? host(spec.sink.grad()) : Tensor()};
             // Progress, so a run that stops names the case it stopped in.
             std::fprintf(stderr, "[cp nccl] %s rank %d finished case %zu of %zu (%s)\n", strategy_name(s).c_str(), r,
                          i + 1, cases.size(), k.name.c_str());
@@ -339,9 +341,8 @@ TEST_P(CpNccl, EveryRankShardEqualsTheSingleGpuResult) {
                                     << "error " << err << " vs max |ref| " << scale;
     }
     std::printf("[cp nccl] %-16s %-34s worst over ranks %s: out %.2e lse %.2e dq %.2e dk %.2e dv %.2e\n",
-                strategy_name(s).c_str(), k.name.c_str(),
-                bf16 ? "(max err / max |ref|)" : "(error / allowance)", worst[0], worst[1], worst[2], worst[3],
-                worst[4]);
+                strategy_name(s).c_str(), k.name.c_str(), bf16 ? "(max err / max |ref|)" : "(error / allowance)",
+                worst[0], worst[1], worst[2], worst[3], worst[4]);
   }
 }
 

@@ -30,8 +30,8 @@ TEST_F(NcclGradientReducer, MatchesAllReduceGradientsOverTwoSteps) {
           TinyModel reference = model.copy();
           GradientReducer reducer(model.params, ctx.world, {.bucket_bytes = bucket_bytes});
           for (int step = 0; step < 2; ++step) {
-            const std::string what = str_cat("n=", n, " rank ", ctx.rank, " bucket_bytes ", bucket_bytes, " ",
-                                                     matrix_dtype, " step ", step);
+            const std::string what =
+                str_cat("n=", n, " rank ", ctx.rank, " bucket_bytes ", bucket_bytes, " ", matrix_dtype, " step ", step);
             backward(model.loss(ctx.rank, step));
             EXPECT_EQ(reducer.buckets_started(), reducer.buckets().size()) << what << ": started during backward";
             reducer.finish();

@@ -41,8 +41,8 @@ TEST_F(NcclCollectives, AllReduceEveryDtypeOpAndLayout) {
             const auto inputs = all_inputs(n, [&](int r) { return make_input(shape, dtype, 100 + r); });
             const Tensor expected = reference_reduce(inputs, op);
             const Tensor x = on_device(inputs[ctx.rank], ctx.device, layout);
-            const std::string what = where(
-                n, ctx.rank, str_cat("all_reduce ", reduce_op_name(op), " ", dtype, " ", layout_name(layout)));
+            const std::string what =
+                where(n, ctx.rank, str_cat("all_reduce ", reduce_op_name(op), " ", dtype, " ", layout_name(layout)));
             EXPECT_TRUE(matches(ctx.world->all_reduce(x, op), expected, reduce_tolerance(dtype, op))) << what;
             // In place, into the (possibly strided) input itself.
             ctx.world->all_reduce_(x, op);
@@ -101,9 +101,8 @@ TEST_F(NcclCollectives, AllGatherEqualUnequalAlongEveryDim) {
             };
             const auto inputs = all_inputs(n, [&](int r) { return make_input(piece_shape(r), DType::f32, 500 + r); });
             const Tensor expected = raw::cat(inputs, dim);
-            const std::string what =
-                where(n, ctx.rank,
-                      str_cat("all_gather dim ", dim, unequal ? " unequal " : " equal ", layout_name(layout)));
+            const std::string what = where(
+                n, ctx.rank, str_cat("all_gather dim ", dim, unequal ? " unequal " : " equal ", layout_name(layout)));
             const Tensor x = on_device(inputs[ctx.rank], ctx.device, layout);
             EXPECT_TRUE(matches(ctx.world->all_gather(x, dim), expected, 0)) << what;
             // With out given (strided out too).
@@ -138,9 +137,9 @@ TEST_F(NcclCollectives, ReduceScatterEvenUnevenSplitsAndOut) {
               int64_t offset = 0;
               for (int r = 0; r < ctx.rank; ++r) offset += pieces[static_cast<size_t>(r)];
               const Tensor expected = raw::contiguous(raw::narrow(reduced, dim, offset, pieces[ctx.rank]));
-              const std::string what = where(
-                  n, ctx.rank,
-                  str_cat("reduce_scatter dim ", dim, " total ", total, " ", reduce_op_name(op), " ", dtype));
+              const std::string what =
+                  where(n, ctx.rank,
+                        str_cat("reduce_scatter dim ", dim, " total ", total, " ", reduce_op_name(op), " ", dtype));
               const Tensor x = on_device(inputs[ctx.rank], ctx.device, Layout::strided);
               EXPECT_TRUE(matches(ctx.world->reduce_scatter(x, dim, op), expected, reduce_tolerance(dtype, op)))
                   << what;
@@ -184,9 +183,9 @@ TEST_F(NcclCollectives, AllToAllSplitAndConcatDims) {
             std::vector<Tensor> received;
             for (int j = 0; j < n; ++j) received.push_back(raw::narrow(inputs[j], split, ctx.rank * k, k));
             const Tensor expected = raw::cat(received, concat);
-            const std::string what = where(
-                n, ctx.rank,
-                str_cat("all_to_all split ", split, " concat ", concat, " ", dtype, " ", layout_name(layout)));
+            const std::string what =
+                where(n, ctx.rank,
+                      str_cat("all_to_all split ", split, " concat ", concat, " ", dtype, " ", layout_name(layout)));
             const Tensor x = on_device(inputs[ctx.rank], ctx.device, layout);
             EXPECT_TRUE(matches(ctx.world->all_to_all(x, split, concat), expected, 0)) << what;
             const Tensor out = on_device(zeros_like(expected), ctx.device, layout);
@@ -403,7 +402,8 @@ TEST_F(NcclCollectives, WorldCreationStopsWhenARankFailsBeforeItsCommunicator) {
   });
   const auto start = std::chrono::steady_clock::now();
   within(60s, "world creation after a rank failed", [&] {
-    EXPECT_CPF_ERROR(run_nccl(2, [](RankContext& ctx) { ADD_FAILURE() << "rank " << ctx.rank << " got a world"; }, 30s),
+    EXPECT_CPF_ERROR(run_nccl(
+                         2, [](RankContext& ctx) { ADD_FAILURE() << "rank " << ctx.rank << " got a world"; }, 30s),
                      "rank 1 failed: rank 1 broke before creating its communicator");
   });
   EXPECT_LT(seconds_since(start), 20.0) << "rank 0 should leave at rank 1's abort, not at the 30 s timeout";
@@ -424,7 +424,8 @@ TEST_F(NcclCollectives, WorldCreationTimesOutWhenARankNeverComes) {
   self = &hook;
   const auto start = std::chrono::steady_clock::now();
   within(60s, "world creation with a rank that never comes", [&] {
-    EXPECT_CPF_ERROR(run_nccl(2, [](RankContext& ctx) { ADD_FAILURE() << "rank " << ctx.rank << " got a world"; }, 2s),
+    EXPECT_CPF_ERROR(run_nccl(
+                         2, [](RankContext& ctx) { ADD_FAILURE() << "rank " << ctx.rank << " got a world"; }, 2s),
                      "rank 0 failed: NCCL world creation (rank 0 of 2 on cuda:0) did not complete within the "
                      "timeout of 2 s: rank 1 of the launch never began creating its communicator");
   });

@@ -59,14 +59,10 @@ inline Tensor on_device(const Tensor& host, Device device, Layout layout = Layou
 inline double reduce_tolerance(DType dtype, dist::ReduceOp op) {
   if (op == dist::ReduceOp::max || op == dist::ReduceOp::min) return 0.0;
   switch (dtype) {
-    case DType::f64:
-      return 1e-12;
-    case DType::f32:
-      return 1e-6;
-    case DType::bf16:
-      return 1.5e-2;
-    default:
-      return 0.0;
+    case DType::f64: return 1e-12;
+    case DType::f32: return 1e-6;
+    case DType::bf16: return 1.5e-2;
+    default: return 0.0;
   }
 }
 

@@ -105,8 +105,9 @@ const std::vector<double>& single_gpu_losses(const std::string& precision, int64
   const std::string key = precision + "_rows" + std::to_string(rows);
   auto it = cache.find(key);
   if (it == cache.end()) {
-    it = cache.emplace(key, train_losses(20, {"run.precision=" + precision, "data.batch_size=" + std::to_string(rows)},
-                                         "single_" + key))
+    it = cache
+             .emplace(key, train_losses(20, {"run.precision=" + precision, "data.batch_size=" + std::to_string(rows)},
+                                        "single_" + key))
              .first;
   }
   return it->second;
@@ -158,11 +159,11 @@ TEST_P(DataContextParallelNccl, TwentyStepsFollowTheSingleGpuLossCurve) {
     const std::string what = layout_name(l) + " " + precision + " over NCCL";
     std::vector<double> losses;
     try {
-      losses = train_losses(20,
-                            {std::string("run.precision=") + precision, "parallel.backend=nccl",
-                             "parallel.dp=" + std::to_string(l.dp), "parallel.cp=" + std::to_string(l.cp),
-                             std::string("parallel.cp_comm_type=") + l.comm},
-                            layout_name(l) + "_" + precision);
+      losses = train_losses(
+          20,
+          {std::string("run.precision=") + precision, "parallel.backend=nccl", "parallel.dp=" + std::to_string(l.dp),
+           "parallel.cp=" + std::to_string(l.cp), std::string("parallel.cp_comm_type=") + l.comm},
+          layout_name(l) + "_" + precision);
     } catch (const std::exception& e) {
       ADD_FAILURE() << what << ": training failed: " << e.what();
       continue;
@@ -256,9 +257,8 @@ class ProcessLaunchNccl : public MultiGpuTest {
 TEST_F(ProcessLaunchNccl, TwoProcessesLogTheLossesOfTheSingleCommand) {
   for (const std::string parallel : {"parallel.cp=1", "parallel.cp=2"}) {
     SCOPED_TRACE(parallel);
-    const std::vector<std::string> common = {"--set", "run.steps=10",          "--set", parallel,
-                                             "--set", "run.precision=bf16",    "--set",
-                                             "attention.deterministic=true"};
+    const std::vector<std::string> common = {"--set", "run.steps=10",       "--set", parallel,
+                                             "--set", "run.precision=bf16", "--set", "attention.deterministic=true"};
     const fs::path one_dir = scratch("one_command_" + parallel.substr(9));
     std::vector<std::string> args = {"train", config_, "--gpus", "2", "--set", "run.out_dir=" + one_dir.string()};
     args.insert(args.end(), common.begin(), common.end());
@@ -266,9 +266,15 @@ TEST_F(ProcessLaunchNccl, TwoProcessesLogTheLossesOfTheSingleCommand) {
     ASSERT_EQ(run_cli(args, out, err), kExitOk) << "cpformer train --gpus 2\n" << out.str() << err.str();
 
     const fs::path spawned_dir = scratch("two_processes_" + parallel.substr(9));
-    std::vector<std::string> argv = {bin_, "train", config_, "--set", "parallel.backend=nccl",
-                                     "--set", parallel == "parallel.cp=1" ? "parallel.dp=2" : "parallel.dp=1",
-                                     "--set", "run.out_dir=" + spawned_dir.string()};
+    std::vector<std::string> argv = {bin_,
+                                     "train",
+                                     config_,
+                                     "--set",
+                                     "parallel.backend=nccl",
+                                     "--set",
+                                     parallel == "parallel.cp=1" ? "parallel.dp=2" : "parallel.dp=1",
+                                     "--set",
+                                     "run.out_dir=" + spawned_dir.string()};
     argv.insert(argv.end(), common.begin(), common.end());
     const dist::SpawnResult r = dist::spawn_local_processes(2, argv, capture(std::chrono::seconds(5)));
     const std::string log = output();
@@ -283,8 +289,9 @@ TEST_F(ProcessLaunchNccl, TwoProcessesLogTheLossesOfTheSingleCommand) {
     for (size_t i = 0; i < one.size(); ++i) {
       EXPECT_LE(std::abs(two[i] - one[i]), 1e-6 * std::abs(one[i]))
           << "step " << i + 1 << ": two processes " << two[i] << " vs --gpus 2 " << one[i];
-      if (two[i] != one[i]) std::printf("[train nccl] %s step %zu not bit-identical: %.17g vs %.17g\n",
-                                        parallel.c_str(), i + 1, two[i], one[i]);
+      if (two[i] != one[i])
+        std::printf("[train nccl] %s step %zu not bit-identical: %.17g vs %.17g\n", parallel.c_str(), i + 1, two[i],
+                    one[i]);
     }
     clear_output();
   }
@@ -345,14 +352,13 @@ TEST_F(ProcessLaunchNccl, KilledRankIsNamedAndTheSurvivorExitsNonZero) {
   std::ifstream marker(killed);
   int steps_before_kill = -1;
   marker >> steps_before_kill;
-  ASSERT_GE(steps_before_kill, 5) << "rank 1 was killed before rank 0 logged 5 steps (the run did not train?)\n"
-                                  << log;
+  ASSERT_GE(steps_before_kill, 5) << "rank 1 was killed before rank 0 logged 5 steps (the run did not train?)\n" << log;
   EXPECT_EQ(r.failed_rank, 1) << r.message << "\n" << log;
   EXPECT_EQ(r.exit_code, 128 + 9) << r.message;
   EXPECT_NE(r.message.find("rank 1 was killed by signal 9"), std::string::npos) << r.message;
   EXPECT_NE(log.find("[rank 0] cpformer: error: "), std::string::npos) << "rank 0 printed no error\n" << log;
   EXPECT_NE(log.find("rank 1 failed: its process ended"), std::string::npos) << "rank 0's error does not name rank 1\n"
-                                                                              << log;
+                                                                             << log;
   EXPECT_NE(log.find("[rank 0] CPFORMER EXIT 1"), std::string::npos) << "rank 0 did not exit with status 1\n" << log;
   ASSERT_GE(killed_at_ms.load(), 0) << log;
   const double seconds = (ended_ms - killed_at_ms.load()) / 1000.0;

@@ -55,9 +55,9 @@ struct TinyModel {
     Generator gen(static_cast<uint64_t>(100 * rank + step + 1));
     const Tensor ids = raw::to(randint(0, kVocab, {kBatch, kSeq}, {.dtype = DType::i64}, &gen), device);  // (B, T)
     const Tensor targets = raw::to(randint(0, kVocab, {kBatch * kSeq}, {.dtype = DType::i64}, &gen), device);
-    const Tensor x = cpf::embedding(emb, ids);                                        // (B, T, D)
+    const Tensor x = cpf::embedding(emb, ids);                                      // (B, T, D)
     Tensor h = cpf::gelu(cpf::add(cpf::matmul(cpf::to(x, matrix_dtype), w1), b1));  // (B, T, H)
-    h = cpf::to(cpf::matmul(h, w2), DType::f32);                                      // (B, T, D)
+    h = cpf::to(cpf::matmul(h, w2), DType::f32);                                    // (B, T, D)
     const Tensor y = cpf::rms_norm(cpf::add(x, h), g);
     const Tensor logits = cpf::matmul(y, cpf::transpose(emb, 0, 1));  // (B, T, V)
     return cpf::cross_entropy(cpf::reshape(logits, {kBatch * kSeq, kVocab}), targets);

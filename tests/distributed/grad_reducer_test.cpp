@@ -9,11 +9,11 @@
 #include <atomic>
 
 #include "dist_test_utils.h"
-#include "grad_reducer_model.h"
 #include "framework/autograd/engine.h"
 #include "framework/autograd/grad_mode.h"
 #include "framework/autograd/ops.h"
 #include "framework/distributed/autograd_collectives.h"
+#include "grad_reducer_model.h"
 
 namespace cpf::testing {
 namespace {
@@ -52,22 +52,22 @@ TEST_P(GradientReducerMatches, AllReduceGradientsBitForBitOverTwoSteps) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    BucketSizes, GradientReducerMatches,
-    ::testing::Values(Case{2, 1, DType::f32}, Case{2, 600, DType::f32}, Case{2, int64_t{1} << 30, DType::f32},
-                      Case{4, 1, DType::f32}, Case{4, 600, DType::bf16}, Case{4, int64_t{1} << 30, DType::bf16},
-                      Case{2, 1, DType::bf16}),
-    [](const ::testing::TestParamInfo<Case>& info) {
-      const Case& c = info.param;
-      return "n" + std::to_string(c.ranks) + "_bytes" + std::to_string(c.bucket_bytes) + "_" +
-             dtype_name(c.matrix_dtype);
-    });
+INSTANTIATE_TEST_SUITE_P(BucketSizes, GradientReducerMatches,
+                         ::testing::Values(Case{2, 1, DType::f32}, Case{2, 600, DType::f32},
+                                           Case{2, int64_t{1} << 30, DType::f32}, Case{4, 1, DType::f32},
+                                           Case{4, 600, DType::bf16}, Case{4, int64_t{1} << 30, DType::bf16},
+                                           Case{2, 1, DType::bf16}),
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           const Case& c = info.param;
+                           return "n" + std::to_string(c.ranks) + "_bytes" + std::to_string(c.bucket_bytes) + "_" +
+                                  dtype_name(c.matrix_dtype);
+                         });
 
 TEST(GradientReducer, PlansBucketsInReverseOrderPerDtype) {
   auto p = [](const Shape& shape, DType dtype) { return zeros(shape, {.dtype = dtype}); };
   // f32 a(4) b(4) c(100); bf16 d(8) e(8): reverse order e, d, c, b, a.
-  const std::vector<Tensor> params = {p({4}, DType::f32), p({4}, DType::f32), p({100}, DType::f32),
-                                      p({8}, DType::bf16), p({8}, DType::bf16)};
+  const std::vector<Tensor> params = {p({4}, DType::f32), p({4}, DType::f32), p({100}, DType::f32), p({8}, DType::bf16),
+                                      p({8}, DType::bf16)};
   const auto plan = dist::plan_gradient_buckets(params, 32);  // 32 bytes: 16 bf16 or 8 f32 elements
   ASSERT_EQ(plan.size(), 3u);
   EXPECT_EQ(plan[0].dtype, DType::bf16);
@@ -90,9 +90,10 @@ TEST(GradientReducer, BucketsStartDuringBackward) {
     // complete, and the last bucket) is complete, before the reducer sees it.
     size_t started_when_embedding_ready = 0;
     std::unique_ptr<GradientReducer> reducer;
-    auto probe = autograd::add_grad_ready_hook(model.params[0],
-                                               [&](const Tensor&) { started_when_embedding_ready = reducer->buckets_started(); });
-    reducer = std::make_unique<GradientReducer>(model.params, ctx.world, dist::GradientReducerOptions{.bucket_bytes = 1});
+    auto probe = autograd::add_grad_ready_hook(
+        model.params[0], [&](const Tensor&) { started_when_embedding_ready = reducer->buckets_started(); });
+    reducer =
+        std::make_unique<GradientReducer>(model.params, ctx.world, dist::GradientReducerOptions{.bucket_bytes = 1});
     backward(model.loss(ctx.rank, 0));
     EXPECT_EQ(started_when_embedding_ready, model.params.size() - 1)
         << "the other buckets should have started while backward was still running";
@@ -157,7 +158,8 @@ TEST(GradientReducer, ParametersWithoutAGradientGetZerosAndTheRestStillMatches) 
       dist::all_reduce_gradients(reference.params, *ctx.world, ReduceOp::sum);
       for (size_t i = 0; i < model.params.size(); ++i) {
         if (i == unused) continue;
-        EXPECT_TRUE(same_tensor(model.params[i].grad(), reference.params[i].grad())) << "step " << step << " param " << i;
+        EXPECT_TRUE(same_tensor(model.params[i].grad(), reference.params[i].grad()))
+            << "step " << step << " param " << i;
       }
       EXPECT_FALSE(reference.params[unused].grad().defined());
       ASSERT_TRUE(model.params[unused].grad().defined()) << "the reducer defines every gradient";
@@ -188,8 +190,9 @@ TEST(GradientReducer, FinishWithoutBackwardIsAnError) {
   run_ranks(2, [](RankContext& ctx) {
     TinyModel model(DType::f32, false);
     GradientReducer reducer(model.params, ctx.world);
-    EXPECT_CPF_ERROR(reducer.finish(), "GradientReducer::finish on group 'world' (global ranks [0,1]): no parameter "
-                                       "received a gradient since the last finish(); call backward(loss) first");
+    EXPECT_CPF_ERROR(reducer.finish(),
+                     "GradientReducer::finish on group 'world' (global ranks [0,1]): no parameter "
+                     "received a gradient since the last finish(); call backward(loss) first");
     backward(model.loss(ctx.rank, 0));
     reducer.finish();
     EXPECT_CPF_ERROR(reducer.finish(), "no parameter received a gradient since the last finish()");
@@ -238,18 +241,20 @@ TEST(GradientReducer, ATimedOutBucketNamesTheBucketAndTheGroup) {
   std::atomic<bool> rank0_done{false};
   // The timeout aborts the world, so the launch reports it too.
   EXPECT_CPF_ERROR(run_ranks(
-      2,
-      [&](RankContext& ctx) {
-        TinyModel model(DType::f32, false);
-        GradientReducer reducer(model.params, ctx.world, {.bucket_bytes = int64_t{1} << 30});
-        if (ctx.rank == 1) return;  // never runs backward: its buckets never start
-        backward(model.loss(ctx.rank, 0));
-        EXPECT_CPF_ERROR(reducer.finish(), "GradientReducer: bucket 0 of 1 (f32, 368 elements, parameters "
-                                           "[4,3,2,1,0]) on group 'world' (global ranks [0,1]): all_reduce on group "
-                                           "'world' timed out after 300 ms");
-        rank0_done = true;
-      },
-      std::chrono::milliseconds(300)), "launch: rank 0 failed: all_reduce on group 'world' timed out after 300 ms");
+                       2,
+                       [&](RankContext& ctx) {
+                         TinyModel model(DType::f32, false);
+                         GradientReducer reducer(model.params, ctx.world, {.bucket_bytes = int64_t{1} << 30});
+                         if (ctx.rank == 1) return;  // never runs backward: its buckets never start
+                         backward(model.loss(ctx.rank, 0));
+                         EXPECT_CPF_ERROR(reducer.finish(),
+                                          "GradientReducer: bucket 0 of 1 (f32, 368 elements, parameters "
+                                          "[4,3,2,1,0]) on group 'world' (global ranks [0,1]): all_reduce on group "
+                                          "'world' timed out after 300 ms");
+                         rank0_done = true;
+                       },
+                       std::chrono::milliseconds(300)),
+                   "launch: rank 0 failed: all_reduce on group 'world' timed out after 300 ms");
   EXPECT_TRUE(rank0_done.load());
 }
 
@@ -259,14 +264,17 @@ TEST(GradientReducer, RejectsBadArguments) {
     const std::string where = "GradientReducer on group 'world' (global ranks [0])";
     EXPECT_CPF_ERROR(GradientReducer({w}, nullptr), "GradientReducer: the process group is null");
     EXPECT_CPF_ERROR(GradientReducer({}, ctx.world), where + ": the parameter list is empty");
-    EXPECT_CPF_ERROR(GradientReducer({w}, ctx.world, {.op = ReduceOp::max}), where + ": op must be sum or avg, got max");
-    EXPECT_CPF_ERROR(GradientReducer({w}, ctx.world, {.bucket_bytes = -5}), where + ": bucket_bytes must be positive, got -5");
+    EXPECT_CPF_ERROR(GradientReducer({w}, ctx.world, {.op = ReduceOp::max}),
+                     where + ": op must be sum or avg, got max");
+    EXPECT_CPF_ERROR(GradientReducer({w}, ctx.world, {.bucket_bytes = -5}),
+                     where + ": bucket_bytes must be positive, got -5");
     EXPECT_CPF_ERROR(GradientReducer({w, Tensor()}, ctx.world), where + ": parameter 1 is an undefined tensor");
     EXPECT_CPF_ERROR(GradientReducer({w, zeros({3})}, ctx.world),
                      where + ": parameter 1 of shape [3] must be a leaf that requires grad");
     EXPECT_CPF_ERROR(GradientReducer({w, cpf::mul(w, 2.0)}, ctx.world),
                      where + ": parameter 1 of shape [2] must be a leaf that requires grad");
-    EXPECT_CPF_ERROR(GradientReducer({w, w}, ctx.world), where + ": parameters 0 and 1 are the same tensor; pass each once");
+    EXPECT_CPF_ERROR(GradientReducer({w, w}, ctx.world),
+                     where + ": parameters 0 and 1 are the same tensor; pass each once");
   });
 }
 
@@ -279,8 +287,9 @@ TEST(GradientReducer, AGradientThatDoesNotMatchItsParameterIsAnError) {
     // has the wrong dtype, and finish() would reduce it.
     stale.set_grad(zeros({3}, {.dtype = DType::f64}));
     backward(cpf::sum(cpf::mul(used, 2.0)));
-    EXPECT_CPF_ERROR(reducer.finish(), "GradientReducer on group 'world' (global ranks [0]): parameter 0 ([3] f32 on "
-                                       "cpu) has a gradient of [3] f64 on cpu; a gradient must match its parameter");
+    EXPECT_CPF_ERROR(reducer.finish(),
+                     "GradientReducer on group 'world' (global ranks [0]): parameter 0 ([3] f32 on "
+                     "cpu) has a gradient of [3] f64 on cpu; a gradient must match its parameter");
     // The step was reset: the next one works.
     stale.set_grad(Tensor());
     used.set_grad(Tensor());

@@ -75,7 +75,8 @@ TEST(LaunchEnvironment, RendezvousTokenAndBindAddressFlowToTheRendezvous) {
   EXPECT_EQ(set->rendezvous_token, "0123456789abcdef0123");
   EXPECT_EQ(set->rendezvous_bind, "0.0.0.0");
   v["CPF_RENDEZVOUS_BIND"] = "";
-  EXPECT_CPF_ERROR(dist::read_launch_environment(lookup(v)), "launch environment (torchrun): CPF_RENDEZVOUS_BIND is set but empty");
+  EXPECT_CPF_ERROR(dist::read_launch_environment(lookup(v)),
+                   "launch environment (torchrun): CPF_RENDEZVOUS_BIND is set but empty");
 }
 
 TEST(LaunchEnvironment, TorchrunErrorsNameTheVariable) {

@@ -14,8 +14,8 @@
 #include <map>
 
 #include "rendezvous_test_utils.h"
-#include "support/test_utils.h"
 #include "support/sanitizers.h"
+#include "support/test_utils.h"
 
 namespace cpf::testing {
 namespace {
@@ -73,7 +73,12 @@ TEST(TcpRendezvousLiveness, AFloodingSeatAndANonReadingSeatCannotHoldRankZero) {
     seen[rank] = reason;
   });
   raw_send(flooder, "FAIL " + std::string(8 << 20, 'F') + "\n", 1000ms);
-  for (int i = 0; i < 100 && [&] { std::lock_guard l(mutex); return seen.empty(); }(); ++i) {
+  for (int i = 0; i < 100 &&
+                  [&] {
+                    std::lock_guard l(mutex);
+                    return seen.empty();
+                  }();
+       ++i) {
     std::this_thread::sleep_for(20ms);
   }
   const auto t0 = Clock::now();
@@ -129,10 +134,20 @@ TEST(TcpRendezvousLiveness, APeerThatFallsSilentIsNamed) {
     });
   }
   std::this_thread::sleep_for(1000ms);  // heartbeats flow: no false alarm
-  EXPECT_EQ([&] { std::lock_guard l(mutex); return seen.size(); }(), 0u);
+  EXPECT_EQ(
+      [&] {
+        std::lock_guard l(mutex);
+        return seen.size();
+      }(),
+      0u);
   ::kill(child, SIGSTOP);
   const auto stopped = Clock::now();
-  for (int i = 0; i < 150 && [&] { std::lock_guard l(mutex); return seen.size(); }() < 2; ++i) {
+  for (int i = 0; i < 150 &&
+                  [&] {
+                    std::lock_guard l(mutex);
+                    return seen.size();
+                  }() < 2;
+       ++i) {
     std::this_thread::sleep_for(20ms);
   }
   const double noticed = std::chrono::duration<double>(Clock::now() - stopped).count();

@@ -49,8 +49,8 @@ inline void check_subgroup(const dist::ProcessGroupPtr& group, const std::vector
 inline void nest_subgroups_once(RankContext& ctx, int round) {
   const int n = ctx.world_size;
   ASSERT_EQ(n % 4, 0) << "the scenario needs a multiple of 4 ranks, got " << n;
-  const std::string tag = "n=" + std::to_string(n) + " round " + std::to_string(round) + " rank " +
-                          std::to_string(ctx.rank) + ": ";
+  const std::string tag =
+      "n=" + std::to_string(n) + " round " + std::to_string(round) + " rank " + std::to_string(ctx.rank) + ": ";
   std::vector<int> low_ranks, high_ranks;
   for (int r = 0; r < n / 2; ++r) low_ranks.push_back(r);
   for (int r = n - 1; r >= n / 2; --r) high_ranks.push_back(r);

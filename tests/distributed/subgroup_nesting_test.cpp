@@ -49,7 +49,8 @@ TEST(SubGroupNesting, MembersThatAskForDifferentNestedGroupsAreNamed) {
                        [&](RankContext& ctx) {
                          errors.run(ctx.rank, [&] {
                            auto high = ctx.world->new_group({3, 2}, "high");
-                           if (high) (void)high->new_group(ctx.rank == 3 ? std::vector<int>{1, 0} : std::vector<int>{0, 1});
+                           if (high)
+                             (void)high->new_group(ctx.rank == 3 ? std::vector<int>{1, 0} : std::vector<int>{0, 1});
                          });
                        },
                        std::chrono::seconds(20)),

@@ -97,9 +97,10 @@ TEST_F(CheckpointIntegrity, AFlippedDataBitIsCaughtAndThePreviousCheckpointIsUse
   flip_bit(model, fs::file_size(model) - 3, 4);  // inside fc2.bias, the last tensor
 
   EXPECT_EQ(problem(2, io::CheckDepth::headers), "") << "the headers alone cannot see it";
-  EXPECT_THAT(problem(2), ::testing::MatchesRegex("model.safetensors: tensor 'fc2.bias' fails its checksum \\(meta.json "
-                                                  "records [0-9a-f]{16}, the data hashes to [0-9a-f]{16}\\): the file is "
-                                                  "corrupted"));
+  EXPECT_THAT(problem(2),
+              ::testing::MatchesRegex("model.safetensors: tensor 'fc2.bias' fails its checksum \\(meta.json "
+                                      "records [0-9a-f]{16}, the data hashes to [0-9a-f]{16}\\): the file is "
+                                      "corrupted"));
   Net fresh(4, 9);
   optim::AdamW fresh_opt(fresh.named_parameters(), {});
   const auto before = snapshot(fresh.named_parameters());
@@ -112,7 +113,8 @@ TEST_F(CheckpointIntegrity, AFlippedDataBitIsCaughtAndThePreviousCheckpointIsUse
   const std::string warnings = ::testing::internal::GetCapturedStderr();
   ASSERT_TRUE(found.has_value());
   EXPECT_EQ(*found, step_dir(1));
-  EXPECT_NE(warnings.find("checkpoint: skipping " + step_dir(2) + ": model.safetensors: tensor 'fc2.bias' fails its "
+  EXPECT_NE(warnings.find("checkpoint: skipping " + step_dir(2) +
+                          ": model.safetensors: tensor 'fc2.bias' fails its "
                           "checksum"),
             std::string::npos)
       << warnings;
@@ -140,7 +142,8 @@ TEST_F(CheckpointIntegrity, EveryFlippedBitOfModelFileAndMetaIsDetected) {
       const int bit = static_cast<int>((byte * 5) % 8);
       flip_bit(file, byte, bit);
       EXPECT_NE(io::checkpoint_problem(saved, net_.named_parameters(), nullptr, "cfg", io::CheckDepth::data), "")
-          << name << " byte " << byte << " bit " << bit << " in \"" << original.substr(byte > 12 ? byte - 12 : 0, 24) << "\"";
+          << name << " byte " << byte << " bit " << bit << " in \"" << original.substr(byte > 12 ? byte - 12 : 0, 24)
+          << "\"";
       io::write_file(file.string(), original, false);
     }
   }
@@ -206,7 +209,8 @@ TEST_F(CheckpointIntegrity, NonFiniteParametersOrStateAreNeverSavedAndRotationKe
   EXPECT_CPF_ERROR(io::save_checkpoint(dir(), net_.named_parameters(), &opt_, meta_at(3), 1),
                    "save_checkpoint: refusing to write step 3 into " + dir() +
                        ": model parameter tensor 'fc1.weight' holds 2 non-finite values (the first, nan, at element "
-                       "5); the checkpoints already there are kept (newest: " + step_dir(2) + ")");
+                       "5); the checkpoints already there are kept (newest: " +
+                       step_dir(2) + ")");
   EXPECT_EQ(names(), std::vector<std::string>{"step_00000002"}) << "no rotation, no temporary folder";
   EXPECT_FALSE(io::all_finite(net_.named_parameters()));
 
@@ -258,7 +262,8 @@ TEST_F(CheckpointIntegrity, Format1CheckpointsWithoutChecksumsStillLoadWithANote
   ::testing::internal::CaptureStderr();
   io::load_checkpoint(saved, fresh.named_parameters(), &fresh_opt, "cfg");
   EXPECT_NE(::testing::internal::GetCapturedStderr().find(
-                "checkpoint: " + saved + " has no checksums (format version 1, written before they were recorded): "
+                "checkpoint: " + saved +
+                " has no checksums (format version 1, written before they were recorded): "
                 "its data is loaded unverified"),
             std::string::npos);
   EXPECT_EQ(snapshot(fresh.named_parameters()), snapshot(net_.named_parameters()));

@@ -1,9 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <unistd.h>
 
 #include "framework/autograd/ops.h"
 #include "framework/io/checkpoint.h"
@@ -32,16 +32,19 @@ std::string format_1(const std::string& text) {
 }
 
 io::CheckpointMeta meta_at(int64_t step, const std::string& hash = "cfg-1") {
-  return {.step = step, .rng_seed = 7, .rng_offset = 1ull << 40, .data_cursor = 123, .config_hash = hash,
+  return {.step = step,
+          .rng_seed = 7,
+          .rng_offset = 1ull << 40,
+          .data_cursor = 123,
+          .config_hash = hash,
           .extra = {{"epoch", "2"}}};
 }
 
 class Checkpoint : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("cpf_checkpoint_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fs::temp_directory_path() / ("cpf_checkpoint_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
   }
   void TearDown() override { fs::remove_all(dir_); }
@@ -133,8 +136,9 @@ TEST_F(Checkpoint, CrashDuringSaveLeavesThePreviousCheckpointLoadable) {
   io::write_file(step_dir(3) + "/meta.json", meta3, false);
   fs::resize_file(fs::path(step_dir(3)) / "model.safetensors", 100);
 
-  EXPECT_NE(io::checkpoint_problem(step_dir(3), net.named_parameters(), &opt, "cfg-1").find("model.safetensors is 100 bytes"),
-            std::string::npos);
+  EXPECT_NE(
+      io::checkpoint_problem(step_dir(3), net.named_parameters(), &opt, "cfg-1").find("model.safetensors is 100 bytes"),
+      std::string::npos);
   const auto found = io::find_latest_valid(dir(), net.named_parameters(), &opt, "cfg-1");
   ASSERT_TRUE(found.has_value());
   EXPECT_EQ(*found, step_dir(1));
@@ -200,7 +204,8 @@ TEST_F(Checkpoint, OptimizerAndTensorSetMismatchesAreRejected) {
   EXPECT_EQ(problem(full, more, nullptr), "model.safetensors has no tensor 'head.weight' which the model has");
   optim::NamedTensors other_dtype = net.named_parameters();
   other_dtype[0].second = zeros(other_dtype[0].second.shape(), {.dtype = DType::f64});
-  EXPECT_EQ(problem(full, other_dtype, nullptr), "tensor 'fc1.weight' is f32 in model.safetensors but f64 in the model");
+  EXPECT_EQ(problem(full, other_dtype, nullptr),
+            "tensor 'fc1.weight' is f32 in model.safetensors but f64 in the model");
   optim::NamedTensors twice = net.named_parameters();
   twice.push_back(twice[0]);
   EXPECT_EQ(problem(full, twice, nullptr), "the model lists parameter 'fc1.weight' more than once");
@@ -229,7 +234,8 @@ TEST_F(Checkpoint, MetaJsonProblemsAreReported) {
   EXPECT_EQ(with_meta("\"version\": 1", "\"version\": 3"), "meta.json: version 3 is not supported (expected 1 or 2)");
   EXPECT_EQ(with_meta("\"cpformer-checkpoint\"", "\"other\""),
             "meta.json: format \"other\" is not \"cpformer-checkpoint\"");
-  EXPECT_EQ(with_meta("\"rng_seed\": 7", "\"rng_seed\": -7"), "meta.json: 'rng_seed' must be an unsigned integer, got -7");
+  EXPECT_EQ(with_meta("\"rng_seed\": 7", "\"rng_seed\": -7"),
+            "meta.json: 'rng_seed' must be an unsigned integer, got -7");
   EXPECT_EQ(with_meta("\"data_cursor\": 123", "\"data_cursor\": \"x\""),
             "meta.json: 'data_cursor' must be an integer, got \"x\"");
   EXPECT_EQ(with_meta("\"config_hash\": \"cfg-1\"", "\"config_hash\": 1"), "meta.json: 'config_hash' must be a string");
@@ -239,7 +245,8 @@ TEST_F(Checkpoint, MetaJsonProblemsAreReported) {
   EXPECT_EQ(with_meta("\"extra\": {", "\"extra\": [{").substr(0, 22), "meta.json is not valid");
   EXPECT_EQ(with_meta("\"model.safetensors\": ", "\"model.safetensors\": -"),
             "meta.json: size of 'model.safetensors' must be an unsigned integer");
-  EXPECT_EQ(with_meta("\"model.safetensors\"", "\"other.safetensors\""), "meta.json records no size for model.safetensors");
+  EXPECT_EQ(with_meta("\"model.safetensors\"", "\"other.safetensors\""),
+            "meta.json records no size for model.safetensors");
   EXPECT_EQ(with_meta("\"files\"", "\"fils\""), "meta.json has no field 'files'");
   io::write_file(meta_path, "[1]", false);
   EXPECT_EQ(io::checkpoint_problem(path, net.named_parameters(), nullptr, ""), "meta.json is not a JSON object");
@@ -261,8 +268,7 @@ TEST_F(Checkpoint, ListingIgnoresOtherNamesAndMissingFolders) {
   fs::create_directories(dir_ / "step_000000010");
   fs::create_directories(dir_ / "step_00000002");
   io::write_file((dir_ / "step_00000003").string(), "a file, not a folder", false);
-  EXPECT_EQ(io::list_checkpoints(dir()),
-            (std::vector<std::string>{step_dir(2), (dir_ / "step_000000010").string()}));
+  EXPECT_EQ(io::list_checkpoints(dir()), (std::vector<std::string>{step_dir(2), (dir_ / "step_000000010").string()}));
   EXPECT_EQ(io::checkpoint_dir_name(123456789), "step_123456789");
 }
 
@@ -277,7 +283,8 @@ TEST_F(Checkpoint, SaveRejectsBadArguments) {
                    "checkpoint: step must be >= 0, got -1");
   optim::NamedTensors twice = net.named_parameters();
   twice.push_back(twice[0]);
-  EXPECT_CPF_ERROR(io::save_checkpoint(dir(), twice, nullptr, meta_at(1)), "tensor name 'fc1.weight' appears more than once");
+  EXPECT_CPF_ERROR(io::save_checkpoint(dir(), twice, nullptr, meta_at(1)),
+                   "tensor name 'fc1.weight' appears more than once");
   EXPECT_TRUE(io::list_checkpoints(dir()).empty()) << "a failed save leaves no checkpoint";
   EXPECT_EQ(names(), std::vector<std::string>{}) << "and no temporary folder";
   io::write_file((dir_ / "file").string(), "x", false);

@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
 
-#include <filesystem>
 #include <unistd.h>
+#include <filesystem>
 
 #include "framework/io/file_io.h"
 #include "support/test_utils.h"
@@ -56,7 +56,8 @@ TEST_F(FileIo, ReportsErrorsWithPathAndReason) {
   writer.close();
   EXPECT_CPF_ERROR(writer.write("x", 1), "write to " + path + " after close");
   EXPECT_CPF_ERROR(writer.sync(), "sync of " + path + " after close");
-  EXPECT_CPF_ERROR(io::read_file((dir_ / "missing").string()), "cannot open " + (dir_ / "missing").string() + ": No such file");
+  EXPECT_CPF_ERROR(io::read_file((dir_ / "missing").string()),
+                   "cannot open " + (dir_ / "missing").string() + ": No such file");
   EXPECT_CPF_ERROR(io::FileReader(dir_.string()), "cannot read " + dir_.string() + ": not a regular file");
   EXPECT_CPF_ERROR(io::FileWriter((dir_ / "no/such").string()), "cannot create " + (dir_ / "no/such").string());
   EXPECT_CPF_ERROR(io::sync_directory((dir_ / "none").string()), "cannot open folder " + (dir_ / "none").string());

@@ -101,12 +101,11 @@ TEST(ModuleIo, MismatchedFilesAreRefusedWithEveryProblemAndNothingChanges) {
                    "layers.1.bias, layers.1.weight, steps; 2 unexpected tensor(s) in the file: 0.weight, 0.bias");
   EXPECT_EQ(values_of(net), before);
 
-  io::save_safetensors((dir / "nan.safetensors").string(),
-                       {{"layers.0.weight", full({4, 3}, std::nan(""))},
-                        {"layers.0.bias", zeros({4})},
-                        {"layers.1.weight", zeros({2, 4})},
-                        {"layers.1.bias", zeros({2})},
-                        {"steps", zeros({1}, {.dtype = DType::i64})}});
+  io::save_safetensors((dir / "nan.safetensors").string(), {{"layers.0.weight", full({4, 3}, std::nan(""))},
+                                                            {"layers.0.bias", zeros({4})},
+                                                            {"layers.1.weight", zeros({2, 4})},
+                                                            {"layers.1.bias", zeros({2})},
+                                                            {"steps", zeros({1}, {.dtype = DType::i64})}});
   EXPECT_CPF_ERROR(net.load((dir / "nan.safetensors").string()),
                    "tensor 'layers.0.weight' holds NaN or infinite values");
   EXPECT_EQ(values_of(net), before);

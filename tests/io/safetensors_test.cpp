@@ -1,10 +1,10 @@
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <unistd.h>
 
 #include "framework/io/safetensors.h"
 #include "framework/tensor/ops/views.h"
@@ -19,9 +19,8 @@ using io::NamedTensors;
 class Safetensors : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("cpf_safetensors_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fs::temp_directory_path() / ("cpf_safetensors_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
@@ -92,13 +91,13 @@ TEST_F(Safetensors, WriterLayoutMatchesTheSpecByteForByte) {
 
 TEST_F(Safetensors, ReadsAHandBuiltFile) {
   // Written independently of the writer: keys out of data order, no padding, metadata last.
-  const std::string header =
-      R"({"b":{"dtype":"I64","shape":[],"data_offsets":[8,16]},)"
-      R"("a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
-      R"("c":{"dtype":"BF16","shape":[1,2],"data_offsets":[16,20]},)"
-      R"("__metadata__":{"k":"v"}})";
+  const std::string header = R"({"b":{"dtype":"I64","shape":[],"data_offsets":[8,16]},)"
+                             R"("a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                             R"("c":{"dtype":"BF16","shape":[1,2],"data_offsets":[16,20]},)"
+                             R"("__metadata__":{"k":"v"}})";
   // bf16 1.0 = 0x3f80, -2.0 = 0xc000
-  const std::string data = bytes_of<float>({1.5f, -2.0f}) + bytes_of<int64_t>({-7}) + bytes_of<uint16_t>({0x3f80, 0xc000});
+  const std::string data =
+      bytes_of<float>({1.5f, -2.0f}) + bytes_of<int64_t>({-7}) + bytes_of<uint16_t>({0x3f80, 0xc000});
   io::Metadata metadata;
   const NamedTensors t = io::load_safetensors(write_raw(header, data), &metadata);
   ASSERT_EQ(t.size(), 3u);
@@ -133,8 +132,9 @@ TEST_F(Safetensors, RejectsBrokenFramesWithFileAndProblem) {
   EXPECT_CPF_ERROR(io::load_safetensors(p), "header does not start with '{' (not a safetensors file)");
   p = write_raw(R"({"a":{"dtype":"F32",)", "");
   EXPECT_CPF_ERROR(io::load_safetensors(p), "raw.safetensors: header is not valid JSON");
-  p = write_raw(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"a":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})",
-                data + data);
+  p = write_raw(
+      R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"a":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})",
+      data + data);
   EXPECT_CPF_ERROR(io::load_safetensors(p), "header has the key 'a' more than once");
   // A NUL ends the text for the JSON parser: whatever follows it (here a second entry) would be ignored.
   p = write_raw(good + std::string(1, '\0') + "  ", data);
@@ -167,8 +167,9 @@ TEST_F(Safetensors, RejectsBadEntries) {
                "tensor 'a' has data_offsets [8,0] with begin after end");
   expect_error(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", d8,
                "tensor 'a' of shape [3] and dtype F32 needs 12 bytes but data_offsets [0,8] span 8");
-  expect_error(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
-               d8, "tensor 'b' starts at byte 4 inside tensor 'a' which ends at byte 8 (overlapping data_offsets)");
+  expect_error(
+      R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+      d8, "tensor 'b' starts at byte 4 inside tensor 'a' which ends at byte 8 (overlapping data_offsets)");
   expect_error(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", d8,
                "gap in the data section: bytes [0,4) before tensor 'a' belong to no tensor");
   expect_error(R"({"a":[1,2]})", "", "tensor 'a' is not a JSON object");
@@ -183,7 +184,8 @@ TEST_F(Safetensors, RejectsBadEntries) {
 }
 
 TEST_F(Safetensors, RejectsBoolBytesOtherThanZeroOrOne) {
-  const std::string p = write_raw(R"({"m":{"dtype":"BOOL","shape":[3],"data_offsets":[0,3]}})", std::string("\x01\x00\x02", 3));
+  const std::string p =
+      write_raw(R"({"m":{"dtype":"BOOL","shape":[3],"data_offsets":[0,3]}})", std::string("\x01\x00\x02", 3));
   EXPECT_CPF_ERROR(io::load_safetensors(p), "BOOL tensor 'm' holds the byte 2 at element 2 (expected 0 or 1)");
 }
 
@@ -236,12 +238,13 @@ TEST_F(Safetensors, LoadRefusesWhatItCannotWidenExactly) {
   const std::string big = bytes_of<uint64_t>({uint64_t{INT64_MAX} + 1});
   EXPECT_CPF_ERROR(io::load_safetensors(write_raw(R"({"n":{"dtype":"U64","shape":[1],"data_offsets":[0,8]}})", big)),
                    "tensor 'n': U64 element 0 is 9223372036854775808, above the largest i64");
-  EXPECT_CPF_ERROR(io::load_safetensors(write_raw(R"({"q":{"dtype":"F8_E4M3","shape":[2],"data_offsets":[0,2]}})", "ab")),
-                   "tensor 'q': unsupported dtype 'F8_E4M3' (supported: F32, F64, BF16, I32, I64, BOOL); also read: "
-                   "F16, I8, U8, I16, U16, U32, U64");
+  EXPECT_CPF_ERROR(
+      io::load_safetensors(write_raw(R"({"q":{"dtype":"F8_E4M3","shape":[2],"data_offsets":[0,2]}})", "ab")),
+      "tensor 'q': unsupported dtype 'F8_E4M3' (supported: F32, F64, BF16, I32, I64, BOOL); also read: "
+      "F16, I8, U8, I16, U16, U32, U64");
   // The sizes of the file's dtype, not the widened one, must match the offsets.
-  EXPECT_CPF_ERROR(io::load_safetensors(write_raw(R"({"h":{"dtype":"F16","shape":[2],"data_offsets":[0,8]}})",
-                                                  std::string(8, '\0'))),
+  EXPECT_CPF_ERROR(io::load_safetensors(
+                       write_raw(R"({"h":{"dtype":"F16","shape":[2],"data_offsets":[0,8]}})", std::string(8, '\0'))),
                    "tensor 'h' of shape [2] and dtype F16 needs 4 bytes but data_offsets [0,8] span 8");
 }
 

@@ -70,13 +70,14 @@ TEST(TensorIntegrity, StoredTensorsAreCheckedInChunksAcrossTheirWholeLength) {
   const io::SafetensorsHeader h = io::read_safetensors_header(reader);
   const io::SafetensorsEntry* e = h.find("big");
   ASSERT_NE(e, nullptr);
-  const io::StoredTensorCheck c = io::check_stored_tensor(reader, h.data_start + e->begin, e->end - e->begin, "big",
-                                                          DType::f32);
+  const io::StoredTensorCheck c =
+      io::check_stored_tensor(reader, h.data_start + e->begin, e->end - e->begin, "big", DType::f32);
   EXPECT_EQ(c.checksum, sums.at("big"));
   ASSERT_TRUE(c.non_finite.has_value());
   EXPECT_EQ(c.non_finite->describe(), "tensor 'big' holds 2 non-finite values (the first, -inf, at element 1500000)");
   const io::SafetensorsEntry* head = h.find("head");
-  const io::StoredTensorCheck zero = io::check_stored_tensor(reader, h.data_start + head->begin, 12, "head", DType::f32);
+  const io::StoredTensorCheck zero =
+      io::check_stored_tensor(reader, h.data_start + head->begin, 12, "head", DType::f32);
   EXPECT_FALSE(zero.non_finite.has_value());
   EXPECT_EQ(zero.checksum, sums.at("head"));
   const io::SafetensorsEntry* none = h.find("none");

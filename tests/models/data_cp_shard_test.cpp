@@ -124,8 +124,9 @@ TEST(CpShard, RejectsPaddingThatDoesNotSuitTheGroupAndBadRanks) {
   };
   for (int tries = 0; tries < 20 && all_slots_fit(batch); ++tries) batch = thd.next();
   ASSERT_FALSE(all_slots_fit(batch));
-  EXPECT_CPF_ERROR(shard_for_rank(batch, 2, 0), "not a multiple of 2*cp_size=4; the batch was packed with "
-                                                "pad_multiple=2, set pad_multiple to a multiple of 4");
+  EXPECT_CPF_ERROR(shard_for_rank(batch, 2, 0),
+                   "not a multiple of 2*cp_size=4; the batch was packed with "
+                   "pad_multiple=2, set pad_multiple to a multiple of 4");
   EXPECT_CPF_ERROR(shard_for_rank(batch, 0, 0), "shard_for_rank: cp_size=0 must be at least 1");
   EXPECT_CPF_ERROR(shard_for_rank(batch, 2, 2), "shard_for_rank: cp_rank=2 is outside the CP group of size 2");
   EXPECT_CPF_ERROR(shard_for_rank(Batch{}, 1, 0), "shard_for_rank: the batch has no tensors");

@@ -327,34 +327,75 @@ TEST(DataOptions, EveryInvalidFieldIsRejectedByName) {
   expect_error([](DataOptions& o) { o.task = "divide"; }, "unknown synthetic task 'divide'");
   expect_error([](DataOptions& o) { o.min_len = 0; }, "needs 1 <= min_len <= max_len, got min_len=0 max_len=12");
   expect_error([](DataOptions& o) { o.min_len = 13; }, "got min_len=13 max_len=12");
-  expect_error([](DataOptions& o) { o.task = "addition"; o.max_len = 19; }, "addition operands of max_len=19 digits");
+  expect_error(
+      [](DataOptions& o) {
+        o.task = "addition";
+        o.max_len = 19;
+      },
+      "addition operands of max_len=19 digits");
   expect_error([](DataOptions& o) { o.num_examples = 0; }, "num_examples=0 must be at least 1");
   expect_error([](DataOptions& o) { o.source = "text"; }, "source 'text' needs a path");
-  expect_error([](DataOptions& o) { o.source = "text"; o.path = "a.txt"; o.text_split = "para"; },
-               "unknown text_split 'para'");
-  expect_error([](DataOptions& o) { o.source = "text"; o.path = "a.txt"; o.text_split = "separator"; },
-               "text_split is 'separator' but text_separator is empty");
-  expect_error([](DataOptions& o) { o.source = "shards"; o.path = "a.bin"; o.vocab_size = (int64_t{1} << 31) + 1; },
-               "vocab_size=2147483649 must lie in [1, 2^31]");
-  expect_error([](DataOptions& o) { o.source = "synthetic"; o.tokenizer = "gpt2"; },
-               "tokenizer=gpt2 applies to source text or shards");
-  expect_error([](DataOptions& o) { o.source = "shards"; o.path = "a.bin"; o.eot_token = -1; },
-               "eot_token=-1 is outside [0, vocab_size=50257)");
+  expect_error(
+      [](DataOptions& o) {
+        o.source = "text";
+        o.path = "a.txt";
+        o.text_split = "para";
+      },
+      "unknown text_split 'para'");
+  expect_error(
+      [](DataOptions& o) {
+        o.source = "text";
+        o.path = "a.txt";
+        o.text_split = "separator";
+      },
+      "text_split is 'separator' but text_separator is empty");
+  expect_error(
+      [](DataOptions& o) {
+        o.source = "shards";
+        o.path = "a.bin";
+        o.vocab_size = (int64_t{1} << 31) + 1;
+      },
+      "vocab_size=2147483649 must lie in [1, 2^31]");
+  expect_error(
+      [](DataOptions& o) {
+        o.source = "synthetic";
+        o.tokenizer = "gpt2";
+      },
+      "tokenizer=gpt2 applies to source text or shards");
+  expect_error(
+      [](DataOptions& o) {
+        o.source = "shards";
+        o.path = "a.bin";
+        o.eot_token = -1;
+      },
+      "eot_token=-1 is outside [0, vocab_size=50257)");
   expect_error([](DataOptions& o) { o.layout = "sbhd"; }, "unknown layout 'sbhd' (layout: thd | bshd)");
   expect_error([](DataOptions& o) { o.bshd_fill = "packed"; }, "unknown bshd_fill 'packed'");
   expect_error([](DataOptions& o) { o.seq_len = 0; }, "seq_len=0 must be at least 1");
   expect_error([](DataOptions& o) { o.batch_size = 0; }, "batch_size=0 must be at least 1");
   expect_error([](DataOptions& o) { o.pad_multiple = 0; }, "pad_multiple=0 must be at least 1");
   expect_error([](DataOptions& o) { o.tokens_per_batch = -4; }, "tokens_per_batch=-4 must be positive");
-  expect_error([](DataOptions& o) { o.layout = "bshd"; o.tokens_per_batch = 64; },
-               "tokens_per_batch=64 applies to layout thd only");
-  expect_error([](DataOptions& o) { o.layout = "bshd"; o.seq_len = 10; },
-               "bshd rows of seq_len=10 must be a multiple of pad_multiple=4");
+  expect_error(
+      [](DataOptions& o) {
+        o.layout = "bshd";
+        o.tokens_per_batch = 64;
+      },
+      "tokens_per_batch=64 applies to layout thd only");
+  expect_error(
+      [](DataOptions& o) {
+        o.layout = "bshd";
+        o.seq_len = 10;
+      },
+      "bshd rows of seq_len=10 must be a multiple of pad_multiple=4");
   expect_error([](DataOptions& o) { o.tokens_per_batch = 30; },
                "tokens_per_batch=30 must be a multiple of pad_multiple=4");
-  expect_error([](DataOptions& o) { o.seq_len = 30; o.tokens_per_batch = 28; },
-               "a piece of seq_len=30 tokens padded to a multiple of pad_multiple=4 (32) does not fit in "
-               "tokens_per_batch=28");
+  expect_error(
+      [](DataOptions& o) {
+        o.seq_len = 30;
+        o.tokens_per_batch = 28;
+      },
+      "a piece of seq_len=30 tokens padded to a multiple of pad_multiple=4 (32) does not fit in "
+      "tokens_per_batch=28");
   EXPECT_NO_THROW(validate_data_options(sort_options()));
   EXPECT_EQ(effective_tokens_per_batch(sort_options()), 32);
 }

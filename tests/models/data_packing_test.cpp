@@ -80,8 +80,7 @@ TEST(PackBshd, DocumentRowsAndWindowRows) {
 
   // Window: "1 2 . 3 | 4 5 . 7" then 8 follows; document 2 has a one-token prompt (7), so the
   // end-of-text before it gets no label, and 8 is a target.
-  const Batch windows =
-      pack_bshd(cache, {{{0, 0, 3, 1}, {1, 0, 1}}, {{1, 1, 4, 2}, {2, 0, 1}}}, 4, 1);
+  const Batch windows = pack_bshd(cache, {{{0, 0, 3, 1}, {1, 0, 1}}, {{1, 1, 4, 2}, {2, 0, 1}}}, 4, 1);
   EXPECT_EQ(windows.tokens.to_vector<int64_t>(), (std::vector<int64_t>{1, 2, 0, 3, 4, 5, 0, 7}));
   EXPECT_EQ(windows.labels.to_vector<int64_t>(), (std::vector<int64_t>{2, 0, 3, 4, 5, 0, X, 8}));
   EXPECT_TRUE(windows.documents.empty());

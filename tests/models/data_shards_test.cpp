@@ -1,11 +1,11 @@
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <string>
 #include <thread>
-#include <unistd.h>
 
 #include "models/data/data_loader.h"
 #include "models/data/token_shards.h"
@@ -87,16 +87,18 @@ TEST_F(TokenShardTest, HeaderErrorsNameTheFileAndTheValues) {
   const std::string magic = path("magic.bin");
   write_shard(magic, {1, 2}, 12345);
   EXPECT_CPF_ERROR(TokenShardSource({.path = magic}),
-                   "token shard '" + magic + "': magic number 12345 is not 20240520 (not an llm.c token shard); uint32 "
-                   "shards have 20240801");
+                   "token shard '" + magic +
+                       "': magic number 12345 is not 20240520 (not an llm.c token shard); uint32 "
+                       "shards have 20240801");
   const std::string version = path("version.bin");
   write_shard(version, {1, 2}, 20240520, 2);
   EXPECT_CPF_ERROR(TokenShardSource({.path = version}), "token shard '" + version + "': version 2 is not supported");
   const std::string truncated = path("truncated.bin");
   write_shard(truncated, {1, 2, 3}, 20240520, 1, 5);
   EXPECT_CPF_ERROR(TokenShardSource({.path = truncated}),
-                   "token shard '" + truncated + "': the header says 5 tokens, i.e. 1034 bytes, but the file has 1030 "
-                   "bytes (truncated)");
+                   "token shard '" + truncated +
+                       "': the header says 5 tokens, i.e. 1034 bytes, but the file has 1030 "
+                       "bytes (truncated)");
   const std::string trailing = path("trailing.bin");
   write_shard(trailing, {1, 2, 3}, 20240520, 1, 2);
   EXPECT_CPF_ERROR(TokenShardSource({.path = trailing}), "but the file has 1030 bytes (trailing data)");
@@ -145,12 +147,14 @@ TEST_F(TokenShardTest, AShardTruncatedAfterOpeningIsAnErrorNamingIt) {
   fs::resize_file(file, 1024 + 2 * 100 * 10);  // ten documents remain
   EXPECT_EQ(source.document(9).tokens.size(), 99u);
   EXPECT_CPF_ERROR(source.document(999),
-                   "token shard '" + file + "': cannot read tokens [99900, 99999) of the 100000 its header announced (" +
-                       file + ": unexpected end of file at byte 200824 (198 more bytes expected)); the file "
+                   "token shard '" + file +
+                       "': cannot read tokens [99900, 99999) of the 100000 its header announced (" + file +
+                       ": unexpected end of file at byte 200824 (198 more bytes expected)); the file "
                        "shrank while in use (truncated or rewritten)");
   // Opening it again reports the truncation from the header.
-  EXPECT_CPF_ERROR(TokenShardSource({.path = file}), "the header says 100000 tokens, i.e. 201024 bytes, but the file "
-                                                     "has 3024 bytes (truncated)");
+  EXPECT_CPF_ERROR(TokenShardSource({.path = file}),
+                   "the header says 100000 tokens, i.e. 201024 bytes, but the file "
+                   "has 3024 bytes (truncated)");
 }
 
 // The same while a loader is reading batches from it on another thread.

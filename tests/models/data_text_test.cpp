@@ -1,9 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <filesystem>
 #include <fstream>
 #include <string>
-#include <unistd.h>
 
 #include "models/data/file_glob.h"
 #include "models/data/text_source.h"
@@ -105,9 +105,9 @@ TEST_F(TextSourceTest, MissingEmptyAndBlankFilesAreErrorsNamingThePath) {
 TEST_F(TextSourceTest, PatternErrorsNameThePattern) {
   EXPECT_CPF_ERROR(TextSource({.path = path("*.none")}),
                    "text source: pattern '" + path("*.none") + "' matches no file");
-  EXPECT_CPF_ERROR(TextSource({.path = path("missing_dir/*.txt")}),
-                   "directory '" + path("missing_dir") + "' of pattern '" + path("missing_dir/*.txt") +
-                       "' does not exist");
+  EXPECT_CPF_ERROR(
+      TextSource({.path = path("missing_dir/*.txt")}),
+      "directory '" + path("missing_dir") + "' of pattern '" + path("missing_dir/*.txt") + "' does not exist");
   EXPECT_CPF_ERROR(TextSource({.path = path("d*/a.txt")}), "wildcards are only supported in the file name");
   EXPECT_CPF_ERROR(TextSource({.path = ""}), "text source: the path is empty");
 }

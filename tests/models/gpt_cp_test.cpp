@@ -53,7 +53,7 @@ data::Batch packed_batch() {
 }
 
 struct Reference {
-  Tensor logits;                    // (T, V) of the global batch
+  Tensor logits;  // (T, V) of the global batch
   std::map<std::string, Tensor> grads;
 };
 
@@ -75,7 +75,8 @@ void expect_cp_matches(const GPTOptions& o, cp::CommType comm, int cp_size) {
   std::mutex mu;
   dist::launch(cp_size, [&](dist::RankContext& ctx) {
     const bool hierarchical = comm == cp::CommType::a2a_p2p;
-    dist::DeviceMesh mesh(ctx.world, {.dp = 1, .cp = cp_size, .cp_a2a = hierarchical ? 2 : 0, .hierarchical_cp = hierarchical});
+    dist::DeviceMesh mesh(ctx.world,
+                          {.dp = 1, .cp = cp_size, .cp_a2a = hierarchical ? 2 : 0, .hierarchical_cp = hierarchical});
     const cp::ContextParallel cp{comm, mesh.cp(), mesh.cp_a2a(), mesh.cp_p2p()};
     Generator gen(3);
     GPT model(o, &gen);
@@ -89,7 +90,8 @@ void expect_cp_matches(const GPTOptions& o, cp::CommType comm, int cp_size) {
     for (const auto& [name, p] : model.named_parameters()) summed[name] = ctx.world->all_reduce(p.grad());
     std::lock_guard<std::mutex> lock(mu);
     EXPECT_TRUE(all_close(logits, expected, 1e-10, 1e-8)) << what << " rank " << ctx.rank;
-    for (const auto& [name, g] : summed) EXPECT_TRUE(all_close(g, ref.grads.at(name), 1e-10, 1e-7)) << what << " " << name;
+    for (const auto& [name, g] : summed)
+      EXPECT_TRUE(all_close(g, ref.grads.at(name), 1e-10, 1e-7)) << what << " " << name;
   });
 }
 
@@ -134,8 +136,9 @@ TEST(GPTContextParallel, ShardedInputMustMatchTheGlobalSequenceInfo) {
     GPT model(options(AttentionType::mha, PositionType::rope));
     GPTBatch b = make_gpt_batch(data::shard_for_rank(batch, 2, ctx.rank));
     b.input.seq = SequenceInfo::from_lengths({static_cast<int64_t>(b.input.tokens.size(0))});  // a local description
-    EXPECT_CPF_ERROR(model.forward(b.input, &cp), "GPT: the sequence info covers 32 storage tokens but the batch has 32 "
-                                                  "tokens per rank x cp 2");
+    EXPECT_CPF_ERROR(model.forward(b.input, &cp),
+                     "GPT: the sequence info covers 32 storage tokens but the batch has 32 "
+                     "tokens per rank x cp 2");
   });
 }
 
@@ -144,8 +147,7 @@ TEST(GPTContextParallel, SpecHeadCountsMustDescribeTheShards) {
     const cp::ContextParallel cp{cp::CommType::a2a, ctx.world, nullptr, nullptr};
     const Tensor q = zeros({2, 8, 4, 4});  // (B, S_local, H, D)
     AttentionSpec spec{.qkv_format = QkvFormat::bshd, .mask = MaskType::causal, .num_heads = 3};
-    EXPECT_CPF_ERROR(cp::context_parallel_attention(q, q, q, spec, std::nullopt, cp),
-                     "context parallel: the spec (");
+    EXPECT_CPF_ERROR(cp::context_parallel_attention(q, q, q, spec, std::nullopt, cp), "context parallel: the spec (");
     EXPECT_CPF_ERROR(cp::context_parallel_attention(q, q, q, spec, std::nullopt, cp), "does not match q=[2,8,4,4]");
   });
 }

@@ -41,7 +41,8 @@ void expect_model_gradcheck(const GPTOptions& o) {
   const std::vector<Tensor> params = model.parameters();
   GradcheckOptions options;
   options.max_elements_per_input = 12;
-  EXPECT_GRADCHECK([&](const std::vector<Tensor>&) { return GPT::loss(model.forward(in), labels, 5); }, params, options);
+  EXPECT_GRADCHECK([&](const std::vector<Tensor>&) { return GPT::loss(model.forward(in), labels, 5); }, params,
+                   options);
 }
 
 TEST(GPTGradcheck, MhaRopeRmsNormGeluTied) { expect_model_gradcheck(tiny()); }

@@ -182,13 +182,17 @@ std::string error_of(const std::function<void()>& f) {
 
 TEST(KVCache, StepChecksNameTheirValues) {
   using ::testing::HasSubstr;
-  EXPECT_THAT(error_of([] { nn::KVCacheStep{.capacity = 4, .past = {1}, .new_tokens = {1, 2}}.check(); }),
+  EXPECT_THAT(error_of([] {
+                nn::KVCacheStep{.capacity = 4, .past = {1}, .new_tokens = {1, 2}}.check();
+              }),
               HasSubstr("past and new_tokens need one entry per sequence"));
   EXPECT_THAT(error_of([] { nn::KVCacheStep{.capacity = 4, .past = {3}, .new_tokens = {2}}.check(); }),
               HasSubstr("sequence 0 would hold 3 + 2 tokens but its slot holds capacity=4"));
   EXPECT_THAT(error_of([] { nn::KVCacheStep{.capacity = 4, .past = {-1}, .new_tokens = {2}}.check(); }),
               HasSubstr("past=-1 new_tokens=2; both must be >= 0"));
-  EXPECT_THAT(error_of([] { nn::KVCacheStep{.capacity = 4, .past = {1, 2}, .new_tokens = {0, 0}}.check(); }),
+  EXPECT_THAT(error_of([] {
+                nn::KVCacheStep{.capacity = 4, .past = {1, 2}, .new_tokens = {0, 0}}.check();
+              }),
               HasSubstr("no sequence has new tokens"));
   EXPECT_THAT(error_of([] { nn::KVCacheStep{.capacity = 0, .past = {0}, .new_tokens = {1}}.check(); }),
               HasSubstr("capacity=0 must be at least 1"));
@@ -199,12 +203,12 @@ TEST(KVCache, AppendRejectsACallThatDoesNotFitTheCache) {
   nn::KVCache cache;
   const nn::KVCacheStep step{.capacity = 4, .past = {0}, .new_tokens = {2}};
   cache.append(zeros({2, 2, 3}, {.dtype = DType::f64}), zeros({2, 2, 3}, {.dtype = DType::f64}), step);
-  EXPECT_THAT(error_of([&] {
-                cache.append(zeros({1, 2, 3}, {.dtype = DType::f64}), zeros({1, 2, 3}, {.dtype = DType::f64}),
-                             nn::KVCacheStep{.capacity = 8, .past = {2}, .new_tokens = {1}});
-              }),
-              ::testing::HasSubstr(
-                  "allocated for 1 sequences of capacity 4, but the step has 1 sequences of capacity 8"));
+  EXPECT_THAT(
+      error_of([&] {
+        cache.append(zeros({1, 2, 3}, {.dtype = DType::f64}), zeros({1, 2, 3}, {.dtype = DType::f64}),
+                     nn::KVCacheStep{.capacity = 8, .past = {2}, .new_tokens = {1}});
+      }),
+      ::testing::HasSubstr("allocated for 1 sequences of capacity 4, but the step has 1 sequences of capacity 8"));
   EXPECT_THAT(error_of([&] {
                 cache.append(zeros({1, 2, 3}), zeros({1, 2, 3}),
                              nn::KVCacheStep{.capacity = 4, .past = {2}, .new_tokens = {1}});
@@ -230,17 +234,25 @@ TEST(KVCache, ModelAndDecoderRejectMisuse) {
   std::vector<nn::KVCache> one(1);
   EXPECT_THAT(error_of([&] { model.forward_cached(tokens, step, one); }),
               ::testing::HasSubstr("need one KVCache per block (2), got 1"));
-  EXPECT_THAT(error_of([&] { model.forward_cached(from_vector<int64_t>({1, 2, 3}, {3}), step, caches); }),
+  EXPECT_THAT(error_of([&] {
+                model.forward_cached(from_vector<int64_t>({1, 2, 3}, {3}), step, caches);
+              }),
               ::testing::HasSubstr("with the step's 2 new tokens, got [3]"));
   GPTDecoder decoder(model, 2, {.context = 8, .max_length = 8});
-  EXPECT_THAT(error_of([&] { decoder.next_logits({{1}, {2}}, {false, false}); }),
+  EXPECT_THAT(error_of([&] {
+                decoder.next_logits({{1}, {2}}, {false, false});
+              }),
               ::testing::HasSubstr("no sequence is active"));
   EXPECT_THAT(error_of([&] { decoder.next_logits({{1}}, {true}); }),
               ::testing::HasSubstr("built for 2 sequences, got 1 sequences"));
-  EXPECT_THAT(error_of([&] { decoder.next_logits({{1, 2, 3, 4, 5, 6, 7, 8, 9}, {2}}, {true, true}); }),
+  EXPECT_THAT(error_of([&] {
+                decoder.next_logits({{1, 2, 3, 4, 5, 6, 7, 8, 9}, {2}}, {true, true});
+              }),
               ::testing::HasSubstr("active sequence 0 has 9 tokens; expected 1 to max_length=8"));
   decoder.next_logits({{1, 2}, {2}}, {true, true});
-  EXPECT_THAT(error_of([&] { decoder.next_logits({{1}, {2, 3}}, {true, true}); }),
+  EXPECT_THAT(error_of([&] {
+                decoder.next_logits({{1}, {2, 3}}, {true, true});
+              }),
               ::testing::HasSubstr("sequence 0 shrank from 2 to 1 tokens"));
   EXPECT_THAT(error_of([] { GPTDecoder(GPT(base()), 0, {.context = 8, .max_length = 8}); }),
               ::testing::HasSubstr("num_sequences=0 must be at least 1"));
@@ -251,7 +263,9 @@ TEST(KVCache, ModulesNeedThdAndACausalMask) {
   nn::KVCache cache;
   const nn::KVCacheStep step{.capacity = 4, .past = {0}, .new_tokens = {2}};
   nn::MultiHeadAttention bshd({.hidden_size = 8, .num_heads = 2, .qkv_format = QkvFormat::bshd});
-  EXPECT_THAT(error_of([&] { bshd.forward_cached(zeros({2, 8}), step, cache); }),
+  EXPECT_THAT(error_of([&] {
+                bshd.forward_cached(zeros({2, 8}), step, cache);
+              }),
               ::testing::HasSubstr("MultiHeadAttention: cached decoding needs qkv_format thd"));
   nn::MultiHeadLatentAttention no_mask({.hidden_size = 8,
                                         .num_heads = 2,
@@ -261,7 +275,9 @@ TEST(KVCache, ModulesNeedThdAndACausalMask) {
                                         .v_head_dim = 2,
                                         .qkv_format = QkvFormat::thd,
                                         .mask = MaskType::padding});
-  EXPECT_THAT(error_of([&] { no_mask.forward_cached(zeros({2, 8}), step, cache); }),
+  EXPECT_THAT(error_of([&] {
+                no_mask.forward_cached(zeros({2, 8}), step, cache);
+              }),
               ::testing::HasSubstr("MultiHeadLatentAttention: cached decoding needs a causal mask"));
 }
 

@@ -20,9 +20,7 @@ namespace {
 GPTOptions small(AttentionType attention) { return precision_gpt(attention); }
 
 // Two documents of 7 and 5 tokens.
-GPTInput batch() {
-  return make_prompt_input({{1, 4, 2, 7, 3, 9, 5}, {2, 8, 6, 1, 10}});
-}
+GPTInput batch() { return make_prompt_input({{1, 4, 2, 7, 3, 9, 5}, {2, 8, 6, 1, 10}}); }
 Tensor labels() { return from_vector<int64_t>({4, 2, 7, 3, 9, 5, -100, 8, 6, 1, 10, -100}, {12}); }
 
 // Max |a - b| / max(max |b|, floor).
@@ -43,9 +41,8 @@ struct Variant {
 };
 
 std::vector<Variant> variants() {
-  std::vector<Variant> out{{"mha", small(AttentionType::mha)},
-                           {"gqa", small(AttentionType::gqa)},
-                           {"mla", small(AttentionType::mla)}};
+  std::vector<Variant> out{
+      {"mha", small(AttentionType::mha)}, {"gqa", small(AttentionType::gqa)}, {"mla", small(AttentionType::mla)}};
   GPTOptions gpt2 = small(AttentionType::mha);
   gpt2.norm = NormType::layernorm;
   gpt2.positions = PositionType::learned;

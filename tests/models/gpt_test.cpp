@@ -95,7 +95,8 @@ void expect_documents_independent(const GPTOptions& o) {
 }
 
 TEST(GPT, AttentionNeverCrossesDocuments) {
-  for (AttentionType t : {AttentionType::mha, AttentionType::gqa, AttentionType::mla}) expect_documents_independent(small(t));
+  for (AttentionType t : {AttentionType::mha, AttentionType::gqa, AttentionType::mla})
+    expect_documents_independent(small(t));
   GPTOptions learned = small();
   learned.positions = PositionType::learned;
   learned.tie_embeddings = false;
@@ -159,8 +160,9 @@ TEST(GPT, RejectsInvalidOptionsNamingTheKey) {
   expect_problem(o, "num_kv_heads", "num_kv_heads=3 must divide num_heads=8");
   o = small();
   o.num_kv_heads = 2;
-  expect_problem(o, "num_kv_heads", "num_kv_heads=2 needs attention: gqa (with attention: mha every head has its own "
-                                    "keys and values)");
+  expect_problem(o, "num_kv_heads",
+                 "num_kv_heads=2 needs attention: gqa (with attention: mha every head has its own "
+                 "keys and values)");
   o = small();
   o.num_heads = 3;
   expect_problem(o, "num_heads", "num_heads=3 must divide hidden_size=16 (or set head_dim)");
@@ -200,7 +202,8 @@ TEST(GPT, RejectsMalformedInputs) {
   const Tensor logits = model.forward(in);
   EXPECT_CPF_ERROR(GPT::loss(logits, from_vector<int64_t>({1, 2}, {2}), 1),
                    "GPT::loss: labels (T) must match logits (T, V): labels=[2] logits=[3,11]");
-  EXPECT_CPF_ERROR(GPT::loss(logits, from_vector<int64_t>({1, 2, 3}, {3}), 0), "GPT::loss: normalizer=0 must be at least 1");
+  EXPECT_CPF_ERROR(GPT::loss(logits, from_vector<int64_t>({1, 2, 3}, {3}), 0),
+                   "GPT::loss: normalizer=0 must be at least 1");
   EXPECT_CPF_ERROR(make_prompt_input({{1}, {}}), "make_prompt_input: an empty prompt");
 }
 

@@ -33,15 +33,44 @@ struct GoldenCase {
 };
 
 const std::vector<GoldenCase> kGolden = {
-    {"english", "Hello, world! It's 2024 and we're testing GPT-2's tokenizer.", {15496, 11, 995, 0, 632, 338, 48609, 290, 356, 821, 4856, 402, 11571, 12, 17, 338, 11241, 7509, 13}},
-    {"contractions", "I'm sure they'll say you've done what he'd've, isn't it? DON'T 'S 're", {40, 1101, 1654, 484, 1183, 910, 345, 1053, 1760, 644, 339, 1549, 1053, 11, 2125, 470, 340, 30, 23917, 6, 51, 705, 50, 705, 260}},
-    {"multibyte", "naïve café — 日本語のテキスト, Ελληνικά, русский текст", {2616, 38776, 40304, 851, 10545, 245, 98, 17312, 105, 45739, 252, 5641, 24336, 25084, 43302, 11, 7377, 243, 39377, 39377, 138, 115, 26180, 29945, 43000, 138, 105, 11, 220, 21169, 35072, 21727, 21727, 31583, 18849, 140, 117, 220, 20375, 16843, 31583, 21727, 20375}},
-    {"emoji", "emoji 😀👍🏽 family 👨\u200d👩\u200d👧\u200d👦 flags 🇫🇷!", {368, 31370, 30325, 222, 41840, 235, 8582, 237, 121, 1641, 50169, 101, 447, 235, 41840, 102, 447, 235, 41840, 100, 447, 235, 41840, 99, 9701, 12520, 229, 104, 8582, 229, 115, 0}},
-    {"whitespace", "  leading\n\n\nlines   three spaces\t\ttabs \n trailing   ", {220, 3756, 628, 198, 6615, 220, 220, 1115, 9029, 197, 197, 8658, 82, 220, 198, 25462, 220, 220, 220}},
-    {"digits", "1234567890 3.14159 1,000,000 0x1F 2^32=4294967296 007", {10163, 2231, 30924, 3829, 513, 13, 1415, 19707, 352, 11, 830, 11, 830, 657, 87, 16, 37, 362, 61, 2624, 28, 11785, 2920, 3134, 27137, 3571, 22}},
-    {"code", "def f(x):\n    return x**2  # square\n\n\nprint(f(3))\n", {4299, 277, 7, 87, 2599, 198, 220, 220, 220, 1441, 2124, 1174, 17, 220, 1303, 6616, 628, 198, 4798, 7, 69, 7, 18, 4008, 198}},
-    {"unicode_space", "Ünïcödé\u00a0nbsp\u2003em\x0bvt\u0085nel\u3000ideo", {127, 250, 77, 26884, 66, 9101, 67, 2634, 1849, 77, 24145, 447, 225, 368, 199, 36540, 126, 227, 4954, 5099, 222, 1651}},
-    {"paragraph", "The quick brown fox jumps over the lazy dog. Tokenization splits text into pieces; byte-level BPE never fails, because every byte is a token of its own. Supercalifragilisticexpialidocious antidisestablishmentarianism!!!", {464, 2068, 7586, 21831, 18045, 625, 262, 16931, 3290, 13, 29130, 1634, 30778, 2420, 656, 5207, 26, 18022, 12, 5715, 347, 11401, 1239, 10143, 11, 780, 790, 18022, 318, 257, 11241, 286, 663, 898, 13, 3115, 9948, 361, 22562, 346, 396, 501, 42372, 498, 312, 32346, 1885, 29207, 44390, 3699, 1042, 10185}},
+    {"english",
+     "Hello, world! It's 2024 and we're testing GPT-2's tokenizer.",
+     {15496, 11, 995, 0, 632, 338, 48609, 290, 356, 821, 4856, 402, 11571, 12, 17, 338, 11241, 7509, 13}},
+    {"contractions",
+     "I'm sure they'll say you've done what he'd've, isn't it? DON'T 'S 're",
+     {40, 1101, 1654, 484, 1183, 910,   345, 1053, 1760, 644, 339, 1549, 1053,
+      11, 2125, 470,  340, 30,   23917, 6,   51,   705,  50,  705, 260}},
+    {"multibyte",
+     "naïve café — 日本語のテキスト, Ελληνικά, русский текст",
+     {2616,  38776, 40304, 851,   10545, 245, 98,  17312, 105,   45739, 252,   5641,  24336, 25084, 43302,
+      11,    7377,  243,   39377, 39377, 138, 115, 26180, 29945, 43000, 138,   105,   11,    220,   21169,
+      35072, 21727, 21727, 31583, 18849, 140, 117, 220,   20375, 16843, 31583, 21727, 20375}},
+    {"emoji",
+     "emoji 😀👍🏽 family 👨\u200d👩\u200d👧\u200d👦 flags 🇫🇷!",
+     {368, 31370, 30325, 222, 41840, 235, 8582,  237, 121,  1641,  50169, 101, 447,  235, 41840, 102,
+      447, 235,   41840, 100, 447,   235, 41840, 99,  9701, 12520, 229,   104, 8582, 229, 115,   0}},
+    {"whitespace",
+     "  leading\n\n\nlines   three spaces\t\ttabs \n trailing   ",
+     {220, 3756, 628, 198, 6615, 220, 220, 1115, 9029, 197, 197, 8658, 82, 220, 198, 25462, 220, 220, 220}},
+    {"digits",
+     "1234567890 3.14159 1,000,000 0x1F 2^32=4294967296 007",
+     {10163, 2231, 30924, 3829, 513, 13,   1415, 19707, 352,  11,   830,   11,   830, 657,
+      87,    16,   37,    362,  61,  2624, 28,   11785, 2920, 3134, 27137, 3571, 22}},
+    {"code",
+     "def f(x):\n    return x**2  # square\n\n\nprint(f(3))\n",
+     {4299, 277,  7,    87,  2599, 198,  220, 220, 220, 1441, 2124, 1174, 17,
+      220,  1303, 6616, 628, 198,  4798, 7,   69,  7,   18,   4008, 198}},
+    {"unicode_space",
+     "Ünïcödé\u00a0nbsp\u2003em\x0bvt\u0085nel\u3000ideo",
+     {127, 250, 77,  26884, 66,    9101, 67,  2634, 1849, 77,  24145,
+      447, 225, 368, 199,   36540, 126,  227, 4954, 5099, 222, 1651}},
+    {"paragraph",
+     "The quick brown fox jumps over the lazy dog. Tokenization splits text into pieces; byte-level BPE never fails, "
+     "because every byte is a token of its own. Supercalifragilisticexpialidocious antidisestablishmentarianism!!!",
+     {464,  2068,  7586, 21831, 18045, 625, 262,   16931, 3290,  13,    29130, 1634, 30778,
+      2420, 656,   5207, 26,    18022, 12,  5715,  347,   11401, 1239,  10143, 11,   780,
+      790,  18022, 318,  257,   11241, 286, 663,   898,   13,    3115,  9948,  361,  22562,
+      346,  396,   501,  42372, 498,   312, 32346, 1885,  29207, 44390, 3699,  1042, 10185}},
     {"endoftext_as_text", "before<|endoftext|>after", {19052, 27, 91, 437, 1659, 5239, 91, 29, 8499}},
 };
 
@@ -72,7 +101,8 @@ TEST(Gpt2Tokenizer, EmptyTextHasNoTokens) {
 TEST(Gpt2Tokenizer, SpecialTokenParsedOnlyWhenAsked) {
   const auto tok = gpt2_tokenizer();
   const std::string text = "<|endoftext|>Once upon a time<|endoftext|> the end";
-  EXPECT_EQ(tok->encode(text, SpecialTokens::parse), (std::vector<int64_t>{50256, 7454, 2402, 257, 640, 50256, 262, 886}));
+  EXPECT_EQ(tok->encode(text, SpecialTokens::parse),
+            (std::vector<int64_t>{50256, 7454, 2402, 257, 640, 50256, 262, 886}));
   const std::vector<int64_t> plain = tok->encode(text);
   EXPECT_EQ(std::count(plain.begin(), plain.end(), 50256), 0) << "training text never yields end-of-text";
   EXPECT_EQ(tok->decode(plain), text);
@@ -82,10 +112,12 @@ TEST(Gpt2Tokenizer, SpecialTokenParsedOnlyWhenAsked) {
 TEST(Gpt2Tokenizer, InvalidUtf8BytesRoundTrip) {
   const auto tok = gpt2_tokenizer();
   const std::vector<std::pair<std::string, std::vector<int64_t>>> cases = {
-      {"ab\xff" "cd", {397, 187, 10210}},
+      {"ab\xff"
+       "cd",
+       {397, 187, 10210}},
       {" \xff\xfe!", {220, 187, 186, 0}},
-      {"caf\xc3", {66, 1878, 127}},           // a sequence cut short
-      {"\xc0\xafx", {124, 107, 87}},          // an overlong '/'
+      {"caf\xc3", {66, 1878, 127}},              // a sequence cut short
+      {"\xc0\xafx", {124, 107, 87}},             // an overlong '/'
       {"hi \x80 there", {5303, 220, 222, 612}},  // a lone continuation byte
   };
   for (const auto& [text, ids] : cases) {

@@ -24,7 +24,9 @@ using testing::random_tensor;
   return testing::all_close(a, b, 0.0, 0.0);
 }
 
-Tensor bf16_input(const Shape& shape, uint64_t seed) { return raw::to(random_tensor(shape, DType::f32, seed), DType::bf16); }
+Tensor bf16_input(const Shape& shape, uint64_t seed) {
+  return raw::to(random_tensor(shape, DType::f32, seed), DType::bf16);
+}
 
 TEST(ComputeCopies, LearnsWhatIsUsedAndRecastsOnlyChangedParameters) {
   nn::Linear a({.in_features = 6, .out_features = 5}), b({.in_features = 5, .out_features = 3, .bias = false});
@@ -55,7 +57,7 @@ TEST(ComputeCopies, LearnsWhatIsUsedAndRecastsOnlyChangedParameters) {
   EXPECT_EQ(copies.conversions(), 4);
   EXPECT_TRUE(equal(copies.find(a.weight(), DType::bf16), raw::to(a.weight(), DType::bf16)));
   EXPECT_FALSE(wa.is_same(copies.find(a.weight(), DType::bf16)));  // a new tensor: saved graphs keep the old
-  copies.refresh({a.weight()}, DType::bf16);  // b no longer listed: its copy is dropped
+  copies.refresh({a.weight()}, DType::bf16);                       // b no longer listed: its copy is dropped
   EXPECT_FALSE(copies.find(b.weight(), DType::bf16).defined());
 }
 
@@ -108,7 +110,8 @@ TEST(ToMany, EqualsToPerTensorAndRejectsBadLists) {
   EXPECT_CPF_ERROR(raw::to_many({a, Tensor()}, DType::bf16), "to_many: tensor 1 of 2 is undefined");
   EXPECT_CPF_ERROR(raw::to_many({ones({2}, {.dtype = DType::i64})}, DType::bf16),
                    "to_many: tensor 0 is i64; only floating tensors are converted");
-  EXPECT_CPF_ERROR(raw::to_many({a}, DType::i32), "to_many: the target dtype must be floating (f32, f64 or bf16), got i32");
+  EXPECT_CPF_ERROR(raw::to_many({a}, DType::i32),
+                   "to_many: the target dtype must be floating (f32, f64 or bf16), got i32");
 }
 
 }  // namespace

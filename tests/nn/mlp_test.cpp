@@ -39,7 +39,10 @@ std::map<std::string, Tensor> params_of(const nn::Module& m) {
 }
 
 TEST(MLP, GeluMatchesNaiveReference) {
-  nn::MLP mlp({.hidden_size = 4, .intermediate_size = 6, .activation = nn::Activation::gelu, .bias = true,
+  nn::MLP mlp({.hidden_size = 4,
+               .intermediate_size = 6,
+               .activation = nn::Activation::gelu,
+               .bias = true,
                .dtype = DType::f64});
   auto p = params_of(mlp);
   ASSERT_EQ(p.size(), 4u);
@@ -66,7 +69,10 @@ TEST(MLP, SwigluMatchesNaiveReference) {
 TEST(MLP, SwigluFusedProjectionMatchesTheUnfusedGraph) {
   // 160 rows: gate_proj and up_proj run as one GEMM (linear_cat's fused path) and the gate as
   // swiglu_packed; the output and every parameter gradient equal the unfused ops' graph.
-  nn::MLP mlp({.hidden_size = 4, .intermediate_size = 6, .activation = nn::Activation::swiglu, .bias = true,
+  nn::MLP mlp({.hidden_size = 4,
+               .intermediate_size = 6,
+               .activation = nn::Activation::swiglu,
+               .bias = true,
                .dtype = DType::f64});
   auto p = params_of(mlp);
   ASSERT_EQ(p.size(), 6u);

@@ -47,7 +47,10 @@ TEST(ModulesGradcheck, LayerNorm) {
 }
 
 TEST(ModulesGradcheck, MLPGelu) {
-  nn::MLP mlp({.hidden_size = 4, .intermediate_size = 6, .activation = nn::Activation::gelu, .bias = true,
+  nn::MLP mlp({.hidden_size = 4,
+               .intermediate_size = 6,
+               .activation = nn::Activation::gelu,
+               .bias = true,
                .dtype = DType::f64});
   EXPECT_GRADCHECK([&](const std::vector<Tensor>& in) { return mlp.forward(in[0]); },
                    with_params(grad_input({3, 4}), mlp));

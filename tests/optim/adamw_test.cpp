@@ -155,7 +155,8 @@ TEST(AdamW, RejectsInvalidParameters) {
                    "adamw: parameter name 'w' appears more than once");
   EXPECT_CPF_ERROR(AdamW(NamedTensors{{"w", w}, {"v", w}}, {}),
                    "adamw: parameter 'v' is the same tensor as an earlier parameter");
-  EXPECT_CPF_ERROR(AdamW(NamedTensors{{"c", zeros({2})}}, {}), "adamw: parameter 'c' must be a leaf that requires grad");
+  EXPECT_CPF_ERROR(AdamW(NamedTensors{{"c", zeros({2})}}, {}),
+                   "adamw: parameter 'c' must be a leaf that requires grad");
   EXPECT_CPF_ERROR(AdamW(NamedTensors{{"i", zeros({2}, {.dtype = DType::i64})}}, {}),
                    "adamw: parameter 'i' has dtype i64");
   EXPECT_CPF_ERROR(AdamW(NamedTensors{{"", w}}, {}), "adamw: a parameter of group 'no_decay' has an empty name");
@@ -201,7 +202,8 @@ TEST(AdamW, LoadStateValidatesThenCopiesIntoExistingStorage) {
   EXPECT_CPF_ERROR(target.load_state(bad, 1), "adamw: state tensor 'exp_avg_sq.b' is missing (3 given, 4 expected)");
   bad = source.state_tensors();
   bad[1].second = zeros({3});
-  EXPECT_CPF_ERROR(target.load_state(bad, 1), "adamw: state tensor 'exp_avg.b' has shape [3] but the optimizer expects [2]");
+  EXPECT_CPF_ERROR(target.load_state(bad, 1),
+                   "adamw: state tensor 'exp_avg.b' has shape [3] but the optimizer expects [2]");
   bad[1].second = zeros({2}, {.dtype = DType::f64});
   EXPECT_CPF_ERROR(target.load_state(bad, 1), "adamw: state tensor 'exp_avg.b' is f64 but the optimizer keeps f32");
   bad = source.state_tensors();

@@ -15,8 +15,8 @@ namespace cpf {
 namespace {
 
 struct Problem {
-  Tensor x, y;     // (64, 5), (64, 2)
-  Tensor w, b;     // (5, 2), (2)
+  Tensor x, y;  // (64, 5), (64, 2)
+  Tensor w, b;  // (5, 2), (2)
   optim::NamedTensors params() const { return {{"proj.weight", w}, {"proj.bias", b}}; }
   Tensor loss() const {
     Tensor diff = sub(add(matmul(x, w), b), y);

@@ -13,8 +13,8 @@ using optim::NamedTensors;
 
 // Parameters with gradients (1, 2, 2) and (4) -> norm sqrt(1 + 4 + 4 + 16) = 5; "c" has no gradient.
 NamedTensors three_params(DType dtype) {
-  NamedTensors params = {{"a", zeros({3}, {.dtype = dtype})}, {"b", zeros({1, 1}, {.dtype = dtype})},
-                         {"c", zeros({2}, {.dtype = dtype})}};
+  NamedTensors params = {
+      {"a", zeros({3}, {.dtype = dtype})}, {"b", zeros({1, 1}, {.dtype = dtype})}, {"c", zeros({2}, {.dtype = dtype})}};
   for (auto& [name, p] : params) p.set_requires_grad(true);
   params[0].second.set_grad(from_vector<double>({1, 2, -2}, {3}));
   params[1].second.set_grad(from_vector<double>({4}, {1, 1}));
@@ -51,7 +51,8 @@ TEST(GradClip, ScalesAboveThresholdAndReturnsPreClipNorm) {
   NamedTensors params = three_params(DType::f64);
   EXPECT_DOUBLE_EQ(optim::clip_grad_norm_(params, 1.0), 5.0);
   const double coef = 1.0 / (5.0 + 1e-6);
-  EXPECT_TRUE(testing::all_close(params[0].second.grad(), from_vector<double>({coef, 2 * coef, -2 * coef}, {3}), 1e-15));
+  EXPECT_TRUE(
+      testing::all_close(params[0].second.grad(), from_vector<double>({coef, 2 * coef, -2 * coef}, {3}), 1e-15));
   EXPECT_TRUE(testing::all_close(params[1].second.grad(), from_vector<double>({4 * coef}, {1, 1}), 1e-15));
   EXPECT_FALSE(params[2].second.grad().defined());
   EXPECT_NEAR(optim::grad_norm(params), 1.0, 1e-6);
@@ -113,7 +114,8 @@ TEST(GradClip, RejectsInvalidArguments) {
   EXPECT_CPF_ERROR(optim::clip_grad_norm_(params, -1.0), "clip_grad_norm_: max_norm must be finite and > 0, got -1");
   EXPECT_CPF_ERROR(optim::clip_grad_norm_(params, NAN), "clip_grad_norm_: max_norm must be finite and > 0, got nan");
   EXPECT_CPF_ERROR(optim::scale_grads_(params, INFINITY), "scale_grads_: factor must be finite, got inf");
-  EXPECT_CPF_ERROR(optim::grad_norm(NamedTensors{{"u", Tensor()}}), "gradient utilities: parameter 'u' is an undefined");
+  EXPECT_CPF_ERROR(optim::grad_norm(NamedTensors{{"u", Tensor()}}),
+                   "gradient utilities: parameter 'u' is an undefined");
   EXPECT_CPF_ERROR(optim::grad_norm(std::vector<Tensor>{Tensor()}), "grad_norm: parameter 0 is an undefined tensor");
   params[1].second.impl()->grad = zeros({1, 1}, {.dtype = DType::i32});  // set_grad does not check dtypes
   EXPECT_CPF_ERROR(optim::clip_grad_norm_(params, 1.0), "clip_grad_norm_: gradient of parameter 1 has dtype i32");

@@ -15,14 +15,14 @@ using optim::LrScheduleOptions;
 
 TEST(LrSchedule, CosineAtKeySteps) {
   LrSchedule s({.decay = LrDecay::cosine, .lr = 1.0, .min_lr = 0.1, .warmup_steps = 10, .total_steps = 110});
-  EXPECT_DOUBLE_EQ(s.lr_at(0), 0.1);   // (0 + 1) / 10
+  EXPECT_DOUBLE_EQ(s.lr_at(0), 0.1);  // (0 + 1) / 10
   EXPECT_DOUBLE_EQ(s.lr_at(4), 0.5);
-  EXPECT_DOUBLE_EQ(s.lr_at(9), 1.0);   // last warmup step reaches the peak
-  EXPECT_DOUBLE_EQ(s.lr_at(10), 1.0);  // decay starts at progress 0
+  EXPECT_DOUBLE_EQ(s.lr_at(9), 1.0);      // last warmup step reaches the peak
+  EXPECT_DOUBLE_EQ(s.lr_at(10), 1.0);     // decay starts at progress 0
   EXPECT_NEAR(s.lr_at(60), 0.55, 1e-15);  // halfway: (peak + floor) / 2
   EXPECT_NEAR(s.lr_at(35), 0.1 + 0.45 * (1 + std::cos(std::numbers::pi * 0.25)), 1e-15);
   EXPECT_NEAR(s.lr_at(109), 0.1 + 0.45 * (1 + std::cos(std::numbers::pi * 0.99)), 1e-15);
-  EXPECT_DOUBLE_EQ(s.lr_at(110), 0.1);  // end
+  EXPECT_DOUBLE_EQ(s.lr_at(110), 0.1);   // end
   EXPECT_DOUBLE_EQ(s.lr_at(1000), 0.1);  // past the end
 }
 
@@ -67,7 +67,8 @@ TEST(LrSchedule, DecayNamesRoundTrip) {
 TEST(LrSchedule, RejectsInvalidOptions) {
   EXPECT_CPF_ERROR(LrSchedule({.lr = -1.0, .total_steps = 10}), "lr_schedule: lr must be finite and >= 0, got -1");
   EXPECT_CPF_ERROR(LrSchedule({.lr = NAN, .total_steps = 10}), "lr_schedule: lr must be finite and >= 0, got nan");
-  EXPECT_CPF_ERROR(LrSchedule({.warmup_steps = -1, .total_steps = 10}), "lr_schedule: warmup_steps must be >= 0, got -1");
+  EXPECT_CPF_ERROR(LrSchedule({.warmup_steps = -1, .total_steps = 10}),
+                   "lr_schedule: warmup_steps must be >= 0, got -1");
   EXPECT_CPF_ERROR(LrSchedule({.lr = 1.0, .min_lr = -0.1, .total_steps = 10}),
                    "lr_schedule: min_lr must be finite and >= 0, got -0.1");
   EXPECT_CPF_ERROR(LrSchedule({.lr = 1.0, .min_lr = 2.0, .total_steps = 10}),

@@ -18,8 +18,8 @@ Tensor param(const Shape& shape, DType dtype, uint64_t seed) {
 }
 
 // torch.optim.SGD with dampening 0, in plain doubles.
-void reference_sgd(std::vector<double>& p, std::vector<double>& buf, const std::vector<double>& g,
-                   const SGDOptions& o, double wd) {
+void reference_sgd(std::vector<double>& p, std::vector<double>& buf, const std::vector<double>& g, const SGDOptions& o,
+                   double wd) {
   for (size_t i = 0; i < p.size(); ++i) {
     double d = g[i] + wd * p[i];
     if (o.momentum > 0) {

@@ -138,14 +138,10 @@ inline CaseRun run_case(const OpCase& c, Device device, DType dtype) {
 inline Tolerance tolerance_for(DType dtype, bool exact, double scale) {
   if (exact) return {0, 0, 0};
   switch (dtype) {
-    case DType::f64:
-      return {1e-10, 1e-12, INFINITY};
-    case DType::f32:
-      return {1e-5, 1e-6, INFINITY};
-    case DType::bf16:
-      return {1.0 / 32, scale / 32, 1.0 / 128};
-    default:
-      return {0, 0, 0};  // integer and bool results (argmax, masks): equal
+    case DType::f64: return {1e-10, 1e-12, INFINITY};
+    case DType::f32: return {1e-5, 1e-6, INFINITY};
+    case DType::bf16: return {1.0 / 32, scale / 32, 1.0 / 128};
+    default: return {0, 0, 0};  // integer and bool results (argmax, masks): equal
   }
 }
 

@@ -11,16 +11,16 @@
 #include "framework/tensor/tensor.h"
 
 // Expects `statement` to throw cpf::Error whose message contains `substring`.
-#define EXPECT_CPF_ERROR(statement, substring)                                                     \
-  do {                                                                                             \
-    bool cpf_thrown_ = false;                                                                      \
-    try {                                                                                          \
-      statement;                                                                                   \
-    } catch (const ::cpf::Error& e) {                                                              \
-      cpf_thrown_ = true;                                                                          \
-      EXPECT_NE(std::string(e.what()).find(substring), std::string::npos)                          \
-          << "message was: " << e.what() << "\nexpected to contain: " << (substring);              \
-    }                                                                                              \
+#define EXPECT_CPF_ERROR(statement, substring)                                                              \
+  do {                                                                                                      \
+    bool cpf_thrown_ = false;                                                                               \
+    try {                                                                                                   \
+      statement;                                                                                            \
+    } catch (const ::cpf::Error& e) {                                                                       \
+      cpf_thrown_ = true;                                                                                   \
+      EXPECT_NE(std::string(e.what()).find(substring), std::string::npos)                                   \
+          << "message was: " << e.what() << "\nexpected to contain: " << (substring);                       \
+    }                                                                                                       \
     EXPECT_TRUE(cpf_thrown_) << "expected cpf::Error containing '" << (substring) << "' from: " #statement; \
   } while (0)
 
@@ -49,9 +49,9 @@ inline ::testing::AssertionResult all_close(const Tensor& actual, const Tensor& 
     }
   }
   if (worst_i >= 0) {
-    return ::testing::AssertionFailure() << "element " << worst_i << " of " << shape_str(actual.shape())
-                                         << ": actual " << a[worst_i] << " vs expected " << b[worst_i]
-                                         << " (atol " << atol << ", rtol " << rtol << ")";
+    return ::testing::AssertionFailure() << "element " << worst_i << " of " << shape_str(actual.shape()) << ": actual "
+                                         << a[worst_i] << " vs expected " << b[worst_i] << " (atol " << atol
+                                         << ", rtol " << rtol << ")";
   }
   return ::testing::AssertionSuccess();
 }

@@ -130,9 +130,11 @@ TEST(AddNorm, RejectsBadInputs) {
   const Tensor x = random_tensor({2, 4}, DType::f32, 1);
   const Tensor w = ones({4});
   const auto L = NormKind::layer_norm, R = NormKind::rms_norm;
-  EXPECT_CPF_ERROR(raw::add_norm(L, Tensor(), Tensor(), w, Tensor(), 1e-5, DType::f32), "add_layer_norm: argument 'x' is an undefined tensor");
-  EXPECT_CPF_ERROR(raw::add_norm(L, ones({2, 4}, {.dtype = DType::i64}), Tensor(), Tensor(), Tensor(), 1e-5, DType::i64),
-                   "add_layer_norm: x must be a floating tensor (f32, f64 or bf16), got i64");
+  EXPECT_CPF_ERROR(raw::add_norm(L, Tensor(), Tensor(), w, Tensor(), 1e-5, DType::f32),
+                   "add_layer_norm: argument 'x' is an undefined tensor");
+  EXPECT_CPF_ERROR(
+      raw::add_norm(L, ones({2, 4}, {.dtype = DType::i64}), Tensor(), Tensor(), Tensor(), 1e-5, DType::i64),
+      "add_layer_norm: x must be a floating tensor (f32, f64 or bf16), got i64");
   EXPECT_CPF_ERROR(raw::add_norm(R, ones({2, 0}), Tensor(), Tensor(), Tensor(), 1e-5, DType::f32),
                    "add_rms_norm: the normalised (last) dim of x is empty, shape [2,0]");
   EXPECT_CPF_ERROR(raw::add_norm(L, x, ones({2, 5}), w, Tensor(), 1e-5, DType::f32),

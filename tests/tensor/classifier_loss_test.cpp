@@ -32,8 +32,8 @@ Unfused unfused(const Tensor& hidden, const Tensor& weight, const Tensor& labels
   u.loss = scalar_tensor(ce.loss.item<double>() * factor, {.dtype = ce.loss.dtype()});
   const Tensor g = scalar_tensor(factor, {.dtype = DType::f64});
   const Tensor dlogits = raw::cross_entropy_backward(g, logits, labels, ce.lse, ce.valid_count, ignore_index);
-  u.dhidden = raw::matmul(dlogits, weight);                          // (T, C)
-  u.dweight = raw::matmul(raw::transpose(dlogits, 0, 1), hidden);    // (V, C)
+  u.dhidden = raw::matmul(dlogits, weight);                        // (T, C)
+  u.dweight = raw::matmul(raw::transpose(dlogits, 0, 1), hidden);  // (V, C)
   return u;
 }
 
@@ -133,10 +133,12 @@ TEST(ClassifierLossTest, RefusedInputsNameTheProblem) {
   EXPECT_CPF_ERROR(raw::classifier_loss(h, w, from_vector<int64_t>({0, 7, 2, 3}, {4})),
                    "classifier_loss: target 7 at row 1 is out of range for C=5 classes");
   EXPECT_CPF_ERROR(raw::classifier_loss(h, w, from_vector<int64_t>({0, 1, -1, 3}, {4})), "target -1 at row 2");
-  EXPECT_CPF_ERROR(raw::classifier_loss(raw::reshape(h, {2, 2, 3}), w, l), "hidden must be 2-D (T, C), got shape [2,2,3]");
+  EXPECT_CPF_ERROR(raw::classifier_loss(raw::reshape(h, {2, 2, 3}), w, l),
+                   "hidden must be 2-D (T, C), got shape [2,2,3]");
   EXPECT_CPF_ERROR(raw::classifier_loss(h, random_tensor({5, 4}, DType::f64, 13), l),
                    "weight must be (V, C) with V >= 1 and C = hidden's 3, got [5,4]");
-  EXPECT_CPF_ERROR(raw::classifier_loss(h, raw::to(w, DType::f32), l), "classifier_loss: dtypes differ: f64 [4,3] vs f32 [5,3]");
+  EXPECT_CPF_ERROR(raw::classifier_loss(h, raw::to(w, DType::f32), l),
+                   "classifier_loss: dtypes differ: f64 [4,3] vs f32 [5,3]");
   EXPECT_CPF_ERROR(raw::classifier_loss(raw::to(h, DType::i64), raw::to(w, DType::i64), l),
                    "hidden must be a floating tensor, got i64");
   EXPECT_CPF_ERROR(raw::classifier_loss(h, w, raw::to(l, DType::f32)), "labels must be i32 or i64, got f32");

@@ -68,8 +68,8 @@ void expect_matches(const Tensor& logits, const Tensor& targets, int64_t ignore,
   EXPECT_EQ(r.valid_count, ref.count);
   EXPECT_NEAR(r.loss.item<double>(), ref.loss, tol * (1 + std::abs(ref.loss)));
   EXPECT_TRUE(all_close(r.lse, ref.lse, tol, tol));
-  const Tensor d = raw::cross_entropy_backward(full({}, grad, {.dtype = compute}), logits, targets, r.lse,
-                                               r.valid_count, ignore);
+  const Tensor d =
+      raw::cross_entropy_backward(full({}, grad, {.dtype = compute}), logits, targets, r.lse, r.valid_count, ignore);
   EXPECT_EQ(d.dtype(), logits.dtype());
   EXPECT_TRUE(all_close(d, ref.dlogits, grad_tol > 0 ? grad_tol : tol, grad_tol > 0 ? grad_tol : tol));
 }

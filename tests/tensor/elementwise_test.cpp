@@ -122,8 +122,8 @@ bool ref_compare(CompareOp op, double a, double b) {
   return false;
 }
 
-const UnaryOp kUnaryOps[] = {UnaryOp::neg,  UnaryOp::exp,     UnaryOp::log, UnaryOp::sqrt,   UnaryOp::rsqrt,
-                             UnaryOp::tanh, UnaryOp::gelu,    UnaryOp::silu, UnaryOp::relu,  UnaryOp::sigmoid,
+const UnaryOp kUnaryOps[] = {UnaryOp::neg,  UnaryOp::exp,    UnaryOp::log,       UnaryOp::sqrt, UnaryOp::rsqrt,
+                             UnaryOp::tanh, UnaryOp::gelu,   UnaryOp::silu,      UnaryOp::relu, UnaryOp::sigmoid,
                              UnaryOp::abs,  UnaryOp::square, UnaryOp::reciprocal};
 const BinaryOp kBinaryOps[] = {BinaryOp::add, BinaryOp::sub,     BinaryOp::mul,    BinaryOp::div,
                                BinaryOp::pow, BinaryOp::maximum, BinaryOp::minimum};
@@ -143,8 +143,8 @@ TEST(Unary, EveryOpMatchesTheReference) {
   for (DType dtype : {DType::f64, DType::f32, DType::bf16}) {
     for (UnaryOp op : kUnaryOps) {
       SCOPED_TRACE(std::string(raw::op_name(op)) + " " + dtype_name(dtype));
-      Tensor x = positive_domain(op) ? random_tensor({7, 9}, dtype, 3, 0.1, 4.0)
-                                     : random_tensor({7, 9}, dtype, 3, -4, 4);
+      Tensor x =
+          positive_domain(op) ? random_tensor({7, 9}, dtype, 3, 0.1, 4.0) : random_tensor({7, 9}, dtype, 3, -4, 4);
       Tensor y = raw::unary(op, x);
       EXPECT_EQ(y.dtype(), dtype);
       EXPECT_EQ(y.shape(), x.shape());
@@ -243,9 +243,9 @@ TEST(Unary, Errors) {
 
 // Pairs of shapes that broadcast in every position: trailing, leading, middle, both sides, scalars.
 const std::pair<Shape, Shape> kBroadcastCases[] = {
-    {{3, 4}, {3, 4}}, {{3, 4}, {4}},       {{4}, {3, 4}},          {{3, 1}, {1, 4}},       {{2, 1, 4}, {3, 1}},
-    {{2, 3, 4}, {2, 1, 4}}, {{1, 3, 1}, {2, 1, 5}}, {{}, {2, 3}},  {{2, 3}, {}},           {{}, {}},
-    {{5}, {1}},       {{2, 0, 3}, {3}},    {{1}, {2, 0}},
+    {{3, 4}, {3, 4}},       {{3, 4}, {4}}, {{4}, {3, 4}}, {{3, 1}, {1, 4}}, {{2, 1, 4}, {3, 1}}, {{2, 3, 4}, {2, 1, 4}},
+    {{1, 3, 1}, {2, 1, 5}}, {{}, {2, 3}},  {{2, 3}, {}},  {{}, {}},         {{5}, {1}},          {{2, 0, 3}, {3}},
+    {{1}, {2, 0}},
 };
 
 TEST(Binary, EveryOpWithBroadcastingMatchesTheReference) {
@@ -259,7 +259,8 @@ TEST(Binary, EveryOpWithBroadcastingMatchesTheReference) {
         Tensor b = random_tensor(sb, dtype, 12, positive ? 0.5 : -2.0, 2.0);
         Tensor y = raw::binary(op, a, b);
         Shape shape;
-        const auto expected = naive_binary(a, b, [op](double x, double z) { return ref_binary(op, x, z); }, &shape);
+        const auto expected = naive_binary(
+            a, b, [op](double x, double z) { return ref_binary(op, x, z); }, &shape);
         EXPECT_EQ(y.shape(), shape);
         EXPECT_EQ(y.dtype(), dtype);
         EXPECT_TRUE(all_close(y, as_f64(expected, shape), tol(dtype), tol(dtype)));
@@ -272,17 +273,18 @@ TEST(Binary, NonContiguousOperands) {
   Tensor base = random_tensor({6, 8}, DType::f64, 21);
   Tensor other = random_tensor({8, 6}, DType::f64, 22, 0.5, 2.0);
   const std::vector<std::pair<Tensor, Tensor>> cases{
-      {raw::transpose(base, 0, 1), other},                                    // transposed vs contiguous
+      {raw::transpose(base, 0, 1), other},                                                  // transposed vs contiguous
       {raw::slice(base, 1, 0, 8, 2), raw::transpose(raw::slice(other, 0, 1, 8, 2), 0, 1)},  // stepped, both
       {raw::expand(raw::narrow(base, 0, 2, 1), {5, 8}), raw::narrow(raw::transpose(other, 0, 1), 0, 1, 5)},
-      {raw::select(base, 1, 3), raw::select(other, 0, 7)},                     // strided 1-D
+      {raw::select(base, 1, 3), raw::select(other, 0, 7)},  // strided 1-D
       {raw::permute(raw::reshape(base, {2, 3, 8}), {2, 0, 1}), raw::reshape(raw::select(other, 1, 0), {8, 1, 1})},
   };
   for (const auto& [a, b] : cases) {
     for (BinaryOp op : {BinaryOp::add, BinaryOp::mul, BinaryOp::div, BinaryOp::maximum}) {
       SCOPED_TRACE(std::string(raw::op_name(op)) + " " + shape_str(a.shape()) + " " + shape_str(b.shape()));
       Shape shape;
-      const auto expected = naive_binary(a, b, [op](double x, double z) { return ref_binary(op, x, z); }, &shape);
+      const auto expected = naive_binary(
+          a, b, [op](double x, double z) { return ref_binary(op, x, z); }, &shape);
       EXPECT_TRUE(all_close(raw::binary(op, a, b), as_f64(expected, shape), 1e-14, 1e-14));
     }
   }
@@ -297,7 +299,8 @@ TEST(Binary, LargeInputsTakeTheParallelPath) {
   for (const Tensor& b : {a, row, col, at}) {
     for (BinaryOp op : {BinaryOp::add, BinaryOp::sub, BinaryOp::mul, BinaryOp::minimum}) {
       Shape shape;
-      const auto expected = naive_binary(a, b, [op](double x, double z) { return ref_binary(op, x, z); }, &shape);
+      const auto expected = naive_binary(
+          a, b, [op](double x, double z) { return ref_binary(op, x, z); }, &shape);
       EXPECT_TRUE(all_close(raw::binary(op, a, b), as_f64(expected, shape), 1e-6, 1e-6))
           << raw::op_name(op) << " " << shape_str(b.shape());
     }
@@ -306,7 +309,8 @@ TEST(Binary, LargeInputsTakeTheParallelPath) {
   Tensor c = random_tensor({4, 128, 256}, DType::f64, 35);
   Tensor d = random_tensor({4, 1, 256}, DType::f64, 36);
   Shape shape;
-  const auto expected = naive_binary(c, d, [](double x, double z) { return x * z; }, &shape);
+  const auto expected = naive_binary(
+      c, d, [](double x, double z) { return x * z; }, &shape);
   EXPECT_TRUE(all_close(raw::mul(c, d), as_f64(expected, shape), 1e-15, 1e-15));
 }
 
@@ -342,11 +346,14 @@ TEST(Binary, IntegerOps) {
     Tensor b = raw::to(from_vector<int64_t>({2, 3, -4}, {3}), dtype);
     for (BinaryOp op : kBinaryOps) {
       Shape shape;
-      const auto expected = naive_binary(a, b, [op](double x, double z) {
-        if (op == BinaryOp::div) return std::trunc(x / z);  // C++ integer division truncates
-        if (op == BinaryOp::pow) return std::trunc(std::pow(x, z));
-        return ref_binary(op, x, z);
-      }, &shape);
+      const auto expected = naive_binary(
+          a, b,
+          [op](double x, double z) {
+            if (op == BinaryOp::div) return std::trunc(x / z);  // C++ integer division truncates
+            if (op == BinaryOp::pow) return std::trunc(std::pow(x, z));
+            return ref_binary(op, x, z);
+          },
+          &shape);
       Tensor y = raw::binary(op, a, b);
       EXPECT_EQ(y.dtype(), dtype);
       EXPECT_EQ(y.to_vector<double>(), expected) << raw::op_name(op);
@@ -401,8 +408,8 @@ TEST(Compare, EveryOpWithBroadcasting) {
       Tensor y = raw::compare(op, a, b);
       EXPECT_EQ(y.dtype(), DType::boolean);
       Shape shape;
-      const auto expected = naive_binary(a, b, [op](double x, double z) { return double(ref_compare(op, x, z)); },
-                                         &shape);
+      const auto expected = naive_binary(
+          a, b, [op](double x, double z) { return double(ref_compare(op, x, z)); }, &shape);
       EXPECT_EQ(y.shape(), shape);
       EXPECT_EQ(y.to_vector<double>(), expected) << dtype_name(dtype) << " op " << static_cast<int>(op);
       // Scalar right-hand side.

@@ -94,8 +94,7 @@ TEST(EmbeddingSortedReference, TheOrderOfTermsMatters) {
   for (const auto& [g, expected] : {std::pair{std::vector<float>{1e8f, 1.0f, -1e8f}, 0.0f},
                                     std::pair{std::vector<float>{1e8f, -1e8f, 1.0f}, 1.0f}}) {
     EXPECT_EQ((sorted_runs<float, float>(g, {0, 0, 0}, 1, 1)), std::vector<float>{expected});
-    EXPECT_EQ(raw::embedding_backward(from_vector(g, {3, 1}), ids, 1).to_vector<float>(),
-              std::vector<float>{expected});
+    EXPECT_EQ(raw::embedding_backward(from_vector(g, {3, 1}), ids, 1).to_vector<float>(), std::vector<float>{expected});
   }
 }
 

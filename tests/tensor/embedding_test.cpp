@@ -66,7 +66,7 @@ TEST(Embedding, ScalarAndEmptyIds) {
 TEST(Embedding, NonContiguousTableAndIds) {
   const Tensor table = random_tensor({6, 8}, DType::f32, 3);
   const Tensor sliced = raw::narrow(table, 1, 2, 4);  // (6, 4), row stride 8: used in place
-  const Tensor transposed = raw::transpose(random_tensor({5, 6}, DType::f32, 4), 0, 1);  // (6, 5), copied
+  const Tensor transposed = raw::transpose(random_tensor({5, 6}, DType::f32, 4), 0, 1);       // (6, 5), copied
   const Tensor ids = raw::transpose(from_vector<int64_t>({0, 5, 2, 3, 1, 4}, {2, 3}), 0, 1);  // (3, 2)
   ASSERT_FALSE(sliced.is_contiguous());
   ASSERT_FALSE(ids.is_contiguous());

@@ -21,7 +21,7 @@ namespace {
 using testing::all_close;
 using testing::random_tensor;
 
-using testing::ravel;    // tests/support/index_utils.h
+using testing::ravel;  // tests/support/index_utils.h
 using testing::unravel;
 
 Tensor bool_tensor(const std::vector<int32_t>& values, const Shape& shape) {

@@ -17,7 +17,7 @@ namespace {
 using testing::all_close;
 using testing::random_tensor;
 
-using testing::ravel;    // tests/support/index_utils.h
+using testing::ravel;  // tests/support/index_utils.h
 using testing::unravel;
 
 // Naive cat: for every output element, find the input it falls into along d.

@@ -71,10 +71,21 @@ void expect_matmul(const Tensor& a, const Tensor& b, double tol) {
 
 TEST(Matmul, ShapesAndBatchBroadcasting) {
   const std::vector<std::pair<Shape, Shape>> cases{
-      {{4, 8}, {8, 3}},        {{1, 5}, {5, 1}},          {{3, 4, 8}, {8, 3}},       {{4, 8}, {2, 8, 3}},
-      {{2, 3, 4, 5}, {3, 5, 6}}, {{2, 1, 4, 5}, {3, 5, 6}}, {{1, 4, 5}, {3, 5, 2}},   {{3, 1, 2, 4}, {1, 2, 4, 3}},
-      {{8}, {8, 3}},           {{4, 8}, {8}},             {{8}, {8}},                {{2, 3, 4}, {4}},
-      {{4}, {2, 4, 5}},        {{1}, {1, 7}},             {{7, 1}, {1}},
+      {{4, 8}, {8, 3}},
+      {{1, 5}, {5, 1}},
+      {{3, 4, 8}, {8, 3}},
+      {{4, 8}, {2, 8, 3}},
+      {{2, 3, 4, 5}, {3, 5, 6}},
+      {{2, 1, 4, 5}, {3, 5, 6}},
+      {{1, 4, 5}, {3, 5, 2}},
+      {{3, 1, 2, 4}, {1, 2, 4, 3}},
+      {{8}, {8, 3}},
+      {{4, 8}, {8}},
+      {{8}, {8}},
+      {{2, 3, 4}, {4}},
+      {{4}, {2, 4, 5}},
+      {{1}, {1, 7}},
+      {{7, 1}, {1}},
   };
   for (DType dtype : {DType::f64, DType::f32}) {
     for (const auto& [sa, sb] : cases) {
@@ -100,13 +111,13 @@ TEST(Matmul, EveryOperandLayout) {
   Tensor a_base = random_tensor({6, 9}, DType::f64, 5);
   Tensor b_base = random_tensor({10, 12}, DType::f64, 6);
   const std::vector<Tensor> lefts{
-      random_tensor({4, 6}, DType::f64, 7),                 // contiguous
-      raw::transpose(random_tensor({6, 4}, DType::f64, 8), 0, 1),  // column-major
-      raw::narrow(raw::narrow(a_base, 1, 2, 6), 0, 1, 4),   // row stride 9 > cols
+      random_tensor({4, 6}, DType::f64, 7),                             // contiguous
+      raw::transpose(random_tensor({6, 4}, DType::f64, 8), 0, 1),       // column-major
+      raw::narrow(raw::narrow(a_base, 1, 2, 6), 0, 1, 4),               // row stride 9 > cols
       raw::slice(random_tensor({4, 12}, DType::f64, 36), 1, 0, 12, 2),  // column stride 2: copied first
-      raw::expand(random_tensor({1, 6}, DType::f64, 9), {4, 6}),   // row stride 0
-      raw::expand(random_tensor({4, 1}, DType::f64, 10), {4, 6}),  // column stride 0
-      raw::transpose(raw::narrow(a_base, 1, 0, 4), 0, 1),          // transposed slice
+      raw::expand(random_tensor({1, 6}, DType::f64, 9), {4, 6}),        // row stride 0
+      raw::expand(random_tensor({4, 1}, DType::f64, 10), {4, 6}),       // column stride 0
+      raw::transpose(raw::narrow(a_base, 1, 0, 4), 0, 1),               // transposed slice
   };
   const std::vector<Tensor> rights{
       random_tensor({6, 5}, DType::f64, 11),
@@ -136,11 +147,11 @@ TEST(Matmul, DegenerateVectorsWithOddStrides) {
   Tensor m = random_tensor({5, 3}, DType::f64, 16);
   Tensor mt = random_tensor({3, 5}, DType::f64, 17);
   for (const Tensor& v : vectors) {
-    expect_matmul(v, m, 1e-13);                       // (5,) @ (5, 3)
-    expect_matmul(mt, v, 1e-13);                      // (3, 5) @ (5,)
-    expect_matmul(raw::unsqueeze(v, 0), m, 1e-13);    // (1, 5) @ (5, 3)
-    expect_matmul(mt, raw::unsqueeze(v, 1), 1e-13);   // (3, 5) @ (5, 1)
-    expect_matmul(v, v, 1e-13);                       // dot
+    expect_matmul(v, m, 1e-13);                      // (5,) @ (5, 3)
+    expect_matmul(mt, v, 1e-13);                     // (3, 5) @ (5,)
+    expect_matmul(raw::unsqueeze(v, 0), m, 1e-13);   // (1, 5) @ (5, 3)
+    expect_matmul(mt, raw::unsqueeze(v, 1), 1e-13);  // (3, 5) @ (5, 1)
+    expect_matmul(v, v, 1e-13);                      // dot
   }
   Tensor col = raw::select(base, 1, 3);  // (4,) stride 10
   expect_matmul(random_tensor({2, 4}, DType::f64, 18), raw::unsqueeze(col, 1), 1e-13);
@@ -182,8 +193,7 @@ TEST(Matmul, LargeAndManyBatches) {
   expect_matmul(a, b, 1e-4);
   expect_matmul(random_tensor({64, 6, 7}, DType::f64, 32), random_tensor({64, 7, 5}, DType::f64, 33), 1e-13);
   expect_matmul(random_tensor({33, 2, 7}, DType::f64, 34),
-                raw::transpose(random_tensor({33, 5, 7}, DType::f64, 35), 1, 2),
-                1e-13);
+                raw::transpose(random_tensor({33, 5, 7}, DType::f64, 35), 1, 2), 1e-13);
 }
 
 TEST(Matmul, Errors) {

@@ -17,8 +17,8 @@ using testing::all_close;
 using testing::random_tensor;
 
 struct Reference {
-  Tensor y, mean, rstd;          // forward
-  Tensor dx, dweight, dbias;     // backward (when a gradient is given)
+  Tensor y, mean, rstd;       // forward
+  Tensor dx, dweight, dbias;  // backward (when a gradient is given)
 };
 
 // Plain loops in double, textbook formulas. centered = LayerNorm, otherwise RMSNorm.

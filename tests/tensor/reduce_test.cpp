@@ -68,14 +68,16 @@ NaiveReduction naive_mean(const Tensor& x, const std::vector<int64_t>& dims, boo
                       [](double a, int64_t n) { return n == 0 ? NAN : a / static_cast<double>(n); });
 }
 NaiveReduction naive_amax(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
-  return naive_reduce(x, dims, keepdim, -INFINITY,
-                      [](double a, double v) { return std::isnan(a) || std::isnan(v) ? NAN : std::max(a, v); },
-                      [](double a, int64_t) { return a; });
+  return naive_reduce(
+      x, dims, keepdim, -INFINITY,
+      [](double a, double v) { return std::isnan(a) || std::isnan(v) ? NAN : std::max(a, v); },
+      [](double a, int64_t) { return a; });
 }
 NaiveReduction naive_logsumexp(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   // Plain sum of exp (inputs stay small in these tests), then log.
-  return naive_reduce(x, dims, keepdim, 0.0, [](double a, double v) { return a + std::exp(v); },
-                      [](double a, int64_t) { return std::log(a); });
+  return naive_reduce(
+      x, dims, keepdim, 0.0, [](double a, double v) { return a + std::exp(v); },
+      [](double a, int64_t) { return std::log(a); });
 }
 
 using RawReduce = Tensor (*)(const Tensor&, const std::vector<int64_t>&, bool);
@@ -87,8 +89,8 @@ const std::pair<const char*, std::pair<RawReduce, NaiveReduce>> kReductions[] = 
     {"logsumexp", {&raw::logsumexp, &naive_logsumexp}},
 };
 
-const std::vector<std::vector<int64_t>> kDimSets = {{}, {0}, {1}, {2}, {-1}, {0, 2},
-                                                    {2, 0}, {1, 2}, {0, 1, 2}, {-3, -2}};
+const std::vector<std::vector<int64_t>> kDimSets = {{},     {0},    {1},    {2},       {-1},
+                                                    {0, 2}, {2, 0}, {1, 2}, {0, 1, 2}, {-3, -2}};
 
 void check_all_reductions(const Tensor& x, double atol, double rtol) {
   for (const auto& [name, fns] : kReductions) {
@@ -221,8 +223,8 @@ TEST(Argmax, FirstMaximumAlongOneDim) {
 TEST(SumTo, ReducesBroadcastDims) {
   Tensor x = random_tensor({2, 3, 4}, DType::f64, 9);
   const std::vector<std::pair<Shape, std::vector<int64_t>>> cases{
-      {{3, 4}, {0}}, {{3, 1}, {0, 2}}, {{1, 4}, {0, 1}}, {{4}, {0, 1}}, {{}, {0, 1, 2}}, {{2, 1, 4}, {1}},
-      {{1, 1, 1}, {0, 1, 2}}};
+      {{3, 4}, {0}},   {{3, 1}, {0, 2}}, {{1, 4}, {0, 1}},      {{4}, {0, 1}},
+      {{}, {0, 1, 2}}, {{2, 1, 4}, {1}}, {{1, 1, 1}, {0, 1, 2}}};
   for (const auto& [target, dims] : cases) {
     Tensor y = raw::sum_to(x, target);
     EXPECT_EQ(y.shape(), target);

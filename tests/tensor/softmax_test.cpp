@@ -24,16 +24,17 @@ struct Layout {
 Layout layout_of(const Shape& shape, int64_t dim) {
   Layout l;
   for (int64_t k = 0; k < static_cast<int64_t>(shape.size()); ++k) {
-    if (k < dim) l.outer *= shape[k];
-    else if (k == dim) l.size = shape[k];
-    else l.inner *= shape[k];
+    if (k < dim)
+      l.outer *= shape[k];
+    else if (k == dim)
+      l.size = shape[k];
+    else
+      l.inner *= shape[k];
   }
   return l;
 }
 
-int64_t norm_dim(int64_t dim, const Shape& shape) {
-  return dim < 0 ? dim + static_cast<int64_t>(shape.size()) : dim;
-}
+int64_t norm_dim(int64_t dim, const Shape& shape) { return dim < 0 ? dim + static_cast<int64_t>(shape.size()) : dim; }
 
 // Plain loops in double: every (outer, inner) column along `dim` separately.
 Tensor reference_softmax(const Tensor& x, int64_t dim, bool log) {

@@ -58,8 +58,8 @@ TEST(Swiglu, Bf16RoundsOnceFromTheF32Value) {
   EXPECT_TRUE(all_close(y, expected, 0, 0));
   const Tensor dy = raw::to(random_tensor({4, 32}, DType::f32, 10), DType::bf16);
   const raw::SwigluGrads b = raw::swiglu_backward(dy, gb, ub);
-  const raw::SwigluGrads f = raw::swiglu_backward(raw::to(dy, DType::f32), raw::to(gb, DType::f32),
-                                                  raw::to(ub, DType::f32));
+  const raw::SwigluGrads f =
+      raw::swiglu_backward(raw::to(dy, DType::f32), raw::to(gb, DType::f32), raw::to(ub, DType::f32));
   EXPECT_TRUE(all_close(b.d_gate, raw::to(f.d_gate, DType::bf16), 0, 0));
   EXPECT_TRUE(all_close(b.d_up, raw::to(f.d_up, DType::bf16), 0, 0));
 }

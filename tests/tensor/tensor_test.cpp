@@ -144,16 +144,16 @@ TEST(Device, ParseErrors) {
   EXPECT_CPF_ERROR(Device::parse("CPU"), "invalid device 'CPU'");
   EXPECT_CPF_ERROR(Device::parse(""), "invalid device ''");
   for (const char* bad : {"cuda:", "cuda:-1", "cuda:1x", "cuda:x", "cuda: 1", "cuda:99999999999"}) {
-    EXPECT_CPF_ERROR(Device::parse(bad),
-                     std::string("invalid device '") + bad +
-                         "': the index after 'cuda:' must be a non-negative integer");
+    EXPECT_CPF_ERROR(Device::parse(bad), std::string("invalid device '") + bad +
+                                             "': the index after 'cuda:' must be a non-negative integer");
   }
 }
 
 TEST(Device, CudaWithoutBackendGivesAHelpfulError) {
   if (has_device_backend(DeviceType::cuda)) GTEST_SKIP() << "this build has a CUDA backend";
-  const char* hint = "no backend for device type cuda:0: this build has no CUDA support (configure with "
-                     "-DCPF_WITH_CUDA=ON";
+  const char* hint =
+      "no backend for device type cuda:0: this build has no CUDA support (configure with "
+      "-DCPF_WITH_CUDA=ON";
   EXPECT_CPF_ERROR(empty({2, 3}, {.device = Device::cuda()}), hint);
   EXPECT_CPF_ERROR(zeros({2}, {.device = Device::cuda()}), hint);
   EXPECT_CPF_ERROR(raw::to(ones({2}), Device::cuda()), hint);

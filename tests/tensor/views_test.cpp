@@ -123,8 +123,7 @@ Shape random_target(Shape shape, std::mt19937& rng) {
           }
         }
         break;
-      default:
-        shape.insert(shape.begin() + static_cast<int64_t>(rng() % (shape.size() + 1)), 1);
+      default: shape.insert(shape.begin() + static_cast<int64_t>(rng() % (shape.size() + 1)), 1);
     }
   }
   return shape;
@@ -261,8 +260,7 @@ TEST(Slice, NegativeClampedAndStepped) {
       for (int64_t step : {1, 2, 3, 7}) {
         Tensor s = raw::slice(t, 1, start, end, step);
         const auto idx = slice_indices(10, start, end, step);
-        ASSERT_EQ(s.shape(), (Shape{2, static_cast<int64_t>(idx.size())}))
-            << start << ":" << end << ":" << step;
+        ASSERT_EQ(s.shape(), (Shape{2, static_cast<int64_t>(idx.size())})) << start << ":" << end << ":" << step;
         std::vector<double> expected;
         for (int64_t r = 0; r < 2; ++r)
           for (int64_t i : idx) expected.push_back(static_cast<double>(r * 10 + i));
@@ -442,8 +440,7 @@ TEST(Copy, ConversionsBetweenDTypes) {
   Tensor f = from_vector<double>({0.0, -0.0, 1e-300, 2.5, -1.0}, {5});
   EXPECT_EQ(raw::to(f, DType::boolean).to_vector<bool>(), (std::vector<bool>{false, false, true, true, true}));
   EXPECT_EQ(raw::to(f, DType::i64).to_vector<int64_t>(), (std::vector<int64_t>{0, 0, 0, 2, -1}));
-  EXPECT_EQ(raw::to(raw::to(f, DType::boolean), DType::f32).to_vector<float>(),
-            (std::vector<float>{0, 0, 1, 1, 1}));
+  EXPECT_EQ(raw::to(raw::to(f, DType::boolean), DType::f32).to_vector<float>(), (std::vector<float>{0, 0, 1, 1, 1}));
   Tensor big = from_vector<int64_t>({(int64_t{1} << 40) + 1}, {1});
   EXPECT_EQ(raw::to(big, DType::f64).item<double>(), static_cast<double>((int64_t{1} << 40) + 1));
   EXPECT_EQ(raw::to(raw::to(big, DType::f64), DType::i64).item<int64_t>(), (int64_t{1} << 40) + 1);

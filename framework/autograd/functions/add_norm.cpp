@@ -11,8 +11,8 @@ namespace {
 using autograd::GradList;
 using autograd::SavedTensor;
 
-AddNormOutput fused(raw::NormKind kind, const Tensor& x, const Tensor& branch, const Tensor& weight,
-                    const Tensor& bias, double eps, DType out_dtype) {
+AddNormOutput fused(raw::NormKind kind, const Tensor& x, const Tensor& branch, const Tensor& weight, const Tensor& bias,
+                    double eps, DType out_dtype) {
   raw::AddNormResult r = raw::add_norm(kind, x, branch, weight, bias, eps, out_dtype);
   const bool has_branch = branch.defined();
   const std::optional<DType> branch_dtype = has_branch ? std::optional<DType>(branch.dtype()) : std::nullopt;
@@ -23,8 +23,8 @@ AddNormOutput fused(raw::NormKind kind, const Tensor& x, const Tensor& branch, c
     // g = {grad_x1, grad_y} with a branch, {grad_y} without (x1 is then x, not an output).
     const Tensor grad_x1 = has_branch ? g[0] : Tensor();
     const Tensor grad_y = has_branch ? g[1] : g[0];
-    raw::AddNormGrads d = raw::add_norm_backward(kind, grad_x1, grad_y, out_dtype, sx1.unpack(), sw.unpack(),
-                                                 has_bias, sm.unpack(), sr.unpack(), branch_dtype);
+    raw::AddNormGrads d = raw::add_norm_backward(kind, grad_x1, grad_y, out_dtype, sx1.unpack(), sw.unpack(), has_bias,
+                                                 sm.unpack(), sr.unpack(), branch_dtype);
     return GradList{d.dx, d.dbranch, d.dweight, d.dbias};
   };
   if (!has_branch) return {x, autograd::record(name, r.y, {x, branch, weight, bias}, std::move(backward))};

@@ -20,9 +20,9 @@ Tensor scaled(const Tensor& grad, const Tensor& g, DType dtype) {
 // The weight the GEMMs read: head.compute_weight when given (validated), else the master in hidden's dtype.
 Tensor compute_weight_of(const Tensor& hidden, const LinearWeights& head) {
   CPF_CHECK(hidden.defined() && head.weight.defined(), kOp, ": hidden and the head weight must be defined");
-  CPF_CHECK(!head.bias.defined() && !head.compute_bias.defined(), kOp,
-            ": the head takes no bias (got one of shape ",
-            head.bias.defined() ? head.bias.shape() : head.compute_bias.shape(), "); drop it or use linear + cross_entropy");
+  CPF_CHECK(!head.bias.defined() && !head.compute_bias.defined(), kOp, ": the head takes no bias (got one of shape ",
+            head.bias.defined() ? head.bias.shape() : head.compute_bias.shape(),
+            "); drop it or use linear + cross_entropy");
   const DType in = hidden.dtype(), param = head.weight.dtype();
   CPF_CHECK(param == in || (param == DType::f32 && in == DType::bf16), kOp, ": hidden dtype ", in,
             " does not match the head weight dtype ", param,
@@ -55,11 +55,11 @@ Tensor classifier_loss(const Tensor& hidden, const LinearWeights& head, const Te
   if (!o.compute_grads) return r.loss;
   // The gradients are plain tensors held by the node: nothing of the forward is saved besides them.
   // dweight is in the compute dtype (f32 for bf16): the f32 master's gradient with no rounding.
-  return autograd::record("classifier_loss", r.loss, {hidden, head.weight},
-                          [dh = r.dhidden, dw = r.dweight, hd = hidden.dtype(), wd = head.weight.dtype()](
-                              const autograd::GradList& g) {
-                            return autograd::GradList{scaled(dh, g[0], hd), scaled(dw, g[0], wd)};
-                          });
+  return autograd::record(
+      "classifier_loss", r.loss, {hidden, head.weight},
+      [dh = r.dhidden, dw = r.dweight, hd = hidden.dtype(), wd = head.weight.dtype()](const autograd::GradList& g) {
+        return autograd::GradList{scaled(dh, g[0], hd), scaled(dw, g[0], wd)};
+      });
 }
 
 }  // namespace cpf

@@ -34,7 +34,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
                               const int64_t k = a2.size(-1), n = gc.size(-1);
                               const Tensor a_rows = raw::reshape(raw::contiguous(a2), {a2.numel() / k, k});  // (M', K)
                               const Tensor g_rows = raw::reshape(raw::contiguous(gc), {gc.numel() / n, n});  // (M', N)
-                              gb = raw::matmul(raw::transpose(a_rows, 0, 1), g_rows);                       // (K, N)
+                              gb = raw::matmul(raw::transpose(a_rows, 0, 1), g_rows);                        // (K, N)
                             } else {
                               gb = raw::matmul(raw::transpose(a2, -1, -2), gc);
                             }

@@ -42,8 +42,8 @@ Resolved resolve(const Tensor& x, const LinearWeights& p, const char* op) {
   if (p.compute_bias.defined()) {
     CPF_CHECK(p.bias.defined() && p.compute_bias.dtype() == in && p.compute_bias.shape() == p.bias.shape() &&
                   p.compute_bias.device() == p.bias.device(),
-              op, ": compute_bias must be the bias ", p.bias.defined() ? p.bias.shape() : Shape{}, " in the input dtype ",
-              in, ", got ", p.compute_bias.shape(), " ", p.compute_bias.dtype());
+              op, ": compute_bias must be the bias ", p.bias.defined() ? p.bias.shape() : Shape{},
+              " in the input dtype ", in, ", got ", p.compute_bias.shape(), " ", p.compute_bias.dtype());
     r.compute_bias = p.compute_bias;
   } else if (p.bias.defined()) {
     r.compute_bias = raw::to(p.bias, in);  // p.bias itself when the dtypes agree
@@ -85,12 +85,12 @@ Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias, co
   raw::LinearGelu y = raw::linear_gelu(x, r.compute_weight, r.compute_bias);  // validates shapes
   return autograd::record(
       "linear_gelu", y.out, inputs_of(x, r),
-      [sx = SavedTensor(x), sw = SavedTensor(r.compute_weight), sm = SavedTensor(weight),
-       spre = SavedTensor(y.pre), has_bias = bias.defined()](const GradList& g) {
+      [sx = SavedTensor(x), sw = SavedTensor(r.compute_weight), sm = SavedTensor(weight), spre = SavedTensor(y.pre),
+       has_bias = bias.defined()](const GradList& g) {
         const Tensor& xv = sx.unpack();
         const Tensor& pre = spre.unpack();
         const Tensor grad_pre = raw::unary_backward(raw::UnaryOp::gelu, raw::contiguous(g[0]), pre, pre);  // (..., N)
-        GradList grads{raw::reshape(raw::matmul(raw::flatten_rows(grad_pre), sw.unpack()), xv.shape())};                    // (..., K)
+        GradList grads{raw::reshape(raw::matmul(raw::flatten_rows(grad_pre), sw.unpack()), xv.shape())};   // (..., K)
         param_grads(grad_pre, xv, sm, has_bias, grads);
         return grads;
       });
@@ -100,7 +100,7 @@ Tensor gelu_mlp(const Tensor& x, const LinearWeights& in, const LinearWeights& o
   const Resolved r1 = resolve(x, in, "gelu_mlp (in)");
   const Resolved r2 = resolve(x, out, "gelu_mlp (out)");
   raw::LinearGelu h = raw::linear_gelu(x, r1.compute_weight, r1.compute_bias);  // (..., I)
-  Tensor y = raw::linear(h.out, r2.compute_weight, r2.compute_bias);          // (..., C_out)
+  Tensor y = raw::linear(h.out, r2.compute_weight, r2.compute_bias);            // (..., C_out)
   std::vector<Tensor> inputs{x, r1.weight, r1.bias, r2.weight, r2.bias};
   return autograd::record(
       "gelu_mlp", y, inputs,
@@ -110,8 +110,8 @@ Tensor gelu_mlp(const Tensor& x, const LinearWeights& in, const LinearWeights& o
         const Tensor& xv = sx.unpack();
         // dPre = (dY W2) * gelu'(pre) in one GEMM; fc_in's bias gradient comes from its dW GEMM
         // (BGRADB in the master dtype) rather than DGELU_BGRAD (which writes the compute dtype).
-        const Tensor grad_pre = raw::linear_dgelu(g[0], sw2.unpack(), spre.unpack(), false).grad_pre;  // (..., I)
-        GradList grads{raw::reshape(raw::matmul(raw::flatten_rows(grad_pre), sw1.unpack()), xv.shape())};                 // (..., C)
+        const Tensor grad_pre = raw::linear_dgelu(g[0], sw2.unpack(), spre.unpack(), false).grad_pre;      // (..., I)
+        GradList grads{raw::reshape(raw::matmul(raw::flatten_rows(grad_pre), sw1.unpack()), xv.shape())};  // (..., C)
         param_grads(grad_pre, xv, sm1, b1, grads);
         param_grads(g[0], sh.unpack(), sm2, b2, grads);
         return grads;

@@ -36,14 +36,14 @@ void check_parts(const Tensor& x, const std::vector<LinearWeights>& parts) {
     CPF_CHECK(p.bias.defined() == parts[0].bias.defined(), kOp, ": part ", i, (p.bias.defined() ? " has" : " has no"),
               " bias but part 0 ", (parts[0].bias.defined() ? "has one" : "has none"),
               " (the fused bias covers every part or none)");
-    CPF_CHECK(!p.bias.defined() || (p.bias.dim() == 1 && p.bias.size(0) == p.weight.size(0) &&
-                                    p.bias.dtype() == p.weight.dtype()),
+    CPF_CHECK(!p.bias.defined() ||
+                  (p.bias.dim() == 1 && p.bias.size(0) == p.weight.size(0) && p.bias.dtype() == p.weight.dtype()),
               kOp, ": part ", i, "'s bias must be (N) = (", p.weight.size(0), ") of the weight dtype ",
               p.weight.dtype(), ", got ", p.bias.shape(), " ", p.bias.dtype());
-    CPF_CHECK(!p.compute_weight.defined() || (p.compute_weight.dtype() == x.dtype() &&
-                                              p.compute_weight.shape() == p.weight.shape()),
-              kOp, ": part ", i, "'s compute_weight must be the weight ", p.weight.shape(), " in x's dtype ",
-              x.dtype(), ", got ", p.compute_weight.shape(), " ", p.compute_weight.dtype());
+    CPF_CHECK(!p.compute_weight.defined() ||
+                  (p.compute_weight.dtype() == x.dtype() && p.compute_weight.shape() == p.weight.shape()),
+              kOp, ": part ", i, "'s compute_weight must be the weight ", p.weight.shape(), " in x's dtype ", x.dtype(),
+              ", got ", p.compute_weight.shape(), " ", p.compute_weight.dtype());
   }
 }
 
@@ -66,12 +66,12 @@ Tensor linear_cat(const Tensor& x, const std::vector<LinearWeights>& parts, int6
   if (x.size(-1) == 0 || x.numel() / x.size(-1) < min_fused_rows) {
     std::vector<Tensor> pieces;
     for (const LinearWeights& p : parts) pieces.push_back(linear(x, p));  // (..., N_i)
-    return pieces.size() == 1 ? pieces[0] : cat(pieces, -1);               // (..., sum N)
+    return pieces.size() == 1 ? pieces[0] : cat(pieces, -1);              // (..., sum N)
   }
   const bool has_bias = parts[0].bias.defined();
-  const Tensor w = stacked(parts, x.dtype(), false);                        // (sum N, K)
+  const Tensor w = stacked(parts, x.dtype(), false);                       // (sum N, K)
   const Tensor b = has_bias ? stacked(parts, x.dtype(), true) : Tensor();  // (sum N)
-  Tensor y = raw::linear(x, w, b);                                          // (..., sum N)
+  Tensor y = raw::linear(x, w, b);                                         // (..., sum N)
   std::vector<Tensor> inputs{x};
   std::vector<int64_t> rows;
   for (const LinearWeights& p : parts) {
@@ -87,7 +87,7 @@ Tensor linear_cat(const Tensor& x, const std::vector<LinearWeights>& parts, int6
         const raw::LinearParamGrads pg = raw::linear_param_grads(g[0], xv, master, has_bias);  // (sum N, K), (sum N)
         int64_t first = 0;
         for (int64_t n : rows) {
-          grads.push_back(raw::narrow(pg.weight, 0, first, n));                             // (N_i, K), contiguous
+          grads.push_back(raw::narrow(pg.weight, 0, first, n));                      // (N_i, K), contiguous
           grads.push_back(has_bias ? raw::narrow(pg.bias, 0, first, n) : Tensor());  // (N_i)
           first += n;
         }

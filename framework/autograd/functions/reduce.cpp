@@ -26,9 +26,10 @@ Tensor expand_back(const Tensor& grad, const Shape& input_shape, const std::vect
 }  // namespace
 
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
-  return autograd::record("sum", raw::sum(x, dims, keepdim), {x}, [shape = x.shape(), dims, keepdim](const GradList& g) {
-    return GradList{raw::contiguous(expand_back(g[0], shape, dims, keepdim))};
-  });
+  return autograd::record("sum", raw::sum(x, dims, keepdim), {x},
+                          [shape = x.shape(), dims, keepdim](const GradList& g) {
+                            return GradList{raw::contiguous(expand_back(g[0], shape, dims, keepdim))};
+                          });
 }
 
 Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
@@ -41,34 +42,31 @@ Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
 
 Tensor amax(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   const Tensor y = raw::amax(x, dims, keepdim);
-  return autograd::record("amax", y, {x},
-                          [sx = SavedTensor(x), sy = SavedTensor(y), dims, keepdim](const GradList& g) {
-                            const Tensor& xv = sx.unpack();
-                            const Shape& shape = xv.shape();
-                            Tensor is_max = raw::to(raw::compare(raw::CompareOp::eq, xv,
-                                                                 expand_back(sy.unpack(), shape, dims, keepdim)),
-                                                    xv.dtype());
-                            Tensor ties = raw::sum(is_max, dims, true);
-                            Tensor share = raw::div(is_max, ties);
-                            return GradList{raw::mul(share, expand_back(g[0], shape, dims, keepdim))};
-                          });
+  return autograd::record("amax", y, {x}, [sx = SavedTensor(x), sy = SavedTensor(y), dims, keepdim](const GradList& g) {
+    const Tensor& xv = sx.unpack();
+    const Shape& shape = xv.shape();
+    Tensor is_max =
+        raw::to(raw::compare(raw::CompareOp::eq, xv, expand_back(sy.unpack(), shape, dims, keepdim)), xv.dtype());
+    Tensor ties = raw::sum(is_max, dims, true);
+    Tensor share = raw::div(is_max, ties);
+    return GradList{raw::mul(share, expand_back(g[0], shape, dims, keepdim))};
+  });
 }
 
 Tensor logsumexp(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   const Tensor y = raw::logsumexp(x, dims, keepdim);
-  return autograd::record("logsumexp", y, {x},
-                          [sx = SavedTensor(x), sy = SavedTensor(y), dims, keepdim](const GradList& g) {
-                            const Tensor& xv = sx.unpack();
-                            const Shape& shape = xv.shape();
-                            // softmax(x) * g; rows whose lse is -inf contribute exp(-inf - -inf) = NaN,
-                            // so they are zeroed explicitly.
-                            Tensor lse = expand_back(sy.unpack(), shape, dims, keepdim);
-                            Tensor p = raw::exp(raw::sub(xv, lse));
-                            Tensor finite = raw::compare(raw::CompareOp::gt, lse,
-                                                         -std::numeric_limits<double>::infinity());
-                            p = raw::where(finite, p, zeros({}, {.dtype = p.dtype(), .device = p.device()}));
-                            return GradList{raw::mul(p, expand_back(g[0], shape, dims, keepdim))};
-                          });
+  return autograd::record(
+      "logsumexp", y, {x}, [sx = SavedTensor(x), sy = SavedTensor(y), dims, keepdim](const GradList& g) {
+        const Tensor& xv = sx.unpack();
+        const Shape& shape = xv.shape();
+        // softmax(x) * g; rows whose lse is -inf contribute exp(-inf - -inf) = NaN,
+        // so they are zeroed explicitly.
+        Tensor lse = expand_back(sy.unpack(), shape, dims, keepdim);
+        Tensor p = raw::exp(raw::sub(xv, lse));
+        Tensor finite = raw::compare(raw::CompareOp::gt, lse, -std::numeric_limits<double>::infinity());
+        p = raw::where(finite, p, zeros({}, {.dtype = p.dtype(), .device = p.device()}));
+        return GradList{raw::mul(p, expand_back(g[0], shape, dims, keepdim))};
+      });
 }
 
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) { return raw::argmax(x, dim, keepdim); }

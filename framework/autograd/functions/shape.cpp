@@ -39,7 +39,8 @@ Tensor flatten(const Tensor& x, int64_t start_dim, int64_t end_dim) {
 Tensor permute(const Tensor& x, const std::vector<int64_t>& dims) {
   Tensor y = raw::permute(x, dims);
   std::vector<int64_t> inverse(dims.size());
-  for (size_t i = 0; i < dims.size(); ++i) inverse[normalize_dim(dims[i], x.dim(), "permute")] = static_cast<int64_t>(i);
+  for (size_t i = 0; i < dims.size(); ++i)
+    inverse[normalize_dim(dims[i], x.dim(), "permute")] = static_cast<int64_t>(i);
   return autograd::record("permute", y, {x},
                           [inverse](const GradList& g) { return GradList{raw::permute(g[0], inverse)}; });
 }
@@ -68,12 +69,11 @@ Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t s
 }
 
 Tensor select(const Tensor& x, int64_t dim, int64_t index) {
-  return autograd::record("select", raw::select(x, dim, index), {x},
-                          [shape = x.shape(), dtype = x.dtype(), dim, index](const GradList& g) {
-                            return GradList{scatter_into_view(g[0], shape, dtype, [&](const Tensor& t) {
-                              return raw::select(t, dim, index);
-                            })};
-                          });
+  return autograd::record(
+      "select", raw::select(x, dim, index), {x}, [shape = x.shape(), dtype = x.dtype(), dim, index](const GradList& g) {
+        return GradList{
+            scatter_into_view(g[0], shape, dtype, [&](const Tensor& t) { return raw::select(t, dim, index); })};
+      });
 }
 
 Tensor expand(const Tensor& x, const Shape& shape) {

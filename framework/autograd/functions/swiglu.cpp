@@ -13,11 +13,10 @@ using autograd::SavedTensor;
 Tensor swiglu(const Tensor& gate, const Tensor& up) {
   Tensor y = raw::swiglu(gate, up);  // (..., I)
   // The backward recomputes silu from gate: saving the inputs only, no (..., I) intermediate.
-  return autograd::record("swiglu", y, {gate, up},
-                          [sg = SavedTensor(gate), su = SavedTensor(up)](const GradList& g) {
-                            raw::SwigluGrads grads = raw::swiglu_backward(g[0], sg.unpack(), su.unpack());
-                            return GradList{grads.d_gate, grads.d_up};
-                          });
+  return autograd::record("swiglu", y, {gate, up}, [sg = SavedTensor(gate), su = SavedTensor(up)](const GradList& g) {
+    raw::SwigluGrads grads = raw::swiglu_backward(g[0], sg.unpack(), su.unpack());
+    return GradList{grads.d_gate, grads.d_up};
+  });
 }
 
 Tensor swiglu_packed(const Tensor& h) {

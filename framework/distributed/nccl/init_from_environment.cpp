@@ -36,15 +36,15 @@ RankContext init_nccl_world(const LaunchEnvironment& env, const NcclInitOptions&
     CPF_NCCL_CHECK(ncclGetUniqueId(&id), nullptr, context);
     id_bytes.assign(id.internal, sizeof id.internal);
   }
-  std::unique_ptr<TcpRendezvous> rendezvous = TcpRendezvous::join({.host = env.master_addr,
-                                                                   .port = env.rendezvous_port > 0 ? env.rendezvous_port
-                                                                                                   : env.master_port,
-                                                                   .rank = env.rank,
-                                                                   .world_size = env.world_size,
-                                                                   .payload = id_bytes,
-                                                                   .timeout = options.rendezvous_timeout,
-                                                                   .token = env.rendezvous_token,
-                                                                   .bind = env.rendezvous_bind});
+  std::unique_ptr<TcpRendezvous> rendezvous =
+      TcpRendezvous::join({.host = env.master_addr,
+                           .port = env.rendezvous_port > 0 ? env.rendezvous_port : env.master_port,
+                           .rank = env.rank,
+                           .world_size = env.world_size,
+                           .payload = id_bytes,
+                           .timeout = options.rendezvous_timeout,
+                           .token = env.rendezvous_token,
+                           .bind = env.rendezvous_bind});
   CPF_CHECK(rendezvous->payload().size() == sizeof(ncclUniqueId), context, ": the rendezvous delivered ",
             rendezvous->payload().size(), " bytes instead of an ncclUniqueId (", sizeof(ncclUniqueId), ")");
   ncclUniqueId id;
@@ -58,10 +58,9 @@ RankContext init_nccl_world(const LaunchEnvironment& env, const NcclInitOptions&
   const nccl::CreationWatch watch{
       .absent = {},
       .stalled = str_cat("every rank met at the rendezvous on ", env.master_addr, ":", env.master_port,
-                                 " and none has died since, so a rank stalls before creating its communicator, or "
-                                 "NCCL cannot connect the ranks (NCCL_DEBUG=WARN tells more)")};
-  ProcessGroupPtr world =
-      nccl::create_world_group(env.rank, env.world_size, id, gpu, options.timeout, domain, watch);
+                         " and none has died since, so a rank stalls before creating its communicator, or "
+                         "NCCL cannot connect the ranks (NCCL_DEBUG=WARN tells more)")};
+  ProcessGroupPtr world = nccl::create_world_group(env.rank, env.world_size, id, gpu, options.timeout, domain, watch);
   auto* group = static_cast<nccl::NcclProcessGroup*>(world.get());
   group->attach(std::shared_ptr<void>(std::move(rendezvous)));
   return {.rank = env.rank, .world_size = env.world_size, .device = Device::cuda(gpu), .world = world};

@@ -64,7 +64,7 @@ class NcclLaunchWorld final : public LaunchWorld {
     if (absent.empty()) return "";
     const std::string who = absent.size() == 1 ? str_cat("rank ", absent[0]) : str_cat("ranks ", absent);
     return str_cat(who, " of the launch never began creating ", absent.size() == 1 ? "its" : "their",
-                           " communicator (held elsewhere, or failed without aborting the launch)");
+                   " communicator (held elsewhere, or failed without aborting the launch)");
   }
 
   const int n_ranks_;
@@ -80,8 +80,7 @@ class NcclLaunchWorld final : public LaunchWorld {
 ProcessGroupPtr create_world_group(int rank, int world_size, const ncclUniqueId& id, int device,
                                    std::chrono::milliseconds timeout, std::shared_ptr<AbortDomain> domain,
                                    const CreationWatch& watch) {
-  const std::string what =
-      str_cat("NCCL world creation (rank ", rank, " of ", world_size, " on cuda:", device, ")");
+  const std::string what = str_cat("NCCL world creation (rank ", rank, " of ", world_size, " on cuda:", device, ")");
   cuda::DeviceGuard guard(device);
   auto state = NcclRankState::create(device, rank, world_size, timeout, std::move(domain));
   // A rank of this process failed before this one got here: the others will not come.

@@ -13,23 +13,17 @@ void throw_nccl_error(const char* file, int line, const char* call, ncclResult_t
   }
   throw Error(file, line, call,
               str_cat(context, ": ", call, " failed: ", ncclGetErrorString(status), " (ncclResult ",
-                              static_cast<int>(status), ")", last && *last ? ": " : "", last ? last : "", hint));
+                      static_cast<int>(status), ")", last && *last ? ": " : "", last ? last : "", hint));
 }
 
 ncclDataType_t nccl_dtype(DType dtype) {
   switch (dtype) {
-    case DType::f32:
-      return ncclFloat32;
-    case DType::f64:
-      return ncclFloat64;
-    case DType::bf16:
-      return ncclBfloat16;
-    case DType::i32:
-      return ncclInt32;
-    case DType::i64:
-      return ncclInt64;
-    case DType::boolean:
-      return ncclUint8;
+    case DType::f32: return ncclFloat32;
+    case DType::f64: return ncclFloat64;
+    case DType::bf16: return ncclBfloat16;
+    case DType::i32: return ncclInt32;
+    case DType::i64: return ncclInt64;
+    case DType::boolean: return ncclUint8;
   }
   CPF_CHECK(false, "nccl: dtype ", dtype, " has no NCCL element type");
   return ncclFloat32;
@@ -50,14 +44,10 @@ void default_nvls_off() {
 
 ncclRedOp_t nccl_reduce_op(ReduceOp op) {
   switch (op) {
-    case ReduceOp::sum:
-      return ncclSum;
-    case ReduceOp::avg:
-      return ncclAvg;
-    case ReduceOp::max:
-      return ncclMax;
-    case ReduceOp::min:
-      return ncclMin;
+    case ReduceOp::sum: return ncclSum;
+    case ReduceOp::avg: return ncclAvg;
+    case ReduceOp::max: return ncclMax;
+    case ReduceOp::min: return ncclMin;
   }
   return ncclSum;
 }

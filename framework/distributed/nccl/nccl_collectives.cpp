@@ -83,7 +83,9 @@ WorkPtr NcclProcessGroup::do_all_gather(const Tensor& input, int64_t dim, const 
     if (all_equal(sizes)) {
       run_nccl(
           "ncclAllGather",
-          [&] { return ncclAllGather(src.raw_data(), base, static_cast<size_t>(src.numel()), type, is.comm, is.stream); },
+          [&] {
+            return ncclAllGather(src.raw_data(), base, static_cast<size_t>(src.numel()), type, is.comm, is.stream);
+          },
           is.context);
     } else {
       run_nccl(

@@ -56,12 +56,12 @@ void NcclProcessGroup::meet_for_new_group(const std::vector<int>& ranks, const s
       id_, global_rank(), count, new_group_fingerprint(count, ranks, name), global_ranks_, state_->timeout());
   state_->check_alive(context);  // aborted while meeting: another rank failed
   if (!meeting.absent.empty()) {
-    const std::string reason = str_cat(
-        context, ": ", describe_members(meeting.absent), " did not arrive at new_group #", count,
-        " on this group (before ncclCommSplit into '", new_name, "') within the timeout of ",
-        static_cast<double>(state_->timeout().count()) / 1000.0, " s; every rank of ",
-        describe(), " must call new_group with the same ranks, in the same order (a rank that failed, returned or ",
-        "waits in another operation never does)");
+    const std::string reason =
+        str_cat(context, ": ", describe_members(meeting.absent), " did not arrive at new_group #", count,
+                " on this group (before ncclCommSplit into '", new_name, "') within the timeout of ",
+                static_cast<double>(state_->timeout().count()) / 1000.0, " s; every rank of ", describe(),
+                " must call new_group with the same ranks, in the same order (a rank that failed, returned or ",
+                "waits in another operation never does)");
     state_->abort(reason);
     CPF_FAIL(reason);
   }
@@ -73,8 +73,8 @@ void NcclProcessGroup::meet_for_new_group(const std::vector<int>& ranks, const s
   // Every rank sees a difference when any exists, so all of them throw here; none went on to split.
   CPF_CHECK(differ.empty(), context, ": ", describe_members(differ), " called new_group with other ranks, another ",
             "name or at another point than ", describe_members({global_rank()}), " (ranks ", ranks, ", name '", name,
-            "', new_group #", count, " on this group); every rank must call new_group with the same ranks and name, in ",
-            "the same order");
+            "', new_group #", count,
+            " on this group); every rank must call new_group with the same ranks and name, in ", "the same order");
 }
 
 // What a split that does not complete blames.
@@ -82,11 +82,11 @@ std::string NcclProcessGroup::split_stall_cause() const {
   const std::vector<int> elsewhere = state_->domain()->not_in_this_process(global_ranks_);
   if (elsewhere.empty()) {
     return str_cat("every rank of ", describe(), " arrived at this new_group, but NCCL did not finish ",
-                           "creating the communicator (NCCL_DEBUG=WARN tells more)");
+                   "creating the communicator (NCCL_DEBUG=WARN tells more)");
   }
   return str_cat("every rank of ", describe(), " must call new_group with the same ranks, in the same order; ",
-                         describe_members(elsewhere), " run in other processes, whose arrival this process cannot ",
-                         "see: one of them never called it (it failed, returned, or waits in another operation)");
+                 describe_members(elsewhere), " run in other processes, whose arrival this process cannot ",
+                 "see: one of them never called it (it failed, returned, or waits in another operation)");
 }
 
 std::shared_ptr<ProcessGroup> NcclProcessGroup::do_new_group(const std::vector<int>& ranks, const std::string& name) {
@@ -110,8 +110,9 @@ std::shared_ptr<ProcessGroup> NcclProcessGroup::do_new_group(const std::vector<i
   ncclComm_t child = nullptr;
   const int color = member ? 0 : NCCL_SPLIT_NOCOLOR;
   try {
-    run_nccl(str_cat("ncclCommSplit of ", describe(), " into '", group_name, "' (global ranks ", globals, ")"),
-             [&] { return ncclCommSplit(comm_->comm, color, key, &child, nullptr); }, context, split_stall_cause());
+    run_nccl(
+        str_cat("ncclCommSplit of ", describe(), " into '", group_name, "' (global ranks ", globals, ")"),
+        [&] { return ncclCommSplit(comm_->comm, color, key, &child, nullptr); }, context, split_stall_cause());
   } catch (...) {
     // NCCL may have written the child before the abort: it is not registered anywhere, so abort it here
     // (stops its proxy thread, frees its buffers) instead of leaking it.

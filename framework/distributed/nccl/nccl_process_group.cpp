@@ -92,8 +92,9 @@ std::vector<int64_t> NcclProcessGroup::exchange_sizes(int64_t mine, const std::s
     const Tensor buffer = empty_on({n + 1}, DType::i64, device());  // [mine, gathered...]
     auto* data = static_cast<int64_t*>(buffer.raw_data());
     CPF_CUDA_CHECK(cudaMemcpyAsync(data, &mine, sizeof(int64_t), cudaMemcpyHostToDevice, comm_stream()));
-    run_nccl("ncclAllGather", [&] { return ncclAllGather(data, data + 1, 1, ncclInt64, comm_->comm, comm_stream()); },
-             context);
+    run_nccl(
+        "ncclAllGather", [&] { return ncclAllGather(data, data + 1, 1, ncclInt64, comm_->comm, comm_stream()); },
+        context);
     CPF_CUDA_CHECK(cudaMemcpyAsync(sizes.data(), data + 1, sizeof(int64_t) * static_cast<size_t>(n),
                                    cudaMemcpyDeviceToHost, comm_stream()));
     CPF_CUDA_CHECK(cudaEventRecord(done, comm_stream()));
@@ -179,9 +180,10 @@ WorkPtr NcclProcessGroup::do_batch_p2p(const std::vector<P2POp>& ops) {
               const Tensor& b = buffers[i];
               if (b.numel() == 0) continue;
               const size_t count = static_cast<size_t>(b.numel());
-              const ncclResult_t status = ops[i].kind == P2POp::Kind::send
-                                              ? ncclSend(b.raw_data(), count, types[i], ops[i].peer, is.comm, is.stream)
-                                              : ncclRecv(b.raw_data(), count, types[i], ops[i].peer, is.comm, is.stream);
+              const ncclResult_t status =
+                  ops[i].kind == P2POp::Kind::send
+                      ? ncclSend(b.raw_data(), count, types[i], ops[i].peer, is.comm, is.stream)
+                      : ncclRecv(b.raw_data(), count, types[i], ops[i].peer, is.comm, is.stream);
               if (nccl_failed(status)) return status;
             }
             return ncclSuccess;
@@ -202,7 +204,9 @@ WorkPtr NcclProcessGroup::do_barrier() {
         staging.push_back(token);
         run_nccl(
             "ncclAllReduce",
-            [&] { return ncclAllReduce(token.raw_data(), token.raw_data(), 1, ncclInt32, ncclSum, is.comm, is.stream); },
+            [&] {
+              return ncclAllReduce(token.raw_data(), token.raw_data(), 1, ncclInt32, ncclSum, is.comm, is.stream);
+            },
             is.context);
       },
       /*host_blocking=*/true);

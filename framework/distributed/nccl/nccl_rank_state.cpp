@@ -176,9 +176,8 @@ std::string NcclRankState::poll_async_errors() {
     if (status != ncclSuccess || (async != ncclSuccess && async != ncclInProgress)) {
       const ncclResult_t shown = status != ncclSuccess ? status : async;
       const char* last = ncclGetLastError(c->comm);
-      return str_cat("NCCL reported an asynchronous error on group '", c->group,
-                             "': ", ncclGetErrorString(shown), last && *last ? ": " : "", last ? last : "",
-                             " (a peer rank may have died)");
+      return str_cat("NCCL reported an asynchronous error on group '", c->group, "': ", ncclGetErrorString(shown),
+                     last && *last ? ": " : "", last ? last : "", " (a peer rank may have died)");
     }
   }
   return "";
@@ -218,7 +217,7 @@ void NcclRankState::watch_once() {
         reason = str_cat(op.description, " failed on the device: ", cudaGetErrorString(q));
       } else if (q == cudaErrorNotReady && now - op.issued > timeout_ && reason.empty()) {
         reason = str_cat(op.description, " did not complete within the timeout of ", seconds(timeout_),
-                                 " s: a peer rank died, hangs, or issued different operations");
+                         " s: a peer rank died, hangs, or issued different operations");
       }
       still.push_back(std::move(op));
     }
@@ -243,8 +242,8 @@ void NcclRankState::run(Communicator& comm, const std::string& call, const std::
   // later call fails, and ncclCommDestroy refuses it): abort the world with this reason, as the poll
   // below does for NCCL's own failures, so the peers learn why and nothing leaks.
   if (nccl_failed(status)) {
-    const std::string reason = str_cat(context, ": ", call, " failed: ", ncclGetErrorString(status),
-                                               " (ncclResult ", static_cast<int>(status), ")");
+    const std::string reason = str_cat(context, ": ", call, " failed: ", ncclGetErrorString(status), " (ncclResult ",
+                                       static_cast<int>(status), ")");
     abort(reason);
     abort_communicators();
     CPF_FAIL(reason);
@@ -282,12 +281,12 @@ void NcclRankState::wait_ready(Communicator& comm, const std::string& context, c
     }
     if (state == ncclSuccess) return;
     if (state != ncclInProgress) {
-      reason = str_cat(context, ": ", call, " failed: ", ncclGetErrorString(state), " (ncclResult ",
-                               static_cast<int>(state), ")", last_error,
-                               " (a peer rank may have died or be unreachable; NCCL_DEBUG=WARN tells more)");
+      reason =
+          str_cat(context, ": ", call, " failed: ", ncclGetErrorString(state), " (ncclResult ", static_cast<int>(state),
+                  ")", last_error, " (a peer rank may have died or be unreachable; NCCL_DEBUG=WARN tells more)");
     } else if (std::chrono::steady_clock::now() - start > timeout_) {
       reason = str_cat(context, ": ", call, " did not complete within the timeout of ", seconds(timeout_),
-                               " s: ", stall_cause());
+                       " s: ", stall_cause());
     }
     if (!reason.empty()) {
       abort(reason);
@@ -308,8 +307,8 @@ void NcclRankState::host_wait(cudaEvent_t event, const std::string& context, con
     CPF_CHECK(q == cudaErrorNotReady, context, ": the device reported ", cudaGetErrorName(q), ": ",
               cudaGetErrorString(q));
     if (std::chrono::steady_clock::now() - start > timeout_) {
-      const std::string reason = str_cat(context, " did not complete within the timeout of ", seconds(timeout_),
-                                                 " s: ", stall_cause());
+      const std::string reason =
+          str_cat(context, " did not complete within the timeout of ", seconds(timeout_), " s: ", stall_cause());
       abort(reason);
       CPF_FAIL(reason);
     }

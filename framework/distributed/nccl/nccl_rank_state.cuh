@@ -45,7 +45,7 @@ class AbortDomain {
   // the group derives alike) asking for `fingerprint`; waits until every rank of `global_ranks`
   // has reached it, the domain is aborted, or `timeout` passed.
   struct NewGroupMeeting {
-    std::vector<int> absent;             // ranks that did not reach it in time (empty: all met)
+    std::vector<int> absent;              // ranks that did not reach it in time (empty: all met)
     std::map<int, int64_t> fingerprints;  // by global rank, once all met
   };
   NewGroupMeeting meet_at_new_group(const std::string& group_id, int global_rank, int count, int64_t fingerprint,

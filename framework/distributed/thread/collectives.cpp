@@ -29,8 +29,8 @@ std::string agree_outside_dim(const Round& round, int64_t dim) {
     Shape a = first, b = round.slots[r].desc.shape;
     if (a.size() == b.size()) a[static_cast<size_t>(dim)] = b[static_cast<size_t>(dim)];
     if (a != b) {
-      return str_cat("ranks disagree on the shape outside dim ", dim, ": rank 0 has ", first, ", rank ", r,
-                             " has ", round.slots[r].desc.shape);
+      return str_cat("ranks disagree on the shape outside dim ", dim, ": rank 0 has ", first, ", rank ", r, " has ",
+                     round.slots[r].desc.shape);
     }
   }
   return "";
@@ -162,7 +162,7 @@ std::vector<Tensor> run_all_gather(const OpContext& ctx, const Tensor& input, in
           const Shape& given = r.slots[k].desc.out_shape;
           if (!given.empty() && given != total) {
             return str_cat("rank ", k, "'s out has shape ", given, " but the gathered result has shape ", total,
-                                   " (sizes along dim ", dim, ": ", sizes, ")");
+                           " (sizes along dim ", dim, ": ", sizes, ")");
           }
         }
         r.payload = offsets;
@@ -203,8 +203,8 @@ std::vector<Tensor> run_reduce_scatter(const OpContext& ctx, const Tensor& input
         auto offsets = std::make_shared<Offsets>(prefix_sums(pieces));
         const int64_t total = r.slots[0].desc.shape[static_cast<size_t>(dim)];
         if (offsets->back() != total) {
-          return str_cat("the ranks' pieces along dim ", dim, " are ", pieces, " and add up to ",
-                                 offsets->back(), ", but the input ", r.slots[0].desc.shape, " has ", total);
+          return str_cat("the ranks' pieces along dim ", dim, " are ", pieces, " and add up to ", offsets->back(),
+                         ", but the input ", r.slots[0].desc.shape, " has ", total);
         }
         r.payload = offsets;
         return std::string();

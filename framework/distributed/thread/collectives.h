@@ -19,9 +19,9 @@ namespace cpf::dist::thread {
 
 struct OpContext {
   GroupState& group;
-  int rank = 0;        // in the group
-  uint64_t seq = 0;    // the step: how many collectives this rank issued on the group before
-  std::string what;    // "all_reduce on group 'world'"
+  int rank = 0;      // in the group
+  uint64_t seq = 0;  // the step: how many collectives this rank issued on the group before
+  std::string what;  // "all_reduce on group 'world'"
 };
 
 std::vector<Tensor> run_all_reduce(const OpContext& ctx, const Tensor& input, ReduceOp op, const Tensor& out);

@@ -39,9 +39,7 @@ GroupSync::GroupSync(std::string name, std::vector<int> global_ranks, std::chron
                      std::shared_ptr<AbortState> abort)
     : name_(std::move(name)), global_ranks_(std::move(global_ranks)), timeout_(timeout), abort_(std::move(abort)) {}
 
-std::string GroupSync::describe() const {
-  return str_cat("group '", name_, "' (global ranks ", global_ranks_, ")");
-}
+std::string GroupSync::describe() const { return str_cat("group '", name_, "' (global ranks ", global_ranks_, ")"); }
 
 std::string GroupSync::describe_ranks(const std::vector<int>& ranks) const {
   std::vector<int> global;

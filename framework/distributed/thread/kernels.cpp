@@ -46,15 +46,21 @@ bool is_nan(A a) {
 // NaN wins in max/min, so a NaN on any rank shows up on every rank.
 struct SumOp {
   template <class A>
-  A operator()(A a, A b) const { return add(a, b); }
+  A operator()(A a, A b) const {
+    return add(a, b);
+  }
 };
 struct MaxOp {
   template <class A>
-  A operator()(A a, A b) const { return (a >= b || is_nan(a)) ? a : b; }
+  A operator()(A a, A b) const {
+    return (a >= b || is_nan(a)) ? a : b;
+  }
 };
 struct MinOp {
   template <class A>
-  A operator()(A a, A b) const { return (a <= b || is_nan(a)) ? a : b; }
+  A operator()(A a, A b) const {
+    return (a <= b || is_nan(a)) ? a : b;
+  }
 };
 
 // Above this many elements a rank's share is split across its OpenMP threads.
@@ -127,14 +133,17 @@ bool same_view(const Tensor& a, const Tensor& b) {
 }
 
 void copy_view(const Tensor& dst, const Tensor& src) {
-  CPF_CHECK(dst.shape() == src.shape() && dst.dtype() == src.dtype(), "copy_view: dst ", dst.shape(), " ",
-            dst.dtype(), " vs src ", src.shape(), " ", src.dtype());
+  CPF_CHECK(dst.shape() == src.shape() && dst.dtype() == src.dtype(), "copy_view: dst ", dst.shape(), " ", dst.dtype(),
+            " vs src ", src.shape(), " ", src.dtype());
   if (dst.numel() == 0) return;
   if (dst.is_contiguous() && src.is_contiguous()) {
     parallel_memcpy(dst.raw_data(), src.raw_data(), static_cast<size_t>(dst.numel()) * dtype_size(dst.dtype()));
     return;
   }
-  visit_dtype(dst.dtype(), [&]<class T>() { cpu::map_elements<T, T>(dst, [](T x) { return x; }, src); });
+  visit_dtype(dst.dtype(), [&]<class T>() {
+    cpu::map_elements<T, T>(
+        dst, [](T x) { return x; }, src);
+  });
 }
 
 void reduce_into(ReduceOp op, DType dtype, const std::vector<const void*>& inputs, const std::vector<void*>& outputs,

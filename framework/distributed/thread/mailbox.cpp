@@ -38,17 +38,16 @@ void Mailbox::receive(int dst, int src, int tag, const Tensor& out, const std::s
     // A message being snapshotted stays first in line; wait for it rather than skip it.
     return message != nullptr && message->state == Message::State::posted;
   };
-  sync_.wait(lock, what, sync_.global_ranks()[static_cast<size_t>(dst)], find, [&] {
-    return str_cat("waiting for ", sync_.describe_ranks({src}), " to send (tag ", tag, ")");
-  });
+  sync_.wait(lock, what, sync_.global_ranks()[static_cast<size_t>(dst)], find,
+             [&] { return str_cat("waiting for ", sync_.describe_ranks({src}), " to send (tag ", tag, ")"); });
   message->state = Message::State::reading;
   const Tensor data = message->data;
   lock.unlock();
 
   std::string error;
   if (data.shape() != out.shape() || data.dtype() != out.dtype()) {
-    error = str_cat("rank ", src, " sent ", data.shape(), " ", data.dtype(), " with tag ", tag, " but rank ",
-                            dst, " receives into ", out.shape(), " ", out.dtype());
+    error = str_cat("rank ", src, " sent ", data.shape(), " ", data.dtype(), " with tag ", tag, " but rank ", dst,
+                    " receives into ", out.shape(), " ", out.dtype());
   } else if (!same_view(out, data)) {
     copy_view(out, data);
   }

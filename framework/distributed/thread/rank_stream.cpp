@@ -56,8 +56,10 @@ void RankStream::run() {
     try {
       task();
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "cpformer: thread backend: the progress thread of rank %d failed outside its operation "
-                           "(%s); aborting\n", global_rank_, e.what());
+      std::fprintf(stderr,
+                   "cpformer: thread backend: the progress thread of rank %d failed outside its operation "
+                   "(%s); aborting\n",
+                   global_rank_, e.what());
       std::abort();
     }
   }

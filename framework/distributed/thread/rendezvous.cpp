@@ -8,9 +8,9 @@ namespace {
 std::string check_same_kind(const Round& round, uint64_t seq) {
   for (size_t r = 1; r < round.slots.size(); ++r) {
     if (round.slots[r].desc.kind != round.slots[0].desc.kind) {
-      return str_cat("ranks issued different operations at step ", seq, ": rank 0 called ",
-                             round.slots[0].desc.kind, ", rank ", r, " called ", round.slots[r].desc.kind,
-                             "; every rank of a group must issue the same operations in the same order");
+      return str_cat("ranks issued different operations at step ", seq, ": rank 0 called ", round.slots[0].desc.kind,
+                     ", rank ", r, " called ", round.slots[r].desc.kind,
+                     "; every rank of a group must issue the same operations in the same order");
     }
   }
   return "";
@@ -52,8 +52,8 @@ std::shared_ptr<Round> Rendezvous::arrive(uint64_t seq, int rank, Slot slot, con
       lock, what, global, [&] { return round->arrived == n; },
       [&] {
         return str_cat("at step ", seq, " waiting for ",
-                               sync_.describe_ranks(ranks_where(*round, [](const Slot& s) { return !s.arrived; })),
-                               " to arrive");
+                       sync_.describe_ranks(ranks_where(*round, [](const Slot& s) { return !s.arrived; })),
+                       " to arrive");
       });
   if (!round->error.empty()) {
     const std::string error = round->error;
@@ -74,8 +74,8 @@ void Rendezvous::finish(uint64_t seq, const std::shared_ptr<Round>& round, int r
       lock, what, global, [&] { return round->done == n; },
       [&] {
         return str_cat("at step ", seq, " waiting for ",
-                               sync_.describe_ranks(ranks_where(*round, [](const Slot& s) { return !s.done; })),
-                               " to finish their part");
+                       sync_.describe_ranks(ranks_where(*round, [](const Slot& s) { return !s.done; })),
+                       " to finish their part");
       });
   if (++round->left == n) rounds_.erase(seq);
 }

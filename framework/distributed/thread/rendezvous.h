@@ -24,15 +24,15 @@ namespace cpf::dist::thread {
 
 // What one rank called, for the cross-rank checks.
 struct OpDesc {
-  std::string kind;              // "all_reduce", "new_group", ...
+  std::string kind;  // "all_reduce", "new_group", ...
   DType dtype = DType::f32;
-  Shape shape;                   // the input's
-  std::vector<int64_t> params;   // op parameters that must agree: reduce op, dim, root, ...
-  std::vector<int64_t> splits;   // reduce_scatter: explicit splits (empty: none)
-  int64_t piece = 0;             // reduce_scatter: this rank's piece size along dim
-  Shape out_shape;               // the given out's shape, when one was given
-  std::vector<int> ranks;        // new_group
-  std::string name;              // new_group
+  Shape shape;                  // the input's
+  std::vector<int64_t> params;  // op parameters that must agree: reduce op, dim, root, ...
+  std::vector<int64_t> splits;  // reduce_scatter: explicit splits (empty: none)
+  int64_t piece = 0;            // reduce_scatter: this rank's piece size along dim
+  Shape out_shape;              // the given out's shape, when one was given
+  std::vector<int> ranks;       // new_group
+  std::string name;             // new_group
 };
 
 struct Slot {
@@ -49,8 +49,8 @@ struct Round {
   int arrived = 0;
   int done = 0;
   int left = 0;
-  std::string error;               // set by the last arrival when the slots disagree
-  std::shared_ptr<void> payload;   // set by the last arrival: offsets, a new group's state, ...
+  std::string error;              // set by the last arrival when the slots disagree
+  std::shared_ptr<void> payload;  // set by the last arrival: offsets, a new group's state, ...
 };
 
 // Checks the arrived slots (called once, by the last rank to arrive, under the group's mutex).

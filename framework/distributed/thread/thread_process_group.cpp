@@ -93,8 +93,7 @@ WorkPtr ThreadProcessGroup::do_all_to_all(const Tensor& input, int64_t split_dim
 }
 
 WorkPtr ThreadProcessGroup::do_batch_p2p(const std::vector<P2POp>& ops) {
-  return submit("batch_p2p", false,
-                [ops](const OpContext& ctx) { return run_batch_p2p(ctx.group, ctx.rank, ops); });
+  return submit("batch_p2p", false, [ops](const OpContext& ctx) { return run_batch_p2p(ctx.group, ctx.rank, ops); });
 }
 
 WorkPtr ThreadProcessGroup::do_barrier() {

@@ -68,8 +68,7 @@ template <int W>
 // through the same vector code (padding lanes are dropped before the sum), so every element gets the
 // same rounding whatever its position.
 template <int W>
-[[gnu::always_inline]] inline float exp_rows(const float* x, float shift, const float* shifts, float* out,
-                                             int64_t n) {
+[[gnu::always_inline]] inline float exp_rows(const float* x, float shift, const float* shifts, float* out, int64_t n) {
   using F = typename Lanes<W>::F;
   const F zero = {};
   F acc = zero;
@@ -101,7 +100,7 @@ template <int W>
 
 #if defined(CPF_SOFTMAX_X86_DISPATCH)
 __attribute__((target("avx2,fma"))) float exp_rows_avx2(const float* x, float shift, const float* shifts, float* out,
-                                                       int64_t n) {
+                                                        int64_t n) {
   return exp_rows<8>(x, shift, shifts, out, n);
 }
 

@@ -29,7 +29,7 @@ inline int64_t column_group(int64_t cols, bool parallel) {
 
 template <size_t N>
 struct StridedIteration {
-  Shape shape;                                // coalesced iteration shape (at least rank 1)
+  Shape shape;                                  // coalesced iteration shape (at least rank 1)
   std::array<std::vector<int64_t>, N> strides;  // per operand, elements, same rank as shape
   int64_t numel = 0;
 };
@@ -139,7 +139,7 @@ void for_each_row(const StridedIteration<N>& it, std::array<char*, N> base, std:
   }
   if (threads > 1 && it.numel >= kParallelGrain && rows > 1) {
     const int64_t chunks = std::min<int64_t>(rows, threads);
-#pragma omp parallel for num_threads(static_cast<int>(chunks)) schedule(static)
+#pragma omp parallel for num_threads(static_cast <int>(chunks)) schedule(static)
     for (int64_t c = 0; c < chunks; ++c) {
       run_rows(rows * c / chunks, rows * (c + 1) / chunks);
     }
@@ -168,13 +168,15 @@ void map_elements(const Tensor& out, F&& f, const std::conditional_t<true, Tenso
         auto ins = std::make_tuple(reinterpret_cast<const In*>(p[I + 1])...);
         (void)ins;
         for (int64_t i = 0; i < n; ++i) o[i] = static_cast<Out>(f(std::get<I>(ins)[i]...));
-      }(std::index_sequence_for<In...>{});
+      }
+      (std::index_sequence_for<In...>{});
     } else {
       [&]<size_t... I>(std::index_sequence<I...>) {
         auto ins = std::make_tuple(reinterpret_cast<const In*>(p[I + 1])...);
         (void)ins;
         for (int64_t i = 0; i < n; ++i) o[i * s[0]] = static_cast<Out>(f(std::get<I>(ins)[i * s[I + 1]]...));
-      }(std::index_sequence_for<In...>{});
+      }
+      (std::index_sequence_for<In...>{});
     }
   });
 }

@@ -16,8 +16,8 @@ constexpr int kCachedThreads = 128;  // a block per long row (as norm.cu's regis
 
 // y's vector q = ((x1 - mean) * rstd) * w + bias (w, bias null: skipped), from x1's values v.
 template <int V, class TX, class TY>
-__device__ __forceinline__ void store_normed(const compute_t<TX> (&v)[V], const TX* w, const TX* bias,
-                                             compute_t<TX> mu, compute_t<TX> rs, int64_t q, TY* yr) {
+__device__ __forceinline__ void store_normed(const compute_t<TX> (&v)[V], const TX* w, const TX* bias, compute_t<TX> mu,
+                                             compute_t<TX> rs, int64_t q, TY* yr) {
   using C = compute_t<TX>;
   C wv[V], bv[V];
   if (w != nullptr) load_row_vec<TX, V>(w, q, wv);
@@ -48,7 +48,7 @@ __global__ void __launch_bounds__(G == 32 ? kThreads : G)
     const TX* xr = x + r * cols;
     const TB* br = b != nullptr ? b + r * cols : nullptr;
     // x1's vector q, rounded to x's dtype (the values the CPU normalises).
-    const auto fetch = [&](int64_t q, C (&v)[V]) {
+    const auto fetch = [&](int64_t q, C(&v)[V]) {
       load_row_vec<TX, V>(xr, q, v);
       if (b != nullptr) {
         C bv[V];
@@ -81,7 +81,7 @@ __global__ void __launch_bounds__(G == 32 ? kThreads : G)
       }
     };
     C s = C(0);
-    each([&](int64_t q, C (&v)[V]) {
+    each([&](int64_t q, C(&v)[V]) {
       if (b != nullptr) {
         Vec<TX, V> o;
 #pragma unroll
@@ -93,7 +93,7 @@ __global__ void __launch_bounds__(G == 32 ? kThreads : G)
     });
     const C mu = centered ? group_reduce<G, false>(s, scratch) / C(cols) : C(0);
     C sq = C(0);
-    each([&](int64_t, C (&v)[V]) {
+    each([&](int64_t, C(&v)[V]) {
 #pragma unroll
       for (int k = 0; k < V; ++k) sq += (v[k] - mu) * (v[k] - mu);
     });
@@ -102,7 +102,7 @@ __global__ void __launch_bounds__(G == 32 ? kThreads : G)
       if constexpr (centered) mean[r] = mu;
       rstd[r] = rs;
     }
-    each([&](int64_t q, C (&v)[V]) { store_normed<V>(v, w, bias, mu, rs, q, y + r * cols); });
+    each([&](int64_t q, C(&v)[V]) { store_normed<V>(v, w, bias, mu, rs, q, y + r * cols); });
   }
 }
 
@@ -124,7 +124,7 @@ __global__ void __launch_bounds__(G == 32 ? kThreads : G)
     const C mu = centered ? mean[r] : C(0);
     const C rs = rstd[r];
     // gh and xhat of vector q.
-    const auto fetch = [&](int64_t q, C (&gh)[V], C (&xh)[V]) {
+    const auto fetch = [&](int64_t q, C(&gh)[V], C(&xh)[V]) {
       compute_t<TG> gv[V];
       C wv[V], xv[V];
       load_row_vec<TG, V>(gr, q, gv);
@@ -160,7 +160,7 @@ __global__ void __launch_bounds__(G == 32 ? kThreads : G)
       }
     };
     C sa = C(0), sc = C(0);
-    each([&](int64_t, C (&gh)[V], C (&xh)[V]) {
+    each([&](int64_t, C(&gh)[V], C(&xh)[V]) {
 #pragma unroll
       for (int k = 0; k < V; ++k) {
         sa += gh[k];
@@ -169,7 +169,7 @@ __global__ void __launch_bounds__(G == 32 ? kThreads : G)
     });
     const C a = centered ? group_reduce<G, false>(sa, scratch) / C(cols) : C(0);
     const C c = group_reduce<G, false>(sc, scratch) / C(cols);
-    each([&](int64_t q, C (&gh)[V], C (&xh)[V]) {
+    each([&](int64_t q, C(&gh)[V], C(&xh)[V]) {
       C d1[V];
       if (dx1 != nullptr) load_row_vec<TX, V>(dx1 + r * cols, q, d1);
       Vec<TX, V> o;
@@ -200,20 +200,20 @@ void visit_narrow(int code, Fn&& fn) {
 }
 
 template <bool centered, class TX, class TB, class TY>
-void forward(const void* x, const void* b, const void* w, const void* bias, void* x1, void* y, void* mean,
-             void* rstd, int64_t rows, int64_t cols, double eps, cudaStream_t stream) {
+void forward(const void* x, const void* b, const void* w, const void* bias, void* x1, void* y, void* mean, void* rstd,
+             int64_t rows, int64_t cols, double eps, cudaStream_t stream) {
   using C = compute_t<TX>;
   const auto launch = [&]<int G, int V, int NC>(int64_t blocks) {
-    add_norm_kernel<G, V, NC, centered, TX, TB, TY><<<static_cast<unsigned>(blocks), G == 32 ? kThreads : G, 0,
-                                                      stream>>>(
-        static_cast<const TX*>(x), static_cast<const TB*>(b), static_cast<const TX*>(w),
-        static_cast<const TX*>(bias), static_cast<TX*>(x1), static_cast<TY*>(y), static_cast<C*>(mean),
-        static_cast<C*>(rstd), rows, cols, static_cast<C>(eps));
+    add_norm_kernel<G, V, NC, centered, TX, TB, TY>
+        <<<static_cast<unsigned>(blocks), G == 32 ? kThreads : G, 0, stream>>>(
+            static_cast<const TX*>(x), static_cast<const TB*>(b), static_cast<const TX*>(w),
+            static_cast<const TX*>(bias), static_cast<TX*>(x1), static_cast<TY*>(y), static_cast<C*>(mean),
+            static_cast<C*>(rstd), rows, cols, static_cast<C>(eps));
   };
   constexpr int V = vector_width(static_cast<int>(sizeof(TX)));
   const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };  // null is aligned
-  const bool vec = cols % V == 0 && aligned(x) && aligned(b) && aligned(w) && aligned(bias) && aligned(x1) &&
-                   aligned(y);
+  const bool vec =
+      cols % V == 0 && aligned(x) && aligned(b) && aligned(w) && aligned(bias) && aligned(x1) && aligned(y);
   const bool warp = cols <= kWarpRowLimit;
   const int group = warp ? 32 : kCachedThreads;
   const int64_t per_thread = (cols / V + group - 1) / group;
@@ -239,16 +239,16 @@ void backward_dx(const void* g, const void* x1, const void* w, const void* mean,
                  void* dx, void* db, int64_t rows, int64_t cols, cudaStream_t stream) {
   using C = compute_t<TX>;
   const auto launch = [&]<int G, int V, int NC>(int64_t blocks) {
-    add_norm_dx_kernel<G, V, NC, centered, TX, TG, TB><<<static_cast<unsigned>(blocks), G == 32 ? kThreads : G, 0,
-                                                         stream>>>(
-        static_cast<const TG*>(g), static_cast<const TX*>(x1), static_cast<const TX*>(w),
-        static_cast<const C*>(mean), static_cast<const C*>(rstd), static_cast<const TX*>(dx1), static_cast<TX*>(dx),
-        static_cast<TB*>(db), rows, cols);
+    add_norm_dx_kernel<G, V, NC, centered, TX, TG, TB>
+        <<<static_cast<unsigned>(blocks), G == 32 ? kThreads : G, 0, stream>>>(
+            static_cast<const TG*>(g), static_cast<const TX*>(x1), static_cast<const TX*>(w),
+            static_cast<const C*>(mean), static_cast<const C*>(rstd), static_cast<const TX*>(dx1), static_cast<TX*>(dx),
+            static_cast<TB*>(db), rows, cols);
   };
   constexpr int V = vector_width(static_cast<int>(sizeof(TX)));
   const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };  // null is aligned
-  const bool vec = cols % V == 0 && aligned(g) && aligned(x1) && aligned(w) && aligned(dx1) && aligned(dx) &&
-                   aligned(db);
+  const bool vec =
+      cols % V == 0 && aligned(g) && aligned(x1) && aligned(w) && aligned(dx1) && aligned(dx) && aligned(db);
   const bool warp = cols <= kWarpRowLimit;
   const int group = warp ? 32 : kCachedThreads;
   const int64_t per_thread = (cols / V + group - 1) / group;
@@ -272,9 +272,9 @@ void backward_dx(const void* g, const void* x1, const void* w, const void* mean,
 
 }  // namespace
 
-void launch_add_norm(bool centered, int x_dtype, int b_dtype, int y_dtype, const void* x, const void* b,
-                     const void* w, const void* bias, void* x1, void* y, void* mean, void* rstd, int64_t rows,
-                     int64_t cols, double eps, cudaStream_t stream) {
+void launch_add_norm(bool centered, int x_dtype, int b_dtype, int y_dtype, const void* x, const void* b, const void* w,
+                     const void* bias, void* x1, void* y, void* mean, void* rstd, int64_t rows, int64_t cols,
+                     double eps, cudaStream_t stream) {
   if (rows == 0) return;
   visit_floating(x_dtype, [&]<class TX>() {
     visit_narrow<TX>(b_dtype, [&]<class TB>() {
@@ -288,8 +288,7 @@ void launch_add_norm(bool centered, int x_dtype, int b_dtype, int y_dtype, const
 
 void launch_add_norm_backward(bool centered, int x_dtype, int g_dtype, int db_dtype, const void* g, const void* x1,
                               const void* w, const void* mean, const void* rstd, const void* dx1, void* dx, void* db,
-                              void* dw, void* dbias, int64_t rows, int64_t cols, void* workspace,
-                              cudaStream_t stream) {
+                              void* dw, void* dbias, int64_t rows, int64_t cols, void* workspace, cudaStream_t stream) {
   visit_floating(x_dtype, [&]<class TX>() {
     visit_narrow<TX>(g_dtype, [&]<class TG>() {
       visit_narrow<TX>(db_dtype, [&]<class TB>() {

@@ -8,8 +8,8 @@
 namespace cpf::cuda::kernels {
 namespace {
 
-constexpr int kCastItems = 64;         // pairs per launch: 64 * 32 bytes stay under the 4 KB parameter limit
-constexpr int64_t kCastChunk = 4096;   // elements per block iteration: 256 threads x 16
+constexpr int kCastItems = 64;        // pairs per launch: 64 * 32 bytes stay under the 4 KB parameter limit
+constexpr int64_t kCastChunk = 4096;  // elements per block iteration: 256 threads x 16
 
 struct CastList {
   const float* src[kCastItems];
@@ -26,7 +26,10 @@ __global__ void __launch_bounds__(kThreads) cast_many_kernel(const __grid_consta
     int lo = 0, hi = list.count - 1;
     while (lo < hi) {
       const int mid = (lo + hi + 1) / 2;
-      if (list.first_chunk[mid] <= c) lo = mid; else hi = mid - 1;
+      if (list.first_chunk[mid] <= c)
+        lo = mid;
+      else
+        hi = mid - 1;
     }
     item = lo;
     const int64_t begin = (c - list.first_chunk[item]) * kCastChunk;

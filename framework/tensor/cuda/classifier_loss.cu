@@ -88,12 +88,12 @@ __global__ void __launch_bounds__(kRowThreads)
       }
       continue;
     }
-    const bool in_range = t >= 0 && t < cols;  // else the index check reports it; the loss is NaN
+    const bool in_range = t >= 0 && t < cols;                        // else the index check reports it; the loss is NaN
     const C target = in_range ? widen(xr[in_range ? t : 0]) : C(0);  // read before any write
     const C l = row_lse<V, kCache>(xr, nvec, cache, scratch);
     if (threadIdx.x == 0) {
-      row_loss[r] = in_range ? static_cast<double>(l) - static_cast<double>(target)
-                             : __longlong_as_double(0x7ff8000000000000LL);
+      row_loss[r] =
+          in_range ? static_cast<double>(l) - static_cast<double>(target) : __longlong_as_double(0x7ff8000000000000LL);
     }
     if (write_grad) {
       for (int64_t q = threadIdx.x; q < nvec; q += kRowThreads) {

@@ -60,8 +60,10 @@ __device__ __forceinline__ Out convert_from(const char* p, int dtype) {
 
 __device__ __forceinline__ int size_of(int dtype) {
   switch (dtype) {
-    case kF32: case kI32: return 4;
-    case kF64: case kI64: return 8;
+    case kF32:
+    case kI32: return 4;
+    case kF64:
+    case kI64: return 8;
     case kBF16: return 2;
     default: return 1;
   }
@@ -101,8 +103,10 @@ void launch_copy(const Iter& it, cudaStream_t stream) {
   const int out = it.dtype[0], in = it.dtype[1];
   if (out == in) {
     switch (out) {
-      case kF32: case kI32: copy_bits<uint32_t>(it, stream); return;
-      case kF64: case kI64: copy_bits<uint64_t>(it, stream); return;
+      case kF32:
+      case kI32: copy_bits<uint32_t>(it, stream); return;
+      case kF64:
+      case kI64: copy_bits<uint64_t>(it, stream); return;
       case kBF16: copy_bits<uint16_t>(it, stream); return;
       default: copy_bits<uint8_t>(it, stream); return;
     }

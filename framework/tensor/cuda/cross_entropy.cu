@@ -39,10 +39,9 @@ __device__ __forceinline__ C ce_exp(C x) {
 // kernel read the row twice (max, then sum) with scalar loads: 38% of the copy bandwidth on
 // (2048, 32768) f32, whose rows do not stay in L2 between the passes.
 template <int V, class T, class I>
-__global__ void __launch_bounds__(kThreads) cross_entropy_online_kernel(const T* logits, const I* targets,
-                                                                        compute_t<T>* lse, double* row_loss,
-                                                                        int64_t rows, int64_t cols,
-                                                                        int64_t ignore_index) {
+__global__ void __launch_bounds__(kThreads)
+    cross_entropy_online_kernel(const T* logits, const I* targets, compute_t<T>* lse, double* row_loss, int64_t rows,
+                                int64_t cols, int64_t ignore_index) {
   using C = compute_t<T>;
   __shared__ C scratch[kThreads / 32];
   const int64_t nvec = cols / V;
@@ -50,7 +49,7 @@ __global__ void __launch_bounds__(kThreads) cross_entropy_online_kernel(const T*
     const T* xr = logits + r * cols;
     C m = -C(INFINITY), s = C(0);
     bool nan = false;
-    const auto fold = [&](const C (&v)[V]) {
+    const auto fold = [&](const C(&v)[V]) {
       C lm = v[0];
 #pragma unroll
       for (int j = 0; j < V; ++j) {
@@ -114,9 +113,9 @@ __global__ void __launch_bounds__(kThreads) cross_entropy_online_kernel(const T*
 // the rows in a fixed order (thread t takes rows t, t + kThreads, ...; then a tree over the threads),
 // so the result does not depend on timing. loss (1) in the compute type, count (1) i64.
 template <class C, class I>
-__global__ void __launch_bounds__(kThreads) cross_entropy_loss_kernel(const double* row_loss, const I* targets,
-                                                                      int64_t rows, int64_t ignore_index, C* loss,
-                                                                      int64_t* count) {
+__global__ void __launch_bounds__(kThreads)
+    cross_entropy_loss_kernel(const double* row_loss, const I* targets, int64_t rows, int64_t ignore_index, C* loss,
+                              int64_t* count) {
   __shared__ double sums[kThreads];
   __shared__ long long counts[kThreads];
   double s = 0.0;
@@ -143,9 +142,9 @@ __global__ void __launch_bounds__(kThreads) cross_entropy_loss_kernel(const doub
 }
 
 template <int G, class T, class I>
-__global__ void __launch_bounds__(kThreads) cross_entropy_kernel(const T* logits, const I* targets,
-                                                                 compute_t<T>* lse, double* row_loss, int64_t rows,
-                                                                 int64_t cols, int64_t ignore_index) {
+__global__ void __launch_bounds__(kThreads)
+    cross_entropy_kernel(const T* logits, const I* targets, compute_t<T>* lse, double* row_loss, int64_t rows,
+                         int64_t cols, int64_t ignore_index) {
   using C = compute_t<T>;
   __shared__ C scratch[kThreads / 32];
   const RowLoop<G> loop;
@@ -179,11 +178,10 @@ __global__ void __launch_bounds__(kThreads) cross_entropy_kernel(const T* logits
 }
 
 template <class T, class I>
-__global__ void __launch_bounds__(kThreads) cross_entropy_backward_kernel(const T* logits, const I* targets,
-                                                                          const compute_t<T>* lse, T* out,
-                                                                          int64_t rows, int64_t cols,
-                                                                          compute_t<T> scale, const double* grad_loss,
-                                                                          const int64_t* count, int64_t ignore_index) {
+__global__ void __launch_bounds__(kThreads)
+    cross_entropy_backward_kernel(const T* logits, const I* targets, const compute_t<T>* lse, T* out, int64_t rows,
+                                  int64_t cols, compute_t<T> scale, const double* grad_loss, const int64_t* count,
+                                  int64_t ignore_index) {
   using C = compute_t<T>;
   // With the count on the device: grad_loss / count, rounded to the type as the CPU does.
   if (grad_loss != nullptr) scale = count[0] > 0 ? static_cast<C>(grad_loss[0] / static_cast<double>(count[0])) : C(0);
@@ -205,9 +203,10 @@ __global__ void __launch_bounds__(kThreads) cross_entropy_backward_kernel(const 
 // target and lse are read once and every load and store is a whole vector (the element-wise kernel
 // above divides each flat index by cols and reads the target and lse per element). Same formula.
 template <int V, class T, class I>
-__global__ void __launch_bounds__(kThreads) cross_entropy_backward_rows_kernel(
-    const T* logits, const I* targets, const compute_t<T>* lse, T* out, int64_t rows, int64_t cols,
-    compute_t<T> scale, const double* grad_loss, const int64_t* count, int64_t ignore_index) {
+__global__ void __launch_bounds__(kThreads)
+    cross_entropy_backward_rows_kernel(const T* logits, const I* targets, const compute_t<T>* lse, T* out, int64_t rows,
+                                       int64_t cols, compute_t<T> scale, const double* grad_loss, const int64_t* count,
+                                       int64_t ignore_index) {
   using C = compute_t<T>;
   if (grad_loss != nullptr) scale = count[0] > 0 ? static_cast<C>(grad_loss[0] / static_cast<double>(count[0])) : C(0);
   const int64_t nvec = cols / V;
@@ -237,8 +236,8 @@ __global__ void __launch_bounds__(kThreads) cross_entropy_backward_rows_kernel(
 
 }  // namespace
 
-void launch_cross_entropy(int dtype, int it_dtype, const void* logits, const void* targets, void* lse,
-                          double* row_loss, int64_t rows, int64_t cols, int64_t ignore_index, cudaStream_t stream) {
+void launch_cross_entropy(int dtype, int it_dtype, const void* logits, const void* targets, void* lse, double* row_loss,
+                          int64_t rows, int64_t cols, int64_t ignore_index, cudaStream_t stream) {
   if (rows == 0) return;
   visit_floating(dtype, [&]<class T>() {
     visit_index(it_dtype, [&]<class I>() {
@@ -267,8 +266,8 @@ void launch_cross_entropy_backward(int dtype, int it_dtype, const void* logits, 
   visit_floating(dtype, [&]<class T>() {
     visit_index(it_dtype, [&]<class I>() {
       constexpr int W = vector_width(static_cast<int>(sizeof(T)));
-      const bool rows_kernel = cols > kWarpRowLimit && cols % W == 0 &&
-                               reinterpret_cast<uintptr_t>(logits) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0;
+      const bool rows_kernel = cols > kWarpRowLimit && cols % W == 0 && reinterpret_cast<uintptr_t>(logits) % 16 == 0 &&
+                               reinterpret_cast<uintptr_t>(out) % 16 == 0;
       if (rows_kernel) {
         cross_entropy_backward_rows_kernel<W, T, I><<<static_cast<unsigned>(capped(rows)), kThreads, 0, stream>>>(
             static_cast<const T*>(logits), static_cast<const I*>(targets), static_cast<const compute_t<T>*>(lse),
@@ -284,8 +283,8 @@ void launch_cross_entropy_backward(int dtype, int it_dtype, const void* logits, 
   });
 }
 
-void launch_cross_entropy_loss(int loss_dtype, int it_dtype, const double* row_loss, const void* targets,
-                               int64_t rows, int64_t ignore_index, void* loss, int64_t* count, cudaStream_t stream) {
+void launch_cross_entropy_loss(int loss_dtype, int it_dtype, const double* row_loss, const void* targets, int64_t rows,
+                               int64_t ignore_index, void* loss, int64_t* count, cudaStream_t stream) {
   visit_index(it_dtype, [&]<class I>() {
     if (loss_dtype == kF64) {
       cross_entropy_loss_kernel<double, I><<<1, kThreads, 0, stream>>>(row_loss, static_cast<const I*>(targets), rows,

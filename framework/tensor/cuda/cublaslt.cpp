@@ -117,14 +117,14 @@ std::optional<cublasLtMatmulAlgo_t> algorithm(const LtGemm& g) {
   }
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle_for(g.device), problem.desc.h, problem.a.h,
-                                                               problem.b.h, problem.c.h, problem.c.h, pref.h, 1,
-                                                               &result, &found);
+  const cublasStatus_t status =
+      cublasLtMatmulAlgoGetHeuristic(handle_for(g.device), problem.desc.h, problem.a.h, problem.b.h, problem.c.h,
+                                     problem.c.h, pref.h, 1, &result, &found);
   // NOT_SUPPORTED: no kernel for this combination. An epilogue cuBLASLt rejects on this problem
   // (INVALID_VALUE for a layout it does not take, say) counts as unsupported too: the caller falls
   // back to the unfused ops. A plain GEMM it rejects is an error.
-  const bool unsupported = status == CUBLAS_STATUS_NOT_SUPPORTED || (g.epilogue != Epilogue::none &&
-                                                                     status == CUBLAS_STATUS_INVALID_VALUE);
+  const bool unsupported =
+      status == CUBLAS_STATUS_NOT_SUPPORTED || (g.epilogue != Epilogue::none && status == CUBLAS_STATUS_INVALID_VALUE);
   CPF_CHECK(status == CUBLAS_STATUS_SUCCESS || unsupported,
             "cuBLAS error in cublasLtMatmulAlgoGetHeuristic: ", cublasLtGetStatusString(status), " (",
             cublasLtGetStatusName(status), ")");
@@ -146,8 +146,8 @@ bool LtGemm::operator<(const LtGemm& o) const { return tie() < o.tie(); }
 cublasLtHandle_t handle_for(int device) {
   static std::array<cublasLtHandle_t, kMaxDevices> handles{};
   static std::mutex mutex;
-  CPF_CHECK(device >= 0 && device < kMaxDevices, "cuBLASLt: device index ", device, " out of range [0, ",
-            kMaxDevices, ")");
+  CPF_CHECK(device >= 0 && device < kMaxDevices, "cuBLASLt: device index ", device, " out of range [0, ", kMaxDevices,
+            ")");
   std::lock_guard<std::mutex> lock(mutex);
   cublasLtHandle_t& h = handles[static_cast<size_t>(device)];
   if (h == nullptr) {

@@ -23,11 +23,11 @@
 
 #include "framework/core/error.h"
 
-#define CPF_CUBLAS_CHECK(call)                                                                             \
-  do {                                                                                                     \
-    const cublasStatus_t cpf_status_ = (call);                                                             \
-    CPF_CHECK(cpf_status_ == CUBLAS_STATUS_SUCCESS, "cuBLAS error in ", #call, ": ",                       \
-              cublasLtGetStatusString(cpf_status_), " (", cublasLtGetStatusName(cpf_status_), ")");        \
+#define CPF_CUBLAS_CHECK(call)                                                                      \
+  do {                                                                                              \
+    const cublasStatus_t cpf_status_ = (call);                                                      \
+    CPF_CHECK(cpf_status_ == CUBLAS_STATUS_SUCCESS, "cuBLAS error in ", #call, ": ",                \
+              cublasLtGetStatusString(cpf_status_), " (", cublasLtGetStatusName(cpf_status_), ")"); \
   } while (0)
 
 namespace cpf::cuda::lt {

@@ -120,11 +120,11 @@ bool sync_debug();
 // where the host waits for a device, or may (docs/training.md lists what a training step still does).
 // A test reads the counts before and after a step and asserts the difference. Always counted.
 struct HostSyncCounts {
-  uint64_t device_to_host = 0;      // device->host copies (item(), to_vector(), to(cpu)): wait for the stream
-  uint64_t upload_waits = 0;        // host->device copies that waited for pinned room (upload_ring.cuh)
-  uint64_t stream_syncs = 0;        // stream and event synchronisations (Stream::synchronize, staging buffers)
-  uint64_t device_syncs = 0;        // cuda::synchronize, empty_cache, the allocator's out-of-memory retry
-  uint64_t device_mallocs = 0;      // cudaMalloc / cudaFree of the caching allocator's slow path
+  uint64_t device_to_host = 0;  // device->host copies (item(), to_vector(), to(cpu)): wait for the stream
+  uint64_t upload_waits = 0;    // host->device copies that waited for pinned room (upload_ring.cuh)
+  uint64_t stream_syncs = 0;    // stream and event synchronisations (Stream::synchronize, staging buffers)
+  uint64_t device_syncs = 0;    // cuda::synchronize, empty_cache, the allocator's out-of-memory retry
+  uint64_t device_mallocs = 0;  // cudaMalloc / cudaFree of the caching allocator's slow path
   uint64_t total() const { return device_to_host + upload_waits + stream_syncs + device_syncs + device_mallocs; }
 };
 HostSyncCounts host_sync_counts();

@@ -32,11 +32,12 @@ namespace cpf::cuda::detail {
 
 // After a kernel launch: reports launch failures (bad configuration, no kernel image for this GPU);
 // in the CPF_CUDA_SYNC=1 debug mode also waits for the kernel and reports its faults.
-#define CPF_CUDA_CHECK_LAUNCH(what)                                                    \
-  do {                                                                               \
-    const cudaError_t cpf_status_ = cudaGetLastError();                              \
-    if (cpf_status_ != cudaSuccess) [[unlikely]] {                                   \
-      ::cpf::cuda::detail::throw_cuda_error(__FILE__, __LINE__, what, cpf_status_);  \
-    }                                                                                \
-    if (::cpf::cuda::sync_debug_enabled()) [[unlikely]] ::cpf::cuda::sync_after_launch(what); \
+#define CPF_CUDA_CHECK_LAUNCH(what)                                                 \
+  do {                                                                              \
+    const cudaError_t cpf_status_ = cudaGetLastError();                             \
+    if (cpf_status_ != cudaSuccess) [[unlikely]] {                                  \
+      ::cpf::cuda::detail::throw_cuda_error(__FILE__, __LINE__, what, cpf_status_); \
+    }                                                                               \
+    if (::cpf::cuda::sync_debug_enabled()) [[unlikely]]                             \
+      ::cpf::cuda::sync_after_launch(what);                                         \
   } while (0)

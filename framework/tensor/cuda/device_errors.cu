@@ -42,10 +42,9 @@ DeviceErrorState& state_for(int device) {
 }
 
 template <class I>
-__global__ void __launch_bounds__(kernels::kThreads) find_bad_index_kernel(const I* index, int64_t numel,
-                                                                           int64_t bound, int64_t ignore,
-                                                                           int has_ignore,
-                                                                           unsigned long long* slot) {
+__global__ void __launch_bounds__(kernels::kThreads)
+    find_bad_index_kernel(const I* index, int64_t numel, int64_t bound, int64_t ignore, int has_ignore,
+                          unsigned long long* slot) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < numel; i += stride) {
     const int64_t v = static_cast<int64_t>(index[i]);
@@ -55,8 +54,8 @@ __global__ void __launch_bounds__(kernels::kThreads) find_bad_index_kernel(const
 }
 
 template <class I>
-__global__ void record_bad_index_kernel(const I* index, const unsigned long long* slot, IndexCheck check,
-                                        int* claimed, ErrorRecord* record) {
+__global__ void record_bad_index_kernel(const I* index, const unsigned long long* slot, IndexCheck check, int* claimed,
+                                        ErrorRecord* record) {
   const unsigned long long pos = *slot;
   if (pos == kNoPosition) return;
   if (atomicCAS(claimed, 0, 1) != 0) return;  // an earlier error is waiting to be reported
@@ -137,8 +136,8 @@ void launch_index_check(const IndexCheck& check, void* slot, int device, int sm_
   const auto grid = static_cast<unsigned>(blocks < 8 * int64_t(sm_count) ? blocks : 8 * int64_t(sm_count));
   const auto go = [&]<class I>() {
     const I* index = static_cast<const I*>(check.index);
-    find_bad_index_kernel<I><<<grid, kernels::kThreads, 0, stream>>>(index, check.numel, check.bound, check.ignore,
-                                                                     check.has_ignore, pos);
+    find_bad_index_kernel<I>
+        <<<grid, kernels::kThreads, 0, stream>>>(index, check.numel, check.bound, check.ignore, check.has_ignore, pos);
     CPF_CUDA_CHECK_LAUNCH("index check kernel");
     record_bad_index_kernel<I><<<1, 1, 0, stream>>>(index, pos, check, state.claimed, state.record);
     CPF_CUDA_CHECK_LAUNCH("index check kernel (record)");

@@ -47,8 +47,8 @@ __device__ __forceinline__ int64_t slot_of(int64_t k, bool run_start) {
 }
 
 struct Layout {
-  size_t keys_in = 0, keys_out = 0, values_in = 0, values_out = 0, flags = 0, partials = 0, sort = 0,
-         sort_bytes = 0, total = 0;
+  size_t keys_in = 0, keys_out = 0, values_in = 0, values_out = 0, flags = 0, partials = 0, sort = 0, sort_bytes = 0,
+         total = 0;
 };
 
 Layout layout_of(int64_t n, int64_t rows, int64_t cols, size_t compute_bytes) {
@@ -61,10 +61,9 @@ Layout layout_of(int64_t n, int64_t rows, int64_t cols, size_t compute_bytes) {
   l.flags = 4 * words;
   l.partials = 5 * words;
   l.sort = l.partials + align(static_cast<size_t>(partial_slots(n) * cols) * compute_bytes);
-  CPF_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, l.sort_bytes, static_cast<const uint32_t*>(nullptr),
-                                                 static_cast<uint32_t*>(nullptr), static_cast<const uint32_t*>(nullptr),
-                                                 static_cast<uint32_t*>(nullptr), static_cast<int>(n), 0,
-                                                 key_bits(rows)));
+  CPF_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(
+      nullptr, l.sort_bytes, static_cast<const uint32_t*>(nullptr), static_cast<uint32_t*>(nullptr),
+      static_cast<const uint32_t*>(nullptr), static_cast<uint32_t*>(nullptr), static_cast<int>(n), 0, key_bits(rows)));
   l.total = l.sort + align(l.sort_bytes);
   return l;
 }
@@ -76,8 +75,8 @@ size_t compute_bytes_of(int dtype) {
 }
 
 template <class I>
-__global__ void __launch_bounds__(kThreads) sort_keys_kernel(const I* ids, uint32_t* keys, uint32_t* positions,
-                                                             int64_t n, int64_t rows) {
+__global__ void __launch_bounds__(kThreads)
+    sort_keys_kernel(const I* ids, uint32_t* keys, uint32_t* positions, int64_t n, int64_t rows) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     const int64_t id = static_cast<int64_t>(ids[i]);
@@ -87,8 +86,8 @@ __global__ void __launch_bounds__(kThreads) sort_keys_kernel(const I* ids, uint3
 }
 
 // One thread per sorted index: its run's first index by binary search in the sorted keys, then the flags.
-__global__ void __launch_bounds__(kThreads) mark_kernel(const uint32_t* keys, uint32_t* flags, int64_t n,
-                                                        int64_t rows) {
+__global__ void __launch_bounds__(kThreads)
+    mark_kernel(const uint32_t* keys, uint32_t* flags, int64_t n, int64_t rows) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < n; k += stride) {
     const uint32_t key = keys[k];
@@ -99,8 +98,10 @@ __global__ void __launch_bounds__(kThreads) mark_kernel(const uint32_t* keys, ui
     int64_t low = 0, high = k;  // the first index in [0, k] whose key is `key`
     while (low < high) {
       const int64_t mid = (low + high) / 2;
-      if (keys[mid] < key) low = mid + 1;
-      else high = mid;
+      if (keys[mid] < key)
+        low = mid + 1;
+      else
+        high = mid;
     }
     const int64_t start = low;
     const bool is_long = start + kSegment < n && keys[start + kSegment] == key;
@@ -115,10 +116,9 @@ __global__ void __launch_bounds__(kThreads) mark_kernel(const uint32_t* keys, ui
 // column. The adds stay in position order; the loads of kAhead rows are issued before their adds. Both
 // loops unroll fully: the arrays stay in registers.
 template <class T>
-__global__ void __launch_bounds__(kThreads) segment_sum_kernel(const T* grad, const uint32_t* keys,
-                                                               const uint32_t* positions, const uint32_t* flags,
-                                                               compute_t<T>* out, compute_t<T>* partials, int64_t n,
-                                                               int64_t cols) {
+__global__ void __launch_bounds__(kThreads)
+    segment_sum_kernel(const T* grad, const uint32_t* keys, const uint32_t* positions, const uint32_t* flags,
+                       compute_t<T>* out, compute_t<T>* partials, int64_t n, int64_t cols) {
   using C = compute_t<T>;
   const int64_t start = blockIdx.x;
   const uint32_t f = flags[start];
@@ -151,8 +151,8 @@ __global__ void __launch_bounds__(kThreads) segment_sum_kernel(const T* grad, co
 
 // blockIdx.x = sorted index (a long run's first index does the work): its segments' sums in order.
 template <class C>
-__global__ void __launch_bounds__(kThreads) combine_kernel(const uint32_t* keys, const uint32_t* flags,
-                                                           const C* partials, C* out, int64_t n, int64_t cols) {
+__global__ void __launch_bounds__(kThreads)
+    combine_kernel(const uint32_t* keys, const uint32_t* flags, const C* partials, C* out, int64_t n, int64_t cols) {
   const int64_t start = blockIdx.x;
   const uint32_t f = flags[start];
   if ((f & (kRunStart | kLongRun)) != (kRunStart | kLongRun)) return;

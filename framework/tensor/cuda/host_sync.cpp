@@ -14,9 +14,7 @@ std::array<std::atomic<uint64_t>, 5> g_counts{};
 
 }  // namespace
 
-void count_host_sync(HostSyncKind kind) {
-  g_counts[static_cast<size_t>(kind)].fetch_add(1, std::memory_order_relaxed);
-}
+void count_host_sync(HostSyncKind kind) { g_counts[static_cast<size_t>(kind)].fetch_add(1, std::memory_order_relaxed); }
 
 HostSyncCounts host_sync_counts() {
   const auto get = [](HostSyncKind k) { return g_counts[static_cast<size_t>(k)].load(std::memory_order_relaxed); };

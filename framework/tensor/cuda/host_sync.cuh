@@ -8,11 +8,11 @@
 namespace cpf::cuda {
 
 enum class HostSyncKind : int {
-  device_to_host = 0,      // a device->host copy (item(), to_vector(), to(cpu)) waits for its stream
-  upload_waits = 1,  // a host->device copy waited for pinned room (earlier uploads still queued)
-  stream_sync = 2,         // cudaStreamSynchronize / cudaEventSynchronize
-  device_sync = 3,         // cudaDeviceSynchronize
-  device_malloc = 4,       // cudaMalloc / cudaFree (the allocator's slow path): implicitly synchronising
+  device_to_host = 0,  // a device->host copy (item(), to_vector(), to(cpu)) waits for its stream
+  upload_waits = 1,    // a host->device copy waited for pinned room (earlier uploads still queued)
+  stream_sync = 2,     // cudaStreamSynchronize / cudaEventSynchronize
+  device_sync = 3,     // cudaDeviceSynchronize
+  device_malloc = 4,   // cudaMalloc / cudaFree (the allocator's slow path): implicitly synchronising
 };
 
 // Adds one to the process-wide count of `kind` (relaxed atomic: cheap enough to stay on).

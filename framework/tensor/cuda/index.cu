@@ -37,9 +37,9 @@ __global__ void __launch_bounds__(kThreads) gather_kernel(Iter it, int64_t x_ste
 }
 
 template <class A, class S, class I>
-__global__ void __launch_bounds__(kThreads) scatter_lines_kernel(Iter it, int64_t len, int64_t acc_step,
-                                                                 int64_t index_step, int64_t src_step,
-                                                                 int64_t acc_bound) {
+__global__ void __launch_bounds__(kThreads)
+    scatter_lines_kernel(Iter it, int64_t len, int64_t acc_step, int64_t index_step, int64_t src_step,
+                         int64_t acc_bound) {
   const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t nthreads = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t line = tid; line < it.numel; line += nthreads) {
@@ -69,9 +69,8 @@ void launch_gather(const Iter& it, int elem_size, int index_dtype, int64_t x_ste
   });
 }
 
-void launch_scatter_lines(const Iter& it, int acc_dtype, int src_dtype, int index_dtype, int64_t len,
-                          int64_t acc_step, int64_t index_step, int64_t src_step, int64_t acc_bound,
-                          cudaStream_t stream) {
+void launch_scatter_lines(const Iter& it, int acc_dtype, int src_dtype, int index_dtype, int64_t len, int64_t acc_step,
+                          int64_t index_step, int64_t src_step, int64_t acc_bound, cudaStream_t stream) {
   if (it.numel == 0 || len == 0) return;
   // One thread per line: launch enough blocks for every line (lines are few compared with elements).
   const int64_t blocks = (it.numel + kThreads - 1) / kThreads;

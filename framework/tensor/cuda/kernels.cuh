@@ -21,7 +21,19 @@ enum DtypeCode : int { kF32 = 0, kF64 = 1, kBF16 = 2, kI32 = 3, kI64 = 4, kBool 
 // Op codes, in the order of raw::UnaryOp, raw::BinaryOp, raw::CompareOp, DeviceReduceOp and
 // DeviceSoftmaxOp; ops.cpp checks every value against its enum at compile time.
 enum UnaryCode : int {
-  kNeg, kExp, kLog, kSqrt, kRsqrt, kTanh, kGelu, kSilu, kRelu, kSigmoid, kAbs, kSquare, kReciprocal
+  kNeg,
+  kExp,
+  kLog,
+  kSqrt,
+  kRsqrt,
+  kTanh,
+  kGelu,
+  kSilu,
+  kRelu,
+  kSigmoid,
+  kAbs,
+  kSquare,
+  kReciprocal
 };
 enum BinaryCode : int { kAdd, kSub, kMul, kDiv, kPow, kMaximum, kMinimum };
 enum CompareCode : int { kEq, kNe, kLt, kLe, kGt, kGe };
@@ -59,9 +71,9 @@ struct Iter {
 inline constexpr int vector_width(int max_element_size) { return max_element_size >= 16 ? 1 : 16 / max_element_size; }
 
 // Element-wise families (operands after the output, in order):
-void launch_copy(const Iter& it, cudaStream_t stream);                 // in (dtype converted)
-void launch_fill(const Iter& it, double value, cudaStream_t stream);   // none
-void launch_unary(int op, const Iter& it, cudaStream_t stream);        // x
+void launch_copy(const Iter& it, cudaStream_t stream);                    // in (dtype converted)
+void launch_fill(const Iter& it, double value, cudaStream_t stream);      // none
+void launch_unary(int op, const Iter& it, cudaStream_t stream);           // x
 void launch_unary_backward(int op, const Iter& it, cudaStream_t stream);  // grad, x, y
 // a, b. op may also be kAddScaled (out = a + alpha * b, rounded like the CPU's add_). For integer
 // division, *div_by_zero (device memory) is set to 1 when a divisor is zero.
@@ -88,13 +100,13 @@ void launch_softmax(int op, int dtype, const void* a, const void* b, void* out, 
 // ---- nn kernels (norm.cu, index.cu, rope.cu); pointers to contiguous buffers unless an Iter says otherwise ----
 
 // LayerNorm (centered) / RMSNorm rows (rows, cols) of dtype; mean (centered only) and rstd in the compute type.
-void launch_norm(bool centered, int dtype, const void* x, const void* w, const void* b, void* y, void* mean,
-                 void* rstd, int64_t rows, int64_t cols, double eps, cudaStream_t stream);
+void launch_norm(bool centered, int dtype, const void* x, const void* w, const void* b, void* y, void* mean, void* rstd,
+                 int64_t rows, int64_t cols, double eps, cudaStream_t stream);
 // Workspace for the parameter gradients' row-chunk partials (0 when neither is wanted).
 size_t norm_backward_workspace_bytes(int dtype, int64_t rows, int64_t cols);
 void launch_norm_backward(bool centered, int dtype, const void* g, const void* x, const void* w, const void* mean,
-                          const void* rstd, void* dx, void* dw, void* db, int64_t rows, int64_t cols,
-                          void* workspace, cudaStream_t stream);
+                          const void* rstd, void* dx, void* dw, void* db, int64_t rows, int64_t cols, void* workspace,
+                          cudaStream_t stream);
 // The parameter gradients alone (workspace as above, for x_dtype), from a gradient g of x_dtype or, with an f32
 // x, bf16.
 void launch_norm_param_grads(bool centered, int g_dtype, int x_dtype, const void* g, const void* x, const void* mean,
@@ -102,23 +114,22 @@ void launch_norm_param_grads(bool centered, int g_dtype, int x_dtype, const void
                              cudaStream_t stream);
 // The residual add fused with the norm (add_norm.cu): x1 = x + b (b null: no add, x1 unused), y = norm(x1) in
 // y_dtype. x, w, bias, x1 of x_dtype; b_dtype and y_dtype are x_dtype or, with an f32 x, kBF16.
-void launch_add_norm(bool centered, int x_dtype, int b_dtype, int y_dtype, const void* x, const void* b,
-                     const void* w, const void* bias, void* x1, void* y, void* mean, void* rstd, int64_t rows,
-                     int64_t cols, double eps, cudaStream_t stream);
+void launch_add_norm(bool centered, int x_dtype, int b_dtype, int y_dtype, const void* x, const void* b, const void* w,
+                     const void* bias, void* x1, void* y, void* mean, void* rstd, int64_t rows, int64_t cols,
+                     double eps, cudaStream_t stream);
 // dx = dx1 (null: 0) + the norm's input gradient of g (g_dtype); db (db_dtype, null: none) = dx converted;
 // dw, dbias (null: none) summed as launch_norm_backward does, in `workspace`.
 void launch_add_norm_backward(bool centered, int x_dtype, int g_dtype, int db_dtype, const void* g, const void* x1,
                               const void* w, const void* mean, const void* rstd, const void* dx1, void* dx, void* db,
-                              void* dw, void* dbias, int64_t rows, int64_t cols, void* workspace,
-                              cudaStream_t stream);
+                              void* dw, void* dbias, int64_t rows, int64_t cols, void* workspace, cudaStream_t stream);
 
 // dst[i] (bf16) = src[i] (f32), n[i] elements each, for i < count (host arrays): one launch per 64 pairs
 // (cast_many.cu).
 void launch_cast_f32_bf16_many(const void* const* src, void* const* dst, const int64_t* n, int count, int sm_count,
                                cudaStream_t stream);
 // Cross-entropy rows (rows, cols) of dtype; targets of index dtype it_dtype (kI32/kI64).
-void launch_cross_entropy(int dtype, int it_dtype, const void* logits, const void* targets, void* lse,
-                          double* row_loss, int64_t rows, int64_t cols, int64_t ignore_index, cudaStream_t stream);
+void launch_cross_entropy(int dtype, int it_dtype, const void* logits, const void* targets, void* lse, double* row_loss,
+                          int64_t rows, int64_t cols, int64_t ignore_index, cudaStream_t stream);
 // scale = grad_loss / count: given on the host (`scale`), or on the device when grad_loss (f64, 1) and count
 // (i64, 1) are device pointers (then `scale` is ignored).
 void launch_cross_entropy_backward(int dtype, int it_dtype, const void* logits, const void* targets, const void* lse,
@@ -126,8 +137,8 @@ void launch_cross_entropy_backward(int dtype, int it_dtype, const void* logits, 
                                    const int64_t* count, int64_t ignore_index, cudaStream_t stream);
 // loss (1, kF32 or kF64) = mean of row_loss (rows, f64) over the rows whose target is not ignore_index, 0 when
 // there are none; count (1, i64) = their number. One block, fixed summation order.
-void launch_cross_entropy_loss(int loss_dtype, int it_dtype, const double* row_loss, const void* targets,
-                               int64_t rows, int64_t ignore_index, void* loss, int64_t* count, cudaStream_t stream);
+void launch_cross_entropy_loss(int loss_dtype, int it_dtype, const double* row_loss, const void* targets, int64_t rows,
+                               int64_t ignore_index, void* loss, int64_t* count, cudaStream_t stream);
 // The fused classifier (classifier_loss.cu): row losses and, with write_grad, dlogits in place over logits
 // (rows, cols) of dtype; labels of index dtype it_dtype.
 void launch_classifier_rows(int dtype, int it_dtype, void* logits, const void* labels, double* row_loss, int64_t rows,
@@ -135,9 +146,9 @@ void launch_classifier_rows(int dtype, int it_dtype, void* logits, const void* l
 
 // RoPE over x (B, T, H, D) with element strides sb, st, sh (unit stride along D); out contiguous.
 // positions: (T) or (B, T) (per_batch) of index dtype pos_dtype.
-void launch_rope(int dtype, int pos_dtype, const void* x, const void* positions, void* out, int64_t batch,
-                 int64_t seq, int64_t heads, int64_t dim, int64_t sb, int64_t st, int64_t sh, bool per_batch,
-                 double base, int64_t rotary_dim, bool inverse, cudaStream_t stream);
+void launch_rope(int dtype, int pos_dtype, const void* x, const void* positions, void* out, int64_t batch, int64_t seq,
+                 int64_t heads, int64_t dim, int64_t sb, int64_t st, int64_t sh, bool per_batch, double base,
+                 int64_t rotary_dim, bool inverse, cudaStream_t stream);
 
 // SwiGLU's gate (swiglu.cu) over (rows, cols) row-strided operands (element row strides gs, us, dys, dgs,
 // dus); out contiguous.
@@ -153,8 +164,8 @@ void launch_gather(const Iter& it, int elem_size, int index_dtype, int64_t x_ste
                    cudaStream_t stream);
 // Per line of an Iter of (acc, index, src): for j in [0, len): acc[index[j * index_step] * acc_step] +=
 // src[j * src_step]. acc_dtype/src_dtype: equal, or kF32 with kBF16.
-void launch_scatter_lines(const Iter& it, int acc_dtype, int src_dtype, int index_dtype, int64_t len,
-                          int64_t acc_step, int64_t index_step, int64_t src_step, int64_t acc_bound,
+void launch_scatter_lines(const Iter& it, int acc_dtype, int src_dtype, int index_dtype, int64_t len, int64_t acc_step,
+                          int64_t index_step, int64_t src_step, int64_t acc_bound,
                           cudaStream_t stream);  // indices outside [0, acc_bound) are skipped
 // The embedding gradient (embedding_backward.cu): out (rows, cols) compute type of dtype, row v = the sum
 // of the rows i of grad (n, cols) with ids[i] == v (ids i32/i64; out-of-range ids are
@@ -213,7 +224,7 @@ struct AdamWTensor {
 struct AdamWScalars {
   double beta1, one_minus_beta1, beta2, one_minus_beta2, inv_sqrt_bc2, eps, step_size;  // step_size = -lr / bc1
 };
-void launch_adamw(int dtype, const AdamWTensor* tensors, const ChunkRef* chunks, int64_t nchunks,
-                  const AdamWScalars& s, cudaStream_t stream);
+void launch_adamw(int dtype, const AdamWTensor* tensors, const ChunkRef* chunks, int64_t nchunks, const AdamWScalars& s,
+                  cudaStream_t stream);
 
 }  // namespace cpf::cuda::kernels

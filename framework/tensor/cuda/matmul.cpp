@@ -66,9 +66,10 @@ void merge_batch_dims(const Tensor& out, const Tensor& a, const Tensor& b, GemmP
 }  // namespace
 
 GemmPlan plan_gemm(const Tensor& out, const Tensor& a, const Tensor& b) {
-  CPF_CHECK(a.dtype() == b.dtype() && (out.dtype() == a.dtype() || (out.dtype() == DType::f32 && a.dtype() == DType::bf16)),
-            "matmul (cuda): operands ", a.dtype(), " and ", b.dtype(), " with output ", out.dtype(),
-            " (internal: expected one dtype, or bf16 operands with an f32 output)");
+  CPF_CHECK(
+      a.dtype() == b.dtype() && (out.dtype() == a.dtype() || (out.dtype() == DType::f32 && a.dtype() == DType::bf16)),
+      "matmul (cuda): operands ", a.dtype(), " and ", b.dtype(), " with output ", out.dtype(),
+      " (internal: expected one dtype, or bf16 operands with an f32 output)");
   const int64_t M = a.size(-2), K = a.size(-1), N = b.size(-1);
   GemmPlan plan;
   merge_batch_dims(out, a, b, plan);
@@ -145,7 +146,8 @@ void matmul_bias(const Tensor& out, const Tensor& a, const Tensor& b, const Tens
                 bias.is_contiguous() && reinterpret_cast<uintptr_t>(bias.raw_data()) % 16 == 0 &&
                 (out.dtype() == DType::f32 || out.dtype() == DType::bf16) && bias.dtype() == out.dtype(),
             "matmul_bias (cuda): needs 2-D f32/bf16 operands and a contiguous, 16-byte aligned bias of out's dtype, "
-            "got a ", a.shape(), " b ", b.shape(), " bias ", bias.shape(), " ", bias.dtype(),
+            "got a ",
+            a.shape(), " b ", b.shape(), " bias ", bias.shape(), " ", bias.dtype(),
             " (internal: raw::linear prepares these)");
   GemmPlan plan = plan_gemm(out, a, b);
   // The bias has D's data type: one value per row of the column-major D, i.e. per column of out.

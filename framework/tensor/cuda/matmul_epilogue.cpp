@@ -33,23 +33,24 @@ void check_args(const Tensor& out, const Tensor& a, const Tensor& b, const Devic
   const DeviceGemmEpilogue e = g.epilogue;
   CPF_CHECK(out.dim() == 2 && a.dim() == 2 && b.dim() == 2 && a.size(1) == b.size(0) && out.size(0) == a.size(0) &&
                 out.size(1) == b.size(1) && out.is_contiguous() && out.numel() > 0 && a.size(1) > 0,
-            "matmul_epilogue (cuda, ", epilogue_name(e), "): needs out (M, N) = a (M, K) @ b (K, N) with M, N, K > 0 "
-            "and a contiguous out, got out ", out.shape(), " a ", a.shape(), " b ", b.shape());
+            "matmul_epilogue (cuda, ", epilogue_name(e),
+            "): needs out (M, N) = a (M, K) @ b (K, N) with M, N, K > 0 "
+            "and a contiguous out, got out ",
+            out.shape(), " a ", a.shape(), " b ", b.shape());
   const bool same = out.dtype() == a.dtype() && (a.dtype() == DType::f32 || a.dtype() == DType::bf16);
   const bool widening = out.dtype() == DType::f32 && a.dtype() == DType::bf16 && e == DeviceGemmEpilogue::none;
-  CPF_CHECK(a.dtype() == b.dtype() && (same || widening), "matmul_epilogue (cuda, ", epilogue_name(e),
-            "): operands ", a.dtype(), "/", b.dtype(), " with output ", out.dtype(),
+  CPF_CHECK(a.dtype() == b.dtype() && (same || widening), "matmul_epilogue (cuda, ", epilogue_name(e), "): operands ",
+            a.dtype(), "/", b.dtype(), " with output ", out.dtype(),
             " are not supported (f32 or bf16 throughout; an f32 output of bf16 operands with epilogue none only)");
   const int64_t M = out.size(0), N = out.size(1);
   CPF_CHECK(!g.accumulate || e == DeviceGemmEpilogue::none, "matmul_epilogue (cuda, ", epilogue_name(e),
             "): accumulate is supported with epilogue none only");
   if (e != DeviceGemmEpilogue::none) {
     // cuBLASLt: the GELU aux matrix's leading dimension (our N) must be a multiple of 8.
-    CPF_CHECK(N % 8 == 0, "matmul_epilogue (cuda, ", epilogue_name(e), "): out ", out.shape(),
-              " has N = ", N, " columns; cuBLASLt's GELU epilogues need N to be a multiple of 8 "
+    CPF_CHECK(N % 8 == 0, "matmul_epilogue (cuda, ", epilogue_name(e), "): out ", out.shape(), " has N = ", N,
+              " columns; cuBLASLt's GELU epilogues need N to be a multiple of 8 "
               "(run the GEMM and the activation unfused for this shape)");
-    CPF_CHECK(g.aux.defined() && g.aux.shape() == out.shape() && g.aux.is_contiguous() &&
-                  g.aux.dtype() == out.dtype(),
+    CPF_CHECK(g.aux.defined() && g.aux.shape() == out.shape() && g.aux.is_contiguous() && g.aux.dtype() == out.dtype(),
               "matmul_epilogue (cuda, ", epilogue_name(e), "): aux must be a contiguous ", out.shape(), " ",
               out.dtype(), " tensor, got ", g.aux.defined() ? g.aux.shape() : Shape{});
   }
@@ -59,7 +60,8 @@ void check_args(const Tensor& out, const Tensor& a, const Tensor& b, const Devic
     check_vector(g.bias, N, out, "bias", e);
   }
   if (g.bias_grad.defined()) {
-    CPF_CHECK(e != DeviceGemmEpilogue::gelu, "matmul_epilogue (cuda, gelu): a bias gradient is written by the "
+    CPF_CHECK(e != DeviceGemmEpilogue::gelu,
+              "matmul_epilogue (cuda, gelu): a bias gradient is written by the "
               "dgelu epilogue or beside a plain GEMM, not by gelu");
     check_vector(g.bias_grad, e == DeviceGemmEpilogue::dgelu ? N : M, out, "bias_grad", e);
   }

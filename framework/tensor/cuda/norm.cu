@@ -13,9 +13,9 @@ using namespace row_helpers;
 namespace {
 
 template <int G, int V, bool centered, class T>
-__global__ void __launch_bounds__(kThreads) norm_kernel(const T* x, const T* w, const T* b, T* y,
-                                                        compute_t<T>* mean, compute_t<T>* rstd, int64_t rows,
-                                                        int64_t cols, compute_t<T> eps) {
+__global__ void __launch_bounds__(kThreads)
+    norm_kernel(const T* x, const T* w, const T* b, T* y, compute_t<T>* mean, compute_t<T>* rstd, int64_t rows,
+                int64_t cols, compute_t<T> eps) {
   using C = compute_t<T>;
   __shared__ C scratch[kThreads / 32];
   const RowLoop<G> loop;
@@ -73,9 +73,9 @@ __global__ void __launch_bounds__(kThreads) norm_kernel(const T* x, const T* w, 
 // that way).
 constexpr int kCachedThreads = 128;
 template <int V, int NC, bool centered, class T>
-__global__ void __launch_bounds__(kCachedThreads) norm_cached_kernel(const T* x, const T* w, const T* b, T* y,
-                                                               compute_t<T>* mean, compute_t<T>* rstd, int64_t rows,
-                                                               int64_t cols, compute_t<T> eps) {
+__global__ void __launch_bounds__(kCachedThreads)
+    norm_cached_kernel(const T* x, const T* w, const T* b, T* y, compute_t<T>* mean, compute_t<T>* rstd, int64_t rows,
+                       int64_t cols, compute_t<T> eps) {
   using C = compute_t<T>;
   __shared__ C scratch[kCachedThreads / 32];
   const int64_t nvec = cols / V;
@@ -139,9 +139,9 @@ __global__ void __launch_bounds__(kCachedThreads) norm_cached_kernel(const T* x,
 
 // dx = rstd * (gh - mean(gh) - xhat * mean(gh * xhat)), gh = g * w, xhat = (x - mean) * rstd.
 template <int G, bool centered, class T>
-__global__ void __launch_bounds__(kThreads) norm_dx_kernel(const T* g, const T* x, const T* w,
-                                                           const compute_t<T>* mean, const compute_t<T>* rstd, T* dx,
-                                                           int64_t rows, int64_t cols) {
+__global__ void __launch_bounds__(kThreads)
+    norm_dx_kernel(const T* g, const T* x, const T* w, const compute_t<T>* mean, const compute_t<T>* rstd, T* dx,
+                   int64_t rows, int64_t cols) {
   using C = compute_t<T>;
   __shared__ C scratch[kThreads / 32];
   const RowLoop<G> loop;
@@ -176,11 +176,9 @@ int64_t chunk_rows(int64_t rows) {
 // Pass 1: thread = column, blockIdx.y = row chunk; partial sums in row order. g may be narrower than x
 // (a bf16 gradient of the fused add_norm's bf16 output, add_norm.cu).
 template <bool centered, class TG, class T>
-__global__ void __launch_bounds__(kThreads) norm_param_partial_kernel(const TG* g, const T* x,
-                                                                      const compute_t<T>* mean,
-                                                                      const compute_t<T>* rstd, compute_t<T>* pw,
-                                                                      compute_t<T>* pb, int64_t rows, int64_t cols,
-                                                                      int64_t chunk) {
+__global__ void __launch_bounds__(kThreads)
+    norm_param_partial_kernel(const TG* g, const T* x, const compute_t<T>* mean, const compute_t<T>* rstd,
+                              compute_t<T>* pw, compute_t<T>* pb, int64_t rows, int64_t cols, int64_t chunk) {
   using C = compute_t<T>;
   const int64_t col = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (col >= cols) return;
@@ -203,8 +201,8 @@ __global__ void __launch_bounds__(kThreads) norm_param_partial_kernel(const TG* 
 constexpr int kSumCols = 32;
 constexpr int kSumWarps = kThreads / 32;
 template <class T>
-__global__ void __launch_bounds__(kThreads) column_sum_kernel(const compute_t<T>* partial, T* out, int64_t chunks,
-                                                              int64_t cols) {
+__global__ void __launch_bounds__(kThreads)
+    column_sum_kernel(const compute_t<T>* partial, T* out, int64_t chunks, int64_t cols) {
   using C = compute_t<T>;
   __shared__ C acc[kSumWarps][kSumCols];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -222,8 +220,8 @@ __global__ void __launch_bounds__(kThreads) column_sum_kernel(const compute_t<T>
 
 }  // namespace
 
-void launch_norm(bool centered, int dtype, const void* x, const void* w, const void* b, void* y, void* mean,
-                 void* rstd, int64_t rows, int64_t cols, double eps, cudaStream_t stream) {
+void launch_norm(bool centered, int dtype, const void* x, const void* w, const void* b, void* y, void* mean, void* rstd,
+                 int64_t rows, int64_t cols, double eps, cudaStream_t stream) {
   if (rows == 0) return;
   visit_floating(dtype, [&]<class T>() {
     using C = compute_t<T>;
@@ -326,8 +324,8 @@ void launch_norm_param_grads(bool centered, int g_dtype, int x_dtype, const void
 }
 
 void launch_norm_backward(bool centered, int dtype, const void* g, const void* x, const void* w, const void* mean,
-                          const void* rstd, void* dx, void* dw, void* db, int64_t rows, int64_t cols,
-                          void* workspace, cudaStream_t stream) {
+                          const void* rstd, void* dx, void* dw, void* db, int64_t rows, int64_t cols, void* workspace,
+                          cudaStream_t stream) {
   visit_floating(dtype, [&]<class T>() {
     using C = compute_t<T>;
     const T* pg = static_cast<const T*>(g);
@@ -347,7 +345,8 @@ void launch_norm_backward(bool centered, int dtype, const void* g, const void* x
       }
       CPF_CUDA_CHECK_LAUNCH("norm backward kernel (dx)");
     }
-    if (dw != nullptr || db != nullptr) param_grads<T, T>(centered, pg, px, pm, pr, dw, db, rows, cols, workspace, stream);
+    if (dw != nullptr || db != nullptr)
+      param_grads<T, T>(centered, pg, px, pm, pr, dw, db, rows, cols, workspace, stream);
   });
 }
 

@@ -73,8 +73,8 @@ struct Operand {
 
 // The thread's device and stream for `device`, set for the scope.
 struct Launch {
-  explicit Launch(Device device) : guard(device.index), stream(current_cuda_stream(device.index)),
-                                   sm_count(device_info(device.index).sm_count) {}
+  explicit Launch(Device device)
+      : guard(device.index), stream(current_cuda_stream(device.index)), sm_count(device_info(device.index).sm_count) {}
   DeviceGuard guard;
   cudaStream_t stream;
   int sm_count;
@@ -230,8 +230,7 @@ void binary(raw::BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& 
 }
 
 void compare(raw::CompareOp op, const Tensor& out, const Tensor& a, const Tensor& b) {
-  run_elementwise(out, {a, b},
-                  [op](const k::Iter& it, cudaStream_t s) { k::launch_compare(op_code(op), it, s); });
+  run_elementwise(out, {a, b}, [op](const k::Iter& it, cudaStream_t s) { k::launch_compare(op_code(op), it, s); });
 }
 
 void where(const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b) {
@@ -253,8 +252,8 @@ void reduce_rows(DeviceReduceOp op, const Tensor& out, const Tensor& rows) {
   const int64_t K = rows.size(0), R = rows.size(1);
   const size_t ws_bytes = k::reduce_workspace_bytes(code(rows.dtype()), K, R, launch.sm_count);
   // Workspace from the caching allocator: freed (stream-ordered) when `ws` goes out of scope.
-  Tensor ws = ws_bytes ? empty({static_cast<int64_t>(ws_bytes)}, {.dtype = DType::boolean, .device = rows.device()})
-                       : Tensor();
+  Tensor ws =
+      ws_bytes ? empty({static_cast<int64_t>(ws_bytes)}, {.dtype = DType::boolean, .device = rows.device()}) : Tensor();
   k::launch_reduce_rows(op_code(op), code(rows.dtype()), rows.raw_data(), out.raw_data(), K, R,
                         ws_bytes ? ws.raw_data() : nullptr, launch.sm_count, launch.stream);
 }
@@ -265,8 +264,8 @@ void reduce_cols(DeviceReduceOp op, const Tensor& out, const Tensor& cols) {
   Launch launch(cols.device());
   const int64_t R = cols.size(0), K = cols.size(1);
   const size_t ws_bytes = k::reduce_cols_workspace_bytes(code(cols.dtype()), R, K, launch.sm_count);
-  Tensor ws = ws_bytes ? empty({static_cast<int64_t>(ws_bytes)}, {.dtype = DType::boolean, .device = cols.device()})
-                       : Tensor();
+  Tensor ws =
+      ws_bytes ? empty({static_cast<int64_t>(ws_bytes)}, {.dtype = DType::boolean, .device = cols.device()}) : Tensor();
   k::launch_reduce_cols(op_code(op), code(cols.dtype()), cols.raw_data(), out.raw_data(), R, K,
                         ws_bytes ? ws.raw_data() : nullptr, launch.sm_count, launch.stream);
 }
@@ -275,12 +274,15 @@ void softmax(DeviceSoftmaxOp op, const Tensor& out, const Tensor& a, const Tenso
   Launch launch(a.device());
   int64_t outer = 1, size = 1, inner = 1;
   for (int64_t d = 0; d < a.dim(); ++d) {
-    if (d < dim) outer *= a.size(d);
-    else if (d == dim) size = a.size(d);
-    else inner *= a.size(d);
+    if (d < dim)
+      outer *= a.size(d);
+    else if (d == dim)
+      size = a.size(d);
+    else
+      inner *= a.size(d);
   }
-  k::launch_softmax(op_code(op), code(a.dtype()), a.raw_data(), b.defined() ? b.raw_data() : nullptr,
-                    out.raw_data(), outer, size, inner, launch.sm_count, launch.stream);
+  k::launch_softmax(op_code(op), code(a.dtype()), a.raw_data(), b.defined() ? b.raw_data() : nullptr, out.raw_data(),
+                    outer, size, inner, launch.sm_count, launch.stream);
 }
 
 // ---- nn ops ----
@@ -288,8 +290,8 @@ void softmax(DeviceSoftmaxOp op, const Tensor& out, const Tensor& a, const Tenso
 const void* ptr_or_null(const Tensor& t) { return t.defined() ? t.raw_data() : nullptr; }
 void* mut_ptr_or_null(const Tensor& t) { return t.defined() ? t.raw_data() : nullptr; }
 
-void norm(bool centered, const Tensor& y, const Tensor& mean, const Tensor& rstd, const Tensor& x,
-          const Tensor& weight, const Tensor& bias, double eps) {
+void norm(bool centered, const Tensor& y, const Tensor& mean, const Tensor& rstd, const Tensor& x, const Tensor& weight,
+          const Tensor& bias, double eps) {
   Launch launch(x.device());
   const int64_t cols = x.size(-1), rows = x.numel() / cols;
   k::launch_norm(centered, code(x.dtype()), x.raw_data(), ptr_or_null(weight), ptr_or_null(bias), y.raw_data(),
@@ -302,15 +304,15 @@ void norm_backward(bool centered, const Tensor& dx, const Tensor& dweight, const
   const int64_t cols = x.size(-1), rows = x.numel() / cols;
   const bool params = dweight.defined() || dbias.defined();
   const size_t ws_bytes = params ? k::norm_backward_workspace_bytes(code(x.dtype()), rows, cols) : 0;
-  Tensor ws = ws_bytes ? empty({static_cast<int64_t>(ws_bytes)}, {.dtype = DType::boolean, .device = x.device()})
-                       : Tensor();
+  Tensor ws =
+      ws_bytes ? empty({static_cast<int64_t>(ws_bytes)}, {.dtype = DType::boolean, .device = x.device()}) : Tensor();
   k::launch_norm_backward(centered, code(x.dtype()), grad_y.raw_data(), x.raw_data(), ptr_or_null(weight),
                           ptr_or_null(mean), rstd.raw_data(), dx.raw_data(), mut_ptr_or_null(dweight),
                           mut_ptr_or_null(dbias), rows, cols, ws_bytes ? ws.raw_data() : nullptr, launch.stream);
 }
 
-void add_norm(bool centered, const Tensor& x1, const Tensor& y, const Tensor& mean, const Tensor& rstd,
-              const Tensor& x, const Tensor& branch, const Tensor& weight, const Tensor& bias, double eps) {
+void add_norm(bool centered, const Tensor& x1, const Tensor& y, const Tensor& mean, const Tensor& rstd, const Tensor& x,
+              const Tensor& branch, const Tensor& weight, const Tensor& bias, double eps) {
   Launch launch(x.device());
   const int64_t cols = x.size(-1), rows = x.numel() / cols;
   k::launch_add_norm(centered, code(x.dtype()), branch.defined() ? code(branch.dtype()) : code(x.dtype()),
@@ -326,8 +328,8 @@ void add_norm_backward(bool centered, const Tensor& dx, const Tensor& dbranch, c
   const int64_t cols = x1.size(-1), rows = x1.numel() / cols;
   const bool params = dweight.defined() || dbias.defined();
   const size_t ws_bytes = params ? k::norm_backward_workspace_bytes(code(x1.dtype()), rows, cols) : 0;
-  Tensor ws = ws_bytes ? empty({static_cast<int64_t>(ws_bytes)}, {.dtype = DType::boolean, .device = x1.device()})
-                       : Tensor();
+  Tensor ws =
+      ws_bytes ? empty({static_cast<int64_t>(ws_bytes)}, {.dtype = DType::boolean, .device = x1.device()}) : Tensor();
   k::launch_add_norm_backward(centered, code(x1.dtype()), code(grad_y.dtype()),
                               dbranch.defined() ? code(dbranch.dtype()) : code(x1.dtype()), grad_y.raw_data(),
                               x1.raw_data(), ptr_or_null(weight), ptr_or_null(mean), rstd.raw_data(),
@@ -352,11 +354,11 @@ void gather(const Tensor& out, const Tensor& x, int64_t dim, const Tensor& index
   }
   Shape x_strides = x.strides();
   x_strides[dim] = 0;  // the index supplies the offset along dim
-  std::vector<Operand> ops{operand(out, shape),
-                           {static_cast<char*>(index.raw_data()), static_cast<int64_t>(dtype_size(index.dtype())),
-                            code(index.dtype()), index_strides},
-                           {static_cast<char*>(x.raw_data()), static_cast<int64_t>(dtype_size(x.dtype())),
-                            code(x.dtype()), x_strides}};
+  std::vector<Operand> ops{
+      operand(out, shape),
+      {static_cast<char*>(index.raw_data()), static_cast<int64_t>(dtype_size(index.dtype())), code(index.dtype()),
+       index_strides},
+      {static_cast<char*>(x.raw_data()), static_cast<int64_t>(dtype_size(x.dtype())), code(x.dtype()), x_strides}};
   coalesce(shape, ops);
   const int elem = static_cast<int>(dtype_size(x.dtype()));
   for_each_iter(shape, ops, launch.sm_count, [&](const k::Iter& it) {
@@ -371,13 +373,12 @@ void scatter_add(const Tensor& acc, int64_t dim, const Tensor& index, const Tens
   const Shape index_strides = index_add ? Shape(lines.size(), 0) : without(index.strides(), dim);
   const int64_t len = index_add ? index.numel() : index.size(dim);
   const int64_t index_step = index_add ? (index.numel() > 0 ? index.stride(0) : 0) : index.stride(dim);
-  std::vector<Operand> ops{
-      {static_cast<char*>(acc.raw_data()), static_cast<int64_t>(dtype_size(acc.dtype())), code(acc.dtype()),
-       without(acc.strides(), dim)},
-      {static_cast<char*>(index.raw_data()), static_cast<int64_t>(dtype_size(index.dtype())), code(index.dtype()),
-       index_strides},
-      {static_cast<char*>(src.raw_data()), static_cast<int64_t>(dtype_size(src.dtype())), code(src.dtype()),
-       without(src.strides(), dim)}};
+  std::vector<Operand> ops{{static_cast<char*>(acc.raw_data()), static_cast<int64_t>(dtype_size(acc.dtype())),
+                            code(acc.dtype()), without(acc.strides(), dim)},
+                           {static_cast<char*>(index.raw_data()), static_cast<int64_t>(dtype_size(index.dtype())),
+                            code(index.dtype()), index_strides},
+                           {static_cast<char*>(src.raw_data()), static_cast<int64_t>(dtype_size(src.dtype())),
+                            code(src.dtype()), without(src.strides(), dim)}};
   coalesce(lines, ops);
   for_each_iter(lines, ops, launch.sm_count, [&](const k::Iter& it) {
     k::launch_scatter_lines(it, code(acc.dtype()), code(src.dtype()), code(index.dtype()), len, acc.stride(dim),
@@ -391,8 +392,8 @@ void embedding_backward(const Tensor& out, const Tensor& grad, const Tensor& ids
   // The sort works on 32-bit keys and positions (CUB takes an int count).
   CPF_CHECK(n <= std::numeric_limits<int32_t>::max(), "embedding_backward: at most 2^31 - 1 ids on cuda, got ", n,
             "; split the batch");
-  CPF_CHECK(rows < std::numeric_limits<uint32_t>::max(), "embedding_backward: at most 2^32 - 2 table rows on cuda, got ",
-            rows);
+  CPF_CHECK(rows < std::numeric_limits<uint32_t>::max(),
+            "embedding_backward: at most 2^32 - 2 table rows on cuda, got ", rows);
   // Stream-ordered scratch for the keys, positions and the sort; released (stream-ordered) on return.
   const auto bytes = static_cast<int64_t>(
       std::max<size_t>(k::embedding_backward_workspace(n, rows, out.size(1), code(grad.dtype())), 1));
@@ -465,8 +466,7 @@ void check_indices(const DeviceIndexCheck& c) {
   launch_index_check(check, slot.raw_data(), index.device().index, launch.sm_count, launch.stream);
 }
 
-void rope(const Tensor& out, const Tensor& x, const Tensor& positions, double base, int64_t rotary_dim,
-          bool inverse) {
+void rope(const Tensor& out, const Tensor& x, const Tensor& positions, double base, int64_t rotary_dim, bool inverse) {
   Launch launch(x.device());
   const bool thd = x.dim() == 3;
   k::launch_rope(code(x.dtype()), code(positions.dtype()), x.raw_data(), positions.raw_data(), out.raw_data(),
@@ -578,8 +578,8 @@ void adamw_step(const std::vector<DeviceAdamWParam>& params, const DeviceAdamW& 
     }
     if (list.empty()) continue;
     size_t chunks_at = 0, end_at = 0;
-    const Tensor buffer = upload_tables(params.front().param.device(), launch.stream, list, chunks, 0, &chunks_at,
-                                        &end_at);
+    const Tensor buffer =
+        upload_tables(params.front().param.device(), launch.stream, list, chunks, 0, &chunks_at, &end_at);
     char* base = static_cast<char*>(buffer.raw_data());
     k::launch_adamw(code(dtype), reinterpret_cast<const k::AdamWTensor*>(base),
                     reinterpret_cast<const k::ChunkRef*>(base + chunks_at), static_cast<int64_t>(chunks.size()),

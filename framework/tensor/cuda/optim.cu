@@ -160,8 +160,8 @@ void launch_sum_squares(const SquaresTensor* tensors, const ChunkRef* chunks, in
   CPF_CUDA_CHECK_LAUNCH("sum_squares combine kernel");
 }
 
-void launch_adamw(int dtype, const AdamWTensor* tensors, const ChunkRef* chunks, int64_t nchunks,
-                  const AdamWScalars& s, cudaStream_t stream) {
+void launch_adamw(int dtype, const AdamWTensor* tensors, const ChunkRef* chunks, int64_t nchunks, const AdamWScalars& s,
+                  cudaStream_t stream) {
   if (nchunks == 0) return;
   const unsigned grid = static_cast<unsigned>(nchunks);
   switch (dtype) {

@@ -12,8 +12,8 @@
 namespace cpf::cuda::kernels {
 namespace {
 
-constexpr int64_t kWarpRowLimit = 1024;   // rows up to this length get a warp, longer ones a block
-constexpr int64_t kMinChunk = 4096;        // columns per block at least, when a row is split
+constexpr int64_t kWarpRowLimit = 1024;  // rows up to this length get a warp, longer ones a block
+constexpr int64_t kMinChunk = 4096;      // columns per block at least, when a row is split
 
 // Columns per chunk when a row is split in `chunks`: a multiple of 8 (16 bytes of bf16), so each chunk of
 // an aligned row starts aligned for the vector loads.
@@ -47,7 +47,6 @@ __device__ __forceinline__ Acc<C> element(int op, C x, int64_t j) {
   if (op == kLogsumexp) return {x, C(1), j};
   return {x, C(0), j};
 }
-
 
 // NaN is the greatest value; ties go to the lower index.
 template <class C>
@@ -92,7 +91,7 @@ __device__ __forceinline__ Acc<C> warp_reduce(int op, Acc<C> a) {
 // Folds p[j] for j = first, first + step, ... < end into a, four independent loads in flight at a time.
 template <class T>
 __device__ __forceinline__ Acc<compute_t<T>> accumulate_range(int op, Acc<compute_t<T>> a, const T* p, int64_t first,
-                                                             int64_t end, int64_t step) {
+                                                              int64_t end, int64_t step) {
   int64_t j = first;
   for (; j + 3 * step < end; j += 4 * step) {
     const T x0 = p[j], x1 = p[j + step], x2 = p[j + 2 * step], x3 = p[j + 3 * step];
@@ -110,7 +109,7 @@ __device__ __forceinline__ Acc<compute_t<T>> accumulate_range(int op, Acc<comput
 // last whole vector is folded by the same threads.
 template <class T>
 __device__ __forceinline__ Acc<compute_t<T>> accumulate_vec(int op, Acc<compute_t<T>> a, const T* p, int64_t first,
-                                                           int64_t end, int tid, int step) {
+                                                            int64_t end, int tid, int step) {
   constexpr int V = vector_width(static_cast<int>(sizeof(T)));
   const int64_t nv = (end - first) / V;
   const Vec<T, V>* pv = reinterpret_cast<const Vec<T, V>*>(p + first);
@@ -163,9 +162,9 @@ __global__ void __launch_bounds__(kThreads)
 // Block b reduces chunk (b % chunks) of row (b / chunks); with one chunk it writes the result,
 // otherwise its partial accumulator.
 template <class T>
-__global__ void __launch_bounds__(kThreads) block_rows_kernel(int op, const T* in, void* out,
-                                                              Acc<compute_t<T>>* partial, int64_t rows, int64_t cols,
-                                                              int64_t chunks, bool vec) {
+__global__ void __launch_bounds__(kThreads)
+    block_rows_kernel(int op, const T* in, void* out, Acc<compute_t<T>>* partial, int64_t rows, int64_t cols,
+                      int64_t chunks, bool vec) {
   using C = compute_t<T>;
   __shared__ Acc<C> warp_acc[kThreads / 32];
   const int64_t row = blockIdx.x / chunks;
@@ -250,8 +249,8 @@ size_t acc_size(int dtype) { return dtype == kF64 ? sizeof(Acc<double>) : sizeof
 // (coalesced), the 8 warps take every 8th row of the block's row chunk, and a fixed tree over them
 // gives the chunk's partial. Chunks combine in order in a second kernel: deterministic.
 
-constexpr int kColTile = 32;     // columns per block (one per lane)
-constexpr int kColWarps = 8;     // warps per block, striding over rows
+constexpr int kColTile = 32;  // columns per block (one per lane)
+constexpr int kColWarps = 8;  // warps per block, striding over rows
 constexpr int64_t kMinRowsPerChunk = 64;
 
 int64_t col_chunks_for(int64_t rows, int64_t cols, int sm_count) {
@@ -265,8 +264,9 @@ int64_t col_chunks_for(int64_t rows, int64_t cols, int sm_count) {
 
 // Block (tile, chunk) folds rows [chunk * len, ...) of its 32 columns; with one chunk it writes the result.
 template <class T>
-__global__ void __launch_bounds__(kColTile * kColWarps)
-    cols_kernel(int op, const T* in, void* out, Acc<compute_t<T>>* partial, int64_t rows, int64_t cols, int64_t chunks) {
+__global__ void __launch_bounds__(kColTile* kColWarps)
+    cols_kernel(int op, const T* in, void* out, Acc<compute_t<T>>* partial, int64_t rows, int64_t cols,
+                int64_t chunks) {
   using C = compute_t<T>;
   __shared__ Acc<C> acc[kColWarps][kColTile];
   const int lane = threadIdx.x, warp = threadIdx.y;
@@ -276,7 +276,8 @@ __global__ void __launch_bounds__(kColTile * kColWarps)
   const int64_t end = begin + len < rows ? begin + len : rows;
   Acc<C> a = identity<C>(op);
   if (col < cols) {
-    for (int64_t r = begin + warp; r < end; r += kColWarps) a = combine(op, a, element(op, widen(in[r * cols + col]), r));
+    for (int64_t r = begin + warp; r < end; r += kColWarps)
+      a = combine(op, a, element(op, widen(in[r * cols + col]), r));
   }
   acc[warp][lane] = a;
   __syncthreads();

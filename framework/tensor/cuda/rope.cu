@@ -9,10 +9,9 @@ namespace cpf::cuda::kernels {
 namespace {
 
 template <class T, class I>
-__global__ void __launch_bounds__(kThreads) rope_kernel(const T* x, const I* positions, T* out, int64_t batch,
-                                                        int64_t seq, int64_t heads, int64_t dim, int64_t sb,
-                                                        int64_t st, int64_t sh, bool per_batch, double base,
-                                                        int64_t rot, double sign) {
+__global__ void __launch_bounds__(kThreads)
+    rope_kernel(const T* x, const I* positions, T* out, int64_t batch, int64_t seq, int64_t heads, int64_t dim,
+                int64_t sb, int64_t st, int64_t sh, bool per_batch, double base, int64_t rot, double sign) {
   using C = compute_t<T>;
   const int64_t half = rot / 2;
   const int64_t jobs = half + (dim - rot);  // per token: the pairs, then the copied dims
@@ -44,9 +43,9 @@ __global__ void __launch_bounds__(kThreads) rope_kernel(const T* x, const I* pos
 
 }  // namespace
 
-void launch_rope(int dtype, int pos_dtype, const void* x, const void* positions, void* out, int64_t batch,
-                 int64_t seq, int64_t heads, int64_t dim, int64_t sb, int64_t st, int64_t sh, bool per_batch,
-                 double base, int64_t rotary_dim, bool inverse, cudaStream_t stream) {
+void launch_rope(int dtype, int pos_dtype, const void* x, const void* positions, void* out, int64_t batch, int64_t seq,
+                 int64_t heads, int64_t dim, int64_t sb, int64_t st, int64_t sh, bool per_batch, double base,
+                 int64_t rotary_dim, bool inverse, cudaStream_t stream) {
   const int64_t n = batch * seq * (rotary_dim / 2 + (dim - rotary_dim));
   if (n == 0 || heads == 0) return;
   const int64_t blocks = (n + kThreads - 1) / kThreads;

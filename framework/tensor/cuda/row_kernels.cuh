@@ -9,7 +9,6 @@ namespace cpf::cuda::kernels::row_helpers {
 
 constexpr int64_t kWarpRowLimit = 1024;
 
-
 // Sum (or max) over a group of G threads (G = 32: a warp; G = kThreads: the block); every thread
 // gets the result. `scratch` holds kThreads / 32 values (block groups only).
 template <int G, bool is_max, class C>

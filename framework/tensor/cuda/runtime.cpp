@@ -14,9 +14,9 @@ namespace detail {
 
 void throw_cuda_error(const char* file, int line, const char* call, cudaError_t status) {
   (void)cudaGetLastError();  // clear the (non-sticky) error so later checks do not report it again
-  ::cpf::detail::throw_error(file, line, call,
-                             ::cpf::str_cat("CUDA error in ", call, ": ", cudaGetErrorString(status), " (",
-                                                    cudaGetErrorName(status), ")"));
+  ::cpf::detail::throw_error(
+      file, line, call,
+      ::cpf::str_cat("CUDA error in ", call, ": ", cudaGetErrorString(status), " (", cudaGetErrorName(status), ")"));
 }
 
 }  // namespace detail
@@ -31,8 +31,8 @@ std::atomic<bool> g_allow_tf32{false};
 }  // namespace
 
 std::string device_name(int device) {
-  CPF_CHECK(device >= 0 && device < device_count(), "cuda::device_name: no CUDA device ", device, " (",
-            device_count(), " visible)");
+  CPF_CHECK(device >= 0 && device < device_count(), "cuda::device_name: no CUDA device ", device, " (", device_count(),
+            " visible)");
   cudaDeviceProp prop{};
   CPF_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
   return prop.name;

@@ -1,9 +1,9 @@
 // Softmax, log-softmax and their backward over one dim of a contiguous (outer, size, inner) tensor
 // (op codes: kernels.cuh's SoftmaxCode, DeviceSoftmaxOp's values). inner == 1: a warp per row
 // (size <= 1024) or a block per row; otherwise one thread per (outer, inner) column, adjacent threads
-// on adjacent columns so every step along the softmax dim is a coalesced load. Forward rows of up to 1024 are held in registers
-// (one read, one exp, one write per element); longer rows and the backward ops are reduced in one
-// pass as an online (max, sum) pair. Fully masked rows (all -inf) give softmax 0 and log_softmax -inf.
+// on adjacent columns so every step along the softmax dim is a coalesced load. Forward rows of up to 1024 are held in
+// registers (one read, one exp, one write per element); longer rows and the backward ops are reduced in one pass as an
+// online (max, sum) pair. Fully masked rows (all -inf) give softmax 0 and log_softmax -inf.
 #include "framework/tensor/cuda/device_math.cuh"
 #include "framework/tensor/cuda/elementwise.cuh"
 
@@ -11,7 +11,6 @@ namespace cpf::cuda::kernels {
 namespace {
 
 constexpr int64_t kWarpRowLimit = 1024;
-
 
 // Forward: (m, s) = running max and sum of exp(x - m). Backward: s = sum of the per-element terms.
 template <class C>
@@ -76,8 +75,8 @@ __device__ __forceinline__ compute_t<T> load_b(const T* b, int64_t i) {
 }
 
 template <class T>
-__global__ void __launch_bounds__(kThreads) warp_rows_kernel(int op, const T* a, const T* b, T* out, int64_t rows,
-                                                             int64_t size) {
+__global__ void __launch_bounds__(kThreads)
+    warp_rows_kernel(int op, const T* a, const T* b, T* out, int64_t rows, int64_t size) {
   using C = compute_t<T>;
   const int lane = threadIdx.x & 31;
   const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
@@ -100,8 +99,8 @@ __global__ void __launch_bounds__(kThreads) warp_rows_kernel(int op, const T* a,
 // which made it compute-bound). Lane l holds the V-element vectors l, l + 32, ... (16-byte loads when
 // V > 1). A NaN anywhere makes the row NaN; a fully masked row gives 0 / -inf.
 template <class T, int V, int NC>
-__global__ void __launch_bounds__(kThreads) warp_rows_forward_kernel(bool log, const T* a, T* out, int64_t rows,
-                                                                     int64_t size) {
+__global__ void __launch_bounds__(kThreads)
+    warp_rows_forward_kernel(bool log, const T* a, T* out, int64_t rows, int64_t size) {
   using C = compute_t<T>;
   const int lane = threadIdx.x & 31;
   const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
@@ -201,8 +200,8 @@ __global__ void __launch_bounds__(kThreads) block_rows_kernel(int op, const T* a
 }
 
 template <class T>
-__global__ void __launch_bounds__(kThreads) columns_kernel(int op, const T* a, const T* b, T* out, int64_t outer,
-                                                           int64_t size, int64_t inner) {
+__global__ void __launch_bounds__(kThreads)
+    columns_kernel(int op, const T* a, const T* b, T* out, int64_t outer, int64_t size, int64_t inner) {
   using C = compute_t<T>;
   const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t nthreads = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -236,15 +235,15 @@ void launch_softmax(int op, int dtype, const void* a, const void* b, void* out, 
     T* po = static_cast<T*>(out);
     if (inner == 1 && size <= kWarpRowLimit && (op == kSoftmax || op == kLogSoftmax)) {
       constexpr int W = vector_width(static_cast<int>(sizeof(T)));
-      const bool vec = size % W == 0 && reinterpret_cast<uintptr_t>(a) % 16 == 0 &&
-                       reinterpret_cast<uintptr_t>(out) % 16 == 0;
+      const bool vec =
+          size % W == 0 && reinterpret_cast<uintptr_t>(a) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0;
       const int64_t grid = capped_grid((outer + kThreads / 32 - 1) / (kThreads / 32), sm_count);
       const auto go = [&]<int V>() {
         const int64_t per_lane = (size + 32 * V - 1) / (32 * V);  // vectors per lane
         const auto with = [&]<int NC>() {
           if constexpr (V * NC <= 32) {
-            warp_rows_forward_kernel<T, V, NC><<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(
-                op == kLogSoftmax, pa, po, outer, size);
+            warp_rows_forward_kernel<T, V, NC>
+                <<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(op == kLogSoftmax, pa, po, outer, size);
           }
         };
         if (per_lane <= 1) {

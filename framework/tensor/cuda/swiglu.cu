@@ -19,9 +19,9 @@ struct alignas(sizeof(T) * V) Pack {
 struct SwigluArgs {
   const void* g;
   const void* u;
-  const void* dy;  // null: forward
-  void* out;       // forward: out; backward: d_gate
-  void* du;        // backward only
+  const void* dy;       // null: forward
+  void* out;            // forward: out; backward: d_gate
+  void* du;             // backward only
   int64_t gs, us, dys;  // input row strides in elements
   int64_t os, dus;      // output row strides: out (or d_gate), d_up
   int64_t rows, cols;
@@ -70,8 +70,8 @@ template <class T>
 void launch(const SwigluArgs& a, cudaStream_t stream) {
   constexpr int V = static_cast<int>(16 / sizeof(T));
   const auto e = static_cast<int64_t>(sizeof(T));
-  const bool vec = a.cols % V == 0 && aligned16(a.g, a.gs, e) && aligned16(a.u, a.us, e) &&
-                   aligned16(a.dy, a.dys, e) && aligned16(a.out, a.os, e) && aligned16(a.du, a.dus, e);
+  const bool vec = a.cols % V == 0 && aligned16(a.g, a.gs, e) && aligned16(a.u, a.us, e) && aligned16(a.dy, a.dys, e) &&
+                   aligned16(a.out, a.os, e) && aligned16(a.du, a.dus, e);
   const int64_t n = a.rows * (vec ? a.cols / V : a.cols);
   const int64_t blocks = (n + kThreads - 1) / kThreads;
   const unsigned grid = static_cast<unsigned>(blocks < 65535 * 32 ? blocks : 65535 * 32);

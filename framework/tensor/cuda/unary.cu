@@ -118,9 +118,8 @@ void launch_unary(int op, const Iter& it, cudaStream_t stream) {
 }
 
 void launch_unary_backward(int op, const Iter& it, cudaStream_t stream) {
-  visit_floating(it.dtype[0], [&]<class T>() {
-    launch<T, T, T, T>(it, UnaryBackwardFn<T>{op}, stream, "unary backward kernel");
-  });
+  visit_floating(it.dtype[0],
+                 [&]<class T>() { launch<T, T, T, T>(it, UnaryBackwardFn<T>{op}, stream, "unary backward kernel"); });
 }
 
 }  // namespace cpf::cuda::kernels

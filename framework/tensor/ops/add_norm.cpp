@@ -41,8 +41,8 @@ void check_like(const Tensor& t, const Tensor& x, const char* op, const char* na
 
 void check_param(const Tensor& p, const Tensor& x, const char* op, const char* name) {
   if (!p.defined()) return;
-  CPF_CHECK(p.shape() == Shape{x.size(-1)}, op, ": ", name, " must have shape [", x.size(-1),
-            "] (the last dim of x ", x.shape(), "), got ", p.shape());
+  CPF_CHECK(p.shape() == Shape{x.size(-1)}, op, ": ", name, " must have shape [", x.size(-1), "] (the last dim of x ",
+            x.shape(), "), got ", p.shape());
   CPF_CHECK(p.dtype() == x.dtype(), op, ": ", name, " is ", p.dtype(), " but x is ", x.dtype(),
             " (the norm's parameters stay in the residual stream's dtype)");
   CPF_CHECK(p.device() == x.device(), op, ": ", name, " is on ", p.device(), " but x is on ", x.device());
@@ -92,9 +92,9 @@ AddNormResult add_norm(NormKind kind, const Tensor& x, const Tensor& branch, con
   AddNormResult r{branch.defined() ? empty(x.shape(), {.dtype = x.dtype(), .device = x.device()}) : x,
                   empty(x.shape(), {.dtype = out_dtype, .device = x.device()}),
                   centered ? empty(stat_shape(x), stat) : Tensor(), empty(stat_shape(x), stat)};
-  device_kernel(x.device(), &DeviceOps::add_norm, op)(centered, branch.defined() ? r.x1 : Tensor(), r.y, r.mean,
-                                                      r.rstd, xc, contiguous_or_null(branch),
-                                                      contiguous_or_null(weight), contiguous_or_null(bias), eps);
+  device_kernel(x.device(), &DeviceOps::add_norm, op)(centered, branch.defined() ? r.x1 : Tensor(), r.y, r.mean, r.rstd,
+                                                      xc, contiguous_or_null(branch), contiguous_or_null(weight),
+                                                      contiguous_or_null(bias), eps);
   return r;
 }
 
@@ -108,8 +108,8 @@ AddNormGrads add_norm_backward(NormKind kind, const Tensor& grad_x1, const Tenso
   if (branch_dtype) check_narrow(*branch_dtype, x1.dtype(), op, "the branch dtype");
   check_like(grad_x1, x1, op, "grad_x1", "x1");
   check_like(grad_y, x1, op, "grad_y", "x1");
-  CPF_CHECK(!grad_x1.defined() || grad_x1.dtype() == x1.dtype(), op, ": grad_x1 is ", grad_x1.dtype(),
-            " but x1 is ", x1.dtype());
+  CPF_CHECK(!grad_x1.defined() || grad_x1.dtype() == x1.dtype(), op, ": grad_x1 is ", grad_x1.dtype(), " but x1 is ",
+            x1.dtype());
   CPF_CHECK(!grad_y.defined() || grad_y.dtype() == y_dtype, op, ": grad_y is ", grad_y.dtype(),
             " but the output y was ", y_dtype);
   check_param(weight, x1, op, "weight");

@@ -145,15 +145,14 @@ ClassifierLossResult classifier_loss(const Tensor& hidden, const Tensor& weight,
   const double scale = 1.0 / static_cast<double>(result.divisor);
   const Tensor lab = contiguous(labels);
   const Tensor row_loss = zeros({rows}, {.dtype = DType::f64, .device = device});  // (T) f64
-  const Tensor weight_t = transpose(weight, 0, 1);                                   // (C, V) view
+  const Tensor weight_t = transpose(weight, 0, 1);                                 // (C, V) view
   if (o.compute_grads) result.dhidden = empty({rows, width}, {.dtype = compute, .device = device});
   Tensor dweight;  // (V, C) in the compute dtype, summed over the chunks
   for (int64_t begin = 0; begin < rows; begin += result.chunk_rows) {
     const int64_t n = std::min(result.chunk_rows, rows - begin);
     const Tensor h = narrow(hidden, 0, begin, n);  // (R, C)
     const Tensor logits = matmul(h, weight_t);     // (R, V): becomes dlogits in place
-    row_pass(logits, narrow(lab, 0, begin, n), narrow(row_loss, 0, begin, n), scale, o.compute_grads,
-             o.ignore_index);
+    row_pass(logits, narrow(lab, 0, begin, n), narrow(row_loss, 0, begin, n), scale, o.compute_grads, o.ignore_index);
     if (!o.compute_grads) continue;
     copy_(narrow(result.dhidden, 0, begin, n), matmul(logits, weight));  // (R, C), widened for bf16
     // (V, C) += dlogits^T @ h_chunk: on a device one GEMM accumulating into the f32 sum (beta = 1).

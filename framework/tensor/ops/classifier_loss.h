@@ -41,10 +41,10 @@ namespace cpf::raw {
 inline constexpr int64_t kClassifierChunkBytes = int64_t(1) << 30;
 
 struct ClassifierLossResult {
-  Tensor loss;     // scalar: f32 for f32/bf16 inputs, f64 for f64
-  Tensor dhidden;  // (T, C) d loss / d hidden, in the compute dtype (f32 for bf16); undefined without grads
-  Tensor dweight;  // (V, C) d loss / d weight, in the compute dtype (f32 for bf16); undefined without grads
-  int64_t divisor = 0;  // what the summed loss was divided by (>= 1)
+  Tensor loss;             // scalar: f32 for f32/bf16 inputs, f64 for f64
+  Tensor dhidden;          // (T, C) d loss / d hidden, in the compute dtype (f32 for bf16); undefined without grads
+  Tensor dweight;          // (V, C) d loss / d weight, in the compute dtype (f32 for bf16); undefined without grads
+  int64_t divisor = 0;     // what the summed loss was divided by (>= 1)
   int64_t chunk_rows = 0;  // the chunk size used
 };
 

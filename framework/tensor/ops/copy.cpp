@@ -77,17 +77,20 @@ void copy_(const Tensor& dst, const Tensor& src) {
   }
   visit_dtype(dst.dtype(), [&]<class Out>() {
     visit_dtype(src.dtype(), [&]<class In>() {
-      cpu::map_elements<Out, In>(dst, [](In x) {
-        if constexpr (std::is_same_v<Out, bool> && std::is_same_v<In, bfloat16>) {
-          return static_cast<float>(x) != 0.0f;
-        } else if constexpr (std::is_same_v<Out, bool>) {
-          return x != In(0);  // in the source type: a double 1e-300 is non-zero but rounds to float 0
-        } else if constexpr (std::is_same_v<In, bfloat16> || std::is_same_v<Out, bfloat16>) {
-          return Out(static_cast<float>(x));
-        } else {
-          return static_cast<Out>(x);
-        }
-      }, src);
+      cpu::map_elements<Out, In>(
+          dst,
+          [](In x) {
+            if constexpr (std::is_same_v<Out, bool> && std::is_same_v<In, bfloat16>) {
+              return static_cast<float>(x) != 0.0f;
+            } else if constexpr (std::is_same_v<Out, bool>) {
+              return x != In(0);  // in the source type: a double 1e-300 is non-zero but rounds to float 0
+            } else if constexpr (std::is_same_v<In, bfloat16> || std::is_same_v<Out, bfloat16>) {
+              return Out(static_cast<float>(x));
+            } else {
+              return static_cast<Out>(x);
+            }
+          },
+          src);
     });
   });
   dst.bump_version();

@@ -10,8 +10,8 @@ namespace cpf::raw {
 void copy_(const Tensor& dst, const Tensor& src);
 void fill_(const Tensor& dst, double value);
 void zero_(const Tensor& dst);
-Tensor contiguous(const Tensor& t);  // t itself when already contiguous
-Tensor clone(const Tensor& t);       // always a new contiguous tensor
+Tensor contiguous(const Tensor& t);         // t itself when already contiguous
+Tensor clone(const Tensor& t);              // always a new contiguous tensor
 Tensor to(const Tensor& t, DType dtype);    // t itself when already of that dtype
 Tensor to(const Tensor& t, Device device);  // t itself when already there
 

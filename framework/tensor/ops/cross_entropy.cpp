@@ -5,8 +5,8 @@
 #include <limits>
 #include <vector>
 
-#include "framework/tensor/cpu/softmax_kernels.h"
 #include "framework/tensor/cpu/compute_types.h"
+#include "framework/tensor/cpu/softmax_kernels.h"
 #include "framework/tensor/cpu/strided_loop.h"
 #include "framework/tensor/device_ops.h"
 #include "framework/tensor/ops/copy.h"
@@ -149,8 +149,8 @@ Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, con
     });
     const double scale = valid_count > 0 ? grad_loss.item<double>() / static_cast<double>(valid_count) : 0.0;
     Tensor out = empty({rows, classes}, {.dtype = logits.dtype(), .device = logits.device()});
-    device_kernel(logits.device(), &DeviceOps::cross_entropy_backward, op)(out, contiguous(logits), tc,
-                                                                           contiguous(lse), scale, ignore_index);
+    device_kernel(logits.device(), &DeviceOps::cross_entropy_backward, op)(out, contiguous(logits), tc, contiguous(lse),
+                                                                           scale, ignore_index);
     return out;
   }
   const Tensor lc = contiguous(to(logits, compute));

@@ -7,9 +7,9 @@
 namespace cpf::raw {
 
 struct CrossEntropyResult {
-  Tensor loss;               // scalar: mean of lse - logits[target] over rows whose target is not ignored
-  Tensor lse;                // (N): log-sum-exp of every row (ignored rows included)
-  int64_t valid_count = 0;   // rows whose target is not ignore_index; -1 on a device (see count)
+  Tensor loss;              // scalar: mean of lse - logits[target] over rows whose target is not ignored
+  Tensor lse;               // (N): log-sum-exp of every row (ignored rows included)
+  int64_t valid_count = 0;  // rows whose target is not ignore_index; -1 on a device (see count)
   // The same count as a scalar i64 on logits' device. A device computes loss and count without waiting
   // for the GPU, so it leaves valid_count at -1: read count (a synchronisation) or pass it to the
   // backward overload below.

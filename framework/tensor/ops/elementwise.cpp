@@ -94,8 +94,10 @@ T apply_binary(T a, T b) {
     case BinaryOp::mul: return wrapping(a, b, [](auto x, auto y) { return x * y; });
     case BinaryOp::div: return a / b;
     case BinaryOp::pow:
-      if constexpr (std::is_floating_point_v<T>) return std::pow(a, b);
-      else return static_cast<T>(std::pow(static_cast<double>(a), static_cast<double>(b)));
+      if constexpr (std::is_floating_point_v<T>)
+        return std::pow(a, b);
+      else
+        return static_cast<T>(std::pow(static_cast<double>(a), static_cast<double>(b)));
     // NaN wins, as in numpy/PyTorch: a comparison alone would silently drop it.
     case BinaryOp::maximum: return (a > b || is_nan(a)) ? a : b;
     case BinaryOp::minimum: return (a < b || is_nan(a)) ? a : b;
@@ -128,8 +130,9 @@ void visit_unary_op(UnaryOp op, Fn&& fn) {
   switch (op) {
 #define CPF_CASE(name) \
   case UnaryOp::name: fn.template operator()<UnaryOp::name>(); return;
-    CPF_CASE(neg) CPF_CASE(exp) CPF_CASE(log) CPF_CASE(sqrt) CPF_CASE(rsqrt) CPF_CASE(tanh) CPF_CASE(gelu)
-    CPF_CASE(silu) CPF_CASE(relu) CPF_CASE(sigmoid) CPF_CASE(abs) CPF_CASE(square) CPF_CASE(reciprocal)
+    CPF_CASE(neg)
+    CPF_CASE(exp) CPF_CASE(log) CPF_CASE(sqrt) CPF_CASE(rsqrt) CPF_CASE(tanh) CPF_CASE(gelu) CPF_CASE(silu)
+        CPF_CASE(relu) CPF_CASE(sigmoid) CPF_CASE(abs) CPF_CASE(square) CPF_CASE(reciprocal)
 #undef CPF_CASE
   }
 }
@@ -199,7 +202,10 @@ Tensor unary(UnaryOp op, const Tensor& x) {
     }
     visit_dtype(in.dtype(), [&]<class T>() {
       if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
-        visit_unary_op(op, [&]<UnaryOp Op>() { cpu::map_elements<T, T>(out, [](T v) { return apply_unary<Op, T>(v); }, in); });
+        visit_unary_op(op, [&]<UnaryOp Op>() {
+          cpu::map_elements<T, T>(
+              out, [](T v) { return apply_unary<Op, T>(v); }, in);
+        });
       }
     });
     return out;
@@ -208,8 +214,8 @@ Tensor unary(UnaryOp op, const Tensor& x) {
 
 Tensor unary_backward(UnaryOp op, const Tensor& grad, const Tensor& x, const Tensor& y) {
   check_same_dtype(grad, x, op_name(op));
-  CPF_CHECK(grad.shape() == x.shape() && y.shape() == x.shape(), op_name(op), " backward: grad ", grad.shape(),
-            ", x ", x.shape(), " and y ", y.shape(), " must have one shape");
+  CPF_CHECK(grad.shape() == x.shape() && y.shape() == x.shape(), op_name(op), " backward: grad ", grad.shape(), ", x ",
+            x.shape(), " and y ", y.shape(), " must have one shape");
   check_same_device(grad, x, op_name(op));
   check_same_device(y, x, op_name(op));
   check_kernel(x, &DeviceOps::unary_backward, op_name(op));
@@ -224,8 +230,8 @@ Tensor unary_backward(UnaryOp op, const Tensor& grad, const Tensor& x, const Ten
   }
   Tensor out = empty(x.shape(), {.dtype = x.dtype(), .device = x.device()});
   visit_compute_dtype(x.dtype(), op_name(op), [&]<class T>() {
-    cpu::map_elements<T, T, T, T>(out, [op](T g, T xv, T yv) { return g * unary_derivative<T>(op, xv, yv); }, grad,
-                                  x, y);
+    cpu::map_elements<T, T, T, T>(
+        out, [op](T g, T xv, T yv) { return g * unary_derivative<T>(op, xv, yv); }, grad, x, y);
   });
   return out;
 }
@@ -251,19 +257,25 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
         // The loop may run on OpenMP threads, where an exception would terminate the process:
         // flag a zero divisor and throw after the loop.
         std::atomic<bool> by_zero{false};
-        cpu::map_elements<T, T, T>(out, [&by_zero](T x, T y) {
-          if (y == 0) {
-            by_zero.store(true, std::memory_order_relaxed);
-            return T(0);
-          }
-          if constexpr (std::is_signed_v<T>) {
-            if (y == T(-1)) return wrapping<T>(T(0), x, [](auto p, auto q) { return p - q; });  // INT_MIN / -1
-          }
-          return static_cast<T>(x / y);
-        }, a, b);
+        cpu::map_elements<T, T, T>(
+            out,
+            [&by_zero](T x, T y) {
+              if (y == 0) {
+                by_zero.store(true, std::memory_order_relaxed);
+                return T(0);
+              }
+              if constexpr (std::is_signed_v<T>) {
+                if (y == T(-1)) return wrapping<T>(T(0), x, [](auto p, auto q) { return p - q; });  // INT_MIN / -1
+              }
+              return static_cast<T>(x / y);
+            },
+            a, b);
         CPF_CHECK(!by_zero.load(), "div: integer division by zero (divisor of shape ", b.shape(), ")");
       } else {
-        visit_binary_op(op, [&]<BinaryOp Op>() { cpu::map_elements<T, T, T>(out, [](T x, T y) { return apply_binary<Op, T>(x, y); }, a, b); });
+        visit_binary_op(op, [&]<BinaryOp Op>() {
+          cpu::map_elements<T, T, T>(
+              out, [](T x, T y) { return apply_binary<Op, T>(x, y); }, a, b);
+        });
       }
     }
   });
@@ -290,7 +302,8 @@ Tensor compare(CompareOp op, const Tensor& a, const Tensor& b) {
   Tensor out = empty(shape, {.dtype = DType::boolean, .device = a.device()});
   visit_dtype(a.dtype(), [&]<class T>() {
     if constexpr (!std::is_same_v<T, bfloat16>) {
-      cpu::map_elements<bool, T, T>(out, [op](T x, T y) { return apply_compare<T>(op, x, y); }, a, b);
+      cpu::map_elements<bool, T, T>(
+          out, [op](T x, T y) { return apply_compare<T>(op, x, y); }, a, b);
     }
   });
   return out;
@@ -319,17 +332,20 @@ void add_(const Tensor& dst, const Tensor& src, double alpha) {
   visit_dtype(dst.dtype(), [&]<class T>() {
     if constexpr (std::is_same_v<T, bfloat16>) {
       const float a = static_cast<float>(alpha);
-      cpu::map_elements<T, T, T>(dst, [a](T d, T s) { return T(float(d) + a * float(s)); }, dst, src);
+      cpu::map_elements<T, T, T>(
+          dst, [a](T d, T s) { return T(float(d) + a * float(s)); }, dst, src);
     } else if constexpr (std::is_floating_point_v<T>) {
       const T a = static_cast<T>(alpha);
-      cpu::map_elements<T, T, T>(dst, [a](T d, T s) { return static_cast<T>(d + a * s); }, dst, src);
+      cpu::map_elements<T, T, T>(
+          dst, [a](T d, T s) { return static_cast<T>(d + a * s); }, dst, src);
     } else if constexpr (!std::is_same_v<T, bool>) {
       CPF_CHECK(alpha == std::trunc(alpha), "add_: alpha=", alpha, " must be a whole number for a ", dst.dtype(),
                 " tensor");
       const T a = static_cast<T>(alpha);
       auto plus = [](auto x, auto y) { return x + y; };
       auto times = [](auto x, auto y) { return x * y; };
-      cpu::map_elements<T, T, T>(dst, [=](T d, T s) { return wrapping(d, wrapping(a, s, times), plus); }, dst, src);
+      cpu::map_elements<T, T, T>(
+          dst, [=](T d, T s) { return wrapping(d, wrapping(a, s, times), plus); }, dst, src);
     } else {
       CPF_FAIL("add_: not defined for bool tensors");
     }
@@ -348,9 +364,11 @@ void mul_(const Tensor& dst, double value) {
   }
   visit_dtype(dst.dtype(), [&]<class T>() {
     if constexpr (std::is_same_v<T, bfloat16>) {
-      cpu::map_elements<T, T>(dst, [value](T d) { return T(float(d) * static_cast<float>(value)); }, dst);
+      cpu::map_elements<T, T>(
+          dst, [value](T d) { return T(float(d) * static_cast<float>(value)); }, dst);
     } else if constexpr (!std::is_same_v<T, bool>) {
-      cpu::map_elements<T, T>(dst, [value](T d) { return static_cast<T>(d * value); }, dst);
+      cpu::map_elements<T, T>(
+          dst, [value](T d) { return static_cast<T>(d * value); }, dst);
     } else {
       CPF_FAIL("mul_: not defined for bool tensors");
     }
@@ -374,7 +392,8 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
     return out;
   }
   visit_dtype(a.dtype(), [&]<class T>() {
-    cpu::map_elements<T, bool, T, T>(out, [](bool c, T x, T y) { return c ? x : y; }, cond, a, b);
+    cpu::map_elements<T, bool, T, T>(
+        out, [](bool c, T x, T y) { return c ? x : y; }, cond, a, b);
   });
   return out;
 }

@@ -18,7 +18,7 @@ Tensor unary(UnaryOp op, const Tensor& x);
 // grad * d op(x)/dx; y = op(x) is passed so ops whose derivative is cheapest from the output use it.
 Tensor unary_backward(UnaryOp op, const Tensor& grad, const Tensor& x, const Tensor& y);
 Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b);
-Tensor binary(BinaryOp op, const Tensor& a, double b);  // b as a scalar of a's dtype
+Tensor binary(BinaryOp op, const Tensor& a, double b);           // b as a scalar of a's dtype
 Tensor compare(CompareOp op, const Tensor& a, const Tensor& b);  // -> bool
 Tensor compare(CompareOp op, const Tensor& a, double b);
 

@@ -20,8 +20,7 @@ void check_ids(const Tensor& ids, const char* op) {
   check_defined(ids, op, "ids");
   CPF_CHECK(has_kernel(ids.device(), &DeviceOps::gather), op, ": no kernel for device ", ids.device(),
             " in this build");
-  CPF_CHECK(ids.dtype() == DType::i32 || ids.dtype() == DType::i64, op, ": ids must be i32 or i64, got ",
-            ids.dtype());
+  CPF_CHECK(ids.dtype() == DType::i32 || ids.dtype() == DType::i64, op, ": ids must be i32 or i64, got ", ids.dtype());
 }
 
 // Every id of a contiguous device ids tensor must be a row of the table, checked on the device: a bad
@@ -169,8 +168,8 @@ Tensor embedding_backward(const Tensor& grad, const Tensor& ids, int64_t num_row
   check_ids(ids, op);
   CPF_CHECK(num_rows >= 0, op, ": num_rows must be >= 0, got ", num_rows);
   check_same_device(grad, ids, op);
-  const bool shape_ok = grad.dim() == ids.dim() + 1 &&
-                        std::equal(ids.shape().begin(), ids.shape().end(), grad.shape().begin());
+  const bool shape_ok =
+      grad.dim() == ids.dim() + 1 && std::equal(ids.shape().begin(), ids.shape().end(), grad.shape().begin());
   CPF_CHECK(shape_ok, op, ": grad of shape ", grad.shape(), " must be ids' shape ", ids.shape(),
             " followed by the embedding dim");
   const int64_t cols = grad.size(-1);
@@ -182,7 +181,7 @@ Tensor embedding_backward(const Tensor& grad, const Tensor& ids, int64_t num_row
     const int64_t n = ids.numel();
     Tensor out = empty({num_rows, cols}, {.dtype = compute, .device = grad.device()});
     device_kernel(grad.device(), &DeviceOps::embedding_backward, op)(out, reshape(contiguous(grad), {n, cols}),
-                                                                    reshape(idc, {n}));
+                                                                     reshape(idc, {n}));
     return to(out, grad.dtype());
   }
   const Tensor gc = contiguous(to(grad, compute));

@@ -254,21 +254,19 @@ void scatter_add_kernel(const Tensor& acc, int64_t d, const Tensor& index, const
           for (int64_t j = 0; j < n; ++j) {
             a[j * s[0] + static_cast<int64_t>(ix[j * s[1]]) * acc_step] += static_cast<Acc>(v[j * s[2]]);
           }
-        }, /*split_rows=*/false);
+        },
+        /*split_rows=*/false);
   });
 }
 
 bool representable(double value, DType dtype) {
   switch (dtype) {
-    case DType::boolean:
-      return value == 0.0 || value == 1.0;
+    case DType::boolean: return value == 0.0 || value == 1.0;
     case DType::i32:
       return std::trunc(value) == value && value >= std::numeric_limits<int32_t>::min() &&
              value <= std::numeric_limits<int32_t>::max();
-    case DType::i64:
-      return std::trunc(value) == value && value >= -0x1p63 && value < 0x1p63;
-    default:
-      return true;  // floating types take any double (rounded, or +-inf)
+    case DType::i64: return std::trunc(value) == value && value >= -0x1p63 && value < 0x1p63;
+    default: return true;  // floating types take any double (rounded, or +-inf)
   }
 }
 

@@ -38,7 +38,7 @@ bool fused_bias_applies(const Tensor& x, const Tensor& weight, const Tensor& bia
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   check_linear(x, weight, bias, "linear");
-  const Tensor x2 = flatten_rows(x);            // (M, K)
+  const Tensor x2 = flatten_rows(x);           // (M, K)
   const Tensor w_t = transpose(weight, 0, 1);  // (K, N) view
   if (fused_bias_applies(x, weight, bias)) {
     Tensor y = empty({x2.size(0), weight.size(0)}, {.dtype = x.dtype(), .device = x.device()});  // (M, N)

@@ -18,8 +18,8 @@ namespace {
 void check_rows(const Tensor& a, const Tensor& b, const char* op, const char* an, const char* bn) {
   check_defined(a, op, an);
   check_defined(b, op, bn);
-  CPF_CHECK(a.dim() >= 1 && a.dim() == b.dim() && Shape(a.shape().begin(), a.shape().end() - 1) ==
-                                                      Shape(b.shape().begin(), b.shape().end() - 1),
+  CPF_CHECK(a.dim() >= 1 && a.dim() == b.dim() &&
+                Shape(a.shape().begin(), a.shape().end() - 1) == Shape(b.shape().begin(), b.shape().end() - 1),
             op, ": ", an, " ", a.shape(), " and ", bn, " ", b.shape(), " must share their leading dims");
   check_same_dtype(a, b, op);
   check_same_device(a, b, op);
@@ -50,10 +50,10 @@ LinearDgelu linear_dgelu(const Tensor& grad_y, const Tensor& weight, const Tenso
       return {reshape(grad_pre, pre.shape()), args.bias_grad};
     }
   }
-  const Tensor grad_h = matmul(g2, weight);                                    // (M, K)
-  Tensor grad_pre = unary_backward(UnaryOp::gelu, grad_h, p2, p2);            // (M, K)
+  const Tensor grad_h = matmul(g2, weight);                         // (M, K)
+  Tensor grad_pre = unary_backward(UnaryOp::gelu, grad_h, p2, p2);  // (M, K)
   LinearDgelu r{reshape(grad_pre, pre.shape()), Tensor()};
-  if (bias_grad) r.bias_grad = sum(grad_pre, {0});                            // (K)
+  if (bias_grad) r.bias_grad = sum(grad_pre, {0});  // (K)
   return r;
 }
 
@@ -74,8 +74,7 @@ LinearParamGrads linear_param_grads(const Tensor& grad_y, const Tensor& x, DType
   const Tensor g2 = flatten_rows(grad_y);  // (M, N)
   const Tensor x2 = flatten_rows(x);       // (M, K)
   const Tensor g_t = transpose(g2, 0, 1);  // (N, M) view
-  if (epilogue_dtype_ok(x) && g2.size(0) > 0 && n > 0 && k > 0 &&
-      has_kernel(x.device(), &DeviceOps::matmul_epilogue)) {
+  if (epilogue_dtype_ok(x) && g2.size(0) > 0 && n > 0 && k > 0 && has_kernel(x.device(), &DeviceOps::matmul_epilogue)) {
     const TensorOptions opts{.dtype = dtype, .device = x.device()};
     Tensor w = accumulate_into.defined() ? accumulate_into : empty({n, k}, opts);  // (N, K)
     // The bias gradient rides in the same GEMM (BGRADB: the row sums of g_t).

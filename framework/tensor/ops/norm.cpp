@@ -29,8 +29,8 @@ void check_x(const Tensor& x, const char* op) {
 
 void check_param(const Tensor& p, const Tensor& x, const char* op, const char* name) {
   if (!p.defined()) return;
-  CPF_CHECK(p.shape() == Shape{x.size(-1)}, op, ": ", name, " must have shape [", x.size(-1),
-            "] (the last dim of x ", x.shape(), "), got ", p.shape());
+  CPF_CHECK(p.shape() == Shape{x.size(-1)}, op, ": ", name, " must have shape [", x.size(-1), "] (the last dim of x ",
+            x.shape(), "), got ", p.shape());
   CPF_CHECK(p.dtype() == x.dtype(), op, ": ", name, " is ", p.dtype(), " but x is ", x.dtype());
   CPF_CHECK(p.device() == x.device(), op, ": ", name, " is on ", p.device(), " but x is on ", x.device());
 }
@@ -51,8 +51,8 @@ void check_stat(const Tensor& s, const Tensor& x, const char* op, const char* na
   check_defined(s, op, name);
   CPF_CHECK(s.shape() == stat_shape(x), op, ": ", name, " must have shape ", stat_shape(x), " (x is ", x.shape(),
             "), got ", s.shape());
-  CPF_CHECK(s.dtype() == compute_dtype(x.dtype()), op, ": ", name, " must be ", compute_dtype(x.dtype()),
-            " for a ", x.dtype(), " x, got ", s.dtype());
+  CPF_CHECK(s.dtype() == compute_dtype(x.dtype()), op, ": ", name, " must be ", compute_dtype(x.dtype()), " for a ",
+            x.dtype(), " x, got ", s.dtype());
   CPF_CHECK(s.device() == x.device(), op, ": ", name, " is on ", s.device(), " but x is on ", x.device());
 }
 
@@ -162,8 +162,8 @@ NormGrads device_backward(const char* op, const Tensor& grad_y, const Tensor& x,
 }
 
 template <bool centered>
-NormGrads norm_backward(const char* op, const Tensor& grad_y, const Tensor& x, const Tensor& weight,
-                        const Tensor& mean, const Tensor& rstd) {
+NormGrads norm_backward(const char* op, const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                        const Tensor& rstd) {
   if (!x.device().is_cpu()) return device_backward<centered>(op, grad_y, x, weight, mean, rstd);
   const DType compute = compute_dtype(x.dtype());
   const Tensor gc = prepare(grad_y, compute), xc = prepare(x, compute), wc = prepare(weight, compute);

@@ -156,8 +156,8 @@ Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
 
 Tensor sum_to(const Tensor& x, const Shape& shape) {
   if (x.shape() == shape) return x;
-  CPF_CHECK(broadcast_shapes(shape, x.shape(), "sum_to") == x.shape(), "sum_to: ", x.shape(),
-            " is not a broadcast of ", shape);
+  CPF_CHECK(broadcast_shapes(shape, x.shape(), "sum_to") == x.shape(), "sum_to: ", x.shape(), " is not a broadcast of ",
+            shape);
   const int64_t lead = x.dim() - static_cast<int64_t>(shape.size());
   std::vector<int64_t> dims;
   for (int64_t d = 0; d < x.dim(); ++d) {

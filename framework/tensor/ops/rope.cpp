@@ -59,8 +59,8 @@ RopeShape check_rope_inputs(const Tensor& x, const Tensor& positions, double bas
   r.dim = x.size(-1);
   r.per_batch = !r.thd && positions.shape() == Shape{r.batch, r.seq};
   if (r.thd) {
-    CPF_CHECK(positions.shape() == Shape{r.seq}, op, ": positions must have shape [T]=[", r.seq, "] for x ",
-              x.shape(), " (thd), got ", positions.shape());
+    CPF_CHECK(positions.shape() == Shape{r.seq}, op, ": positions must have shape [T]=[", r.seq, "] for x ", x.shape(),
+              " (thd), got ", positions.shape());
   } else {
     CPF_CHECK(r.per_batch || positions.shape() == Shape{r.seq}, op, ": positions must have shape [T]=[", r.seq,
               "] or [B, T]=[", r.batch, ",", r.seq, "] for x ", x.shape(), " (bshd), got ", positions.shape());
@@ -138,8 +138,8 @@ Tensor rope(const Tensor& x, const Tensor& positions, double base, int64_t rotar
   if (x.device().is_cpu()) return rope_cpu(x, positions, base, r, inverse);
   // x (B, T, H, D) or (T, H, D) with unit stride along D; positions contiguous (device_ops.h).
   Tensor out = empty(x.shape(), {.dtype = x.dtype(), .device = x.device()});
-  device_kernel(x.device(), &DeviceOps::rope, "rope")(out, x.stride(-1) == 1 ? x : contiguous(x),
-                                                      contiguous(positions), base, r.rot, inverse);
+  device_kernel(x.device(), &DeviceOps::rope, "rope")(out, x.stride(-1) == 1 ? x : contiguous(x), contiguous(positions),
+                                                      base, r.rot, inverse);
   return out;
 }
 

@@ -6,8 +6,8 @@
 #include <limits>
 #include <vector>
 
-#include "framework/tensor/cpu/softmax_kernels.h"
 #include "framework/tensor/cpu/compute_types.h"
+#include "framework/tensor/cpu/softmax_kernels.h"
 #include "framework/tensor/cpu/strided_loop.h"
 #include "framework/tensor/device_ops.h"
 #include "framework/tensor/ops/copy.h"
@@ -104,8 +104,7 @@ void block_kernel(const T* a, const T* b, T* out, int64_t size, int64_t inner, i
 void check_input(const Tensor& t, const char* op, const char* name) {
   check_defined(t, op, name);
   CPF_CHECK(has_kernel(t.device(), &DeviceOps::softmax), op, ": no kernel for device ", t.device(), " in this build");
-  CPF_CHECK(is_floating(t.dtype()), op, ": '", name, "' must be a floating tensor (f32, f64 or bf16), got ",
-            t.dtype());
+  CPF_CHECK(is_floating(t.dtype()), op, ": '", name, "' must be a floating tensor (f32, f64 or bf16), got ", t.dtype());
 }
 
 void check_backward_inputs(const Tensor& grad_y, const Tensor& y, const char* op) {
@@ -137,9 +136,12 @@ Tensor run(const char* name, const Tensor& a, const Tensor& b, int64_t dim) {
 
   int64_t outer = 1, size = 1, inner = 1;
   for (int64_t k = 0; k < a.dim(); ++k) {
-    if (k < d) outer *= a.size(k);
-    else if (k == d) size = a.size(k);
-    else inner *= a.size(k);
+    if (k < d)
+      outer *= a.size(k);
+    else if (k == d)
+      size = a.size(k);
+    else
+      inner *= a.size(k);
   }
   const bool parallel = out.numel() >= cpu::kParallelGrain;
 

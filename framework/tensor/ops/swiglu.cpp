@@ -113,18 +113,17 @@ void swiglu_backward_into(const Tensor& grad_out, const Tensor& gate, const Tens
   const char* op = "swiglu_backward";
   check_pair(gate, up, op);
   check_defined(grad_out, op, "grad_out");
-  CPF_CHECK(grad_out.shape() == gate.shape() && grad_out.dtype() == gate.dtype() &&
-                grad_out.device() == gate.device(),
+  CPF_CHECK(grad_out.shape() == gate.shape() && grad_out.dtype() == gate.dtype() && grad_out.device() == gate.device(),
             op, ": grad_out must have gate's shape, dtype and device: grad_out ", grad_out.shape(), " ",
             grad_out.dtype(), " on ", grad_out.device(), ", gate ", gate.shape(), " ", gate.dtype(), " on ",
             gate.device());
   for (const auto& [t, name] : {std::pair{&d_gate, "d_gate"}, std::pair{&d_up, "d_up"}}) {
     check_defined(*t, op, name);
-    CPF_CHECK(t->shape() == gate.shape() && t->dtype() == gate.dtype() && t->device() == gate.device() &&
-                  folds_to_rows(*t),
-              op, ": ", name, " must have gate's shape ", gate.shape(), ", dtype ", gate.dtype(), " and device ",
-              gate.device(), " with unit stride along the last dim and one stride between rows: got ", t->shape(),
-              " ", t->dtype(), " on ", t->device(), " strides ", t->strides());
+    CPF_CHECK(
+        t->shape() == gate.shape() && t->dtype() == gate.dtype() && t->device() == gate.device() && folds_to_rows(*t),
+        op, ": ", name, " must have gate's shape ", gate.shape(), ", dtype ", gate.dtype(), " and device ",
+        gate.device(), " with unit stride along the last dim and one stride between rows: got ", t->shape(), " ",
+        t->dtype(), " on ", t->device(), " strides ", t->strides());
   }
   CPF_CHECK(has_kernel(gate.device(), &DeviceOps::swiglu_backward), op, ": no kernel for device ", gate.device(),
             " in this build");

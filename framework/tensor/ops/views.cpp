@@ -78,8 +78,8 @@ Tensor as_strided(const Tensor& t, const Shape& shape, const Shape& strides, int
     if (max_index >= offset) max_index += (shape[d] - 1) * strides[d];
   }
   const int64_t capacity = static_cast<int64_t>(t.storage() ? t.storage()->nbytes() / dtype_size(t.dtype()) : 0);
-  CPF_CHECK(offset >= 0 && max_index < capacity, "as_strided: view shape ", shape, " strides ", strides,
-            " offset ", offset, " reaches element ", max_index, " beyond a storage of ", capacity, " elements");
+  CPF_CHECK(offset >= 0 && max_index < capacity, "as_strided: view shape ", shape, " strides ", strides, " offset ",
+            offset, " reaches element ", max_index, " beyond a storage of ", capacity, " elements");
   return make_view(t, shape, strides, offset);
 }
 
@@ -183,8 +183,8 @@ Tensor expand(const Tensor& t, const Shape& shape) {
     const int64_t old = t.shape()[i - lead];
     const int64_t want = shape[i] == -1 ? old : shape[i];
     CPF_CHECK(want >= 0, "expand: invalid size ", shape[i], " at dim ", i, " of ", shape);
-    CPF_CHECK(old == want || old == 1, "expand: shape ", t.shape(), " cannot be expanded to ", shape, " (dim ", i,
-              ": ", old, " -> ", want, ")");
+    CPF_CHECK(old == want || old == 1, "expand: shape ", t.shape(), " cannot be expanded to ", shape, " (dim ", i, ": ",
+              old, " -> ", want, ")");
     out_shape[i] = want;
     strides[i] = old == want ? t.strides()[i - lead] : 0;
   }
