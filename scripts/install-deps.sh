@@ -25,6 +25,7 @@ packages=(
   pkg-config
   libicu-dev
   libsentencepiece-dev
+  clang-format  # scripts/check_format.sh and its ctest (the style of .clang-format)
   librsvg2-bin  # rsvg-convert: the PNG of cpformer plot (optional at run time; the tests then check it)
 )
 
