@@ -8,6 +8,7 @@
 #include "framework/tensor/cpu/strided_loop.h"
 #include "framework/tensor/device_ops.h"
 #include "framework/tensor/ops/copy.h"
+#include "framework/tensor/ops/cross_entropy.h"
 #include "framework/tensor/ops/elementwise.h"
 #include "framework/tensor/ops/linear.h"
 #include "framework/tensor/ops/matmul.h"
@@ -108,14 +109,7 @@ int64_t divisor_of(const Tensor& labels, int64_t vocab, const ClassifierLossOpti
     const int64_t count = count_valid(labels, vocab, o.ignore_index);  // checks every label
     return o.normalizer > 0 ? o.normalizer : std::max<int64_t>(count, 1);
   }
-  DeviceIndexCheck check;  // on the device: no wait, reported at the next synchronisation
-  check.kind = DeviceIndexKind::target;
-  check.op = kOp;
-  check.index = labels;
-  check.bound = vocab;
-  check.has_ignore = true;
-  check.ignore_index = o.ignore_index;
-  device_kernel(labels.device(), &DeviceOps::check_indices, kOp)(check);
+  check_targets_on_device(labels, vocab, o.ignore_index, kOp);  // no wait: reported at the next synchronisation
   if (o.normalizer > 0) return o.normalizer;
   return std::max<int64_t>(count_valid(to(labels, Device::cpu()), vocab, o.ignore_index), 1);
 }

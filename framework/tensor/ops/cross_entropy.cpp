@@ -73,6 +73,17 @@ void visit_target_type(DType dtype, Fn&& fn) {
 
 }  // namespace
 
+void check_targets_on_device(const Tensor& targets, int64_t classes, int64_t ignore_index, const char* op) {
+  DeviceIndexCheck check;
+  check.kind = DeviceIndexKind::target;
+  check.op = op;
+  check.index = targets;
+  check.bound = classes;
+  check.has_ignore = true;
+  check.ignore_index = ignore_index;
+  device_kernel(targets.device(), &DeviceOps::check_indices, op)(check);
+}
+
 CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
   const char* op = "cross_entropy";
   check_inputs(logits, targets, op);
@@ -84,14 +95,7 @@ CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& targets, in
     // Nothing comes back to the host: the targets are checked on the device (an error is raised at the
     // next synchronisation), and the mean loss and the count are formed there (f64, fixed order).
     const Device device = logits.device();
-    DeviceIndexCheck check;
-    check.kind = DeviceIndexKind::target;
-    check.op = op;
-    check.index = tc;
-    check.bound = classes;
-    check.has_ignore = true;
-    check.ignore_index = ignore_index;
-    device_kernel(device, &DeviceOps::check_indices, op)(check);
+    check_targets_on_device(tc, classes, ignore_index, op);
     result.lse = empty({rows}, {.dtype = compute, .device = device});
     Tensor row_loss = empty({rows}, {.dtype = DType::f64, .device = device});
     device_kernel(device, &DeviceOps::cross_entropy, op)(result.lse, row_loss, contiguous(logits), tc, ignore_index);
@@ -197,7 +201,6 @@ Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, con
     return cross_entropy_backward(grad_loss, logits, targets, lse, count.item<int64_t>(), ignore_index);
   }
   check_backward_inputs(grad_loss, logits, targets, lse, op);
-  const DType compute = compute_dtype(logits.dtype());
   const int64_t rows = logits.size(0), classes = logits.size(1);
   check_same_device(logits, count, op);
   // grad_loss / count is formed on the device (in f64, rounded to the compute type as the CPU does).

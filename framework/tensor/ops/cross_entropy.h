@@ -32,4 +32,10 @@ Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, con
 Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, const Tensor& targets, const Tensor& lse,
                               const Tensor& count, int64_t ignore_index = -100);
 
+// Checks on targets' device, without waiting for it, that every target is in [0, classes) or equals
+// ignore_index; a bad one is raised at the next synchronisation, naming `op` (a string literal: the
+// message is built after the call returns), the target and its row. Shared by every op taking class
+// targets on a device (cross_entropy, classifier_loss).
+void check_targets_on_device(const Tensor& targets, int64_t classes, int64_t ignore_index, const char* op);
+
 }  // namespace cpf::raw
