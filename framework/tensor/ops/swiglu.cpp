@@ -63,19 +63,32 @@ void swiglu_cpu(const Tensor& g, const Tensor& u, const Tensor& dy, const Tensor
                 const Tensor& du) {
   visit_storage(g.dtype(), [&]<class S, class A>() {
     const int64_t rows = g.size(0), cols = g.size(1);
-    for (int64_t r = 0; r < rows; ++r) {
-      const S* gr = g.data<S>() + r * g.stride(0);
-      const S* ur = u.data<S>() + r * u.stride(0);
-      for (int64_t c = 0; c < cols; ++c) {
-        const A gv = static_cast<A>(gr[c]), uv = static_cast<A>(ur[c]);
-        const A s = sigmoid(gv);
-        if (!dy.defined()) {
-          out.data<S>()[r * cols + c] = static_cast<S>(gv * s * uv);
-          continue;
+    // Pointers and strides read once: Tensor::data<S>() checks the dtype on every call.
+    const S *g0 = g.data<S>(), *u0 = u.data<S>();
+    const int64_t gs = g.stride(0), us = u.stride(0);
+    if (!dy.defined()) {
+      S* o0 = out.data<S>();
+      for (int64_t r = 0; r < rows; ++r) {
+        const S *gr = g0 + r * gs, *ur = u0 + r * us;
+        S* orow = o0 + r * cols;
+        for (int64_t c = 0; c < cols; ++c) {
+          const A gv = static_cast<A>(gr[c]);
+          orow[c] = static_cast<S>(gv * sigmoid(gv) * static_cast<A>(ur[c]));
         }
-        const A d = static_cast<A>(dy.data<S>()[r * dy.stride(0) + c]);
-        du.data<S>()[r * du.stride(0) + c] = static_cast<S>(d * gv * s);
-        dg.data<S>()[r * dg.stride(0) + c] = static_cast<S>(d * uv * s * (A(1) + gv * (A(1) - s)));
+      }
+      return;
+    }
+    const S* d0 = dy.data<S>();
+    S *du0 = du.data<S>(), *dg0 = dg.data<S>();
+    const int64_t ds = dy.stride(0), dus = du.stride(0), dgs = dg.stride(0);
+    for (int64_t r = 0; r < rows; ++r) {
+      const S *gr = g0 + r * gs, *ur = u0 + r * us, *dr = d0 + r * ds;
+      S *dur = du0 + r * dus, *dgr = dg0 + r * dgs;
+      for (int64_t c = 0; c < cols; ++c) {
+        const A gv = static_cast<A>(gr[c]), uv = static_cast<A>(ur[c]), d = static_cast<A>(dr[c]);
+        const A s = sigmoid(gv);
+        dur[c] = static_cast<S>(d * gv * s);
+        dgr[c] = static_cast<S>(d * uv * s * (A(1) + gv * (A(1) - s)));
       }
     }
   });
