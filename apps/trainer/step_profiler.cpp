@@ -60,7 +60,10 @@ std::string format_profile(const std::vector<ProfileRow>& rows, int64_t first_st
   size_t width = 16;
   for (const ProfileRow& r : rows) width = std::max(width, r.name.size());
   std::string out = "profile: steps " + std::to_string(first_step + 1) + "-" + std::to_string(first_step + steps) +
-                    " on " + device + ", per step (GPU time from CUDA events; nested rows include their children)\n";
+                    " on " + device + ", per step (" +
+                    (device.rfind("cpu", 0) == 0 ? std::string("no GPU: host wall time only")
+                                                 : std::string("GPU time from CUDA events")) +
+                    "; nested rows include their children)\n";
   char line[512];
   std::snprintf(line, sizeof line, "%-*s %10s %12s %8s %12s\n", static_cast<int>(width), "scope", "calls", "GPU ms",
                 "share", "host ms");

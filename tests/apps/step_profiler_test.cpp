@@ -77,6 +77,14 @@ TEST(StepProfiler, RowsPerStepAndShares) {
   EXPECT_DOUBLE_EQ(rows[2].gpu_ms_per_step, -1);
 }
 
+TEST(StepProfiler, TheHeaderSaysWhereTheTimesComeFrom) {
+  const std::vector<ProfileRow> rows;
+  EXPECT_NE(format_profile(rows, 1, 3, "cpu").find("steps 2-4 on cpu, per step (no GPU: host wall time only;"),
+            std::string::npos);
+  EXPECT_NE(format_profile(rows, 1, 3, "cuda:0").find("on cuda:0, per step (GPU time from CUDA events;"),
+            std::string::npos);
+}
+
 TEST(StepProfiler, AWindowPastTheRunIsRefusedWithTheFix) {
   try {
     StepProfiler profiler(10, 0, 5, Device::cpu(), "unused");
