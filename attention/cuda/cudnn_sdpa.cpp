@@ -9,12 +9,15 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <sstream>
 
 #include "attention/cuda/cudnn_backend.h"
 #include "attention/cuda/cudnn_mapping_cache.h"
 #include "attention/cuda/cudnn_sdpa_graph.h"
+#include "attention/cuda/cudnn_sdpa_layout.h"
 #include "attention/cuda/cudnn_sdpa_mapping.h"
+#include "attention/cuda/cudnn_sdpa_placement.h"
 #include "attention/cuda/cudnn_sdpa_rows.h"
 #include "attention/cuda/device_tables.h"
 #include "framework/core/logging.h"
@@ -36,22 +39,12 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 // CUDNN_DATA_HALF the day the project has an f16 DType; the graphs are parametric in it already.
 int io_data_type(DType dtype) { return dtype == DType::bf16 ? CUDNN_DATA_BFLOAT16 : 0; }
 
-// Contiguous (b, h, s, d) strides of a tensor in `format` with `heads` x `dim` per token; thd's batch
-// stride is ignored by cuDNN (ragged offsets place each sequence).
-Strides4 strides_of(QkvFormat format, int64_t batch, int64_t seq, int64_t heads, int64_t dim) {
-  switch (format) {
-    case QkvFormat::bshd: return {seq * heads * dim, dim, heads * dim, 1};
-    case QkvFormat::sbhd: return {heads * dim, dim, batch * heads * dim, 1};
-    case QkvFormat::thd: return {seq * heads * dim, dim, heads * dim, 1};
-  }
-  CPF_FAIL("unknown qkv_format");
-}
-
-// One call after the checks: the mapping onto cuDNN and the plan key.
+// One call after the checks: the mapping onto cuDNN, the plan key and the (dense) layouts it declares.
 struct Prepared {
   std::string reason;
   SdpaMapping mapping;
   SdpaGraphKey key;
+  Layouts layouts;
 };
 
 std::string version_reason(int64_t version, const SdpaMapping& m) {
@@ -113,21 +106,10 @@ Prepared prepare(const AttentionProblem& p, DType dtype, bool backward, bool has
   k.s_kv = m.s_kv;
   k.d_qk = p.d_qk;
   k.d_v = p.d_v;
-  k.q = strides_of(p.format, p.batch, p.s_q, p.h_q, p.d_qk);
-  k.k = strides_of(p.format, p.batch, p.s_kv, p.h_kv, p.d_qk);
-  k.v = strides_of(p.format, p.batch, p.s_kv, p.h_kv, p.d_v);
-  k.o = strides_of(p.format, p.batch, p.s_q, p.h_q, p.d_v);
-  if (m.ragged) {  // the strides above used the thd row length; cuDNN wants its own s dims there
-    k.q[0] = m.s_q * p.h_q * p.d_qk;
-    k.k[0] = m.s_kv * p.h_kv * p.d_qk;
-    k.v[0] = m.s_kv * p.h_kv * p.d_v;
-    k.o[0] = m.s_q * p.h_q * p.d_v;
-    const int64_t widest = std::max(p.d_qk, p.d_v);
-    const int64_t largest = std::max(p.s_q * p.h_q, p.s_kv * p.h_kv) * widest;
-    k.ragged_int64 = largest > std::numeric_limits<int32_t>::max();
-  }
   k.padding = m.padding;
   k.ragged = m.ragged;
+  r.layouts = dense_layouts(p);
+  set_layouts(k, p, m, r.layouts);
   k.right_bound = m.right_bound;
   k.right_shift = m.right_bound && m.right != 0;
   k.left_bound = m.left_bound;
@@ -252,7 +234,7 @@ struct Scalars {
 };
 
 void add_common(VariantPack& pack, Scalars& s, const AttentionProblem& p, const SdpaMapping& m, const SdpaGraphKey& key,
-                const Device& device) {
+                const Layouts& layouts, const Device& device) {
   s.scale = static_cast<float>(p.scale);
   pack.add_host(kUidScale, &s.scale);
   if (key.padding || key.right_bound || key.left_bound) pack.add_host(kUidNegInf, &s.neg_inf);
@@ -270,7 +252,8 @@ void add_common(VariantPack& pack, Scalars& s, const AttentionProblem& p, const 
     pack.add(kUidSeqLenKv, device_table(from_vector(m.seq_len_kv, {m.b}), device));
   }
   if (key.ragged) {
-    // Element offsets of each sequence's first token; the last entry is the end of the storage.
+    // Element offsets of each sequence's first token (token * row stride: strided views step over the
+    // other pieces of their rows); the last entry is the end of the storage.
     auto offsets = [&](const std::vector<int64_t>& first, int64_t total_tokens, int64_t per_token, int64_t uid) {
       std::vector<int64_t> values;
       for (int64_t t : first) values.push_back(t * per_token);
@@ -282,19 +265,11 @@ void add_common(VariantPack& pack, Scalars& s, const AttentionProblem& p, const 
         pack.add(uid, device_table(from_vector(narrow_values, {m.b + 1}), device));
       }
     };
-    offsets(m.q_token, p.s_q, p.h_q * p.d_qk, kUidOffsetQ);
-    offsets(m.kv_token, p.s_kv, p.h_kv * p.d_qk, kUidOffsetK);
-    offsets(m.kv_token, p.s_kv, p.h_kv * p.d_v, kUidOffsetV);
-    offsets(m.q_token, p.s_q, p.h_q * p.d_v, kUidOffsetO);
+    offsets(m.q_token, p.s_q, layouts.q.row_stride, kUidOffsetQ);
+    offsets(m.kv_token, p.s_kv, layouts.k.row_stride, kUidOffsetK);
+    offsets(m.kv_token, p.s_kv, layouts.v.row_stride, kUidOffsetV);
+    offsets(m.q_token, p.s_q, layouts.o.row_stride, kUidOffsetO);
   }
-}
-
-// Contiguous and 16-byte aligned, as the graphs declare (CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT): a
-// contiguous view may still start at an odd element (as_strided), and is then copied.
-Tensor dense(const Tensor& t, DType dtype) {
-  Tensor c = raw::contiguous(raw::to(t, dtype));
-  if (reinterpret_cast<uintptr_t>(c.raw_data()) % 16 != 0) c = raw::clone(c);
-  return c;
 }
 
 }  // namespace
@@ -344,30 +319,36 @@ std::string unsupported_reason(const AttentionProblem& p, DType dtype, bool back
 
 namespace {
 
+// The inputs as cuDNN reads them (cudnn_sdpa_placement.h); plans for strided layouts from this thread's cache.
+Placed placed(const Prepared& prepared, const ExecutionPlan& plan, const AttentionProblem& p, const Tensor& q,
+              const Tensor& k, const Tensor& v) {
+  return place_inputs(prepared.key, prepared.layouts, prepared.mapping, plan, p, q, k, v,
+                      [](const SdpaGraphKey& key) { return cached_plan(key).plan.get(); });
+}
+
 raw::AttentionForward run_forward(const Prepared& prepared, const ExecutionPlan& plan, const AttentionProblem& p,
                                   const Tensor& q, const Tensor& k, const Tensor& v) {
   const SdpaMapping& m = prepared.mapping;
-  const SdpaGraphKey& key = prepared.key;
   const Device device = q.device();
-
-  const Tensor qc = dense(q, q.dtype()), kc = dense(k, q.dtype()), vc = dense(v, q.dtype());
+  const Placed in = placed(prepared, plan, p, q, k, v);
+  const SdpaGraphKey& key = in.key;
   Tensor out = empty(p.out_shape(), {.dtype = q.dtype(), .device = device});
   // cuDNN's Stats is (b, h_q, s_q, 1): exactly the bshd/sbhd lse; thd pads it per sequence.
   Tensor stats = empty({m.b, p.h_q, m.s_q}, {.dtype = DType::f32, .device = device});
 
   VariantPack pack;
   Scalars scalars;
-  pack.add(kUidQ, qc);
-  pack.add(kUidK, kc);
-  pack.add(kUidV, vc);
+  pack.add(kUidQ, in.q);
+  pack.add(kUidK, in.k);
+  pack.add(kUidV, in.v);
   pack.add(kUidO, out);
   pack.add(kUidStats, stats);
   if (key.sink) pack.add(kUidSink, dense(p.sink, DType::f32));
-  add_common(pack, scalars, p, m, key, device);
+  add_common(pack, scalars, p, m, key, in.layouts, device);
   {
     // The kernel alone (its GPU time), apart from the host work of the call around it.
     const profile::Scope scope("attention/cudnn_forward_kernel", device);
-    pack.run(plan, device);
+    pack.run(*in.plan, device);
   }
 
   Tensor lse = stats;
@@ -387,10 +368,9 @@ raw::AttentionGrads run_backward(const Prepared& prepared, const ExecutionPlan& 
                                  const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                                  const Tensor& out, const Tensor& lse) {
   const SdpaMapping& m = prepared.mapping;
-  const SdpaGraphKey& key = prepared.key;
   const Device device = q.device();
-
-  const Tensor qc = dense(q, q.dtype()), kc = dense(k, q.dtype()), vc = dense(v, q.dtype());
+  const Placed in = placed(prepared, plan, p, q, k, v);
+  const SdpaGraphKey& key = in.key;
   const Tensor oc = dense(out, q.dtype()), doc = dense(dout, q.dtype());
   // Rows that see no key carry lse = -inf; cuDNN computes exp(s - lse) and would get NaN from
   // -inf - -inf under the padding mask. +inf gives exp(-inf) = 0 for every column instead.
@@ -402,9 +382,10 @@ raw::AttentionGrads run_backward(const Prepared& prepared, const ExecutionPlan& 
     stats = raw::contiguous(raw::permute(raw::reshape(rows, {p.h_q, m.b, m.s_q}), {1, 0, 2}));
   }
 
-  Tensor dq = empty(q.shape(), {.dtype = q.dtype(), .device = device});
-  Tensor dk = empty(k.shape(), {.dtype = k.dtype(), .device = device});
-  Tensor dv = empty(v.shape(), {.dtype = v.dtype(), .device = device});
+  // Packed (in.grads): views of one (tokens, (h_q + 2 h_kv) d) buffer, so split's backward needs no cat.
+  Tensor dq = in.grads ? (*in.grads)[0] : empty(q.shape(), {.dtype = q.dtype(), .device = device});
+  Tensor dk = in.grads ? (*in.grads)[1] : empty(k.shape(), {.dtype = k.dtype(), .device = device});
+  Tensor dv = in.grads ? (*in.grads)[2] : empty(v.shape(), {.dtype = v.dtype(), .device = device});
   // rowsum(dO * O) and (non-deterministic) the fp32 dQ accumulator come from the caching allocator.
   // The accumulator is zeroed: the backend initialises it itself from 9.6, but a reused block must
   // not leak an earlier call's sums if it ever does not.
@@ -412,9 +393,9 @@ raw::AttentionGrads run_backward(const Prepared& prepared, const ExecutionPlan& 
 
   VariantPack pack;
   Scalars scalars;
-  pack.add(kUidQ, qc);
-  pack.add(kUidK, kc);
-  pack.add(kUidV, vc);
+  pack.add(kUidQ, in.q);
+  pack.add(kUidK, in.k);
+  pack.add(kUidV, in.v);
   pack.add(kUidO, oc);
   pack.add(kUidDout, doc);
   pack.add(kUidStats, stats);
@@ -426,8 +407,8 @@ raw::AttentionGrads run_backward(const Prepared& prepared, const ExecutionPlan& 
   if (!key.deterministic) {
     pack.add(kUidDqAccum, zeros({m.b, p.h_q, m.s_q, p.d_qk}, {.dtype = DType::f32, .device = device}));
   }
-  add_common(pack, scalars, p, m, key, device);
-  pack.run(plan, device);
+  add_common(pack, scalars, p, m, key, in.layouts, device);
+  pack.run(*in.plan, device);
 
   if (!m.q_undefined.empty()) dq = fill_token_rows(p, dq, m.q_undefined, p.s_q, 0.0);
   if (!m.kv_undefined.empty()) {

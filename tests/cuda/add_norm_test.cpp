@@ -2,7 +2,8 @@
 // every kernel path (a warp per row with the row in registers, a block per row in registers, the
 // recomputing path for rows that are unaligned or too long), every dtype triple the model uses (f32
 // stream with an f32 or bf16 branch and output; f64; bf16 throughout), LayerNorm with and without
-// weight/bias, RMSNorm, with and without a branch, with and without the residual gradient.
+// weight/bias, RMSNorm, with and without a branch, with and without the residual gradient; the parameter
+// partials the dx kernel writes itself, over many row chunks, and their determinism.
 //
 // Tolerances as tests/cuda/nn_test.cpp: f32 sums run in another order on the GPU (a few ulps per term);
 // a bf16 result rounds once from f32 values that agree that closely (one bf16 step at most). x1 is one
@@ -131,6 +132,29 @@ TEST_F(CudaAddNormTest, StridedInputsAndDeterministicParameterSums) {
   EXPECT_TRUE(all_close(on_cpu(a1.dweight), on_cpu(a2.dweight), 0, 0));
   EXPECT_TRUE(all_close(on_cpu(a1.dbias), on_cpu(a2.dbias), 0, 0));
   EXPECT_TRUE(all_close(on_cpu(a1.dx), on_cpu(a2.dx), 0, 0));
+}
+
+TEST_F(CudaAddNormTest, ParameterPartialsOfManyChunksMatchTheCpu) {
+  // The dx kernel sums each row chunk's parameter partials itself (add_norm.cu); norm.cu folds them.
+  // GPT-2's 768 columns (a warp per row, 6 vectors a thread) and 2048 (a block per row), with row counts
+  // that end in a short chunk: 9001 rows = 250 chunks of 36 and one of 1; 2500 = 78 of 32 and one of 4.
+  const Dtypes mixed{DType::f32, DType::bf16, DType::bf16};
+  for (const Shape& shape : {Shape{9001, 768}, Shape{2500, 2048}}) {
+    check_case(shape, mixed, {NormKind::layer_norm, true, true, true, true}, shape_str(shape) + " layer");
+    check_case(shape, mixed, {NormKind::rms_norm, true, false, true, false}, shape_str(shape) + " rms");
+    // Bitwise the same on a second call: fixed chunks, warps folded in order, no atomics.
+    const Tensor x1 = on_gpu(random_cpu(shape, DType::f32, 91));
+    const Tensor gy = on_gpu(random_cpu(shape, DType::bf16, 92));
+    const Tensor w = on_gpu(random_cpu({shape.back()}, DType::f32, 93, 0.5, 1.5));
+    const auto stats = raw::add_norm(NormKind::layer_norm, x1, Tensor(), w, w, 1e-5, DType::bf16);
+    const auto run = [&] {
+      return raw::add_norm_backward(NormKind::layer_norm, x1, gy, DType::bf16, x1, w, true, stats.mean, stats.rstd,
+                                    DType::bf16);
+    };
+    const raw::AddNormGrads a = run(), b = run();
+    EXPECT_TRUE(all_close(on_cpu(a.dweight), on_cpu(b.dweight), 0, 0)) << shape_str(shape);
+    EXPECT_TRUE(all_close(on_cpu(a.dbias), on_cpu(b.dbias), 0, 0)) << shape_str(shape);
+  }
 }
 
 TEST_F(CudaAddNormTest, RejectsInputsOnAnotherDevice) {

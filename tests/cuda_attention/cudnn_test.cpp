@@ -378,8 +378,8 @@ TEST_F(CudnnAttention, RepeatedBackwardCallsReusingBuffersStayCorrect) {
   }
 }
 
-// q, k, v as strided views of one fused (b, s, 3, h, d) projection on the GPU: copied to dense
-// tensors before cuDNN sees them.
+// q, k, v as strided views of one fused (b, s, 3, h, d) projection on the GPU: cuDNN reads them through
+// their strides and writes dq, dk, dv into one buffer of that layout (cudnn_sdpa_layout.h).
 TEST_F(CudnnAttention, StridedViewsOfAFusedProjection) {
   const Case c{.name = "fused_qkv_views", .mask = MaskType::causal, .s_q = 128, .s_kv = 128};
   const Tensor fused = random_cpu({c.batch, c.s_q, 3, c.h_q, c.d_qk}, DType::bf16, 77);

@@ -112,6 +112,13 @@ void launch_norm_backward(bool centered, int dtype, const void* g, const void* x
 void launch_norm_param_grads(bool centered, int g_dtype, int x_dtype, const void* g, const void* x, const void* mean,
                              const void* rstd, void* dw, void* db, int64_t rows, int64_t cols, void* workspace,
                              cudaStream_t stream);
+// The partials' layout in that workspace: slot k (of ceil(rows / norm_param_chunk_rows(rows))) sums rows
+// [k * chunk, (k + 1) * chunk); dw's slots (chunks, cols) in the compute type, then db's. The fold adds a
+// column's slots in a fixed order into dw / db (null: skipped), so kernels that write the partials themselves
+// (add_norm.cu) get the same deterministic sums.
+int64_t norm_param_chunk_rows(int64_t rows);
+void launch_norm_param_fold(int x_dtype, const void* workspace, void* dw, void* db, int64_t rows, int64_t cols,
+                            cudaStream_t stream);
 // The residual add fused with the norm (add_norm.cu): x1 = x + b (b null: no add, x1 unused), y = norm(x1) in
 // y_dtype. x, w, bias, x1 of x_dtype; b_dtype and y_dtype are x_dtype or, with an f32 x, kBF16.
 void launch_add_norm(bool centered, int x_dtype, int b_dtype, int y_dtype, const void* x, const void* b, const void* w,

@@ -166,13 +166,6 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Rows per chunk of the parameter-gradient partials: a function of the row count alone.
-// At most 256 chunks: pass 2 folds the chunks of a column, so more of them only lengthen it.
-int64_t chunk_rows(int64_t rows) {
-  const int64_t c = (rows + 255) / 256;
-  return c < 32 ? 32 : c;
-}
-
 // Pass 1: thread = column, blockIdx.y = row chunk; partial sums in row order. g may be narrower than x
 // (a bf16 gradient of the fused add_norm's bf16 output, add_norm.cu).
 template <bool centered, class TG, class T>
@@ -275,19 +268,39 @@ void launch_norm(bool centered, int dtype, const void* x, const void* w, const v
   });
 }
 
+// At most 256 chunks: pass 2 folds the chunks of a column, so more of them only lengthen it.
+int64_t norm_param_chunk_rows(int64_t rows) {
+  const int64_t c = (rows + 255) / 256;
+  return c < 32 ? 32 : c;
+}
+
 size_t norm_backward_workspace_bytes(int dtype, int64_t rows, int64_t cols) {
-  const int64_t chunks = (rows + chunk_rows(rows) - 1) / chunk_rows(rows);
+  const int64_t chunks = (rows + norm_param_chunk_rows(rows) - 1) / norm_param_chunk_rows(rows);
   const size_t elem = dtype == kF64 ? 8 : 4;
   return 2 * static_cast<size_t>(chunks > 0 ? chunks : 1) * static_cast<size_t>(cols) * elem;
 }
 
 namespace {
 
+// Pass 2 over the workspace's chunk partials (dw's, then db's; norm_backward_workspace_bytes) into dw / db.
+template <class T>
+void fold(const void* workspace, void* dw, void* db, int64_t rows, int64_t cols, cudaStream_t stream) {
+  using C = compute_t<T>;
+  const int64_t chunk = norm_param_chunk_rows(rows);
+  const int64_t chunks = rows > 0 ? (rows + chunk - 1) / chunk : 0;
+  const C* pw = static_cast<const C*>(workspace);
+  const C* pb = pw + (chunks > 0 ? chunks : 1) * cols;
+  const unsigned sum_blocks = static_cast<unsigned>((cols + kSumCols - 1) / kSumCols);
+  if (dw != nullptr) column_sum_kernel<T><<<sum_blocks, kThreads, 0, stream>>>(pw, static_cast<T*>(dw), chunks, cols);
+  if (db != nullptr) column_sum_kernel<T><<<sum_blocks, kThreads, 0, stream>>>(pb, static_cast<T*>(db), chunks, cols);
+  CPF_CUDA_CHECK_LAUNCH("norm backward kernel (parameter sums)");
+}
+
 template <class TG, class T>
 void param_grads(bool centered, const TG* pg, const T* px, const compute_t<T>* pm, const compute_t<T>* pr, void* dw,
                  void* db, int64_t rows, int64_t cols, void* workspace, cudaStream_t stream) {
   using C = compute_t<T>;
-  const int64_t chunk = chunk_rows(rows);
+  const int64_t chunk = norm_param_chunk_rows(rows);
   const int64_t chunks = rows > 0 ? (rows + chunk - 1) / chunk : 0;
   C* pw = static_cast<C*>(workspace);
   C* pb = pw + (chunks > 0 ? chunks : 1) * cols;
@@ -298,13 +311,16 @@ void param_grads(bool centered, const TG* pg, const T* px, const compute_t<T>* p
     kernel<<<grid, kThreads, 0, stream>>>(pg, px, pm, pr, dw ? pw : nullptr, db ? pb : nullptr, rows, cols, chunk);
     CPF_CUDA_CHECK_LAUNCH("norm backward kernel (parameter partials)");
   }
-  const unsigned sum_blocks = static_cast<unsigned>((cols + kSumCols - 1) / kSumCols);
-  if (dw != nullptr) column_sum_kernel<T><<<sum_blocks, kThreads, 0, stream>>>(pw, static_cast<T*>(dw), chunks, cols);
-  if (db != nullptr) column_sum_kernel<T><<<sum_blocks, kThreads, 0, stream>>>(pb, static_cast<T*>(db), chunks, cols);
-  CPF_CUDA_CHECK_LAUNCH("norm backward kernel (parameter sums)");
+  fold<T>(workspace, dw, db, rows, cols, stream);
 }
 
 }  // namespace
+
+void launch_norm_param_fold(int x_dtype, const void* workspace, void* dw, void* db, int64_t rows, int64_t cols,
+                            cudaStream_t stream) {
+  if (dw == nullptr && db == nullptr) return;
+  visit_floating(x_dtype, [&]<class T>() { fold<T>(workspace, dw, db, rows, cols, stream); });
+}
 
 void launch_norm_param_grads(bool centered, int g_dtype, int x_dtype, const void* g, const void* x, const void* mean,
                              const void* rstd, void* dw, void* db, int64_t rows, int64_t cols, void* workspace,
