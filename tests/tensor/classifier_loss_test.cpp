@@ -115,10 +115,14 @@ TEST(ClassifierLossTest, Bf16ComputesInF32AndMatchesTheUnfusedPath) {
 }
 
 TEST(ClassifierLossTest, ChunkRowsByMemory) {
-  // GPT-2's head in bf16: 1 GiB / (50304 x 2 bytes) = 10672 rows, rounded down to 10624 (a multiple of 128).
-  EXPECT_EQ(raw::classifier_chunk_rows(0, 32768, 50304, DType::bf16), 10624);
-  EXPECT_EQ(raw::classifier_chunk_rows(0, 32768, 50304, DType::f32), 5248);
-  EXPECT_EQ(raw::classifier_chunk_rows(0, 100, 50304, DType::bf16), 100);  // fewer rows than a chunk
+  // GPT-2's head in bf16: 1 GiB / (50304 x 2 bytes) = 10672 rows, rounded down to 10624 (a multiple of 128),
+  // so 32768 rows need 4 chunks, made equal: 8192 rows each (not 3 x 10624 + 896).
+  EXPECT_EQ(raw::classifier_chunk_rows(0, 32768, 50304, DType::bf16), 8192);
+  // f32: a budget of 5248 rows, 7 chunks of 4682 rows rounded up to 4736 (the last one 4352).
+  EXPECT_EQ(raw::classifier_chunk_rows(0, 32768, 50304, DType::f32), 4736);
+  EXPECT_EQ(raw::classifier_chunk_rows(0, 10624, 50304, DType::bf16), 10624);  // exactly one budget
+  EXPECT_EQ(raw::classifier_chunk_rows(0, 10625, 50304, DType::bf16), 5376);   // just over: two halves
+  EXPECT_EQ(raw::classifier_chunk_rows(0, 100, 50304, DType::bf16), 100);      // fewer rows than a chunk
   // A vocabulary so wide that 128 rows pass the budget: 128 rows still.
   EXPECT_EQ(raw::classifier_chunk_rows(0, 1000, int64_t(1) << 22, DType::f32), 128);
   EXPECT_EQ(raw::classifier_chunk_rows(300, 1000, 50, DType::f32), 300);

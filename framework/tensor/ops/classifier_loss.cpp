@@ -120,9 +120,13 @@ int64_t classifier_chunk_rows(int64_t requested, int64_t rows, int64_t vocab, DT
   CPF_CHECK(requested >= 0 && rows >= 0 && vocab >= 1, "classifier_chunk_rows: requested=", requested, " rows=", rows,
             " vocab=", vocab, " (need requested >= 0, rows >= 0, vocab >= 1)");
   int64_t chunk = requested;
-  if (chunk == 0) {
+  if (chunk == 0 && rows > 0) {
     const int64_t row_bytes = vocab * static_cast<int64_t>(dtype_size(dtype));
-    chunk = std::max<int64_t>(kClassifierChunkBytes / row_bytes / 128 * 128, 128);
+    const int64_t budget = std::max<int64_t>(kClassifierChunkBytes / row_bytes / 128 * 128, 128);
+    // As many chunks as the budget needs, of equal size (a multiple of 128, at most the budget): 32768
+    // rows in 10624-row chunks would leave a last chunk of 896 rows whose GEMMs run far below the rate.
+    const int64_t chunks = (rows + budget - 1) / budget;
+    chunk = ((rows + chunks - 1) / chunks + 127) / 128 * 128;
   }
   return std::max<int64_t>(std::min(chunk, rows), 1);
 }

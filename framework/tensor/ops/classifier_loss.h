@@ -25,7 +25,8 @@ struct ClassifierLossOptions {
   // step (so summing the ranks' losses gives their mean). 0 = this call's valid-label count (the mean;
   // on a device the labels are then read back once to count them).
   int64_t normalizer = 0;
-  // Rows per chunk; 0 = the most rows, a multiple of 128, whose (rows, V) logits fit raw::kClassifierChunkBytes.
+  // Rows per chunk; 0 = chosen by memory: the fewest chunks whose (rows, V) logits each fit
+  // raw::kClassifierChunkBytes, all of one size (a multiple of 128; the last may be shorter).
   int64_t chunk_rows = 0;
   // false: the loss only (no dlogits, no gradient GEMMs), e.g. under NoGradGuard.
   bool compute_grads = true;
