@@ -1,6 +1,7 @@
 #include "attention/modules/multi_head_attention.h"
 
 #include "attention/modules/attention_layout.h"
+#include "attention/modules/rope_positions_cache.h"
 #include "framework/autograd/functions/linear_cat.h"
 #include "framework/autograd/ops.h"
 #include "framework/tensor/profile.h"
@@ -85,21 +86,24 @@ Tensor MultiHeadAttention::forward(const Tensor& x, const std::optional<Sequence
   auto [q, k, v] = project_qkv(x, *q_proj_, *k_proj_, *v_proj_, o);  // (.., H, D), (.., H_kv, D) x 2
   if (o.rope) {
     using attention_modules::apply_rope;
-    using attention_modules::rope_positions;
+    // Cached per batch layout (rope_positions_cache.h): every layer after the first reuses the table.
     auto positions = [&](const Tensor& t, bool kv) {
-      return use_cp
-                 ? attention_modules::cp_rope_positions(t, o.qkv_format, seq, kv, cp->group->size(), cp->group->rank())
-                 : rope_positions(t, o.qkv_format, seq, kv);
+      return use_cp ? attention_modules::cached_rope_positions(t, o.qkv_format, seq, kv, cp->group->size(),
+                                                               cp->group->rank())
+                    : attention_modules::cached_rope_positions(t, o.qkv_format, seq, kv);
     };
     const profile::Scope scope("forward/rope", x.device());
     // Self-attention: q and k come from the same tokens, so their positions differ only when the
-    // SequenceInfo gives the keys their own; one table (one upload) then serves both.
-    const Tensor q_positions = positions(q, false);
-    const bool same =
-        !seq || (seq->cu_seqlens_q == seq->cu_seqlens_kv && seq->cu_seqlens_q_padded == seq->cu_seqlens_kv_padded &&
-                 seq->resolved_q_positions() == seq->resolved_kv_positions());
+    // SequenceInfo gives the keys their own; one table then serves both.
+    const bool same = !seq || attention_modules::same_rope_positions(*seq);
+    Tensor q_positions, k_positions;
+    {
+      const profile::Scope tables("rope/positions", Device::cpu());  // host time only: the lookup
+      q_positions = positions(q, false);
+      k_positions = same ? q_positions : positions(k, true);
+    }
     q = apply_rope(q, o.qkv_format, q_positions, o.rope_base, o.rotary_dim);
-    k = apply_rope(k, o.qkv_format, same ? q_positions : positions(k, true), o.rope_base, o.rotary_dim);
+    k = apply_rope(k, o.qkv_format, k_positions, o.rope_base, o.rotary_dim);
   }
   const AttentionOutput attn = use_cp ? cp::context_parallel_attention(q, k, v, spec_, seq, *cp)
                                       : dot_product_attention(q, k, v, spec_, seq, o.kernel_config);

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "attention/modules/attention_layout.h"
+#include "attention/modules/rope_positions_cache.h"
 #include "framework/autograd/ops.h"
 #include "framework/nn/precision.h"
 
@@ -164,9 +165,10 @@ Tensor MultiHeadLatentAttention::forward(const Tensor& x, const std::optional<Se
   // Positions depend only on the leading (token) dims, the same for q and k: take them from x as one head.
   const Tensor x_heads = attention_modules::split_heads(x, 1, o.hidden_size);
   auto positions = [&](bool kv) {
-    return use_cp ? attention_modules::cp_rope_positions(x_heads, o.qkv_format, seq, kv, cp->group->size(),
-                                                         cp->group->rank())
-                  : attention_modules::rope_positions(x_heads, o.qkv_format, seq, kv);
+    // Cached per batch layout (rope_positions_cache.h): every layer after the first reuses the table.
+    return use_cp ? attention_modules::cached_rope_positions(x_heads, o.qkv_format, seq, kv, cp->group->size(),
+                                                             cp->group->rank())
+                  : attention_modules::cached_rope_positions(x_heads, o.qkv_format, seq, kv);
   };
   // Under p2p, all_gather and a2a+p2p the latent may travel instead of K/V (attention.cp_mla_latent).
   bool latent = false;
