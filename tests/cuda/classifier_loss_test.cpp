@@ -28,12 +28,16 @@ Tensor labels_for(int64_t rows, int64_t vocab, DType dtype) {
 }
 
 TEST_F(CudaClassifierLossTest, MatchesTheCpuForEveryKernelVariant) {
-  // vocab 200: 16-byte vectors, row in shared memory; 203: scalars, shared memory; 130000 (f32 and bf16
-  // rows past the shared memory of a block): vectors re-read from global memory; 130001: scalars, re-read.
+  // vocab 200: 16-byte vectors, two rows fit shared memory (the pipelined kernel; 37 rows: a block a row;
+  // 700 and 400 rows: more rows than SMs, so blocks walk several rows through both buffers, ignored rows
+  // among them); 203: scalars, shared memory; 60000: one bf16 row fits shared memory but not two
+  // (vectors, one buffer); 130000 (f32 and bf16 rows past the shared memory of a block): vectors re-read
+  // from global memory; 130001: scalars, re-read.
   struct Case {
     int64_t rows, width, vocab, chunk;
   };
-  for (const Case& c : {Case{37, 24, 200, 8}, Case{33, 16, 203, 0}, Case{5, 8, 130000, 2}, Case{4, 8, 130001, 3}}) {
+  for (const Case& c : {Case{37, 24, 200, 8}, Case{700, 8, 200, 0}, Case{400, 8, 6144, 300}, Case{33, 16, 203, 0},
+                        Case{6, 8, 60000, 4}, Case{5, 8, 130000, 2}, Case{4, 8, 130001, 3}}) {
     for (DType dtype : {DType::f32, DType::bf16, DType::f64}) {
       for (DType ldtype : {DType::i64, DType::i32}) {
         const std::string what = dtype_name(dtype) + " vocab " + std::to_string(c.vocab) + " chunk " +
