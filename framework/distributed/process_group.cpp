@@ -76,7 +76,12 @@ std::string ProcessGroup::describe() const {
   return str_cat("group '", name(), "' (global ranks ", global_ranks(), ")");
 }
 
-std::string ProcessGroup::op_context(const char* op) const { return str_cat(op, " on group '", name(), "'"); }
+// Concatenated, not streamed: every NCCL operation builds it once, and a string stream costs more.
+std::string ProcessGroup::op_context(const char* op) const {
+  std::string out(op);
+  out.append(" on group '").append(name()).append("'");
+  return out;
+}
 
 WorkPtr ProcessGroup::all_reduce_async(const Tensor& input, ReduceOp op, const Tensor& out) {
   const std::string ctx = op_context("all_reduce");
@@ -153,9 +158,11 @@ WorkPtr ProcessGroup::all_to_all_async(const Tensor& input, int64_t split_dim, i
 }
 
 WorkPtr ProcessGroup::batch_p2p_async(const std::vector<P2POp>& ops) {
-  const std::string ctx = op_context("batch_p2p");
   for (size_t i = 0; i < ops.size(); ++i) {
     const P2POp& op = ops[i];
+    // The message prefix is built only for a rejected op: this runs at every step of a CP ring.
+    if (op.tensor.defined() && op.peer >= 0 && op.peer < size() && op.tag >= 0) continue;
+    const std::string ctx = op_context("batch_p2p");
     const char* kind = op.kind == P2POp::Kind::send ? "send" : "recv";
     CPF_CHECK(op.tensor.defined(), ctx, ": op ", i, " (", kind, ") has an undefined tensor");
     check_peer(op.peer, size(), op.kind == P2POp::Kind::send ? "destination" : "source", ctx);

@@ -68,7 +68,7 @@ WorkPtr NcclProcessGroup::do_all_gather(const Tensor& input, int64_t dim, const 
   const Tensor result = out.defined() ? out : dst;
   int64_t inner = 1;
   for (size_t d = static_cast<size_t>(dim) + 1; d < total.size(); ++d) inner *= total[d];
-  return issue("all_gather", {result}, {src, dst}, [&](const Issue& is, std::vector<Tensor>& staging) {
+  return issue(context, {result}, {src, dst}, [&](const Issue& is, std::vector<Tensor>& staging) {
     if (dst.numel() == 0) return;
     const ncclDataType_t type = nccl_dtype(input.dtype());
     const int64_t outer = outer_size(input.shape(), dim);
@@ -163,7 +163,7 @@ WorkPtr NcclProcessGroup::do_reduce_scatter(const Tensor& input, int64_t dim, Re
   const Shape piece_shape = with_dim(input.shape(), dim, pieces[static_cast<size_t>(rank_)]);
   const Tensor dst = out.defined() && out.is_contiguous() ? out : empty_on(piece_shape, input.dtype(), device());
   const Tensor result = out.defined() ? out : dst;
-  return issue("reduce_scatter", {result}, {packed, dst}, [&](const Issue& is, std::vector<Tensor>&) {
+  return issue(context, {result}, {packed, dst}, [&](const Issue& is, std::vector<Tensor>&) {
     const ncclDataType_t type = nccl_dtype(input.dtype());
     const ncclRedOp_t red = nccl_reduce_op(op);
     const auto* base = static_cast<const char*>(packed.raw_data());
@@ -222,7 +222,7 @@ WorkPtr NcclProcessGroup::do_all_to_all(const Tensor& input, int64_t split_dim, 
   const Tensor dst = out.defined() && out.is_contiguous() ? out : empty_on(result_shape, input.dtype(), device());
   const Tensor result = out.defined() ? out : dst;
   const bool direct = outer_size(result_shape, concat_dim) == 1;  // received pieces are runs of dst
-  return issue("all_to_all", {result}, {send, dst}, [&](const Issue& is, std::vector<Tensor>& staging) {
+  return issue(context, {result}, {send, dst}, [&](const Issue& is, std::vector<Tensor>& staging) {
     if (piece_numel == 0) return;
     const ncclDataType_t type = nccl_dtype(input.dtype());
     Tensor landing = dst;

@@ -39,30 +39,30 @@ void NcclProcessGroup::check_device(const Tensor& t, const std::string& context,
             device(), "; move it there first (raw::to(t, ", device(), "))");
 }
 
-WorkPtr NcclProcessGroup::issue(const char* op, const std::vector<Tensor>& results, std::vector<Tensor> keep_alive,
-                                const std::function<void(const Issue&, std::vector<Tensor>&)>& body,
-                                bool host_blocking) {
-  const std::string context = op_context(op);
+WorkPtr NcclProcessGroup::issue(const std::string& context, const std::vector<Tensor>& results,
+                                std::vector<Tensor> keep_alive,
+                                FunctionRef<void(const Issue&, std::vector<Tensor>&)> body, bool host_blocking) {
   state_->check_alive(context);
   const int device = state_->device();
   cuda::DeviceGuard guard(device);
   const cudaStream_t caller = cuda::current_cuda_stream(device);
   const cudaStream_t comm_stream = this->comm_stream();
+  EventPool& events = *state_->events();
   // Event 1: the communication stream starts after what the caller's stream did so far (the inputs'
-  // producers, the contiguous copies and output allocations of `prepare`).
-  cudaEvent_t ready = nullptr;
-  CPF_CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
+  // producers, the contiguous copies and output allocations of `prepare`). The wait captures the
+  // record, so the event goes back to the pool at once.
+  cudaEvent_t ready = events.acquire();
   cudaError_t status = cudaEventRecord(ready, caller);
   if (status == cudaSuccess) status = cudaStreamWaitEvent(comm_stream, ready, 0);
-  (void)cudaEventDestroy(ready);  // released once the wait is done
+  events.release(ready);
   CPF_CUDA_CHECK(status);
   // Watched from here on: the NCCL calls themselves may block on the host (a peer that never comes).
-  auto completion = std::make_shared<CompletionEvent>();
-  state_->track({completion, context, std::chrono::steady_clock::now()});
+  auto completion = std::make_shared<CompletionEvent>(state_->events(), context);
+  state_->track({completion, std::chrono::steady_clock::now()});
   std::vector<Tensor> staging;
   try {
     cuda::StreamGuard on_comm(stream_);
-    body(Issue{comm_->comm, comm_stream, context}, staging);
+    body(Issue{comm_->comm, comm_stream, completion->description()}, staging);
   } catch (...) {
     try {
       completion->record(comm_stream);  // what was enqueued completes; nothing else to watch
@@ -76,8 +76,8 @@ WorkPtr NcclProcessGroup::issue(const char* op, const std::vector<Tensor>& resul
     keep_alive.push_back(t);
   }
   // Event 2: completion, waited for by Work::wait() on the caller's stream.
-  return std::make_shared<NcclWork>(context, state_, std::move(completion), comm_stream, caller, results,
-                                    std::move(keep_alive), host_blocking);
+  return std::make_shared<NcclWork>(state_, std::move(completion), comm_stream, caller, results, std::move(keep_alive),
+                                    host_blocking);
 }
 
 std::vector<int64_t> NcclProcessGroup::exchange_sizes(int64_t mine, const std::string& context) {
@@ -114,7 +114,7 @@ WorkPtr NcclProcessGroup::do_all_reduce(const Tensor& input, ReduceOp op, const 
   const Tensor src = raw::contiguous(input);
   const Tensor dst = out.defined() && out.is_contiguous() ? out : empty_on(input.shape(), input.dtype(), device());
   const Tensor result = out.defined() ? out : dst;
-  return issue("all_reduce", {result}, {src, dst}, [&](const Issue& is, std::vector<Tensor>&) {
+  return issue(context, {result}, {src, dst}, [&](const Issue& is, std::vector<Tensor>&) {
     if (input.numel() == 0) return;
     const ncclDataType_t type = nccl_dtype(input.dtype());
     const ncclRedOp_t red = nccl_reduce_op(op);
@@ -136,7 +136,7 @@ WorkPtr NcclProcessGroup::do_broadcast(const Tensor& input, int root, const Tens
   const Tensor src = rank_ == root ? raw::contiguous(input) : Tensor();
   const Tensor dst = out.defined() && out.is_contiguous() ? out : empty_on(input.shape(), input.dtype(), device());
   const Tensor result = out.defined() ? out : dst;
-  return issue("broadcast", {result}, {src, dst}, [&](const Issue& is, std::vector<Tensor>&) {
+  return issue(context, {result}, {src, dst}, [&](const Issue& is, std::vector<Tensor>&) {
     if (input.numel() == 0) return;
     const void* send = rank_ == root ? src.raw_data() : dst.raw_data();
     const ncclDataType_t type = nccl_dtype(input.dtype());
@@ -167,7 +167,7 @@ WorkPtr NcclProcessGroup::do_batch_p2p(const std::vector<P2POp>& ops) {
     }
   }
   std::vector<Tensor> keep = buffers;
-  return issue("batch_p2p", results, std::move(keep), [&](const Issue& is, std::vector<Tensor>&) {
+  return issue(context, results, std::move(keep), [&](const Issue& is, std::vector<Tensor>&) {
     std::vector<ncclDataType_t> types;
     for (const Tensor& b : buffers) types.push_back(nccl_dtype(b.dtype()));
     // Tags are not NCCL's: messages between two ranks match in issue order, which is what the
@@ -198,7 +198,7 @@ WorkPtr NcclProcessGroup::do_batch_p2p(const std::vector<P2POp>& ops) {
 
 WorkPtr NcclProcessGroup::do_barrier() {
   return issue(
-      "barrier", {}, {},
+      op_context("barrier"), {}, {},
       [&](const Issue& is, std::vector<Tensor>& staging) {
         const Tensor token = empty_on({1}, DType::i32, device());
         staging.push_back(token);

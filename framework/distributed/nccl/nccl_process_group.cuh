@@ -17,8 +17,10 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "framework/distributed/nccl/function_ref.h"
 #include "framework/distributed/nccl/nccl_rank_state.cuh"
 #include "framework/distributed/nccl/nccl_ready.cuh"
 #include "framework/distributed/process_group.h"
@@ -49,7 +51,7 @@ class NcclProcessGroup final : public ProcessGroup {
   cudaStream_t comm_stream() const { return static_cast<cudaStream_t>(stream_.handle()); }
   // NCCL calls on this group's communicator (NcclRankState::run): under the rank's lock, then
   // bounded until the communicator is ready again; every NCCL call on it goes through here.
-  void run_nccl(const std::string& call, const std::function<ncclResult_t()>& calls, const std::string& context,
+  void run_nccl(std::string_view call, FunctionRef<ncclResult_t()> calls, const std::string& context,
                 const StallCause& stall_cause = NcclRankState::kPeerStallCause) {
     state_->run(*comm_, call, calls, context, stall_cause);
   }
@@ -75,12 +77,11 @@ class NcclProcessGroup final : public ProcessGroup {
   std::shared_ptr<ProcessGroup> do_new_group(const std::vector<int>& ranks, const std::string& name) override;
 
  private:
-  // Runs one operation: `prepare` on the caller's stream (contiguous inputs, outputs; returns the
-  // tensors to keep alive), then `body` on the communication stream (NCCL calls, staging copies).
-  // `results` are what Work::result() returns.
-  WorkPtr issue(const char* op, const std::vector<Tensor>& results, std::vector<Tensor> keep_alive,
-                const std::function<void(const Issue&, std::vector<Tensor>& staging)>& body,
-                bool host_blocking = false);
+  // Runs one operation named `context` (op_context: built once per operation): `prepare` on the
+  // caller's stream (contiguous inputs, outputs; returns the tensors to keep alive), then `body` on
+  // the communication stream (NCCL calls, staging copies). `results` are what Work::result() returns.
+  WorkPtr issue(const std::string& context, const std::vector<Tensor>& results, std::vector<Tensor> keep_alive,
+                FunctionRef<void(const Issue&, std::vector<Tensor>& staging)> body, bool host_blocking = false);
   void check_device(const Tensor& t, const std::string& context, const char* what) const;
   // Every rank's size of something (e.g. its piece along a dim): a small all_gather the host waits for.
   std::vector<int64_t> exchange_sizes(int64_t mine, const std::string& context);

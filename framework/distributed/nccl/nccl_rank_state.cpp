@@ -111,7 +111,8 @@ NcclRankState::NcclRankState(int device, int global_rank, int world_size, std::c
       global_rank_(global_rank),
       world_size_(world_size),
       timeout_(timeout),
-      domain_(domain ? std::move(domain) : std::make_shared<AbortDomain>()) {}
+      domain_(domain ? std::move(domain) : std::make_shared<AbortDomain>()),
+      events_(std::make_shared<EventPool>(device)) {}
 
 NcclRankState::~NcclRankState() {
   if (watchdog_.joinable()) {
@@ -214,9 +215,9 @@ void NcclRankState::watch_once() {
         continue;
       }
       if (q != cudaErrorNotReady && reason.empty()) {
-        reason = str_cat(op.description, " failed on the device: ", cudaGetErrorString(q));
+        reason = str_cat(op.done->description(), " failed on the device: ", cudaGetErrorString(q));
       } else if (q == cudaErrorNotReady && now - op.issued > timeout_ && reason.empty()) {
-        reason = str_cat(op.description, " did not complete within the timeout of ", seconds(timeout_),
+        reason = str_cat(op.done->description(), " did not complete within the timeout of ", seconds(timeout_),
                          " s: a peer rank died, hangs, or issued different operations");
       }
       still.push_back(std::move(op));
@@ -228,7 +229,7 @@ void NcclRankState::watch_once() {
   if (!reason.empty()) domain_->abort(global_rank_, reason);
 }
 
-void NcclRankState::run(Communicator& comm, const std::string& call, const std::function<ncclResult_t()>& calls,
+void NcclRankState::run(Communicator& comm, std::string_view call, FunctionRef<ncclResult_t()> calls,
                         const std::string& context, const StallCause& stall_cause) {
   ncclResult_t status = ncclSuccess;
   bool was_aborted = false;
@@ -252,7 +253,7 @@ void NcclRankState::run(Communicator& comm, const std::string& call, const std::
   wait_ready(comm, context, call, stall_cause);
 }
 
-void NcclRankState::wait_ready(Communicator& comm, const std::string& context, const std::string& call,
+void NcclRankState::wait_ready(Communicator& comm, const std::string& context, std::string_view call,
                                const StallCause& stall_cause) {
   const auto start = std::chrono::steady_clock::now();
   PollPause pause;
@@ -321,9 +322,42 @@ void NcclRankState::host_wait(cudaEvent_t event, const std::string& context, con
 
 namespace cpf::dist::nccl {
 
-CompletionEvent::CompletionEvent() { CPF_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming)); }
+EventPool::~EventPool() {
+  QuietDeviceGuard guard(device_);
+  for (cudaEvent_t e : free_) (void)cudaEventDestroy(e);
+}
 
-CompletionEvent::~CompletionEvent() { (void)cudaEventDestroy(event_); }
+cudaEvent_t EventPool::acquire() {
+  {
+    std::lock_guard lock(mutex_);
+    if (!free_.empty()) {
+      cudaEvent_t e = free_.back();
+      free_.pop_back();
+      return e;
+    }
+  }
+  cudaEvent_t e = nullptr;
+  CPF_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  return e;
+}
+
+void EventPool::release(cudaEvent_t event) {
+  if (event == nullptr) return;
+  {
+    std::lock_guard lock(mutex_);
+    if (free_.size() < kKept) {
+      free_.push_back(event);
+      return;
+    }
+  }
+  QuietDeviceGuard guard(device_);
+  (void)cudaEventDestroy(event);
+}
+
+CompletionEvent::CompletionEvent(std::shared_ptr<EventPool> pool, std::string description)
+    : pool_(std::move(pool)), description_(std::move(description)), event_(pool_->acquire()) {}
+
+CompletionEvent::~CompletionEvent() { pool_->release(event_); }
 
 void CompletionEvent::record(cudaStream_t stream) {
   const cudaError_t status = cudaEventRecord(event_, stream);

@@ -24,8 +24,11 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
+
+#include "framework/distributed/nccl/function_ref.h"
 
 namespace cpf::dist::nccl {
 
@@ -93,42 +96,70 @@ struct Communicator {
   std::atomic<bool> aborted{false};
 };
 
-// A CUDA event (no timing) destroyed with its last owner: a Work and the watchdog share it, so an
-// operation stays watched after its Work is gone (the blocking forms drop theirs at once).
+// The CUDA events (no timing) of one device, reused: creating and destroying one per operation
+// cost two driver calls on every posted operation. An event goes back once nothing refers to it any
+// more (a stream wait on it has captured its record already, so recording it again is harmless).
+class EventPool {
+ public:
+  explicit EventPool(int device) : device_(device) {}
+  ~EventPool();
+  EventPool(const EventPool&) = delete;
+  EventPool& operator=(const EventPool&) = delete;
+  // An event of this device (the caller has it current when a new one must be created).
+  cudaEvent_t acquire();
+  void release(cudaEvent_t event);  // never throws
+
+ private:
+  static constexpr size_t kKept = 256;  // more free events than this are destroyed
+  const int device_;
+  std::mutex mutex_;
+  std::vector<cudaEvent_t> free_;
+};
+
+// An operation's completion: an event from the pool, back there with its last owner. A Work and the
+// watchdog share it, so an operation stays watched after its Work is gone (the blocking forms drop
+// theirs at once). `description` names the operation in every message about it.
 class CompletionEvent {
  public:
-  CompletionEvent();
+  CompletionEvent(std::shared_ptr<EventPool> pool, std::string description);
   ~CompletionEvent();
   CompletionEvent(const CompletionEvent&) = delete;
   CompletionEvent& operator=(const CompletionEvent&) = delete;
   cudaEvent_t get() const { return event_; }
+  const std::string& description() const { return description_; }
   // Records the event on `stream`; until then the operation counts as in flight (its host-side NCCL
   // calls may block, e.g. while connecting to a peer).
   void record(cudaStream_t stream);
   bool recorded() const { return recorded_.load(std::memory_order_acquire); }
 
  private:
+  const std::shared_ptr<EventPool> pool_;
+  const std::string description_;
   cudaEvent_t event_ = nullptr;
   std::atomic<bool> recorded_{false};
 };
 
-// An operation in flight, as the watchdog sees it.
+// An operation in flight, as the watchdog sees it (named by done->description()).
 struct InFlight {
   std::shared_ptr<CompletionEvent> done;
-  std::string description;
   std::chrono::steady_clock::time_point issued;
 };
 
 // What a wait that runs out of time blames: a fixed text, or one computed then (e.g. the ranks that
-// have not arrived by that time).
+// have not arrived by that time). A literal is kept as a pointer: the default cause is passed to
+// every NCCL call and must not allocate.
 class StallCause {
  public:
-  StallCause(const char* text) : text_(text) {}
+  StallCause(const char* literal) : literal_(literal) {}
   StallCause(std::string text) : text_(std::move(text)) {}
   explicit StallCause(std::function<std::string()> compute) : compute_(std::move(compute)) {}
-  std::string operator()() const { return compute_ ? compute_() : text_; }
+  std::string operator()() const {
+    if (compute_) return compute_();
+    return literal_ ? std::string(literal_) : text_;
+  }
 
  private:
+  const char* literal_ = nullptr;
   std::string text_;
   std::function<std::string()> compute_;
 };
@@ -161,6 +192,8 @@ class NcclRankState : public std::enable_shared_from_this<NcclRankState> {
   // the destroying thread cannot be aborted). Once a rank state ends, its rank issues nothing more.
   std::shared_ptr<Communicator> add_communicator(ncclComm_t comm, const std::string& group);
   void track(InFlight op);
+  // The events of this rank's device, for the operations of every group (nccl_process_group.cpp).
+  const std::shared_ptr<EventPool>& events() const { return events_; }
 
   // What a collective that does not get ready in time most likely waits for.
   static constexpr const char* kPeerStallCause = "a peer rank died, hangs, or issued different operations";
@@ -172,8 +205,8 @@ class NcclRankState : public std::enable_shared_from_this<NcclRankState> {
   // waiting, or the timeout (whose message ends with `stall_cause`), aborts the world and throws;
   // an abort from elsewhere throws its reason. Every communicator of the rank is aborted before it
   // throws, so NCCL's own thread no longer runs then.
-  void run(Communicator& comm, const std::string& call, const std::function<ncclResult_t()>& calls,
-           const std::string& context, const StallCause& stall_cause = kPeerStallCause);
+  void run(Communicator& comm, std::string_view call, FunctionRef<ncclResult_t()> calls, const std::string& context,
+           const StallCause& stall_cause = kPeerStallCause);
 
   // Blocks the host until `event` completed, bounded by the timeout; checks for aborts and NCCL
   // errors meanwhile. A timeout aborts the world and throws "<context> did not complete within the
@@ -187,8 +220,7 @@ class NcclRankState : public std::enable_shared_from_this<NcclRankState> {
   // Aborts every communicator of the rank not aborted yet; returns once each is (also when another
   // thread is aborting them): called by the domain, and by run() before it throws.
   void abort_communicators();
-  void wait_ready(Communicator& comm, const std::string& context, const std::string& call,
-                  const StallCause& stall_cause);
+  void wait_ready(Communicator& comm, const std::string& context, std::string_view call, const StallCause& stall_cause);
   static void watchdog_loop(std::weak_ptr<NcclRankState> weak);
   void watch_once();
   // "" when every communicator is healthy, else a message naming the group and NCCL's error.
@@ -197,6 +229,7 @@ class NcclRankState : public std::enable_shared_from_this<NcclRankState> {
   const int device_, global_rank_, world_size_;
   const std::chrono::milliseconds timeout_;
   const std::shared_ptr<AbortDomain> domain_;
+  const std::shared_ptr<EventPool> events_;
 
   std::mutex mutex_;
   std::vector<std::shared_ptr<Communicator>> comms_;

@@ -13,7 +13,7 @@ ncclConfig_t nonblocking_config() {
   return config;
 }
 
-ncclResult_t in_group(const std::function<ncclResult_t()>& post) {
+ncclResult_t in_group(FunctionRef<ncclResult_t()> post) {
   const ncclResult_t start = ncclGroupStart();
   if (nccl_failed(start)) return start;
   ncclResult_t posted = ncclSuccess;

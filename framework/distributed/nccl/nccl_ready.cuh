@@ -22,6 +22,7 @@
 #include <string>
 #include <thread>
 
+#include "framework/distributed/nccl/function_ref.h"
 #include "framework/distributed/nccl/nccl_rank_state.cuh"
 
 namespace cpf::dist::nccl {
@@ -35,16 +36,21 @@ inline bool nccl_failed(ncclResult_t status) { return status != ncclSuccess && s
 // ncclGroupStart, `post` (the grouped calls; returns the first failing status, or ncclSuccess), then
 // ncclGroupEnd, which also runs after a failure so the thread's group is closed (it then drops what
 // was posted and returns the failure). Returns the first failure, else ncclGroupEnd's status.
-ncclResult_t in_group(const std::function<ncclResult_t()>& post);
+ncclResult_t in_group(FunctionRef<ncclResult_t()> post);
 
-// The pause between two polls of a communicator's state: a short spin first (a collective is
-// launched by NCCL's thread within tens of microseconds), then sleeps growing to 1 ms (creation and
-// splits take seconds).
+// The pause between two polls of a communicator's state. An enqueue on a non-blocking communicator
+// returns ncclInProgress while NCCL launches it on a thread of its own (tens of microseconds), and
+// ncclCommGetAsyncError is an atomic load: so the polls first spin (ask again at once) for kSpinFor,
+// then yield a while, then sleep, the sleeps growing to 1 ms (creation and splits take seconds).
 class PollPause {
  public:
   void operator()() {
-    if (spins_ < kSpins) {
-      ++spins_;
+    if (spinning_) {
+      if (std::chrono::steady_clock::now() - start_ < kSpinFor) return;
+      spinning_ = false;
+    }
+    if (yields_ < kYields) {
+      ++yields_;
       std::this_thread::yield();
       return;
     }
@@ -53,8 +59,11 @@ class PollPause {
   }
 
  private:
-  static constexpr int kSpins = 200;
-  int spins_ = 0;
+  static constexpr std::chrono::microseconds kSpinFor{200};
+  static constexpr int kYields = 200;
+  const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  bool spinning_ = true;
+  int yields_ = 0;
   std::chrono::microseconds sleep_{20};
 };
 

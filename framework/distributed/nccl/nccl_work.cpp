@@ -5,11 +5,10 @@
 
 namespace cpf::dist::nccl {
 
-NcclWork::NcclWork(std::string description, std::shared_ptr<NcclRankState> state, std::shared_ptr<CompletionEvent> done,
+NcclWork::NcclWork(std::shared_ptr<NcclRankState> state, std::shared_ptr<CompletionEvent> done,
                    cudaStream_t comm_stream, cudaStream_t issue_stream, std::vector<Tensor> results,
                    std::vector<Tensor> keep_alive, bool host_blocking)
-    : description_(std::move(description)),
-      state_(std::move(state)),
+    : state_(std::move(state)),
       done_(std::move(done)),
       issue_stream_(issue_stream),
       results_(std::move(results)),
@@ -28,7 +27,7 @@ NcclWork::~NcclWork() {
 }
 
 void NcclWork::wait() {
-  state_->check_alive(description_);
+  state_->check_alive(description());
   cuda::DeviceGuard guard(state_->device());
   const cudaStream_t current = cuda::current_cuda_stream(state_->device());
   CPF_CUDA_CHECK(cudaStreamWaitEvent(current, done_->get(), 0));
@@ -36,8 +35,8 @@ void NcclWork::wait() {
   // waits (the CP ring waits on its side stream), order the issuing one after the operation too, or
   // its next allocation could take a buffer the operation still reads.
   if (current != issue_stream_) CPF_CUDA_CHECK(cudaStreamWaitEvent(issue_stream_, done_->get(), 0));
-  if (host_blocking_) state_->host_wait(done_->get(), description_);
-  state_->check_alive(description_);
+  if (host_blocking_) state_->host_wait(done_->get(), description());
+  state_->check_alive(description());
   waited_.store(true);
   keep_alive_.clear();  // the issuing stream (and the caller's) is now ordered after the operation
 }
@@ -48,9 +47,9 @@ bool NcclWork::is_completed() const {
 }
 
 const std::vector<Tensor>& NcclWork::result() const {
-  CPF_CHECK(waited_.load() || is_completed(), description_,
+  CPF_CHECK(waited_.load() || is_completed(), description(),
             ": result() before the operation completed; call wait() first");
-  state_->check_alive(description_);
+  state_->check_alive(description());
   return results_;
 }
 

@@ -22,10 +22,10 @@ namespace cpf::dist::nccl {
 
 class NcclWork final : public Work {
  public:
-  // Records the completion event on `comm_stream` now; `issue_stream` is the caller's stream.
-  NcclWork(std::string description, std::shared_ptr<NcclRankState> state, std::shared_ptr<CompletionEvent> done,
-           cudaStream_t comm_stream, cudaStream_t issue_stream, std::vector<Tensor> results,
-           std::vector<Tensor> keep_alive, bool host_blocking);
+  // Records the completion event on `comm_stream` now; `issue_stream` is the caller's stream. The
+  // Work is described by done->description().
+  NcclWork(std::shared_ptr<NcclRankState> state, std::shared_ptr<CompletionEvent> done, cudaStream_t comm_stream,
+           cudaStream_t issue_stream, std::vector<Tensor> results, std::vector<Tensor> keep_alive, bool host_blocking);
   ~NcclWork() override;
   NcclWork(const NcclWork&) = delete;
   NcclWork& operator=(const NcclWork&) = delete;
@@ -33,12 +33,11 @@ class NcclWork final : public Work {
   void wait() override;
   bool is_completed() const override;
   const std::vector<Tensor>& result() const override;
-  const std::string& description() const override { return description_; }
+  const std::string& description() const override { return done_->description(); }
 
   const std::shared_ptr<CompletionEvent>& completion() const { return done_; }
 
  private:
-  const std::string description_;
   const std::shared_ptr<NcclRankState> state_;
   const std::shared_ptr<CompletionEvent> done_;
   cudaStream_t issue_stream_ = nullptr;
