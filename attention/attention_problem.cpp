@@ -81,9 +81,13 @@ std::array<Dims, 3> check_shapes(const Tensor& q, const Tensor& k, const Tensor&
 void resolve_sequences(AttentionProblem& p, const Tensor& q, const Tensor& k, const AttentionSpec& spec,
                        const std::optional<SequenceInfo>& seq, const char* op) {
   const bool thd = spec.qkv_format == QkvFormat::thd;
-  const SequenceInfo info = seq ? *seq
-                                : SequenceInfo::from_lengths(std::vector<int64_t>(p.batch, p.s_q),
-                                                             std::vector<int64_t>(p.batch, p.s_kv), p.s_q, p.s_kv);
+  // Read in place (a ring tile's info holds a position per token: no copy of it per call).
+  std::optional<SequenceInfo> whole_rows;
+  if (!seq) {
+    whole_rows = SequenceInfo::from_lengths(std::vector<int64_t>(p.batch, p.s_q), std::vector<int64_t>(p.batch, p.s_kv),
+                                            p.s_q, p.s_kv);
+  }
+  const SequenceInfo& info = seq ? *seq : *whole_rows;
   info.check();
   const int64_t q_tokens = p.batch * p.s_q, kv_tokens = p.batch * p.s_kv;
   if (thd) {

@@ -10,6 +10,9 @@
 //   BM_CudnnMapping/<tile> map_to_cudnn of one ring tile (0 diagonal, 1 lower, 2 upper): once per call
 //                          now, twice before (the backend check and the call each mapped it). Only in a
 //                          build with cuDNN (build/gpushared); it needs no GPU.
+//   BM_CudnnRowTables{PerCall,Cached}/<tile>  a thd tile's fix-up tables per call vs cudnn_row_tables
+//   BM_CudnnPrepare/<tile> the cuDNN preparation of a tile (checks, cached mapping, key, layouts)
+//   BM_RopePositions{Built,Cached}  a CP rank's RoPE positions per call vs rope_positions_cache
 //
 //   build/cpu/benchmarks/cpu_cp_host_bench
 //   build/gpushared/benchmarks/cpu_cp_host_bench --benchmark_filter=Mapping
@@ -18,10 +21,15 @@
 #include "attention/attention_problem.h"
 #include "attention/cp/layout.h"
 #include "attention/cp/layout_cache.h"
+#include "attention/modules/attention_layout.h"
+#include "attention/modules/rope_positions_cache.h"
 #if CPF_BENCH_CUDNN_MAPPING
 #include "attention/cuda/cudnn_mapping_cache.h"
+#include "attention/cuda/cudnn_row_tables.h"
+#include "attention/cuda/cudnn_sdpa.h"
 #include "attention/cuda/cudnn_sdpa_mapping.h"
 #include "attention/cuda/cudnn_sdpa_rows.h"
+#include "attention/cuda/device_tables.h"
 #endif
 
 namespace {
@@ -112,7 +120,67 @@ void BM_CudnnRowTables(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_CudnnRowTables)->DenseRange(0, 2)->Unit(benchmark::kMicrosecond);
+
+// What a thd tile's fix-ups prepared per call before cudnn_row_tables: both index tables built, made
+// tensors and looked up by content in device_table (on the CPU device here: the same hashing), and
+// the runs of both flag sets; then the same from row_tables (one lookup by mapping identity).
+void BM_CudnnRowTablesPerCall(benchmark::State& state) {
+  using namespace attention_cuda;
+  using namespace attention_cuda::cudnn;
+  const AttentionProblem p = ring_tile(state.range(0));
+  const auto m = cached_mapping(p);
+  for (auto _ : state) {
+    const std::vector<int64_t> lse = packed_to_padded(p, *m), stats = padded_to_packed(*m);
+    benchmark::DoNotOptimize(device_table(from_vector(lse, {static_cast<int64_t>(lse.size())}), Device::cpu()));
+    benchmark::DoNotOptimize(device_table(from_vector(stats, {static_cast<int64_t>(stats.size())}), Device::cpu()));
+    benchmark::DoNotOptimize(flag_runs(m->q_undefined, kMaxFillRuns));
+    benchmark::DoNotOptimize(flag_runs(m->kv_undefined, kMaxFillRuns));
+  }
+}
+BENCHMARK(BM_CudnnRowTablesPerCall)->DenseRange(0, 2)->Unit(benchmark::kMicrosecond);
+
+void BM_CudnnRowTablesCached(benchmark::State& state) {
+  const AttentionProblem p = ring_tile(state.range(0));
+  const auto m = attention_cuda::cudnn::cached_mapping(p);
+  for (auto _ : state) benchmark::DoNotOptimize(attention_cuda::cudnn::row_tables(m, p, Device::cpu()));
+}
+BENCHMARK(BM_CudnnRowTablesCached)->DenseRange(0, 2)->Unit(benchmark::kMicrosecond);
+
+// The cuDNN preparation of one ring tile without a GPU: the checks, the cached mapping, the key and
+// layouts (unsupported_reason stops at "no CUDA device is visible", after all of that).
+void BM_CudnnPrepare(benchmark::State& state) {
+  const AttentionProblem p = ring_tile(state.range(0));
+  for (auto _ : state)
+    benchmark::DoNotOptimize(attention_cuda::cudnn::unsupported_reason(p, DType::bf16, false, false));
+}
+BENCHMARK(BM_CudnnPrepare)->DenseRange(0, 2)->Unit(benchmark::kMicrosecond);
 #endif
+
+// RoPE positions of a CP rank (cp = 4, rank 1) for x (1, tokens / 4, 12, 64) bshd: built per call (one
+// sequence per row; the SequenceInfo the trainer passes, when it passes one) and from the cache. On
+// a GPU the built path also uploads the table each call.
+void BM_RopePositionsBuilt(benchmark::State& state) {
+  const int64_t tokens = state.range(0);
+  const Tensor x = empty({1, tokens / kCp, kHeads, kDim}, {.dtype = DType::bf16});
+  const std::optional<SequenceInfo> seq = SequenceInfo::from_lengths({tokens}, tokens);
+  for (auto _ : state) {
+    const Tensor q = attention_modules::cp_rope_positions(x, QkvFormat::bshd, seq, false, kCp, 1);
+    benchmark::DoNotOptimize(q);
+    benchmark::DoNotOptimize(seq->resolved_q_positions() == seq->resolved_kv_positions());  // the q/k check
+  }
+}
+BENCHMARK(BM_RopePositionsBuilt)->Arg(32768)->Arg(131072)->Unit(benchmark::kMicrosecond);
+
+void BM_RopePositionsCached(benchmark::State& state) {
+  const int64_t tokens = state.range(0);
+  const Tensor x = empty({1, tokens / kCp, kHeads, kDim}, {.dtype = DType::bf16});
+  const std::optional<SequenceInfo> seq = SequenceInfo::from_lengths({tokens}, tokens);
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(attention_modules::cached_rope_positions(x, QkvFormat::bshd, seq, false, kCp, 1));
+    benchmark::DoNotOptimize(attention_modules::same_rope_positions(*seq));
+  }
+}
+BENCHMARK(BM_RopePositionsCached)->Arg(32768)->Arg(131072)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 

@@ -1,8 +1,10 @@
 // Backend selection for CUDA attention calls (backend_selection.h).
 #include "attention/cuda/backend_selection.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <sstream>
+#include <vector>
 
 #include "framework/core/error.h"
 #include "framework/core/logging.h"
@@ -119,9 +121,38 @@ std::string describe_selection(const AttentionProblem& p, DType dtype, bool back
   return text;
 }
 
+namespace {
+
+// The logged configuration as plain fields: every call compares one of these instead of formatting the
+// process-wide key string, which only configurations new to this thread pay for.
+struct LogKey {
+  Device device;
+  DType dtype = DType::f32;
+  QkvFormat format = QkvFormat::bshd;
+  AttentionWindow window;
+  bool padded = false, backward = false, has_dlse = false;
+  int64_t h_q = 0, h_kv = 0, d_qk = 0, d_v = 0;
+  AttentionBackend backend = AttentionBackend::automatic;
+  std::string why;
+  bool operator==(const LogKey&) const = default;
+};
+
+bool seen_on_this_thread(LogKey key) {
+  thread_local std::vector<LogKey> seen;
+  if (std::find(seen.begin(), seen.end(), key) != seen.end()) return true;
+  if (seen.size() < 256) seen.push_back(std::move(key));  // bounded: beyond, the process-wide key decides
+  return false;
+}
+
+}  // namespace
+
 BackendChoice select_and_log_backend(const AttentionProblem& p, DType dtype, bool backward, bool has_dlse,
                                      const Device& device) {
   BackendChoice choice = select_backend(p, dtype, backward, has_dlse);
+  if (seen_on_this_thread({device, dtype, p.format, p.window, padded(p), backward, has_dlse, p.h_q, p.h_kv, p.d_qk,
+                           p.d_v, choice.backend, choice.why})) {
+    return choice;
+  }
   // One line per configuration: lengths and batch size are left out of the key, so a training run
   // with varying sequence lengths logs each configuration once, not every step.
   std::ostringstream key;

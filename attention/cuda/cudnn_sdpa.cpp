@@ -14,6 +14,7 @@
 
 #include "attention/cuda/cudnn_backend.h"
 #include "attention/cuda/cudnn_mapping_cache.h"
+#include "attention/cuda/cudnn_row_tables.h"
 #include "attention/cuda/cudnn_sdpa_graph.h"
 #include "attention/cuda/cudnn_sdpa_layout.h"
 #include "attention/cuda/cudnn_sdpa_mapping.h"
@@ -39,10 +40,11 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 // CUDNN_DATA_HALF the day the project has an f16 DType; the graphs are parametric in it already.
 int io_data_type(DType dtype) { return dtype == DType::bf16 ? CUDNN_DATA_BFLOAT16 : 0; }
 
-// One call after the checks: the mapping onto cuDNN, the plan key and the (dense) layouts it declares.
+// One call after the checks: the mapping onto cuDNN (shared with the mapping cache, never copied), the
+// plan key and the (dense) layouts it declares.
 struct Prepared {
   std::string reason;
-  SdpaMapping mapping;
+  std::shared_ptr<const SdpaMapping> mapping;
   SdpaGraphKey key;
   Layouts layouts;
 };
@@ -91,11 +93,11 @@ Prepared prepare(const AttentionProblem& p, DType dtype, bool backward, bool has
   }
   if (backward && p.s_q == 1 && p.s_kv == 1) return fail("s_q = s_kv = 1 (cuDNN's backward refuses it)");
   if (p.h_kv <= 0 || p.h_q % p.h_kv != 0) return fail("the query heads are not a multiple of the kv heads");
-  r.mapping = *cached_mapping(p);  // every layer maps the same tiles: one mapping per tile and thread
-  if (!r.mapping.reason.empty()) return fail(r.mapping.reason);
-  if (std::string v = version_reason(runtime_version(), r.mapping); !v.empty()) return fail(v);
+  r.mapping = cached_mapping(p);  // every layer maps the same tiles: one mapping per tile and thread
+  if (!r.mapping->reason.empty()) return fail(r.mapping->reason);
+  if (std::string v = version_reason(runtime_version(), *r.mapping); !v.empty()) return fail(v);
 
-  const SdpaMapping& m = r.mapping;
+  const SdpaMapping& m = *r.mapping;
   SdpaGraphKey& k = r.key;
   k.backward = backward;
   k.io_type = io_data_type(dtype);
@@ -322,14 +324,17 @@ namespace {
 // The inputs as cuDNN reads them (cudnn_sdpa_placement.h); plans for strided layouts from this thread's cache.
 Placed placed(const Prepared& prepared, const ExecutionPlan& plan, const AttentionProblem& p, const Tensor& q,
               const Tensor& k, const Tensor& v) {
-  return place_inputs(prepared.key, prepared.layouts, prepared.mapping, plan, p, q, k, v,
+  return place_inputs(prepared.key, prepared.layouts, *prepared.mapping, plan, p, q, k, v,
                       [](const SdpaGraphKey& key) { return cached_plan(key).plan.get(); });
 }
 
 raw::AttentionForward run_forward(const Prepared& prepared, const ExecutionPlan& plan, const AttentionProblem& p,
                                   const Tensor& q, const Tensor& k, const Tensor& v) {
-  const SdpaMapping& m = prepared.mapping;
+  const SdpaMapping& m = *prepared.mapping;
   const Device device = q.device();
+  // Host time only (no GPU events): the inputs, buffers and tables of the call, then the fix-ups.
+  std::optional<profile::Scope> host(std::in_place, "attention/cudnn_pack", Device::cpu());
+  const std::shared_ptr<const RowTables> tables = row_tables(prepared.mapping, p, device);
   const Placed in = placed(prepared, plan, p, q, k, v);
   const SdpaGraphKey& key = in.key;
   Tensor out = empty(p.out_shape(), {.dtype = q.dtype(), .device = device});
@@ -345,21 +350,23 @@ raw::AttentionForward run_forward(const Prepared& prepared, const ExecutionPlan&
   pack.add(kUidStats, stats);
   if (key.sink) pack.add(kUidSink, dense(p.sink, DType::f32));
   add_common(pack, scalars, p, m, key, in.layouts, device);
+  host.reset();
   {
     // The kernel alone (its GPU time), apart from the host work of the call around it.
     const profile::Scope scope("attention/cudnn_forward_kernel", device);
     pack.run(*in.plan, device);
   }
 
+  host.emplace("attention/cudnn_fixups", Device::cpu());
   Tensor lse = stats;
   if (m.ragged) {
     // (b, h, s) -> (h, b * s) rows, then each packed token picks its row: (h_q, T).
     const Tensor rows = raw::reshape(raw::contiguous(raw::permute(stats, {1, 0, 2})), {p.h_q, m.b * m.s_q});
-    lse = select_columns(rows, packed_to_padded(p, m));
+    lse = select_columns(rows, tables->lse_columns);
   }
   if (!m.q_undefined.empty()) {
-    out = fill_token_rows(p, out, m.q_undefined, p.s_q, 0.0);
-    lse = fill_lse_rows(p, lse, m.q_undefined, -kInf);
+    out = fill_token_rows(p, out, m.q_undefined, tables->q_runs, p.s_q, 0.0);
+    lse = fill_lse_rows(p, lse, m.q_undefined, tables->q_runs, -kInf);
   }
   return {out, lse, {}, key.sink};
 }
@@ -367,8 +374,10 @@ raw::AttentionForward run_forward(const Prepared& prepared, const ExecutionPlan&
 raw::AttentionGrads run_backward(const Prepared& prepared, const ExecutionPlan& plan, const AttentionProblem& p,
                                  const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                                  const Tensor& out, const Tensor& lse) {
-  const SdpaMapping& m = prepared.mapping;
+  const SdpaMapping& m = *prepared.mapping;
   const Device device = q.device();
+  std::optional<profile::Scope> host(std::in_place, "attention/cudnn_pack", Device::cpu());  // host time only
+  const std::shared_ptr<const RowTables> tables = row_tables(prepared.mapping, p, device);
   const Placed in = placed(prepared, plan, p, q, k, v);
   const SdpaGraphKey& key = in.key;
   const Tensor oc = dense(out, q.dtype()), doc = dense(dout, q.dtype());
@@ -378,7 +387,7 @@ raw::AttentionGrads run_backward(const Prepared& prepared, const ExecutionPlan& 
   if (m.any_fully_masked_row) stats = raw::masked_fill(stats, raw::compare(raw::CompareOp::eq, stats, -kInf), kInf);
   if (m.ragged) {
     // (h_q, T) -> (h_q, b * s) padded rows -> (b, h_q, s).
-    const Tensor rows = select_columns(stats, padded_to_packed(m));
+    const Tensor rows = select_columns(stats, tables->stats_columns);
     stats = raw::contiguous(raw::permute(raw::reshape(rows, {p.h_q, m.b, m.s_q}), {1, 0, 2}));
   }
 
@@ -408,12 +417,17 @@ raw::AttentionGrads run_backward(const Prepared& prepared, const ExecutionPlan& 
     pack.add(kUidDqAccum, zeros({m.b, p.h_q, m.s_q, p.d_qk}, {.dtype = DType::f32, .device = device}));
   }
   add_common(pack, scalars, p, m, key, in.layouts, device);
-  pack.run(*in.plan, device);
+  host.reset();
+  {
+    const profile::Scope scope("attention/cudnn_backward_kernel", device);
+    pack.run(*in.plan, device);
+  }
 
-  if (!m.q_undefined.empty()) dq = fill_token_rows(p, dq, m.q_undefined, p.s_q, 0.0);
+  host.emplace("attention/cudnn_fixups", Device::cpu());
+  if (!m.q_undefined.empty()) dq = fill_token_rows(p, dq, m.q_undefined, tables->q_runs, p.s_q, 0.0);
   if (!m.kv_undefined.empty()) {
-    dk = fill_token_rows(p, dk, m.kv_undefined, p.s_kv, 0.0);
-    dv = fill_token_rows(p, dv, m.kv_undefined, p.s_kv, 0.0);
+    dk = fill_token_rows(p, dk, m.kv_undefined, tables->kv_runs, p.s_kv, 0.0);
+    dv = fill_token_rows(p, dv, m.kv_undefined, tables->kv_runs, p.s_kv, 0.0);
   }
   return {dq, dk, dv, {}, {}};
 }

@@ -52,19 +52,29 @@ std::vector<std::pair<int64_t, int64_t>> flag_runs(const std::vector<uint8_t>& f
 
 Tensor fill_token_rows(const AttentionProblem& p, const Tensor& t, const std::vector<uint8_t>& flags, int64_t row_len,
                        double value) {
+  return fill_token_rows(p, t, flags, flag_runs(flags, kMaxFillRuns), row_len, value);
+}
+
+Tensor fill_token_rows(const AttentionProblem& p, const Tensor& t, const std::vector<uint8_t>& flags,
+                       const RowRuns& runs, int64_t row_len, double value) {
   // thd: storage token i is row i of dim 0 (T, H, D), so each run is one contiguous block of memory.
-  const auto runs = p.format == QkvFormat::thd && t.is_contiguous() ? flag_runs(flags, kMaxFillRuns)
-                                                                    : std::vector<std::pair<int64_t, int64_t>>();
-  if (runs.empty()) return raw::masked_fill(t, token_mask(p, flags, row_len, t.device()), value);
+  if (runs.empty() || p.format != QkvFormat::thd || !t.is_contiguous()) {
+    return raw::masked_fill(t, token_mask(p, flags, row_len, t.device()), value);
+  }
   for (const auto& [start, end] : runs) raw::fill_(raw::narrow(t, 0, start, end - start), value);
   return t;
 }
 
 Tensor fill_lse_rows(const AttentionProblem& p, const Tensor& lse, const std::vector<uint8_t>& flags, double value) {
+  return fill_lse_rows(p, lse, flags, flag_runs(flags, kMaxFillRuns), value);
+}
+
+Tensor fill_lse_rows(const AttentionProblem& p, const Tensor& lse, const std::vector<uint8_t>& flags,
+                     const RowRuns& runs, double value) {
   // thd lse (Hq, T): a run is a column block of every head row.
-  const auto runs = p.format == QkvFormat::thd && lse.is_contiguous() ? flag_runs(flags, kMaxFillRuns)
-                                                                      : std::vector<std::pair<int64_t, int64_t>>();
-  if (runs.empty()) return raw::masked_fill(lse, lse_mask(p, flags, lse.device()), value);
+  if (runs.empty() || p.format != QkvFormat::thd || !lse.is_contiguous()) {
+    return raw::masked_fill(lse, lse_mask(p, flags, lse.device()), value);
+  }
   for (const auto& [start, end] : runs) raw::fill_(raw::narrow(lse, 1, start, end - start), value);
   return lse;
 }
@@ -92,8 +102,14 @@ std::vector<int64_t> padded_to_packed(const SdpaMapping& m) {
 // out[:, i] = x[:, index[i]] along dim 1 through the device kernel directly: the indices are built
 // here and in range, and raw::index_select would copy them back to the host to check them.
 Tensor select_columns(const Tensor& x, const std::vector<int64_t>& index) {
-  const Tensor idx = device_table(from_vector(index, {static_cast<int64_t>(index.size())}), x.device());
-  Tensor out = empty({x.size(0), static_cast<int64_t>(index.size())}, {.dtype = x.dtype(), .device = x.device()});
+  return select_columns(x, device_table(from_vector(index, {static_cast<int64_t>(index.size())}), x.device()));
+}
+
+Tensor select_columns(const Tensor& x, const Tensor& idx) {
+  CPF_CHECK(idx.dtype() == DType::i64 && idx.dim() == 1 && idx.device() == x.device() && x.dim() == 2,
+            "select_columns: needs a 2-d x and a 1-d i64 index on its device: x ", x.shape(), " on ", x.device(),
+            ", index ", idx.dtype(), " ", idx.shape(), " on ", idx.device());
+  Tensor out = empty({x.size(0), idx.size(0)}, {.dtype = x.dtype(), .device = x.device()});
   device_kernel(x.device(), &DeviceOps::gather, "cudnn attention (lse layout)")(out, x, 1, idx, true);
   return out;
 }

@@ -20,6 +20,9 @@ namespace cpf::attention_cuda::cudnn {
 
 inline constexpr size_t kMaxFillRuns = 8;
 
+// Runs [start, end) of storage tokens.
+using RowRuns = std::vector<std::pair<int64_t, int64_t>>;
+
 // The runs [start, end) of set flags in order; empty when there are more than `most` (or none).
 std::vector<std::pair<int64_t, int64_t>> flag_runs(const std::vector<uint8_t>& flags, size_t most);
 
@@ -28,15 +31,22 @@ std::vector<std::pair<int64_t, int64_t>> flag_runs(const std::vector<uint8_t>& f
 // the flags form at most kMaxFillRuns runs, else a new tensor from a masked fill.
 Tensor fill_token_rows(const AttentionProblem& p, const Tensor& t, const std::vector<uint8_t>& flags, int64_t row_len,
                        double value);
+// The same with flag_runs(flags, kMaxFillRuns) computed before (cudnn_row_tables.h keeps them per mapping).
+Tensor fill_token_rows(const AttentionProblem& p, const Tensor& t, const std::vector<uint8_t>& flags,
+                       const RowRuns& runs, int64_t row_len, double value);
 // The same for an lse ((B, Hq, S), or (Hq, T) for thd) and q_undefined.
 Tensor fill_lse_rows(const AttentionProblem& p, const Tensor& lse, const std::vector<uint8_t>& flags, double value);
+Tensor fill_lse_rows(const AttentionProblem& p, const Tensor& lse, const std::vector<uint8_t>& flags,
+                     const RowRuns& runs, double value);
 
 // thd: the index, per packed query token, of its row in the padded (b * s_q) Stats rows; and the
 // reverse, per padded row, of its packed token (rows past a sequence's end read token 0: never used).
 std::vector<int64_t> packed_to_padded(const AttentionProblem& p, const SdpaMapping& m);
 std::vector<int64_t> padded_to_packed(const SdpaMapping& m);
 
-// out[:, i] = x[:, index[i]] along dim 1 of a 2-d device tensor.
+// out[:, i] = x[:, index[i]] along dim 1 of a 2-d device tensor; the index as a host vector (uploaded
+// through device_table) or already on x's device as a 1-d i64 tensor (its values must be in range).
 Tensor select_columns(const Tensor& x, const std::vector<int64_t>& index);
+Tensor select_columns(const Tensor& x, const Tensor& index);
 
 }  // namespace cpf::attention_cuda::cudnn

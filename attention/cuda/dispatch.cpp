@@ -10,15 +10,25 @@
 #include "attention/cuda/unfused_attention.h"
 #include "framework/core/error.h"
 #include "framework/tensor/cuda/runtime.cuh"
+#include "framework/tensor/profile.h"
 #if CPF_HAVE_CUDNN
 #include "attention/cuda/cudnn_sdpa.h"
 #endif
 
 namespace cpf::attention_cuda {
+namespace {
+
+// The choice, with the host time of making it (the cuDNN mapping and plan lookups) in its own scope.
+BackendChoice selected(const AttentionProblem& p, DType dtype, bool backward, bool has_dlse, const Device& device) {
+  const profile::Scope scope("attention/select_backend", Device::cpu());  // host time only
+  return select_and_log_backend(p, dtype, backward, has_dlse, device);
+}
+
+}  // namespace
 
 raw::AttentionForward forward(const AttentionProblem& p, const Tensor& q, const Tensor& k, const Tensor& v) {
   const cuda::DeviceGuard device_guard(q.device().index);
-  const BackendChoice choice = select_and_log_backend(p, q.dtype(), /*backward=*/false, /*has_dlse=*/false, q.device());
+  const BackendChoice choice = selected(p, q.dtype(), /*backward=*/false, /*has_dlse=*/false, q.device());
 #if CPF_HAVE_CUDNN
   if (choice.backend == AttentionBackend::cudnn) return cudnn::forward(*choice.cudnn_call, p, q, k, v);
 #endif
@@ -30,7 +40,7 @@ raw::AttentionForward forward(const AttentionProblem& p, const Tensor& q, const 
 raw::AttentionGrads backward(const AttentionProblem& p, const Tensor& dout, const Tensor& dlse, const Tensor& q,
                              const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse) {
   const cuda::DeviceGuard device_guard(q.device().index);
-  const BackendChoice choice = select_and_log_backend(p, q.dtype(), /*backward=*/true, dlse.defined(), q.device());
+  const BackendChoice choice = selected(p, q.dtype(), /*backward=*/true, dlse.defined(), q.device());
 #if CPF_HAVE_CUDNN
   // cuDNN's backward takes no dlse: selection only picks it when dlse is undefined.
   if (choice.backend == AttentionBackend::cudnn) return cudnn::backward(*choice.cudnn_call, p, dout, q, k, v, out, lse);

@@ -1,0 +1,48 @@
+#pragma once
+// The row fix-up tables of one cuDNN mapping, made once per mapping and stream (private to
+// cpf_attention_cuda; used by cudnn_sdpa.cpp).
+//
+// A thd call turns cuDNN's padded (b, h, s) Stats into the packed (h, T) lse and back through two
+// index tables of one entry per token (packed_to_padded, padded_to_packed), and fills the rows cuDNN
+// leaves undefined run by run (flag_runs). Built per call, that is two walks over the tokens, two
+// tables of 8 bytes per token and a content-hashed device_table lookup of each, in every ring tile of
+// every layer, forward and backward. The mapping itself is cached (cudnn_mapping_cache.h) and never
+// changes, so these derived tables are kept with it instead.
+//
+// Keyed by the mapping object (the entry holds it: its address cannot be reused while the entry
+// lives), the problem's format and s_q (the only problem fields the tables read besides the mapping),
+// the device and the thread's current stream of it (a table is only read on the stream it was uploaded
+// on). Per thread, the kRowTablesEntries most recently used. Never written after they are made.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "attention/attention_problem.h"
+#include "attention/cuda/cudnn_sdpa_mapping.h"
+#include "framework/tensor/tensor.h"
+
+namespace cpf::attention_cuda::cudnn {
+
+inline constexpr size_t kRowTablesEntries = 32;
+
+struct RowTables {
+  // flag_runs(q_undefined / kv_undefined, kMaxFillRuns): empty when there are none or too many.
+  std::vector<std::pair<int64_t, int64_t>> q_runs, kv_runs;
+  Tensor lse_columns;    // thd: (s_q) i64 on the device, packed_to_padded; undefined otherwise
+  Tensor stats_columns;  // thd: (b * s_q) i64 on the device, padded_to_packed; undefined otherwise
+};
+
+// The tables of mapping `m` of problem `p` on `device` (a CPU device gives CPU tensors), from this
+// thread's cache when the same mapping object was seen on this stream.
+std::shared_ptr<const RowTables> row_tables(const std::shared_ptr<const SdpaMapping>& m, const AttentionProblem& p,
+                                            const Device& device);
+
+// Tables this thread built / served from its cache since it started (for tests).
+struct RowTablesStats {
+  uint64_t builds = 0, hits = 0;
+};
+RowTablesStats row_tables_stats();
+
+}  // namespace cpf::attention_cuda::cudnn

@@ -1,0 +1,140 @@
+// row_tables (attention/cuda/cudnn_row_tables.h): the fix-up tables of a cuDNN mapping, built once
+// per mapping object and stream and equal to what the per-call functions compute; a different mapping
+// (other lengths or positions) gets its own. The host tests use the CPU device (no GPU needed); the
+// GPU test runs cuDNN on ring-tile layouts A, B, A in a row against the CPU reference.
+#include "attention/cuda/cudnn_row_tables.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <optional>
+#include <vector>
+
+#include "attention/attention_problem.h"
+#include "attention/cuda/cudnn_mapping_cache.h"
+#include "attention/cuda/cudnn_sdpa_rows.h"
+#include "cuda_attention/attention_gpu_support.h"
+#include "framework/core/error.h"
+
+namespace cpf::attention_cuda::cudnn {
+namespace {
+
+// A thd causal tile over sequences of `lengths` (heads x 8 per token) whose queries sit `offset`
+// positions before the keys (a ring tile's upper half: the first `offset` queries of each sequence
+// see no key, so q_undefined has one run per sequence).
+AttentionProblem tile(const std::vector<int64_t>& lengths, int64_t offset) {
+  int64_t tokens = 0;
+  for (int64_t n : lengths) tokens += n;
+  const Tensor q = empty({tokens, 2, 8}, {.dtype = DType::bf16});
+  const SequenceInfo seq = SequenceInfo::from_lengths(lengths).with_position_offsets(0, offset);
+  const AttentionSpec spec{.qkv_format = QkvFormat::thd, .mask = MaskType::causal};
+  return check_attention_inputs(q, q, q, spec, seq, {});
+}
+
+void expect_tables_of(const RowTables& t, const SdpaMapping& m, const AttentionProblem& p) {
+  EXPECT_EQ(t.q_runs, flag_runs(m.q_undefined, kMaxFillRuns));
+  EXPECT_EQ(t.kv_runs, flag_runs(m.kv_undefined, kMaxFillRuns));
+  ASSERT_TRUE(m.ragged);
+  EXPECT_EQ(t.lse_columns.to_vector<int64_t>(), packed_to_padded(p, m));
+  EXPECT_EQ(t.stats_columns.to_vector<int64_t>(), padded_to_packed(m));
+}
+
+TEST(CudnnRowTables, TheSameMappingHitsAndMatchesThePerCallTables) {
+  const AttentionProblem p = tile({40, 24}, 8);
+  const auto m = cached_mapping(p);
+  ASSERT_TRUE(m->reason.empty()) << m->reason;
+  ASSERT_FALSE(m->q_undefined.empty()) << "the tile should leave query rows undefined";
+  const auto before = row_tables_stats();
+  const auto first = row_tables(m, p, Device::cpu());
+  const auto second = row_tables(m, p, Device::cpu());
+  EXPECT_EQ(row_tables_stats().builds - before.builds, 1u);
+  EXPECT_EQ(row_tables_stats().hits - before.hits, 1u);
+  EXPECT_EQ(first.get(), second.get());
+  expect_tables_of(*second, *m, p);
+  EXPECT_EQ(second->q_runs.size(), 2u) << "one run per sequence";
+}
+
+TEST(CudnnRowTables, DifferentLayoutsInARowGetTheirOwnTables) {
+  const std::vector<AttentionProblem> problems{tile({40, 24}, 8), tile({24, 40}, 8), tile({40, 24}, 16), tile({64}, 0)};
+  for (int round = 0; round < 2; ++round) {  // the second round is served from the cache
+    for (const AttentionProblem& p : problems) {
+      const auto m = cached_mapping(p);
+      expect_tables_of(*row_tables(m, p, Device::cpu()), *m, p);
+    }
+  }
+  const auto a = row_tables(cached_mapping(problems[0]), problems[0], Device::cpu());
+  const auto b = row_tables(cached_mapping(problems[1]), problems[1], Device::cpu());
+  EXPECT_NE(a.get(), b.get());
+  EXPECT_NE(a->lse_columns.to_vector<int64_t>(), b->lse_columns.to_vector<int64_t>());
+}
+
+TEST(CudnnRowTables, KeyedByTheMappingObjectNotItsAddressAlone) {
+  const AttentionProblem p = tile({40, 24}, 8);
+  const auto cached = row_tables(cached_mapping(p), p, Device::cpu());
+  // An equal mapping in another object: a miss (identity is the key), with equal tables.
+  const auto other = std::make_shared<const SdpaMapping>(map_to_cudnn(p));
+  const auto before = row_tables_stats();
+  const auto rebuilt = row_tables(other, p, Device::cpu());
+  EXPECT_EQ(row_tables_stats().builds - before.builds, 1u);
+  EXPECT_NE(rebuilt.get(), cached.get());
+  expect_tables_of(*rebuilt, *other, p);
+}
+
+TEST(CudnnRowTables, EvictsTheLeastRecentlyUsed) {
+  const AttentionProblem first = tile({32}, 4);
+  const auto m = cached_mapping(first);
+  const auto kept = row_tables(m, first, Device::cpu());
+  for (int64_t i = 0; i < static_cast<int64_t>(kRowTablesEntries); ++i) {
+    const AttentionProblem p = tile({48 + 8 * i}, 4);
+    row_tables(std::make_shared<const SdpaMapping>(map_to_cudnn(p)), p, Device::cpu());
+  }
+  const auto before = row_tables_stats();
+  const auto again = row_tables(m, first, Device::cpu());
+  EXPECT_EQ(row_tables_stats().builds - before.builds, 1u);
+  EXPECT_NE(again.get(), kept.get());
+  expect_tables_of(*again, *m, first);
+}
+
+TEST(CudnnRowTables, RejectsAMissingOrUnsupportedMapping) {
+  const AttentionProblem p = tile({32}, 4);
+  EXPECT_THAT([&] { row_tables(nullptr, p, Device::cpu()); },
+              ::testing::ThrowsMessage<Error>(::testing::HasSubstr("cudnn row tables: no mapping")));
+  auto unsupported = std::make_shared<SdpaMapping>();
+  unsupported->reason = "a made-up reason";
+  EXPECT_THAT([&] { row_tables(unsupported, p, Device::cpu()); },
+              ::testing::ThrowsMessage<Error>(
+                  ::testing::HasSubstr("cudnn row tables: the mapping is unsupported: a made-up reason")));
+}
+
+class CudnnRowTablesGpu : public testing::CudaTest {};
+
+// Two tile layouts alternating on one thread: each call must use its own lse index tables and fill
+// runs (a stale entry would scatter the lse to the wrong tokens or zero the wrong rows).
+TEST_F(CudnnRowTablesGpu, AlternatingLayoutsMatchTheCpuReference) {
+  const AttentionKernelConfig cudnn_only{.backend = AttentionBackend::cudnn};
+  struct Layout {
+    std::vector<int64_t> lengths;
+    int64_t offset;
+  };
+  const std::vector<Layout> layouts{{{96, 160}, 64}, {{160, 96}, 32}, {{96, 160}, 64}, {{256}, 0}};
+  uint64_t seed = 7;
+  for (const Layout& l : layouts) {
+    int64_t tokens = 0;
+    for (int64_t n : l.lengths) tokens += n;
+    const SequenceInfo seq = SequenceInfo::from_lengths(l.lengths).with_position_offsets(0, l.offset);
+    const AttentionSpec spec{.qkv_format = QkvFormat::thd, .mask = MaskType::causal};
+    const Tensor q = testing::random_cpu({tokens, 4, 64}, DType::bf16, seed++);
+    const Tensor k = testing::random_cpu({tokens, 4, 64}, DType::bf16, seed++);
+    const Tensor v = testing::random_cpu({tokens, 4, 64}, DType::bf16, seed++);
+    const Tensor dout = testing::random_cpu({tokens, 4, 64}, DType::bf16, seed++);
+    const auto want = testing::run_attention_on(Device::cpu(), q, k, v, dout, Tensor(), spec, seq, {});
+    const auto got = testing::run_attention_on(Device::cuda(0), q, k, v, dout, Tensor(), spec, seq, cudnn_only);
+    testing::expect_results_close(
+        got, want, {.values = testing::rtol_for(DType::bf16), .lse = 1e-5},
+        "layout with " + std::to_string(l.lengths.size()) + " sequences, offset " + std::to_string(l.offset));
+    testing::expect_exact_zeros_without_keys(check_attention_inputs(q, k, v, spec, seq, {}), got, "zeros");
+  }
+}
+
+}  // namespace
+}  // namespace cpf::attention_cuda::cudnn
