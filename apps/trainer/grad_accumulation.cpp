@@ -50,7 +50,7 @@ int64_t grad_accum_steps(const TrainConfig& c) {
 }
 
 AccumulatedLoss accumulate_gradients(const models::GPT& model, const std::vector<data::Batch>& micro_batches,
-                                     const RankGroups& g, dist::GradientReducer* reducer) {
+                                     const RankGroups& g, dist::GradientReducer* reducer, bool read_loss) {
   CPF_CHECK(!micro_batches.empty(), "accumulate_gradients: no micro-batch");
   AccumulatedLoss result;
   result.valid_labels = step_valid_labels(micro_batches, g, model.device());
@@ -78,7 +78,8 @@ AccumulatedLoss accumulate_gradients(const models::GPT& model, const std::vector
     reducer->finish();
   }
   const bool distributed = g.world && g.world->size() > 1;
-  result.loss = distributed ? g.world->all_reduce(step_loss).item<double>() : step_loss.item<double>();
+  result.loss_tensor = distributed ? g.world->all_reduce(step_loss) : step_loss;
+  if (read_loss) result.loss = result.loss_tensor.item<double>();
   return result;
 }
 

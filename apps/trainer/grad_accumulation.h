@@ -37,14 +37,16 @@ std::optional<AccumulationProblem> accumulation_problem(const TrainConfig& confi
 int64_t grad_accum_steps(const TrainConfig& config);
 
 struct AccumulatedLoss {
-  double loss = 0;           // mean token loss of the whole step (every rank gets it)
+  double loss = 0;           // mean token loss of the whole step (every rank gets it); 0 unless read_loss
   int64_t valid_labels = 0;  // labels of the whole step over the world
+  Tensor loss_tensor;        // () the same loss on the model's device, what `loss` is read from
 };
 
 // Forward and backward of this rank's micro-batches of one step, accumulating into the parameters'
 // .grad (which the caller zeroes after the optimizer step). `reducer` (null on one rank) has its sync
 // off for every micro-batch but the last, and is finished before returning.
+// read_loss false: the loss is left on the device (the training step reads it back with the gradient norm).
 AccumulatedLoss accumulate_gradients(const models::GPT& model, const std::vector<data::Batch>& micro_batches,
-                                     const RankGroups& groups, dist::GradientReducer* reducer);
+                                     const RankGroups& groups, dist::GradientReducer* reducer, bool read_loss = true);
 
 }  // namespace cpf::trainer

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "apps/trainer/grad_accumulation.h"
+#include "apps/trainer/step_readback.h"
 #include "framework/autograd/ops.h"
 #include "framework/optim/grad_clip.h"
 #include "framework/tensor/profile.h"
@@ -43,15 +44,25 @@ StepResult training_step(const StepParts& p, int64_t step) {
       result.tokens += micro_batches.back().tokens.numel() * p.groups.dp_size;
     }
   }
-  result.loss = accumulate_gradients(p.model, micro_batches, p.groups, p.reducer).loss;
+  const AccumulatedLoss accumulated = accumulate_gradients(p.model, micro_batches, p.groups, p.reducer, false);
   const profile::Scope optimizer_scope("phase/optimizer", device);
-  result.grad_norm = p.grad_clip > 0 ? optim::clip_grad_norm_(p.params, p.grad_clip) : optim::grad_norm(p.params);
-  result.skipped = !std::isfinite(result.grad_norm);
-  if (!result.skipped) {
-    p.optimizer.set_lr(p.schedule.lr_at(step));
-    p.optimizer.step();
-  }
+  // The whole optimizer phase is enqueued before anything is read back (docs/training.md, "Host
+  // synchronisation in a step"): the norm stays a device sum of squares, clipping and the skip of a
+  // non-finite norm are decided by the kernels that read it, and the host waits only for the copies of
+  // the sum and the loss, recorded before the clip and AdamW kernels, which then overlap the host's work.
+  const Tensor sum_squares = optim::grad_sum_squares(p.params);  // (1) f64 on the gradients' device
+  StepReadback& readback = StepReadback::for_device(device);
+  readback.enqueue({sum_squares, accumulated.loss_tensor});
+  if (p.grad_clip > 0) optim::clip_grads_by_sum_squares_(p.params, sum_squares, p.grad_clip);
+  // Enqueued as applied (t + 1 in AdamW's bias corrections); the step count moves at commit.
+  p.optimizer.set_lr(p.schedule.lr_at(step));
+  p.optimizer.step(sum_squares);
   p.optimizer.zero_grad();
+  const std::vector<double> read = readback.wait();
+  result.grad_norm = std::sqrt(read[0]);
+  result.loss = read[1];
+  result.skipped = !std::isfinite(result.grad_norm);
+  p.optimizer.commit(!result.skipped);
   return result;
 }
 

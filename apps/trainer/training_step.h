@@ -4,9 +4,11 @@
 // micro-batches forward and backward (grad_accumulation.h), the gradient norm and clipping, then the
 // optimizer update, or no update when the norm is not finite.
 //
-// Host synchronisations of a step on cuda (docs/training.md, "Host synchronisation"): the step's loss and
-// gradient norm are read back once each (the skip decision and the metrics need them); counted by
-// cuda::host_sync_counts() and logged per step under CPF_SYNC_CHECK=1.
+// Host synchronisations of a step on cuda (docs/training.md, "Host synchronisation"): one. The gradient
+// norm stays a device sum of squares that the clip and AdamW kernels read (clip or not, skip or not);
+// the sum and the loss are copied to pinned memory with an event recorded before those kernels, and the
+// host waits for that event only (StepReadback), counted by cuda::host_sync_counts() as a stream sync
+// and logged per step under CPF_SYNC_CHECK=1. The optimizer's step count is committed after the wait.
 #include <optional>
 
 #include "apps/trainer/config.h"
@@ -53,7 +55,7 @@ struct StepResult {
   double loss = 0;       // mean token loss of the step over the world
   double grad_norm = 0;  // before clipping
   int64_t tokens = 0;    // storage tokens of the step over the world
-  bool skipped = false;  // the norm was not finite: no update (the gradients are zeroed all the same)
+  bool skipped = false;  // the norm was not finite: no update, no step count (the gradients are zeroed all the same)
 };
 
 // Step `step` (0-based: the learning rate is the schedule's at `step`). Every rank calls it.

@@ -53,10 +53,11 @@ void AdamW::update(const Tensor& param, const Tensor& grad, const std::vector<Te
   raw::add_(param, raw::div(exp_avg, denom), -lr / bias_correction1);
 }
 
-bool AdamW::update_fused(const std::vector<FusedItem>& items, int64_t step) {
+bool AdamW::update_fused(const std::vector<FusedItem>& items, int64_t step, const Tensor& skip_if_nonfinite) {
   if (items.empty()) return false;
   const Device device = items.front().param.device();
   if (device.is_cpu() || !has_kernel(device, &DeviceOps::adamw_step)) return false;
+  if (skip_if_nonfinite.defined() && skip_if_nonfinite.device() != device) return false;  // decided on the host
   std::vector<DeviceAdamWParam> params;
   params.reserve(items.size());
   for (const FusedItem& item : items) {
@@ -68,8 +69,12 @@ bool AdamW::update_fused(const std::vector<FusedItem>& items, int64_t step) {
     }
     params.push_back({item.param, item.grad, exp_avg, exp_avg_sq, item.weight_decay});
   }
-  const DeviceAdamW hyper{
-      .lr = lr(), .beta1 = options_.beta1, .beta2 = options_.beta2, .eps = options_.eps, .step = step};
+  const DeviceAdamW hyper{.lr = lr(),
+                          .beta1 = options_.beta1,
+                          .beta2 = options_.beta2,
+                          .eps = options_.eps,
+                          .step = step,
+                          .skip_if_nonfinite = skip_if_nonfinite};
   device_kernel(device, &DeviceOps::adamw_step, "adamw")(params, hyper);
   return true;
 }

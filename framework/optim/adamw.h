@@ -40,8 +40,9 @@ class AdamW : public Optimizer {
   void update(const Tensor& param, const Tensor& grad, const std::vector<Tensor>& state, double weight_decay,
               int64_t step) override;
   // Parameters on a device whose kernel table has adamw_step (all on one device, contiguous): one fused
-  // launch per parameter dtype, rounded as update() rounds (device_ops.h). Otherwise declines.
-  bool update_fused(const std::vector<FusedItem>& items, int64_t step) override;
+  // launch per parameter dtype, rounded as update() rounds (device_ops.h). The kernel also makes the skip
+  // decision of step(skip_if_nonfinite) when that tensor is on the parameters' device. Otherwise declines.
+  bool update_fused(const std::vector<FusedItem>& items, int64_t step, const Tensor& skip_if_nonfinite) override;
 
  private:
   AdamWOptions options_;

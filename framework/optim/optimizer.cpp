@@ -74,7 +74,9 @@ void Optimizer::set_lr(double lr) {
   lr_ = lr;
 }
 
-void Optimizer::step() {
+void Optimizer::check_gradients() const {
+  CPF_CHECK(!in_flight_, name_, ": step ", step_count_ + 1,
+            " was enqueued with step(skip_if_nonfinite) and not committed; call commit(applied) first");
   // Every gradient is checked before any parameter moves, so a bad one leaves the model untouched.
   for (const Entry& e : entries_) {
     const Tensor grad = e.param.grad();
@@ -86,18 +88,18 @@ void Optimizer::step() {
     CPF_CHECK(grad.device() == e.param.device(), name_, ": gradient of '", e.name, "' is on ", grad.device(),
               " but the parameter is on ", e.param.device());
   }
-  NoGradGuard no_grad;
-  const int64_t step = step_count_ + 1;
+}
+
+std::vector<Optimizer::FusedItem> Optimizer::fused_items() const {
   std::vector<FusedItem> items;
   for (const Entry& e : entries_) {
     const Tensor grad = e.param.grad();
     if (grad.defined()) items.push_back({e.param, grad, &e.state, e.weight_decay});
   }
-  if (update_fused(items, step)) {
-    for (const FusedItem& item : items) item.param.bump_version();
-    step_count_ = step;
-    return;
-  }
+  return items;
+}
+
+void Optimizer::update_each(int64_t step) {
   for (const Entry& e : entries_) {
     const Tensor grad = e.param.grad();
     if (!grad.defined()) continue;
@@ -111,7 +113,49 @@ void Optimizer::step() {
       e.param.bump_version();
     }
   }
+}
+
+void Optimizer::step() {
+  check_gradients();
+  NoGradGuard no_grad;
+  const int64_t step = step_count_ + 1;
+  const std::vector<FusedItem> items = fused_items();
+  if (update_fused(items, step, Tensor())) {
+    for (const FusedItem& item : items) item.param.bump_version();
+  } else {
+    update_each(step);
+  }
   step_count_ = step;
+}
+
+void Optimizer::step(const Tensor& skip_if_nonfinite) {
+  CPF_CHECK(skip_if_nonfinite.defined() && skip_if_nonfinite.numel() == 1 && skip_if_nonfinite.dtype() == DType::f64,
+            name_, ": skip_if_nonfinite must be one f64 element (a gradient sum of squares), got ",
+            skip_if_nonfinite.defined() ? str_cat(skip_if_nonfinite.dtype(), " of shape ", skip_if_nonfinite.shape())
+                                        : "undefined");
+  check_gradients();
+  NoGradGuard no_grad;
+  const int64_t step = step_count_ + 1;
+  const std::vector<FusedItem> items = fused_items();
+  if (update_fused(items, step, skip_if_nonfinite)) {
+    for (const FusedItem& item : items) item.param.bump_version();
+    host_decided_.reset();
+  } else {
+    // The same rule on the host: free on the CPU, a read-back on a device.
+    const bool applied = std::isfinite(std::sqrt(skip_if_nonfinite.item<double>()));
+    if (applied) update_each(step);
+    host_decided_ = applied;
+  }
+  in_flight_ = true;
+}
+
+void Optimizer::commit(bool applied) {
+  CPF_CHECK(in_flight_, name_, ": commit without a step(skip_if_nonfinite) in flight");
+  CPF_CHECK(!host_decided_ || *host_decided_ == applied, name_, ": commit(", applied ? "true" : "false",
+            ") but the step's sum of squares read on the host says ", *host_decided_ ? "applied" : "skipped");
+  in_flight_ = false;
+  host_decided_.reset();
+  if (applied) ++step_count_;
 }
 
 void Optimizer::zero_grad() {
@@ -150,6 +194,8 @@ void Optimizer::validate_state(const NamedTensors& tensors) const {
 }
 
 void Optimizer::load_state(const NamedTensors& tensors, int64_t step_count) {
+  CPF_CHECK(!in_flight_, name_, ": load_state while step ", step_count_ + 1,
+            " is in flight; call commit(applied) first");
   CPF_CHECK(step_count >= 0, name_, ": step count must be >= 0, got ", step_count);
   validate_state(tensors);
   std::map<std::string, Tensor> by_name(tensors.begin(), tensors.end());

@@ -18,6 +18,7 @@
 // once before the step) and call zero_grad() after step(). Parameters without a gradient (not
 // reached by any backward since the last zero_grad) are skipped by step(), weight decay included.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -47,6 +48,20 @@ class Optimizer {
   // Applies one update to every parameter that has a gradient, under NoGradGuard, then advances the
   // step count. Throws before changing anything if a gradient's shape, dtype or device is wrong.
   void step();
+  // The step with its skip decided where the parameters are, so a GPU step needs no read-back before the
+  // update is enqueued (docs/training.md, "Host synchronisation in a step"). skip_if_nonfinite is a (1)
+  // f64 tensor, a gradient sum of squares (grad_clip.h grad_sum_squares): the update of step
+  // step_count() + 1 is applied unless the square root of its value is not finite, in which case no
+  // parameter or state changes. AdamW on a GPU decides in its kernel; elsewhere (the CPU, SGD) the value
+  // is read here and the same rule applied. The step count does not move until commit(applied), called
+  // once the caller has the value on the host: applied = std::isfinite(std::sqrt(value)). Until then
+  // step(), step(Tensor) and load_state throw. Same parameters, state and counts as reading the norm
+  // first and calling step() only when it is finite.
+  void step(const Tensor& skip_if_nonfinite);
+  // Ends the step(Tensor) in flight: advances the step count when `applied`. Throws without one, or
+  // when the value was read here and `applied` disagrees with it.
+  void commit(bool applied);
+  bool step_in_flight() const { return in_flight_; }
   // Drops every parameter's gradient (undefined, so the next backward allocates fresh ones).
   void zero_grad();
 
@@ -89,7 +104,12 @@ class Optimizer {
   };
   // Updates every item at once (e.g. one device kernel over all parameters) and returns true, or returns
   // false to have step() call update() per parameter. The default declines.
-  virtual bool update_fused(const std::vector<FusedItem>& /*items*/, int64_t /*step*/) { return false; }
+  // skip_if_nonfinite: undefined, or step(Tensor)'s tensor, which the fused update must honour on the
+  // device (no change at all when the square root of its value is not finite).
+  virtual bool update_fused(const std::vector<FusedItem>& /*items*/, int64_t /*step*/,
+                            const Tensor& /*skip_if_nonfinite*/) {
+    return false;
+  }
 
  private:
   struct Entry {
@@ -99,6 +119,9 @@ class Optimizer {
     double weight_decay = 0.0;
   };
   void check_lr(double lr) const;
+  void check_gradients() const;
+  std::vector<FusedItem> fused_items() const;
+  void update_each(int64_t step);
 
   std::string name_;
   std::vector<ParamGroup> groups_;
@@ -106,6 +129,8 @@ class Optimizer {
   std::vector<Entry> entries_;
   double lr_ = 0.0;
   int64_t step_count_ = 0;
+  bool in_flight_ = false;            // a step(Tensor) awaits its commit
+  std::optional<bool> host_decided_;  // its decision when made on the host
 };
 
 // The dtype optimizer state and arithmetic use for a parameter of `dtype`: f32 for bf16, else itself.

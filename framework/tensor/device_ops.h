@@ -60,6 +60,9 @@ struct DeviceAdamWParam {
 struct DeviceAdamW {
   double lr = 0.0, beta1 = 0.0, beta2 = 0.0, eps = 0.0;
   int64_t step = 1;
+  // (1) f64 on the parameters' device (a gradient sum of squares), or undefined: when the square root of
+  // its value is not finite the step changes nothing, decided on the device (no read-back).
+  Tensor skip_if_nonfinite;
 };
 
 // A range check of index values done on the device (see DeviceOps::check_indices). Which CPU message
@@ -212,6 +215,12 @@ struct DeviceOps {
   // parameters, the f32 update rounded back once). Tensors contiguous on one device; state f32 (f64 for
   // f64 parameters); grad of the parameter's dtype.
   void (*adamw_step)(const std::vector<DeviceAdamWParam>& params, const DeviceAdamW& hyper) = nullptr;
+
+  // Gradient clipping decided on the device (framework/optim/grad_clip.h): norm = sqrt(sum_squares[0]),
+  // sum_squares (1) f64 as sum_squares writes it; when the norm is finite and > max_norm every element of
+  // `tensors` (contiguous, floating, on sum_squares' device) is multiplied in place by
+  // max_norm / (norm + 1e-6), rounded as mul_; otherwise nothing changes. One launch for all tensors.
+  void (*clip_by_norm_)(const std::vector<Tensor>& tensors, const Tensor& sum_squares, double max_norm) = nullptr;
 };
 
 // Installs the table for a device type (nullptr removes it). The table must outlive its use.

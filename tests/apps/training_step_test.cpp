@@ -10,6 +10,7 @@
 
 #include "apps/trainer/training_step.h"
 #include "framework/autograd/ops.h"
+#include "framework/optim/adamw.h"
 #include "framework/optim/grad_clip.h"
 #include "framework/optim/sgd.h"
 #include "framework/tensor/ops/copy.h"
@@ -131,6 +132,42 @@ TEST(TrainingStep, ANonFiniteNormSkipsTheUpdate) {
   const optim::NamedTensors after = s.model->named_parameters();
   for (size_t i = 1; i < after.size(); ++i) {  // the first is the poisoned one
     EXPECT_EQ(after[i].second.to_vector<double>(), before[i].second.to_vector<double>()) << after[i].first;
+  }
+}
+
+// The step count moves only for applied steps (AdamW's bias correction counts them): the step enqueues the
+// update as applied and commits the count once the norm is back on the host.
+TEST(TrainingStep, OnlyAppliedStepsAdvanceTheOptimizerStepCount) {
+  for (bool poison : {true, false}) {
+    const auto m = model();
+    const optim::NamedTensors params = m->named_parameters();
+    if (poison) {
+      NoGradGuard no_grad;
+      raw::copy_(params.front().second,
+                 full(params.front().second.shape(), std::numeric_limits<double>::infinity(), {.dtype = DType::f64}));
+    }
+    const std::vector<double> untouched = params.back().second.to_vector<double>();
+    data::DataLoader loader(batch_options());
+    RankGroups g;
+    optim::AdamW adamw(params, optim::AdamWOptions{.lr = 1e-2});
+    const optim::LrSchedule schedule(optim::LrScheduleOptions{.decay = optim::LrDecay::constant, .lr = 1e-2});
+    const StepParts parts{.model = *m,
+                          .loader = loader,
+                          .groups = g,
+                          .reducer = nullptr,
+                          .params = params,
+                          .optimizer = adamw,
+                          .schedule = schedule,
+                          .accum_steps = 1,
+                          .grad_clip = 1.0};
+    const StepResult r = training_step(parts, 0);
+    EXPECT_EQ(r.skipped, poison);
+    EXPECT_FALSE(adamw.step_in_flight());
+    EXPECT_EQ(adamw.step_count(), poison ? 0 : 1);
+    EXPECT_EQ(params.back().second.to_vector<double>() == untouched, poison);
+    for (const auto& [name, state] : adamw.state_tensors()) {
+      if (poison) EXPECT_EQ(raw::to(state, DType::f64).to_vector<double>(), std::vector<double>(state.numel(), 0.0));
+    }
   }
 }
 

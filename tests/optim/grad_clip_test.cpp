@@ -4,6 +4,8 @@
 
 #include "framework/autograd/ops.h"
 #include "framework/optim/grad_clip.h"
+#include "framework/tensor/ops/elementwise.h"
+#include "support/host_as_device.h"
 #include "support/test_utils.h"
 
 namespace cpf {
@@ -119,6 +121,102 @@ TEST(GradClip, RejectsInvalidArguments) {
   EXPECT_CPF_ERROR(optim::grad_norm(std::vector<Tensor>{Tensor()}), "grad_norm: parameter 0 is an undefined tensor");
   params[1].second.impl()->grad = zeros({1, 1}, {.dtype = DType::i32});  // set_grad does not check dtypes
   EXPECT_CPF_ERROR(optim::clip_grad_norm_(params, 1.0), "clip_grad_norm_: gradient of parameter 1 has dtype i32");
+}
+
+// The device-decided variants (grad_sum_squares, clip_grads_by_sum_squares_) on the CPU: the reference
+// the CUDA clip kernel is tested against, so it must equal the host-decided clip_grad_norm_ bit for bit.
+NamedTensors random_params(DType dtype, uint64_t seed, double scale) {
+  NamedTensors params;
+  const std::vector<Shape> shapes{{7, 5}, {13}, {1}, {0, 3}};
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    Tensor p = zeros(shapes[i], {.dtype = dtype});
+    p.set_requires_grad(true);
+    Tensor g = raw::to(testing::random_tensor(shapes[i], DType::f64, seed + i), dtype);
+    raw::mul_(g, scale);
+    p.set_grad(g);
+    params.emplace_back("p" + std::to_string(i), p);
+  }
+  return params;
+}
+
+std::vector<std::vector<double>> grads_of(const NamedTensors& params) {
+  std::vector<std::vector<double>> out;
+  for (const auto& [name, p] : params) out.push_back(p.grad().to_vector<double>());
+  return out;
+}
+
+TEST(GradClip, SumOfSquaresIsTheSquaredNormBitForBit) {
+  for (DType dtype : {DType::f64, DType::f32, DType::bf16}) {
+    const NamedTensors params = random_params(dtype, 3, 2.0);
+    const Tensor sum = optim::grad_sum_squares(params);
+    EXPECT_EQ(sum.dtype(), DType::f64);
+    EXPECT_EQ(sum.shape(), (Shape{1}));
+    EXPECT_EQ(std::sqrt(sum.item<double>()), optim::grad_norm(params)) << dtype;
+  }
+  EXPECT_EQ(optim::grad_sum_squares(std::vector<Tensor>{}).item<double>(), 0.0);
+}
+
+TEST(GradClip, ClipBySumOfSquaresEqualsClipGradNormBitForBit) {
+  for (DType dtype : {DType::f64, DType::f32, DType::bf16}) {
+    for (double max_norm : {0.5, 1e9}) {  // clipped, and left alone
+      NamedTensors host = random_params(dtype, 7, 3.0), decided = random_params(dtype, 7, 3.0);
+      const double norm = optim::clip_grad_norm_(host, max_norm);
+      optim::clip_grads_by_sum_squares_(decided, optim::grad_sum_squares(decided), max_norm);
+      EXPECT_EQ(grads_of(decided), grads_of(host)) << dtype << " max_norm " << max_norm;
+      EXPECT_EQ(norm > max_norm, grads_of(decided) != grads_of(random_params(dtype, 7, 3.0)));
+    }
+  }
+}
+
+TEST(GradClip, ClipBySumOfSquaresLeavesGradientsAloneForANonFiniteSum) {
+  for (double bad : {double(INFINITY), double(NAN)}) {
+    NamedTensors params = three_params(DType::f32);
+    const Tensor sum = full({1}, bad, {.dtype = DType::f64});
+    optim::clip_grads_by_sum_squares_(params, sum, 1.0);
+    EXPECT_EQ(params[0].second.grad().to_vector<float>(), (std::vector<float>{1, 2, -2}));
+    EXPECT_EQ(params[1].second.grad().to_vector<float>(), (std::vector<float>{4}));
+  }
+}
+
+TEST(GradClip, DeviceDecidedVariantsRejectInvalidArguments) {
+  NamedTensors params = three_params(DType::f32);
+  const Tensor sum = optim::grad_sum_squares(params);
+  EXPECT_DOUBLE_EQ(sum.item<double>(), 25.0);
+  EXPECT_CPF_ERROR(optim::clip_grads_by_sum_squares_(params, sum, 0.0),
+                   "clip_grads_by_sum_squares_: max_norm must be finite and > 0, got 0");
+  EXPECT_CPF_ERROR(optim::clip_grads_by_sum_squares_(params, zeros({1}), 1.0),
+                   "clip_grads_by_sum_squares_: sum_squares must be one f64 element (grad_sum_squares' result), "
+                   "got f32 of shape [1]");
+  EXPECT_CPF_ERROR(optim::clip_grads_by_sum_squares_(params, zeros({2}, {.dtype = DType::f64}), 1.0),
+                   "got f64 of shape [2]");
+  EXPECT_CPF_ERROR(optim::clip_grads_by_sum_squares_(params, Tensor(), 1.0), "got undefined");
+  EXPECT_CPF_ERROR(optim::grad_sum_squares(std::vector<Tensor>{Tensor()}),
+                   "grad_sum_squares: parameter 0 is an undefined tensor");
+}
+
+TEST(GradClip, DeviceDecidedVariantsRejectMixedDevices) {
+  if (has_device_backend(DeviceType::cuda)) GTEST_SKIP() << "a real CUDA backend is registered";
+  testing::HostAsDevice backend;
+  register_device_backend(DeviceType::cuda, &backend);
+  {
+    Tensor a = zeros({2});
+    a.set_requires_grad(true);
+    a.set_grad(ones({2}));
+    Tensor b = zeros({2}, {.device = Device::cuda(0)});
+    b.set_requires_grad(true);
+    EXPECT_CPF_ERROR(optim::grad_sum_squares(std::vector<Tensor>{a, b}),
+                     "grad_sum_squares: parameter 1 is on cuda:0 but parameter 0 is on cpu; the sum stays on one "
+                     "device (grad_norm adds up several)");
+    Tensor c = zeros({2});
+    c.set_requires_grad(true);
+    c.set_grad(zeros({2}, {.device = Device::cuda(0)}));
+    EXPECT_CPF_ERROR(optim::grad_sum_squares(std::vector<Tensor>{a, c}),
+                     "grad_sum_squares: a gradient is on cuda:0 but the parameters are on cpu");
+    EXPECT_CPF_ERROR(
+        optim::clip_grads_by_sum_squares_(std::vector<Tensor>{a, c}, full({1}, 1.0, {.dtype = DType::f64}), 1.0),
+        "clip_grads_by_sum_squares_: a gradient is on cuda:0 but sum_squares is on cpu");
+  }
+  register_device_backend(DeviceType::cuda, nullptr);
 }
 
 }  // namespace

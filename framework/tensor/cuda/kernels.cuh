@@ -230,8 +230,23 @@ struct AdamWTensor {
 };
 struct AdamWScalars {
   double beta1, one_minus_beta1, beta2, one_minus_beta2, inv_sqrt_bc2, eps, step_size;  // step_size = -lr / bc1
+  // A gradient sum of squares in device memory: the step changes nothing when its square root is not
+  // finite (the skip decided on the device, without a read-back). Null: always applied.
+  const double* skip_if_nonfinite;
 };
 void launch_adamw(int dtype, const AdamWTensor* tensors, const ChunkRef* chunks, int64_t nchunks, const AdamWScalars& s,
                   cudaStream_t stream);
+
+// Gradient clipping decided on the device: norm = sqrt(sum_squares[0]); when it is finite and > max_norm,
+// every element of the tensors (chunks of kChunk) is multiplied in place by max_norm / (norm + 1e-6),
+// rounded as mul_ rounds; otherwise nothing is written. One launch whatever the tensors' dtypes.
+struct ScaleTensor {
+  void* data;
+  int64_t numel;
+  int dtype;
+  int aligned;  // data aligned to 4 elements: 4-element vector accesses
+};
+void launch_clip_by_norm(const ScaleTensor* tensors, const ChunkRef* chunks, int64_t nchunks, const double* sum_squares,
+                         double max_norm, cudaStream_t stream);
 
 }  // namespace cpf::cuda::kernels

@@ -562,7 +562,10 @@ void adamw_step(const std::vector<DeviceAdamWParam>& params, const DeviceAdamW& 
                                 .one_minus_beta2 = 1.0 - h.beta2,
                                 .inv_sqrt_bc2 = 1.0 / std::sqrt(bias_correction2),
                                 .eps = h.eps,
-                                .step_size = -h.lr / bias_correction1};
+                                .step_size = -h.lr / bias_correction1,
+                                .skip_if_nonfinite = h.skip_if_nonfinite.defined()
+                                                         ? static_cast<const double*>(h.skip_if_nonfinite.raw_data())
+                                                         : nullptr};
   for (DType dtype : {DType::f32, DType::bf16, DType::f64}) {
     std::vector<k::AdamWTensor> list;
     std::vector<k::ChunkRef> chunks;
@@ -585,6 +588,24 @@ void adamw_step(const std::vector<DeviceAdamWParam>& params, const DeviceAdamW& 
                     reinterpret_cast<const k::ChunkRef*>(base + chunks_at), static_cast<int64_t>(chunks.size()),
                     scalars, launch.stream);
   }
+}
+
+void clip_by_norm_(const std::vector<Tensor>& tensors, const Tensor& sum_squares, double max_norm) {
+  Launch launch(sum_squares.device());
+  std::vector<k::ScaleTensor> list;
+  std::vector<k::ChunkRef> chunks;
+  for (const Tensor& t : tensors) {
+    if (t.numel() == 0) continue;
+    add_chunks(static_cast<int32_t>(list.size()), t.numel(), chunks);
+    list.push_back({t.raw_data(), t.numel(), code(t.dtype()), aligned_to(t.raw_data(), 4 * dtype_size(t.dtype()))});
+  }
+  if (list.empty()) return;
+  size_t chunks_at = 0, end_at = 0;
+  const Tensor buffer = upload_tables(sum_squares.device(), launch.stream, list, chunks, 0, &chunks_at, &end_at);
+  const char* base = static_cast<const char*>(buffer.raw_data());
+  k::launch_clip_by_norm(reinterpret_cast<const k::ScaleTensor*>(base),
+                         reinterpret_cast<const k::ChunkRef*>(base + chunks_at), static_cast<int64_t>(chunks.size()),
+                         static_cast<const double*>(sum_squares.raw_data()), max_norm, launch.stream);
 }
 
 }  // namespace
@@ -627,6 +648,7 @@ const DeviceOps& cuda_device_ops() {
     t.philox = &philox;
     t.sum_squares = &sum_squares;
     t.adamw_step = &adamw_step;
+    t.clip_by_norm_ = &clip_by_norm_;
     return t;
   }();
   return table;

@@ -1,4 +1,6 @@
-// Multi-tensor optimizer kernels: the global sum of squares (gradient norm) and the fused AdamW step.
+// Multi-tensor optimizer kernels: the global sum of squares (gradient norm), clipping by it and the fused
+// AdamW step. Clipping and AdamW read the sum from device memory and decide there (clip or not, skip the
+// step or not), so the host enqueues the whole optimizer phase before it reads the norm back.
 // The host (ops.cpp) lists the tensors and cuts them into chunks (kChunk elements for AdamW, kSquaresChunk for
 // the sum of squares); one block per chunk, so a whole model's parameters take one launch whatever their
 // number and sizes.
@@ -115,6 +117,8 @@ __device__ __forceinline__ S adamw_element(S p, S g, S& m, S& v, const AdamWTens
 template <class P, class S>
 __global__ void adamw_kernel(const AdamWTensor* tensors, const ChunkRef* chunks, AdamWScalars s) {
   constexpr int V = 4;
+  // The skip decided on the device: norm = sqrt(sum) as the host computes it; not finite: no change at all.
+  if (s.skip_if_nonfinite != nullptr && !isfinite(__dsqrt_rn(*s.skip_if_nonfinite))) return;
   const ChunkRef c = chunks[blockIdx.x];
   const AdamWTensor t = tensors[c.tensor];
   const int64_t end = c.begin + kChunk < t.numel ? c.begin + kChunk : t.numel;
@@ -148,6 +152,47 @@ __global__ void adamw_kernel(const AdamWTensor* tensors, const ChunkRef* chunks,
   }
 }
 
+// x * factor as mul_ does (binary.cu ScaleFn): bf16 in f32 with the factor rounded to f32, the others
+// in f64 rounded to the type.
+__device__ __forceinline__ bf16 scale_round(bf16 x, double factor) {
+  return to_bf16(__fmul_rn(to_float(x), __double2float_rn(factor)));
+}
+__device__ __forceinline__ float scale_round(float x, double factor) { return mul_round(x, factor); }
+__device__ __forceinline__ double scale_round(double x, double factor) { return mul_round(x, factor); }
+
+template <class T>
+__device__ void scale_chunk(T* p, int64_t begin, int64_t end, bool aligned, double factor) {
+  constexpr int V = 4;
+  int64_t tail = begin;
+  if (aligned) {
+    tail = end - (end - begin) % V;
+    for (int64_t i = begin + threadIdx.x * V; i < tail; i += kOptThreads * V) {
+      Vec<T, V> x = *reinterpret_cast<const Vec<T, V>*>(p + i);
+#pragma unroll
+      for (int j = 0; j < V; ++j) x.v[j] = scale_round(x.v[j], factor);
+      *reinterpret_cast<Vec<T, V>*>(p + i) = x;
+    }
+  }
+  for (int64_t i = tail + threadIdx.x; i < end; i += kOptThreads) p[i] = scale_round(p[i], factor);
+}
+
+// clip_grad_norm_'s rule on the device, with the host's rounding: norm = sqrt(sum) (std::sqrt), and the
+// factor max_norm / (norm + 1e-6) only when the norm is finite and above max_norm.
+__global__ void clip_kernel(const ScaleTensor* tensors, const ChunkRef* chunks, const double* sum_squares,
+                            double max_norm) {
+  const double norm = __dsqrt_rn(*sum_squares);
+  if (!isfinite(norm) || !(norm > max_norm)) return;
+  const double factor = __ddiv_rn(max_norm, __dadd_rn(norm, 1e-6));
+  const ChunkRef c = chunks[blockIdx.x];
+  const ScaleTensor t = tensors[c.tensor];
+  const int64_t end = c.begin + kChunk < t.numel ? c.begin + kChunk : t.numel;
+  switch (t.dtype) {
+    case kF32: scale_chunk(static_cast<float*>(t.data), c.begin, end, t.aligned, factor); break;
+    case kF64: scale_chunk(static_cast<double*>(t.data), c.begin, end, t.aligned, factor); break;
+    default: scale_chunk(static_cast<bf16*>(t.data), c.begin, end, t.aligned, factor); break;
+  }
+}
+
 }  // namespace
 
 void launch_sum_squares(const SquaresTensor* tensors, const ChunkRef* chunks, int64_t nchunks, double* partials,
@@ -170,6 +215,13 @@ void launch_adamw(int dtype, const AdamWTensor* tensors, const ChunkRef* chunks,
     default: adamw_kernel<bf16, float><<<grid, kOptThreads, 0, stream>>>(tensors, chunks, s); break;
   }
   CPF_CUDA_CHECK_LAUNCH("adamw kernel");
+}
+
+void launch_clip_by_norm(const ScaleTensor* tensors, const ChunkRef* chunks, int64_t nchunks, const double* sum_squares,
+                         double max_norm, cudaStream_t stream) {
+  if (nchunks == 0) return;
+  clip_kernel<<<static_cast<unsigned>(nchunks), kOptThreads, 0, stream>>>(tensors, chunks, sum_squares, max_norm);
+  CPF_CUDA_CHECK_LAUNCH("clip kernel");
 }
 
 }  // namespace cpf::cuda::kernels
