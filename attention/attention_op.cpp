@@ -54,9 +54,9 @@ AttentionForward attention_forward(const Tensor& q, const Tensor& k, const Tenso
                                    const std::optional<SequenceInfo>& seq, const AttentionKernelConfig& config) {
   // Nested scopes split a call's time into the host checks (sequence tables, positions) and the device
   // entry (backend choice, cuDNN mapping, kernels): a GPU time far above the kernels' says the stream
-  // ran dry while the host prepared the call.
+  // ran dry while the host prepared the call. The checks queue no GPU work: host time only (no events).
   const AttentionProblem p = [&] {
-    const profile::Scope scope("attention/check_inputs", q.defined() ? q.device() : Device::cpu());
+    const profile::Scope scope("attention/check_inputs", Device::cpu());
     return check_attention_inputs(q, k, v, spec, seq, config);
   }();
   if (const DeviceAttentionKernels* device = device_kernels(q.device(), "attention_forward")) {
