@@ -28,7 +28,13 @@ void shift_around(const RankContext& ctx, int steps, int64_t elems,
   for (int s = 1; s <= steps; ++s) {
     const auto opts = TensorOptions{.dtype = DType::bf16, .device = ctx.device};
     Tensor k_in = empty({elems}, opts), v_in = empty({elems}, opts);
-    post({P2POp::send(k, next, 0), P2POp::send(v, next, 1), P2POp::recv(k_in, prev, 0), P2POp::recv(v_in, prev, 1)}, s);
+    // The blocks sent are written by a kernel on the caller's stream just before, and the ones received
+    // are read by the next step's kernel there: an operation not ordered after the caller's stream, or a
+    // wait not ordering the caller's stream after the operation, passes on wrong values.
+    const Tensor k_out = raw::mul(k, 1.0), v_out = raw::mul(v, 1.0);
+    post({P2POp::send(k_out, next, 0), P2POp::send(v_out, next, 1), P2POp::recv(k_in, prev, 0),
+          P2POp::recv(v_in, prev, 1)},
+         s);
     k = k_in;
     v = v_in;
     const int origin = ((ctx.rank - s) % n + n) % n;
@@ -45,7 +51,7 @@ TEST_F(NcclDirect, GroupShiftsReuseEventsCorrectly) {
   for (const int n : world_sizes()) {
     run_nccl(n, [&](RankContext& ctx) {
       dist::WorkPtr dropped;
-      shift_around(ctx, 300, 1 << 16, [&](const std::vector<P2POp>& ops, int step) {
+      shift_around(ctx, 300, 1 << 20, [&](const std::vector<P2POp>& ops, int step) {
         dist::WorkPtr work = ctx.world->batch_p2p_async(ops);
         EXPECT_EQ(work->description(), "batch_p2p on group 'world'");
         // Every third Work is dropped without wait() (its destructor orders the stream instead),
