@@ -6,9 +6,12 @@
 //   NCCL_NVLS_ENABLE=0 ./gpu_cp_bench [--ranks N] [--tokens 16384,65536] [--strategies
 //   p2p,p2p:1,all_gather,a2a,a2a+p2p] (p2p:1 = the ring forward on one compute stream, for comparison with the default
 //   two; a2a:G and a2a+p2p:G = G head groups in the pipelined all-to-all, a2a:1 = not pipelined; plain = automatic)
-//                                     [--max-call-seconds 30] [--thd-tokens 65536]
+//                                     [--max-call-seconds 30] [--thd-tokens 65536] [--thd-only] [--thd-plan]
+//                                     [--thd-profile N]
 // After the bshd table, the packed-documents case (cp_bench_thd.h; --thd-tokens 0 skips it) prints the
-// table whose header starts "CP packed documents".
+// table whose header starts "CP packed documents". --thd-only skips the bshd table; --thd-plan prints the
+// packed-documents case's attention calls as cuDNN sees them (cp_bench_thd_plan.h) and exits, without a GPU;
+// --thd-profile N adds N profiled calls per packed-documents case and prints where their time goes (cp_bench_thd.h).
 //
 // Efficiency (ring-flash-attention's convention, "theoretic flash_attn" = one GPU's rate / world size):
 // with n GPUs and T tokens per GPU the CP run computes one causal attention over S = n T tokens. Its
@@ -44,6 +47,7 @@
 #include "attention/dot_product_attention.h"
 #include "benchmarks/gpu/cp_bench_common.h"
 #include "benchmarks/gpu/cp_bench_thd.h"
+#include "benchmarks/gpu/cp_bench_thd_plan.h"
 #include "framework/autograd/ops.h"
 #include "framework/distributed/device_mesh.h"
 #include "framework/distributed/launcher.h"
@@ -267,6 +271,8 @@ int main(int argc, char** argv) {
   args.strategies = {"p2p", "p2p:1", "all_gather", "a2a", "a2a:1", "a2a+p2p"};
   args.max_call_seconds = 30;
   parse_cp_bench_args(argc, argv, args);
+  const bench::thd::Args thd = bench::thd::parse_args(argc, argv);
+  if (thd.plan) return bench::thd::print_plan(args.ranks, thd.tokens);  // host logic only: runs without a GPU
   if (!enough_gpus("gpu_cp_bench", args.ranks)) return 0;
   const int ranks = args.ranks;
   const double max_call_seconds = args.max_call_seconds;
@@ -275,7 +281,7 @@ int main(int argc, char** argv) {
               std::getenv("NCCL_NVLS_ENABLE") ? std::getenv("NCCL_NVLS_ENABLE") : "(unset)");
   std::vector<Row> rows;
   std::vector<Baseline> baselines;
-  for (const int64_t t : args.tokens) {
+  for (const int64_t t : thd.only ? std::vector<int64_t>{} : args.tokens) {
     const int64_t seq = t * ranks;
     const Baseline base = single_gpu(seq, max_call_seconds);
     const std::string base_text =
@@ -335,10 +341,6 @@ int main(int argc, char** argv) {
                 model_gib(r.strategy, r.tokens_per_gpu, ranks).c_str(), model_gib("", r.tokens_per_gpu, ranks).c_str());
   }
   // The packed-documents case (cp_bench_thd.h), after the bshd table.
-  int64_t thd_tokens = 65536;
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (std::string(argv[i]) == "--thd-tokens") thd_tokens = std::atoll(argv[i + 1]);
-  }
-  if (thd_tokens > 0) bench::thd::run(ranks, thd_tokens, args.strategies, max_call_seconds);
+  if (thd.tokens > 0) bench::thd::run(ranks, thd.tokens, args.strategies, max_call_seconds, thd.profile_calls);
   return 0;
 }

@@ -6,7 +6,13 @@
 // batch (t1 / (n t_cp), as the bshd rows), and the work imbalance between ranks: max / mean of each
 // rank's causal (query, key) pairs, computed from the sharding (cp::causal_pairs_per_rank), which is
 // the slowdown the slowest rank imposes on a perfectly overlapped run.
+//
+// --thd-profile N (gpu_cp_bench) then runs N more calls of each case with profile scopes recording
+// (framework/tensor/profile.h: host and GPU time per scope, every rank thread timing its own device) and
+// prints the table as the case ends (before its row): where a call's time goes (cp/* steps, attention/* checks, cuDNN
+// kernels and fix-ups). Times are summed over the ranks and the N calls.
 #include <cstdio>
+#include <cstdlib>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -20,12 +26,33 @@
 #include "framework/distributed/device_mesh.h"
 #include "framework/distributed/launcher.h"
 #include "framework/tensor/cuda/cuda.h"
+#include "framework/tensor/profile.h"
 #include "framework/tensor/random.h"
 
 namespace cpf::bench::thd {
 
 constexpr int64_t kHeads = 16, kHeadDim = 128;
 constexpr uint64_t kSeed = 1234;
+
+// gpu_cp_bench's flags for this case: --thd-tokens T (0 skips it), --thd-only (no bshd table), --thd-plan
+// (cp_bench_thd_plan.h, no GPU) and --thd-profile N.
+struct Args {
+  int64_t tokens = 65536;
+  bool only = false, plan = false;
+  int profile_calls = 0;
+};
+
+inline Args parse_args(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (flag == "--thd-tokens" && i + 1 < argc) a.tokens = std::atoll(argv[i + 1]);
+    if (flag == "--thd-profile" && i + 1 < argc) a.profile_calls = std::atoi(argv[i + 1]);
+    a.only = a.only || flag == "--thd-only";
+    a.plan = a.plan || flag == "--thd-plan";
+  }
+  return a;
+}
 
 struct Batch {
   std::vector<int64_t> cu, cu_padded;
@@ -79,6 +106,36 @@ double time_call(Call&& call, Barrier&& barrier, Slowest&& slowest, int device, 
   return slowest(median(batches));
 }
 
+// Runs `calls` profiled calls of `call` on this rank's device (profile.h); `barrier` separates the
+// ranks' recording from the timed calls. Rank 0 (`first`) resets the table before and prints it after,
+// under `title`. Nothing when calls is 0.
+template <class Call, class Barrier>
+void profiled_calls(Call&& call, Barrier&& barrier, Device device, bool first, int calls, const std::string& title) {
+  if (calls <= 0) return;
+  barrier();
+  if (first) {
+    profile::reset();
+    profile::set_enabled(true);
+  }
+  barrier();
+  {
+    const profile::DeviceScope timed_device(device);  // Scope("name") in library code times this device
+    for (int i = 0; i < calls; ++i) {
+      const profile::Scope scope("thd/call");
+      call();
+    }
+    cuda::synchronize(device.index);
+  }
+  barrier();
+  if (first) {
+    profile::set_enabled(false);
+    std::printf("\nprofile of %s (%d calls per rank, summed over the ranks):\n%s", title.c_str(), calls,
+                profile::format_table(profile::snapshot()).c_str());
+    std::fflush(stdout);
+  }
+  barrier();
+}
+
 // q, k, v (requires grad) and dout of `tokens` thd tokens on `device`.
 struct Inputs {
   Tensor q, k, v, dout;
@@ -98,7 +155,7 @@ struct Inputs {
 };
 
 // The whole packed batch on cuda:0.
-inline double single_gpu(const Batch& b, double max_call_seconds, std::string& note) {
+inline double single_gpu(const Batch& b, double max_call_seconds, int profile_calls, std::string& note) {
   double seconds = 0;
   try {
     Inputs in(b.cu_padded.back(), Device::cuda(0), 7);
@@ -110,6 +167,9 @@ inline double single_gpu(const Batch& b, double max_call_seconds, std::string& n
     };
     seconds = time_call(
         call, [] {}, [](double s) { return s; }, 0, max_call_seconds, note);
+    if (note.empty())
+      profiled_calls(
+          call, [] {}, Device::cuda(0), true, profile_calls, "1 GPU");
   } catch (const std::exception& e) {
     note = e.what();
   }
@@ -121,7 +181,7 @@ inline double single_gpu(const Batch& b, double max_call_seconds, std::string& n
 // One strategy over `ranks` GPUs: every rank holds its dual chunks of every document. `head_groups` is
 // ContextParallel::a2a_head_groups (a2a, a2a+p2p).
 inline double multi_gpu(const Batch& b, int ranks, cp::CommType comm, int head_groups, double max_call_seconds,
-                        std::string& note) {
+                        int profile_calls, std::string& note) {
   double seconds = 0;
   std::mutex mutex;
   try {
@@ -149,6 +209,11 @@ inline double multi_gpu(const Batch& b, int ranks, cp::CommType comm, int head_g
                    std::string rank_note;
                    const double s = time_call(
                        call, [&] { ctx.world->barrier(); }, slowest, ctx.device.index, max_call_seconds, rank_note);
+                   if (rank_note.empty()) {
+                     profiled_calls(
+                         call, [&] { ctx.world->barrier(); }, ctx.device, ctx.rank == 0, profile_calls,
+                         std::string(cp::comm_type_name(comm)) + " on " + std::to_string(ranks) + " GPUs");
+                   }
                    if (ctx.rank == 0) {
                      std::lock_guard lock(mutex);
                      seconds = s;
@@ -165,11 +230,11 @@ inline double multi_gpu(const Batch& b, int ranks, cp::CommType comm, int head_g
 
 // Runs the case for every strategy name ("a2a:1" = one head group, i.e. not pipelined) and prints its
 // table, whose header starts "CP packed documents".
-inline void run(int ranks, int64_t tokens_per_gpu, const std::vector<std::string>& strategies,
-                double max_call_seconds) {
+inline void run(int ranks, int64_t tokens_per_gpu, const std::vector<std::string>& strategies, double max_call_seconds,
+                int profile_calls = 0) {
   const Batch b = make_batch(ranks, tokens_per_gpu);
   std::string base_note;
-  const double t1 = single_gpu(b, max_call_seconds, base_note);
+  const double t1 = single_gpu(b, max_call_seconds, profile_calls, base_note);
   std::printf(
       "\nCP packed documents (thd, padding_causal, bf16, h=%lld d=%lld): %lld documents, %lld real tokens "
       "(%lld tokens/GPU), lognormal lengths median 1024 in [128, 32768], seed %llu; 1 GPU: %s\n",
@@ -190,7 +255,7 @@ inline void run(int ranks, int64_t tokens_per_gpu, const std::vector<std::string
     const double imbalance = cp::work_imbalance(
         cp::causal_pairs_per_rank(b.cu, b.cu_padded, comm, ranks, comm == cp::CommType::a2a_p2p ? 2 : 1));
     std::string note;
-    const double t = multi_gpu(b, ranks, comm, groups, max_call_seconds, note);
+    const double t = multi_gpu(b, ranks, comm, groups, max_call_seconds, profile_calls, note);
     char eff[32] = "n/a";
     if (note.empty() && base_note.empty() && t > 0) std::snprintf(eff, sizeof eff, "%.1f%%", 100 * t1 / (ranks * t));
     char ms[32];
