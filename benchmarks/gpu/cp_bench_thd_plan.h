@@ -17,6 +17,7 @@
 #include "attention/attention_problem.h"
 #include "attention/cp/layout.h"
 #include "attention/cp/layout_cache.h"
+#include "attention/cuda/cudnn_sdpa_groups.h"
 #include "attention/cuda/cudnn_sdpa_mapping.h"
 #include "attention/cuda/cudnn_sdpa_rows.h"
 #include "benchmarks/gpu/cp_bench_thd.h"
@@ -115,7 +116,7 @@ inline std::vector<PlannedCall> plan_a2a(const cp::GlobalSequences& g, int ranks
 }
 
 constexpr const char* kPlanRow =
-    "%-10s | %-4s | %-22s | %-8s | %-4s | %-6s | %-6s | %-8s | %-9s | %-6s | %-7s | %-23s | %s\n";
+    "%-10s | %-4s | %-22s | %-8s | %-4s | %-6s | %-6s | %-8s | %-9s | %-19s | %-6s | %-7s | %-23s | %s\n";
 
 inline void print_calls(const char* strategy, int rank, const std::vector<PlannedCall>& calls) {
   for (const PlannedCall& c : calls) {
@@ -123,7 +124,14 @@ inline void print_calls(const char* strategy, int rank, const std::vector<Planne
     const double rows = static_cast<double>(m.b * m.s_q);
     // The backward's fp32 dQ accumulator, (b, h, s_q, d), zeroed every call.
     const double accum_gib = rows * static_cast<double>(c.heads * kHeadDim * 4) / (1024.0 * 1024 * 1024);
-    char host[64], ratio[32], accum[32];
+    // The same call split into groups of similar lengths (cudnn_sdpa_groups.h): rows, dQ accumulator, executions.
+    const auto groups = attention_cuda::cudnn::group_entries_by_length(m);
+    double grouped_rows = 0;
+    for (const auto& group : groups)
+      grouped_rows += static_cast<double>(group.entries.size()) * static_cast<double>(group.s_q);
+    char host[64], ratio[32], accum[32], grouped[48];
+    std::snprintf(grouped, sizeof grouped, "%.2f / %.2f / %zu", grouped_rows / static_cast<double>(c.q_tokens),
+                  accum_gib * grouped_rows / rows, groups.size());
     std::snprintf(host, sizeof host, "%.2f/%.2f/%.2f/%.2f", c.pair_ms, c.problem_ms, c.mapping_ms, c.tables_ms);
     std::snprintf(ratio, sizeof ratio, "%.2f", rows / static_cast<double>(c.q_tokens));
     std::snprintf(accum, sizeof accum, "%.2f", accum_gib);
@@ -132,7 +140,8 @@ inline void print_calls(const char* strategy, int rank, const std::vector<Planne
                                                                   : "unfused (cuDNN: " + m.reason.substr(0, 80) + ")";
     std::printf(kPlanRow, strategy, std::to_string(rank).c_str(), c.what.c_str(), std::to_string(c.q_tokens).c_str(),
                 std::to_string(m.b).c_str(), std::to_string(m.s_q).c_str(), std::to_string(m.s_kv).c_str(), ratio,
-                accum, std::to_string(c.q_runs).c_str(), std::to_string(c.kv_runs).c_str(), host, backend.c_str());
+                accum, grouped, std::to_string(c.q_runs).c_str(), std::to_string(c.kv_runs).c_str(), host,
+                backend.c_str());
   }
 }
 
@@ -148,11 +157,12 @@ inline int print_plan(int ranks, int64_t tokens_per_gpu) {
   std::printf(
       "\nCP packed documents, call plan (no GPU used): %lld documents, %lld real tokens, %d ranks; rows/tok = b x s_q "
       "of cuDNN's (b, h, s) buffers over the call's query tokens; dQacc = the backward's fp32 dQ accumulator at "
-      "d=%lld; runs = undefined q / kv row runs filled after the call\n",
+      "d=%lld; grouped = the same split by length (cudnn_sdpa_groups.h): rows/tok, dQacc GiB, executions; runs = "
+      "undefined q / kv row runs filled after the call\n",
       static_cast<long long>(b.documents), static_cast<long long>(b.cu.back()), ranks,
       static_cast<long long>(kHeadDim));
-  std::printf(kPlanRow, "strategy", "rank", "call", "q tokens", "b", "s_q", "s_kv", "rows/tok", "dQacc GiB", "q runs",
-              "kv runs", "host ms pair/chk/map/tab", "backend");
+  std::printf(kPlanRow, "strategy", "rank", "call", "q tokens", "b", "s_q", "s_kv", "rows/tok", "dQacc GiB",
+              "grouped: rows dQ n", "q runs", "kv runs", "host ms pair/chk/map/tab", "backend");
   double ms = 0;
   const SequenceInfo whole = timed([&] { return SequenceInfo::from_cu_seqlens(b.cu, b.cu_padded); }, ms);
   print_calls("1 GPU", 0, {plan_call("whole batch", whole, b.cu_padded.back(), b.cu_padded.back(), kHeads, ms)});
