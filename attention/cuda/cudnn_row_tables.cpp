@@ -13,7 +13,7 @@ namespace {
 struct Entry {
   std::shared_ptr<const SdpaMapping> mapping;  // held: the identity in the key stays unique
   QkvFormat format = QkvFormat::bshd;
-  int64_t s_q = 0;
+  int64_t s_q = 0, h_q = 0;
   Device device;
   void* stream = nullptr;
   std::shared_ptr<const RowTables> tables;
@@ -34,9 +34,11 @@ std::shared_ptr<const RowTables> build(const SdpaMapping& m, const AttentionProb
   tables->q_runs = flag_runs(m.q_undefined, kMaxFillRuns);
   tables->kv_runs = flag_runs(m.kv_undefined, kMaxFillRuns);
   if (m.ragged) {
-    const std::vector<int64_t> lse = packed_to_padded(p, m);
+    // packed_to_padded's n * s_q + j, as a column of packed_lse's (h_q, b * h_q * s_q) Stats view.
+    std::vector<int64_t> lse = packed_to_padded(p, m);
+    for (int64_t& v : lse) v = (v / m.s_q) * p.h_q * m.s_q + v % m.s_q;
     const std::vector<int64_t> stats = padded_to_packed(m);
-    tables->lse_columns = raw::to(from_vector(lse, {static_cast<int64_t>(lse.size())}), device);
+    tables->lse_index = raw::to(from_vector(lse, {static_cast<int64_t>(lse.size())}), device);
     tables->stats_columns = raw::to(from_vector(stats, {static_cast<int64_t>(stats.size())}), device);
   }
   return tables;
@@ -51,7 +53,8 @@ std::shared_ptr<const RowTables> row_tables(const std::shared_ptr<const SdpaMapp
   Cache& cache = thread_cache();
   void* stream = DeviceStream::current(device).handle();
   const auto hit = std::find_if(cache.entries.begin(), cache.entries.end(), [&](const Entry& e) {
-    return e.mapping == m && e.format == p.format && e.s_q == p.s_q && e.device == device && e.stream == stream;
+    return e.mapping == m && e.format == p.format && e.s_q == p.s_q && e.h_q == p.h_q && e.device == device &&
+           e.stream == stream;
   });
   if (hit != cache.entries.end()) {
     std::rotate(cache.entries.begin(), hit, hit + 1);
@@ -60,7 +63,7 @@ std::shared_ptr<const RowTables> row_tables(const std::shared_ptr<const SdpaMapp
   }
   std::shared_ptr<const RowTables> tables = build(*m, p, device);
   ++cache.stats.builds;
-  cache.entries.insert(cache.entries.begin(), Entry{m, p.format, p.s_q, device, stream, tables});
+  cache.entries.insert(cache.entries.begin(), Entry{m, p.format, p.s_q, p.h_q, device, stream, tables});
   if (cache.entries.size() > kRowTablesEntries) cache.entries.pop_back();
   return tables;
 }

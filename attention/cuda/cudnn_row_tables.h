@@ -3,14 +3,14 @@
 // cpf_attention_cuda; used by cudnn_sdpa.cpp).
 //
 // A thd call turns cuDNN's padded (b, h, s) Stats into the packed (h, T) lse and back through two
-// index tables of one entry per token (packed_to_padded, padded_to_packed), and fills the rows cuDNN
-// leaves undefined run by run (flag_runs). Built per call, that is two walks over the tokens, two
-// tables of 8 bytes per token and a content-hashed device_table lookup of each, in every ring tile of
-// every layer, forward and backward. The mapping itself is cached (cudnn_mapping_cache.h) and never
+// index tables of one entry per token (from packed_to_padded and padded_to_packed; one gather each,
+// cudnn_sdpa_rows.h), and fills the rows cuDNN leaves undefined run by run (flag_runs). Built per call, that is two
+// walks over the tokens, two tables of 8 bytes per token and a content-hashed device_table lookup of each, in every
+// ring tile of every layer, forward and backward. The mapping itself is cached (cudnn_mapping_cache.h) and never
 // changes, so these derived tables are kept with it instead.
 //
 // Keyed by the mapping object (the entry holds it: its address cannot be reused while the entry
-// lives), the problem's format and s_q (the only problem fields the tables read besides the mapping),
+// lives), the problem's format, s_q and h_q (the only problem fields the tables read besides the mapping),
 // the device and the thread's current stream of it (a table is only read on the stream it was uploaded
 // on). Per thread, the kRowTablesEntries most recently used. Never written after they are made.
 #include <cstddef>
@@ -30,8 +30,10 @@ inline constexpr size_t kRowTablesEntries = 32;
 struct RowTables {
   // flag_runs(q_undefined / kv_undefined, kMaxFillRuns): empty when there are none or too many.
   std::vector<std::pair<int64_t, int64_t>> q_runs, kv_runs;
-  Tensor lse_columns;    // thd: (s_q) i64 on the device, packed_to_padded; undefined otherwise
-  Tensor stats_columns;  // thd: (b * s_q) i64 on the device, padded_to_packed; undefined otherwise
+  // thd, i64 on the device (undefined otherwise): per packed token t, n * h_q * s_q + j for entry n's
+  // j-th query (packed_lse's index; tokens outside every entry read 0), and padded_to_packed.
+  Tensor lse_index;      // (T): the problem's s_q tokens
+  Tensor stats_columns;  // (b * s_q): the mapping's b and s_q
 };
 
 // The tables of mapping `m` of problem `p` on `device` (a CPU device gives CPU tensors), from this

@@ -359,11 +359,7 @@ raw::AttentionForward run_forward(const Prepared& prepared, const ExecutionPlan&
 
   host.emplace("attention/cudnn_fixups", Device::cpu());
   Tensor lse = stats;
-  if (m.ragged) {
-    // (b, h, s) -> (h, b * s) rows, then each packed token picks its row: (h_q, T).
-    const Tensor rows = raw::reshape(raw::contiguous(raw::permute(stats, {1, 0, 2})), {p.h_q, m.b * m.s_q});
-    lse = select_columns(rows, tables->lse_columns);
-  }
+  if (m.ragged) lse = packed_lse(stats, tables->lse_index);  // (b, h_q, s) -> (h_q, T), one gather
   if (!m.q_undefined.empty()) {
     out = fill_token_rows(p, out, m.q_undefined, tables->q_runs, p.s_q, 0.0);
     lse = fill_lse_rows(p, lse, m.q_undefined, tables->q_runs, -kInf);
@@ -385,11 +381,7 @@ raw::AttentionGrads run_backward(const Prepared& prepared, const ExecutionPlan& 
   // -inf - -inf under the padding mask. +inf gives exp(-inf) = 0 for every column instead.
   Tensor stats = raw::contiguous(raw::to(lse, DType::f32));
   if (m.any_fully_masked_row) stats = raw::masked_fill(stats, raw::compare(raw::CompareOp::eq, stats, -kInf), kInf);
-  if (m.ragged) {
-    // (h_q, T) -> (h_q, b * s) padded rows -> (b, h_q, s).
-    const Tensor rows = select_columns(stats, tables->stats_columns);
-    stats = raw::contiguous(raw::permute(raw::reshape(rows, {p.h_q, m.b, m.s_q}), {1, 0, 2}));
-  }
+  if (m.ragged) stats = padded_stats(stats, tables->stats_columns, m.b, m.s_q);  // (h_q, T) -> (b, h_q, s)
 
   // Packed (in.grads): views of one (tokens, (h_q + 2 h_kv) d) buffer, so split's backward needs no cat.
   Tensor dq = in.grads ? (*in.grads)[0] : empty(q.shape(), {.dtype = q.dtype(), .device = device});

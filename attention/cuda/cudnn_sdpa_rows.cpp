@@ -102,15 +102,48 @@ std::vector<int64_t> padded_to_packed(const SdpaMapping& m) {
 // out[:, i] = x[:, index[i]] along dim 1 through the device kernel directly: the indices are built
 // here and in range, and raw::index_select would copy them back to the host to check them.
 Tensor select_columns(const Tensor& x, const std::vector<int64_t>& index) {
-  return select_columns(x, device_table(from_vector(index, {static_cast<int64_t>(index.size())}), x.device()));
+  const Tensor idx = device_table(from_vector(index, {static_cast<int64_t>(index.size())}), x.device());
+  Tensor out = empty({x.size(0), static_cast<int64_t>(index.size())}, {.dtype = x.dtype(), .device = x.device()});
+  device_kernel(x.device(), &DeviceOps::gather, "cudnn attention (lse layout)")(out, x, 1, idx, true);
+  return out;
 }
 
-Tensor select_columns(const Tensor& x, const Tensor& idx) {
-  CPF_CHECK(idx.dtype() == DType::i64 && idx.dim() == 1 && idx.device() == x.device() && x.dim() == 2,
-            "select_columns: needs a 2-d x and a 1-d i64 index on its device: x ", x.shape(), " on ", x.device(),
-            ", index ", idx.dtype(), " ", idx.shape(), " on ", idx.device());
-  Tensor out = empty({x.size(0), idx.size(0)}, {.dtype = x.dtype(), .device = x.device()});
-  device_kernel(x.device(), &DeviceOps::gather, "cudnn attention (lse layout)")(out, x, 1, idx, true);
+namespace {
+
+void check_index(const Tensor& x, const Tensor& index, const char* op) {
+  CPF_CHECK(x.is_contiguous() && index.is_contiguous() && index.dim() == 1 && index.dtype() == DType::i64 &&
+                index.device() == x.device(),
+            op, ": needs a contiguous input and a contiguous 1-d i64 index on its device: input ", x.shape(), " on ",
+            x.device(), ", index ", index.dtype(), " ", index.shape(), " on ", index.device());
+}
+
+}  // namespace
+
+Tensor packed_lse(const Tensor& stats, const Tensor& index) {
+  check_index(stats, index, "packed_lse");
+  CPF_CHECK(stats.dim() == 3 && stats.numel() > 0, "packed_lse: Stats must be a non-empty (b, h_q, s_q), got ",
+            stats.shape());
+  const int64_t b = stats.size(0), h = stats.size(1), s = stats.size(2);
+  // (h_q, L) view of the Stats storage: row h starts at stats[0, h, 0]; column n * h_q * s_q + j is
+  // stats[n, h, j]. L reaches exactly the last element of row h_q - 1.
+  const Tensor rows = raw::as_strided(stats, {h, (b - 1) * h * s + s}, {s, 1}, stats.offset());
+  if (stats.device().is_cpu()) return raw::index_select(rows, 1, index);
+  Tensor out = empty({h, index.size(0)}, {.dtype = stats.dtype(), .device = stats.device()});
+  device_kernel(stats.device(), &DeviceOps::gather, "cudnn attention (lse layout)")(out, rows, 1, index, true);
+  return out;
+}
+
+Tensor padded_stats(const Tensor& lse, const Tensor& index, int64_t b, int64_t s_q) {
+  check_index(lse, index, "padded_stats");
+  CPF_CHECK(lse.dim() == 2 && b > 0 && s_q > 0 && index.size(0) == b * s_q, "padded_stats: needs an (h_q, T) lse and ",
+            "b * s_q = ", b * s_q, " indices, got lse ", lse.shape(), " and ", index.size(0), " indices");
+  const int64_t h = lse.size(0), t = lse.size(1);
+  // x[n, h, c] = lse[h, c] for every n; idx[n, h, j] = index[n * s_q + j] for every h (stride-0 views).
+  const Tensor x = raw::as_strided(lse, {b, h, t}, {0, t, 1}, lse.offset());
+  const Tensor idx = raw::as_strided(index, {b, h, s_q}, {s_q, 0, 1}, index.offset());
+  if (lse.device().is_cpu()) return raw::gather(x, 2, idx);
+  Tensor out = empty({b, h, s_q}, {.dtype = lse.dtype(), .device = lse.device()});
+  device_kernel(lse.device(), &DeviceOps::gather, "cudnn attention (lse layout)")(out, x, 2, idx, false);
   return out;
 }
 

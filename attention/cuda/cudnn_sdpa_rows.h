@@ -44,9 +44,17 @@ Tensor fill_lse_rows(const AttentionProblem& p, const Tensor& lse, const std::ve
 std::vector<int64_t> packed_to_padded(const AttentionProblem& p, const SdpaMapping& m);
 std::vector<int64_t> padded_to_packed(const SdpaMapping& m);
 
-// out[:, i] = x[:, index[i]] along dim 1 of a 2-d device tensor; the index as a host vector (uploaded
-// through device_table) or already on x's device as a 1-d i64 tensor (its values must be in range).
+// out[:, i] = x[:, index[i]] along dim 1 of a 2-d device tensor.
 Tensor select_columns(const Tensor& x, const std::vector<int64_t>& index);
-Tensor select_columns(const Tensor& x, const Tensor& index);
+
+// thd, each in one gather (no permuted copy first); pure data movement, so the values are those of the
+// permute-then-select_columns form bit for bit. Indices are i64 on the tensor's device and in range
+// (cudnn_row_tables.h builds them); a CPU tensor runs raw::index_select / raw::gather (the reference).
+// Forward: cuDNN's Stats (b, h_q, s_q), contiguous, to the packed lse (h_q, T) with
+// lse[h, t] = stats[n, h, j] where index[t] = n * h_q * s_q + j (token t is entry n's j-th query).
+Tensor packed_lse(const Tensor& stats, const Tensor& index);
+// Backward: the packed lse (h_q, T), contiguous, to cuDNN's Stats (b, h_q, s_q) with
+// stats[n, h, j] = lse[h, index[n * s_q + j]] (index: padded_to_packed).
+Tensor padded_stats(const Tensor& lse, const Tensor& index, int64_t b, int64_t s_q);
 
 }  // namespace cpf::attention_cuda::cudnn

@@ -15,6 +15,9 @@
 #include "attention/cuda/cudnn_sdpa_rows.h"
 #include "cuda_attention/attention_gpu_support.h"
 #include "framework/core/error.h"
+#include "framework/tensor/ops/copy.h"
+#include "framework/tensor/ops/index.h"
+#include "framework/tensor/ops/views.h"
 
 namespace cpf::attention_cuda::cudnn {
 namespace {
@@ -35,7 +38,10 @@ void expect_tables_of(const RowTables& t, const SdpaMapping& m, const AttentionP
   EXPECT_EQ(t.q_runs, flag_runs(m.q_undefined, kMaxFillRuns));
   EXPECT_EQ(t.kv_runs, flag_runs(m.kv_undefined, kMaxFillRuns));
   ASSERT_TRUE(m.ragged);
-  EXPECT_EQ(t.lse_columns.to_vector<int64_t>(), packed_to_padded(p, m));
+  // packed_to_padded's n * s_q + j, as the column n * h_q * s_q + j of packed_lse's Stats view.
+  std::vector<int64_t> lse_index;
+  for (int64_t v : packed_to_padded(p, m)) lse_index.push_back((v / m.s_q) * p.h_q * m.s_q + v % m.s_q);
+  EXPECT_EQ(t.lse_index.to_vector<int64_t>(), lse_index);
   EXPECT_EQ(t.stats_columns.to_vector<int64_t>(), padded_to_packed(m));
 }
 
@@ -65,7 +71,7 @@ TEST(CudnnRowTables, DifferentLayoutsInARowGetTheirOwnTables) {
   const auto a = row_tables(cached_mapping(problems[0]), problems[0], Device::cpu());
   const auto b = row_tables(cached_mapping(problems[1]), problems[1], Device::cpu());
   EXPECT_NE(a.get(), b.get());
-  EXPECT_NE(a->lse_columns.to_vector<int64_t>(), b->lse_columns.to_vector<int64_t>());
+  EXPECT_NE(a->lse_index.to_vector<int64_t>(), b->lse_index.to_vector<int64_t>());
 }
 
 TEST(CudnnRowTables, KeyedByTheMappingObjectNotItsAddressAlone) {
@@ -106,7 +112,52 @@ TEST(CudnnRowTables, RejectsAMissingOrUnsupportedMapping) {
                   ::testing::HasSubstr("cudnn row tables: the mapping is unsupported: a made-up reason")));
 }
 
+// The lse layout changes, each one gather, against the permute-and-select form they replace: the same
+// values bit for bit (pure data movement). `device` runs them there; the expectation is on the CPU.
+void expect_layout_changes_match(const Device& device) {
+  const AttentionProblem p = tile({40, 24}, 8);
+  const auto m = cached_mapping(p);
+  const auto tables = row_tables(m, p, device);
+  const Tensor stats = testing::random_cpu({m->b, p.h_q, m->s_q}, DType::f32, 11);  // (b, h_q, s)
+  const Tensor lse = testing::random_cpu({p.h_q, p.s_q}, DType::f32, 12);           // (h_q, T)
+  auto index = [](const std::vector<int64_t>& v) { return from_vector(v, {static_cast<int64_t>(v.size())}); };
+
+  const Tensor rows = raw::reshape(raw::contiguous(raw::permute(stats, {1, 0, 2})), {p.h_q, m->b * m->s_q});
+  const Tensor want_lse = raw::index_select(rows, 1, index(packed_to_padded(p, *m)));
+  const Tensor got_lse = packed_lse(raw::to(stats, device), tables->lse_index);
+  EXPECT_EQ(testing::on_cpu(got_lse).to_vector<float>(), want_lse.to_vector<float>());
+
+  const Tensor padded = raw::index_select(lse, 1, index(padded_to_packed(*m)));
+  const Tensor want_stats = raw::contiguous(raw::permute(raw::reshape(padded, {p.h_q, m->b, m->s_q}), {1, 0, 2}));
+  const Tensor got_stats = padded_stats(raw::to(lse, device), tables->stats_columns, m->b, m->s_q);
+  EXPECT_EQ(got_stats.shape(), want_stats.shape());
+  EXPECT_EQ(testing::on_cpu(got_stats).to_vector<float>(), want_stats.to_vector<float>());
+}
+
+TEST(CudnnRowTables, OneGatherLayoutChangesMatchThePermutedForm) { expect_layout_changes_match(Device::cpu()); }
+
+TEST(CudnnRowTables, LayoutChangesRejectBadInputsWithTheirShapes) {
+  const Tensor index = from_vector(std::vector<int64_t>{0, 1}, {2});
+  EXPECT_THAT(
+      [&] {
+        packed_lse(zeros({2, 3}), index);
+      },
+      ::testing::ThrowsMessage<Error>(::testing::HasSubstr("packed_lse: Stats must be a non-empty (b, h_q, s_q)")));
+  EXPECT_THAT(
+      [&] {
+        packed_lse(zeros({1, 2, 3}), from_vector(std::vector<int32_t>{0, 1}, {2}));
+      },
+      ::testing::ThrowsMessage<Error>(::testing::HasSubstr("packed_lse: needs a contiguous input")));
+  EXPECT_THAT(
+      [&] {
+        padded_stats(zeros({2, 5}), index, 1, 3);
+      },
+      ::testing::ThrowsMessage<Error>(::testing::HasSubstr("b * s_q = 3 indices, got lse [2,5] and 2 indices")));
+}
+
 class CudnnRowTablesGpu : public testing::CudaTest {};
+
+TEST_F(CudnnRowTablesGpu, OneGatherLayoutChangesMatchTheCpu) { expect_layout_changes_match(Device::cuda(0)); }
 
 // Two tile layouts alternating on one thread: each call must use its own lse index tables and fill
 // runs (a stale entry would scatter the lse to the wrong tokens or zero the wrong rows).
