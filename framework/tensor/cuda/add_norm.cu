@@ -188,14 +188,13 @@ struct DxArgs {
   int64_t rows, cols, chunk;
 };
 
-// dx's (and db's) vector q of row r: dx1 + rs * (gh - ma - xhat * mc).
+// dx's (and db's) vector q of row r: dx1 + rs * (gh - ma - xhat * mc); d1 holds dx1's vector q (when dx1
+// is given), loaded by the caller so that the load can be issued before the row's reductions.
 template <int V, class TX, class TG, class TB>
 __device__ __forceinline__ void store_dx(const DxArgs<TX, TG, TB>& a, int64_t r, int64_t q, compute_t<TX> rs,
                                          compute_t<TX> ma, compute_t<TX> mc, const compute_t<TX> (&gh)[V],
-                                         const compute_t<TX> (&xh)[V]) {
+                                         const compute_t<TX> (&xh)[V], const compute_t<TX> (&d1)[V]) {
   using C = compute_t<TX>;
-  C d1[V];
-  if (a.dx1 != nullptr) load_row_vec<TX, V>(a.dx1 + r * a.cols, q, d1);
   Vec<TX, V> o;
 #pragma unroll
   for (int k = 0; k < V; ++k) {
@@ -212,6 +211,68 @@ __device__ __forceinline__ void store_dx(const DxArgs<TX, TG, TB>& a, int64_t r,
   }
 }
 
+// A warp's parameter partials in shared memory (dynamic: warps x (2, cols) in the compute type): the
+// warp's sums of g * xhat (first cols) and of g, each lane owning its vectors' columns. In registers they
+// took 2 NC V of them (48 at GPT-2's 768 f32 columns), which left no room to load dx1 ahead.
+template <int V, int NC, class C>
+__device__ __forceinline__ C* warp_partials(int64_t cols, int lane) {
+  extern __shared__ __align__(16) unsigned char dx_partials_smem[];
+  C* part = reinterpret_cast<C*>(dx_partials_smem) + static_cast<int64_t>(threadIdx.x >> 5) * 2 * cols;
+  const int64_t nvec = cols / V;
+#pragma unroll
+  for (int k = 0; k < NC; ++k) {
+    const int64_t q = lane + static_cast<int64_t>(k) * 32;
+    if (q >= nvec) continue;
+#pragma unroll
+    for (int j = 0; j < V; ++j) part[q * V + j] = part[cols + q * V + j] = C(0);
+  }
+  return part;
+}
+
+// part[q V + j] += g xhat, part[cols + q V + j] += g for the lane's vector q (the register version's order).
+template <int V, class C>
+__device__ __forceinline__ void add_partials(C* part, int64_t cols, int64_t q, const C (&gc)[V], const C (&xh)[V]) {
+  auto* sw = reinterpret_cast<Vec<C, V>*>(part + q * V);
+  auto* sb = reinterpret_cast<Vec<C, V>*>(part + cols + q * V);
+  Vec<C, V> w = *sw, b = *sb;
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    w.v[j] += gc[j] * xh[j];
+    b.v[j] += gc[j];
+  }
+  *sw = w;
+  *sb = b;
+}
+
+// The register version of add_partials (a block per row: each thread owns its columns).
+template <int V, class C>
+__device__ __forceinline__ void add_partial_registers(C (&aw)[V], C (&ab)[V], const C (&gc)[V], const C (&xh)[V]) {
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    aw[j] += gc[j] * xh[j];
+    ab[j] += gc[j];
+  }
+}
+
+// The block's partials: its warps' sums added in warp order (as store_param_partials does), to slot
+// blockIdx.x of pw / pb (null: skipped).
+template <class C>
+__device__ void fold_warp_partials(C* pw, C* pb, int64_t cols) {
+  extern __shared__ __align__(16) unsigned char dx_partials_smem[];
+  const C* part = reinterpret_cast<const C*>(dx_partials_smem);
+  const int warps = static_cast<int>(blockDim.x >> 5);
+  __syncthreads();  // every warp's sums are in
+  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) {
+    C sw = part[i], sb = part[cols + i];
+    for (int w = 1; w < warps; ++w) {
+      sw = sw + part[w * 2 * cols + i];
+      sb = sb + part[w * 2 * cols + cols + i];
+    }
+    if (pw != nullptr) pw[static_cast<int64_t>(blockIdx.x) * cols + i] = sw;
+    if (pb != nullptr) pb[static_cast<int64_t>(blockIdx.x) * cols + i] = sb;
+  }
+}
+
 // dx = dx1 + rstd * (gh - mean(gh) - xhat * mean(gh * xhat)), gh = g * w, xhat = (x1 - mean) * rstd
 // (norm.cu's norm_dx_kernel plus the residual gradient); db = dx in b's dtype. G threads per row, V-element
 // accesses (as add_norm_kernel); NC > 0: thread t keeps gh and xhat of its vectors t, t + G, ... (NC of
@@ -223,13 +284,17 @@ template <int G, int V, int NC, bool P, bool centered, class TX, class TG, class
 __global__ void __launch_bounds__(G == 32 ? kThreads : G) add_norm_dx_kernel(DxArgs<TX, TG, TB> a) {
   using C = compute_t<TX>;
   static_assert(!P || NC > 0, "parameter partials need the register-cached rows");
+  constexpr bool kShared = P && G == 32;  // a warp's partials in shared memory (warp_partials)
   __shared__ C scratch[kThreads / 32];
   const RowRange rr = row_range<G, P>(a.rows, a.chunk);
   const int64_t cols = a.cols, nvec = cols / V;
-  C aw[P ? NC : 1][V] = {}, ab[P ? NC : 1][V] = {};  // parameter partials of the thread's vectors
+  C aw[P && !kShared ? NC : 1][V] = {}, ab[P && !kShared ? NC : 1][V] = {};  // partials, block per row
+  C* part = nullptr;
+  if constexpr (kShared) part = warp_partials<V, NC, C>(cols, rr.lane);
   for (int64_t r = rr.first; r < rr.end; r += rr.step) {
     const TG* gr = a.g + r * cols;
     const TX* xr = a.x1 + r * cols;
+    const TX* d1r = a.dx1 != nullptr ? a.dx1 + r * cols : nullptr;
     const C mu = centered ? a.mean[r] : C(0);
     const C rs = a.rstd[r];
     // gh, xhat and g of vector q.
@@ -246,7 +311,8 @@ __global__ void __launch_bounds__(G == 32 ? kThreads : G) add_norm_dx_kernel(DxA
         xh[k] = (xv[k] - mu) * rs;
       }
     };
-    C cgh[NC > 0 ? NC : 1][V], cxh[NC > 0 ? NC : 1][V];
+    // Cached rows: gh, xhat and dx1 of the thread's vectors, all loaded before the row's reductions.
+    C cgh[NC > 0 ? NC : 1][V], cxh[NC > 0 ? NC : 1][V], cd1[NC > 0 ? NC : 1][V];
     if constexpr (NC > 0) {
 #pragma unroll
       for (int k = 0; k < NC; ++k) {
@@ -254,32 +320,29 @@ __global__ void __launch_bounds__(G == 32 ? kThreads : G) add_norm_dx_kernel(DxA
         if (q >= nvec) continue;
         C gc[V];
         fetch(q, cgh[k], cxh[k], gc);
-        if constexpr (P) {
-#pragma unroll
-          for (int j = 0; j < V; ++j) {
-            aw[k][j] += gc[j] * cxh[k][j];
-            ab[k][j] += gc[j];
-          }
-        }
+        if (d1r != nullptr) load_row_vec<TX, V>(d1r, q, cd1[k]);
+        if constexpr (kShared) add_partials<V>(part, cols, q, gc, cxh[k]);
+        if constexpr (P && !kShared) add_partial_registers<V>(aw[k], ab[k], gc, cxh[k]);
       }
     }
-    const auto each = [&](auto&& f) {  // f(q, gh, xhat of vector q)
+    const auto each = [&](auto&& f) {  // f(q, gh, xhat, dx1 of vector q)
       if constexpr (NC > 0) {
 #pragma unroll
         for (int k = 0; k < NC; ++k) {
           const int64_t q = rr.lane + static_cast<int64_t>(k) * G;
-          if (q < nvec) f(q, cgh[k], cxh[k]);
+          if (q < nvec) f(q, cgh[k], cxh[k], cd1[k]);
         }
       } else {
         for (int64_t q = rr.lane; q < nvec; q += G) {
-          C gh[V], xh[V], gc[V];
+          C gh[V], xh[V], gc[V], d1[V];
           fetch(q, gh, xh, gc);
-          f(q, gh, xh);
+          if (d1r != nullptr) load_row_vec<TX, V>(d1r, q, d1);
+          f(q, gh, xh, d1);
         }
       }
     };
     C sa = C(0), sc = C(0);
-    each([&](int64_t, C(&gh)[V], C(&xh)[V]) {
+    each([&](int64_t, C(&gh)[V], C(&xh)[V], C(&)[V]) {
 #pragma unroll
       for (int k = 0; k < V; ++k) {
         sa += gh[k];
@@ -288,9 +351,10 @@ __global__ void __launch_bounds__(G == 32 ? kThreads : G) add_norm_dx_kernel(DxA
     });
     const C ma = centered ? group_reduce<G, false>(sa, scratch) / C(cols) : C(0);
     const C mc = group_reduce<G, false>(sc, scratch) / C(cols);
-    each([&](int64_t q, C(&gh)[V], C(&xh)[V]) { store_dx<V>(a, r, q, rs, ma, mc, gh, xh); });
+    each([&](int64_t q, C(&gh)[V], C(&xh)[V], C(&d1)[V]) { store_dx<V>(a, r, q, rs, ma, mc, gh, xh, d1); });
   }
-  if constexpr (P) store_param_partials<G, V, NC>(aw, ab, a.pw, a.pb, cols, rr.lane);
+  if constexpr (kShared) fold_warp_partials(a.pw, a.pb, cols);
+  if constexpr (P && !kShared) store_param_partials<G, V, NC>(aw, ab, a.pw, a.pb, cols, rr.lane);
 }
 
 // fn<T>() with T = TX, or bf16 when `code` says so beside an f32 TX (the only mixed pair).
@@ -359,8 +423,13 @@ bool backward_dx(const void* g, const void* x1, const void* w, const void* mean,
                           cols,
                           chunk};
   const auto launch = [&]<int G, int V, int NC, bool P>(int64_t blocks) {
-    add_norm_dx_kernel<G, V, NC, P, centered, TX, TG, TB>
-        <<<static_cast<unsigned>(blocks), G == 32 ? kThreads : G, 0, stream>>>(args);
+    auto kernel = add_norm_dx_kernel<G, V, NC, P, centered, TX, TG, TB>;
+    // warp_partials: (2, cols) per warp; 48 KiB at 768 f32 columns, up to 128 KiB at 1024 f64 ones.
+    const int smem = P && G == 32 ? static_cast<int>(kThreads / 32 * 2 * cols * sizeof(C)) : 0;
+    if (smem > 48 * 1024) {
+      CPF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    }
+    kernel<<<static_cast<unsigned>(blocks), G == 32 ? kThreads : G, smem, stream>>>(args);
   };
   constexpr int V = vector_width(static_cast<int>(sizeof(TX)));
   const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };  // null is aligned
