@@ -14,7 +14,10 @@
 
 #include "apps/trainer/cli.h"
 #include "apps/trainer/trainer.h"
+#include "apps/trainer/training_step.h"
+#include "framework/autograd/grad_mode.h"
 #include "framework/io/safetensors.h"
+#include "framework/optim/adamw.h"
 #include "tests/cuda/cuda_test_utils.h"
 
 namespace cpf::trainer {
@@ -64,6 +67,10 @@ void expect_tracks(const std::vector<double>& actual, const std::vector<double>&
 }
 
 class GpuTraining : public CudaTest {};
+
+Tensor on_gpu_full(const Shape& shape, double value) {
+  return cpf::testing::on_gpu(full(shape, value, {.dtype = DType::f32}));
+}
 
 // fp32 on the GPU against the CPU. The first loss comes from identical weights (drawn on the CPU,
 // copied) through f32 kernels that round like the CPU's up to summation order: 1e-5 relative. Later
@@ -183,6 +190,64 @@ TEST_F(GpuTraining, GpuTinyConfigLogsMemoryAndItsCheckpointGenerates) {
       run_cli({"generate", dir.string(), "--prompt", "12+34=", "--tokens", "3"}, gen_out, gen_err, false);
   EXPECT_EQ(gen_code, 0) << gen_out.str() << gen_err.str();
   EXPECT_NE(gen_out.str().find("12+34="), std::string::npos) << gen_out.str();
+}
+
+// training_step on the GPU (docs/training.md, "Host synchronisation in a step"): once warm, a step reads
+// nothing back with a device->host copy and waits for one event (the norm and the loss, recorded before
+// the clip and AdamW kernels); a step with a non-finite norm changes no parameter or AdamW state and
+// does not advance the step count.
+TEST_F(GpuTraining, TrainingStepWaitsForOneEventAndSkipsANonFiniteNormOnTheDevice) {
+  data::DataOptions d;
+  d.source = "synthetic";
+  d.min_len = 2;
+  d.max_len = 2;
+  d.seq_len = 16;
+  d.tokens_per_batch = 64;
+  d.pad_multiple = 8;
+  d.shuffle = false;
+  for (bool poison : {false, true}) {
+    Generator gen(5);
+    models::GPT model(models::GPTOptions{.vocab_size = 14, .hidden_size = 32, .num_layers = 2, .num_heads = 2}, &gen);
+    model.to(Device::cuda(0));
+    const optim::NamedTensors params = model.named_parameters();
+    if (poison) {
+      NoGradGuard no_grad;
+      raw::copy_(params.front().second, on_gpu_full(params.front().second.shape(), NAN));
+    }
+    data::DataLoader loader(d);
+    RankGroups g;
+    optim::AdamW adamw(params, optim::AdamWOptions{.lr = 1e-2});
+    const optim::LrSchedule schedule(optim::LrScheduleOptions{.decay = optim::LrDecay::constant, .lr = 1e-2});
+    const StepParts parts{.model = model,
+                          .loader = loader,
+                          .groups = g,
+                          .reducer = nullptr,
+                          .params = params,
+                          .optimizer = adamw,
+                          .schedule = schedule,
+                          .accum_steps = 1,
+                          .grad_clip = 0.01};
+    const std::vector<double> last_before = params.back().second.to_vector<double>();
+    for (int64_t step = 0; step < 6; ++step) {
+      const cuda::HostSyncCounts before = cuda::host_sync_counts();
+      const StepResult r = training_step(parts, step);
+      const cuda::HostSyncCounts n = cuda::host_sync_counts() - before;
+      EXPECT_EQ(r.skipped, poison) << "step " << step;
+      EXPECT_EQ(std::isfinite(r.grad_norm), !poison) << "step " << step;
+      if (!poison) EXPECT_GT(r.grad_norm, 0.01) << "step " << step << ": the clip kernel had work";
+      if (step < 3) continue;  // warming up: the allocator's cache, the attention tables
+      EXPECT_EQ(n.device_to_host, 0u) << "step " << step << ": " << cuda::to_string(n);
+      EXPECT_EQ(n.stream_syncs, 1u) << "step " << step << ": " << cuda::to_string(n);
+      EXPECT_EQ(n.device_syncs, 0u) << "step " << step << ": " << cuda::to_string(n);
+    }
+    EXPECT_EQ(adamw.step_count(), poison ? 0 : 6);
+    EXPECT_EQ(params.back().second.to_vector<double>() == last_before, poison);
+    if (poison) {
+      for (const auto& [name, state] : adamw.state_tensors()) {
+        EXPECT_EQ(state.to_vector<double>(), std::vector<double>(static_cast<size_t>(state.numel()), 0.0)) << name;
+      }
+    }
+  }
 }
 
 }  // namespace
