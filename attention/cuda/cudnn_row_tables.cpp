@@ -2,7 +2,9 @@
 #include "attention/cuda/cudnn_row_tables.h"
 
 #include <algorithm>
+#include <limits>
 
+#include "attention/cuda/cudnn_sdpa_layout.h"
 #include "attention/cuda/cudnn_sdpa_rows.h"
 #include "framework/tensor/device_stream.h"
 #include "framework/tensor/ops/copy.h"
@@ -13,7 +15,7 @@ namespace {
 struct Entry {
   std::shared_ptr<const SdpaMapping> mapping;  // held: the identity in the key stays unique
   QkvFormat format = QkvFormat::bshd;
-  int64_t s_q = 0, h_q = 0;
+  std::array<int64_t, 6> dims{};  // s_q, s_kv, h_q, h_kv, d_qk, d_v
   Device device;
   void* stream = nullptr;
   std::shared_ptr<const RowTables> tables;
@@ -29,6 +31,22 @@ Cache& thread_cache() {
   return cache;
 }
 
+std::array<int64_t, 6> dims_of(const AttentionProblem& p) { return {p.s_q, p.s_kv, p.h_q, p.h_kv, p.d_qk, p.d_v}; }
+
+// The ragged offsets of the dense layouts (cudnn_sdpa_layout.h), with set_layouts' choice of width.
+void add_dense_offsets(RowTables& t, const SdpaMapping& m, const AttentionProblem& p, const Device& device) {
+  const Layouts l = dense_layouts(p);
+  t.offset_row_strides = {l.q.row_stride, l.k.row_stride, l.v.row_stride, l.o.row_stride};
+  const int64_t largest =
+      std::max({p.s_q * l.q.row_stride, p.s_kv * l.k.row_stride, p.s_kv * l.v.row_stride, p.s_q * l.o.row_stride});
+  t.offsets_int64 = largest > std::numeric_limits<int32_t>::max();
+  const std::array<const std::vector<int64_t>*, 4> first{&m.q_token, &m.kv_token, &m.kv_token, &m.q_token};
+  const std::array<int64_t, 4> total{p.s_q, p.s_kv, p.s_kv, p.s_q};
+  for (size_t i = 0; i < 4; ++i) {
+    t.offsets[i] = raw::to(ragged_offsets(*first[i], total[i], t.offset_row_strides[i], t.offsets_int64), device);
+  }
+}
+
 std::shared_ptr<const RowTables> build(const SdpaMapping& m, const AttentionProblem& p, const Device& device) {
   auto tables = std::make_shared<RowTables>();
   tables->q_runs = flag_runs(m.q_undefined, kMaxFillRuns);
@@ -40,11 +58,26 @@ std::shared_ptr<const RowTables> build(const SdpaMapping& m, const AttentionProb
     const std::vector<int64_t> stats = padded_to_packed(m);
     tables->lse_index = raw::to(from_vector(lse, {static_cast<int64_t>(lse.size())}), device);
     tables->stats_columns = raw::to(from_vector(stats, {static_cast<int64_t>(stats.size())}), device);
+    add_dense_offsets(*tables, m, p, device);
+  }
+  if (m.padding) {
+    tables->seq_len_q = raw::to(from_vector(m.seq_len_q, {m.b}), device);
+    tables->seq_len_kv = raw::to(from_vector(m.seq_len_kv, {m.b}), device);
   }
   return tables;
 }
 
 }  // namespace
+
+Tensor ragged_offsets(const std::vector<int64_t>& first_token, int64_t total_tokens, int64_t row_stride, bool int64) {
+  std::vector<int64_t> values;
+  values.reserve(first_token.size() + 1);
+  for (int64_t t : first_token) values.push_back(t * row_stride);
+  values.push_back(total_tokens * row_stride);
+  const int64_t n = static_cast<int64_t>(values.size());
+  if (int64) return from_vector(values, {n});
+  return from_vector(std::vector<int32_t>(values.begin(), values.end()), {n});
+}
 
 std::shared_ptr<const RowTables> row_tables(const std::shared_ptr<const SdpaMapping>& m, const AttentionProblem& p,
                                             const Device& device) {
@@ -53,8 +86,7 @@ std::shared_ptr<const RowTables> row_tables(const std::shared_ptr<const SdpaMapp
   Cache& cache = thread_cache();
   void* stream = DeviceStream::current(device).handle();
   const auto hit = std::find_if(cache.entries.begin(), cache.entries.end(), [&](const Entry& e) {
-    return e.mapping == m && e.format == p.format && e.s_q == p.s_q && e.h_q == p.h_q && e.device == device &&
-           e.stream == stream;
+    return e.mapping == m && e.format == p.format && e.dims == dims_of(p) && e.device == device && e.stream == stream;
   });
   if (hit != cache.entries.end()) {
     std::rotate(cache.entries.begin(), hit, hit + 1);
@@ -63,7 +95,7 @@ std::shared_ptr<const RowTables> row_tables(const std::shared_ptr<const SdpaMapp
   }
   std::shared_ptr<const RowTables> tables = build(*m, p, device);
   ++cache.stats.builds;
-  cache.entries.insert(cache.entries.begin(), Entry{m, p.format, p.s_q, p.h_q, device, stream, tables});
+  cache.entries.insert(cache.entries.begin(), Entry{m, p.format, dims_of(p), device, stream, tables});
   if (cache.entries.size() > kRowTablesEntries) cache.entries.pop_back();
   return tables;
 }

@@ -10,9 +10,10 @@
 // changes, so these derived tables are kept with it instead.
 //
 // Keyed by the mapping object (the entry holds it: its address cannot be reused while the entry
-// lives), the problem's format, s_q and h_q (the only problem fields the tables read besides the mapping),
+// lives), the problem's format, lengths, heads and head dims (what the tables read besides the mapping),
 // the device and the thread's current stream of it (a table is only read on the stream it was uploaded
 // on). Per thread, the kRowTablesEntries most recently used. Never written after they are made.
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -32,9 +33,20 @@ struct RowTables {
   std::vector<std::pair<int64_t, int64_t>> q_runs, kv_runs;
   // thd, i64 on the device (undefined otherwise): per packed token t, n * h_q * s_q + j for entry n's
   // j-th query (packed_lse's index; tokens outside every entry read 0), and padded_to_packed.
-  Tensor lse_index;      // (T): the problem's s_q tokens
-  Tensor stats_columns;  // (b * s_q): the mapping's b and s_q
+  Tensor lse_index;              // (T): the problem's s_q tokens
+  Tensor stats_columns;          // (b * s_q): the mapping's b and s_q
+  Tensor seq_len_q, seq_len_kv;  // padding: (b) i32 on the device (the mapping's); undefined otherwise
+  // thd: the ragged offset tables of q, k, v, o (ragged_offsets) for the dense layouts' row strides
+  // `offset_row_strides`, in i64 when `offsets_int64` else i32. A call whose layouts or plan key
+  // differ (strided views) makes its own.
+  std::array<int64_t, 4> offset_row_strides{};
+  bool offsets_int64 = false;
+  std::array<Tensor, 4> offsets;
 };
+
+// Element offsets of each entry's first token (token * row stride: strided views step over the other
+// pieces of their rows), then the end of the storage: (b + 1) values, as an i64 or i32 CPU tensor.
+Tensor ragged_offsets(const std::vector<int64_t>& first_token, int64_t total_tokens, int64_t row_stride, bool int64);
 
 // The tables of mapping `m` of problem `p` on `device` (a CPU device gives CPU tensors), from this
 // thread's cache when the same mapping object was seen on this stream.

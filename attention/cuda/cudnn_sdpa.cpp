@@ -3,6 +3,7 @@
 #include "attention/cuda/cudnn_sdpa.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -205,6 +206,11 @@ Prepared prepare_on(const AttentionProblem& p, const Tensor& q, bool backward, b
 // device tensors are freed in stream order afterwards, which the caching allocator makes safe).
 class VariantPack {
  public:
+  VariantPack() {  // a call binds at most 22 entries: no regrowth per call
+    uids_.reserve(24);
+    pointers_.reserve(24);
+    keep_.reserve(24);
+  }
   void add(int64_t uid, const Tensor& t) {
     uids_.push_back(uid);
     pointers_.push_back(t.raw_data());
@@ -236,7 +242,7 @@ struct Scalars {
 };
 
 void add_common(VariantPack& pack, Scalars& s, const AttentionProblem& p, const SdpaMapping& m, const SdpaGraphKey& key,
-                const Layouts& layouts, const Device& device) {
+                const Layouts& layouts, const RowTables& tables, const Device& device) {
   s.scale = static_cast<float>(p.scale);
   pack.add_host(kUidScale, &s.scale);
   if (key.padding || key.right_bound || key.left_bound) pack.add_host(kUidNegInf, &s.neg_inf);
@@ -249,28 +255,23 @@ void add_common(VariantPack& pack, Scalars& s, const AttentionProblem& p, const 
     s.left_i = static_cast<int32_t>(m.left);
     pack.add_host(kUidLeftBound, key.bottom_right ? static_cast<void*>(&s.left_i) : static_cast<void*>(&s.left_f));
   }
-  if (key.padding) {
-    pack.add(kUidSeqLenQ, device_table(from_vector(m.seq_len_q, {m.b}), device));
-    pack.add(kUidSeqLenKv, device_table(from_vector(m.seq_len_kv, {m.b}), device));
+  if (key.padding) {  // the mapping's lengths (row_tables: uploaded once per mapping and stream)
+    pack.add(kUidSeqLenQ, tables.seq_len_q);
+    pack.add(kUidSeqLenKv, tables.seq_len_kv);
   }
   if (key.ragged) {
-    // Element offsets of each sequence's first token (token * row stride: strided views step over the
-    // other pieces of their rows); the last entry is the end of the storage.
-    auto offsets = [&](const std::vector<int64_t>& first, int64_t total_tokens, int64_t per_token, int64_t uid) {
-      std::vector<int64_t> values;
-      for (int64_t t : first) values.push_back(t * per_token);
-      values.push_back(total_tokens * per_token);
-      if (key.ragged_int64) {
-        pack.add(uid, device_table(from_vector(values, {m.b + 1}), device));
-      } else {
-        const std::vector<int32_t> narrow_values(values.begin(), values.end());
-        pack.add(uid, device_table(from_vector(narrow_values, {m.b + 1}), device));
-      }
-    };
-    offsets(m.q_token, p.s_q, layouts.q.row_stride, kUidOffsetQ);
-    offsets(m.kv_token, p.s_kv, layouts.k.row_stride, kUidOffsetK);
-    offsets(m.kv_token, p.s_kv, layouts.v.row_stride, kUidOffsetV);
-    offsets(m.q_token, p.s_q, layouts.o.row_stride, kUidOffsetO);
+    const std::array<int64_t, 4> strides{layouts.q.row_stride, layouts.k.row_stride, layouts.v.row_stride,
+                                         layouts.o.row_stride};
+    const std::array<const std::vector<int64_t>*, 4> first{&m.q_token, &m.kv_token, &m.kv_token, &m.q_token};
+    const std::array<int64_t, 4> total{p.s_q, p.s_kv, p.s_kv, p.s_q};
+    const std::array<int64_t, 4> uids{kUidOffsetQ, kUidOffsetK, kUidOffsetV, kUidOffsetO};
+    // The dense layouts' tables come with the row tables; strided views (other row strides) make theirs.
+    const bool dense = strides == tables.offset_row_strides && key.ragged_int64 == tables.offsets_int64;
+    for (size_t i = 0; i < 4; ++i) {
+      pack.add(uids[i], dense
+                            ? tables.offsets[i]
+                            : device_table(ragged_offsets(*first[i], total[i], strides[i], key.ragged_int64), device));
+    }
   }
 }
 
@@ -349,7 +350,7 @@ raw::AttentionForward run_forward(const Prepared& prepared, const ExecutionPlan&
   pack.add(kUidO, out);
   pack.add(kUidStats, stats);
   if (key.sink) pack.add(kUidSink, dense(p.sink, DType::f32));
-  add_common(pack, scalars, p, m, key, in.layouts, device);
+  add_common(pack, scalars, p, m, key, in.layouts, *tables, device);
   host.reset();
   {
     // The kernel alone (its GPU time), apart from the host work of the call around it.
@@ -408,7 +409,7 @@ raw::AttentionGrads run_backward(const Prepared& prepared, const ExecutionPlan& 
   if (!key.deterministic) {
     pack.add(kUidDqAccum, zeros({m.b, p.h_q, m.s_q, p.d_qk}, {.dtype = DType::f32, .device = device}));
   }
-  add_common(pack, scalars, p, m, key, in.layouts, device);
+  add_common(pack, scalars, p, m, key, in.layouts, *tables, device);
   host.reset();
   {
     const profile::Scope scope("attention/cudnn_backward_kernel", device);

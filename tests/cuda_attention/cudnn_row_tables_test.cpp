@@ -7,6 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <array>
 #include <optional>
 #include <vector>
 
@@ -35,6 +36,19 @@ AttentionProblem tile(const std::vector<int64_t>& lengths, int64_t offset) {
 }
 
 void expect_tables_of(const RowTables& t, const SdpaMapping& m, const AttentionProblem& p) {
+  ASSERT_TRUE(m.padding) << "thd maps with the padding mask";
+  EXPECT_EQ(t.seq_len_q.to_vector<int32_t>(), m.seq_len_q);
+  EXPECT_EQ(t.seq_len_kv.to_vector<int32_t>(), m.seq_len_kv);
+  // Dense (T, H, D) rows: q and o step h_q * d per token, k and v h_kv * d; small: i32.
+  EXPECT_EQ(t.offset_row_strides,
+            (std::array<int64_t, 4>{p.h_q * p.d_qk, p.h_kv * p.d_qk, p.h_kv * p.d_v, p.h_q * p.d_v}));
+  EXPECT_FALSE(t.offsets_int64);
+  EXPECT_EQ(t.offsets[0].to_vector<int32_t>(),
+            ragged_offsets(m.q_token, p.s_q, p.h_q * p.d_qk, false).to_vector<int32_t>());
+  EXPECT_EQ(t.offsets[1].to_vector<int32_t>(),
+            ragged_offsets(m.kv_token, p.s_kv, p.h_kv * p.d_qk, false).to_vector<int32_t>());
+  EXPECT_EQ(t.offsets[3].to_vector<int32_t>(),
+            ragged_offsets(m.q_token, p.s_q, p.h_q * p.d_v, false).to_vector<int32_t>());
   EXPECT_EQ(t.q_runs, flag_runs(m.q_undefined, kMaxFillRuns));
   EXPECT_EQ(t.kv_runs, flag_runs(m.kv_undefined, kMaxFillRuns));
   ASSERT_TRUE(m.ragged);
@@ -99,6 +113,15 @@ TEST(CudnnRowTables, EvictsTheLeastRecentlyUsed) {
   EXPECT_EQ(row_tables_stats().builds - before.builds, 1u);
   EXPECT_NE(again.get(), kept.get());
   expect_tables_of(*again, *m, first);
+}
+
+TEST(CudnnRowTables, RaggedOffsetsAreTokenTimesRowStrideThenTheEnd) {
+  const Tensor narrow = ragged_offsets({0, 40, 64}, 100, 16, false);
+  EXPECT_EQ(narrow.dtype(), DType::i32);
+  EXPECT_EQ(narrow.to_vector<int32_t>(), (std::vector<int32_t>{0, 640, 1024, 1600}));
+  const Tensor wide = ragged_offsets({0, 3}, 5, int64_t{1} << 30, true);
+  EXPECT_EQ(wide.dtype(), DType::i64);
+  EXPECT_EQ(wide.to_vector<int64_t>(), (std::vector<int64_t>{0, int64_t{3} << 30, int64_t{5} << 30}));
 }
 
 TEST(CudnnRowTables, RejectsAMissingOrUnsupportedMapping) {
