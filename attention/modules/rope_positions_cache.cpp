@@ -10,10 +10,15 @@
 namespace cpf::attention_modules {
 namespace {
 
-// One side's sequence arrays: what the positions of that side are made of.
+// One side's sequence arrays: what the positions of that side are made of. Owned by a cache entry;
+// a request only points at its SequenceInfo's (no copy on a hit).
 struct SideArrays {
   std::vector<int64_t> cu_seqlens, cu_seqlens_padded, positions;
-  bool operator==(const SideArrays&) const = default;
+};
+struct SideView {
+  const std::vector<int64_t>* cu_seqlens = nullptr;
+  const std::vector<int64_t>* cu_seqlens_padded = nullptr;
+  const std::vector<int64_t>* positions = nullptr;
 };
 
 struct Key {
@@ -24,18 +29,19 @@ struct Key {
   bool kv = false;
   int64_t cp_size = 1, cp_rank = 0;
   bool has_seq = false;
-  SideArrays side;  // empty without a SequenceInfo
 };
 
 // Cheap fields first; the arrays (up to one entry per token) last.
-bool same_key(const Key& a, const Key& b) {
-  return a.device == b.device && a.stream == b.stream && a.format == b.format && a.kv == b.kv &&
-         a.cp_size == b.cp_size && a.cp_rank == b.cp_rank && a.has_seq == b.has_seq && a.token_dims == b.token_dims &&
-         a.side == b.side;
+bool same_request(const Key& a, const SideArrays& stored, const Key& b, const SideView& side) {
+  if (!(a.device == b.device && a.stream == b.stream && a.format == b.format && a.kv == b.kv &&
+        a.cp_size == b.cp_size && a.cp_rank == b.cp_rank && a.has_seq == b.has_seq && a.token_dims == b.token_dims)) {
+    return false;
+  }
+  return !b.has_seq || (stored.cu_seqlens == *side.cu_seqlens && stored.cu_seqlens_padded == *side.cu_seqlens_padded &&
+                        stored.positions == *side.positions);
 }
 
-Key key_of(const Tensor& x_heads, QkvFormat format, const std::optional<SequenceInfo>& seq, bool kv, int64_t cp_size,
-           int64_t cp_rank) {
+Key key_of(const Tensor& x_heads, QkvFormat format, bool has_seq, bool kv, int64_t cp_size, int64_t cp_rank) {
   Key key;
   key.device = x_heads.device();
   key.stream = DeviceStream::current(x_heads.device()).handle();
@@ -45,16 +51,19 @@ Key key_of(const Tensor& x_heads, QkvFormat format, const std::optional<Sequence
   key.kv = kv;
   key.cp_size = cp_size;
   key.cp_rank = cp_rank;
-  key.has_seq = seq.has_value();
-  if (seq) {
-    key.side = kv ? SideArrays{seq->cu_seqlens_kv, seq->cu_seqlens_kv_padded, seq->kv_positions}
-                  : SideArrays{seq->cu_seqlens_q, seq->cu_seqlens_q_padded, seq->q_positions};
-  }
+  key.has_seq = has_seq;
   return key;
+}
+
+SideView side_of(const std::optional<SequenceInfo>& seq, bool kv) {
+  if (!seq) return {};
+  return kv ? SideView{&seq->cu_seqlens_kv, &seq->cu_seqlens_kv_padded, &seq->kv_positions}
+            : SideView{&seq->cu_seqlens_q, &seq->cu_seqlens_q_padded, &seq->q_positions};
 }
 
 struct Entry {
   Key key;
+  SideArrays side;  // empty without a SequenceInfo
   Tensor table;
 };
 
@@ -76,9 +85,10 @@ Tensor cached_rope_positions(const Tensor& x_heads, QkvFormat format, const std:
   CPF_CHECK(cp_size >= 1 && cp_rank >= 0 && cp_rank < cp_size, "rope positions: cp_rank ", cp_rank,
             " is not a rank of a CP group of size ", cp_size);
   Cache& cache = thread_cache();
-  Key key = key_of(x_heads, format, seq, kv, cp_size, cp_rank);
-  const auto hit =
-      std::find_if(cache.entries.begin(), cache.entries.end(), [&](const Entry& e) { return same_key(e.key, key); });
+  Key key = key_of(x_heads, format, seq.has_value(), kv, cp_size, cp_rank);
+  const SideView side = side_of(seq, kv);
+  const auto hit = std::find_if(cache.entries.begin(), cache.entries.end(),
+                                [&](const Entry& e) { return same_request(e.key, e.side, key, side); });
   if (hit != cache.entries.end()) {
     std::rotate(cache.entries.begin(), hit, hit + 1);
     ++cache.stats.hits;
@@ -87,7 +97,9 @@ Tensor cached_rope_positions(const Tensor& x_heads, QkvFormat format, const std:
   Tensor table = cp_size == 1 ? rope_positions(x_heads, format, seq, kv)
                               : cp_rope_positions(x_heads, format, seq, kv, cp_size, cp_rank);
   ++cache.stats.builds;
-  cache.entries.insert(cache.entries.begin(), Entry{std::move(key), table});
+  SideArrays stored;
+  if (seq) stored = {*side.cu_seqlens, *side.cu_seqlens_padded, *side.positions};
+  cache.entries.insert(cache.entries.begin(), Entry{std::move(key), std::move(stored), table});
   if (cache.entries.size() > kRopePositionsCacheEntries) cache.entries.pop_back();
   return table;
 }
