@@ -106,6 +106,19 @@ double time_call(Call&& call, Barrier&& barrier, Slowest&& slowest, int device, 
   return slowest(median(batches));
 }
 
+// A call's forward and backward under their own profile scopes (thd/forward, thd/backward), so that
+// --thd-profile splits the call; outside profiling they cost an NVTX range each.
+template <class F>
+auto forward_scope(F&& f) {
+  const profile::Scope scope("thd/forward");
+  return f();
+}
+template <class F>
+void backward_scope(F&& f) {
+  const profile::Scope scope("thd/backward");
+  f();
+}
+
 // Runs `calls` profiled calls of `call` on this rank's device (profile.h); `barrier` separates the
 // ranks' recording from the timed calls. Rank 0 (`first`) resets the table before and prints it after,
 // under `title`. Nothing when calls is 0.
@@ -161,8 +174,8 @@ inline double single_gpu(const Batch& b, double max_call_seconds, int profile_ca
     Inputs in(b.cu_padded.back(), Device::cuda(0), 7);
     const SequenceInfo seq = SequenceInfo::from_cu_seqlens(b.cu, b.cu_padded);
     auto call = [&] {
-      auto [out, lse] = dot_product_attention(in.q, in.k, in.v, spec(), seq);
-      backward({out}, {in.dout});
+      const Tensor out = forward_scope([&] { return dot_product_attention(in.q, in.k, in.v, spec(), seq).out; });
+      backward_scope([&] { backward({out}, {in.dout}); });
       in.clear_grads();
     };
     seconds = time_call(
@@ -198,8 +211,9 @@ inline double multi_gpu(const Batch& b, int ranks, cp::CommType comm, int head_g
                    Inputs in(b.cu_padded.back() / ranks, ctx.device, 100 + static_cast<uint64_t>(ctx.rank));
                    const SequenceInfo seq = SequenceInfo::from_cu_seqlens(b.cu, b.cu_padded);  // global
                    auto call = [&] {
-                     auto [out, lse] = cp::context_parallel_attention(in.q, in.k, in.v, spec(), seq, config);
-                     backward({out}, {in.dout});
+                     const Tensor out = forward_scope(
+                         [&] { return cp::context_parallel_attention(in.q, in.k, in.v, spec(), seq, config).out; });
+                     backward_scope([&] { backward({out}, {in.dout}); });
                      in.clear_grads();
                    };
                    auto slowest = [&](double s) {
