@@ -11,6 +11,8 @@
 //                          now, twice before (the backend check and the call each mapped it). Only in a
 //                          build with cuDNN (build/gpushared); it needs no GPU.
 //   BM_CudnnRowTables{PerCall,Cached}/<tile>  a thd tile's fix-up tables per call vs cudnn_row_tables
+//   BM_CudnnSmallTablesPerCall/<tile>  the padding lengths and ragged offsets per call (now row tables)
+//   BM_SelectAndLogBackend/<tile>  backend choice plus the once-per-configuration log check
 //   BM_CudnnPrepare/<tile> the cuDNN preparation of a tile (checks, cached mapping, key, layouts)
 //   BM_RopePositions{Built,Cached}  a CP rank's RoPE positions per call vs rope_positions_cache
 //
@@ -24,6 +26,7 @@
 #include "attention/modules/attention_layout.h"
 #include "attention/modules/rope_positions_cache.h"
 #if CPF_BENCH_CUDNN_MAPPING
+#include "attention/cuda/backend_selection.h"
 #include "attention/cuda/cudnn_mapping_cache.h"
 #include "attention/cuda/cudnn_row_tables.h"
 #include "attention/cuda/cudnn_sdpa.h"
@@ -146,6 +149,36 @@ void BM_CudnnRowTablesCached(benchmark::State& state) {
 }
 BENCHMARK(BM_CudnnRowTablesCached)->DenseRange(0, 2)->Unit(benchmark::kMicrosecond);
 
+// A thd tile's small per-call tables before the row tables kept them: both padding lengths and the four
+// ragged offset tables (b + 1 entries), each made a tensor and looked up by content in device_table.
+void BM_CudnnSmallTablesPerCall(benchmark::State& state) {
+  using namespace attention_cuda;
+  using namespace attention_cuda::cudnn;
+  const AttentionProblem p = ring_tile(state.range(0));
+  const auto m = cached_mapping(p);
+  const int64_t row = p.h_q * p.d_qk;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(device_table(from_vector(m->seq_len_q, {m->b}), Device::cpu()));
+    benchmark::DoNotOptimize(device_table(from_vector(m->seq_len_kv, {m->b}), Device::cpu()));
+    for (int i = 0; i < 4; ++i) {
+      benchmark::DoNotOptimize(
+          device_table(ragged_offsets(i % 3 == 0 ? m->q_token : m->kv_token, i % 3 == 0 ? p.s_q : p.s_kv, row, false),
+                       Device::cpu()));
+    }
+  }
+}
+BENCHMARK(BM_CudnnSmallTablesPerCall)->DenseRange(0, 2)->Unit(benchmark::kMicrosecond);
+
+// Backend selection of one ring tile without a GPU (cuDNN answers "no CUDA device is visible", after
+// its checks and mapping lookup): the choice and the once-per-configuration log line's key.
+void BM_SelectAndLogBackend(benchmark::State& state) {
+  const AttentionProblem p = ring_tile(state.range(0));
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(attention_cuda::select_and_log_backend(p, DType::bf16, false, false, Device::cuda(0)));
+  }
+}
+BENCHMARK(BM_SelectAndLogBackend)->DenseRange(0, 2)->Unit(benchmark::kMicrosecond);
+
 // The cuDNN preparation of one ring tile without a GPU: the checks, the cached mapping, the key and
 // layouts (unsupported_reason stops at "no CUDA device is visible", after all of that).
 void BM_CudnnPrepare(benchmark::State& state) {
@@ -156,16 +189,16 @@ void BM_CudnnPrepare(benchmark::State& state) {
 BENCHMARK(BM_CudnnPrepare)->DenseRange(0, 2)->Unit(benchmark::kMicrosecond);
 #endif
 
-// RoPE positions of a CP rank (cp = 4, rank 1) for x (1, tokens / 4, 12, 64) bshd: built per call (one
-// sequence per row; the SequenceInfo the trainer passes, when it passes one) and from the cache. On
-// a GPU the built path also uploads the table each call.
+// RoPE positions of a CP rank (cp = 4, rank 1) for x (tokens / 4, 12, 64) thd, one sequence of
+// `tokens` (what the GPT passes: its batches are thd): built per call as before (the shard's positions
+// and the q/k comparison of the resolved positions) and from the cache. On a GPU the built path also
+// uploads the table each call.
 void BM_RopePositionsBuilt(benchmark::State& state) {
   const int64_t tokens = state.range(0);
-  const Tensor x = empty({1, tokens / kCp, kHeads, kDim}, {.dtype = DType::bf16});
-  const std::optional<SequenceInfo> seq = SequenceInfo::from_lengths({tokens}, tokens);
+  const Tensor x = empty({tokens / kCp, kHeads, kDim}, {.dtype = DType::bf16});
+  const std::optional<SequenceInfo> seq = SequenceInfo::from_cu_seqlens({0, tokens}, {0, tokens});
   for (auto _ : state) {
-    const Tensor q = attention_modules::cp_rope_positions(x, QkvFormat::bshd, seq, false, kCp, 1);
-    benchmark::DoNotOptimize(q);
+    benchmark::DoNotOptimize(attention_modules::cp_rope_positions(x, QkvFormat::thd, seq, false, kCp, 1));
     benchmark::DoNotOptimize(seq->resolved_q_positions() == seq->resolved_kv_positions());  // the q/k check
   }
 }
@@ -173,10 +206,10 @@ BENCHMARK(BM_RopePositionsBuilt)->Arg(32768)->Arg(131072)->Unit(benchmark::kMicr
 
 void BM_RopePositionsCached(benchmark::State& state) {
   const int64_t tokens = state.range(0);
-  const Tensor x = empty({1, tokens / kCp, kHeads, kDim}, {.dtype = DType::bf16});
-  const std::optional<SequenceInfo> seq = SequenceInfo::from_lengths({tokens}, tokens);
+  const Tensor x = empty({tokens / kCp, kHeads, kDim}, {.dtype = DType::bf16});
+  const std::optional<SequenceInfo> seq = SequenceInfo::from_cu_seqlens({0, tokens}, {0, tokens});
   for (auto _ : state) {
-    benchmark::DoNotOptimize(attention_modules::cached_rope_positions(x, QkvFormat::bshd, seq, false, kCp, 1));
+    benchmark::DoNotOptimize(attention_modules::cached_rope_positions(x, QkvFormat::thd, seq, false, kCp, 1));
     benchmark::DoNotOptimize(attention_modules::same_rope_positions(*seq));
   }
 }
