@@ -5,7 +5,8 @@
 //
 //   BM_RankLayoutsBuilt    the P single-rank layouts built anew (what p2p did every pass)
 //   BM_RankLayoutsCached   the same from cached_rank_layouts (what p2p does now)
-//   BM_RingTileInfos       one pass's P pair_sequence_info + any_visible (per ring step)
+//   BM_RingTileInfos       one pass's P pair_sequence_info + any_visible (per ring step), as made before
+//   BM_RingTilesCached     the same from cached_ring_tiles (what p2p does now)
 //   BM_TileProblem         check_attention_inputs of one ring tile (every attention call; unchanged)
 //   BM_CudnnMapping/<tile> map_to_cudnn of one ring tile (0 diagonal, 1 lower, 2 upper): once per call
 //                          now, twice before (the backend check and the call each mapped it). Only in a
@@ -78,6 +79,12 @@ void BM_RingTileInfos(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_RingTileInfos)->Arg(32768)->Arg(131072)->Unit(benchmark::kMicrosecond);
+
+void BM_RingTilesCached(benchmark::State& state) {
+  const auto layouts = cp::cached_rank_layouts(sequence(state.range(0)), kCp);
+  for (auto _ : state) benchmark::DoNotOptimize(cp::cached_ring_tiles(layouts, 1, {-1, 0}));
+}
+BENCHMARK(BM_RingTilesCached)->Arg(32768)->Arg(131072)->Unit(benchmark::kMicrosecond);
 
 void BM_TileProblem(benchmark::State& state) {
   const auto layouts = cp::cached_rank_layouts(sequence(state.range(0)), kCp);

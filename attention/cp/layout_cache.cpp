@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "framework/core/error.h"
+
 namespace cpf::cp {
 namespace {
 
@@ -54,6 +56,36 @@ std::shared_ptr<const std::vector<GroupLayout>> cached_rank_layouts(const Global
     for (int r = 0; r < static_cast<int>(cp_size); ++r) layouts.push_back(make_group_layout(global, cp_size, {r}));
     return layouts;
   });
+}
+
+std::shared_ptr<const std::vector<RingTile>> cached_ring_tiles(
+    const std::shared_ptr<const std::vector<GroupLayout>>& layouts, int me, const AttentionWindow& window) {
+  CPF_CHECK(layouts != nullptr && me >= 0 && me < static_cast<int>(layouts->size()), "cached_ring_tiles: rank ", me,
+            " is not one of the ", layouts ? layouts->size() : 0, " layouts");
+  struct TilesEntry {
+    std::shared_ptr<const std::vector<GroupLayout>> layouts;  // held: the identity stays unique
+    int me = 0;
+    AttentionWindow window;
+    std::shared_ptr<const std::vector<RingTile>> tiles;
+  };
+  thread_local std::vector<TilesEntry> entries;
+  const auto hit = std::find_if(entries.begin(), entries.end(), [&](const TilesEntry& e) {
+    return e.layouts == layouts && e.me == me && e.window == window;
+  });
+  if (hit != entries.end()) {
+    std::rotate(entries.begin(), hit, hit + 1);
+    return entries.front().tiles;
+  }
+  auto tiles = std::make_shared<std::vector<RingTile>>(layouts->size());
+  const GroupLayout& mine = (*layouts)[static_cast<size_t>(me)];
+  for (size_t s = 0; s < layouts->size(); ++s) {
+    RingTile& tile = (*tiles)[s];
+    tile.visible = any_visible(mine, (*layouts)[s], window);
+    if (tile.visible) tile.pair = pair_sequence_info(mine, (*layouts)[s]);
+  }
+  entries.insert(entries.begin(), TilesEntry{layouts, me, window, tiles});
+  if (entries.size() > kLayoutCacheEntries) entries.pop_back();
+  return tiles;
 }
 
 }  // namespace cpf::cp

@@ -39,8 +39,9 @@
 // global out and lse, so they are exact additive contributions and need no rescaling. dQ stays on the
 // rank in fp32; each tile's dQ is added with cp::accumulate (lse_merge.h), read in its own dtype.
 //
-// Host work per pass: the P single-rank layouts come from the per-thread layout cache
-// (cached_rank_layouts), so only the first pass of a batch shape builds them.
+// Host work per pass: the P single-rank layouts and this rank's ring tiles (each step's visibility and
+// pair SequenceInfo) come from the per-thread layout cache (cached_rank_layouts, cached_ring_tiles), so
+// only the first pass of a batch shape builds them.
 //
 // Profile scopes (framework/tensor/profile.h) per step: cp/p2p/pack (posting the shift: receive
 // buffers, the sends), cp/p2p/wait (the compute stream waiting for the block), cp/p2p/tile,
@@ -127,6 +128,13 @@ const DeviceStream& ring_side_stream(Device device) {
   return streams.back();
 }
 
+// Step src's pair info: the cached one (no copy), or one made into `made`.
+const SequenceInfo& pair_of(const std::vector<RingTile>* tiles, const std::vector<GroupLayout>& layouts, int me,
+                            int src, std::optional<SequenceInfo>& made) {
+  if (tiles != nullptr) return (*tiles)[static_cast<size_t>(src)].pair;
+  return made.emplace(pair_sequence_info(layouts[static_cast<size_t>(me)], layouts[static_cast<size_t>(src)]));
+}
+
 // The P single-rank layouts, from the per-thread layout cache: every layer's pass of a batch shape
 // after the first costs one key comparison instead of P layout builds.
 std::shared_ptr<const std::vector<GroupLayout>> single_rank_layouts(const CpContext& ctx) {
@@ -198,7 +206,7 @@ class ForwardTiles {
 }  // namespace
 
 CpForward ring_forward(const CpContext& ctx, dist::ProcessGroup& group, const std::vector<GroupLayout>& layouts,
-                       const Tensor& q, const Tensor& k, const Tensor& v) {
+                       const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<RingTile>* tiles_of) {
   const int n = group.size(), me = group.rank();
   const AttentionWindow window = effective_window(ctx.spec);
   Block block = travelling_block(ctx, k, v);
@@ -207,7 +215,7 @@ CpForward ring_forward(const CpContext& ctx, dist::ProcessGroup& group, const st
   dist::WorkPtr arriving;  // the shift that brings this step's block
   for (int step = 0; step < n; ++step) {
     const int src = (me - step + n) % n;
-    const bool visible = any_visible(layouts[me], layouts[src], window);
+    const bool visible = tiles_of ? (*tiles_of)[src].visible : any_visible(layouts[me], layouts[src], window);
     if (arriving) {
       // Only the stream of this step's tile waits for the transfer (on NCCL the host does not wait).
       const DeviceStream& stream = tiles.next_stream();
@@ -224,7 +232,8 @@ CpForward ring_forward(const CpContext& ctx, dist::ProcessGroup& group, const st
     }
     ctx.stats->ring_steps += 1;
     if (visible) {
-      tiles.compute(q, block, pair_sequence_info(layouts[me], layouts[src]));
+      std::optional<SequenceInfo> made;
+      tiles.compute(q, block, pair_of(tiles_of, layouts, me, src, made));
     } else {
       ctx.stats->ring_steps_skipped += 1;  // the whole tile is outside the mask or window
     }
@@ -284,7 +293,7 @@ Block partial_sum(const Block& mine, const Block& received, const Block& like, D
 
 CpGrads ring_backward(const CpContext& ctx, dist::ProcessGroup& group, const std::vector<GroupLayout>& layouts,
                       const Tensor& dout, const Tensor& dlse, const Tensor& q, const Tensor& k, const Tensor& v,
-                      const CpSaved& saved) {
+                      const CpSaved& saved, const std::vector<RingTile>* tiles_of) {
   const int n = group.size(), me = group.rank();
   const int prev = (me + n - 1) % n;
   const AttentionWindow window = effective_window(ctx.spec);
@@ -302,8 +311,9 @@ CpGrads ring_backward(const CpContext& ctx, dist::ProcessGroup& group, const std
       shift = post_shift(ctx, group, block, layouts[(src + n - 1) % n].tokens(), kKTag, kVTag);
     }
     Block mine;  // this rank's contribution to block src
-    if (any_visible(layouts[me], layouts[src], window)) {
-      mine = tile_grads(ctx, block, pair_sequence_info(layouts[me], layouts[src]), dout, dlse, q, saved, acc, dq);
+    if (tiles_of ? (*tiles_of)[src].visible : any_visible(layouts[me], layouts[src], window)) {
+      std::optional<SequenceInfo> made;
+      mine = tile_grads(ctx, block, pair_of(tiles_of, layouts, me, src, made), dout, dlse, q, saved, acc, dq);
     }
     if (grad_shift) {
       const profile::Scope wait("cp/p2p/backward/wait");
@@ -329,13 +339,19 @@ CpGrads ring_backward(const CpContext& ctx, dist::ProcessGroup& group, const std
   return {raw::to(dq, q.dtype()), raw::to(grad_in.k, k.dtype()), raw::to(grad_in.v, v.dtype())};
 }
 
+// The layouts and this rank's ring tiles both come from the per-thread caches (layout_cache.h): after
+// the first layer of a batch shape, a pass makes no layout, visibility or pair info.
 CpForward p2p_forward(const CpContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v) {
-  return with_sink(ctx, ring_forward(ctx, *ctx.config.group, *single_rank_layouts(ctx), q, k, v));
+  const auto layouts = single_rank_layouts(ctx);
+  const auto tiles = cached_ring_tiles(layouts, ctx.config.group->rank(), effective_window(ctx.spec));
+  return with_sink(ctx, ring_forward(ctx, *ctx.config.group, *layouts, q, k, v, tiles.get()));
 }
 
 CpGrads p2p_backward(const CpContext& ctx, const Tensor& dout, const Tensor& dlse, const Tensor& q, const Tensor& k,
                      const Tensor& v, const CpSaved& saved) {
-  return ring_backward(ctx, *ctx.config.group, *single_rank_layouts(ctx), dout, dlse, q, k, v, saved);
+  const auto layouts = single_rank_layouts(ctx);
+  const auto tiles = cached_ring_tiles(layouts, ctx.config.group->rank(), effective_window(ctx.spec));
+  return ring_backward(ctx, *ctx.config.group, *layouts, dout, dlse, q, k, v, saved, tiles.get());
 }
 
 }  // namespace cpf::cp

@@ -8,6 +8,7 @@
 #include "attention/cp/context_parallel.h"
 #include "attention/cp/latent_kv.h"
 #include "attention/cp/layout.h"
+#include "attention/cp/layout_cache.h"
 
 namespace cpf::cp {
 
@@ -79,12 +80,14 @@ CpForward with_sink(const CpContext& ctx, CpForward forward, int64_t first_head 
 
 // The ring over `group`: member j of the group holds storage layouts[j] (sequence-major); q, k, v
 // are in layouts[group.rank()]. Used by p2p (one rank per member) and a2a+p2p (one a2a group per
-// member). lse of the result is (Hq, T).
+// member). lse of the result is (Hq, T). `tiles`, when given, is cached_ring_tiles(layouts,
+// group.rank(), the spec's window) (layout_cache.h): the steps' visibility and pair infos are then
+// read from it instead of being made again.
 CpForward ring_forward(const CpContext& ctx, dist::ProcessGroup& group, const std::vector<GroupLayout>& layouts,
-                       const Tensor& q, const Tensor& k, const Tensor& v);
+                       const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<RingTile>* tiles = nullptr);
 CpGrads ring_backward(const CpContext& ctx, dist::ProcessGroup& group, const std::vector<GroupLayout>& layouts,
                       const Tensor& dout, const Tensor& dlse, const Tensor& q, const Tensor& k, const Tensor& v,
-                      const CpSaved& saved);
+                      const CpSaved& saved, const std::vector<RingTile>* tiles = nullptr);
 
 // Ulysses exchange on `group` (size A): a local (T, H, D) tensor of this member's tokens becomes
 // (A*T, H/A, D) holding every member's tokens (member-major) for this member's head slice; and back.

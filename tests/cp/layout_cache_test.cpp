@@ -4,6 +4,11 @@
 
 #include "attention/cp/layout_cache.h"
 
+#include <memory>
+#include <string>
+
+#include "framework/core/error.h"
+
 namespace cpf::cp {
 namespace {
 
@@ -66,6 +71,68 @@ TEST(LayoutCache, RankLayoutsAreTheSingleRankLayoutsSharedForAnEqualKey) {
   EXPECT_NE(two.get(), ranks.get());
   EXPECT_EQ(two->size(), 2u);
   EXPECT_NE(cached_rank_layouts(batch(12, 16), 4).get(), ranks.get());
+}
+
+// The tiles equal what the ring made per step; a repeat is shared; another window, rank or layouts
+// object gets its own (a sliding window that hides a whole step must not be served a causal answer).
+void expect_tiles_of(const std::vector<RingTile>& tiles, const std::vector<GroupLayout>& layouts, int me,
+                     const AttentionWindow& window) {
+  ASSERT_EQ(tiles.size(), layouts.size());
+  for (size_t s = 0; s < layouts.size(); ++s) {
+    const bool visible = any_visible(layouts[me], layouts[s], window);
+    EXPECT_EQ(tiles[s].visible, visible) << "source " << s;
+    if (!visible) continue;
+    const SequenceInfo want = pair_sequence_info(layouts[me], layouts[s]);
+    EXPECT_EQ(tiles[s].pair.cu_seqlens_q, want.cu_seqlens_q);
+    EXPECT_EQ(tiles[s].pair.cu_seqlens_kv_padded, want.cu_seqlens_kv_padded);
+    EXPECT_EQ(tiles[s].pair.q_positions, want.q_positions);
+    EXPECT_EQ(tiles[s].pair.kv_positions, want.kv_positions);
+  }
+}
+
+TEST(LayoutCache, RingTilesAreTheStepsVisibilityAndPairInfos) {
+  const auto layouts = cached_rank_layouts(batch(64, 64), 4);  // chunks of 8 tokens
+  const AttentionWindow causal{-1, 0}, narrow{4, 0};
+  const auto first = cached_ring_tiles(layouts, 1, causal);
+  expect_tiles_of(*first, *layouts, 1, causal);
+  EXPECT_EQ(cached_ring_tiles(layouts, 1, causal).get(), first.get());
+  // Rank 1 (chunks 1 and 6) sees rank 3 (chunks 3 and 4) causally, but not within 4 positions.
+  EXPECT_TRUE((*first)[3].visible);
+  const auto windowed = cached_ring_tiles(layouts, 1, narrow);
+  EXPECT_NE(windowed.get(), first.get());
+  EXPECT_FALSE((*windowed)[3].visible);
+  expect_tiles_of(*windowed, *layouts, 1, narrow);
+  const auto other_rank = cached_ring_tiles(layouts, 2, causal);
+  EXPECT_NE(other_rank.get(), first.get());
+  expect_tiles_of(*other_rank, *layouts, 2, causal);
+  // Equal layouts in another object: keyed by the object, so built again (with equal contents).
+  const auto copy = std::make_shared<const std::vector<GroupLayout>>(*layouts);
+  const auto from_copy = cached_ring_tiles(copy, 1, causal);
+  EXPECT_NE(from_copy.get(), first.get());
+  expect_tiles_of(*from_copy, *copy, 1, causal);
+}
+
+TEST(LayoutCache, RingTilesOfAnotherBatchAreItsOwn) {
+  const AttentionWindow causal{-1, 0};
+  const auto a = cached_rank_layouts(batch(64, 64), 4);
+  const auto b = cached_rank_layouts(batch(40, 64), 4);  // 24 padded tokens: other lengths
+  for (int round = 0; round < 2; ++round) {
+    expect_tiles_of(*cached_ring_tiles(a, 0, causal), *a, 0, causal);
+    expect_tiles_of(*cached_ring_tiles(b, 0, causal), *b, 0, causal);
+  }
+  EXPECT_NE((*cached_ring_tiles(a, 0, causal))[0].pair.cu_seqlens_q,
+            (*cached_ring_tiles(b, 0, causal))[0].pair.cu_seqlens_q);
+}
+
+TEST(LayoutCache, RingTilesRejectARankOutsideTheLayouts) {
+  const auto layouts = cached_rank_layouts(batch(64, 64), 4);
+  try {
+    cached_ring_tiles(layouts, 4, {-1, 0});
+    ADD_FAILURE() << "rank 4 of 4 layouts was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cached_ring_tiles: rank 4 is not one of the 4 layouts"), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace
