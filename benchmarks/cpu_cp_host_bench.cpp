@@ -1,7 +1,8 @@
 // Host-side preparation of one CP attention layer, per function, at 8k tokens per rank (cp = 4, one
 // causal sequence of 32k tokens) and at 32k per rank (128k tokens): the work p2p (ring attention) does
 // on the host for a pass before and between its kernels, in series with the GPU. The attention itself
-// is left out (on the CPU device it would dominate everything).
+// is left out (on the CPU device it would dominate everything). Rows with a last argument of 85 run
+// the 32k tokens as 85 packed documents instead of one sequence; <tile> rows are at 32k tokens.
 //
 //   BM_RankLayoutsBuilt    the P single-rank layouts built anew (what p2p did every pass)
 //   BM_RankLayoutsCached   the same from cached_rank_layouts (what p2p does now)
@@ -20,6 +21,8 @@
 //   build/cpu/benchmarks/cpu_cp_host_bench
 //   build/gpushared/benchmarks/cpu_cp_host_bench --benchmark_filter=Mapping
 #include <benchmark/benchmark.h>
+
+#include <algorithm>
 
 #include "attention/attention_problem.h"
 #include "attention/cp/layout.h"
@@ -42,11 +45,21 @@ using namespace cpf;
 
 constexpr int64_t kCp = 4, kHeads = 12, kDim = 64;
 
-// One causal sequence of `tokens` (thd), as CP sees it.
-cp::GlobalSequences sequence(int64_t tokens) {
+// `docs` causal sequences filling `tokens` (thd), as CP sees them: one, or packed documents of uneven
+// lengths (a fixed pattern between 1/2 and 3/2 of the mean, each padded to a multiple of 2 * cp, the
+// last taking the rest), like gpu_cp_bench's 85 packed documents.
+cp::GlobalSequences sequence(int64_t tokens, int64_t docs = 1) {
   cp::GlobalSequences g;
-  g.cu_seqlens = {0, tokens};
-  g.cu_seqlens_padded = {0, tokens};
+  g.cu_seqlens = {0};
+  g.cu_seqlens_padded = {0};
+  const int64_t mean = tokens / docs, pad = 2 * kCp;
+  for (int64_t d = 0; d < docs; ++d) {
+    const int64_t left = tokens - g.cu_seqlens_padded.back();
+    const int64_t real = d + 1 == docs ? left : std::min(left, mean / 2 + (d * 37 % 97) * mean / 97);
+    g.cu_seqlens.push_back(g.cu_seqlens.back() + real);
+    g.cu_seqlens_padded.push_back(g.cu_seqlens_padded.back() + (real + pad - 1) / pad * pad);
+  }
+  g.cu_seqlens_padded.back() = std::max(g.cu_seqlens_padded.back(), tokens);
   return g;
 }
 
@@ -67,7 +80,7 @@ void BM_RankLayoutsCached(benchmark::State& state) {
 BENCHMARK(BM_RankLayoutsCached)->Arg(32768)->Arg(131072)->Unit(benchmark::kMicrosecond);
 
 void BM_RingTileInfos(benchmark::State& state) {
-  const auto layouts = cp::cached_rank_layouts(sequence(state.range(0)), kCp);
+  const auto layouts = cp::cached_rank_layouts(sequence(state.range(0), state.range(1)), kCp);
   const AttentionWindow causal{-1, 0};
   for (auto _ : state) {
     for (int step = 0; step < kCp; ++step) {
@@ -78,27 +91,28 @@ void BM_RingTileInfos(benchmark::State& state) {
     }
   }
 }
-BENCHMARK(BM_RingTileInfos)->Arg(32768)->Arg(131072)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_RingTileInfos)->Args({32768, 1})->Args({131072, 1})->Args({32768, 85})->Unit(benchmark::kMicrosecond);
 
 void BM_RingTilesCached(benchmark::State& state) {
-  const auto layouts = cp::cached_rank_layouts(sequence(state.range(0)), kCp);
+  const auto layouts = cp::cached_rank_layouts(sequence(state.range(0), state.range(1)), kCp);
   for (auto _ : state) benchmark::DoNotOptimize(cp::cached_ring_tiles(layouts, 1, {-1, 0}));
 }
-BENCHMARK(BM_RingTilesCached)->Arg(32768)->Arg(131072)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_RingTilesCached)->Args({32768, 1})->Args({131072, 1})->Args({32768, 85})->Unit(benchmark::kMicrosecond);
 
 void BM_TileProblem(benchmark::State& state) {
-  const auto layouts = cp::cached_rank_layouts(sequence(state.range(0)), kCp);
+  const auto layouts = cp::cached_rank_layouts(sequence(state.range(0), state.range(1)), kCp);
   const SequenceInfo pair = cp::pair_sequence_info((*layouts)[1], (*layouts)[0]);  // a lower tile
   const Tensor q = empty({(*layouts)[1].tokens(), kHeads, kDim}, {.dtype = DType::bf16});
   const AttentionSpec spec{.qkv_format = QkvFormat::thd, .mask = MaskType::causal};
   for (auto _ : state) benchmark::DoNotOptimize(check_attention_inputs(q, q, q, spec, pair, {}));
 }
-BENCHMARK(BM_TileProblem)->Arg(32768)->Arg(131072)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_TileProblem)->Args({32768, 1})->Args({131072, 1})->Args({32768, 85})->Unit(benchmark::kMicrosecond);
 
 #if CPF_BENCH_CUDNN_MAPPING
-// Rank 1's tile against the KV block of rank 1 (diagonal), 0 (lower) or 3 (upper), at 32k tokens.
-AttentionProblem ring_tile(int64_t tile) {
-  const auto layouts = cp::cached_rank_layouts(sequence(32768), kCp);
+// Rank 1's tile against the KV block of rank 1 (diagonal), 0 (lower) or 3 (upper), at 32k tokens in
+// `docs` documents.
+AttentionProblem ring_tile(int64_t tile, int64_t docs) {
+  const auto layouts = cp::cached_rank_layouts(sequence(32768, docs), kCp);
   const int src = tile == 0 ? 1 : tile == 1 ? 0 : 3;
   const SequenceInfo pair = cp::pair_sequence_info((*layouts)[1], (*layouts)[static_cast<size_t>(src)]);
   const Tensor q = empty({(*layouts)[1].tokens(), kHeads, kDim}, {.dtype = DType::bf16});
@@ -107,20 +121,20 @@ AttentionProblem ring_tile(int64_t tile) {
 }
 
 void BM_CudnnMapping(benchmark::State& state) {
-  const AttentionProblem p = ring_tile(state.range(0));
+  const AttentionProblem p = ring_tile(state.range(0), state.range(1));
   for (auto _ : state) benchmark::DoNotOptimize(attention_cuda::cudnn::map_to_cudnn(p));
 }
-BENCHMARK(BM_CudnnMapping)->DenseRange(0, 2)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_CudnnMapping)->ArgsProduct({{0, 1, 2}, {1, 85}})->Unit(benchmark::kMicrosecond);
 
 void BM_CudnnMappingCached(benchmark::State& state) {
-  const AttentionProblem p = ring_tile(state.range(0));
+  const AttentionProblem p = ring_tile(state.range(0), state.range(1));
   for (auto _ : state) benchmark::DoNotOptimize(attention_cuda::cudnn::cached_mapping(p));
 }
-BENCHMARK(BM_CudnnMappingCached)->DenseRange(0, 2)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_CudnnMappingCached)->ArgsProduct({{0, 1, 2}, {1, 85}})->Unit(benchmark::kMicrosecond);
 
 void BM_CudnnRowTables(benchmark::State& state) {
   using namespace attention_cuda::cudnn;
-  const AttentionProblem p = ring_tile(state.range(0));
+  const AttentionProblem p = ring_tile(state.range(0), state.range(1));
   const auto m = cached_mapping(p);
   for (auto _ : state) {
     benchmark::DoNotOptimize(packed_to_padded(p, *m));
@@ -129,7 +143,7 @@ void BM_CudnnRowTables(benchmark::State& state) {
     benchmark::DoNotOptimize(flag_runs(m->kv_undefined, kMaxFillRuns));
   }
 }
-BENCHMARK(BM_CudnnRowTables)->DenseRange(0, 2)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_CudnnRowTables)->ArgsProduct({{0, 1, 2}, {1, 85}})->Unit(benchmark::kMicrosecond);
 
 // What a thd tile's fix-ups prepared per call before cudnn_row_tables: both index tables built, made
 // tensors and looked up by content in device_table (on the CPU device here: the same hashing), and
@@ -137,7 +151,7 @@ BENCHMARK(BM_CudnnRowTables)->DenseRange(0, 2)->Unit(benchmark::kMicrosecond);
 void BM_CudnnRowTablesPerCall(benchmark::State& state) {
   using namespace attention_cuda;
   using namespace attention_cuda::cudnn;
-  const AttentionProblem p = ring_tile(state.range(0));
+  const AttentionProblem p = ring_tile(state.range(0), state.range(1));
   const auto m = cached_mapping(p);
   for (auto _ : state) {
     const std::vector<int64_t> lse = packed_to_padded(p, *m), stats = padded_to_packed(*m);
@@ -147,21 +161,21 @@ void BM_CudnnRowTablesPerCall(benchmark::State& state) {
     benchmark::DoNotOptimize(flag_runs(m->kv_undefined, kMaxFillRuns));
   }
 }
-BENCHMARK(BM_CudnnRowTablesPerCall)->DenseRange(0, 2)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_CudnnRowTablesPerCall)->ArgsProduct({{0, 1, 2}, {1, 85}})->Unit(benchmark::kMicrosecond);
 
 void BM_CudnnRowTablesCached(benchmark::State& state) {
-  const AttentionProblem p = ring_tile(state.range(0));
+  const AttentionProblem p = ring_tile(state.range(0), state.range(1));
   const auto m = attention_cuda::cudnn::cached_mapping(p);
   for (auto _ : state) benchmark::DoNotOptimize(attention_cuda::cudnn::row_tables(m, p, Device::cpu()));
 }
-BENCHMARK(BM_CudnnRowTablesCached)->DenseRange(0, 2)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_CudnnRowTablesCached)->ArgsProduct({{0, 1, 2}, {1, 85}})->Unit(benchmark::kMicrosecond);
 
 // A thd tile's small per-call tables before the row tables kept them: both padding lengths and the four
 // ragged offset tables (b + 1 entries), each made a tensor and looked up by content in device_table.
 void BM_CudnnSmallTablesPerCall(benchmark::State& state) {
   using namespace attention_cuda;
   using namespace attention_cuda::cudnn;
-  const AttentionProblem p = ring_tile(state.range(0));
+  const AttentionProblem p = ring_tile(state.range(0), state.range(1));
   const auto m = cached_mapping(p);
   const int64_t row = p.h_q * p.d_qk;
   for (auto _ : state) {
@@ -174,26 +188,26 @@ void BM_CudnnSmallTablesPerCall(benchmark::State& state) {
     }
   }
 }
-BENCHMARK(BM_CudnnSmallTablesPerCall)->DenseRange(0, 2)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_CudnnSmallTablesPerCall)->ArgsProduct({{0, 1, 2}, {1, 85}})->Unit(benchmark::kMicrosecond);
 
 // Backend selection of one ring tile without a GPU (cuDNN answers "no CUDA device is visible", after
 // its checks and mapping lookup): the choice and the once-per-configuration log line's key.
 void BM_SelectAndLogBackend(benchmark::State& state) {
-  const AttentionProblem p = ring_tile(state.range(0));
+  const AttentionProblem p = ring_tile(state.range(0), state.range(1));
   for (auto _ : state) {
     benchmark::DoNotOptimize(attention_cuda::select_and_log_backend(p, DType::bf16, false, false, Device::cuda(0)));
   }
 }
-BENCHMARK(BM_SelectAndLogBackend)->DenseRange(0, 2)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_SelectAndLogBackend)->ArgsProduct({{0, 1, 2}, {1, 85}})->Unit(benchmark::kMicrosecond);
 
 // The cuDNN preparation of one ring tile without a GPU: the checks, the cached mapping, the key and
 // layouts (unsupported_reason stops at "no CUDA device is visible", after all of that).
 void BM_CudnnPrepare(benchmark::State& state) {
-  const AttentionProblem p = ring_tile(state.range(0));
+  const AttentionProblem p = ring_tile(state.range(0), state.range(1));
   for (auto _ : state)
     benchmark::DoNotOptimize(attention_cuda::cudnn::unsupported_reason(p, DType::bf16, false, false));
 }
-BENCHMARK(BM_CudnnPrepare)->DenseRange(0, 2)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_CudnnPrepare)->ArgsProduct({{0, 1, 2}, {1, 85}})->Unit(benchmark::kMicrosecond);
 #endif
 
 // RoPE positions of a CP rank (cp = 4, rank 1) for x (tokens / 4, 12, 64) thd, one sequence of
