@@ -76,12 +76,18 @@ AttentionForward attention_forward(const Tensor& q, const Tensor& k, const Tenso
 AttentionGrads attention_backward(const Tensor& dout, const Tensor& dlse, const Tensor& q, const Tensor& k,
                                   const Tensor& v, const Tensor& out, const Tensor& lse, const AttentionSpec& spec,
                                   const std::optional<SequenceInfo>& seq, const AttentionKernelConfig& config) {
-  const AttentionProblem p = check_attention_inputs(q, k, v, spec, seq, config);
-  check_same_shape(out, p.out_shape(), "out", "the attention output", q.device());
-  check_same_shape(dout, p.out_shape(), "dout", "the attention output", q.device());
-  check_same_shape(lse, p.lse_shape(), "lse", "the log-sum-exp", q.device());
-  if (dlse.defined()) check_same_shape(dlse, p.lse_shape(), "dlse", "the log-sum-exp", q.device());
+  // The forward's scopes, for the backward: host checks, then the device entry.
+  const AttentionProblem p = [&] {
+    const profile::Scope scope("attention/check_inputs", Device::cpu());
+    AttentionProblem checked = check_attention_inputs(q, k, v, spec, seq, config);
+    check_same_shape(out, checked.out_shape(), "out", "the attention output", q.device());
+    check_same_shape(dout, checked.out_shape(), "dout", "the attention output", q.device());
+    check_same_shape(lse, checked.lse_shape(), "lse", "the log-sum-exp", q.device());
+    if (dlse.defined()) check_same_shape(dlse, checked.lse_shape(), "dlse", "the log-sum-exp", q.device());
+    return checked;
+  }();
   if (const DeviceAttentionKernels* device = device_kernels(q.device(), "attention_backward")) {
+    const profile::Scope scope("attention/device_backward", q.device());
     return with_sink_grad(device->backward(p, dout, dlse, q, k, v, out, lse), dout, dlse, out, lse, spec);
   }
   const DType ct = compute_dtype(q.dtype());
