@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "framework/tensor/ops/classifier_loss.h"
+#include "framework/tensor/ops/classifier_row_kernel.h"
 #include "framework/tensor/ops/copy.h"
 #include "framework/tensor/ops/cross_entropy.h"
 #include "framework/tensor/ops/matmul.h"
@@ -151,6 +152,18 @@ TEST(ClassifierLossTest, RefusedInputsNameTheProblem) {
   EXPECT_CPF_ERROR(raw::classifier_loss(h, w, l, {.normalizer = -2}), "normalizer=-2 must be >= 1");
   EXPECT_CPF_ERROR(raw::classifier_loss(h, w, l, {.chunk_rows = -5}), "chunk_rows=-5 must be >= 1");
   EXPECT_CPF_ERROR(raw::classifier_loss(Tensor(), w, l), "classifier_loss: argument 'hidden' is an undefined tensor");
+}
+
+TEST(ClassifierRowKernelTest, ParsesTheNamesAndRefusesOthers) {
+  EXPECT_EQ(raw::parse_classifier_row_kernel("auto"), raw::ClassifierRowKernel::automatic);
+  EXPECT_EQ(raw::parse_classifier_row_kernel("pipelined"), raw::ClassifierRowKernel::pipelined);
+  EXPECT_EQ(raw::parse_classifier_row_kernel("cached"), raw::ClassifierRowKernel::cached);
+  EXPECT_EQ(raw::parse_classifier_row_kernel("reread256"), raw::ClassifierRowKernel::reread256);
+  EXPECT_EQ(raw::parse_classifier_row_kernel("reread512"), raw::ClassifierRowKernel::reread512);
+  EXPECT_EQ(raw::parse_classifier_row_kernel("reread1024"), raw::ClassifierRowKernel::reread1024);
+  EXPECT_CPF_ERROR(raw::parse_classifier_row_kernel("fast"),
+                   "CPF_CLASSIFIER_ROW_KERNEL=fast is not a classifier row kernel; use auto, pipelined, cached");
+  EXPECT_CPF_ERROR(raw::parse_classifier_row_kernel(""), "CPF_CLASSIFIER_ROW_KERNEL= is not");
 }
 
 }  // namespace

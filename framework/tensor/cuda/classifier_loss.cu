@@ -9,6 +9,7 @@
 // (classifier_loss.cpp); bf16 takes the hardware exp as the cross-entropy kernels do.
 #include "framework/tensor/cuda/cuda_check.cuh"
 #include "framework/tensor/cuda/row_kernels.cuh"
+#include "framework/tensor/ops/classifier_row_kernel.h"
 
 namespace cpf::cuda::kernels {
 
@@ -66,13 +67,13 @@ __device__ compute_t<T> row_lse(const T* xr, int64_t nvec, Vec<T, V>* cache, com
 
 // V: elements per vector (16 bytes, or 1 when the row length or base does not allow it). kCache: the
 // row fits the dynamic shared memory.
-template <int V, bool kCache, class T, class I>
-__global__ void __launch_bounds__(kRowThreads)
+template <int V, bool kCache, class T, class I, int THREADS = kRowThreads>
+__global__ void __launch_bounds__(THREADS)
     classifier_rows_kernel(T* logits, const I* labels, double* row_loss, int64_t rows, int64_t cols, double scale_d,
                            bool write_grad, int64_t ignore_index) {
   using C = compute_t<T>;
   extern __shared__ __align__(16) unsigned char dynamic_smem[];
-  __shared__ C scratch[kRowThreads / 32];
+  __shared__ C scratch[THREADS / 32];
   auto* cache = reinterpret_cast<Vec<T, V>*>(dynamic_smem);
   const C scale = static_cast<C>(scale_d);
   const int64_t nvec = cols / V;
@@ -85,19 +86,19 @@ __global__ void __launch_bounds__(kRowThreads)
         Vec<T, V> zero;
 #pragma unroll
         for (int k = 0; k < V; ++k) zero.v[k] = narrow<T>(C(0));
-        for (int64_t q = threadIdx.x; q < nvec; q += kRowThreads) reinterpret_cast<Vec<T, V>*>(xr)[q] = zero;
+        for (int64_t q = threadIdx.x; q < nvec; q += THREADS) reinterpret_cast<Vec<T, V>*>(xr)[q] = zero;
       }
       continue;
     }
     const bool in_range = t >= 0 && t < cols;                        // else the index check reports it; the loss is NaN
     const C target = in_range ? widen(xr[in_range ? t : 0]) : C(0);  // read before any write
-    const C l = row_lse<V, kCache>(xr, nvec, cache, scratch);
+    const C l = row_lse<V, kCache, T, THREADS>(xr, nvec, cache, scratch);
     if (threadIdx.x == 0) {
       row_loss[r] =
           in_range ? static_cast<double>(l) - static_cast<double>(target) : __longlong_as_double(0x7ff8000000000000LL);
     }
     if (write_grad) {
-      for (int64_t q = threadIdx.x; q < nvec; q += kRowThreads) {
+      for (int64_t q = threadIdx.x; q < nvec; q += THREADS) {
         const Vec<T, V> raw = kCache ? cache[q] : reinterpret_cast<const Vec<T, V>*>(xr)[q];
         Vec<T, V> out;
 #pragma unroll
@@ -199,14 +200,14 @@ __global__ void __launch_bounds__(kPipeThreads)
   }
 }
 
-template <int V, bool kCache, class T, class I>
+template <int V, bool kCache, class T, class I, int THREADS = kRowThreads>
 void launch_rows(T* logits, const I* labels, double* row_loss, int64_t rows, int64_t cols, double scale,
                  bool write_grad, int64_t ignore_index, size_t smem, cudaStream_t stream) {
-  auto kernel = classifier_rows_kernel<V, kCache, T, I>;
+  auto kernel = classifier_rows_kernel<V, kCache, T, I, THREADS>;
   if (kCache) {
     CPF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   }
-  kernel<<<static_cast<unsigned>(capped(rows)), kRowThreads, kCache ? smem : 0, stream>>>(
+  kernel<<<static_cast<unsigned>(capped(rows)), THREADS, kCache ? smem : 0, stream>>>(
       logits, labels, row_loss, rows, cols, scale, write_grad, ignore_index);
 }
 
@@ -220,6 +221,31 @@ void launch_rows_pipelined(T* logits, const I* labels, double* row_loss, int64_t
   const int64_t grid = rows < sms ? rows : sms;
   kernel<<<static_cast<unsigned>(grid), kPipeThreads, smem, stream>>>(logits, labels, row_loss, rows, cols, scale,
                                                                       write_grad, ignore_index);
+}
+
+// The vectorised row pass (V-element vectors): the requested kernel where the row fits it, else auto.
+template <int V, class T, class I>
+void launch_vector_rows(T* x, const I* l, double* row_loss, int64_t rows, int64_t cols, double scale, bool write_grad,
+                        int64_t ignore_index, size_t smem, size_t max_smem, int sms, cudaStream_t stream) {
+  using RowKernel = raw::ClassifierRowKernel;  // framework/tensor/ops/classifier_row_kernel.h
+  RowKernel k = raw::classifier_row_kernel_from_env();
+  if ((k == RowKernel::pipelined && 2 * smem > max_smem) || (k == RowKernel::cached && smem > max_smem)) {
+    k = RowKernel::automatic;
+  }
+  if (k == RowKernel::automatic) {
+    k = 2 * smem <= max_smem ? RowKernel::pipelined : (smem <= max_smem ? RowKernel::cached : RowKernel::reread512);
+  }
+  switch (k) {
+    case RowKernel::pipelined:
+      return launch_rows_pipelined<V>(x, l, row_loss, rows, cols, scale, write_grad, ignore_index, smem, sms, stream);
+    case RowKernel::cached:
+      return launch_rows<V, true>(x, l, row_loss, rows, cols, scale, write_grad, ignore_index, smem, stream);
+    case RowKernel::reread256:
+      return launch_rows<V, false, T, I, 256>(x, l, row_loss, rows, cols, scale, write_grad, ignore_index, 0, stream);
+    case RowKernel::reread1024:
+      return launch_rows<V, false, T, I, 1024>(x, l, row_loss, rows, cols, scale, write_grad, ignore_index, 0, stream);
+    default: return launch_rows<V, false>(x, l, row_loss, rows, cols, scale, write_grad, ignore_index, 0, stream);
+  }
 }
 
 }  // namespace
@@ -240,12 +266,8 @@ void launch_classifier_rows(int dtype, int it_dtype, void* logits, const void* l
       const bool cache = smem <= max_smem;
       auto* x = static_cast<T*>(logits);
       auto* l = static_cast<const I*>(labels);
-      if (vec && 2 * smem <= max_smem) {
-        launch_rows_pipelined<W>(x, l, row_loss, rows, cols, scale, write_grad, ignore_index, smem, sms, stream);
-      } else if (vec && cache) {
-        launch_rows<W, true>(x, l, row_loss, rows, cols, scale, write_grad, ignore_index, smem, stream);
-      } else if (vec) {
-        launch_rows<W, false>(x, l, row_loss, rows, cols, scale, write_grad, ignore_index, smem, stream);
+      if (vec) {
+        launch_vector_rows<W>(x, l, row_loss, rows, cols, scale, write_grad, ignore_index, smem, max_smem, sms, stream);
       } else if (cache) {
         launch_rows<1, true>(x, l, row_loss, rows, cols, scale, write_grad, ignore_index, smem, stream);
       } else {

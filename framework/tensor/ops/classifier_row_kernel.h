@@ -1,0 +1,21 @@
+#pragma once
+// Which row pass the fused classifier's CUDA kernel runs (framework/tensor/cuda/classifier_loss.cu), chosen
+// for a measurement through the environment variable CPF_CLASSIFIER_ROW_KERNEL (docs/training.md):
+//   pipelined    a block per SM, two row buffers in shared memory, the next row fetched while one is used
+//   cached       a block per row, the row kept in shared memory between its two sweeps
+//   rereadN      a block of N threads (256, 512, 1024) per row, no shared memory: the second sweep re-reads
+//                the row (from L2 when it is still there)
+//   auto         (or unset) pipelined when two rows fit shared memory, else cached, else reread512
+// A kernel the row does not fit (e.g. pipelined for rows past half the shared memory) runs auto instead.
+#include <string>
+
+namespace cpf::raw {
+
+enum class ClassifierRowKernel { automatic, pipelined, cached, reread256, reread512, reread1024 };
+
+// Parses one of the names above; throws naming the value and the choices.
+ClassifierRowKernel parse_classifier_row_kernel(const std::string& name);
+// CPF_CLASSIFIER_ROW_KERNEL, parsed at the first call (unset: automatic); throws as the parser does.
+ClassifierRowKernel classifier_row_kernel_from_env();
+
+}  // namespace cpf::raw
