@@ -51,7 +51,8 @@ void unfused(const Inputs& in) {
 }
 
 void fused(const Inputs& in, int64_t chunk_rows) {
-  const auto r = raw::classifier_loss(in.hidden, in.weight, in.labels, {.chunk_rows = chunk_rows});
+  // The valid-label count given, as the training step gives it: no read-back of the labels per call.
+  const auto r = raw::classifier_loss(in.hidden, in.weight, in.labels, {.normalizer = kRows, .chunk_rows = chunk_rows});
 }
 
 template <class Fn>

@@ -28,10 +28,9 @@ Tensor labels_for(int64_t rows, int64_t vocab, DType dtype) {
 }
 
 TEST_F(CudaClassifierLossTest, MatchesTheCpuForEveryKernelVariant) {
-  // vocab 200: 16-byte vectors, two rows fit shared memory (the pipelined kernel; 37 rows: a block a row;
-  // 700 and 400 rows: more rows than SMs, so blocks walk several rows through both buffers, ignored rows
-  // among them); 203: scalars, shared memory; 60000: one bf16 row fits shared memory but not two
-  // (vectors, one buffer); 130000 (f32 and bf16 rows past the shared memory of a block): vectors re-read
+  // vocab 200: 16-byte vectors, row in shared memory (700 and 400 rows: more rows than blocks, so blocks
+  // walk several rows, ignored rows among them); 203: scalars, shared memory; 60000: a bf16 row of 117 KiB
+  // in shared memory; 130000 (f32 and bf16 rows past the shared memory of a block): vectors re-read
   // from global memory; 130001: scalars, re-read.
   struct Case {
     int64_t rows, width, vocab, chunk;

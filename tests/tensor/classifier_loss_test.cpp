@@ -156,13 +156,12 @@ TEST(ClassifierLossTest, RefusedInputsNameTheProblem) {
 
 TEST(ClassifierRowKernelTest, ParsesTheNamesAndRefusesOthers) {
   EXPECT_EQ(raw::parse_classifier_row_kernel("auto"), raw::ClassifierRowKernel::automatic);
-  EXPECT_EQ(raw::parse_classifier_row_kernel("pipelined"), raw::ClassifierRowKernel::pipelined);
   EXPECT_EQ(raw::parse_classifier_row_kernel("cached"), raw::ClassifierRowKernel::cached);
   EXPECT_EQ(raw::parse_classifier_row_kernel("reread256"), raw::ClassifierRowKernel::reread256);
   EXPECT_EQ(raw::parse_classifier_row_kernel("reread512"), raw::ClassifierRowKernel::reread512);
   EXPECT_EQ(raw::parse_classifier_row_kernel("reread1024"), raw::ClassifierRowKernel::reread1024);
   EXPECT_CPF_ERROR(raw::parse_classifier_row_kernel("fast"),
-                   "CPF_CLASSIFIER_ROW_KERNEL=fast is not a classifier row kernel; use auto, pipelined, cached");
+                   "CPF_CLASSIFIER_ROW_KERNEL=fast is not a classifier row kernel; use auto, cached, reread256");
   EXPECT_CPF_ERROR(raw::parse_classifier_row_kernel(""), "CPF_CLASSIFIER_ROW_KERNEL= is not");
 }
 

@@ -1,8 +1,7 @@
 // The fused classifier's row kernel (framework/tensor/ops/classifier_loss.h): the pass that turns a chunk
 // of logits into its row losses and, in place, dlogits = (softmax - onehot) * scale.
 //
-// Row pass (classifier_rows_pipelined_kernel when two rows fit shared memory, else the one below): a
-// block per row. The first sweep folds online (max, sum of exp) pairs over 16-byte vectors
+// Row pass: a block per row. The first sweep folds online (max, sum of exp) pairs over 16-byte vectors
 // and, when the row fits, keeps the row in shared memory; the second sweep writes dlogits from there
 // (or re-reads the row from global memory/L2 when it does not fit). So a row is read from DRAM once
 // and written once. Math in the compute type (f32 for bf16) with the CPU's formulas
@@ -114,92 +113,6 @@ __global__ void __launch_bounds__(THREADS)
   }
 }
 
-// The pipelined row pass (rows of 16-byte vectors whose two copies fit shared memory, e.g. GPT-2's
-// 50304 bf16 logits, 98 KiB a row): one block of kPipeThreads per SM walks its rows with two row buffers.
-// While the block folds row r's log-sum-exp and writes its dlogits from one buffer, cp.async brings row
-// r + grid into the other, so DRAM reads never stop for the block's reductions and writes (the one-buffer
-// kernel above reached ~59% of an H100's bandwidth: 2 blocks an SM, each loading, reducing, writing in
-// turn). The formulas of classifier_rows_kernel; its sums fold over 1024 threads instead of 512, so
-// results may differ from it in the last bits (both are checked against the CPU).
-constexpr int kPipeThreads = 1024;
-
-__device__ __forceinline__ void copy_async_16(void* shared, const void* global) {
-  const unsigned to = static_cast<unsigned>(__cvta_generic_to_shared(shared));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(to), "l"(global));
-}
-__device__ __forceinline__ void commit_async() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void wait_async() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
-// Row r into `buf` (nvec vectors), this thread's share; one commit group per row.
-template <int V, class T>
-__device__ __forceinline__ void fetch_row(Vec<T, V>* buf, const T* logits, int64_t r, int64_t cols, int64_t nvec) {
-  const Vec<T, V>* src = reinterpret_cast<const Vec<T, V>*>(logits + r * cols);
-  for (int64_t q = threadIdx.x; q < nvec; q += kPipeThreads) copy_async_16(buf + q, src + q);
-  commit_async();
-}
-
-template <int V, class T, class I>
-__global__ void __launch_bounds__(kPipeThreads)
-    classifier_rows_pipelined_kernel(T* logits, const I* labels, double* row_loss, int64_t rows, int64_t cols,
-                                     double scale_d, bool write_grad, int64_t ignore_index) {
-  using C = compute_t<T>;
-  extern __shared__ __align__(16) unsigned char dynamic_smem[];
-  __shared__ C scratch[kPipeThreads / 32];
-  const int64_t nvec = cols / V;
-  Vec<T, V>* bufs[2] = {reinterpret_cast<Vec<T, V>*>(dynamic_smem), reinterpret_cast<Vec<T, V>*>(dynamic_smem) + nvec};
-  const C scale = static_cast<C>(scale_d);
-  int b = 0;
-  if (blockIdx.x < rows) fetch_row<V>(bufs[0], logits, blockIdx.x, cols, nvec);
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x, b ^= 1) {
-    const int64_t next = r + gridDim.x;
-    if (next < rows) {
-      fetch_row<V>(bufs[b ^ 1], logits, next, cols, nvec);
-      wait_async<1>();  // this row's group is done; the next row's may still be in flight
-    } else {
-      wait_async<0>();
-    }
-    __syncthreads();  // every thread's share of row r is in bufs[b]
-    const Vec<T, V>* row = bufs[b];
-    const T* row_t = reinterpret_cast<const T*>(row);
-    T* xr = logits + r * cols;
-    const int64_t t = static_cast<int64_t>(labels[r]);
-    if (t == ignore_index) {  // the whole block takes this branch
-      if (threadIdx.x == 0) row_loss[r] = 0.0;
-      if (write_grad) {
-        Vec<T, V> zero;
-#pragma unroll
-        for (int k = 0; k < V; ++k) zero.v[k] = narrow<T>(C(0));
-        for (int64_t q = threadIdx.x; q < nvec; q += kPipeThreads) reinterpret_cast<Vec<T, V>*>(xr)[q] = zero;
-      }
-    } else {
-      const bool in_range = t >= 0 && t < cols;  // else the index check reports it; the loss is NaN
-      const C target = in_range ? widen(row_t[t]) : C(0);
-      const C l = row_lse<V, false, T, kPipeThreads>(row_t, nvec, nullptr, scratch);
-      if (threadIdx.x == 0) {
-        row_loss[r] = in_range ? static_cast<double>(l) - static_cast<double>(target)
-                               : __longlong_as_double(0x7ff8000000000000LL);
-      }
-      if (write_grad) {
-        for (int64_t q = threadIdx.x; q < nvec; q += kPipeThreads) {
-          const Vec<T, V> raw = row[q];
-          Vec<T, V> out;
-#pragma unroll
-          for (int k = 0; k < V; ++k) {
-            C g = cls_exp<T>(widen(raw.v[k]) - l) * scale;  // softmax from the lse, as the CPU
-            if (q * V + k == t) g -= scale;
-            out.v[k] = narrow<T>(g);
-          }
-          reinterpret_cast<Vec<T, V>*>(xr)[q] = out;
-        }
-      }
-    }
-    __syncthreads();  // bufs[b] is read by everyone before the next iteration refills it
-  }
-}
-
 template <int V, bool kCache, class T, class I, int THREADS = kRowThreads>
 void launch_rows(T* logits, const I* labels, double* row_loss, int64_t rows, int64_t cols, double scale,
                  bool write_grad, int64_t ignore_index, size_t smem, cudaStream_t stream) {
@@ -211,33 +124,16 @@ void launch_rows(T* logits, const I* labels, double* row_loss, int64_t rows, int
       logits, labels, row_loss, rows, cols, scale, write_grad, ignore_index);
 }
 
-// One block per SM (two row buffers of `row_bytes` each take most of its shared memory), at most a block a row.
-template <int V, class T, class I>
-void launch_rows_pipelined(T* logits, const I* labels, double* row_loss, int64_t rows, int64_t cols, double scale,
-                           bool write_grad, int64_t ignore_index, size_t row_bytes, int sms, cudaStream_t stream) {
-  auto kernel = classifier_rows_pipelined_kernel<V, T, I>;
-  const int smem = static_cast<int>(2 * row_bytes);
-  CPF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  const int64_t grid = rows < sms ? rows : sms;
-  kernel<<<static_cast<unsigned>(grid), kPipeThreads, smem, stream>>>(logits, labels, row_loss, rows, cols, scale,
-                                                                      write_grad, ignore_index);
-}
-
 // The vectorised row pass (V-element vectors): the requested kernel where the row fits it, else auto.
 template <int V, class T, class I>
 void launch_vector_rows(T* x, const I* l, double* row_loss, int64_t rows, int64_t cols, double scale, bool write_grad,
-                        int64_t ignore_index, size_t smem, size_t max_smem, int sms, cudaStream_t stream) {
+                        int64_t ignore_index, size_t smem, size_t max_smem, cudaStream_t stream) {
   using RowKernel = raw::ClassifierRowKernel;  // framework/tensor/ops/classifier_row_kernel.h
   RowKernel k = raw::classifier_row_kernel_from_env();
-  if ((k == RowKernel::pipelined && 2 * smem > max_smem) || (k == RowKernel::cached && smem > max_smem)) {
-    k = RowKernel::automatic;
-  }
-  if (k == RowKernel::automatic) {
-    k = 2 * smem <= max_smem ? RowKernel::pipelined : (smem <= max_smem ? RowKernel::cached : RowKernel::reread512);
+  if (k == RowKernel::automatic || (k == RowKernel::cached && smem > max_smem)) {
+    k = smem <= max_smem ? RowKernel::cached : RowKernel::reread512;
   }
   switch (k) {
-    case RowKernel::pipelined:
-      return launch_rows_pipelined<V>(x, l, row_loss, rows, cols, scale, write_grad, ignore_index, smem, sms, stream);
     case RowKernel::cached:
       return launch_rows<V, true>(x, l, row_loss, rows, cols, scale, write_grad, ignore_index, smem, stream);
     case RowKernel::reread256:
@@ -253,10 +149,9 @@ void launch_vector_rows(T* x, const I* l, double* row_loss, int64_t rows, int64_
 void launch_classifier_rows(int dtype, int it_dtype, void* logits, const void* labels, double* row_loss, int64_t rows,
                             int64_t cols, double scale, bool write_grad, int64_t ignore_index, cudaStream_t stream) {
   if (rows == 0) return;
-  int device = 0, optin = 0, sms = 0;
+  int device = 0, optin = 0;
   CPF_CUDA_CHECK(cudaGetDevice(&device));
   CPF_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  CPF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   const size_t max_smem = static_cast<size_t>(optin) - 1024;  // room for the static reduction scratch
   visit_floating(dtype, [&]<class T>() {
     visit_index(it_dtype, [&]<class I>() {
@@ -267,7 +162,7 @@ void launch_classifier_rows(int dtype, int it_dtype, void* logits, const void* l
       auto* x = static_cast<T*>(logits);
       auto* l = static_cast<const I*>(labels);
       if (vec) {
-        launch_vector_rows<W>(x, l, row_loss, rows, cols, scale, write_grad, ignore_index, smem, max_smem, sms, stream);
+        launch_vector_rows<W>(x, l, row_loss, rows, cols, scale, write_grad, ignore_index, smem, max_smem, stream);
       } else if (cache) {
         launch_rows<1, true>(x, l, row_loss, rows, cols, scale, write_grad, ignore_index, smem, stream);
       } else {

@@ -1,17 +1,19 @@
 #pragma once
 // Which row pass the fused classifier's CUDA kernel runs (framework/tensor/cuda/classifier_loss.cu), chosen
 // for a measurement through the environment variable CPF_CLASSIFIER_ROW_KERNEL (docs/training.md):
-//   pipelined    a block per SM, two row buffers in shared memory, the next row fetched while one is used
-//   cached       a block per row, the row kept in shared memory between its two sweeps
+//   cached       a block of 512 threads per row, the row kept in shared memory between its two sweeps
 //   rereadN      a block of N threads (256, 512, 1024) per row, no shared memory: the second sweep re-reads
 //                the row (from L2 when it is still there)
-//   auto         (or unset) pipelined when two rows fit shared memory, else cached, else reread512
-// A kernel the row does not fit (e.g. pipelined for rows past half the shared memory) runs auto instead.
+//   auto         (or unset) cached when the row fits shared memory, else reread512
+// cached for a row past the shared memory runs reread512. Measured on an H100 (2026-11-26, GPT-2's
+// 8192 x 50304 bf16 chunks, gpu_classifier_bench BM_Fused/8192, ms per 10 calls): cached 144, reread256 149,
+// reread512 146, reread1024 143, and a pipelined kernel (a block per SM, cp.async fetching the next row
+// into a second buffer) 148: within noise of each other, so the pipelined kernel was dropped.
 #include <string>
 
 namespace cpf::raw {
 
-enum class ClassifierRowKernel { automatic, pipelined, cached, reread256, reread512, reread1024 };
+enum class ClassifierRowKernel { automatic, cached, reread256, reread512, reread1024 };
 
 // Parses one of the names above; throws naming the value and the choices.
 ClassifierRowKernel parse_classifier_row_kernel(const std::string& name);
