@@ -2,7 +2,7 @@
 // blocks, bf16) to rank + 1 and receives 2 from rank - 1 as one batch, as attention/cp/p2p.cpp's
 // post_shift does, on all visible GPUs (one rank thread per GPU, dist::launch with Backend::nccl).
 //
-//   NCCL_NVLS_ENABLE=0 ./gpu_nccl_post_bench [--ranks N] [--shifts 200] [--mib 12]
+//   NCCL_NVLS_ENABLE=0 ./gpu_nccl_post_bench [--ranks N] [--shifts 200] [--mib 12] [--busy-us 100]
 //
 // Three paths post the same grouped ncclSend/ncclRecv:
 //   group     ProcessGroup::batch_p2p_async, then Work::wait() (what the CP ring does)
@@ -12,11 +12,13 @@
 //   blocking  nccl::BlockingCommunicator: a second communicator created with blocking = 1, where
 //             ncclGroupEnd launches on the calling thread (no NCCL thread, no ncclInProgress polls)
 // group - direct is what the ProcessGroup layer costs; direct - blocking is what the non-blocking
-// communicator costs. Each path runs twice: "idle" synchronises the device after every shift (each
-// post finds an idle GPU), "queued" posts the shifts back to back while the GPU runs behind.
-// Columns: host microseconds of the posting call alone and of post + wait (median and 90th
-// percentile over the shifts), and microseconds per shift done (idle: post to device synchronised;
-// queued: the whole run / shifts). Each figure is the slowest rank's.
+// communicator costs. Each path runs three times: "idle" synchronises the device after every shift
+// (each post finds an idle GPU), "queued" posts the shifts back to back while the GPU runs behind, and
+// "busy" is queued with --busy-us of host work between the post and the wait (what the CP ring does:
+// it launches a tile's attention meanwhile), which a launch deferred by the group path overlaps.
+// Columns: host microseconds of the posting call alone and of post + wait (busy: with the host work
+// between; median and 90th percentile over the shifts), and microseconds per shift done (idle: post
+// to device synchronised; queued and busy: the whole run / shifts). Each figure is the slowest rank's.
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -90,7 +92,15 @@ struct Path {
 };
 
 // This rank's figures for one path in one regime (kColumns values).
-std::vector<double> measure(const dist::RankContext& ctx, const Path& path, bool queued, int shifts) {
+// Host work of `us` microseconds (a spin: the host stays busy, as launching kernels keeps it).
+void busy_for(int us) {
+  const auto until = Clock::now() + std::chrono::microseconds(us);
+  while (Clock::now() < until) {
+  }
+}
+
+// `busy_us` > 0: that much host work between each post and its wait.
+std::vector<double> measure(const dist::RankContext& ctx, const Path& path, bool queued, int busy_us, int shifts) {
   for (int i = 0; i < kWarmup; ++i) {
     path.post();
     path.wait();
@@ -103,6 +113,7 @@ std::vector<double> measure(const dist::RankContext& ctx, const Path& path, bool
     const auto t0 = Clock::now();
     path.post();
     const auto t1 = Clock::now();
+    busy_for(busy_us);
     path.wait();
     const auto t2 = Clock::now();
     if (!queued) cuda::synchronize(ctx.device.index);
@@ -119,6 +130,7 @@ struct Options {
   int ranks = 0;
   int shifts = 200;
   int mib = 12;
+  int busy_us = 100;
 };
 
 bool parse(int argc, char** argv, Options& o) {
@@ -131,11 +143,13 @@ bool parse(int argc, char** argv, Options& o) {
       o.shifts = value;
     } else if (std::strcmp(argv[i], "--mib") == 0) {
       o.mib = value;
+    } else if (std::strcmp(argv[i], "--busy-us") == 0) {
+      o.busy_us = value;
     } else {
       return false;
     }
   }
-  return o.shifts >= 1 && o.mib >= 1;
+  return o.shifts >= 1 && o.mib >= 1 && o.busy_us >= 0;
 }
 
 }  // namespace
@@ -144,7 +158,7 @@ int main(int argc, char** argv) {
   Options o;
   o.ranks = cuda::device_count();
   if (!parse(argc, argv, o)) {
-    std::fprintf(stderr, "usage: gpu_nccl_post_bench [--ranks N] [--shifts S>=1] [--mib M>=1]\n");
+    std::fprintf(stderr, "usage: gpu_nccl_post_bench [--ranks N] [--shifts S>=1] [--mib M>=1] [--busy-us U>=0]\n");
     return 2;
   }
   if (o.ranks < 2) {
@@ -181,13 +195,15 @@ int main(int argc, char** argv) {
                  };
                  std::vector<double> mine;
                  std::vector<std::string> rows;
-                 for (const bool queued : {false, true}) {
+                 for (const char* regime : {"idle", "queued", "busy"}) {
+                   const bool queued = std::strcmp(regime, "idle") != 0;
+                   const int busy_us = std::strcmp(regime, "busy") == 0 ? o.busy_us : 0;
                    for (const Path& path : paths) {
                      const Deadline deadline(300, std::string("the ") + path.name + " shifts");
-                     const std::vector<double> figures = measure(ctx, path, queued, o.shifts);
+                     const std::vector<double> figures = measure(ctx, path, queued, busy_us, o.shifts);
                      mine.insert(mine.end(), figures.begin(), figures.end());
                      char row[64];
-                     std::snprintf(row, sizeof(row), "%-25s | %-6s", path.name, queued ? "queued" : "idle");
+                     std::snprintf(row, sizeof(row), "%-25s | %-6s", path.name, regime);
                      rows.push_back(row);
                    }
                  }

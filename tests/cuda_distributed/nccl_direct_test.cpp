@@ -55,10 +55,15 @@ TEST_F(NcclDirect, GroupShiftsReuseEventsCorrectly) {
         dist::WorkPtr work = ctx.world->batch_p2p_async(ops);
         EXPECT_EQ(work->description(), "batch_p2p on group 'world'");
         // Every third Work is dropped without wait() (its destructor orders the stream instead),
-        // one step late so its event is still watched when the next one is handed out.
+        // one step late so its event is still watched when the next one is handed out. Meanwhile
+        // is_completed() orders the reads: a device synchronisation would not, since the launch of
+        // an operation whose Work is neither waited nor gone may still be pending (nccl_work.cuh).
         if (step % 3 == 0) {
           dropped = work;
-          cuda::synchronize(ctx.device.index);
+          const auto start = std::chrono::steady_clock::now();
+          while (!work->is_completed()) {
+            ASSERT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30)) << "shift " << step;
+          }
         } else {
           work->wait();
           dropped.reset();

@@ -72,6 +72,9 @@ WorkPtr NcclProcessGroup::do_all_gather(const Tensor& input, int64_t dim, const 
     if (dst.numel() == 0) return;
     const ncclDataType_t type = nccl_dtype(input.dtype());
     const int64_t outer = outer_size(input.shape(), dim);
+    // Pieces land in dst directly and out needs no copy-out: nothing follows the NCCL calls, so their
+    // launch is deferred.
+    const bool last = flat && dst.is_same(result);
     // Where rank j's piece lands: directly in dst when pieces are runs, else in a staging segment.
     Tensor landing = dst;
     if (!flat) {
@@ -81,34 +84,28 @@ WorkPtr NcclProcessGroup::do_all_gather(const Tensor& input, int64_t dim, const 
     auto* base = static_cast<char*>(landing.raw_data());
     const size_t bytes = dtype_size(input.dtype());
     if (all_equal(sizes)) {
-      run_nccl(
-          "ncclAllGather",
-          [&] {
-            return ncclAllGather(src.raw_data(), base, static_cast<size_t>(src.numel()), type, is.comm, is.stream);
-          },
-          is.context);
+      run_body_nccl(is, last, "ncclAllGather", [&] {
+        return ncclAllGather(src.raw_data(), base, static_cast<size_t>(src.numel()), type, is.comm, is.stream);
+      });
     } else {
-      run_nccl(
-          "grouped ncclSend/ncclRecv",
-          [&] {
-            return in_group([&] {
-              for (int j = 0; j < n; ++j) {
-                const size_t count_in = static_cast<size_t>(src.numel());
-                const int64_t count_j = outer * sizes[static_cast<size_t>(j)] * inner;
-                if (count_in > 0) {
-                  const ncclResult_t sent = ncclSend(src.raw_data(), count_in, type, j, is.comm, is.stream);
-                  if (nccl_failed(sent)) return sent;
-                }
-                if (count_j > 0) {
-                  void* at = base + static_cast<size_t>(outer * offsets[static_cast<size_t>(j)] * inner) * bytes;
-                  const ncclResult_t received = ncclRecv(at, static_cast<size_t>(count_j), type, j, is.comm, is.stream);
-                  if (nccl_failed(received)) return received;
-                }
-              }
-              return ncclSuccess;
-            });
-          },
-          is.context);
+      run_body_nccl(is, last, "grouped ncclSend/ncclRecv", [&] {
+        return in_group([&] {
+          for (int j = 0; j < n; ++j) {
+            const size_t count_in = static_cast<size_t>(src.numel());
+            const int64_t count_j = outer * sizes[static_cast<size_t>(j)] * inner;
+            if (count_in > 0) {
+              const ncclResult_t sent = ncclSend(src.raw_data(), count_in, type, j, is.comm, is.stream);
+              if (nccl_failed(sent)) return sent;
+            }
+            if (count_j > 0) {
+              void* at = base + static_cast<size_t>(outer * offsets[static_cast<size_t>(j)] * inner) * bytes;
+              const ncclResult_t received = ncclRecv(at, static_cast<size_t>(count_j), type, j, is.comm, is.stream);
+              if (nccl_failed(received)) return received;
+            }
+          }
+          return ncclSuccess;
+        });
+      });
     }
     if (!flat) {
       // Rank j's segment (outer, size_j, inner...) at outer * offset_j * inner goes to its slice of dst.
@@ -165,38 +162,33 @@ WorkPtr NcclProcessGroup::do_reduce_scatter(const Tensor& input, int64_t dim, Re
   const Tensor result = out.defined() ? out : dst;
   return issue(context, {result}, {packed, dst}, [&](const Issue& is, std::vector<Tensor>&) {
     const ncclDataType_t type = nccl_dtype(input.dtype());
+    const bool last = dst.is_same(result);  // no copy-out after the NCCL calls: their launch is deferred
     const ncclRedOp_t red = nccl_reduce_op(op);
     const auto* base = static_cast<const char*>(packed.raw_data());
     const size_t bytes = dtype_size(input.dtype());
     if (all_equal(pieces)) {
       if (dst.numel() > 0) {
-        run_nccl(
-            "ncclReduceScatter",
-            [&] {
-              return ncclReduceScatter(base, dst.raw_data(), static_cast<size_t>(dst.numel()), type, red, is.comm,
-                                       is.stream);
-            },
-            is.context);
+        run_body_nccl(is, last, "ncclReduceScatter", [&] {
+          return ncclReduceScatter(base, dst.raw_data(), static_cast<size_t>(dst.numel()), type, red, is.comm,
+                                   is.stream);
+        });
       }
     } else {
       // Uneven pieces: one reduce per piece to its owner, posted together.
-      run_nccl(
-          "grouped ncclReduce",
-          [&] {
-            return in_group([&] {
-              for (int j = 0; j < n; ++j) {
-                const int64_t count = outer * pieces[static_cast<size_t>(j)] * inner;
-                if (count == 0) continue;
-                const void* from = base + static_cast<size_t>(outer * offsets[static_cast<size_t>(j)] * inner) * bytes;
-                // recvbuff is only written on the root (j == rank_).
-                const ncclResult_t status =
-                    ncclReduce(from, dst.raw_data(), static_cast<size_t>(count), type, red, j, is.comm, is.stream);
-                if (nccl_failed(status)) return status;
-              }
-              return ncclSuccess;
-            });
-          },
-          is.context);
+      run_body_nccl(is, last, "grouped ncclReduce", [&] {
+        return in_group([&] {
+          for (int j = 0; j < n; ++j) {
+            const int64_t count = outer * pieces[static_cast<size_t>(j)] * inner;
+            if (count == 0) continue;
+            const void* from = base + static_cast<size_t>(outer * offsets[static_cast<size_t>(j)] * inner) * bytes;
+            // recvbuff is only written on the root (j == rank_).
+            const ncclResult_t status =
+                ncclReduce(from, dst.raw_data(), static_cast<size_t>(count), type, red, j, is.comm, is.stream);
+            if (nccl_failed(status)) return status;
+          }
+          return ncclSuccess;
+        });
+      });
     }
     if (!dst.is_same(result)) raw::copy_(result, dst);
   });
@@ -224,6 +216,7 @@ WorkPtr NcclProcessGroup::do_all_to_all(const Tensor& input, int64_t split_dim, 
   const bool direct = outer_size(result_shape, concat_dim) == 1;  // received pieces are runs of dst
   return issue(context, {result}, {send, dst}, [&](const Issue& is, std::vector<Tensor>& staging) {
     if (piece_numel == 0) return;
+    const bool last = direct && dst.is_same(result);  // no unpacking or copy-out after: deferred launch
     const ncclDataType_t type = nccl_dtype(input.dtype());
     Tensor landing = dst;
     if (!direct) {
@@ -234,21 +227,18 @@ WorkPtr NcclProcessGroup::do_all_to_all(const Tensor& input, int64_t split_dim, 
     const auto* from = static_cast<const char*>(send.raw_data());
     auto* to = static_cast<char*>(landing.raw_data());
     const size_t count = static_cast<size_t>(piece_numel);
-    run_nccl(
-        "grouped ncclSend/ncclRecv",
-        [&] {
-          return in_group([&] {
-            for (int j = 0; j < n; ++j) {
-              const size_t at = bytes * static_cast<size_t>(j);
-              const ncclResult_t sent = ncclSend(from + at, count, type, j, is.comm, is.stream);
-              if (nccl_failed(sent)) return sent;
-              const ncclResult_t received = ncclRecv(to + at, count, type, j, is.comm, is.stream);
-              if (nccl_failed(received)) return received;
-            }
-            return ncclSuccess;
-          });
-        },
-        is.context);
+    run_body_nccl(is, last, "grouped ncclSend/ncclRecv", [&] {
+      return in_group([&] {
+        for (int j = 0; j < n; ++j) {
+          const size_t at = bytes * static_cast<size_t>(j);
+          const ncclResult_t sent = ncclSend(from + at, count, type, j, is.comm, is.stream);
+          if (nccl_failed(sent)) return sent;
+          const ncclResult_t received = ncclRecv(to + at, count, type, j, is.comm, is.stream);
+          if (nccl_failed(received)) return received;
+        }
+        return ncclSuccess;
+      });
+    });
     if (!direct) {
       const int64_t c = piece[static_cast<size_t>(concat_dim)];
       for (int j = 0; j < n; ++j)

@@ -27,9 +27,14 @@ NcclProcessGroup::NcclProcessGroup(std::shared_ptr<NcclRankState> state, ncclCom
 }
 
 NcclProcessGroup::~NcclProcessGroup() {
-  // Work still queued on the communication stream finishes before the stream goes (an aborted
+  // A launch still pending is finished first (its event recorded; a failure aborted the world). Work
+  // still queued on the communication stream finishes before the stream goes (an aborted
   // communicator's kernels have returned already). The communicator itself stays with the rank
   // state until the rank ends: destroying it now can deadlock (NcclRankState::add_communicator).
+  try {
+    state_->finish_launch(*comm_);
+  } catch (...) {
+  }
   if (!state_->aborted()) (void)cudaStreamSynchronize(comm_stream());
 }
 
@@ -46,6 +51,8 @@ WorkPtr NcclProcessGroup::issue(const std::string& context, const std::vector<Te
   const int device = state_->device();
   cuda::DeviceGuard guard(device);
   const cudaStream_t caller = cuda::current_cuda_stream(device);
+  // A launch still pending on this communicator: nothing may be queued on its stream before it is done.
+  state_->finish_launch(*comm_);
   const cudaStream_t comm_stream = this->comm_stream();
   EventPool& events = *state_->events();
   // Event 1: the communication stream starts after what the caller's stream did so far (the inputs'
@@ -60,12 +67,14 @@ WorkPtr NcclProcessGroup::issue(const std::string& context, const std::vector<Te
   auto completion = std::make_shared<CompletionEvent>(state_->events(), context);
   state_->track({completion, std::chrono::steady_clock::now()});
   std::vector<Tensor> staging;
+  bool deferred = false;  // run_body_nccl deferred the launch: the event is recorded by the rank state
   try {
     cuda::StreamGuard on_comm(stream_);
-    body(Issue{comm_->comm, comm_stream, completion->description()}, staging);
+    body(Issue{comm_->comm, comm_stream, completion->description(), completion, deferred}, staging);
   } catch (...) {
     try {
-      completion->record(comm_stream);  // what was enqueued completes; nothing else to watch
+      // What was enqueued completes; nothing else to watch (a deferred launch is the body's last call).
+      if (!deferred) completion->record(comm_stream);
     } catch (...) {
     }
     throw;
@@ -76,8 +85,17 @@ WorkPtr NcclProcessGroup::issue(const std::string& context, const std::vector<Te
     keep_alive.push_back(t);
   }
   // Event 2: completion, waited for by Work::wait() on the caller's stream.
-  return std::make_shared<NcclWork>(state_, std::move(completion), comm_stream, caller, results, std::move(keep_alive),
-                                    host_blocking);
+  return std::make_shared<NcclWork>(state_, comm_, std::move(completion), comm_stream, !deferred, caller, results,
+                                    std::move(keep_alive), host_blocking);
+}
+
+void NcclProcessGroup::run_body_nccl(const Issue& is, bool last, const char* call, FunctionRef<ncclResult_t()> calls) {
+  if (!last) {
+    run_nccl(call, calls, is.context);
+    return;
+  }
+  state_->run_deferred(*comm_, call, calls, is.done, is.stream);
+  is.deferred = true;
 }
 
 std::vector<int64_t> NcclProcessGroup::exchange_sizes(int64_t mine, const std::string& context) {
@@ -85,6 +103,7 @@ std::vector<int64_t> NcclProcessGroup::exchange_sizes(int64_t mine, const std::s
   const int n = size();
   cuda::DeviceGuard guard(state_->device());
   std::vector<int64_t> sizes(static_cast<size_t>(n), 0);
+  state_->finish_launch(*comm_);  // before the copy below is queued on the communication stream
   cudaEvent_t done = nullptr;
   CPF_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
   try {
@@ -118,13 +137,11 @@ WorkPtr NcclProcessGroup::do_all_reduce(const Tensor& input, ReduceOp op, const 
     if (input.numel() == 0) return;
     const ncclDataType_t type = nccl_dtype(input.dtype());
     const ncclRedOp_t red = nccl_reduce_op(op);
-    run_nccl(
-        "ncclAllReduce",
-        [&] {
-          return ncclAllReduce(src.raw_data(), dst.raw_data(), static_cast<size_t>(input.numel()), type, red, is.comm,
-                               is.stream);
-        },
-        is.context);
+    // Nothing follows the call on the communication stream unless out needs the copy-out.
+    run_body_nccl(is, dst.is_same(result), "ncclAllReduce", [&] {
+      return ncclAllReduce(src.raw_data(), dst.raw_data(), static_cast<size_t>(input.numel()), type, red, is.comm,
+                           is.stream);
+    });
     if (!dst.is_same(result)) raw::copy_(result, dst);
   });
 }
@@ -140,13 +157,9 @@ WorkPtr NcclProcessGroup::do_broadcast(const Tensor& input, int root, const Tens
     if (input.numel() == 0) return;
     const void* send = rank_ == root ? src.raw_data() : dst.raw_data();
     const ncclDataType_t type = nccl_dtype(input.dtype());
-    run_nccl(
-        "ncclBroadcast",
-        [&] {
-          return ncclBroadcast(send, dst.raw_data(), static_cast<size_t>(input.numel()), type, root, is.comm,
-                               is.stream);
-        },
-        is.context);
+    run_body_nccl(is, dst.is_same(result), "ncclBroadcast", [&] {
+      return ncclBroadcast(send, dst.raw_data(), static_cast<size_t>(input.numel()), type, root, is.comm, is.stream);
+    });
     if (!dst.is_same(result)) raw::copy_(result, dst);
   });
 }
@@ -166,30 +179,32 @@ WorkPtr NcclProcessGroup::do_batch_p2p(const std::vector<P2POp>& ops) {
       results.push_back(op.tensor);
     }
   }
+  // Receives straight into the caller's tensors (the CP ring's): nothing follows the NCCL calls on the
+  // communication stream, so their launch is deferred.
+  bool copy_out = false;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    copy_out = copy_out || (ops[i].kind == P2POp::Kind::recv && !buffers[i].is_same(ops[i].tensor));
+  }
   std::vector<Tensor> keep = buffers;
   return issue(context, results, std::move(keep), [&](const Issue& is, std::vector<Tensor>&) {
     std::vector<ncclDataType_t> types;
     for (const Tensor& b : buffers) types.push_back(nccl_dtype(b.dtype()));
     // Tags are not NCCL's: messages between two ranks match in issue order, which is what the
     // ProcessGroup contract promises for one tag; distinct tags must also be issued in the same order.
-    run_nccl(
-        "grouped ncclSend/ncclRecv",
-        [&] {
-          return in_group([&] {
-            for (size_t i = 0; i < ops.size(); ++i) {
-              const Tensor& b = buffers[i];
-              if (b.numel() == 0) continue;
-              const size_t count = static_cast<size_t>(b.numel());
-              const ncclResult_t status =
-                  ops[i].kind == P2POp::Kind::send
-                      ? ncclSend(b.raw_data(), count, types[i], ops[i].peer, is.comm, is.stream)
-                      : ncclRecv(b.raw_data(), count, types[i], ops[i].peer, is.comm, is.stream);
-              if (nccl_failed(status)) return status;
-            }
-            return ncclSuccess;
-          });
-        },
-        is.context);
+    run_body_nccl(is, !copy_out, "grouped ncclSend/ncclRecv", [&] {
+      return in_group([&] {
+        for (size_t i = 0; i < ops.size(); ++i) {
+          const Tensor& b = buffers[i];
+          if (b.numel() == 0) continue;
+          const size_t count = static_cast<size_t>(b.numel());
+          const ncclResult_t status = ops[i].kind == P2POp::Kind::send
+                                          ? ncclSend(b.raw_data(), count, types[i], ops[i].peer, is.comm, is.stream)
+                                          : ncclRecv(b.raw_data(), count, types[i], ops[i].peer, is.comm, is.stream);
+          if (nccl_failed(status)) return status;
+        }
+        return ncclSuccess;
+      });
+    });
     for (size_t i = 0; i < ops.size(); ++i) {
       if (ops[i].kind == P2POp::Kind::recv && !buffers[i].is_same(ops[i].tensor)) raw::copy_(ops[i].tensor, buffers[i]);
     }

@@ -58,12 +58,19 @@ class NcclProcessGroup final : public ProcessGroup {
   // Keeps `object` alive as long as this group (the world group holds its rendezvous).
   void attach(std::shared_ptr<void> object) { attached_.push_back(std::move(object)); }
 
-  // What an operation's body gets: the communicator, the stream to enqueue on, and the message prefix.
+  // What an operation's body gets: the communicator, the stream to enqueue on, the message prefix,
+  // the completion event, and whether the body deferred its launch (run_nccl_last sets it).
   struct Issue {
     ncclComm_t comm;
     cudaStream_t stream;
     const std::string& context;
+    const std::shared_ptr<CompletionEvent>& done;
+    bool& deferred;
   };
+  // A body's NCCL calls: with `last` (the body queues nothing on is.stream after them) through
+  // NcclRankState::run_deferred, which does not wait for NCCL's launch thread and records is.done
+  // itself; else through run_nccl (bounded wait until the communicator is ready again). `call`: a literal.
+  void run_body_nccl(const Issue& is, bool last, const char* call, FunctionRef<ncclResult_t()> calls);
 
  protected:
   WorkPtr do_all_reduce(const Tensor& input, ReduceOp op, const Tensor& out) override;

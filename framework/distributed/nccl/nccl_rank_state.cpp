@@ -128,8 +128,11 @@ NcclRankState::~NcclRankState() {
   // reaches this state any more (the domain holds it weakly), so no lock is needed.
   QuietDeviceGuard guard(device_);
   for (auto it = comms_.rbegin(); it != comms_.rend(); ++it) {
-    // exchange: an aborted communicator was freed by its abort already.
-    if (!(*it)->aborted.exchange(true)) (void)ncclCommDestroy((*it)->comm);
+    // exchange: an aborted communicator was freed by its abort already. One with a launch still
+    // pending (only where finishing it failed, which aborted the world) is aborted, not destroyed.
+    if (!(*it)->aborted.exchange(true))
+      (void)((*it)->pending ? ncclCommAbort((*it)->comm) : ncclCommDestroy((*it)->comm));
+    (*it)->pending.reset();
   }
 }
 
@@ -158,6 +161,7 @@ void NcclRankState::abort_communicators() {
     QuietDeviceGuard guard(device_);
     for (const auto& c : comms_) {
       if (!c->aborted.exchange(true)) (void)ncclCommAbort(c->comm);
+      c->pending.reset();  // its event is never recorded: every wait for it throws the abort's reason
     }
   }
 }
@@ -179,6 +183,12 @@ std::string NcclRankState::poll_async_errors() {
       const char* last = ncclGetLastError(c->comm);
       return str_cat("NCCL reported an asynchronous error on group '", c->group, "': ", ncclGetErrorString(shown),
                      last && *last ? ": " : "", last ? last : "", " (a peer rank may have died)");
+    }
+    // A launch left pending (run_deferred) that is done now: record its completion, so an operation
+    // whose Work waits late (or never) is not aged into the timeout.
+    if (async == ncclSuccess && c->pending) {
+      std::string failed = record_pending_locked(*c);
+      if (!failed.empty()) return failed;
     }
   }
   return "";
@@ -231,6 +241,7 @@ void NcclRankState::watch_once() {
 
 void NcclRankState::run(Communicator& comm, std::string_view call, FunctionRef<ncclResult_t()> calls,
                         const std::string& context, const StallCause& stall_cause) {
+  finish_launch(comm);  // NCCL allows no call on a communicator not ready yet
   ncclResult_t status = ncclSuccess;
   bool was_aborted = false;
   {
@@ -239,16 +250,7 @@ void NcclRankState::run(Communicator& comm, std::string_view call, FunctionRef<n
     if (!was_aborted) status = calls();
   }
   if (was_aborted) CPF_FAIL(context, ": the NCCL world was aborted (", domain_->reason(), ")");
-  // On a non-blocking communicator a failed call leaves its error as the communicator's state (every
-  // later call fails, and ncclCommDestroy refuses it): abort the world with this reason, as the poll
-  // below does for NCCL's own failures, so the peers learn why and nothing leaks.
-  if (nccl_failed(status)) {
-    const std::string reason = str_cat(context, ": ", call, " failed: ", ncclGetErrorString(status), " (ncclResult ",
-                                       static_cast<int>(status), ")");
-    abort(reason);
-    abort_communicators();
-    CPF_FAIL(reason);
-  }
+  fail_on_call_error(status, context, call);
   // Also after ncclSuccess: ncclCommSplit returns it while the split still runs.
   wait_ready(comm, context, call, stall_cause);
 }

@@ -12,7 +12,8 @@
 // Communicators are non-blocking (nccl_ready.cuh): every NCCL call on one goes through run(),
 // which holds the rank's lock for the call (the watchdog's polls and the aborts take it too: NCCL
 // allows one caller per communicator at a time) and then waits, bounded, until the communicator is
-// ready again.
+// ready again; or, for an operation's last calls, through run_deferred, which leaves that wait to the
+// next use of the communicator, the operation's Work, or the watchdog (nccl_deferred_launch.cpp).
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -89,11 +90,19 @@ class QuietDeviceGuard {
   int previous_ = -1;
 };
 
+class CompletionEvent;
+
 // A communicator of one group; aborted communicators are never used or destroyed again.
 struct Communicator {
   ncclComm_t comm = nullptr;
   std::string group;  // for messages
   std::atomic<bool> aborted{false};
+  // A launch NCCL's thread may still be doing (NcclRankState::run_deferred): the operation whose
+  // completion is recorded on `pending_stream` once the communicator is ready. Under the rank's
+  // lock; null when none. An abort drops it (its event is then never recorded).
+  std::shared_ptr<CompletionEvent> pending;
+  cudaStream_t pending_stream = nullptr;
+  const char* pending_call = nullptr;  // a literal, for messages
 };
 
 // The CUDA events (no timing) of one device, reused: creating and destroying one per operation
@@ -205,8 +214,27 @@ class NcclRankState : public std::enable_shared_from_this<NcclRankState> {
   // waiting, or the timeout (whose message ends with `stall_cause`), aborts the world and throws;
   // an abort from elsewhere throws its reason. Every communicator of the rank is aborted before it
   // throws, so NCCL's own thread no longer runs then.
+  // Finishes `comm`'s pending launch first (finish_launch), as every path to NCCL here does.
   void run(Communicator& comm, std::string_view call, FunctionRef<ncclResult_t()> calls, const std::string& context,
            const StallCause& stall_cause = kPeerStallCause);
+
+  // Deferred launch (nccl_deferred_launch.cpp): as run(), for an operation's last NCCL calls, after
+  // which nothing is queued on `stream` (the operation's communication stream) before `done` is
+  // recorded there. When NCCL's thread is still launching them, it does not poll (the ~70 µs a post
+  // costs on a non-blocking communicator) but leaves the launch pending on `comm` and returns; else
+  // it records `done` at once. A pending launch is finished, so `done` recorded, by finish_launch,
+  // try_finish_launch or the watchdog's next poll (kWatchdogPeriod), whichever comes first; until
+  // then the operation counts as in flight (the watchdog's timeout covers a launch that never ends).
+  // `call` is a literal (kept for messages). Errors: as run(), named by done->description().
+  void run_deferred(Communicator& comm, const char* call, FunctionRef<ncclResult_t()> calls,
+                    const std::shared_ptr<CompletionEvent>& done, cudaStream_t stream);
+  // Finishes `comm`'s pending launch, if any: polls, bounded by the timeout as run() does, until the
+  // communicator is ready, then records the pending operation's event. Before any NCCL call on `comm`
+  // and before anything is queued on its stream. A failure or the timeout aborts the world and throws.
+  void finish_launch(Communicator& comm);
+  // Finishes it only if the communicator is ready now (one poll): true when nothing is pending any
+  // more. Never throws: a failure aborts the world (then false).
+  bool try_finish_launch(Communicator& comm) noexcept;
 
   // Blocks the host until `event` completed, bounded by the timeout; checks for aborts and NCCL
   // errors meanwhile. A timeout aborts the world and throws "<context> did not complete within the
@@ -221,6 +249,12 @@ class NcclRankState : public std::enable_shared_from_this<NcclRankState> {
   // thread is aborting them): called by the domain, and by run() before it throws.
   void abort_communicators();
   void wait_ready(Communicator& comm, const std::string& context, std::string_view call, const StallCause& stall_cause);
+  // After `calls` returned `status`: a failure aborts the world and throws "<context>: <call> failed: ...".
+  void fail_on_call_error(ncclResult_t status, const std::string& context, std::string_view call);
+  // Under mutex_: records comm.pending on its stream and clears the slot; "" or why recording failed.
+  static std::string record_pending_locked(Communicator& comm);
+  // A failure found while finishing a launch: aborts the world (outside mutex_) and throws it.
+  [[noreturn]] void fail_launch(const std::string& reason);
   static void watchdog_loop(std::weak_ptr<NcclRankState> weak);
   void watch_once();
   // "" when every communicator is healthy, else a message naming the group and NCCL's error.

@@ -14,9 +14,10 @@
 //   - ncclCommAbort (and ncclCommDestroy) stay blocking; an abort stops work in progress, including
 //     a creation or split waiting for a rank that never comes.
 // So every wait has a bound: a creation or split that a rank never joins ends in an error naming it.
-// The price is paid on every operation: NCCL 2.28 hands each ncclGroupEnd of a non-blocking
-// communicator (a lone collective is an implicit group) to a thread it starts for that call, which
-// launches the kernels while the caller polls (gpu_nccl_post_bench measures what that costs).
+// The price: NCCL 2.28 hands each ncclGroupEnd of a non-blocking communicator (a lone collective is
+// an implicit group) to a thread it starts for that call, which launches the kernels while the caller
+// polls (gpu_nccl_post_bench measures what that costs). An operation's last calls defer that poll
+// (NcclRankState::run_deferred) to the communicator's next use, the Work or the watchdog.
 #include <nccl.h>
 
 #include <algorithm>

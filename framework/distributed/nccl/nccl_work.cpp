@@ -5,30 +5,42 @@
 
 namespace cpf::dist::nccl {
 
-NcclWork::NcclWork(std::shared_ptr<NcclRankState> state, std::shared_ptr<CompletionEvent> done,
-                   cudaStream_t comm_stream, cudaStream_t issue_stream, std::vector<Tensor> results,
-                   std::vector<Tensor> keep_alive, bool host_blocking)
+NcclWork::NcclWork(std::shared_ptr<NcclRankState> state, std::shared_ptr<Communicator> comm,
+                   std::shared_ptr<CompletionEvent> done, cudaStream_t comm_stream, bool record_now,
+                   cudaStream_t issue_stream, std::vector<Tensor> results, std::vector<Tensor> keep_alive,
+                   bool host_blocking)
     : state_(std::move(state)),
+      comm_(std::move(comm)),
       done_(std::move(done)),
       issue_stream_(issue_stream),
       results_(std::move(results)),
       keep_alive_(std::move(keep_alive)),
       host_blocking_(host_blocking) {
-  done_->record(comm_stream);
+  if (record_now) done_->record(comm_stream);
 }
 
 NcclWork::~NcclWork() {
   if (!waited_.load()) {
     // The tensors kept alive here go back to the allocator now: order their reuse after the
-    // operation on the stream they were allocated on.
+    // operation on the stream they were allocated on, which needs its event recorded. A launch that
+    // cannot be finished aborted the world (the aborted communicator's kernels return): nothing to order.
     QuietDeviceGuard guard(state_->device());
-    (void)cudaStreamWaitEvent(issue_stream_, done_->get(), 0);
+    if (!done_->recorded()) {
+      try {
+        state_->finish_launch(*comm_);
+      } catch (...) {
+      }
+    }
+    if (done_->recorded()) (void)cudaStreamWaitEvent(issue_stream_, done_->get(), 0);
   }
 }
 
 void NcclWork::wait() {
   state_->check_alive(description());
   cuda::DeviceGuard guard(state_->device());
+  if (!done_->recorded()) state_->finish_launch(*comm_);
+  state_->check_alive(description());  // an abort dropped the pending launch
+  CPF_CHECK(done_->recorded(), description(), ": its completion event was never recorded (a deferred launch lost)");
   const cudaStream_t current = cuda::current_cuda_stream(state_->device());
   CPF_CUDA_CHECK(cudaStreamWaitEvent(current, done_->get(), 0));
   // The kept tensors go back to the pool of the stream that issued the operation: when another stream
@@ -43,6 +55,9 @@ void NcclWork::wait() {
 
 bool NcclWork::is_completed() const {
   if (state_->aborted()) return true;
+  // Not recorded yet: the launch is pending; a pooled event still holds an older record.
+  if (!done_->recorded() && !state_->try_finish_launch(*comm_)) return state_->aborted();
+  if (!done_->recorded()) return state_->aborted();
   return cudaEventQuery(done_->get()) == cudaSuccess;
 }
 

@@ -8,6 +8,10 @@
 // outputs and staging buffers), so the caching allocator cannot hand their memory to other work
 // while the communication stream still uses it; a Work dropped without wait() makes the stream it
 // was issued from wait for the event instead, for the same reason.
+//
+// A deferred launch (NcclRankState::run_deferred) records the event only once NCCL's thread has
+// launched the operation: wait(), is_completed(), result() and the destructor finish that launch
+// first (wait and the destructor poll, bounded; is_completed polls once), so callers see no difference.
 #include <cuda_runtime.h>
 
 #include <atomic>
@@ -22,10 +26,12 @@ namespace cpf::dist::nccl {
 
 class NcclWork final : public Work {
  public:
-  // Records the completion event on `comm_stream` now; `issue_stream` is the caller's stream. The
-  // Work is described by done->description().
-  NcclWork(std::shared_ptr<NcclRankState> state, std::shared_ptr<CompletionEvent> done, cudaStream_t comm_stream,
-           cudaStream_t issue_stream, std::vector<Tensor> results, std::vector<Tensor> keep_alive, bool host_blocking);
+  // `issue_stream` is the caller's stream. With `record_now`, records the completion event on
+  // `comm_stream` now; else the operation's launch was deferred on `comm` (run_deferred), which
+  // records it. The Work is described by done->description().
+  NcclWork(std::shared_ptr<NcclRankState> state, std::shared_ptr<Communicator> comm,
+           std::shared_ptr<CompletionEvent> done, cudaStream_t comm_stream, bool record_now, cudaStream_t issue_stream,
+           std::vector<Tensor> results, std::vector<Tensor> keep_alive, bool host_blocking);
   ~NcclWork() override;
   NcclWork(const NcclWork&) = delete;
   NcclWork& operator=(const NcclWork&) = delete;
@@ -39,6 +45,7 @@ class NcclWork final : public Work {
 
  private:
   const std::shared_ptr<NcclRankState> state_;
+  const std::shared_ptr<Communicator> comm_;
   const std::shared_ptr<CompletionEvent> done_;
   cudaStream_t issue_stream_ = nullptr;
   std::vector<Tensor> results_;
