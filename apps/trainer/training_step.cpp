@@ -58,7 +58,13 @@ StepResult training_step(const StepParts& p, int64_t step) {
   p.optimizer.set_lr(p.schedule.lr_at(step));
   p.optimizer.step(sum_squares);
   p.optimizer.zero_grad();
-  const std::vector<double> read = readback.wait();
+  std::vector<double> read;
+  try {
+    read = readback.wait();  // device errors of the step (e.g. a bad token id) are reported here
+  } catch (...) {
+    p.optimizer.abandon();  // the optimizer stays usable; whether the update landed is unknown
+    throw;
+  }
   result.grad_norm = std::sqrt(read[0]);
   result.loss = read[1];
   result.skipped = !std::isfinite(result.grad_norm);

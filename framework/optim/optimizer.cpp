@@ -158,6 +158,12 @@ void Optimizer::commit(bool applied) {
   if (applied) ++step_count_;
 }
 
+void Optimizer::abandon() {
+  CPF_CHECK(in_flight_, name_, ": abandon without a step(skip_if_nonfinite) in flight");
+  in_flight_ = false;
+  host_decided_.reset();
+}
+
 void Optimizer::zero_grad() {
   for (const Entry& e : entries_) e.param.set_grad(Tensor());
 }

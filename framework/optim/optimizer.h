@@ -61,6 +61,11 @@ class Optimizer {
   // Ends the step(Tensor) in flight: advances the step count when `applied`. Throws without one, or
   // when the value was read here and `applied` disagrees with it.
   void commit(bool applied);
+  // Ends the step(Tensor) in flight when its outcome cannot be known (the read-back of its value
+  // failed, e.g. a device error reported there): the step count stays, and the parameters and state
+  // may or may not hold the update, so restore them (load_state, a checkpoint) before training on.
+  // Throws without a step in flight.
+  void abandon();
   bool step_in_flight() const { return in_flight_; }
   // Drops every parameter's gradient (undefined, so the next backward allocates fresh ones).
   void zero_grad();

@@ -114,6 +114,15 @@ TEST(DeferredStep, RejectsMisuse) {
   EXPECT_CPF_ERROR(opt.commit(true), "adamw: commit(true) but the step's sum of squares read on the host says skipped");
   opt.commit(false);
   EXPECT_EQ(opt.step_count(), 1);
+
+  // A step whose read-back failed is abandoned: the count stays and the optimizer takes steps again.
+  EXPECT_CPF_ERROR(opt.abandon(), "adamw: abandon without a step(skip_if_nonfinite) in flight");
+  opt.step(optim::grad_sum_squares(params));
+  opt.abandon();
+  EXPECT_FALSE(opt.step_in_flight());
+  EXPECT_EQ(opt.step_count(), 1);
+  opt.step();
+  EXPECT_EQ(opt.step_count(), 2);
 }
 
 }  // namespace

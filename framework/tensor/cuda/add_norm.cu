@@ -424,9 +424,10 @@ bool backward_dx(const void* g, const void* x1, const void* w, const void* mean,
                           chunk};
   const auto launch = [&]<int G, int V, int NC, bool P>(int64_t blocks) {
     auto kernel = add_norm_dx_kernel<G, V, NC, P, centered, TX, TG, TB>;
-    // warp_partials: (2, cols) per warp; 48 KiB at 768 f32 columns, up to 128 KiB at 1024 f64 ones.
+    // warp_partials: (2, cols) per warp; 48 KiB at 768 f32 columns, up to 128 KiB at 1024 f64 ones. The
+    // opt-in for any dynamic size: 48 KiB plus the kernel's static shared memory is past the default limit.
     const int smem = P && G == 32 ? static_cast<int>(kThreads / 32 * 2 * cols * sizeof(C)) : 0;
-    if (smem > 48 * 1024) {
+    if (smem > 0) {
       CPF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     }
     kernel<<<static_cast<unsigned>(blocks), G == 32 ? kThreads : G, smem, stream>>>(args);

@@ -90,10 +90,10 @@ double slot_value(const char* slot, DType dtype) {
 
 std::vector<double> HostReadback::wait() {
   CPF_CHECK(state_->pending, "HostReadback::wait: nothing was enqueued since the last wait");
-  state_->pending = false;
   DeviceGuard guard(device_);
   count_host_sync(HostSyncKind::stream_sync);
   CPF_CUDA_CHECK(cudaEventSynchronize(state_->done));
+  state_->pending = false;  // only now may the next enqueue reuse the pinned slots
   // The host has waited for the stream up to the event: report an index error its earlier kernels found.
   raise_device_errors(device_);
   std::vector<double> out;
