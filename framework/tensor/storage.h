@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "framework/tensor/device.h"
@@ -39,6 +40,12 @@ class DeviceBackend {
   // The memory at `ptr` (a live allocation) is used by work queued on `stream`: the allocator must not
   // hand it out again before that work is done.
   virtual void record_stream_use(void* ptr, Device device, void* stream) {}
+
+  // Graphs of device work (framework/tensor/device_graph.h). capture_graph runs `body` with a capture
+  // stream current and returns the replayable graph (owned by the pointer), or throws with the reason.
+  virtual bool graphs_supported() const { return false; }
+  virtual std::shared_ptr<void> capture_graph(Device device, const std::function<void()>& body) { return nullptr; }
+  virtual void replay_graph(Device device, void* graph) {}
 };
 
 void register_device_backend(DeviceType type, DeviceBackend* backend);

@@ -41,6 +41,47 @@ size_t CachingAllocator::round_size(size_t nbytes) {
   return (nbytes + step - 1) / step * step;
 }
 
+void* CachingAllocator::device_malloc_locked(size_t size, size_t nbytes) {
+  DeviceGuard guard(device_);
+  count_host_sync(HostSyncKind::device_malloc);
+  void* ptr = nullptr;
+  cudaError_t status = cudaMalloc(&ptr, size);
+  if (status == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();
+    // Cached blocks may still be in use by queued kernels of their streams: wait, then release.
+    count_host_sync(HostSyncKind::device_sync);
+    CPF_CUDA_CHECK(cudaDeviceSynchronize());
+    collect_pending_locked();
+    release_cached_locked();
+    status = cudaMalloc(&ptr, size);
+  }
+  if (status == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();
+    size_t free_bytes = 0, total_bytes = 0;
+    (void)cudaMemGetInfo(&free_bytes, &total_bytes);
+    (void)cudaGetLastError();
+    CPF_FAIL("cuda:", device_, " out of memory: tried to allocate ", bytes_str(size), " (", nbytes,
+             " bytes requested); allocated ", bytes_str(stats_.allocated), ", reserved ", bytes_str(stats_.reserved),
+             ", peak allocated ", bytes_str(stats_.peak_allocated), "; the device has ", bytes_str(free_bytes),
+             " free of ", bytes_str(total_bytes));
+  }
+  CPF_CUDA_CHECK(status);
+  ++stats_.device_mallocs;
+  stats_.reserved += size;
+  stats_.peak_reserved = std::max(stats_.peak_reserved, stats_.reserved);
+  return ptr;
+}
+
+CachingAllocator::Pool* CachingAllocator::capturing_pool_locked(cudaStream_t stream, int* id) {
+  for (auto& [pool_id, pool] : pools_) {
+    if (pool.capturing && pool.stream == stream) {
+      *id = pool_id;
+      return &pool;
+    }
+  }
+  return nullptr;
+}
+
 void* CachingAllocator::allocate(size_t nbytes, cudaStream_t stream) {
   if (nbytes == 0) return nullptr;
   const size_t size = round_size(nbytes);
@@ -48,40 +89,22 @@ void* CachingAllocator::allocate(size_t nbytes, cudaStream_t stream) {
   ++stats_.allocations;
   if (!pending_.empty()) collect_pending_locked();
   void* ptr = nullptr;
-  auto it = free_.find({stream, size});
-  if (it != free_.end() && !it->second.empty()) {
-    ptr = it->second.back();
-    it->second.pop_back();
+  int pool_id = 0;
+  Pool* pool = capturing_pool_locked(stream, &pool_id);
+  std::vector<void*>* cached = nullptr;
+  if (pool != nullptr) {
+    if (auto it = pool->free.find(size); it != pool->free.end()) cached = &it->second;
+  } else if (auto it = free_.find({stream, size}); it != free_.end()) {
+    cached = &it->second;
+  }
+  if (cached != nullptr && !cached->empty()) {
+    ptr = cached->back();
+    cached->pop_back();
     ++stats_.cache_hits;
   } else {
-    DeviceGuard guard(device_);
-    count_host_sync(HostSyncKind::device_malloc);
-    cudaError_t status = cudaMalloc(&ptr, size);
-    if (status == cudaErrorMemoryAllocation) {
-      (void)cudaGetLastError();
-      // Cached blocks may still be in use by queued kernels of their streams: wait, then release.
-      count_host_sync(HostSyncKind::device_sync);
-      CPF_CUDA_CHECK(cudaDeviceSynchronize());
-      collect_pending_locked();
-      release_cached_locked();
-      status = cudaMalloc(&ptr, size);
-    }
-    if (status == cudaErrorMemoryAllocation) {
-      (void)cudaGetLastError();
-      size_t free_bytes = 0, total_bytes = 0;
-      (void)cudaMemGetInfo(&free_bytes, &total_bytes);
-      (void)cudaGetLastError();
-      CPF_FAIL("cuda:", device_, " out of memory: tried to allocate ", bytes_str(size), " (", nbytes,
-               " bytes requested); allocated ", bytes_str(stats_.allocated), ", reserved ", bytes_str(stats_.reserved),
-               ", peak allocated ", bytes_str(stats_.peak_allocated), "; the device has ", bytes_str(free_bytes),
-               " free of ", bytes_str(total_bytes));
-    }
-    CPF_CUDA_CHECK(status);
-    ++stats_.device_mallocs;
-    stats_.reserved += size;
-    stats_.peak_reserved = std::max(stats_.peak_reserved, stats_.reserved);
+    ptr = device_malloc_locked(size, nbytes);
   }
-  active_[ptr] = Block{size, stream, {}};
+  active_[ptr] = Block{size, stream, {}, pool_id};
   stats_.allocated += size;
   stats_.peak_allocated = std::max(stats_.peak_allocated, stats_.allocated);
   return ptr;
@@ -95,6 +118,18 @@ void CachingAllocator::free(void* ptr) noexcept {
   const Block block = std::move(it->second);
   active_.erase(it);
   stats_.allocated -= block.size;
+  if (block.pool != 0) {
+    // A capture pool's block: reused only while that capture runs (its graph keeps the address).
+    if (auto pool = pools_.find(block.pool); pool != pools_.end()) {
+      try {
+        pool->second.free[block.size].push_back(ptr);
+        return;
+      } catch (...) {
+        // Out of host memory: the block stays reserved, unreachable, until the process ends.
+        return;
+      }
+    }
+  }
   try {
     if (!block.used_on.empty()) {
       // Other streams may still have work queued on the block: wait for events recorded on them now.
@@ -195,6 +230,42 @@ void CachingAllocator::empty_cache() {
   CPF_CUDA_CHECK(cudaDeviceSynchronize());
   collect_pending_locked();  // every event has completed
   release_cached_locked();
+}
+
+int CachingAllocator::begin_pool(cudaStream_t stream) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  int id = 0;
+  CPF_CHECK(capturing_pool_locked(stream, &id) == nullptr, "cuda:", device_, ": stream ", stream,
+            " already captures into pool ", id, " (one capture per stream at a time)");
+  id = next_pool_++;
+  pools_[id] = Pool{stream, true, {}};
+  return id;
+}
+
+void CachingAllocator::end_pool_capture(int id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (auto pool = pools_.find(id); pool != pools_.end()) pool->second.capturing = false;
+}
+
+void CachingAllocator::release_pool(int id) noexcept {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto pool = pools_.find(id);
+  if (pool == pools_.end()) return;
+  DeviceGuard guard(device_);
+  for (auto& [size, ptrs] : pool->second.free) {
+    for (void* p : ptrs) {
+      count_host_sync(HostSyncKind::device_malloc);
+      if (cudaFree(p) == cudaSuccess) {
+        stats_.reserved -= size;
+        ++stats_.device_frees;
+      }
+      (void)cudaGetLastError();
+    }
+  }
+  pools_.erase(pool);
+  for (auto& [ptr, block] : active_) {
+    if (block.pool == id) block.pool = 0;  // live: joins the ordinary cache when freed
+  }
 }
 
 MemoryStats CachingAllocator::stats() {

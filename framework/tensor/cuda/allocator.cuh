@@ -42,11 +42,27 @@ class CachingAllocator {
   // The size class `nbytes` is served from.
   static size_t round_size(size_t nbytes);
 
+  // Private pools for CUDA-graph capture (graph_capture.cpp). While pool `id` captures on `stream`, every
+  // allocation on that stream comes from it, and a block freed into it is reused only by that capture (in
+  // its stream order, which the graph keeps). Once the capture ends the pool hands nothing out: the
+  // addresses a graph captured stay its own while the pool lives, whoever frees them meanwhile.
+  int begin_pool(cudaStream_t stream);
+  void end_pool_capture(int id);
+  // The graph is gone and the caller has synchronised the device: the pool's free blocks go back to the
+  // driver, its live ones join the ordinary cache when freed.
+  void release_pool(int id) noexcept;
+
  private:
   struct Block {
     size_t size = 0;
     cudaStream_t stream = nullptr;
     std::vector<cudaStream_t> used_on;  // other streams (record_stream)
+    int pool = 0;                       // 0: the ordinary cache; else a capture pool's id
+  };
+  struct Pool {
+    cudaStream_t stream = nullptr;
+    bool capturing = true;
+    std::map<size_t, std::vector<void*>> free;  // by size class
   };
   using PoolKey = std::pair<cudaStream_t, size_t>;
   // A freed block still in use by other streams until its events complete.
@@ -62,6 +78,10 @@ class CachingAllocator {
   // Releases every cached block; the caller holds mutex_ and has synchronised the device.
   void release_cached_locked();
   cudaEvent_t take_event_locked();
+  // A new block of `size` bytes from the driver (after releasing the cache once when it is full).
+  void* device_malloc_locked(size_t size, size_t nbytes);
+  // The capture pool allocating on `stream`, or null.
+  Pool* capturing_pool_locked(cudaStream_t stream, int* id);
 
   int device_;
   std::mutex mutex_;
@@ -69,6 +89,8 @@ class CachingAllocator {
   std::map<PoolKey, std::vector<void*>> free_;
   std::vector<Pending> pending_;
   std::vector<cudaEvent_t> spare_events_;
+  std::map<int, Pool> pools_;
+  int next_pool_ = 1;
   MemoryStats stats_;
 };
 

@@ -8,6 +8,7 @@
 #include "framework/tensor/cuda/cuda.h"
 #include "framework/tensor/cuda/cuda_ops.cuh"
 #include "framework/tensor/cuda/device_errors.cuh"
+#include "framework/tensor/cuda/graph_capture.cuh"
 #include "framework/tensor/cuda/host_sync.cuh"
 #include "framework/tensor/cuda/runtime.cuh"
 #include "framework/tensor/cuda/upload_ring.cuh"
@@ -138,6 +139,11 @@ class CudaBackend final : public DeviceBackend {
     if (dst_device.is_cuda()) {  // host -> device
       DeviceGuard guard(dst_device.index);
       cudaStream_t stream = current_cuda_stream(dst_device.index);
+      if (CaptureUploads* uploads = active_capture_uploads()) {
+        // A graph being captured: its replays copy the bytes of now, from pinned memory the graph owns.
+        CPF_CUDA_CHECK(cudaMemcpyAsync(dst, uploads->keep(src, nbytes), nbytes, cudaMemcpyHostToDevice, stream));
+        return;
+      }
       if (nbytes >= kStagingThreshold) {
         staging_for(dst_device.index).to_device(dst, src, nbytes, stream);
       } else {
@@ -171,6 +177,16 @@ class CudaBackend final : public DeviceBackend {
   }
 
   int device_count() const override { return cuda::device_count(); }
+
+  bool graphs_supported() const override { return true; }
+  std::shared_ptr<void> capture_graph(Device device, const std::function<void()>& body) override {
+    check_device_index(device.index);
+    return cuda::capture_graph(device.index, body);
+  }
+  void replay_graph(Device device, void* graph) override {
+    check_device_index(device.index);
+    cuda::replay_graph(device.index, graph);
+  }
 
   std::shared_ptr<void> create_stream(Device device) override {
     auto stream = std::make_shared<Stream>(Stream::create(device.index));

@@ -1,0 +1,104 @@
+// DeviceGraph (framework/tensor/device_graph.h) on a GPU: a capture runs nothing until replayed, a
+// replay reads the inputs as they are then and rewrites the outputs, memory the body freed stays the
+// graph's (an eager allocation never gets it), uploads replay the bytes of the capture, and a body that
+// waits for the device fails the capture with its reason. Skips without a GPU (the CPU's refusals:
+// tests/tensor/device_graph_test.cpp).
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "framework/tensor/device_graph.h"
+#include "framework/tensor/ops/copy.h"
+#include "framework/tensor/ops/elementwise.h"
+#include "tests/cuda/cuda_test_utils.h"
+
+namespace cpf {
+namespace {
+
+using cpf::testing::CudaTest;
+using cpf::testing::on_cpu;
+using cpf::testing::on_gpu;
+
+class DeviceGraphTest : public CudaTest {};
+
+Tensor gpu_values(const std::vector<float>& v) {
+  return on_gpu(from_buffer(v.data(), {static_cast<int64_t>(v.size())}, DType::f32, Device::cpu()));
+}
+
+TEST_F(DeviceGraphTest, ReplaysReadTheInputsOfNowAndRewriteTheOutputs) {
+  const Device gpu = Device::cuda(0);
+  const Tensor x = gpu_values({1, 2, 3, 4});  // allocated before the capture: stays in place
+  Tensor y;
+  const DeviceGraph graph = DeviceGraph::capture(gpu, [&] { y = raw::add(raw::mul(x, 2.0), 1.0); });
+  ASSERT_TRUE(graph.defined());
+  EXPECT_EQ(graph.device(), gpu);
+  graph.replay();
+  EXPECT_EQ(on_cpu(y).to_vector<float>(), (std::vector<float>{3, 5, 7, 9}));
+  raw::copy_(x, from_buffer(std::vector<float>{10, 20, 30, 40}.data(), {4}, DType::f32, Device::cpu()));
+  graph.replay();
+  EXPECT_EQ(on_cpu(y).to_vector<float>(), (std::vector<float>{21, 41, 61, 81}));
+}
+
+TEST_F(DeviceGraphTest, NothingRunsUntilTheFirstReplay) {
+  const Tensor x = gpu_values({5, 5});
+  const DeviceGraph graph = DeviceGraph::capture(Device::cuda(0), [&] { raw::fill_(x, 7.0); });
+  EXPECT_EQ(on_cpu(x).to_vector<float>(), (std::vector<float>{5, 5}));
+  graph.replay();
+  EXPECT_EQ(on_cpu(x).to_vector<float>(), (std::vector<float>{7, 7}));
+}
+
+TEST_F(DeviceGraphTest, MemoryTheBodyFreedIsNotHandedToEagerAllocations) {
+  const Tensor x = gpu_values(std::vector<float>(1 << 16, 1.0f));
+  const void* freed_in_body = nullptr;
+  Tensor out;
+  const DeviceGraph graph = DeviceGraph::capture(Device::cuda(0), [&] {
+    const Tensor scratch = raw::mul(x, 3.0);  // freed at the end of the body
+    freed_in_body = scratch.raw_data();
+    out = raw::add(scratch, 1.0);
+  });
+  // Same size class as the scratch: the ordinary cache would hand its block out again.
+  std::vector<Tensor> eager;
+  for (int i = 0; i < 4; ++i) {
+    eager.push_back(empty({1 << 16}, {.dtype = DType::f32, .device = Device::cuda(0)}));
+    EXPECT_NE(eager.back().raw_data(), freed_in_body) << "allocation " << i;
+    raw::fill_(eager.back(), -1.0);
+  }
+  graph.replay();
+  const std::vector<float> got = on_cpu(out).to_vector<float>();
+  EXPECT_EQ(got.front(), 4.0f);
+  EXPECT_EQ(got.back(), 4.0f);
+}
+
+TEST_F(DeviceGraphTest, UploadsReplayTheBytesOfTheCapture) {
+  std::vector<float> host = {1, 2, 3};
+  Tensor uploaded;
+  const DeviceGraph graph = DeviceGraph::capture(Device::cuda(0), [&] {
+    uploaded = from_buffer(host.data(), {3}, DType::f32, Device::cuda(0));
+  });
+  host = {9, 9, 9};  // the capture copied the host bytes: a replay does not read them again
+  graph.replay();
+  EXPECT_EQ(on_cpu(uploaded).to_vector<float>(), (std::vector<float>{1, 2, 3}));
+}
+
+TEST_F(DeviceGraphTest, ABodyThatWaitsForTheDeviceFailsTheCaptureWithItsReason) {
+  const Tensor x = gpu_values({1, 2});
+  EXPECT_CPF_ERROR((void)DeviceGraph::capture(Device::cuda(0), [&] { (void)raw::add(x, 1.0).to_vector<float>(); }),
+                   "CUDA-graph capture on cuda:0 failed");
+  // The device and the allocator stay usable.
+  EXPECT_EQ(on_cpu(raw::add(x, 1.0)).to_vector<float>(), (std::vector<float>{2, 3}));
+}
+
+TEST_F(DeviceGraphTest, AGraphOutlivesTheTensorsItMade) {
+  const Tensor x = gpu_values({1, 2});
+  const DeviceGraph graph = [&] {
+    Tensor y;
+    DeviceGraph g = DeviceGraph::capture(Device::cuda(0), [&] { y = raw::mul(x, 4.0); });
+    return g;  // y is freed here: its block stays the graph's
+  }();
+  graph.replay();
+  const Tensor z = raw::mul(x, 5.0);
+  EXPECT_EQ(on_cpu(z).to_vector<float>(), (std::vector<float>{5, 10}));
+}
+
+}  // namespace
+}  // namespace cpf
