@@ -47,6 +47,15 @@ void add_dense_offsets(RowTables& t, const SdpaMapping& m, const AttentionProble
   }
 }
 
+// The lengths and the dense offsets one execution binds.
+void add_execution_tables(RowTables& t, const SdpaMapping& m, const AttentionProblem& p, const Device& device) {
+  if (m.ragged) add_dense_offsets(t, m, p, device);
+  if (m.padding) {
+    t.seq_len_q = raw::to(from_vector(m.seq_len_q, {m.b}), device);
+    t.seq_len_kv = raw::to(from_vector(m.seq_len_kv, {m.b}), device);
+  }
+}
+
 std::shared_ptr<const RowTables> build(const SdpaMapping& m, const AttentionProblem& p, const Device& device) {
   auto tables = std::make_shared<RowTables>();
   tables->q_runs = flag_runs(m.q_undefined, kMaxFillRuns);
@@ -58,12 +67,8 @@ std::shared_ptr<const RowTables> build(const SdpaMapping& m, const AttentionProb
     const std::vector<int64_t> stats = padded_to_packed(m);
     tables->lse_index = raw::to(from_vector(lse, {static_cast<int64_t>(lse.size())}), device);
     tables->stats_columns = raw::to(from_vector(stats, {static_cast<int64_t>(stats.size())}), device);
-    add_dense_offsets(*tables, m, p, device);
   }
-  if (m.padding) {
-    tables->seq_len_q = raw::to(from_vector(m.seq_len_q, {m.b}), device);
-    tables->seq_len_kv = raw::to(from_vector(m.seq_len_kv, {m.b}), device);
-  }
+  add_execution_tables(*tables, m, p, device);
   return tables;
 }
 
@@ -77,6 +82,13 @@ Tensor ragged_offsets(const std::vector<int64_t>& first_token, int64_t total_tok
   const int64_t n = static_cast<int64_t>(values.size());
   if (int64) return from_vector(values, {n});
   return from_vector(std::vector<int32_t>(values.begin(), values.end()), {n});
+}
+
+RowTables execution_tables(const SdpaMapping& m, const AttentionProblem& p, const Device& device) {
+  CPF_CHECK(m.reason.empty(), "cudnn execution tables: the mapping is unsupported: ", m.reason);
+  RowTables tables;
+  add_execution_tables(tables, m, p, device);
+  return tables;
 }
 
 std::shared_ptr<const RowTables> row_tables(const std::shared_ptr<const SdpaMapping>& m, const AttentionProblem& p,

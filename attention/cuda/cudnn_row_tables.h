@@ -48,6 +48,11 @@ struct RowTables {
 // pieces of their rows), then the end of the storage: (b + 1) values, as an i64 or i32 CPU tensor.
 Tensor ragged_offsets(const std::vector<int64_t>& first_token, int64_t total_tokens, int64_t row_stride, bool int64);
 
+// The tables one execution of mapping `m` binds, without the lse and fix-up tables: the lengths
+// (padding) and the dense layouts' ragged offsets (thd). Not cached here: cudnn_sdpa_grouped.cpp keeps
+// each group's with its own cache.
+RowTables execution_tables(const SdpaMapping& m, const AttentionProblem& p, const Device& device);
+
 // The tables of mapping `m` of problem `p` on `device` (a CPU device gives CPU tensors), from this
 // thread's cache when the same mapping object was seen on this stream.
 std::shared_ptr<const RowTables> row_tables(const std::shared_ptr<const SdpaMapping>& m, const AttentionProblem& p,

@@ -16,7 +16,9 @@
 #include "attention/cuda/cudnn_backend.h"
 #include "attention/cuda/cudnn_mapping_cache.h"
 #include "attention/cuda/cudnn_row_tables.h"
+#include "attention/cuda/cudnn_sdpa_execution.h"
 #include "attention/cuda/cudnn_sdpa_graph.h"
+#include "attention/cuda/cudnn_sdpa_grouped.h"
 #include "attention/cuda/cudnn_sdpa_layout.h"
 #include "attention/cuda/cudnn_sdpa_mapping.h"
 #include "attention/cuda/cudnn_sdpa_placement.h"
@@ -202,79 +204,6 @@ Prepared prepare_on(const AttentionProblem& p, const Tensor& q, bool backward, b
   return prepared;
 }
 
-// Device buffers and host scalars of one execution (kept alive until cudnnBackendExecute returns;
-// device tensors are freed in stream order afterwards, which the caching allocator makes safe).
-class VariantPack {
- public:
-  VariantPack() {  // a call binds at most 22 entries: no regrowth per call
-    uids_.reserve(24);
-    pointers_.reserve(24);
-    keep_.reserve(24);
-  }
-  void add(int64_t uid, const Tensor& t) {
-    uids_.push_back(uid);
-    pointers_.push_back(t.raw_data());
-    keep_.push_back(t);
-  }
-  void add_host(int64_t uid, void* value) {
-    uids_.push_back(uid);
-    pointers_.push_back(value);
-  }
-  void run(const ExecutionPlan& plan, const Device& device) {
-    Tensor workspace;
-    if (plan.workspace_bytes > 0) {
-      workspace = empty({(plan.workspace_bytes + 7) / 8}, {.dtype = DType::i64, .device = device});
-    }
-    cuda::DeviceGuard guard(device.index);
-    execute(handle_for(device.index), plan, uids_, pointers_, workspace.defined() ? workspace.raw_data() : nullptr);
-  }
-
- private:
-  std::vector<int64_t> uids_;
-  std::vector<void*> pointers_;
-  std::vector<Tensor> keep_;
-};
-
-// Host scalars by value, and the device tensors for lengths and ragged offsets.
-struct Scalars {
-  float scale = 1.0f, neg_inf = -std::numeric_limits<float>::infinity(), one = 1.0f, left_f = 0.0f;
-  int32_t right = 0, left_i = 0;
-};
-
-void add_common(VariantPack& pack, Scalars& s, const AttentionProblem& p, const SdpaMapping& m, const SdpaGraphKey& key,
-                const Layouts& layouts, const RowTables& tables, const Device& device) {
-  s.scale = static_cast<float>(p.scale);
-  pack.add_host(kUidScale, &s.scale);
-  if (key.padding || key.right_bound || key.left_bound) pack.add_host(kUidNegInf, &s.neg_inf);
-  if (key.right_shift) {
-    s.right = static_cast<int32_t>(m.right);
-    pack.add_host(kUidRightBound, &s.right);
-  }
-  if (key.left_bound) {
-    s.left_f = static_cast<float>(m.left);
-    s.left_i = static_cast<int32_t>(m.left);
-    pack.add_host(kUidLeftBound, key.bottom_right ? static_cast<void*>(&s.left_i) : static_cast<void*>(&s.left_f));
-  }
-  if (key.padding) {  // the mapping's lengths (row_tables: uploaded once per mapping and stream)
-    pack.add(kUidSeqLenQ, tables.seq_len_q);
-    pack.add(kUidSeqLenKv, tables.seq_len_kv);
-  }
-  if (key.ragged) {
-    const std::array<int64_t, 4> strides{layouts.q.row_stride, layouts.k.row_stride, layouts.v.row_stride,
-                                         layouts.o.row_stride};
-    const std::array<const std::vector<int64_t>*, 4> first{&m.q_token, &m.kv_token, &m.kv_token, &m.q_token};
-    const std::array<int64_t, 4> total{p.s_q, p.s_kv, p.s_kv, p.s_q};
-    const std::array<int64_t, 4> uids{kUidOffsetQ, kUidOffsetK, kUidOffsetV, kUidOffsetO};
-    // The dense layouts' tables come with the row tables; strided views (other row strides) make theirs.
-    const bool dense = strides == tables.offset_row_strides && key.ragged_int64 == tables.offsets_int64;
-    for (size_t i = 0; i < 4; ++i) {
-      pack.add(uids[i], dense
-                            ? tables.offsets[i]
-                            : device_table(ragged_offsets(*first[i], total[i], strides[i], key.ragged_int64), device));
-    }
-  }
-}
-
 }  // namespace
 
 PlanCacheStats plan_cache_stats() { return thread_stats; }
@@ -323,10 +252,36 @@ std::string unsupported_reason(const AttentionProblem& p, DType dtype, bool back
 namespace {
 
 // The inputs as cuDNN reads them (cudnn_sdpa_placement.h); plans for strided layouts from this thread's cache.
+const ExecutionPlan* lookup_plan(const SdpaGraphKey& key) { return cached_plan(key).plan.get(); }
+
 Placed placed(const Prepared& prepared, const ExecutionPlan& plan, const AttentionProblem& p, const Tensor& q,
               const Tensor& k, const Tensor& v) {
-  return place_inputs(prepared.key, prepared.layouts, *prepared.mapping, plan, p, q, k, v,
-                      [](const SdpaGraphKey& key) { return cached_plan(key).plan.get(); });
+  return place_inputs(prepared.key, prepared.layouts, *prepared.mapping, plan, p, q, k, v, lookup_plan);
+}
+
+// One execution over every entry: writes out, returns the lse in the call's layout before the fix-ups.
+Tensor forward_once(const Prepared& prepared, const Placed& in, const RowTables& tables, const AttentionProblem& p,
+                    const Tensor& out, const Tensor& sink, const Device& device) {
+  const SdpaMapping& m = *prepared.mapping;
+  // cuDNN's Stats is (b, h_q, s_q, 1): exactly the bshd/sbhd lse; thd pads it per sequence.
+  Tensor stats = empty({m.b, p.h_q, m.s_q}, {.dtype = DType::f32, .device = device});
+  VariantPack pack;
+  Scalars scalars;
+  pack.add(kUidQ, in.q);
+  pack.add(kUidK, in.k);
+  pack.add(kUidV, in.v);
+  pack.add(kUidO, out);
+  pack.add(kUidStats, stats);
+  if (in.key.sink) pack.add(kUidSink, sink);
+  add_common(pack, scalars, p, m, in.key, in.layouts, tables, device);
+  {
+    // The kernel alone (its GPU time), apart from the host work of the call around it.
+    const profile::Scope scope("attention/cudnn_forward_kernel", device);
+    pack.run(*in.plan, device);
+  }
+  const profile::Scope host("attention/cudnn_fixups", Device::cpu());
+  if (m.ragged) return packed_lse(stats, tables.lse_index);  // (b, h_q, s) -> (h_q, T), one gather
+  return stats;
 }
 
 raw::AttentionForward run_forward(const Prepared& prepared, const ExecutionPlan& plan, const AttentionProblem& p,
@@ -335,37 +290,58 @@ raw::AttentionForward run_forward(const Prepared& prepared, const ExecutionPlan&
   const Device device = q.device();
   // Host time only (no GPU events): the inputs, buffers and tables of the call, then the fix-ups.
   std::optional<profile::Scope> host(std::in_place, "attention/cudnn_pack", Device::cpu());
-  const std::shared_ptr<const RowTables> tables = row_tables(prepared.mapping, p, device);
   const Placed in = placed(prepared, plan, p, q, k, v);
-  const SdpaGraphKey& key = in.key;
   Tensor out = empty(p.out_shape(), {.dtype = q.dtype(), .device = device});
-  // cuDNN's Stats is (b, h_q, s_q, 1): exactly the bshd/sbhd lse; thd pads it per sequence.
-  Tensor stats = empty({m.b, p.h_q, m.s_q}, {.dtype = DType::f32, .device = device});
+  const Tensor sink = in.key.sink ? dense(p.sink, DType::f32) : Tensor();
+  // thd calls of entries of very different lengths: one execution per group (cudnn_sdpa_grouped.h).
+  const std::optional<GroupedRun> groups = grouped_run(prepared.mapping, in, p, device, lookup_plan);
+  std::shared_ptr<const RowTables> tables;
+  if (!groups) tables = row_tables(prepared.mapping, p, device);
+  host.reset();
+  Tensor lse = groups ? run_forward_groups(*groups, in, p, out, sink, device)
+                      : forward_once(prepared, in, *tables, p, out, sink, device);
 
+  host.emplace("attention/cudnn_fixups", Device::cpu());
+  if (!m.q_undefined.empty()) {  // once over the whole call, after the last group
+    const RowRuns& q_runs = groups ? groups->tables->q_runs : tables->q_runs;
+    out = fill_token_rows(p, out, m.q_undefined, q_runs, p.s_q, 0.0);
+    lse = fill_lse_rows(p, lse, m.q_undefined, q_runs, -kInf);
+  }
+  return {out, lse, {}, in.key.sink};
+}
+
+// One execution over every entry, writing dq, dk, dv. `stats`: the lse in the call's layout, f32.
+void backward_once(const Prepared& prepared, const Placed& in, const RowTables& tables, const AttentionProblem& p,
+                   const GroupedBackwardIo& io, const Device& device) {
+  const SdpaMapping& m = *prepared.mapping;
+  const Tensor stats = m.ragged ? padded_stats(io.stats, tables.stats_columns, m.b, m.s_q)  // (h_q, T) -> (b, h_q, s)
+                                : io.stats;
+  // rowsum(dO * O) and (non-deterministic) the fp32 dQ accumulator come from the caching allocator.
+  // cuDNN zeroes the accumulator itself from 9.6 (its frontend stopped doing it then), so it is only
+  // zeroed here for older libraries: b h s d f32 a call (0.36 ms a GPT-2 step; 10x the tokens for
+  // packed documents run as one execution, whose s is the longest document's).
+  const Tensor softmax_sum = empty({m.b, p.h_q, m.s_q}, {.dtype = DType::f32, .device = device});
   VariantPack pack;
   Scalars scalars;
   pack.add(kUidQ, in.q);
   pack.add(kUidK, in.k);
   pack.add(kUidV, in.v);
-  pack.add(kUidO, out);
+  pack.add(kUidO, io.out);
+  pack.add(kUidDout, io.dout);
   pack.add(kUidStats, stats);
-  if (key.sink) pack.add(kUidSink, dense(p.sink, DType::f32));
-  add_common(pack, scalars, p, m, key, in.layouts, *tables, device);
-  host.reset();
-  {
-    // The kernel alone (its GPU time), apart from the host work of the call around it.
-    const profile::Scope scope("attention/cudnn_forward_kernel", device);
-    pack.run(*in.plan, device);
+  pack.add(kUidDq, io.dq);
+  pack.add(kUidDk, io.dk);
+  pack.add(kUidDv, io.dv);
+  pack.add(kUidSoftmaxSum, softmax_sum);
+  pack.add_host(kUidOne, &scalars.one);
+  if (!in.key.deterministic) {
+    const Shape accum{m.b, p.h_q, m.s_q, p.d_qk};  // (b, h_q, s_q, d_qk)
+    const TensorOptions f32{.dtype = DType::f32, .device = device};
+    pack.add(kUidDqAccum, runtime_version() >= 90600 ? empty(accum, f32) : zeros(accum, f32));
   }
-
-  host.emplace("attention/cudnn_fixups", Device::cpu());
-  Tensor lse = stats;
-  if (m.ragged) lse = packed_lse(stats, tables->lse_index);  // (b, h_q, s) -> (h_q, T), one gather
-  if (!m.q_undefined.empty()) {
-    out = fill_token_rows(p, out, m.q_undefined, tables->q_runs, p.s_q, 0.0);
-    lse = fill_lse_rows(p, lse, m.q_undefined, tables->q_runs, -kInf);
-  }
-  return {out, lse, {}, key.sink};
+  add_common(pack, scalars, p, m, in.key, in.layouts, tables, device);
+  const profile::Scope scope("attention/cudnn_backward_kernel", device);
+  pack.run(*in.plan, device);
 }
 
 raw::AttentionGrads run_backward(const Prepared& prepared, const ExecutionPlan& plan, const AttentionProblem& p,
@@ -374,58 +350,42 @@ raw::AttentionGrads run_backward(const Prepared& prepared, const ExecutionPlan& 
   const SdpaMapping& m = *prepared.mapping;
   const Device device = q.device();
   std::optional<profile::Scope> host(std::in_place, "attention/cudnn_pack", Device::cpu());  // host time only
-  const std::shared_ptr<const RowTables> tables = row_tables(prepared.mapping, p, device);
   const Placed in = placed(prepared, plan, p, q, k, v);
-  const SdpaGraphKey& key = in.key;
-  const Tensor oc = dense(out, q.dtype()), doc = dense(dout, q.dtype());
+  GroupedBackwardIo io{dense(out, q.dtype()),
+                       dense(dout, q.dtype()),
+                       raw::contiguous(raw::to(lse, DType::f32)),
+                       Tensor(),
+                       Tensor(),
+                       Tensor()};
   // Rows that see no key carry lse = -inf; cuDNN computes exp(s - lse) and would get NaN from
   // -inf - -inf under the padding mask. +inf gives exp(-inf) = 0 for every column instead.
-  Tensor stats = raw::contiguous(raw::to(lse, DType::f32));
-  if (m.any_fully_masked_row) stats = raw::masked_fill(stats, raw::compare(raw::CompareOp::eq, stats, -kInf), kInf);
-  if (m.ragged) stats = padded_stats(stats, tables->stats_columns, m.b, m.s_q);  // (h_q, T) -> (b, h_q, s)
-
+  if (m.any_fully_masked_row) {
+    io.stats = raw::masked_fill(io.stats, raw::compare(raw::CompareOp::eq, io.stats, -kInf), kInf);
+  }
   // Packed (in.grads): views of one (tokens, (h_q + 2 h_kv) d) buffer, so split's backward needs no cat.
-  Tensor dq = in.grads ? (*in.grads)[0] : empty(q.shape(), {.dtype = q.dtype(), .device = device});
-  Tensor dk = in.grads ? (*in.grads)[1] : empty(k.shape(), {.dtype = k.dtype(), .device = device});
-  Tensor dv = in.grads ? (*in.grads)[2] : empty(v.shape(), {.dtype = v.dtype(), .device = device});
-  // rowsum(dO * O) and (non-deterministic) the fp32 dQ accumulator come from the caching allocator.
-  // cuDNN zeroes the accumulator itself from 9.6 (its frontend stopped doing it then), so it is only
-  // zeroed here for older libraries: b h s d f32 a call (0.36 ms a GPT-2 step; 10x the tokens for
-  // packed documents, whose s is the longest document's).
-  const Tensor softmax_sum = empty({m.b, p.h_q, m.s_q}, {.dtype = DType::f32, .device = device});
-
-  VariantPack pack;
-  Scalars scalars;
-  pack.add(kUidQ, in.q);
-  pack.add(kUidK, in.k);
-  pack.add(kUidV, in.v);
-  pack.add(kUidO, oc);
-  pack.add(kUidDout, doc);
-  pack.add(kUidStats, stats);
-  pack.add(kUidDq, dq);
-  pack.add(kUidDk, dk);
-  pack.add(kUidDv, dv);
-  pack.add(kUidSoftmaxSum, softmax_sum);
-  pack.add_host(kUidOne, &scalars.one);
-  if (!key.deterministic) {
-    const Shape accum{m.b, p.h_q, m.s_q, p.d_qk};  // (b, h_q, s_q, d_qk)
-    const TensorOptions f32{.dtype = DType::f32, .device = device};
-    pack.add(kUidDqAccum, runtime_version() >= 90600 ? empty(accum, f32) : zeros(accum, f32));
-  }
-  add_common(pack, scalars, p, m, key, in.layouts, *tables, device);
+  io.dq = in.grads ? (*in.grads)[0] : empty(q.shape(), {.dtype = q.dtype(), .device = device});
+  io.dk = in.grads ? (*in.grads)[1] : empty(k.shape(), {.dtype = k.dtype(), .device = device});
+  io.dv = in.grads ? (*in.grads)[2] : empty(v.shape(), {.dtype = v.dtype(), .device = device});
+  const std::optional<GroupedRun> groups = grouped_run(prepared.mapping, in, p, device, lookup_plan);
+  std::shared_ptr<const RowTables> tables;
+  if (!groups) tables = row_tables(prepared.mapping, p, device);
   host.reset();
-  {
-    const profile::Scope scope("attention/cudnn_backward_kernel", device);
-    pack.run(*in.plan, device);
+  if (groups) {
+    run_backward_groups(*groups, in, p, io, device);
+  } else {
+    backward_once(prepared, in, *tables, p, io, device);
   }
 
-  host.emplace("attention/cudnn_fixups", Device::cpu());
-  if (!m.q_undefined.empty()) dq = fill_token_rows(p, dq, m.q_undefined, tables->q_runs, p.s_q, 0.0);
+  host.emplace("attention/cudnn_fixups", Device::cpu());  // once over the whole call, after the last group
+  const GroupedTables* g = groups ? groups->tables.get() : nullptr;
+  if (!m.q_undefined.empty())
+    io.dq = fill_token_rows(p, io.dq, m.q_undefined, g ? g->q_runs : tables->q_runs, p.s_q, 0.0);
   if (!m.kv_undefined.empty()) {
-    dk = fill_token_rows(p, dk, m.kv_undefined, tables->kv_runs, p.s_kv, 0.0);
-    dv = fill_token_rows(p, dv, m.kv_undefined, tables->kv_runs, p.s_kv, 0.0);
+    const RowRuns& kv_runs = g ? g->kv_runs : tables->kv_runs;
+    io.dk = fill_token_rows(p, io.dk, m.kv_undefined, kv_runs, p.s_kv, 0.0);
+    io.dv = fill_token_rows(p, io.dv, m.kv_undefined, kv_runs, p.s_kv, 0.0);
   }
-  return {dq, dk, dv, {}, {}};
+  return {io.dq, io.dk, io.dv, {}, {}};
 }
 
 }  // namespace

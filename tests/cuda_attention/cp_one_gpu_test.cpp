@@ -11,9 +11,11 @@
 // The causal GQA cases also run with an attention sink: d(sink) summed over the ranks against the reference.
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <sstream>
 
 #include "attention/cp/lse_merge.h"
+#include "attention/cuda/cudnn_sdpa_grouped.h"
 #include "cp/cp_grid.h"
 #include "cuda/cuda_test_utils.h"
 #include "framework/tensor/ops/elementwise.h"
@@ -160,6 +162,36 @@ TEST_P(CpOneGpu, ShardsEqualTheSingleRankResult) {
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryStrategy, CpOneGpu, ::testing::ValuesIn(grid()), param_name);
+
+// Packed documents of very different lengths: p2p's ring tiles run one cuDNN execution per group of
+// similar lengths (attention/cuda/cudnn_sdpa_grouped.h). The shards match the single-rank result
+// grouped as finely as possible (call_rows 0) and with one execution per tile (-1).
+class CpThdGroupsOnGpu : public ::cpf::testing::CudaTest {};
+
+TEST_F(CpThdGroupsOnGpu, P2pShardsMatchGroupedAndNot) {
+  unsetenv("CPF_ATTENTION_BACKEND");  // auto: cuDNN for the bf16 tiles it runs
+  CpCase c = grid_case(CommType::p2p, 2, QkvFormat::thd, MaskType::causal, AttentionWindow{-1, 0}, kHeads[1]);
+  c.thd_lengths = {4096, 300, 700, 4093, 130, 950, 512, 200, 2048, 1000};
+  c.dtype = DType::f32;
+  const Global g = rounded_to(make_global(c), DType::bf16);
+  const Tensors ref = reference(c, rounded_to(g, DType::f32));
+  const double tol = 3.5e-2;  // GQA, TransformerEngine's bf16 bound (lse included, as for auto above)
+  for (const int64_t call_rows : {int64_t{0}, int64_t{-1}}) {
+    attention_cuda::cudnn::set_thd_group_call_rows_for_testing(call_rows);
+    const auto got = run_cp_on_gpu(c, g, {.backend = AttentionBackend::automatic});
+    attention_cuda::cudnn::set_thd_group_call_rows_for_testing(std::nullopt);
+    for (int r = 0; r < c.cp; ++r) {
+      SCOPED_TRACE("rank " + std::to_string(r) + ", call_rows " + std::to_string(call_rows));
+      const Tensors& t = got[static_cast<size_t>(r)];
+      auto f32 = [](const Tensor& x) { return raw::to(x, DType::f32); };
+      EXPECT_TRUE(::cpf::testing::all_close(f32(t.out), shard(c, g, ref.out, 0, r), tol, tol)) << "out";
+      EXPECT_TRUE(::cpf::testing::all_close(f32(t.lse), shard(c, g, ref.lse, 1, r), tol, tol)) << "lse";
+      EXPECT_TRUE(::cpf::testing::all_close(f32(t.dq), shard(c, g, ref.dq, 0, r), tol, tol)) << "dq";
+      EXPECT_TRUE(::cpf::testing::all_close(f32(t.dk), shard(c, g, ref.dk, 0, r), tol, tol)) << "dk";
+      EXPECT_TRUE(::cpf::testing::all_close(f32(t.dv), shard(c, g, ref.dv, 0, r), tol, tol)) << "dv";
+    }
+  }
+}
 
 class CpMergeOnGpu : public ::cpf::testing::CudaTest {};
 
