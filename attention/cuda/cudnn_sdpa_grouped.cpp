@@ -113,7 +113,8 @@ std::vector<int64_t> grouped_lse_index(const GroupLayout& layout, int64_t h_q, i
                 ") outside the call's ", tokens);
       for (int64_t h = 0; h < h_q; ++h) {
         const int64_t row = layout.stats_offset[g] + (n * h_q + h) * m.s_q;
-        for (int64_t j = 0; j < m.seq_len_q[e]; ++j) index[static_cast<size_t>(h * tokens + m.q_token[e] + j)] = row + j;
+        for (int64_t j = 0; j < m.seq_len_q[e]; ++j)
+          index[static_cast<size_t>(h * tokens + m.q_token[e] + j)] = row + j;
       }
     }
   }
@@ -140,8 +141,8 @@ std::shared_ptr<const GroupedTables> grouped_tables(const std::shared_ptr<const 
   thread_local std::vector<Entry> cache;  // most recently used first
   void* stream = DeviceStream::current(device).handle();
   const auto hit = std::find_if(cache.begin(), cache.end(), [&](const Entry& e) {
-    return e.mapping == m && e.format == p.format && e.dims == dims_of(p) && e.device == device &&
-           e.stream == stream && e.call_rows == call_rows;
+    return e.mapping == m && e.format == p.format && e.dims == dims_of(p) && e.device == device && e.stream == stream &&
+           e.call_rows == call_rows;
   });
   if (hit != cache.end()) {
     std::rotate(cache.begin(), hit, hit + 1);
@@ -193,7 +194,8 @@ Tensor run_forward_groups(const GroupedRun& run, const Placed& in, const Attenti
     pack.add(kUidK, in.k);
     pack.add(kUidV, in.v);
     pack.add(kUidO, out);
-    pack.add(kUidStats, raw::as_strided(stats, {m.b, p.h_q, m.s_q}, {p.h_q * m.s_q, m.s_q, 1}, t.layout.stats_offset[g]));
+    pack.add(kUidStats,
+             raw::as_strided(stats, {m.b, p.h_q, m.s_q}, {p.h_q * m.s_q, m.s_q, 1}, t.layout.stats_offset[g]));
     if (key.sink) pack.add(kUidSink, sink);
     add_common(pack, scalars, p, m, key, in.layouts, t.tables[g], device);
     const profile::Scope scope("attention/cudnn_forward_kernel", device);

@@ -59,10 +59,10 @@ Tensor gathered_lse(const Tensor& stats, const Tensor& index, int64_t h_q, int64
 // A call's groups with their device tables, made once per mapping, problem shape, device and stream.
 struct GroupedTables {
   GroupLayout layout;
-  RowRuns q_runs, kv_runs;             // the whole call's undefined rows (flag_runs)
-  Tensor lse_index;                    // (h_q T) i64: grouped_lse_index
-  std::vector<Tensor> stats_columns;   // per group (b_g s_g) i64: padded_to_packed of its mapping
-  std::vector<RowTables> tables;       // per group: lengths and dense ragged offsets
+  RowRuns q_runs, kv_runs;            // the whole call's undefined rows (flag_runs)
+  Tensor lse_index;                   // (h_q T) i64: grouped_lse_index
+  std::vector<Tensor> stats_columns;  // per group (b_g s_g) i64: padded_to_packed of its mapping
+  std::vector<RowTables> tables;      // per group: lengths and dense ragged offsets
 };
 
 // The groups of `m`'s call, from this thread's cache; nullptr when the call runs as one execution

@@ -113,8 +113,8 @@ TEST(CudnnThdGroupLayout, LseIndexRejectsEntriesOutsideTheCall) {
 // must come back exactly at every token of an entry, as the one-execution tables give it.
 TEST(CudnnThdGroupLayout, LseRoundTripsThroughTheGroupsStats) {
   const int64_t h = 3;
-  const SequenceInfo info = SequenceInfo::from_cu_seqlens({0, 5000, 5100, 5400, 13400, 13500}, {0, 5008, 5108, 5408,
-                                                                                                 13408, 13600});
+  const SequenceInfo info =
+      SequenceInfo::from_cu_seqlens({0, 5000, 5100, 5400, 13400, 13500}, {0, 5008, 5108, 5408, 13408, 13600});
   const AttentionProblem p = thd_problem(info, h, 1, 64);
   const SdpaMapping m = map_to_cudnn(p);
   ASSERT_EQ(m.reason, "");
@@ -170,8 +170,8 @@ Result run_cudnn(const Inputs& in, bool deterministic) {
   const AttentionKernelConfig config{.backend = AttentionBackend::cudnn, .deterministic = deterministic};
   const Tensor q = on_gpu(in.q), k = on_gpu(in.k), v = on_gpu(in.v);
   const raw::AttentionForward f = raw::attention_forward(q, k, v, kSpec, in.seq, config);
-  const raw::AttentionGrads g = raw::attention_backward(on_gpu(in.dout), Tensor(), q, k, v, f.out, f.lse, kSpec, in.seq,
-                                                        config);
+  const raw::AttentionGrads g =
+      raw::attention_backward(on_gpu(in.dout), Tensor(), q, k, v, f.out, f.lse, kSpec, in.seq, config);
   return {on_cpu(f.out), on_cpu(f.lse), on_cpu(g.dq), on_cpu(g.dk), on_cpu(g.dv)};
 }
 
