@@ -50,10 +50,13 @@ int64_t grad_accum_steps(const TrainConfig& c) {
 }
 
 AccumulatedLoss accumulate_gradients(const models::GPT& model, const std::vector<data::Batch>& micro_batches,
-                                     const RankGroups& g, dist::GradientReducer* reducer, bool read_loss) {
+                                     const RankGroups& g, dist::GradientReducer* reducer, bool read_loss,
+                                     std::optional<int64_t> world_valid_labels) {
   CPF_CHECK(!micro_batches.empty(), "accumulate_gradients: no micro-batch");
+  CPF_CHECK(!world_valid_labels || *world_valid_labels >= 0,
+            "accumulate_gradients: world_valid_labels=", world_valid_labels.value_or(0), " is negative");
   AccumulatedLoss result;
-  result.valid_labels = step_valid_labels(micro_batches, g, model.device());
+  result.valid_labels = world_valid_labels ? *world_valid_labels : step_valid_labels(micro_batches, g, model.device());
   const int64_t normalizer = std::max<int64_t>(result.valid_labels, 1);
   Tensor step_loss;
   for (size_t i = 0; i < micro_batches.size(); ++i) {

@@ -9,7 +9,8 @@
 // and each micro-batch's summed token loss is divided by that total. The gradients that accumulate in
 // .grad, and the summed loss, are then those of the mean over one batch holding all the micro-batches;
 // only the order of the float additions differs. DP ranks all-reduce the gradients once, in the last
-// micro-batch's backward (GradientReducer::set_sync); CP ranks shard every micro-batch as usual.
+// micro-batch's backward (GradientReducer::set_sync); CP ranks shard every micro-batch as usual. With
+// several ranks the training step counts them a step ahead (step_prefetch.h) and passes the total in.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -46,7 +47,10 @@ struct AccumulatedLoss {
 // .grad (which the caller zeroes after the optimizer step). `reducer` (null on one rank) has its sync
 // off for every micro-batch but the last, and is finished before returning.
 // read_loss false: the loss is left on the device (the training step reads it back with the gradient norm).
+// world_valid_labels: the world's valid labels of these micro-batches when already agreed (a step ahead,
+// step_prefetch.h); nullopt: counted here, with a blocking all-reduce when there are several ranks.
 AccumulatedLoss accumulate_gradients(const models::GPT& model, const std::vector<data::Batch>& micro_batches,
-                                     const RankGroups& groups, dist::GradientReducer* reducer, bool read_loss = true);
+                                     const RankGroups& groups, dist::GradientReducer* reducer, bool read_loss = true,
+                                     std::optional<int64_t> world_valid_labels = std::nullopt);
 
 }  // namespace cpf::trainer

@@ -20,6 +20,7 @@
 #include "apps/trainer/run_folder.h"
 #include "apps/trainer/run_plot.h"
 #include "apps/trainer/run_tokenizer.h"
+#include "apps/trainer/step_prefetch.h"
 #include "apps/trainer/step_profiler.h"
 #include "apps/trainer/stop_signals.h"
 #include "apps/trainer/sync_check.h"
@@ -120,6 +121,7 @@ class RankTrainer {
     if (groups_.world->size() > 1) {
       reducer_ = std::make_unique<dist::GradientReducer>(tensors_, groups_.world,
                                                          dist::GradientReducerOptions{.op = dist::ReduceOp::sum});
+      prefetch_ = std::make_unique<StepPrefetch>(pending_stop_signal);  // step_prefetch.h
     }
     loader_ = std::make_unique<data::DataLoader>(sources.train, config.data, groups_.dp_rank, groups_.dp_size);
     accum_steps_ = grad_accum_steps(config);
@@ -200,6 +202,7 @@ class RankTrainer {
   std::unique_ptr<optim::Optimizer> optimizer_;
   optim::LrSchedule schedule_;
   std::unique_ptr<dist::GradientReducer> reducer_;  // null on one rank
+  std::unique_ptr<StepPrefetch> prefetch_;          // null on one rank
   std::unique_ptr<data::DataLoader> loader_;
   int64_t step_ = 0;
   int64_t accum_steps_ = 1;                 // micro-batches per optimizer step
@@ -253,7 +256,10 @@ int RankTrainer::agreed_stop_signal() {
   const int mine = pending_stop_signal();
   if (groups_.world->size() == 1) return mine;
   // Ranks see a signal at different moments, or only some processes get one: every rank must stop
-  // after the same step, or the others would wait in a collective forever.
+  // after the same step, or the others would wait in a collective forever. The step that just ran
+  // agreed on it (all-reduced with the step, read at its event: step_prefetch.h); only before a
+  // session's first step do the ranks agree here, with an all-reduce the host waits for.
+  if (const std::optional<int> agreed = prefetch_->take_agreed_stop_signal()) return *agreed;
   const Tensor flag = full({1}, static_cast<double>(mine), {.dtype = DType::f64, .device = device_});
   return static_cast<int>(groups_.world->all_reduce(flag, dist::ReduceOp::max).item<double>());
 }
@@ -295,7 +301,8 @@ StepResult RankTrainer::train_step(int64_t step) {
                                                .optimizer = *optimizer_,
                                                .schedule = schedule_,
                                                .accum_steps = accum_steps_,
-                                               .grad_clip = c_.run.grad_clip},
+                                               .grad_clip = c_.run.grad_clip,
+                                               .prefetch = prefetch_.get()},
                                      step);
   if (r.skipped && rank0()) {
     logger_->note("step " + std::to_string(step + 1) + ": gradient norm " + std::to_string(r.grad_norm) +

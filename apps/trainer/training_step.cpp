@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "apps/trainer/grad_accumulation.h"
+#include "apps/trainer/step_prefetch.h"
 #include "apps/trainer/step_readback.h"
 #include "framework/autograd/ops.h"
 #include "framework/optim/grad_clip.h"
@@ -29,6 +30,23 @@ BatchLoss batch_loss(const models::GPT& model, const data::Batch& batch, const R
                    .global_valid = count};
 }
 
+namespace {
+
+// This step's micro-batches: read a step ahead with their world label count when `p.prefetch` holds them.
+StepPrefetch::Taken take_micro_batches(const StepParts& p, StepResult& result) {
+  const profile::Scope data_scope("phase/data", p.model.device());
+  StepPrefetch::Taken taken;
+  if (p.prefetch) {
+    taken = p.prefetch->take(p.loader, p.accum_steps);
+  } else {
+    for (int64_t i = 0; i < p.accum_steps; ++i) taken.micro_batches.push_back(p.loader.next());
+  }
+  for (const data::Batch& b : taken.micro_batches) result.tokens += b.tokens.numel() * p.groups.dp_size;
+  return taken;
+}
+
+}  // namespace
+
 StepResult training_step(const StepParts& p, int64_t step) {
   // run.grad_accum_steps micro-batches, accumulated exactly as one batch (grad_accumulation.h); each
   // micro-batch's loss is divided by the step's token count over the world, so the sum is the mean.
@@ -36,23 +54,26 @@ StepResult training_step(const StepParts& p, int64_t step) {
   const Device device = p.model.device();
   const profile::Scope step_scope("step", device);
   StepResult result;
-  std::vector<data::Batch> micro_batches;
-  {
+  const StepPrefetch::Taken taken = take_micro_batches(p, result);
+  const AccumulatedLoss accumulated =
+      accumulate_gradients(p.model, taken.micro_batches, p.groups, p.reducer, false, taken.valid_labels);
+  std::vector<Tensor> ahead;  // () f64 x 2: the next step's world label count, the agreed stop signal
+  if (p.prefetch) {
+    // Several ranks: all-reduced behind this step's gradients and read at this step's event
+    // (step_prefetch.h); the host reads the next step's data while the GPU runs the backward.
     const profile::Scope data_scope("phase/data", device);
-    for (int64_t i = 0; i < p.accum_steps; ++i) {
-      micro_batches.push_back(p.loader.next());
-      result.tokens += micro_batches.back().tokens.numel() * p.groups.dp_size;
-    }
+    ahead = p.prefetch->read_ahead(p.loader, p.accum_steps, p.groups, device);
   }
-  const AccumulatedLoss accumulated = accumulate_gradients(p.model, micro_batches, p.groups, p.reducer, false);
   const profile::Scope optimizer_scope("phase/optimizer", device);
   // The whole optimizer phase is enqueued before anything is read back (docs/training.md, "Host
   // synchronisation in a step"): the norm stays a device sum of squares, clipping and the skip of a
   // non-finite norm are decided by the kernels that read it, and the host waits only for the copies of
   // the sum and the loss, recorded before the clip and AdamW kernels, which then overlap the host's work.
   const Tensor sum_squares = optim::grad_sum_squares(p.params);  // (1) f64 on the gradients' device
+  std::vector<Tensor> values = {sum_squares, accumulated.loss_tensor};
+  values.insert(values.end(), ahead.begin(), ahead.end());
   StepReadback& readback = StepReadback::for_device(device);
-  readback.enqueue({sum_squares, accumulated.loss_tensor});
+  readback.enqueue(values);
   if (p.grad_clip > 0) optim::clip_grads_by_sum_squares_(p.params, sum_squares, p.grad_clip);
   // Enqueued as applied (t + 1 in AdamW's bias corrections); the step count moves at commit.
   p.optimizer.set_lr(p.schedule.lr_at(step));
@@ -69,6 +90,7 @@ StepResult training_step(const StepParts& p, int64_t step) {
   result.loss = read[1];
   result.skipped = !std::isfinite(result.grad_norm);
   p.optimizer.commit(!result.skipped);
+  if (p.prefetch) p.prefetch->complete(read[2], read[3]);
   return result;
 }
 

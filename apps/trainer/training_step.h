@@ -9,6 +9,8 @@
 // the sum and the loss are copied to pinned memory with an event recorded before those kernels, and the
 // host waits for that event only (StepReadback), counted by cuda::host_sync_counts() as a stream sync
 // and logged per step under CPF_SYNC_CHECK=1. The optimizer's step count is committed after the wait.
+// With several ranks the world's label count and the stop signal are agreed a step ahead and read at that
+// same event (step_prefetch.h), so a step after a session's first also waits once.
 #include <optional>
 
 #include "apps/trainer/config.h"
@@ -20,6 +22,8 @@
 #include "models/gpt.h"
 
 namespace cpf::trainer {
+
+class StepPrefetch;
 
 // How this rank takes part in a step.
 struct RankGroups {
@@ -49,6 +53,9 @@ struct StepParts {
   const optim::LrSchedule& schedule;
   int64_t accum_steps = 1;  // micro-batches per step
   double grad_clip = 0;     // run.grad_clip; 0: no clipping
+  // Several ranks: the next step's micro-batches, label count and stop signal agreed inside this step
+  // (step_prefetch.h); null: this step counts its labels with a blocking all-reduce (one rank: none).
+  StepPrefetch* prefetch = nullptr;
 };
 
 struct StepResult {

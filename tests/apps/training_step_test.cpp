@@ -1,15 +1,19 @@
 // The training step (apps/trainer/training_step.h) on one CPU rank: its StepResult against the same
 // computation by hand (batch_loss, backward, the gradient norm, a plain SGD update), clipping by
-// run.grad_clip, and a non-finite gradient norm that skips the update.
+// run.grad_clip, and a non-finite gradient norm that skips the update. On two DP thread ranks: steps
+// that agree their label count a step ahead (step_prefetch.h) against steps that count it first.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
 #include <map>
 #include <memory>
+#include <mutex>
 
+#include "apps/trainer/step_prefetch.h"
 #include "apps/trainer/training_step.h"
 #include "framework/autograd/ops.h"
+#include "framework/distributed/launcher.h"
 #include "framework/optim/adamw.h"
 #include "framework/optim/grad_clip.h"
 #include "framework/optim/sgd.h"
@@ -169,6 +173,74 @@ TEST(TrainingStep, OnlyAppliedStepsAdvanceTheOptimizerStepCount) {
       if (poison) EXPECT_EQ(raw::to(state, DType::f64).to_vector<double>(), std::vector<double>(state.numel(), 0.0));
     }
   }
+}
+
+// Two DP thread ranks, two micro-batches a step, AdamW with clipping: `steps` steps with or without the
+// read-ahead (without: each step counts its labels with a blocking all-reduce, the path before it).
+struct DataParallelRun {
+  std::vector<double> losses, norms;
+  std::vector<int64_t> tokens;
+  std::vector<data::DataCursor> cursors;  // the loader's after each step
+  std::map<std::string, std::vector<double>> params;
+};
+int no_stop_signal() { return 0; }
+DataParallelRun data_parallel_steps(bool read_ahead, int64_t steps) {
+  DataParallelRun run;
+  std::mutex mu;
+  dist::launch(2, [&](dist::RankContext& ctx) {
+    RankGroups g;
+    g.world = ctx.world;
+    g.dp_rank = ctx.rank;
+    g.dp_size = 2;
+    const auto m = model();
+    const optim::NamedTensors params = m->named_parameters();
+    std::vector<Tensor> tensors;
+    for (const auto& [name, t] : params) tensors.push_back(t);
+    dist::GradientReducer reducer(tensors, ctx.world, dist::GradientReducerOptions{.op = dist::ReduceOp::sum});
+    data::DataLoader loader(batch_options(), g.dp_rank, 2);
+    optim::AdamW adamw(params, optim::AdamWOptions{.lr = 1e-2});
+    const optim::LrSchedule schedule(optim::LrScheduleOptions{.decay = optim::LrDecay::constant, .lr = 1e-2});
+    StepPrefetch prefetch(no_stop_signal);
+    DataParallelRun mine;
+    for (int64_t step = 0; step < steps; ++step) {
+      const StepResult r = training_step(StepParts{.model = *m,
+                                                   .loader = loader,
+                                                   .groups = g,
+                                                   .reducer = &reducer,
+                                                   .params = params,
+                                                   .optimizer = adamw,
+                                                   .schedule = schedule,
+                                                   .accum_steps = 2,
+                                                   .grad_clip = 1.0,
+                                                   .prefetch = read_ahead ? &prefetch : nullptr},
+                                         step);
+      mine.losses.push_back(r.loss);
+      mine.norms.push_back(r.grad_norm);
+      mine.tokens.push_back(r.tokens);
+      mine.cursors.push_back(loader.cursor());
+    }
+    for (const auto& [name, p] : params) mine.params[name] = p.to_vector<double>();
+    if (ctx.rank != 0) return;
+    std::lock_guard lock(mu);
+    run = std::move(mine);
+  });
+  return run;
+}
+
+// The read-ahead changes when the host waits, nothing else: the same batches and label counts, so the
+// same losses, norms and parameters bit for bit, and between steps the loader's cursor names the next
+// unconsumed batch (what a checkpoint saves). A read-ahead batch lost, repeated or reordered changes the
+// losses (every step's batches differ).
+TEST(TrainingStep, DataParallelStepsAgreedAStepAheadAreTheSameBitForBit) {
+  const DataParallelRun before = data_parallel_steps(false, 4);
+  const DataParallelRun ahead = data_parallel_steps(true, 4);
+  ASSERT_EQ(before.losses.size(), 4u);
+  for (size_t i = 1; i < before.losses.size(); ++i) EXPECT_NE(before.losses[i], before.losses[i - 1]);
+  EXPECT_EQ(ahead.losses, before.losses);
+  EXPECT_EQ(ahead.norms, before.norms);
+  EXPECT_EQ(ahead.tokens, before.tokens);
+  EXPECT_TRUE(ahead.cursors == before.cursors);
+  EXPECT_EQ(ahead.params, before.params);
 }
 
 }  // namespace
