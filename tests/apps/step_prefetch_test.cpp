@@ -59,14 +59,15 @@ TEST(StepPrefetch, AStopSignalSeenByOneRankIsAgreedByEveryRankAfterTheSameStep) 
   std::vector<std::vector<int>> agreed(2);
   dist::launch(2, [&](dist::RankContext& ctx) {
     const RankGroups g = groups_of(ctx);
-    data::DataLoader loader(batch_options(), g.dp_rank, 2);
+    data::DataLoader loader(batch_options(), g.dp_rank, 2), reference(batch_options(), g.dp_rank, 2);
     StepPrefetch p(rank_signal);
     t_signal = 0;
     std::vector<int> mine;
     EXPECT_FALSE(p.take_agreed_stop_signal()) << "no step completed yet";
     for (int step = 0; step < 4; ++step) {
       if (ctx.rank == 1 && step == 2) t_signal = SIGTERM;  // only rank 1 sees it, before step 3's read-ahead
-      (void)p.take(loader, 1);
+      const StepPrefetch::Taken taken = p.take(loader, 1);
+      EXPECT_EQ(tokens_of(taken.micro_batches), tokens_of({reference.next()})) << "step " << step << "'s batch";
       read_ahead_and_complete(p, loader, 1, g);
       const std::optional<int> signal = p.take_agreed_stop_signal();
       mine.push_back(signal.value_or(-1));
