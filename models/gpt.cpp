@@ -135,9 +135,15 @@ nn::ComputeCopiesScope GPT::use_compute_copies() const {
 }
 
 Tensor GPT::forward_loss(const GPTInput& in, const Tensor& labels, int64_t normalizer, int64_t valid_labels,
-                         const cp::ContextParallel* cp) const {
+                         const cp::ContextParallel* cp, const Tensor& normalizer_tensor) const {
   const int64_t chunk_rows = options_.classifier_chunk_rows;
-  if (chunk_rows < 0 || !grad_enabled()) return loss(forward(in, cp), labels, normalizer, valid_labels);
+  if (chunk_rows < 0 || !grad_enabled()) {
+    CPF_CHECK(!normalizer_tensor.defined(),
+              "GPT::forward_loss: a normalizer_tensor needs the fused classifier (grad "
+              "mode on, model.classifier_chunk_rows >= 0, now ",
+              chunk_rows, "): the unfused loss takes the count as a value");
+    return loss(forward(in, cp), labels, normalizer, valid_labels);
+  }
   CPF_CHECK(normalizer >= 1, "GPT::forward_loss: normalizer=", normalizer,
             " must be at least 1 (the valid-label count)");
   const nn::ComputeCopiesScope copies = use_compute_copies();
@@ -148,7 +154,7 @@ Tensor GPT::forward_loss(const GPTInput& in, const Tensor& labels, int64_t norma
   const Tensor master = lm_head_ ? lm_head_->weight() : embed_tokens_->weight();
   const Tensor copy = master.dtype() == x.dtype() ? Tensor() : nn::active_compute_copy(master, x.dtype());
   return classifier_loss(x, LinearWeights{master, Tensor(), copy, Tensor()}, labels,
-                         {.normalizer = normalizer, .chunk_rows = chunk_rows});
+                         {.normalizer = normalizer, .normalizer_tensor = normalizer_tensor, .chunk_rows = chunk_rows});
 }
 
 Tensor GPT::hidden(const GPTInput& in, const cp::ContextParallel* cp) const {

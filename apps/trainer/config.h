@@ -105,6 +105,7 @@ struct RunOptions {
   std::string init_from;              // starting weights: a cpformer checkpoint or an HF folder (init_from.h)
   RunDevice device = RunDevice::cpu;  // cuda: rank r on cuda:(r % visible GPUs)
   PrecisionMode precision = PrecisionMode::fp32;
+  bool cuda_graph = true;  // one GPU: capture a step's forward and backward once, replay it (step_graph.h)
 };
 
 struct OptimizerOptions {
@@ -197,6 +198,9 @@ void describe(V& v, RunOptions& o) {
   v.choice("precision", o.precision,
            config::Choices<PrecisionMode>{{"fp32", PrecisionMode::fp32}, {"bf16", PrecisionMode::bf16}},
            "fp32, or bf16 activations and GEMMs with f32 master weights, optimizer state, norms and loss");
+  v.field("cuda_graph", o.cuda_graph,
+          "cuda, one GPU: capture the forward and backward of the second step in a CUDA graph and replay it every "
+          "later step (the run logs why when it cannot); false = every step eager");
 }
 
 template <class V>

@@ -20,6 +20,7 @@
 #include "apps/trainer/run_folder.h"
 #include "apps/trainer/run_plot.h"
 #include "apps/trainer/run_tokenizer.h"
+#include "apps/trainer/step_graph.h"
 #include "apps/trainer/step_prefetch.h"
 #include "apps/trainer/step_profiler.h"
 #include "apps/trainer/stop_signals.h"
@@ -158,7 +159,8 @@ class RankTrainer {
     return rss ? std::optional<double>(static_cast<double>(rss->current_bytes)) : std::nullopt;
   }
   void resume();
-  void start_writing();  // the run folder's config.yaml and metrics.jsonl, once the start is accepted
+  void start_writing();     // the run folder's config.yaml and metrics.jsonl, once the start is accepted
+  void start_step_graph();  // run.cuda_graph: the step graph, or why a GPU run has none
   int agreed_stop_signal();
   void stop_on_signal(int signal, int64_t saved_at, double seconds);
   void check_nonfinite_steps(int64_t consecutive, double norm) const;
@@ -203,6 +205,7 @@ class RankTrainer {
   optim::LrSchedule schedule_;
   std::unique_ptr<dist::GradientReducer> reducer_;  // null on one rank
   std::unique_ptr<StepPrefetch> prefetch_;          // null on one rank
+  std::unique_ptr<StepGraph> step_graph_;           // null: every step eager (step_graph.h)
   std::unique_ptr<data::DataLoader> loader_;
   int64_t step_ = 0;
   int64_t accum_steps_ = 1;                 // micro-batches per optimizer step
@@ -302,7 +305,8 @@ StepResult RankTrainer::train_step(int64_t step) {
                                                .schedule = schedule_,
                                                .accum_steps = accum_steps_,
                                                .grad_clip = c_.run.grad_clip,
-                                               .prefetch = prefetch_.get()},
+                                               .prefetch = prefetch_.get(),
+                                               .graph = step_graph_.get()},
                                      step);
   if (r.skipped && rank0()) {
     logger_->note("step " + std::to_string(step + 1) + ": gradient norm " + std::to_string(r.grad_norm) +
@@ -376,10 +380,23 @@ void RankTrainer::start_session() {
       logger_->note(loaded.empty() ? "run.init_from ignored: resuming this run's checkpoint" : "init_from: " + loaded);
   }
   start_writing();
+  start_step_graph();
   if (logger_ && accum_steps_ > 1) {
     logger_->note("gradient accumulation: " + std::to_string(accum_steps_) + " micro-batches per step (" +
                   std::to_string(accum_steps_ * micro_step_tokens(c_)) + " tokens per step over " +
                   std::to_string(groups_.dp_size) + " DP rank(s))");
+  }
+}
+
+// run.cuda_graph (step_graph.h): one GPU captures its steps; a GPU run that cannot says why once.
+void RankTrainer::start_step_graph() {
+  const std::optional<std::string> reason = StepGraph::unsupported_reason(c_, device_);
+  if (!reason) {
+    step_graph_ = std::make_unique<StepGraph>([this](const std::string& line) {
+      if (logger_) logger_->note(line);
+    });
+  } else if (logger_ && device_.is_cuda() && c_.run.cuda_graph) {
+    logger_->note("cuda graph: off: " + *reason);
   }
 }
 

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "apps/trainer/grad_accumulation.h"
+#include "apps/trainer/step_graph.h"
 #include "apps/trainer/step_prefetch.h"
 #include "apps/trainer/step_readback.h"
 #include "framework/autograd/ops.h"
@@ -56,7 +57,8 @@ StepResult training_step(const StepParts& p, int64_t step) {
   StepResult result;
   const StepPrefetch::Taken taken = take_micro_batches(p, result);
   const AccumulatedLoss accumulated =
-      accumulate_gradients(p.model, taken.micro_batches, p.groups, p.reducer, false, taken.valid_labels);
+      p.graph ? p.graph->accumulate(p.model, taken.micro_batches, p.groups, p.params, step)
+              : accumulate_gradients(p.model, taken.micro_batches, p.groups, p.reducer, false, taken.valid_labels);
   std::vector<Tensor> ahead;  // () f64 x 2: the next step's world label count, the agreed stop signal
   if (p.prefetch) {
     // Several ranks: all-reduced behind this step's gradients and read at this step's event

@@ -24,6 +24,7 @@
 namespace cpf::trainer {
 
 class StepPrefetch;
+class StepGraph;
 
 // How this rank takes part in a step.
 struct RankGroups {
@@ -56,6 +57,8 @@ struct StepParts {
   // Several ranks: the next step's micro-batches, label count and stop signal agreed inside this step
   // (step_prefetch.h); null: this step counts its labels with a blocking all-reduce (one rank: none).
   StepPrefetch* prefetch = nullptr;
+  // One GPU: the forward and backward captured once and replayed (step_graph.h); null: eager.
+  StepGraph* graph = nullptr;
 };
 
 struct StepResult {

@@ -182,8 +182,9 @@ struct DeviceOps {
   // The fused classifier's row pass (ops/classifier_loss.h), in place over logits (R, V) contiguous floating:
   // row_loss (R) f64 = lse - logits[label] (0 on ignored rows); with write_grad, logits = (softmax -
   // onehot(label)) * scale in their dtype (ignored rows 0). labels (R) contiguous i32/i64, in range or ignore_index.
+  // divisor: undefined, or a () f64 on the device whose value d makes scale 1 / d, read there (CUDA graphs).
   void (*classifier_rows)(const Tensor& logits, const Tensor& row_loss, const Tensor& labels, double scale,
-                          bool write_grad, int64_t ignore_index) = nullptr;
+                          const Tensor& divisor, bool write_grad, int64_t ignore_index) = nullptr;
 
   // Checks index values on the device without waiting for it. A failure is recorded on the device and
   // thrown, with the CPU's message, by the next call that synchronises with the device (see

@@ -59,6 +59,29 @@ TEST_F(CudaClassifierLossTest, MatchesTheCpuForEveryKernelVariant) {
   }
 }
 
+// The divisor read from device memory (ClassifierLossOptions::normalizer_tensor, what a captured CUDA graph
+// refills) gives the value's bits on the GPU, for every dtype; a different tensor value is what divides.
+TEST_F(CudaClassifierLossTest, ANormalizerTensorGivesTheSameBitsAsTheValue) {
+  for (DType dtype : {DType::f32, DType::bf16, DType::f64}) {
+    const Tensor h = on_gpu(random_cpu({300, 16}, dtype, 5, -2, 2));
+    const Tensor w = on_gpu(random_cpu({1000, 16}, dtype, 6, -2, 2));
+    const Tensor l = on_gpu(labels_for(300, 1000, DType::i64));
+    const auto by_value = raw::classifier_loss(h, w, l, {.normalizer = 977, .chunk_rows = 128});
+    const Tensor d = on_gpu(scalar_tensor(977.0, {.dtype = DType::f64}));
+    const auto by_tensor =
+        raw::classifier_loss(h, w, l, {.normalizer = 977, .normalizer_tensor = d, .chunk_rows = 128});
+    EXPECT_EQ(on_cpu(by_tensor.loss).to_vector<double>(), on_cpu(by_value.loss).to_vector<double>()) << dtype;
+    EXPECT_EQ(on_cpu(by_tensor.dhidden).to_vector<double>(), on_cpu(by_value.dhidden).to_vector<double>()) << dtype;
+    EXPECT_EQ(on_cpu(by_tensor.dweight).to_vector<double>(), on_cpu(by_value.dweight).to_vector<double>()) << dtype;
+    const auto other = raw::classifier_loss(h, w, l, {.normalizer = 977, .chunk_rows = 128});
+    raw::fill_(d, 488.5);
+    const auto halved = raw::classifier_loss(h, w, l, {.normalizer = 977, .normalizer_tensor = d, .chunk_rows = 128});
+    EXPECT_NEAR(on_cpu(halved.loss).item<double>(), 2 * on_cpu(other.loss).item<double>(),
+                1e-2 * std::abs(on_cpu(other.loss).item<double>()))
+        << dtype;
+  }
+}
+
 TEST_F(CudaClassifierLossTest, LossOnlyAndAllIgnored) {
   const Tensor h = random_cpu({20, 16}, DType::bf16, 3);
   const Tensor w = random_cpu({64, 16}, DType::bf16, 4);

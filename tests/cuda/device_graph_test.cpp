@@ -72,9 +72,8 @@ TEST_F(DeviceGraphTest, MemoryTheBodyFreedIsNotHandedToEagerAllocations) {
 TEST_F(DeviceGraphTest, UploadsReplayTheBytesOfTheCapture) {
   std::vector<float> host = {1, 2, 3};
   Tensor uploaded;
-  const DeviceGraph graph = DeviceGraph::capture(Device::cuda(0), [&] {
-    uploaded = from_buffer(host.data(), {3}, DType::f32, Device::cuda(0));
-  });
+  const DeviceGraph graph = DeviceGraph::capture(
+      Device::cuda(0), [&] { uploaded = from_buffer(host.data(), {3}, DType::f32, Device::cuda(0)); });
   host = {9, 9, 9};  // the capture copied the host bytes: a replay does not read them again
   graph.replay();
   EXPECT_EQ(on_cpu(uploaded).to_vector<float>(), (std::vector<float>{1, 2, 3}));

@@ -125,6 +125,14 @@ TEST(GPTForwardLoss, RefusesBadInputs) {
                    "classifier_loss: labels must have shape [3] to match hidden [3,16], got [2]");
   EXPECT_CPF_ERROR(model.forward_loss(in, from_vector<int64_t>({1, 13, 2}, {3}), 1),
                    "classifier_loss: target 13 at row 1 is out of range for C=13 classes");
+  // A device divisor only reaches the fused path: the unfused loss would silently divide by the value.
+  const Tensor divisor = scalar_tensor(3.0, {.dtype = DType::f64});
+  {
+    NoGradGuard no_grad;
+    EXPECT_CPF_ERROR(model.forward_loss(in, from_vector<int64_t>({1, 2, 3}, {3}), 3, -1, nullptr, divisor),
+                     "GPT::forward_loss: a normalizer_tensor needs the fused classifier (grad mode on, "
+                     "model.classifier_chunk_rows >= 0, now 0)");
+  }
   o.classifier_chunk_rows = -2;
   const auto p = check_options(o);
   ASSERT_TRUE(p.has_value());

@@ -7,6 +7,7 @@
 #include "framework/tensor/ops/classifier_row_kernel.h"
 #include "framework/tensor/ops/copy.h"
 #include "framework/tensor/ops/cross_entropy.h"
+#include "framework/tensor/ops/elementwise.h"
 #include "framework/tensor/ops/matmul.h"
 #include "framework/tensor/ops/views.h"
 #include "support/test_utils.h"
@@ -131,6 +132,31 @@ TEST(ClassifierLossTest, ChunkRowsByMemory) {
   EXPECT_CPF_ERROR(raw::classifier_chunk_rows(-1, 10, 5, DType::f32), "requested=-1");
 }
 
+// The divisor as a device scalar (what a CUDA graph refills): the same loss and gradients, bit for bit,
+// as the value; the tensor, not the value, is what the row pass and the division read.
+TEST(ClassifierLossTest, ANormalizerTensorGivesTheSameBitsAsTheValue) {
+  const int64_t rows = 29, width = 6, vocab = 13;
+  const Tensor hidden = random_tensor({rows, width}, DType::f64, 3, -2, 2);
+  const Tensor weight = random_tensor({vocab, width}, DType::f64, 4, -2, 2);
+  const Tensor labels = labels_for(rows, vocab, true);
+  for (DType dtype : {DType::f64, DType::f32, DType::bf16}) {
+    const Tensor h = raw::to(hidden, dtype), w = raw::to(weight, dtype);
+    const auto by_value = raw::classifier_loss(h, w, labels, {.normalizer = 37, .chunk_rows = 8});
+    const auto by_tensor = raw::classifier_loss(
+        h, w, labels,
+        {.normalizer = 37, .normalizer_tensor = scalar_tensor(37.0, {.dtype = DType::f64}), .chunk_rows = 8});
+    EXPECT_EQ(by_tensor.loss.to_vector<double>(), by_value.loss.to_vector<double>()) << dtype;
+    EXPECT_EQ(by_tensor.dhidden.to_vector<double>(), by_value.dhidden.to_vector<double>()) << dtype;
+    EXPECT_EQ(by_tensor.dweight.to_vector<double>(), by_value.dweight.to_vector<double>()) << dtype;
+  }
+  // The tensor's value is what divides: 74 halves the loss the host value 37 would give.
+  const auto halved = raw::classifier_loss(
+      hidden, weight, labels, {.normalizer = 37, .normalizer_tensor = scalar_tensor(74.0, {.dtype = DType::f64})});
+  const auto full = raw::classifier_loss(hidden, weight, labels, {.normalizer = 37});
+  EXPECT_NEAR(halved.loss.item<double>(), full.loss.item<double>() / 2, 1e-12);
+  EXPECT_TRUE(all_close(raw::mul(halved.dhidden, 2.0), full.dhidden, 1e-12, 1e-12));
+}
+
 TEST(ClassifierLossTest, RefusedInputsNameTheProblem) {
   const Tensor h = random_tensor({4, 3}, DType::f64, 11);
   const Tensor w = random_tensor({5, 3}, DType::f64, 12);
@@ -152,6 +178,13 @@ TEST(ClassifierLossTest, RefusedInputsNameTheProblem) {
   EXPECT_CPF_ERROR(raw::classifier_loss(h, w, l, {.normalizer = -2}), "normalizer=-2 must be >= 1");
   EXPECT_CPF_ERROR(raw::classifier_loss(h, w, l, {.chunk_rows = -5}), "chunk_rows=-5 must be >= 1");
   EXPECT_CPF_ERROR(raw::classifier_loss(Tensor(), w, l), "classifier_loss: argument 'hidden' is an undefined tensor");
+  EXPECT_CPF_ERROR(raw::classifier_loss(h, w, l, {.normalizer = 4, .normalizer_tensor = scalar_tensor(4.0)}),
+                   "normalizer_tensor must be a () f64 tensor on cpu, got [] f32 on cpu");
+  EXPECT_CPF_ERROR(
+      raw::classifier_loss(h, w, l, {.normalizer = 4, .normalizer_tensor = full({1}, 4.0, {.dtype = DType::f64})}),
+      "normalizer_tensor must be a () f64 tensor on cpu, got [1] f64 on cpu");
+  EXPECT_CPF_ERROR(raw::classifier_loss(h, w, l, {.normalizer_tensor = scalar_tensor(4.0, {.dtype = DType::f64})}),
+                   "normalizer_tensor needs normalizer >= 1 (the same count), got 0");
 }
 
 TEST(ClassifierRowKernelTest, ParsesTheNamesAndRefusesOthers) {

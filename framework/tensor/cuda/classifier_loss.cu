@@ -64,17 +64,25 @@ __device__ compute_t<T> row_lse(const T* xr, int64_t nvec, Vec<T, V>* cache, com
   return mx + m_log(total);
 }
 
+// The gradient scale: `value`, or 1 / *divisor read on the device (a CUDA graph replays it with each
+// step's count).
+struct RowScale {
+  double value;
+  const double* divisor;
+};
+
 // V: elements per vector (16 bytes, or 1 when the row length or base does not allow it). kCache: the
 // row fits the dynamic shared memory.
 template <int V, bool kCache, class T, class I, int THREADS = kRowThreads>
 __global__ void __launch_bounds__(THREADS)
-    classifier_rows_kernel(T* logits, const I* labels, double* row_loss, int64_t rows, int64_t cols, double scale_d,
+    classifier_rows_kernel(T* logits, const I* labels, double* row_loss, int64_t rows, int64_t cols, RowScale scale_s,
                            bool write_grad, int64_t ignore_index) {
   using C = compute_t<T>;
   extern __shared__ __align__(16) unsigned char dynamic_smem[];
   __shared__ C scratch[THREADS / 32];
   auto* cache = reinterpret_cast<Vec<T, V>*>(dynamic_smem);
-  const C scale = static_cast<C>(scale_d);
+  // 1 / divisor as the host computes it (IEEE division in f64), from device memory when given.
+  const C scale = static_cast<C>(scale_s.divisor != nullptr ? __ddiv_rn(1.0, *scale_s.divisor) : scale_s.value);
   const int64_t nvec = cols / V;
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     T* xr = logits + r * cols;
@@ -114,7 +122,7 @@ __global__ void __launch_bounds__(THREADS)
 }
 
 template <int V, bool kCache, class T, class I, int THREADS = kRowThreads>
-void launch_rows(T* logits, const I* labels, double* row_loss, int64_t rows, int64_t cols, double scale,
+void launch_rows(T* logits, const I* labels, double* row_loss, int64_t rows, int64_t cols, RowScale scale,
                  bool write_grad, int64_t ignore_index, size_t smem, cudaStream_t stream) {
   auto kernel = classifier_rows_kernel<V, kCache, T, I, THREADS>;
   if (kCache) {
@@ -126,7 +134,7 @@ void launch_rows(T* logits, const I* labels, double* row_loss, int64_t rows, int
 
 // The vectorised row pass (V-element vectors): the requested kernel where the row fits it, else auto.
 template <int V, class T, class I>
-void launch_vector_rows(T* x, const I* l, double* row_loss, int64_t rows, int64_t cols, double scale, bool write_grad,
+void launch_vector_rows(T* x, const I* l, double* row_loss, int64_t rows, int64_t cols, RowScale scale, bool write_grad,
                         int64_t ignore_index, size_t smem, size_t max_smem, cudaStream_t stream) {
   using RowKernel = raw::ClassifierRowKernel;  // framework/tensor/ops/classifier_row_kernel.h
   RowKernel k = raw::classifier_row_kernel_from_env();
@@ -147,8 +155,10 @@ void launch_vector_rows(T* x, const I* l, double* row_loss, int64_t rows, int64_
 }  // namespace
 
 void launch_classifier_rows(int dtype, int it_dtype, void* logits, const void* labels, double* row_loss, int64_t rows,
-                            int64_t cols, double scale, bool write_grad, int64_t ignore_index, cudaStream_t stream) {
+                            int64_t cols, double scale_value, const double* divisor, bool write_grad,
+                            int64_t ignore_index, cudaStream_t stream) {
   if (rows == 0) return;
+  const RowScale scale{scale_value, divisor};
   int device = 0, optin = 0;
   CPF_CUDA_CHECK(cudaGetDevice(&device));
   CPF_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));

@@ -149,7 +149,8 @@ void launch_cross_entropy_loss(int loss_dtype, int it_dtype, const double* row_l
 // The fused classifier (classifier_loss.cu): row losses and, with write_grad, dlogits in place over logits
 // (rows, cols) of dtype; labels of index dtype it_dtype.
 void launch_classifier_rows(int dtype, int it_dtype, void* logits, const void* labels, double* row_loss, int64_t rows,
-                            int64_t cols, double scale, bool write_grad, int64_t ignore_index, cudaStream_t stream);
+                            int64_t cols, double scale, const double* divisor, bool write_grad, int64_t ignore_index,
+                            cudaStream_t stream);
 
 // RoPE over x (B, T, H, D) with element strides sb, st, sh (unit stride along D); out contiguous.
 // positions: (T) or (B, T) (per_batch) of index dtype pos_dtype.

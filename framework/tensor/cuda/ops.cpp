@@ -435,12 +435,13 @@ void cross_entropy_backward_counted(const Tensor& out, const Tensor& logits, con
                                    static_cast<const int64_t*>(count.raw_data()), ignore_index, launch.stream);
 }
 
-void classifier_rows(const Tensor& logits, const Tensor& row_loss, const Tensor& labels, double scale, bool write_grad,
-                     int64_t ignore_index) {
+void classifier_rows(const Tensor& logits, const Tensor& row_loss, const Tensor& labels, double scale,
+                     const Tensor& divisor, bool write_grad, int64_t ignore_index) {
   Launch launch(logits.device());
   k::launch_classifier_rows(code(logits.dtype()), code(labels.dtype()), logits.raw_data(), labels.raw_data(),
                             static_cast<double*>(row_loss.raw_data()), logits.size(0), logits.size(1), scale,
-                            write_grad, ignore_index, launch.stream);
+                            divisor.defined() ? static_cast<const double*>(divisor.raw_data()) : nullptr, write_grad,
+                            ignore_index, launch.stream);
 }
 
 void check_indices(const DeviceIndexCheck& c) {

@@ -42,6 +42,12 @@ void check_inputs(const Tensor& hidden, const Tensor& weight, const Tensor& labe
   CPF_CHECK(o.normalizer >= 0, kOp, ": normalizer=", o.normalizer,
             " must be >= 1 (the valid-label count that divides the summed loss) or 0 (this call's count)");
   CPF_CHECK(o.chunk_rows >= 0, kOp, ": chunk_rows=", o.chunk_rows, " must be >= 1, or 0 to choose it by memory");
+  if (const Tensor& n = o.normalizer_tensor; n.defined()) {
+    CPF_CHECK(n.dtype() == DType::f64 && n.dim() == 0 && n.device() == hidden.device(), kOp,
+              ": normalizer_tensor must be a () f64 tensor on ", hidden.device(), ", got ", n.shape(), " ", n.dtype(),
+              " on ", n.device());
+    CPF_CHECK(o.normalizer >= 1, kOp, ": normalizer_tensor needs normalizer >= 1 (the same count), got ", o.normalizer);
+  }
 }
 
 // Checks every label (CPU) and counts those that are not ignored; the message is the device check's.
@@ -88,13 +94,14 @@ void cpu_rows(T* x, const int64_t* label, double* row_loss, int64_t rows, int64_
 }
 
 // One chunk's row pass: row losses into row_loss (R) f64; dlogits over `logits` when write_grad.
-void row_pass(const Tensor& logits, const Tensor& labels, const Tensor& row_loss, double scale, bool write_grad,
-              int64_t ignore_index) {
+void row_pass(const Tensor& logits, const Tensor& labels, const Tensor& row_loss, double scale, const Tensor& divisor,
+              bool write_grad, int64_t ignore_index) {
   if (!logits.device().is_cpu()) {
-    device_kernel(logits.device(), &DeviceOps::classifier_rows, kOp)(logits, row_loss, labels, scale, write_grad,
-                                                                     ignore_index);
+    device_kernel(logits.device(), &DeviceOps::classifier_rows, kOp)(logits, row_loss, labels, scale, divisor,
+                                                                     write_grad, ignore_index);
     return;
   }
+  if (divisor.defined()) scale = 1.0 / divisor.item<double>();
   const Tensor work = to(logits, compute_dtype(logits.dtype()));  // logits itself unless bf16
   const Tensor lab = to(labels, DType::i64);
   visit_compute_dtype(work.dtype(), kOp, [&]<class T>() {
@@ -150,7 +157,8 @@ ClassifierLossResult classifier_loss(const Tensor& hidden, const Tensor& weight,
     const int64_t n = std::min(result.chunk_rows, rows - begin);
     const Tensor h = narrow(hidden, 0, begin, n);  // (R, C)
     const Tensor logits = matmul(h, weight_t);     // (R, V): becomes dlogits in place
-    row_pass(logits, narrow(lab, 0, begin, n), narrow(row_loss, 0, begin, n), scale, o.compute_grads, o.ignore_index);
+    row_pass(logits, narrow(lab, 0, begin, n), narrow(row_loss, 0, begin, n), scale, o.normalizer_tensor,
+             o.compute_grads, o.ignore_index);
     if (!o.compute_grads) continue;
     copy_(narrow(result.dhidden, 0, begin, n), matmul(logits, weight));  // (R, C), widened for bf16
     // (V, C) += dlogits^T @ h_chunk: on a device one GEMM accumulating into the f32 sum (beta = 1).
@@ -168,7 +176,10 @@ ClassifierLossResult classifier_loss(const Tensor& hidden, const Tensor& weight,
   } else {
     total = sum(row_loss);
   }
-  result.loss = to(binary(BinaryOp::div, total, static_cast<double>(result.divisor)), compute);
+  const Tensor divided = o.normalizer_tensor.defined()
+                             ? binary(BinaryOp::div, total, o.normalizer_tensor)
+                             : binary(BinaryOp::div, total, static_cast<double>(result.divisor));
+  result.loss = to(divided, compute);
   return result;
 }
 
