@@ -71,10 +71,10 @@ std::shared_ptr<const GroupedTables> build(const SdpaMapping& m, const Attention
 
 int64_t parse_thd_groups(const char* value) {
   const std::string v = value == nullptr ? "" : value;
-  if (v.empty() || v == "1") return kGroupCallRows;
-  CPF_CHECK(v == "0", kThdGroupsEnvVar, "='", v,
-            "' is not 0 (one cuDNN execution per thd call) or 1 (executions per group of similar lengths, the "
-            "default)");
+  if (v == "1") return kGroupCallRows;
+  CPF_CHECK(v.empty() || v == "0", kThdGroupsEnvVar, "='", v,
+            "' is not 0 (one cuDNN execution per thd call, the default) or 1 (executions per group of similar "
+            "lengths)");
   return -1;
 }
 

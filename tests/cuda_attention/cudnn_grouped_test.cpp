@@ -51,8 +51,8 @@ struct GroupingOverride {
 };
 
 TEST(CudnnThdGroupsSwitch, ParsesZeroOneAndUnset) {
-  EXPECT_EQ(parse_thd_groups(nullptr), kGroupCallRows);
-  EXPECT_EQ(parse_thd_groups(""), kGroupCallRows);
+  EXPECT_EQ(parse_thd_groups(nullptr), -1);  // off by default (cudnn_sdpa_grouped.h says why)
+  EXPECT_EQ(parse_thd_groups(""), -1);
   EXPECT_EQ(parse_thd_groups("1"), kGroupCallRows);
   EXPECT_EQ(parse_thd_groups("0"), -1);
 }
