@@ -102,8 +102,9 @@ AccumulatedLoss StepGraph::accumulate(const models::GPT& model, const std::vecto
   return replay(host, params);
 }
 
-std::optional<AccumulatedLoss> StepGraph::capture_and_launch(const models::GPT& model, const std::vector<models::GPTBatch>& host,
-                                                              const optim::NamedTensors& params, int64_t step) {
+std::optional<AccumulatedLoss> StepGraph::capture_and_launch(const models::GPT& model,
+                                                             const std::vector<models::GPTBatch>& host,
+                                                             const optim::NamedTensors& params, int64_t step) {
   // The inputs are allocated before the capture, so they stay in place for every replay.
   inputs_.clear();
   for (const models::GPTBatch& b : host) inputs_.push_back(models::to_device(b, model.device()));

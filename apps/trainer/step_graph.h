@@ -17,8 +17,8 @@
 // A graph freezes the batch's shape and its sequence layout (the attention tables). The loss's divisor, the
 // step's valid-label count, is read from a device scalar the replays refill (the fused classifier's
 // normalizer_tensor), so batches with ignored labels replay too. A step whose batch differs in shape or
-// layout runs eagerly, and the graph ends there with the reason logged; so does a capture that fails. Runs the graph cannot serve at all are named by
-// unsupported_reason before the first step.
+// layout runs eagerly, and the graph ends there with the reason logged; so does a capture that fails. Runs the graph
+// cannot serve at all are named by unsupported_reason before the first step.
 #include <cstdint>
 #include <functional>
 #include <optional>

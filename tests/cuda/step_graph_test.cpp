@@ -30,7 +30,8 @@ std::filesystem::path scratch(const std::string& name) {
 }
 
 // A 2-layer model on the copy task. bshd windows keep every batch's layout (8 rows of 32 tokens; the
-// valid labels vary with the prompts); thd packs documents of varying lengths, so the layout changes from batch to batch.
+// valid labels vary with the prompts); thd packs documents of varying lengths, so the layout changes from batch to
+// batch.
 std::string yaml(const std::filesystem::path& out_dir, bool fixed_layout) {
   std::string data = fixed_layout ? "  layout: bshd\n  bshd_fill: window\n  seq_len: 32\n  batch_size: 8\n"
                                   : "  layout: thd\n  seq_len: 32\n  tokens_per_batch: 256\n  pad_multiple: 8\n";
@@ -95,8 +96,7 @@ TEST_F(StepGraphTraining, FixedLayoutBf16ReplaysAndEqualsEagerBitForBit) {
 }
 
 TEST_F(StepGraphTraining, GradientAccumulationReplaysAllMicroBatches) {
-  expect_graph_equals_eager(true, {"run.precision=bf16", "run.grad_accum_steps=3"},
-                            "captured (3 micro-batches)");
+  expect_graph_equals_eager(true, {"run.precision=bf16", "run.grad_accum_steps=3"}, "captured (3 micro-batches)");
 }
 
 TEST_F(StepGraphTraining, ChangingLayoutsEndTheGraphWithTheReasonAndTrainAsEager) {
