@@ -29,14 +29,14 @@ std::filesystem::path scratch(const std::string& name) {
   return dir;
 }
 
-// A 2-layer model on the copy task. bshd windows keep every batch's layout (8 rows of 32 tokens; the
-// valid labels vary with the prompts); thd packs documents of varying lengths, so the layout changes from batch to
-// batch.
+// A 2-layer model on the copy task, evaluated (held-out loss, eager) after step 3 and at the end. bshd windows keep
+// every batch's layout (8 rows of 32 tokens; the valid labels vary with the prompts); thd packs documents of varying
+// lengths, so the layout changes from batch to batch.
 std::string yaml(const std::filesystem::path& out_dir, bool fixed_layout) {
   std::string data = fixed_layout ? "  layout: bshd\n  bshd_fill: window\n  seq_len: 32\n  batch_size: 8\n"
                                   : "  layout: thd\n  seq_len: 32\n  tokens_per_batch: 256\n  pad_multiple: 8\n";
   return "run:\n  out_dir: " + out_dir.string() +
-         "\n  steps: 6\n  log_every: 1\n  eval_every: 0\n  eval_batches: 1\n  eval_examples: 0\n  threads: 1\n"
+         "\n  steps: 6\n  log_every: 1\n  eval_every: 3\n  eval_batches: 2\n  eval_examples: 0\n  threads: 1\n"
          "  device: cuda\n  resume: never\n"
          "model:\n  hidden_size: 64\n  num_layers: 2\n  num_heads: 4\n"
          "optimizer:\n  lr: 0.003\n"
@@ -84,6 +84,11 @@ void expect_graph_equals_eager(bool fixed_layout, const std::vector<std::string>
   EXPECT_EQ(eager.log.find("cuda graph"), std::string::npos) << eager.log;
   ASSERT_EQ(graph.outcome.losses.size(), 6u);
   EXPECT_EQ(graph.outcome.losses, eager.outcome.losses);
+  // The held-out loss after step 3 (between replays) and at the end reads the bf16 weight copies an eager
+  // forward refreshes: equal only when the replays' updates reached them.
+  ASSERT_TRUE(graph.outcome.last_eval && eager.outcome.last_eval);
+  ASSERT_TRUE(graph.outcome.last_eval->loss && eager.outcome.last_eval->loss);
+  EXPECT_EQ(*graph.outcome.last_eval->loss, *eager.outcome.last_eval->loss);
   expect_same_checkpoint(graph.outcome.checkpoint, eager.outcome.checkpoint);
 }
 
