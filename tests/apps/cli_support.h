@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "apps/trainer/cli.h"
+#include "support/scratch_dir.h"
 
 namespace cpf::trainer::testing {
 
@@ -32,14 +33,7 @@ inline CliResult run(const std::vector<std::string>& args) {
 inline std::filesystem::path repo_root() { return std::filesystem::path(CPF_SOURCE_DIR); }
 
 // A fresh, empty folder under the system temp dir, unique per test.
-inline std::filesystem::path scratch_dir(const std::string& name) {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  std::filesystem::path dir = std::filesystem::temp_directory_path() / "cpformer_tests" /
-                              (std::string(info->test_suite_name()) + "." + info->name() + "." + name);
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
-}
+inline std::filesystem::path scratch_dir(const std::string& name) { return cpf::testing::scratch_dir(name); }
 
 inline void write_file(const std::filesystem::path& path, const std::string& text) {
   std::ofstream f(path, std::ios::binary);

@@ -11,6 +11,7 @@
 #include "apps/trainer/config.h"
 #include "apps/trainer/trainer.h"
 #include "framework/io/safetensors.h"
+#include "support/scratch_dir.h"
 #include "tests/cuda/cuda_test_utils.h"
 
 namespace cpf::trainer {
@@ -20,14 +21,7 @@ using cpf::testing::CudaTest;
 
 class StepGraphTraining : public CudaTest {};
 
-std::filesystem::path scratch(const std::string& name) {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  const auto dir = std::filesystem::temp_directory_path() / "cpformer_gpu_tests" /
-                   (std::string(info->test_suite_name()) + "." + info->name() + "." + name);
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
-}
+std::filesystem::path scratch(const std::string& name) { return cpf::testing::scratch_dir(name, "cpformer_gpu_tests"); }
 
 // A 2-layer model on the copy task, evaluated (held-out loss, eager) after step 3 and at the end. bshd windows keep
 // every batch's layout (8 rows of 32 tokens; the valid labels vary with the prompts); thd packs documents of varying

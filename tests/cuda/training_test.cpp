@@ -18,6 +18,7 @@
 #include "framework/autograd/grad_mode.h"
 #include "framework/io/safetensors.h"
 #include "framework/optim/adamw.h"
+#include "support/scratch_dir.h"
 #include "tests/cuda/cuda_test_utils.h"
 
 namespace cpf::trainer {
@@ -25,14 +26,7 @@ namespace {
 
 using cpf::testing::CudaTest;
 
-std::filesystem::path scratch(const std::string& name) {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  const auto dir = std::filesystem::temp_directory_path() / "cpformer_gpu_tests" /
-                   (std::string(info->test_suite_name()) + "." + info->name() + "." + name);
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
-}
+std::filesystem::path scratch(const std::string& name) { return cpf::testing::scratch_dir(name, "cpformer_gpu_tests"); }
 
 // 1-2 digit addition, a 2-layer model with head dim 16 (cuDNN runs it in bf16; f32 runs unfused),
 // 256-token packed batches padded for cp up to 4.
