@@ -5,9 +5,12 @@
 // tests/tensor/device_graph_test.cpp).
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "framework/tensor/device_graph.h"
+#include "framework/tensor/device_stream.h"
 #include "framework/tensor/ops/copy.h"
 #include "framework/tensor/ops/elementwise.h"
 #include "tests/cuda/cuda_test_utils.h"
@@ -97,6 +100,100 @@ TEST_F(DeviceGraphTest, AGraphOutlivesTheTensorsItMade) {
   graph.replay();
   const Tensor z = raw::mul(x, 5.0);
   EXPECT_EQ(on_cpu(z).to_vector<float>(), (std::vector<float>{5, 10}));
+}
+
+// Review fixes (allocator.cuh): before them, these cases gave the graph memory others were handed, or
+// failed with a misleading reason.
+
+// The message of the cpf::Error that capturing `body` throws ("" when it does not throw).
+std::string capture_error(const std::function<void()>& body) {
+  try {
+    (void)DeviceGraph::capture(Device::cuda(0), body);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST_F(DeviceGraphTest, AnOutOfMemoryDuringTheCaptureSaysSoAndLeavesTheDeviceUsable) {
+  // The release of the cache that an eager out-of-memory tries needs a device synchronisation, which a
+  // capture forbids: the capture fails with the out-of-memory message, not with a synchronisation error.
+  const std::string message = capture_error(
+      [] { (void)empty({int64_t(1) << 42}, {.dtype = DType::boolean, .device = Device::cuda(0)}); });  // 4 TiB
+  EXPECT_NE(message.find("CUDA-graph capture on cuda:0 failed"), std::string::npos) << message;
+  EXPECT_NE(message.find("out of memory"), std::string::npos) << message;
+  EXPECT_NE(message.find("during a CUDA-graph capture"), std::string::npos) << message;
+  const Tensor x = gpu_values({1, 2});
+  Tensor y;
+  const DeviceGraph graph = DeviceGraph::capture(Device::cuda(0), [&] { y = raw::add(x, 1.0); });
+  graph.replay();
+  EXPECT_EQ(on_cpu(y).to_vector<float>(), (std::vector<float>{2, 3}));
+}
+
+TEST_F(DeviceGraphTest, ABlockUsedOnAnotherStreamIsNotReusedInsideTheCapture) {
+  const Device gpu = Device::cuda(0);
+  const DeviceStream side = DeviceStream::create(gpu);
+  const void* plain = nullptr;
+  const void* plain_again = nullptr;
+  const void* marked = nullptr;
+  const void* after_marked = nullptr;
+  Tensor kept;
+  const DeviceGraph graph = DeviceGraph::capture(gpu, [&] {
+    Tensor a = empty({1 << 16}, {.dtype = DType::f32, .device = gpu});
+    plain = a.raw_data();
+    a = Tensor();
+    const Tensor b = empty({1 << 16}, {.dtype = DType::f32, .device = gpu});  // the pool's reuse in stream order
+    plain_again = b.raw_data();
+    Tensor c = empty({1 << 17}, {.dtype = DType::f32, .device = gpu});
+    marked = c.raw_data();
+    side.record_use(c);  // the graph does not order work on `side` before a new owner's
+    c = Tensor();
+    kept = empty({1 << 17}, {.dtype = DType::f32, .device = gpu});
+    after_marked = kept.raw_data();
+    raw::fill_(kept, 1.0);
+  });
+  EXPECT_EQ(plain_again, plain) << "the capture's pool reuses a freed block in stream order (the test's control)";
+  EXPECT_NE(after_marked, marked) << "a block marked for another stream must not be reused inside the capture";
+  graph.replay();
+  EXPECT_EQ(on_cpu(kept).to_vector<float>().front(), 1.0f);
+}
+
+TEST_F(DeviceGraphTest, AnAllocationOnAStreamTheCaptureForkedFailsTheCapture) {
+  const Device gpu = Device::cuda(0);
+  const DeviceStream side = DeviceStream::create(gpu);
+  const std::string message = capture_error([&] {
+    side.wait_for(DeviceStream::current(gpu));  // `side` joins the capture
+    const DeviceStreamScope on_side(side);
+    (void)empty({256}, {.dtype = DType::f32, .device = gpu});
+  });
+  EXPECT_NE(message.find("CUDA-graph capture on cuda:0 failed"), std::string::npos) << message;
+  EXPECT_NE(message.find("forked from its own stream"), std::string::npos) << message;
+  EXPECT_EQ(on_cpu(raw::add(gpu_values({1}), 1.0)).to_vector<float>(), (std::vector<float>{2}));
+}
+
+TEST_F(DeviceGraphTest, TensorsThatOutliveTheirGraphAreNotHandedOutWhenFreed) {
+  const Device gpu = Device::cuda(0);
+  const Tensor x = gpu_values(std::vector<float>(1 << 16, 1.0f));
+  Tensor kept;
+  {
+    const DeviceGraph graph = DeviceGraph::capture(gpu, [&] { kept = raw::mul(x, 2.0); });
+    graph.replay();
+  }  // the graph is gone; `kept` is still live and holds its values
+  EXPECT_EQ(on_cpu(kept).to_vector<float>().back(), 2.0f);
+  const void* address = kept.raw_data();
+  // A new stream may get the dead capture stream's handle: the freed block must not reach it.
+  const DeviceStream fresh = DeviceStream::create(gpu);
+  const DeviceStreamScope on_fresh(fresh);
+  kept = Tensor();
+  std::vector<Tensor> eager;
+  for (int i = 0; i < 4; ++i) {
+    eager.push_back(empty({1 << 16}, {.dtype = DType::f32, .device = gpu}));
+    EXPECT_NE(eager.back().raw_data(), address) << "allocation " << i;
+  }
+  // The next release of the cache returns it to the driver.
+  const size_t reserved = cuda::memory_stats(0).reserved;
+  cuda::empty_cache(0);
+  EXPECT_LT(cuda::memory_stats(0).reserved, reserved);
 }
 
 }  // namespace

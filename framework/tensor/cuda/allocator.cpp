@@ -46,7 +46,10 @@ void* CachingAllocator::device_malloc_locked(size_t size, size_t nbytes) {
   count_host_sync(HostSyncKind::device_malloc);
   void* ptr = nullptr;
   cudaError_t status = cudaMalloc(&ptr, size);
-  if (status == cudaErrorMemoryAllocation) {
+  // A capture forbids the device synchronisation the release needs (it would fail and end the capture
+  // with a misleading reason): out-of-memory is reported at once, and the capture fails with it.
+  const bool capturing = any_capturing_locked();
+  if (status == cudaErrorMemoryAllocation && !capturing) {
     (void)cudaGetLastError();
     // Cached blocks may still be in use by queued kernels of their streams: wait, then release.
     count_host_sync(HostSyncKind::device_sync);
@@ -63,7 +66,10 @@ void* CachingAllocator::device_malloc_locked(size_t size, size_t nbytes) {
     CPF_FAIL("cuda:", device_, " out of memory: tried to allocate ", bytes_str(size), " (", nbytes,
              " bytes requested); allocated ", bytes_str(stats_.allocated), ", reserved ", bytes_str(stats_.reserved),
              ", peak allocated ", bytes_str(stats_.peak_allocated), "; the device has ", bytes_str(free_bytes),
-             " free of ", bytes_str(total_bytes));
+             " free of ", bytes_str(total_bytes),
+             capturing ? " (during a CUDA-graph capture: the cached blocks were not released, since that needs a "
+                         "device synchronisation)"
+                       : "");
   }
   CPF_CUDA_CHECK(status);
   ++stats_.device_mallocs;
@@ -82,6 +88,22 @@ CachingAllocator::Pool* CachingAllocator::capturing_pool_locked(cudaStream_t str
   return nullptr;
 }
 
+bool CachingAllocator::any_capturing_locked() const {
+  return std::any_of(pools_.begin(), pools_.end(), [](const auto& entry) { return entry.second.capturing; });
+}
+
+void CachingAllocator::check_not_forked_capture_locked(cudaStream_t stream) const {
+  // The legacy stream is never part of a capture here (the capture streams are non-blocking).
+  if (stream == nullptr) return;
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  const cudaError_t queried = cudaStreamIsCapturing(stream, &status);
+  (void)cudaGetLastError();
+  CPF_CHECK(queried != cudaSuccess || status == cudaStreamCaptureStatusNone, "cuda:", device_,
+            ": an allocation on stream ", stream,
+            ", which a CUDA-graph capture forked from its own stream: the block would join the ordinary cache "
+            "while the graph still uses it (allocate on the capture stream, before switching streams)");
+}
+
 void* CachingAllocator::allocate(size_t nbytes, cudaStream_t stream) {
   if (nbytes == 0) return nullptr;
   const size_t size = round_size(nbytes);
@@ -91,6 +113,7 @@ void* CachingAllocator::allocate(size_t nbytes, cudaStream_t stream) {
   void* ptr = nullptr;
   int pool_id = 0;
   Pool* pool = capturing_pool_locked(stream, &pool_id);
+  if (pool == nullptr && any_capturing_locked()) check_not_forked_capture_locked(stream);
   std::vector<void*>* cached = nullptr;
   if (pool != nullptr) {
     if (auto it = pool->free.find(size); it != pool->free.end()) cached = &it->second;
@@ -105,6 +128,7 @@ void* CachingAllocator::allocate(size_t nbytes, cudaStream_t stream) {
     ptr = device_malloc_locked(size, nbytes);
   }
   active_[ptr] = Block{size, stream, {}, pool_id};
+  if (pool != nullptr) ++pool->live;
   stats_.allocated += size;
   stats_.peak_allocated = std::max(stats_.peak_allocated, stats_.allocated);
   return ptr;
@@ -119,10 +143,17 @@ void CachingAllocator::free(void* ptr) noexcept {
   active_.erase(it);
   stats_.allocated -= block.size;
   if (block.pool != 0) {
-    // A capture pool's block: reused only while that capture runs (its graph keeps the address).
+    // A capture pool's block: reused only while that capture runs (its graph keeps the address), and not
+    // even then when other streams used it (the graph does not order their work before the new owner's).
     if (auto pool = pools_.find(block.pool); pool != pools_.end()) {
       try {
-        pool->second.free[block.size].push_back(ptr);
+        Pool& p = pool->second;
+        --p.live;
+        if (block.used_on.empty()) {
+          p.free[block.size].push_back(ptr);
+        } else {
+          p.parked.emplace_back(ptr, block.size);
+        }
         return;
       } catch (...) {
         // Out of host memory: the block stays reserved, unreachable, until the process ends.
@@ -221,6 +252,15 @@ void CachingAllocator::release_cached_locked() {
     }
   }
   free_.clear();
+  // Released pools: their graphs are gone and the caller synchronised, so no replay uses their blocks.
+  for (auto it = pools_.begin(); it != pools_.end();) {
+    if (!it->second.released) {
+      ++it;
+      continue;
+    }
+    free_pool_blocks_locked(it->second);
+    it = it->second.live == 0 ? pools_.erase(it) : std::next(it);
+  }
 }
 
 void CachingAllocator::empty_cache() {
@@ -238,7 +278,9 @@ int CachingAllocator::begin_pool(cudaStream_t stream) {
   CPF_CHECK(capturing_pool_locked(stream, &id) == nullptr, "cuda:", device_, ": stream ", stream,
             " already captures into pool ", id, " (one capture per stream at a time)");
   id = next_pool_++;
-  pools_[id] = Pool{stream, true, {}};
+  Pool pool;
+  pool.stream = stream;
+  pools_[id] = std::move(pool);
   return id;
 }
 
@@ -247,24 +289,37 @@ void CachingAllocator::end_pool_capture(int id) {
   if (auto pool = pools_.find(id); pool != pools_.end()) pool->second.capturing = false;
 }
 
+void CachingAllocator::free_pool_blocks_locked(Pool& pool) noexcept {
+  DeviceGuard guard(device_);
+  const auto give_back = [&](void* p, size_t size) {
+    count_host_sync(HostSyncKind::device_malloc);
+    if (cudaFree(p) == cudaSuccess) {
+      stats_.reserved -= size;
+      ++stats_.device_frees;
+    }
+    (void)cudaGetLastError();
+  };
+  for (auto& [size, ptrs] : pool.free) {
+    for (void* p : ptrs) give_back(p, size);
+  }
+  for (const auto& [p, size] : pool.parked) give_back(p, size);
+  pool.free.clear();
+  pool.parked.clear();
+}
+
 void CachingAllocator::release_pool(int id) noexcept {
   std::lock_guard<std::mutex> lock(mutex_);
   auto pool = pools_.find(id);
   if (pool == pools_.end()) return;
-  DeviceGuard guard(device_);
-  for (auto& [size, ptrs] : pool->second.free) {
-    for (void* p : ptrs) {
-      count_host_sync(HostSyncKind::device_malloc);
-      if (cudaFree(p) == cudaSuccess) {
-        stats_.reserved -= size;
-        ++stats_.device_frees;
-      }
-      (void)cudaGetLastError();
-    }
-  }
-  pools_.erase(pool);
-  for (auto& [ptr, block] : active_) {
-    if (block.pool == id) block.pool = 0;  // live: joins the ordinary cache when freed
+  pool->second.capturing = false;
+  free_pool_blocks_locked(pool->second);
+  // Live blocks keep the pool: freed later, they wait in it for the next release of the cache (a block
+  // put in the ordinary cache would be keyed by the capture stream, whose handle a new stream may get,
+  // while the replays used it on the caller's streams).
+  if (pool->second.live == 0) {
+    pools_.erase(pool);
+  } else {
+    pool->second.released = true;
   }
 }
 

@@ -44,12 +44,20 @@ class CachingAllocator {
 
   // Private pools for CUDA-graph capture (graph_capture.cpp). While pool `id` captures on `stream`, every
   // allocation on that stream comes from it, and a block freed into it is reused only by that capture (in
-  // its stream order, which the graph keeps). Once the capture ends the pool hands nothing out: the
-  // addresses a graph captured stay its own while the pool lives, whoever frees them meanwhile.
+  // its stream order, which the graph keeps; a block marked with record_stream is never reused, since the
+  // graph orders only the capture stream's own work after it). Once the capture ends the pool hands nothing
+  // out: the addresses a graph captured stay its own while the pool lives, whoever frees them meanwhile.
+  // While a capture runs, an allocation on another stream that takes part in a capture (one the body
+  // forked) throws: its block would join the ordinary cache while the graph still uses it; and an
+  // allocation that finds the device full does not release the cache (that needs a device
+  // synchronisation, which a capture forbids): it reports out-of-memory at once.
   int begin_pool(cudaStream_t stream);
   void end_pool_capture(int id);
   // The graph is gone and the caller has synchronised the device: the pool's free blocks go back to the
-  // driver, its live ones join the ordinary cache when freed.
+  // driver. Its live blocks (tensors the graph made that are still held) stay the pool's: freed later,
+  // they wait in it (their last use may be on any stream that replayed the graph) until the next
+  // release of the cache (empty_cache, or an allocation that finds the device full), which synchronises
+  // first and returns them to the driver.
   void release_pool(int id) noexcept;
 
  private:
@@ -62,7 +70,10 @@ class CachingAllocator {
   struct Pool {
     cudaStream_t stream = nullptr;
     bool capturing = true;
-    std::map<size_t, std::vector<void*>> free;  // by size class
+    bool released = false;                         // the graph is gone (release_pool); live blocks remain
+    size_t live = 0;                               // blocks allocated from the pool and not yet freed
+    std::map<size_t, std::vector<void*>> free;     // by size class
+    std::vector<std::pair<void*, size_t>> parked;  // freed with record_stream marks: never reused
   };
   using PoolKey = std::pair<cudaStream_t, size_t>;
   // A freed block still in use by other streams until its events complete.
@@ -75,13 +86,19 @@ class CachingAllocator {
 
   // Moves pending blocks whose events have all completed to their free lists (the caller holds mutex_).
   void collect_pending_locked();
-  // Releases every cached block; the caller holds mutex_ and has synchronised the device.
+  // Releases every cached block (released capture pools' included, and those pools once no block of
+  // theirs is live); the caller holds mutex_ and has synchronised the device.
   void release_cached_locked();
   cudaEvent_t take_event_locked();
   // A new block of `size` bytes from the driver (after releasing the cache once when it is full).
   void* device_malloc_locked(size_t size, size_t nbytes);
   // The capture pool allocating on `stream`, or null.
   Pool* capturing_pool_locked(cudaStream_t stream, int* id);
+  bool any_capturing_locked() const;
+  // Throws when `stream` (not a pool's capture stream) takes part in a running capture.
+  void check_not_forked_capture_locked(cudaStream_t stream) const;
+  // Returns the pool's cached blocks to the driver (the caller holds mutex_ and has synchronised).
+  void free_pool_blocks_locked(Pool& pool) noexcept;
 
   int device_;
   std::mutex mutex_;
