@@ -53,12 +53,12 @@ void AdamW::update(const Tensor& param, const Tensor& grad, const std::vector<Te
   raw::add_(param, raw::div(exp_avg, denom), -lr / bias_correction1);
 }
 
-bool AdamW::update_fused(const std::vector<FusedItem>& items, int64_t step, const Tensor& skip_if_nonfinite) {
+bool AdamW::fused_params(const std::vector<FusedItem>& items, const Tensor& skip_if_nonfinite,
+                         std::vector<DeviceAdamWParam>& params) const {
   if (items.empty()) return false;
   const Device device = items.front().param.device();
   if (device.is_cpu() || !has_kernel(device, &DeviceOps::adamw_step)) return false;
   if (skip_if_nonfinite.defined() && skip_if_nonfinite.device() != device) return false;  // decided on the host
-  std::vector<DeviceAdamWParam> params;
   params.reserve(items.size());
   for (const FusedItem& item : items) {
     const Tensor& exp_avg = (*item.state)[0];
@@ -69,12 +69,44 @@ bool AdamW::update_fused(const std::vector<FusedItem>& items, int64_t step, cons
     }
     params.push_back({item.param, item.grad, exp_avg, exp_avg_sq, item.weight_decay});
   }
+  return true;
+}
+
+bool AdamW::update_fused(const std::vector<FusedItem>& items, int64_t step, const Tensor& skip_if_nonfinite) {
+  std::vector<DeviceAdamWParam> params;
+  if (!fused_params(items, skip_if_nonfinite, params)) return false;
   const DeviceAdamW hyper{.lr = lr(),
                           .beta1 = options_.beta1,
                           .beta2 = options_.beta2,
                           .eps = options_.eps,
                           .step = step,
-                          .skip_if_nonfinite = skip_if_nonfinite};
+                          .skip_if_nonfinite = skip_if_nonfinite,
+                          .applied_steps = Tensor(),
+                          .candidates = 1,
+                          .reset_applied_steps = false};
+  device_kernel(items.front().param.device(), &DeviceOps::adamw_step, "adamw")(params, hyper);
+  return true;
+}
+
+bool AdamW::update_fused_deferred(const std::vector<FusedItem>& items, int64_t first_step, int64_t candidates,
+                                  bool exact, const Tensor& skip_if_nonfinite) {
+  std::vector<DeviceAdamWParam> params;
+  if (!fused_params(items, skip_if_nonfinite, params)) return false;
+  const Device device = items.front().param.device();
+  // The device's count of applied steps: (1) i64 next to the parameters, reset whenever the host knows it.
+  if (!applied_steps_.defined() || applied_steps_.device() != device) {
+    CPF_CHECK(exact, "adamw: the device count of applied steps is missing while deferred steps are in flight");
+    applied_steps_ = empty({1}, {.dtype = DType::i64, .device = device});
+  }
+  const DeviceAdamW hyper{.lr = lr(),
+                          .beta1 = options_.beta1,
+                          .beta2 = options_.beta2,
+                          .eps = options_.eps,
+                          .step = first_step,
+                          .skip_if_nonfinite = skip_if_nonfinite,
+                          .applied_steps = applied_steps_,
+                          .candidates = candidates,
+                          .reset_applied_steps = exact};
   device_kernel(device, &DeviceOps::adamw_step, "adamw")(params, hyper);
   return true;
 }

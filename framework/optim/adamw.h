@@ -12,6 +12,10 @@
 // adamw_step (CUDA) are updated by one fused launch per parameter dtype, bit-identical to those ops.
 #include "framework/optim/optimizer.h"
 
+namespace cpf {
+struct DeviceAdamWParam;  // framework/tensor/device_ops.h
+}  // namespace cpf
+
 namespace cpf::optim {
 
 // Fields are the YAML keys of the `optimizer:` section (docs/optim.md).
@@ -43,9 +47,19 @@ class AdamW : public Optimizer {
   // launch per parameter dtype, rounded as update() rounds (device_ops.h). The kernel also makes the skip
   // decision of step(skip_if_nonfinite) when that tensor is on the parameters' device. Otherwise declines.
   bool update_fused(const std::vector<FusedItem>& items, int64_t step, const Tensor& skip_if_nonfinite) override;
+  // The same launch for step_deferred: the kernel picks t from a count of applied steps kept on the device
+  // (reset from the host when `exact`), with one set of bias-corrected scalars per candidate step, and adds
+  // 1 to the count when the step is applied.
+  bool update_fused_deferred(const std::vector<FusedItem>& items, int64_t first_step, int64_t candidates, bool exact,
+                             const Tensor& skip_if_nonfinite) override;
 
  private:
+  // The fused kernel's parameter list, or false when these items cannot take it.
+  bool fused_params(const std::vector<FusedItem>& items, const Tensor& skip_if_nonfinite,
+                    std::vector<DeviceAdamWParam>& params) const;
+
   AdamWOptions options_;
+  Tensor applied_steps_;  // (1) i64 on the parameters' device: applied steps as the device counts them
 };
 
 }  // namespace cpf::optim

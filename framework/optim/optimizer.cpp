@@ -115,7 +115,20 @@ void Optimizer::update_each(int64_t step) {
   }
 }
 
+void Optimizer::check_no_deferred(const char* what) const {
+  CPF_CHECK(deferred_.empty(), name_, ": ", what, " while ", deferred_.size(),
+            " deferred step(s) are in flight; call settle(applied) with their outcomes first");
+}
+
+void Optimizer::check_skip_tensor(const Tensor& skip_if_nonfinite) const {
+  CPF_CHECK(skip_if_nonfinite.defined() && skip_if_nonfinite.numel() == 1 && skip_if_nonfinite.dtype() == DType::f64,
+            name_, ": skip_if_nonfinite must be one f64 element (a gradient sum of squares), got ",
+            skip_if_nonfinite.defined() ? str_cat(skip_if_nonfinite.dtype(), " of shape ", skip_if_nonfinite.shape())
+                                        : "undefined");
+}
+
 void Optimizer::step() {
+  check_no_deferred("step()");
   check_gradients();
   NoGradGuard no_grad;
   const int64_t step = step_count_ + 1;
@@ -129,10 +142,8 @@ void Optimizer::step() {
 }
 
 void Optimizer::step(const Tensor& skip_if_nonfinite) {
-  CPF_CHECK(skip_if_nonfinite.defined() && skip_if_nonfinite.numel() == 1 && skip_if_nonfinite.dtype() == DType::f64,
-            name_, ": skip_if_nonfinite must be one f64 element (a gradient sum of squares), got ",
-            skip_if_nonfinite.defined() ? str_cat(skip_if_nonfinite.dtype(), " of shape ", skip_if_nonfinite.shape())
-                                        : "undefined");
+  check_skip_tensor(skip_if_nonfinite);
+  check_no_deferred("step(skip_if_nonfinite)");
   check_gradients();
   NoGradGuard no_grad;
   const int64_t step = step_count_ + 1;
@@ -158,10 +169,51 @@ void Optimizer::commit(bool applied) {
   if (applied) ++step_count_;
 }
 
+void Optimizer::step_deferred(const Tensor& skip_if_nonfinite) {
+  check_skip_tensor(skip_if_nonfinite);
+  check_gradients();
+  NoGradGuard no_grad;
+  // Decisions made on the host can only precede the device's (a host decision needs all earlier ones).
+  int64_t known_applied = 0, undecided = 0;
+  for (const std::optional<bool>& d : deferred_) {
+    if (!d) ++undecided;
+    if (d && *d) ++known_applied;
+  }
+  const int64_t first_step = step_count_ + known_applied + 1;
+  const std::vector<FusedItem> items = fused_items();
+  if (update_fused_deferred(items, first_step, undecided + 1, undecided == 0, skip_if_nonfinite)) {
+    for (const FusedItem& item : items) item.param.bump_version();
+    deferred_.emplace_back(std::nullopt);
+    return;
+  }
+  CPF_CHECK(undecided == 0, name_, ": step_deferred reads its value on the host here (no fused update for these ",
+            "parameters) but ", undecided, " earlier deferred step(s) were decided on the device, so its step number ",
+            "is unknown; call settle(applied) with their outcomes first");
+  const bool applied = std::isfinite(std::sqrt(skip_if_nonfinite.item<double>()));
+  if (applied) update_each(first_step);
+  deferred_.emplace_back(applied);
+}
+
+void Optimizer::settle(const std::vector<bool>& applied) {
+  CPF_CHECK(applied.size() <= deferred_.size(), name_, ": settle of ", applied.size(), " outcome(s) but ",
+            deferred_.size(), " deferred step(s) are in flight");
+  for (size_t i = 0; i < applied.size(); ++i) {
+    CPF_CHECK(!deferred_[i] || *deferred_[i] == applied[i], name_, ": settle outcome ", i, " is ",
+              applied[i] ? "applied" : "skipped", " but that step's sum of squares read on the host says ",
+              *deferred_[i] ? "applied" : "skipped");
+  }
+  for (const bool a : applied) {
+    deferred_.pop_front();
+    if (a) ++step_count_;
+  }
+}
+
 void Optimizer::abandon() {
-  CPF_CHECK(in_flight_, name_, ": abandon without a step(skip_if_nonfinite) in flight");
+  CPF_CHECK(in_flight_ || !deferred_.empty(), name_,
+            ": abandon without a step(skip_if_nonfinite) in flight (nor a step_deferred)");
   in_flight_ = false;
   host_decided_.reset();
+  deferred_.clear();
 }
 
 void Optimizer::zero_grad() {
@@ -202,6 +254,7 @@ void Optimizer::validate_state(const NamedTensors& tensors) const {
 void Optimizer::load_state(const NamedTensors& tensors, int64_t step_count) {
   CPF_CHECK(!in_flight_, name_, ": load_state while step ", step_count_ + 1,
             " is in flight; call commit(applied) first");
+  check_no_deferred("load_state");
   CPF_CHECK(step_count >= 0, name_, ": step count must be >= 0, got ", step_count);
   validate_state(tensors);
   std::map<std::string, Tensor> by_name(tensors.begin(), tensors.end());

@@ -18,6 +18,7 @@
 // once before the step) and call zero_grad() after step(). Parameters without a gradient (not
 // reached by any backward since the last zero_grad) are skipped by step(), weight decay included.
 #include <cstdint>
+#include <deque>
 #include <optional>
 #include <string>
 #include <utility>
@@ -61,12 +62,26 @@ class Optimizer {
   // Ends the step(Tensor) in flight: advances the step count when `applied`. Throws without one, or
   // when the value was read here and `applied` disagrees with it.
   void commit(bool applied);
-  // Ends the step(Tensor) in flight when its outcome cannot be known (the read-back of its value
-  // failed, e.g. a device error reported there): the step count stays, and the parameters and state
-  // may or may not hold the update, so restore them (load_state, a checkpoint) before training on.
-  // Throws without a step in flight.
+  // Ends the step(Tensor) in flight, or every step_deferred in flight, when their outcomes cannot be
+  // known (the read-back of the value failed, e.g. a device error reported there): the step count stays,
+  // and the parameters and state may or may not hold the updates, so restore them (load_state, a
+  // checkpoint) before training on. Throws without a step in flight.
   void abandon();
   bool step_in_flight() const { return in_flight_; }
+
+  // Several steps in flight (docs/optim.md, "Deferred steps"): enqueues the update of the next step as
+  // step(skip_if_nonfinite) does, whose number t is the count of applied steps so far + 1 as the device
+  // knows it, before the host knows whether the earlier deferred steps were applied. AdamW on a GPU keeps
+  // that count on the device and picks its bias corrections there; elsewhere (the CPU, SGD, a fallback)
+  // the value is read here, as step(Tensor) does, which needs every earlier deferred step decided on the
+  // host too (throws otherwise). Refused while a step(Tensor) is in flight.
+  void step_deferred(const Tensor& skip_if_nonfinite);
+  // Ends the oldest applied.size() deferred steps in order, applied[i] = isfinite(sqrt(value of step i)):
+  // the step count advances by the applied ones. Throws, changing nothing, when more outcomes are given
+  // than steps are in flight, or one disagrees with a value read on the host.
+  void settle(const std::vector<bool>& applied);
+  // Deferred steps enqueued and not yet settled. step(), step(Tensor) and load_state throw while any is.
+  int64_t deferred_in_flight() const { return static_cast<int64_t>(deferred_.size()); }
   // Drops every parameter's gradient (undefined, so the next backward allocates fresh ones).
   void zero_grad();
 
@@ -115,6 +130,14 @@ class Optimizer {
                             const Tensor& /*skip_if_nonfinite*/) {
     return false;
   }
+  // The fused update of a deferred step whose number the device decides: first_step + j, j = the applied
+  // steps the device counted beyond first_step - 1, 0 <= j < candidates. With `exact` the host knows the
+  // count (first_step - 1, candidates == 1) and the implementation resets its device count to it. Returns
+  // false to have the value read on the host instead (then step_deferred needs `exact`). The default declines.
+  virtual bool update_fused_deferred(const std::vector<FusedItem>& /*items*/, int64_t /*first_step*/,
+                                     int64_t /*candidates*/, bool /*exact*/, const Tensor& /*skip_if_nonfinite*/) {
+    return false;
+  }
 
  private:
   struct Entry {
@@ -127,6 +150,8 @@ class Optimizer {
   void check_gradients() const;
   std::vector<FusedItem> fused_items() const;
   void update_each(int64_t step);
+  void check_skip_tensor(const Tensor& skip_if_nonfinite) const;
+  void check_no_deferred(const char* what) const;
 
   std::string name_;
   std::vector<ParamGroup> groups_;
@@ -136,6 +161,8 @@ class Optimizer {
   int64_t step_count_ = 0;
   bool in_flight_ = false;            // a step(Tensor) awaits its commit
   std::optional<bool> host_decided_;  // its decision when made on the host
+  // Deferred steps in flight, oldest first: the decision when made on the host, else empty (device).
+  std::deque<std::optional<bool>> deferred_;
 };
 
 // The dtype optimizer state and arithmetic use for a parameter of `dtype`: f32 for bf16, else itself.

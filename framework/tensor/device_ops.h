@@ -63,6 +63,13 @@ struct DeviceAdamW {
   // (1) f64 on the parameters' device (a gradient sum of squares), or undefined: when the square root of
   // its value is not finite the step changes nothing, decided on the device (no read-back).
   Tensor skip_if_nonfinite;
+  // Deferred steps (Optimizer::step_deferred): a (1) i64 count c of applied steps on the parameters' device,
+  // or undefined. When defined the step taken is c + 1, one of step .. step + candidates - 1 (the host
+  // computes each candidate's scalars), c is first set to step - 1 when reset_applied_steps, and c grows by
+  // 1 after the update when the step is applied (the skip rule above).
+  Tensor applied_steps;
+  int64_t candidates = 1;
+  bool reset_applied_steps = false;
 };
 
 // A range check of index values done on the device (see DeviceOps::check_indices). Which CPU message

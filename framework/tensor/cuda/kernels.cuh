@@ -234,9 +234,18 @@ struct AdamWScalars {
   // A gradient sum of squares in device memory: the step changes nothing when its square root is not
   // finite (the skip decided on the device, without a read-back). Null: always applied.
   const double* skip_if_nonfinite;
+  // Deferred steps: null, or the device's count c of applied steps; the step taken is c + 1 = first_step + j,
+  // its step_size and inv_sqrt_bc2 being candidate_scalars[2j] and [2j + 1] (0 <= j < candidates, else a trap).
+  const int64_t* applied_steps;
+  const double* candidate_scalars;
+  int64_t first_step, candidates;
 };
 void launch_adamw(int dtype, const AdamWTensor* tensors, const ChunkRef* chunks, int64_t nchunks, const AdamWScalars& s,
                   cudaStream_t stream);
+// The device's count of applied steps (AdamWScalars::applied_steps): set to `value`; or + 1 when the square
+// root of *skip_if_nonfinite is finite (or it is null), the AdamW kernel's rule.
+void launch_set_applied_steps(int64_t* count, int64_t value, cudaStream_t stream);
+void launch_count_applied(int64_t* count, const double* skip_if_nonfinite, cudaStream_t stream);
 
 // Gradient clipping decided on the device: norm = sqrt(sum_squares[0]); when it is finite and > max_norm,
 // every element of the tensors (chunks of kChunk) is multiplied in place by max_norm / (norm + 1e-6),

@@ -509,14 +509,17 @@ void philox(const DeviceRandom& r, const Tensor& out) {
 // freed, without waiting for the device. The buffer is released stream-ordered with the tensor.
 template <class T>
 Tensor upload_tables(Device device, cudaStream_t stream, const std::vector<T>& tensors,
-                     const std::vector<k::ChunkRef>& chunks, size_t extra_bytes, size_t* chunks_at, size_t* extra_at) {
+                     const std::vector<k::ChunkRef>& chunks, size_t extra_bytes, size_t* chunks_at, size_t* extra_at,
+                     const void* extra_data = nullptr) {
   const auto align = [](size_t n) { return (n + 15) / 16 * 16; };
   *chunks_at = align(tensors.size() * sizeof(T));
   *extra_at = align(*chunks_at + chunks.size() * sizeof(k::ChunkRef));
   const size_t total = *extra_at + extra_bytes;
-  std::vector<char> host(*extra_at, 0);
+  // The extra bytes travel too when given (AdamW's candidate scalars), else they are left for the kernel.
+  std::vector<char> host(extra_data != nullptr ? total : *extra_at, 0);
   std::memcpy(host.data(), tensors.data(), tensors.size() * sizeof(T));
   std::memcpy(host.data() + *chunks_at, chunks.data(), chunks.size() * sizeof(k::ChunkRef));
+  if (extra_data != nullptr) std::memcpy(host.data() + *extra_at, extra_data, extra_bytes);
   const auto bytes = static_cast<int64_t>(std::max<size_t>(total, 1));
   Tensor buffer = empty({bytes}, {.dtype = DType::boolean, .device = device});
   if (!host.empty()) {
@@ -550,23 +553,43 @@ void sum_squares(const Tensor& out, const std::vector<Tensor>& tensors) {
                         launch.stream);
 }
 
+// The scalars of step t as AdamW::update computes them on the host: {step_size = -lr / bc1, 1 / sqrt(bc2)}.
+std::pair<double, double> adamw_step_scalars(const DeviceAdamW& h, int64_t step) {
+  const double t = static_cast<double>(step);
+  const double bias_correction1 = 1.0 - std::pow(h.beta1, t);
+  const double bias_correction2 = 1.0 - std::pow(h.beta2, t);
+  return {-h.lr / bias_correction1, 1.0 / std::sqrt(bias_correction2)};
+}
+
 void adamw_step(const std::vector<DeviceAdamWParam>& params, const DeviceAdamW& h) {
   if (params.empty()) return;
   Launch launch(params.front().param.device());
-  // The scalars as AdamW::update computes them on the host.
-  const double t = static_cast<double>(h.step);
-  const double bias_correction1 = 1.0 - std::pow(h.beta1, t);
-  const double bias_correction2 = 1.0 - std::pow(h.beta2, t);
-  const k::AdamWScalars scalars{.beta1 = h.beta1,
-                                .one_minus_beta1 = 1.0 - h.beta1,
-                                .beta2 = h.beta2,
-                                .one_minus_beta2 = 1.0 - h.beta2,
-                                .inv_sqrt_bc2 = 1.0 / std::sqrt(bias_correction2),
-                                .eps = h.eps,
-                                .step_size = -h.lr / bias_correction1,
-                                .skip_if_nonfinite = h.skip_if_nonfinite.defined()
-                                                         ? static_cast<const double*>(h.skip_if_nonfinite.raw_data())
-                                                         : nullptr};
+  const bool deferred = h.applied_steps.defined();
+  CPF_CHECK(h.candidates >= 1 && (deferred || h.candidates == 1), "adamw_step: ", h.candidates,
+            " candidate steps need a device count of applied steps");
+  const auto [step_size, inv_sqrt_bc2] = adamw_step_scalars(h, h.step);
+  // Deferred: (candidates, 2) scalars for steps h.step .. h.step + candidates - 1, uploaded with the tables.
+  std::vector<double> candidate_scalars;
+  for (int64_t j = 0; deferred && j < h.candidates; ++j) {
+    const auto [size_j, inv_j] = adamw_step_scalars(h, h.step + j);
+    candidate_scalars.insert(candidate_scalars.end(), {size_j, inv_j});
+  }
+  auto* count = deferred ? static_cast<int64_t*>(h.applied_steps.raw_data()) : nullptr;
+  if (deferred && h.reset_applied_steps) k::launch_set_applied_steps(count, h.step - 1, launch.stream);
+  const auto* skip =
+      h.skip_if_nonfinite.defined() ? static_cast<const double*>(h.skip_if_nonfinite.raw_data()) : nullptr;
+  k::AdamWScalars scalars{.beta1 = h.beta1,
+                          .one_minus_beta1 = 1.0 - h.beta1,
+                          .beta2 = h.beta2,
+                          .one_minus_beta2 = 1.0 - h.beta2,
+                          .inv_sqrt_bc2 = inv_sqrt_bc2,
+                          .eps = h.eps,
+                          .step_size = step_size,
+                          .skip_if_nonfinite = skip,
+                          .applied_steps = count,
+                          .candidate_scalars = nullptr,
+                          .first_step = h.step,
+                          .candidates = h.candidates};
   for (DType dtype : {DType::f32, DType::bf16, DType::f64}) {
     std::vector<k::AdamWTensor> list;
     std::vector<k::ChunkRef> chunks;
@@ -581,14 +604,18 @@ void adamw_step(const std::vector<DeviceAdamWParam>& params, const DeviceAdamW& 
                       p.param.numel(), 1.0 - h.lr * p.weight_decay, p.weight_decay != 0.0 ? 1 : 0, aligned});
     }
     if (list.empty()) continue;
-    size_t chunks_at = 0, end_at = 0;
-    const Tensor buffer =
-        upload_tables(params.front().param.device(), launch.stream, list, chunks, 0, &chunks_at, &end_at);
+    size_t chunks_at = 0, extra_at = 0;
+    const Tensor buffer = upload_tables(params.front().param.device(), launch.stream, list, chunks,
+                                        candidate_scalars.size() * sizeof(double), &chunks_at, &extra_at,
+                                        deferred ? candidate_scalars.data() : nullptr);
     char* base = static_cast<char*>(buffer.raw_data());
+    if (deferred) scalars.candidate_scalars = reinterpret_cast<const double*>(base + extra_at);
     k::launch_adamw(code(dtype), reinterpret_cast<const k::AdamWTensor*>(base),
                     reinterpret_cast<const k::ChunkRef*>(base + chunks_at), static_cast<int64_t>(chunks.size()),
                     scalars, launch.stream);
   }
+  // After every dtype's launch read the count: the step is counted when applied.
+  if (deferred) k::launch_count_applied(count, skip, launch.stream);
 }
 
 void clip_by_norm_(const std::vector<Tensor>& tensors, const Tensor& sum_squares, double max_norm) {

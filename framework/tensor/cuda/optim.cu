@@ -100,14 +100,15 @@ __device__ __forceinline__ double quotient(double x, double y) { return __ddiv_r
 
 // One element of the step: p (parameter, widened), g, m, v in the state type S; returns the new p.
 template <class S>
-__device__ __forceinline__ S adamw_element(S p, S g, S& m, S& v, const AdamWTensor& t, const AdamWScalars& s) {
+__device__ __forceinline__ S adamw_element(S p, S g, S& m, S& v, const AdamWTensor& t, const AdamWScalars& s,
+                                           double step_size_d, double inv_sqrt_bc2) {
   const S a1 = static_cast<S>(s.one_minus_beta1), a2 = static_cast<S>(s.one_minus_beta2);
-  const S eps = static_cast<S>(s.eps), step_size = static_cast<S>(s.step_size);
+  const S eps = static_cast<S>(s.eps), step_size = static_cast<S>(step_size_d);
   if (t.has_decay) p = mul_round(p, t.decay);
   m = add_scaled(mul_round(m, s.beta1), a1, g);
   v = add_scaled(mul_round(v, s.beta2), a2, sq(g));
   // denom = sqrt(v) * (1 / sqrt(bc2)) + eps (add_ of a 0-d eps with alpha 1).
-  const S denom = add_scaled(mul_round(root(v), s.inv_sqrt_bc2), S(1), eps);
+  const S denom = add_scaled(mul_round(root(v), inv_sqrt_bc2), S(1), eps);
   return add_scaled(p, step_size, quotient(m, denom));
 }
 
@@ -119,6 +120,13 @@ __global__ void adamw_kernel(const AdamWTensor* tensors, const ChunkRef* chunks,
   constexpr int V = 4;
   // The skip decided on the device: norm = sqrt(sum) as the host computes it; not finite: no change at all.
   if (s.skip_if_nonfinite != nullptr && !isfinite(__dsqrt_rn(*s.skip_if_nonfinite))) return;
+  double step_size = s.step_size, inv_sqrt_bc2 = s.inv_sqrt_bc2;
+  if (s.applied_steps != nullptr) {  // a deferred step: t decided here, its scalars computed on the host
+    const int64_t j = *s.applied_steps + 1 - s.first_step;
+    if (j < 0 || j >= s.candidates) __trap();  // the host's bookkeeping is broken: fail loudly, never guess t
+    step_size = s.candidate_scalars[2 * j];
+    inv_sqrt_bc2 = s.candidate_scalars[2 * j + 1];
+  }
   const ChunkRef c = chunks[blockIdx.x];
   const AdamWTensor t = tensors[c.tensor];
   const int64_t end = c.begin + kChunk < t.numel ? c.begin + kChunk : t.numel;
@@ -136,7 +144,8 @@ __global__ void adamw_kernel(const AdamWTensor* tensors, const ChunkRef* chunks,
       Vec<S, V> vv = *reinterpret_cast<const Vec<S, V>*>(exp_avg_sq + i);
 #pragma unroll
       for (int j = 0; j < V; ++j) {
-        pv.v[j] = narrow<P>(adamw_element<S>(widen(pv.v[j]), widen(gv.v[j]), mv.v[j], vv.v[j], t, s));
+        pv.v[j] = narrow<P>(
+            adamw_element<S>(widen(pv.v[j]), widen(gv.v[j]), mv.v[j], vv.v[j], t, s, step_size, inv_sqrt_bc2));
       }
       *reinterpret_cast<Vec<S, V>*>(exp_avg + i) = mv;
       *reinterpret_cast<Vec<S, V>*>(exp_avg_sq + i) = vv;
@@ -145,7 +154,7 @@ __global__ void adamw_kernel(const AdamWTensor* tensors, const ChunkRef* chunks,
   }
   for (int64_t i = tail + threadIdx.x; i < end; i += kOptThreads) {
     S m = exp_avg[i], v = exp_avg_sq[i];
-    const S p = adamw_element<S>(widen(param[i]), widen(grad[i]), m, v, t, s);
+    const S p = adamw_element<S>(widen(param[i]), widen(grad[i]), m, v, t, s, step_size, inv_sqrt_bc2);
     exp_avg[i] = m;
     exp_avg_sq[i] = v;
     param[i] = narrow<P>(p);
@@ -193,7 +202,23 @@ __global__ void clip_kernel(const ScaleTensor* tensors, const ChunkRef* chunks, 
   }
 }
 
+__global__ void set_count_kernel(int64_t* count, int64_t value) { *count = value; }
+
+__global__ void count_applied_kernel(int64_t* count, const double* skip_if_nonfinite) {
+  if (skip_if_nonfinite == nullptr || isfinite(__dsqrt_rn(*skip_if_nonfinite))) *count += 1;
+}
+
 }  // namespace
+
+void launch_set_applied_steps(int64_t* count, int64_t value, cudaStream_t stream) {
+  set_count_kernel<<<1, 1, 0, stream>>>(count, value);
+  CPF_CUDA_CHECK_LAUNCH("set applied steps kernel");
+}
+
+void launch_count_applied(int64_t* count, const double* skip_if_nonfinite, cudaStream_t stream) {
+  count_applied_kernel<<<1, 1, 0, stream>>>(count, skip_if_nonfinite);
+  CPF_CUDA_CHECK_LAUNCH("count applied steps kernel");
+}
 
 void launch_sum_squares(const SquaresTensor* tensors, const ChunkRef* chunks, int64_t nchunks, double* partials,
                         double* out, cudaStream_t stream) {
