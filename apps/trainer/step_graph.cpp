@@ -157,13 +157,22 @@ AccumulatedLoss StepGraph::replay(const std::vector<models::GPTBatch>& host, con
   return AccumulatedLoss{.loss = 0, .valid_labels = valid_labels_, .loss_tensor = loss_};
 }
 
-void StepGraph::end(const std::string& reason, int64_t step) {
-  ended_reason_ = reason;
-  graph_ = DeviceGraph();
-  inputs_.clear();
-  captured_.clear();
+StepGraph::~StepGraph() {
+  // The graph's own outputs go back into its pool, which the graph's destruction then returns to the
+  // driver (after waiting for the replays); the inputs and the divisor, ordinary allocations the replays
+  // read, are freed only after that wait.
   grads_.clear();
   loss_ = Tensor();
+  graph_ = DeviceGraph();
+}
+
+void StepGraph::end(const std::string& reason, int64_t step) {
+  ended_reason_ = reason;
+  grads_.clear();
+  loss_ = Tensor();
+  graph_ = DeviceGraph();  // waits for the replays: then the inputs they read may go
+  inputs_.clear();
+  captured_.clear();
   divisor_ = Tensor();
   note_("cuda graph: off from step " + std::to_string(step + 1) + ": " + reason);
 }

@@ -42,6 +42,10 @@ class StepGraph {
 
   // `note` receives the lines the run logs (the capture, and why the graph ended).
   explicit StepGraph(Note note) : note_(std::move(note)) {}
+  // The graph goes first (it waits for its replays): the inputs and the divisor it reads are freed after it.
+  ~StepGraph();
+  StepGraph(const StepGraph&) = delete;
+  StepGraph& operator=(const StepGraph&) = delete;
 
   // Step `step`'s (0-based) forward and backward of `micro_batches` on one rank, with accumulate_gradients'
   // result and effects (gradients in the parameters' .grad, the loss left on the device).
