@@ -66,7 +66,9 @@ void expect_same_checkpoint(const std::string& a, const std::string& b) {
   }
 }
 
-void expect_graph_equals_eager(bool fixed_layout, const std::vector<std::string>& overrides, const char* expect_note) {
+// graph_ends: the graph is expected to end (with the reason in expect_note) even with a fixed layout.
+void expect_graph_equals_eager(bool fixed_layout, const std::vector<std::string>& overrides, const char* expect_note,
+                               bool graph_ends = false) {
   std::vector<std::string> with_graph = overrides, without = overrides;
   without.push_back("run.cuda_graph=false");
   const TrainedRun graph = train_run(scratch("graph"), fixed_layout, with_graph);
@@ -74,7 +76,7 @@ void expect_graph_equals_eager(bool fixed_layout, const std::vector<std::string>
   EXPECT_NE(graph.log.find(expect_note), std::string::npos) << graph.log;
   // A fixed layout replays every later step: the copy task's ignored prompt labels change the loss's
   // divisor from batch to batch, which the graph reads from device memory.
-  if (fixed_layout) EXPECT_EQ(graph.log.find("cuda graph: off"), std::string::npos) << graph.log;
+  if (fixed_layout && !graph_ends) EXPECT_EQ(graph.log.find("cuda graph: off"), std::string::npos) << graph.log;
   EXPECT_EQ(eager.log.find("cuda graph"), std::string::npos) << eager.log;
   ASSERT_EQ(graph.outcome.losses.size(), 6u);
   EXPECT_EQ(graph.outcome.losses, eager.outcome.losses);
@@ -106,6 +108,45 @@ TEST_F(StepGraphTraining, ChangingLayoutsEndTheGraphWithTheReasonAndTrainAsEager
 TEST_F(StepGraphTraining, ProfilingRunsEagerlyAndSaysWhy) {
   const TrainedRun run = train_run(scratch("profile"), true, {"run.profile=2", "run.steps=4"});
   EXPECT_NE(run.log.find("cuda graph: off: run.profile=2: the profiler times every op"), std::string::npos) << run.log;
+}
+
+// Review additions. The unfused loss takes the valid-label count as a kernel argument: a batch whose count
+// differs ends the graph with that reason, and the run still equals eager.
+TEST_F(StepGraphTraining, TheUnfusedLossEndsTheGraphWhenTheLabelCountChanges) {
+  expect_graph_equals_eager(true, {"model.classifier_chunk_rows=-1"}, "its valid labels (the loss's divisor) went from",
+                            true);
+}
+
+// A capture that fails (here the CPF_CUDA_SYNC=1 debug mode, which synchronises after every launch, which a
+// capture forbids) ends the graph with its reason, and step 2 runs eagerly from the state before the capture
+// (what the failed capture made, gradients and bf16 copies, holds no values and must not be used).
+TEST_F(StepGraphTraining, AFailedCaptureEndsTheGraphAndTrainsAsEager) {
+  struct SyncDebug {
+    bool before = cuda::sync_debug();
+    SyncDebug() { cuda::set_sync_debug(true); }
+    ~SyncDebug() { cuda::set_sync_debug(before); }
+  } on;
+  expect_graph_equals_eager(true, {"run.precision=bf16"},
+                            "cuda graph: off from step 2: CUDA-graph capture on cuda:0 failed", true);
+}
+
+// A resumed session starts eagerly again (new caches and plans), captures its second step (step 5) and
+// replays after: its losses and final checkpoint equal those of the same split run eagerly.
+TEST_F(StepGraphTraining, AResumedSessionCapturesAfresh) {
+  const auto two_sessions = [](const std::string& name, const std::string& graph) {
+    const std::filesystem::path dir = scratch(name);
+    const TrainedRun first = train_run(dir, true, {"run.precision=bf16", "run.steps=3", graph});
+    TrainedRun second = train_run(dir, true, {"run.precision=bf16", "run.resume=auto", graph});
+    second.outcome.losses.insert(second.outcome.losses.begin(), first.outcome.losses.begin(),
+                                 first.outcome.losses.end());
+    return second;
+  };
+  const TrainedRun graph = two_sessions("graph_resumed", "run.cuda_graph=true");
+  const TrainedRun eager = two_sessions("eager_resumed", "run.cuda_graph=false");
+  EXPECT_NE(graph.log.find("cuda graph: step 5's forward and backward captured"), std::string::npos) << graph.log;
+  ASSERT_EQ(graph.outcome.losses.size(), 6u);
+  EXPECT_EQ(graph.outcome.losses, eager.outcome.losses);
+  expect_same_checkpoint(graph.outcome.checkpoint, eager.outcome.checkpoint);
 }
 
 }  // namespace
