@@ -196,5 +196,20 @@ TEST_F(DeviceGraphTest, TensorsThatOutliveTheirGraphAreNotHandedOutWhenFreed) {
   EXPECT_LT(cuda::memory_stats(0).reserved, reserved);
 }
 
+TEST_F(DeviceGraphTest, ABodyThatThrowsAnythingIsAbandonedCleanly) {
+  // Not a std::exception: the capture is still ended and its pool closed, and the exception goes through.
+  EXPECT_THROW((void)DeviceGraph::capture(Device::cuda(0),
+                                          [] {
+                                            (void)empty({256}, {.dtype = DType::f32, .device = Device::cuda(0)});
+                                            throw 42;
+                                          }),
+               int);
+  const Tensor x = gpu_values({1, 2});
+  Tensor y;
+  const DeviceGraph graph = DeviceGraph::capture(Device::cuda(0), [&] { y = raw::mul(x, 3.0); });
+  graph.replay();
+  EXPECT_EQ(on_cpu(y).to_vector<float>(), (std::vector<float>{3, 6}));
+}
+
 }  // namespace
 }  // namespace cpf

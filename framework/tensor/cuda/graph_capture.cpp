@@ -135,11 +135,17 @@ std::shared_ptr<void> capture_graph(int device, const std::function<void()>& bod
     CPF_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
     body();
     graph->exec = end_capture(stream);
-  } catch (const std::exception& e) {
+  } catch (...) {
+    // Whatever the body threw: a pool left capturing would take every later allocation on the stream and
+    // keep the allocator in capture mode (no cache release on out-of-memory).
     abandon_capture(stream);
     allocator.end_pool_capture(graph->pool);
     keep_stream_forever(graph->stream);
-    CPF_FAIL("CUDA-graph capture on cuda:", device, " failed: ", e.what());
+    try {
+      throw;
+    } catch (const std::exception& e) {
+      CPF_FAIL("CUDA-graph capture on cuda:", device, " failed: ", e.what());
+    }
   }
   allocator.end_pool_capture(graph->pool);
   CapturedGraph* raw = graph.get();
