@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "framework/tensor/cuda/device_errors.cuh"
+#include "framework/tensor/cuda/graph_capture.cuh"
 #include "framework/tensor/cuda/host_sync.cuh"
 #include "framework/tensor/cuda/runtime.cuh"
 #include "framework/tensor/storage.h"
@@ -93,7 +94,15 @@ bool CachingAllocator::any_capturing_locked() const {
 }
 
 void CachingAllocator::check_not_forked_capture_locked(cudaStream_t stream) const {
-  // The legacy stream is never part of a capture here (the capture streams are non-blocking).
+  // The thread running a capture allocates on its capture stream only: a block for another stream (one the
+  // body forked into the capture, or one whose work runs outside it) would come from the ordinary cache,
+  // which hands it out again while the graph still uses it.
+  CPF_CHECK(active_capture_uploads() == nullptr, "cuda:", device_, ": an allocation on stream ", stream,
+            " while this thread captures a CUDA graph on another stream (a stream the capture forked, or one "
+            "outside it): its block would join the ordinary cache while the graph still uses it; allocate on "
+            "the capture stream");
+  // Other threads: a stream of theirs that takes part in a capture. The legacy stream never does here
+  // (the capture streams are non-blocking).
   if (stream == nullptr) return;
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   const cudaError_t queried = cudaStreamIsCapturing(stream, &status);

@@ -47,10 +47,10 @@ class CachingAllocator {
   // its stream order, which the graph keeps; a block marked with record_stream is never reused, since the
   // graph orders only the capture stream's own work after it). Once the capture ends the pool hands nothing
   // out: the addresses a graph captured stay its own while the pool lives, whoever frees them meanwhile.
-  // While a capture runs, an allocation on another stream that takes part in a capture (one the body
-  // forked) throws: its block would join the ordinary cache while the graph still uses it; and an
-  // allocation that finds the device full does not release the cache (that needs a device
-  // synchronisation, which a capture forbids): it reports out-of-memory at once.
+  // While a capture runs, an allocation on another stream by the capturing thread, or on a stream that
+  // takes part in a capture (one the body forked), throws: its block would join the ordinary cache while
+  // the graph still uses it. And an allocation that finds the device full does not release the cache (that
+  // needs a device synchronisation, which a capture forbids): it reports out-of-memory at once.
   int begin_pool(cudaStream_t stream);
   void end_pool_capture(int id);
   // The graph is gone and the caller has synchronised the device: the pool's free blocks go back to the
@@ -95,7 +95,8 @@ class CachingAllocator {
   // The capture pool allocating on `stream`, or null.
   Pool* capturing_pool_locked(cudaStream_t stream, int* id);
   bool any_capturing_locked() const;
-  // Throws when `stream` (not a pool's capture stream) takes part in a running capture.
+  // Throws when `stream` (not a pool's capture stream) is used by the thread running a capture, or takes
+  // part in a running capture.
   void check_not_forked_capture_locked(cudaStream_t stream) const;
   // Returns the pool's cached blocks to the driver (the caller holds mutex_ and has synchronised).
   void free_pool_blocks_locked(Pool& pool) noexcept;
