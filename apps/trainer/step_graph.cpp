@@ -105,6 +105,16 @@ AccumulatedLoss StepGraph::accumulate(const models::GPT& model, const std::vecto
 std::optional<AccumulatedLoss> StepGraph::capture_and_launch(const models::GPT& model,
                                                              const std::vector<models::GPTBatch>& host,
                                                              const optim::NamedTensors& params, int64_t step) {
+  // A gradient held now would be added to in place (AccumulateGrad) by every replay, on top of what the
+  // previous replays left there: the trainer drops them after each step (Optimizer::zero_grad).
+  for (const auto& [name, p] : params) {
+    if (p.grad().defined()) {
+      end("parameter " + name + " holds a gradient before the capture (every replay would add to it; " +
+              "Optimizer::zero_grad drops it)",
+          step);
+      return std::nullopt;
+    }
+  }
   // The inputs are allocated before the capture, so they stay in place for every replay.
   inputs_.clear();
   for (const models::GPTBatch& b : host) inputs_.push_back(models::to_device(b, model.device()));
