@@ -23,6 +23,7 @@
 #include "apps/trainer/step_graph.h"
 #include "apps/trainer/step_prefetch.h"
 #include "apps/trainer/step_profiler.h"
+#include "apps/trainer/step_window.h"
 #include "apps/trainer/stop_signals.h"
 #include "apps/trainer/sync_check.h"
 #include "apps/trainer/training_step.h"
@@ -123,6 +124,8 @@ class RankTrainer {
       reducer_ = std::make_unique<dist::GradientReducer>(tensors_, groups_.world,
                                                          dist::GradientReducerOptions{.op = dist::ReduceOp::sum});
       prefetch_ = std::make_unique<StepPrefetch>(pending_stop_signal);  // step_prefetch.h
+    } else if (config.run.profile == 0) {
+      window_ = std::make_unique<StepWindow>(device_);  // steps read back in windows (step_window.h)
     }
     loader_ = std::make_unique<data::DataLoader>(sources.train, config.data, groups_.dp_rank, groups_.dp_size);
     accum_steps_ = grad_accum_steps(config);
@@ -164,8 +167,10 @@ class RankTrainer {
   int agreed_stop_signal();
   void stop_on_signal(int signal, int64_t saved_at, double seconds);
   void check_nonfinite_steps(int64_t consecutive, double norm) const;
+  StepParts step_parts();
   StepResult train_step(int64_t step);
-  bool evaluate(int64_t step, bool record = true);  // true when a target is reached
+  void note_skipped(int64_t step, const StepResult& r);  // rank 0; `step` 1-based
+  bool evaluate(int64_t step, bool record = true);       // true when a target is reached
   void checkpoint(int64_t step);
   // Rank 0: the steps since the last step line, printed as one line (their mean loss).
   struct LogWindow {
@@ -182,11 +187,14 @@ class RankTrainer {
     int64_t evaluated_at = -1;
     int64_t nonfinite_steps = 0;  // consecutive steps with a non-finite gradient norm
     double norm = 0;
-    int64_t session_tokens = 0;  // this call's steps, for the progress bar's rate
+    int64_t session_tokens = 0;   // this call's steps, for the progress bar's rate
+    Clock::time_point window_t0;  // when the first step in the step window began
   };
   void start_session();  // resume or init_from, the run folder's files, the accumulation note
   bool run_one_step(Session& s, const StepProfiler& profile_window, StepProfiler& profiler);
   void record_step(Session& s, const StepResult& r, double seconds);  // rank 0
+  bool must_read_back() const;
+  void drain_window(Session& s);
   void finish(Session& s);
   void log_step(Session& s);
 
@@ -206,6 +214,8 @@ class RankTrainer {
   std::unique_ptr<dist::GradientReducer> reducer_;  // null on one rank
   std::unique_ptr<StepPrefetch> prefetch_;          // null on one rank
   std::unique_ptr<StepGraph> step_graph_;           // null: every step eager (step_graph.h)
+  // One rank without run.profile: steps enqueued without a wait, read back when the host must (step_window.h).
+  std::unique_ptr<StepWindow> window_;
   std::unique_ptr<data::DataLoader> loader_;
   int64_t step_ = 0;
   int64_t accum_steps_ = 1;                 // micro-batches per optimizer step
@@ -295,27 +305,73 @@ void RankTrainer::check_nonfinite_steps(int64_t consecutive, double norm) const 
            "set run.grad_clip, or look for NaN/Inf in the data or the weights");
 }
 
-StepResult RankTrainer::train_step(int64_t step) {
-  const StepResult r = training_step(StepParts{.model = *model_,
-                                               .loader = *loader_,
-                                               .groups = groups_,
-                                               .reducer = reducer_.get(),
-                                               .params = params_,
-                                               .optimizer = *optimizer_,
-                                               .schedule = schedule_,
-                                               .accum_steps = accum_steps_,
-                                               .grad_clip = c_.run.grad_clip,
-                                               .prefetch = prefetch_.get(),
-                                               .graph = step_graph_.get()},
-                                     step);
+StepParts RankTrainer::step_parts() {
+  return StepParts{.model = *model_,
+                   .loader = *loader_,
+                   .groups = groups_,
+                   .reducer = reducer_.get(),
+                   .params = params_,
+                   .optimizer = *optimizer_,
+                   .schedule = schedule_,
+                   .accum_steps = accum_steps_,
+                   .grad_clip = c_.run.grad_clip,
+                   .prefetch = prefetch_.get(),
+                   .graph = step_graph_.get()};
+}
+
+void RankTrainer::note_skipped(int64_t step, const StepResult& r) {
   if (r.skipped && rank0()) {
-    logger_->note("step " + std::to_string(step + 1) + ": gradient norm " + std::to_string(r.grad_norm) +
+    logger_->note("step " + std::to_string(step) + ": gradient norm " + std::to_string(r.grad_norm) +
                   ", update skipped");
   }
+}
+
+StepResult RankTrainer::train_step(int64_t step) {
+  const StepResult r = training_step(step_parts(), step);
+  note_skipped(step + 1, r);
   return r;
 }
 
+// The step window is read when the host must know its steps: a step line, an evaluation, a checkpoint,
+// the last step, a stop signal; and when it is full.
+bool RankTrainer::must_read_back() const {
+  const auto every = [this](int64_t n) { return n > 0 && step_ % n == 0; };
+  return window_->full() || step_ == c_.run.steps || every(c_.run.log_every) || every(c_.run.eval_every) ||
+         every(c_.run.checkpoint_every) || pending_stop_signal() != 0;
+}
+
+// Reads the window's steps back (one copy, one wait), settles the optimizer with their outcomes, then
+// records each step in order as run_one_step records a step it waited for, step_ walking through them.
+void RankTrainer::drain_window(Session& s) {
+  if (!window_ || window_->empty()) return;
+  const int64_t last = step_;
+  std::vector<StepResult> results;
+  try {
+    results = window_->read();  // device errors of the steps (e.g. a bad token id) are reported here
+  } catch (...) {
+    if (optimizer_->deferred_in_flight() > 0) optimizer_->abandon();  // whether the updates landed is unknown
+    throw;
+  }
+  std::vector<bool> applied;
+  for (const StepResult& r : results) applied.push_back(!r.skipped);
+  optimizer_->settle(applied);
+  // Step times: the wall time since the window's first step began, spread evenly over its steps.
+  const double dt = seconds_since(s.window_t0) / static_cast<double>(results.size());
+  step_ = last - static_cast<int64_t>(results.size());
+  for (const StepResult& r : results) {
+    ++step_;
+    note_skipped(step_, r);
+    s.norm = r.grad_norm;
+    s.nonfinite_steps = std::isfinite(r.grad_norm) ? 0 : s.nonfinite_steps + 1;
+    s.train_seconds += dt;
+    if (rank0()) record_step(s, r, dt);
+    check_nonfinite_steps(s.nonfinite_steps, s.norm);
+  }
+}
+
 bool RankTrainer::evaluate(int64_t step, bool record) {
+  CPF_CHECK(!window_ || window_->empty(), "evaluation at step ", step, ": ", window_ ? window_->size() : 0,
+            " step(s) are not read back yet (a bug of the step window)");
   if (logger_) logger_->activity("evaluation at step " + std::to_string(step));
   EvalMetrics m;
   m.step = step;
@@ -340,6 +396,9 @@ bool RankTrainer::evaluate(int64_t step, bool record) {
 }
 
 void RankTrainer::checkpoint(int64_t step) {
+  // A checkpoint holds settled steps only: its optimizer step count is the applied steps' (must_read_back).
+  CPF_CHECK(optimizer_->deferred_in_flight() == 0, "checkpoint at step ", step, ": ", optimizer_->deferred_in_flight(),
+            " step(s) are not read back yet (a bug of the step window)");
   if (logger_) logger_->activity("checkpoint at step " + std::to_string(step));
   if (rank0()) {
     last_checkpoint_ = save_training_checkpoint(c_, params_, *optimizer_, step, loader_->cursor());
@@ -427,20 +486,31 @@ bool RankTrainer::run_one_step(Session& s, const StepProfiler& profile_window, S
   profiler.begin_step(step_ + 1);
   if (profile_window.starts_window(step_ + 1)) groups_.world->barrier();
   const SyncCheck sync_check(device_);
-  const StepResult r = train_step(step_);
-  ++step_;
-  if (logger_) {
-    if (const std::optional<std::string> line = sync_check.line(step_)) logger_->note(*line);
+  if (window_) {  // one rank: the step's records wait for the window's read-back
+    if (window_->empty()) s.window_t0 = s0;
+    training_step_deferred(step_parts(), step_, *window_);
+    ++step_;
+    if (must_read_back()) drain_window(s);
+    if (logger_) {
+      if (const std::optional<std::string> line = sync_check.line(step_)) logger_->note(*line);
+    }
+    if (!window_->empty()) return false;  // not an evaluation or checkpoint step (must_read_back)
+  } else {
+    const StepResult r = train_step(step_);
+    ++step_;
+    if (logger_) {
+      if (const std::optional<std::string> line = sync_check.line(step_)) logger_->note(*line);
+    }
+    s.norm = r.grad_norm;
+    s.nonfinite_steps = std::isfinite(r.grad_norm) ? 0 : s.nonfinite_steps + 1;
+    const double dt = seconds_since(s0);
+    s.train_seconds += dt;
+    // After the step's timing: the table waits for the window's GPU events.
+    if (profile_window.ends_window(step_)) groups_.world->barrier();
+    if (const std::optional<std::string> table = profiler.end_step(step_)) logger_->note(*table);
+    if (rank0()) record_step(s, r, dt);
+    check_nonfinite_steps(s.nonfinite_steps, s.norm);
   }
-  s.norm = r.grad_norm;
-  s.nonfinite_steps = std::isfinite(r.grad_norm) ? 0 : s.nonfinite_steps + 1;
-  const double dt = seconds_since(s0);
-  s.train_seconds += dt;
-  // After the step's timing: the table waits for the window's GPU events.
-  if (profile_window.ends_window(step_)) groups_.world->barrier();
-  if (const std::optional<std::string> table = profiler.end_step(step_)) logger_->note(*table);
-  if (rank0()) record_step(s, r, dt);
-  check_nonfinite_steps(s.nonfinite_steps, s.norm);
   bool stop = false;
   if (c_.run.eval_every > 0 && step_ % c_.run.eval_every == 0) {
     stop = evaluate(step_);
@@ -480,7 +550,10 @@ void RankTrainer::run() {
   s.t0 = Clock::now();
   bool stop = false;
   while (step_ < c_.run.steps && !stop) {
-    if (const int signal = agreed_stop_signal()) return stop_on_signal(signal, s.saved_at, seconds_since(s.t0));
+    if (const int signal = agreed_stop_signal()) {
+      drain_window(s);  // the steps before the stop get their records
+      return stop_on_signal(signal, s.saved_at, seconds_since(s.t0));
+    }
     stop = run_one_step(s, profile_window, profiler);
   }
   finish(s);

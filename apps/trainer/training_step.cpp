@@ -8,6 +8,7 @@
 #include "apps/trainer/step_graph.h"
 #include "apps/trainer/step_prefetch.h"
 #include "apps/trainer/step_readback.h"
+#include "apps/trainer/step_window.h"
 #include "framework/autograd/ops.h"
 #include "framework/optim/grad_clip.h"
 #include "framework/tensor/profile.h"
@@ -46,39 +47,59 @@ StepPrefetch::Taken take_micro_batches(const StepParts& p, StepResult& result) {
   return taken;
 }
 
-}  // namespace
+// The step up to its gradients: the micro-batches forward and backward, the prefetch of the next step's
+// values (several ranks).
+struct Enqueued {
+  Tensor loss;  // () the step's loss on the model's device
+  std::vector<Tensor> ahead;
+};
 
-StepResult training_step(const StepParts& p, int64_t step) {
+Enqueued enqueue_gradients(const StepParts& p, int64_t step, StepResult& result) {
   // run.grad_accum_steps micro-batches, accumulated exactly as one batch (grad_accumulation.h); each
   // micro-batch's loss is divided by the step's token count over the world, so the sum is the mean.
-  // The profiler's scopes (step_profiler.h): NVTX ranges always, times while run.profile records.
   const Device device = p.model.device();
-  const profile::Scope step_scope("step", device);
-  StepResult result;
   const StepPrefetch::Taken taken = take_micro_batches(p, result);
   const AccumulatedLoss accumulated =
       p.graph ? p.graph->accumulate(p.model, taken.micro_batches, p.groups, p.params, step)
               : accumulate_gradients(p.model, taken.micro_batches, p.groups, p.reducer, false, taken.valid_labels);
-  std::vector<Tensor> ahead;  // () f64 x 2: the next step's world label count, the agreed stop signal
+  Enqueued e;
   if (p.prefetch) {
-    // Several ranks: all-reduced behind this step's gradients and read at this step's event
-    // (step_prefetch.h); the host reads the next step's data while the GPU runs the backward.
+    // Several ranks: the next step's world label count and the agreed stop signal, all-reduced behind
+    // this step's gradients and read at this step's event (step_prefetch.h); the host reads the next
+    // step's data while the GPU runs the backward.
     const profile::Scope data_scope("phase/data", device);
-    ahead = p.prefetch->read_ahead(p.loader, p.accum_steps, p.groups, device);
+    e.ahead = p.prefetch->read_ahead(p.loader, p.accum_steps, p.groups, device);
   }
+  e.loss = accumulated.loss_tensor;
+  return e;
+}
+
+// Clipping (decided on the device by the sum) and the learning rate of step `step`.
+void clip_and_set_lr(const StepParts& p, int64_t step, const Tensor& sum_squares) {
+  if (p.grad_clip > 0) optim::clip_grads_by_sum_squares_(p.params, sum_squares, p.grad_clip);
+  p.optimizer.set_lr(p.schedule.lr_at(step));
+}
+
+}  // namespace
+
+StepResult training_step(const StepParts& p, int64_t step) {
+  // The profiler's scopes (step_profiler.h): NVTX ranges always, times while run.profile records.
+  const Device device = p.model.device();
+  const profile::Scope step_scope("step", device);
+  StepResult result;
+  const Enqueued e = enqueue_gradients(p, step, result);
   const profile::Scope optimizer_scope("phase/optimizer", device);
+  const Tensor sum_squares = optim::grad_sum_squares(p.params);  // (1) f64 on the gradients' device
   // The whole optimizer phase is enqueued before anything is read back (docs/training.md, "Host
   // synchronisation in a step"): the norm stays a device sum of squares, clipping and the skip of a
   // non-finite norm are decided by the kernels that read it, and the host waits only for the copies of
   // the sum and the loss, recorded before the clip and AdamW kernels, which then overlap the host's work.
-  const Tensor sum_squares = optim::grad_sum_squares(p.params);  // (1) f64 on the gradients' device
-  std::vector<Tensor> values = {sum_squares, accumulated.loss_tensor};
-  values.insert(values.end(), ahead.begin(), ahead.end());
+  std::vector<Tensor> values = {sum_squares, e.loss};
+  values.insert(values.end(), e.ahead.begin(), e.ahead.end());
   StepReadback& readback = StepReadback::for_device(device);
   readback.enqueue(values);
-  if (p.grad_clip > 0) optim::clip_grads_by_sum_squares_(p.params, sum_squares, p.grad_clip);
+  clip_and_set_lr(p, step, sum_squares);
   // Enqueued as applied (t + 1 in AdamW's bias corrections); the step count moves at commit.
-  p.optimizer.set_lr(p.schedule.lr_at(step));
   p.optimizer.step(sum_squares);
   p.optimizer.zero_grad();
   std::vector<double> read;
@@ -94,6 +115,23 @@ StepResult training_step(const StepParts& p, int64_t step) {
   p.optimizer.commit(!result.skipped);
   if (p.prefetch) p.prefetch->complete(read[2], read[3]);
   return result;
+}
+
+void training_step_deferred(const StepParts& p, int64_t step, StepWindow& window) {
+  CPF_CHECK(p.prefetch == nullptr, "training_step_deferred: several ranks read each step back (step_prefetch.h)");
+  const Device device = p.model.device();
+  const profile::Scope step_scope("step", device);
+  StepResult result;
+  const Enqueued e = enqueue_gradients(p, step, result);
+  const profile::Scope optimizer_scope("phase/optimizer", device);
+  const Tensor sum_squares = optim::grad_sum_squares(p.params);  // (1) f64 on the gradients' device
+  // Nothing is read back: the sum and the loss wait in the window's slot (device to device), the
+  // optimizer numbers the step on the device (Optimizer::step_deferred) and the trainer settles it
+  // when it reads the window.
+  window.add(sum_squares, e.loss, result.tokens);
+  clip_and_set_lr(p, step, sum_squares);
+  p.optimizer.step_deferred(sum_squares);
+  p.optimizer.zero_grad();
 }
 
 }  // namespace cpf::trainer

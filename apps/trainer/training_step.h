@@ -9,6 +9,8 @@
 // the sum and the loss are copied to pinned memory with an event recorded before those kernels, and the
 // host waits for that event only (StepReadback), counted by cuda::host_sync_counts() as a stream sync
 // and logged per step under CPF_SYNC_CHECK=1. The optimizer's step count is committed after the wait.
+// A one-rank run without run.profile takes training_step_deferred instead: no wait at all, the values
+// read back for a window of steps at once (step_window.h).
 // With several ranks the world's label count and the stop signal are agreed a step ahead and read at that
 // same event (step_prefetch.h), so a step after a session's first also waits once.
 #include <optional>
@@ -25,6 +27,7 @@ namespace cpf::trainer {
 
 class StepPrefetch;
 class StepGraph;
+class StepWindow;
 
 // How this rank takes part in a step.
 struct RankGroups {
@@ -70,5 +73,11 @@ struct StepResult {
 
 // Step `step` (0-based: the learning rate is the schedule's at `step`). Every rank calls it.
 StepResult training_step(const StepParts& parts, int64_t step);
+
+// One rank: step `step` enqueued without reading anything back. Its sum of squares and loss go into the
+// window's next slot and the optimizer takes it as a deferred step (Optimizer::step_deferred); the caller
+// reads the window later (StepWindow::read) and settles the optimizer with the outcomes, in order. Throws
+// with parts.prefetch set (several ranks read every step back).
+void training_step_deferred(const StepParts& parts, int64_t step, StepWindow& window);
 
 }  // namespace cpf::trainer

@@ -21,7 +21,8 @@ using testing::random_cpu;
 class CudaOptimDeferredTest : public testing::CudaTest {};
 
 optim::NamedTensors make_params(DType dtype) {
-  const std::vector<std::pair<std::string, Shape>> specs{{"proj.weight", {64, 33}}, {"norm.weight", {33}}, {"big", {9000}}};
+  const std::vector<std::pair<std::string, Shape>> specs{
+      {"proj.weight", {64, 33}}, {"norm.weight", {33}}, {"big", {9000}}};
   optim::NamedTensors params;
   for (size_t i = 0; i < specs.size(); ++i) {
     Tensor p = on_gpu(random_cpu(specs[i].second, dtype, 10 + i));
@@ -69,7 +70,8 @@ void expect_same_as_committed_steps(DType dtype, const std::vector<int>& settle_
     if (std::find(settle_after.begin(), settle_after.end(), step) == settle_after.end() && step < 12) continue;
     std::vector<bool> applied;
     for (const Tensor& s : sums) applied.push_back(std::isfinite(std::sqrt(s.item<double>())));
-    for (size_t i = 0; i < applied.size(); ++i) EXPECT_EQ(applied[i], !poisoned(step - int(applied.size()) + 1 + int(i)));
+    for (size_t i = 0; i < applied.size(); ++i)
+      EXPECT_EQ(applied[i], !poisoned(step - int(applied.size()) + 1 + int(i)));
     opt.settle(applied);
     sums.clear();
     EXPECT_EQ(opt.step_count(), ref.step_count()) << dtype_name(dtype) << " step " << step;

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "apps/trainer/cli.h"
+#include "apps/trainer/step_window.h"
 #include "apps/trainer/trainer.h"
 #include "apps/trainer/training_step.h"
 #include "framework/autograd/grad_mode.h"
@@ -242,6 +243,105 @@ TEST_F(GpuTraining, TrainingStepWaitsForOneEventAndSkipsANonFiniteNormOnTheDevic
       }
     }
   }
+}
+
+// One rank reads its steps back in windows (step_window.h): training_step_deferred waits for nothing, the
+// window's read is the one host synchronisation (a device-to-host copy), and the steps' losses, norms,
+// parameters and AdamW state equal those of training_step, which waits once per step, bit for bit.
+TEST_F(GpuTraining, DeferredStepsWaitOnlyAtTheWindowsReadBackAndEqualPerStepReadBacks) {
+  data::DataOptions d;
+  d.source = "synthetic";
+  d.min_len = 2;
+  d.max_len = 2;
+  d.seq_len = 16;
+  d.tokens_per_batch = 64;
+  d.pad_multiple = 8;
+  d.shuffle = false;
+  for (bool poison : {false, true}) {
+    Generator gen_a(5), gen_b(5);
+    const models::GPTOptions options{.vocab_size = 14, .hidden_size = 32, .num_layers = 2, .num_heads = 2};
+    models::GPT each_model(options, &gen_a), window_model(options, &gen_b);
+    each_model.to(Device::cuda(0));
+    window_model.to(Device::cuda(0));
+    const optim::NamedTensors each_params = each_model.named_parameters(), params = window_model.named_parameters();
+    if (poison) {  // every step's norm is NaN: skipped steps inside windows
+      NoGradGuard no_grad;
+      raw::copy_(each_params.front().second, on_gpu_full(each_params.front().second.shape(), NAN));
+      raw::copy_(params.front().second, on_gpu_full(params.front().second.shape(), NAN));
+    }
+    data::DataLoader each_loader(d), loader(d);
+    RankGroups g;
+    optim::AdamW each_adamw(each_params, optim::AdamWOptions{.lr = 1e-2}),
+        adamw(params, optim::AdamWOptions{.lr = 1e-2});
+    const optim::LrSchedule schedule(optim::LrScheduleOptions{.decay = optim::LrDecay::constant, .lr = 1e-2});
+    auto parts = [&](const models::GPT& m, data::DataLoader& l, const optim::NamedTensors& p, optim::AdamW& o) {
+      return StepParts{.model = m,
+                       .loader = l,
+                       .groups = g,
+                       .reducer = nullptr,
+                       .params = p,
+                       .optimizer = o,
+                       .schedule = schedule,
+                       .accum_steps = 1,
+                       .grad_clip = 0.01};
+    };
+    std::vector<StepResult> expected;
+    for (int64_t step = 0; step < 8; ++step) {
+      expected.push_back(training_step(parts(each_model, each_loader, each_params, each_adamw), step));
+    }
+    StepWindow window(Device::cuda(0));
+    std::vector<StepResult> read;
+    size_t settled = 0;
+    for (int64_t step = 0; step < 8; ++step) {
+      const cuda::HostSyncCounts before = cuda::host_sync_counts();
+      training_step_deferred(parts(window_model, loader, params, adamw), step, window);
+      const cuda::HostSyncCounts n = cuda::host_sync_counts() - before;
+      if (step >= 3) EXPECT_EQ(n.total(), 0u) << "step " << step << ": " << cuda::to_string(n);
+      if (step != 2 && step != 7) continue;  // windows of 3 and 5 steps
+      const cuda::HostSyncCounts at_read = cuda::host_sync_counts();
+      for (const StepResult& r : window.read()) read.push_back(r);
+      const cuda::HostSyncCounts waited = cuda::host_sync_counts() - at_read;
+      EXPECT_EQ(waited.total(), 1u) << cuda::to_string(waited);
+      std::vector<bool> applied;
+      for (size_t i = settled; i < read.size(); ++i) applied.push_back(!read[i].skipped);
+      adamw.settle(applied);
+      settled = read.size();
+    }
+    ASSERT_EQ(read.size(), expected.size());
+    for (size_t i = 0; i < read.size(); ++i) {
+      EXPECT_EQ(read[i].loss, expected[i].loss) << "step " << i;
+      EXPECT_EQ(std::isnan(read[i].grad_norm) ? -1.0 : read[i].grad_norm,
+                std::isnan(expected[i].grad_norm) ? -1.0 : expected[i].grad_norm)
+          << "step " << i;
+      EXPECT_EQ(read[i].skipped, expected[i].skipped) << "step " << i;
+      EXPECT_EQ(read[i].tokens, expected[i].tokens) << "step " << i;
+    }
+    EXPECT_EQ(adamw.step_count(), each_adamw.step_count());
+    for (size_t i = 0; i < params.size(); ++i) {
+      EXPECT_EQ(params[i].second.to_vector<double>(), each_params[i].second.to_vector<double>()) << params[i].first;
+    }
+    const optim::NamedTensors state = adamw.state_tensors(), each_state = each_adamw.state_tensors();
+    for (size_t i = 0; i < state.size(); ++i) {
+      EXPECT_EQ(state[i].second.to_vector<double>(), each_state[i].second.to_vector<double>()) << state[i].first;
+    }
+  }
+}
+
+// Through the trainer on the GPU (step graph on): step lines every 25 steps (windows of up to 25 steps,
+// an evaluation and a checkpoint inside) give the losses of the run that reads every step back, bit for bit.
+TEST_F(GpuTraining, WindowedRunEqualsTheRunThatReadsEveryStepBack) {
+  const std::vector<std::string> common = {"run.device=cuda", "run.eval_every=10", "run.checkpoint_every=15"};
+  auto with = [&](const std::string& log_every) {
+    auto o = common;
+    o.push_back("run.log_every=" + log_every);
+    return o;
+  };
+  const auto each = train_with(scratch("window_each"), 40, with("1"));
+  const auto windowed = train_with(scratch("window_25"), 40, with("25"));
+  ASSERT_EQ(each.losses.size(), 40u);
+  EXPECT_EQ(windowed.losses, each.losses);
+  ASSERT_TRUE(each.last_eval && windowed.last_eval);
+  EXPECT_EQ(windowed.last_eval->loss, each.last_eval->loss);
 }
 
 }  // namespace

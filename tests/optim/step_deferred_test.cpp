@@ -124,7 +124,8 @@ TEST(StepDeferred, RefusesWhatCannotRunWithDeferredStepsInFlight) {
                    "adamw: step(skip_if_nonfinite) while 2 deferred step(s) are in flight; call settle(applied)");
   EXPECT_CPF_ERROR(opt.load_state(opt.state_tensors(), 7),
                    "adamw: load_state while 2 deferred step(s) are in flight; call settle(applied)");
-  EXPECT_CPF_ERROR(opt.settle({true, true, true}), "adamw: settle of 3 outcome(s) but 2 deferred step(s) are in flight");
+  EXPECT_CPF_ERROR(opt.settle({true, true, true}),
+                   "adamw: settle of 3 outcome(s) but 2 deferred step(s) are in flight");
   EXPECT_CPF_ERROR(opt.settle({true, false}),
                    "adamw: settle outcome 1 is skipped but that step's sum of squares read on the host says applied");
   EXPECT_EQ(opt.step_count(), 0);
