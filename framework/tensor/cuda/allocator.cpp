@@ -4,6 +4,7 @@
 #include <array>
 #include <bit>
 #include <iomanip>
+#include <optional>
 #include <sstream>
 
 #include "framework/tensor/cuda/device_errors.cuh"
@@ -299,7 +300,12 @@ void CachingAllocator::end_pool_capture(int id) {
 }
 
 void CachingAllocator::free_pool_blocks_locked(Pool& pool) noexcept {
-  DeviceGuard guard(device_);
+  std::optional<DeviceGuard> guard;
+  try {
+    guard.emplace(device_);
+  } catch (...) {
+    // Never throws: in a context broken by a fault, or torn down at exit, the frees below fail quietly.
+  }
   const auto give_back = [&](void* p, size_t size) {
     count_host_sync(HostSyncKind::device_malloc);
     if (cudaFree(p) == cudaSuccess) {

@@ -41,10 +41,14 @@ struct CapturedGraph {
 
   CapturedGraph(int d, Stream s) : device(d), stream(std::move(s)) {}
   ~CapturedGraph() {
-    DeviceGuard guard(device);
-    // Replays may still run on any stream: the pool and the pinned uploads are freed after them.
-    (void)cudaDeviceSynchronize();
-    if (exec != nullptr) (void)cudaGraphExecDestroy(exec);
+    try {
+      DeviceGuard guard(device);
+      // Replays may still run on any stream: the pool and the pinned uploads are freed after them.
+      (void)cudaDeviceSynchronize();
+      if (exec != nullptr) (void)cudaGraphExecDestroy(exec);
+    } catch (...) {
+      // A destructor never throws: a context broken by a fault in a replay, or torn down at exit.
+    }
     (void)cudaGetLastError();
     allocator_for(device).release_pool(pool);
   }
