@@ -33,7 +33,8 @@ std::vector<StepResult> StepWindow::read() {
   const std::vector<int64_t> tokens = std::move(tokens_);
   tokens_.clear();
   // (n, 2): one copy to the host, which waits for the steps that wrote it (and reports their errors).
-  const std::vector<double> values = raw::narrow(buffer_, 0, 0, static_cast<int64_t>(tokens.size())).to_vector<double>();
+  const std::vector<double> values =
+      raw::narrow(buffer_, 0, 0, static_cast<int64_t>(tokens.size())).to_vector<double>();
   std::vector<StepResult> results;
   for (size_t i = 0; i < tokens.size(); ++i) {
     StepResult r;

@@ -12,8 +12,8 @@
 #include "apps/trainer/stop_signals.h"
 #include "apps/trainer/trainer.h"
 #include "framework/io/checkpoint.h"
-#include "tests/apps/child_process.h"
 #include "support/test_utils.h"
+#include "tests/apps/child_process.h"
 #include "tests/apps/cli_support.h"
 
 namespace cpf::trainer {
@@ -128,8 +128,9 @@ TEST(StepWindow, CheckpointsHoldSettledStepsOnly) {
 // A diverging run: run.max_nonfinite_steps fires at the same step with the same message, after the same
 // "update skipped" notes, whether the steps are read back one by one or in windows.
 TEST(StepWindow, MaxNonfiniteStepsFiresAtTheSameStep) {
-  const std::vector<std::string> diverge = {"optimizer.type=sgd", "optimizer.lr=10",       "optimizer.momentum=0.99",
-                                            "run.grad_clip=0",    "schedule.total_steps=0", "run.max_nonfinite_steps=5"};
+  const std::vector<std::string> diverge = {"optimizer.type=sgd",      "optimizer.lr=10",
+                                            "optimizer.momentum=0.99", "run.grad_clip=0",
+                                            "schedule.total_steps=0",  "run.max_nonfinite_steps=5"};
   auto failure = [&](const std::string& name, const std::string& log_every) {
     auto o = diverge;
     o.push_back("run.log_every=" + log_every);

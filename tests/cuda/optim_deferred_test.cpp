@@ -119,11 +119,13 @@ TEST_F(CudaOptimDeferredTest, TheCountIsResetFromTheHostAfterLoadStateAndAbandon
 TEST_F(CudaOptimDeferredTest, AWindowIsEnqueuedWithoutAHostSync) {
   const optim::NamedTensors params = make_params(DType::f32);
   optim::AdamW opt(params, kOptions);
-  for (int warm = 1; warm <= 2; ++warm) {  // the allocator's cache and the count tensor
+  for (int warm = 10; warm <= 13; ++warm) {  // the allocator's cache (a window as long) and the count tensor
     set_grads(params, warm);
-    opt.step_deferred(optim::grad_sum_squares(params));
+    const Tensor sum = optim::grad_sum_squares(params);
+    optim::clip_grads_by_sum_squares_(params, sum, 1.0);
+    opt.step_deferred(sum);
   }
-  opt.settle({true, true});
+  opt.settle({true, true, true, true});
   std::vector<Tensor> grads;
   for (int step = 5; step <= 8; ++step) {  // the gradients made first: their uploads are not the optimizer's
     set_grads(params, step);
@@ -140,7 +142,7 @@ TEST_F(CudaOptimDeferredTest, AWindowIsEnqueuedWithoutAHostSync) {
   EXPECT_EQ(enqueued.total(), 0u) << cuda::to_string(enqueued);
   EXPECT_EQ(opt.deferred_in_flight(), 4);
   opt.settle({true, true, true, true});
-  EXPECT_EQ(opt.step_count(), 6);
+  EXPECT_EQ(opt.step_count(), 8);
 }
 
 }  // namespace

@@ -574,6 +574,9 @@ void adamw_step(const std::vector<DeviceAdamWParam>& params, const DeviceAdamW& 
     const auto [size_j, inv_j] = adamw_step_scalars(h, h.step + j);
     candidate_scalars.insert(candidate_scalars.end(), {size_j, inv_j});
   }
+  // Padded to 32 candidates at a time (never read), so a window's steps allocate buffers of one size and
+  // the caching allocator serves them all from its cache.
+  candidate_scalars.resize((candidate_scalars.size() + 63) / 64 * 64, 0.0);
   auto* count = deferred ? static_cast<int64_t*>(h.applied_steps.raw_data()) : nullptr;
   if (deferred && h.reset_applied_steps) k::launch_set_applied_steps(count, h.step - 1, launch.stream);
   const auto* skip =
