@@ -78,8 +78,7 @@ TEST(StepGraphFallback, AFailedCaptureRunsTheStepEagerlyWithItsReason) {
   const TrainedSteps graph = train(true, true), eager = train(false, true);
   expect_same_grads(graph, eager);
   ASSERT_EQ(graph.notes.size(), 1u);
-  EXPECT_EQ(graph.notes[0].rfind("cuda graph: off from step 2: DeviceGraph::capture: cpu cannot capture graphs", 0),
-            0u)
+  EXPECT_EQ(graph.notes[0].rfind("cuda graph: off from step 2: DeviceGraph::capture: cpu cannot capture graphs", 0), 0u)
       << graph.notes[0];
 }
 
