@@ -1,0 +1,324 @@
+// RankTrainer's construction and what happens around the steps (rank_trainer.h).
+#include "apps/trainer/rank_trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#if defined(CPF_WITH_OPENMP)
+#include <omp.h>
+#endif
+
+#include "apps/trainer/checked_file.h"
+#include "apps/trainer/checkpointing.h"
+#include "apps/trainer/device_memory.h"
+#include "apps/trainer/device_peak.h"
+#include "apps/trainer/evaluation.h"
+#include "apps/trainer/grad_accumulation.h"
+#include "apps/trainer/init_from.h"
+#include "apps/trainer/process_memory.h"
+#include "apps/trainer/resume_rules.h"
+#include "apps/trainer/run_folder.h"
+#include "apps/trainer/run_plot.h"
+#include "apps/trainer/run_tokenizer.h"
+#include "apps/trainer/step_graph.h"
+#include "apps/trainer/step_prefetch.h"
+#include "apps/trainer/step_profiler.h"
+#include "apps/trainer/step_window.h"
+#include "apps/trainer/stop_signals.h"
+#include "apps/trainer/sync_check.h"
+#include "apps/trainer/training_step.h"
+#include "framework/autograd/ops.h"
+#include "framework/distributed/autograd_collectives.h"
+#include "framework/distributed/device_mesh.h"
+#include "framework/distributed/environment.h"
+#include "framework/distributed/grad_reducer.h"
+#include "framework/distributed/launcher.h"
+#include "framework/distributed/rendezvous_tcp.h"
+#if CPF_HAVE_NCCL
+#include "framework/distributed/nccl/nccl_init.h"
+#endif
+#include "framework/tensor/profile.h"
+#include "models/model_flops.h"
+
+namespace cpf::trainer {
+namespace fs = std::filesystem;
+namespace {
+
+// The rank's model replica: drawn on the CPU from the run seed (the same on every rank and device), then
+// moved to the rank's device, so CPU and GPU runs start from identical weights.
+std::unique_ptr<models::GPT> make_model(const TrainConfig& c, Generator* gen, Device device) {
+  auto model = std::make_unique<models::GPT>(model_options(c), gen);
+  model->to(device);
+  return model;
+}
+
+std::unique_ptr<optim::Optimizer> make_optimizer(const TrainConfig& c, const optim::NamedTensors& params) {
+  const OptimizerOptions& o = c.optimizer;
+  if (o.type == OptimizerType::sgd) {
+    return std::make_unique<optim::SGD>(params, optim::SGDOptions{.lr = o.lr,
+                                                                  .momentum = o.momentum,
+                                                                  .nesterov = o.nesterov,
+                                                                  .weight_decay = o.weight_decay,
+                                                                  .decay_all = o.decay_all});
+  }
+  return std::make_unique<optim::AdamW>(params, optim::AdamWOptions{.lr = o.lr,
+                                                                    .beta1 = o.beta1,
+                                                                    .beta2 = o.beta2,
+                                                                    .eps = o.eps,
+                                                                    .weight_decay = o.weight_decay,
+                                                                    .decay_all = o.decay_all});
+}
+
+}  // namespace
+
+RankTrainer::RankTrainer(const TrainConfig& config, dist::RankContext& ctx, Shared& shared, const Sources& sources,
+            MetricsLogger* logger)
+    : c_(config),
+      shared_(shared),
+      sources_(sources),
+      logger_(logger),
+      mesh_(ctx.world, dist::MeshShape{.dp = static_cast<int>(config.parallel.dp),
+                                       .cp = static_cast<int>(config.parallel.cp),
+                                       .cp_a2a = a2a_size(config),
+                                       .cp_p2p = 0,
+                                       .require_cp = false,
+                                       .hierarchical_cp = a2a_size(config) > 0}),
+      device_(ctx.device),
+      gen_(static_cast<uint64_t>(config.run.seed)),
+      model_(make_model(config, &gen_, ctx.device)),
+      params_(model_->named_parameters()),
+      optimizer_(make_optimizer(config, params_)),
+      schedule_(schedule_options(config)) {
+  groups_.world = ctx.world;
+  groups_.dp_rank = mesh_.coord().dp;
+  groups_.dp_size = mesh_.layout().dp();
+  groups_.cp_rank = mesh_.coord().cp;
+  groups_.cp_size = mesh_.layout().cp();
+  if (groups_.cp_size > 1) {
+    groups_.cp = cp::ContextParallel{config.parallel.cp_comm_type, mesh_.cp(), mesh_.cp_a2a(), mesh_.cp_p2p(),
+                                     attention_kernel_config(config)};
+    groups_.cp->mla_latent = config.attention.cp_mla_latent;
+    groups_.cp->a2a_head_groups = static_cast<int>(config.parallel.cp_a2a_head_groups);
+  }
+  for (const auto& [name, t] : params_) tensors_.push_back(t);
+  // Gradients are summed over the world in buckets that start during backward, each as soon as its
+  // parameters' gradients are final (the loss is already divided by the world's token count).
+  if (groups_.world->size() > 1) {
+    reducer_ = std::make_unique<dist::GradientReducer>(tensors_, groups_.world,
+                                                       dist::GradientReducerOptions{.op = dist::ReduceOp::sum});
+    prefetch_ = std::make_unique<StepPrefetch>(pending_stop_signal);  // step_prefetch.h
+  } else if (config.run.profile == 0) {
+    window_ = std::make_unique<StepWindow>(device_);  // steps read back in windows (step_window.h)
+  }
+  loader_ = std::make_unique<data::DataLoader>(sources.train, config.data, groups_.dp_rank, groups_.dp_size);
+  accum_steps_ = grad_accum_steps(config);
+}
+
+void RankTrainer::resume() {
+  if (c_.run.resume != ResumeMode::auto_resume) return;  // never / replace start over (apply_start_mode)
+  if (rank0() || shared_.process_per_rank) {
+    try {
+      shared_.resume_path = find_resume_checkpoint(c_, params_, *optimizer_);
+    } catch (const Error&) {
+      // A checkpoint of another config: name the keys that differ instead of two hashes.
+      if (auto why = explain_config_mismatch(c_)) CPF_FAIL(*why);
+      throw;
+    }
+  }
+  groups_.world->barrier();
+  if (shared_.resume_path) {
+    const ResumeState state = load_training_checkpoint(*shared_.resume_path, c_, params_, *optimizer_);
+    check_resume_step(c_, state.step, *shared_.resume_path);
+    loader_->set_cursor(state.cursor);
+    step_ = state.step;
+  }
+  if (shared_.process_per_rank) {
+    // Every process must resume from the same step (a run folder that is not on a shared filesystem
+    // would silently restart some ranks from scratch).
+    const Tensor mine = full({1}, static_cast<double>(step_), {.dtype = DType::f64, .device = device_});
+    const double lo = groups_.world->all_reduce(mine, dist::ReduceOp::min).item<double>();
+    const double hi = groups_.world->all_reduce(mine, dist::ReduceOp::max).item<double>();
+    CPF_CHECK(lo == hi, "resume: the ranks found different checkpoints (steps ", lo, " to ", hi, "); the run folder ",
+              run_dir(c_), " must be on a filesystem every rank sees, or set run.resume: replace");
+  }
+  if (!shared_.resume_path || !logger_) return;
+  logger_->note("resumed from " + *shared_.resume_path + " at step " + std::to_string(step_));
+  const TrainConfig saved = checkpoint_config(*shared_.resume_path);
+  if (auto warning = schedule_change_warning(saved, c_, step_)) logger_->note(*warning);
+}
+
+void RankTrainer::start_writing() {
+  if (!logger_) return;  // only the writing process's rank 0 has a logger
+  const std::string yaml = "# Effective config of this run (written by cpformer train; defaults filled in).\n";
+  write_file_atomically((fs::path(run_dir(c_)) / "config.yaml").string(), yaml + to_yaml(c_));
+  record_run_tokenizer(c_, run_dir(c_));  // generate finds data.tokenizer's file here (run_tokenizer.h)
+  tokens_at_start_ = logger_->start_metrics(step_);
+}
+
+int RankTrainer::agreed_stop_signal() {
+  const int mine = pending_stop_signal();
+  if (groups_.world->size() == 1) return mine;
+  // Ranks see a signal at different moments, or only some processes get one: every rank must stop
+  // after the same step, or the others would wait in a collective forever. The step that just ran
+  // agreed on it (all-reduced with the step, read at its event: step_prefetch.h); only before a
+  // session's first step do the ranks agree here, with an all-reduce the host waits for.
+  if (const std::optional<int> agreed = prefetch_->take_agreed_stop_signal()) return *agreed;
+  const Tensor flag = full({1}, static_cast<double>(mine), {.dtype = DType::f64, .device = device_});
+  return static_cast<int>(groups_.world->all_reduce(flag, dist::ReduceOp::max).item<double>());
+}
+
+void RankTrainer::stop_on_signal(int signal, int64_t saved_at, double seconds) {
+  const bool save = step_ > 0 && saved_at != step_;
+  if (save) checkpoint(step_);
+  if (rank0() || shared_.process_per_rank) shared_.outcome.stop_signal = signal;
+  if (rank0()) {
+    shared_.outcome.final_step = step_;
+    shared_.outcome.seconds = seconds;
+  }
+  if (!logger_) return;
+  std::string where = "nothing to save (no step was trained)";
+  if (save) {
+    where = "checkpoint " + last_checkpoint_;
+  } else if (step_ > 0) {
+    where = "its checkpoint is " + (last_checkpoint_.empty() ? shared_.resume_path.value_or("") : last_checkpoint_);
+  }
+  logger_->note(std::string("stopped by ") + stop_signal_name(signal) + " after step " + std::to_string(step_) + "/" +
+                std::to_string(c_.run.steps) + ": " + where);
+}
+
+void RankTrainer::check_nonfinite_steps(int64_t consecutive, double norm) const {
+  const int64_t limit = c_.run.max_nonfinite_steps;
+  if (limit == 0 || consecutive < limit) return;
+  CPF_FAIL("step ", step_, ": the gradient norm was not finite (", norm, ") for ", consecutive,
+           " consecutive steps (run.max_nonfinite_steps=", limit, "), every update skipped; stopping without a ",
+           "checkpoint (the newest in ", checkpoints_dir(c_), ", if any, is from before). Lower optimizer.lr, ",
+           "set run.grad_clip, or look for NaN/Inf in the data or the weights");
+}
+
+StepParts RankTrainer::step_parts() {
+  return StepParts{.model = *model_,
+                   .loader = *loader_,
+                   .groups = groups_,
+                   .reducer = reducer_.get(),
+                   .params = params_,
+                   .optimizer = *optimizer_,
+                   .schedule = schedule_,
+                   .accum_steps = accum_steps_,
+                   .grad_clip = c_.run.grad_clip,
+                   .prefetch = prefetch_.get(),
+                   .graph = step_graph_.get()};
+}
+
+void RankTrainer::note_skipped(int64_t step, const StepResult& r) {
+  if (r.skipped && rank0()) {
+    logger_->note("step " + std::to_string(step) + ": gradient norm " + std::to_string(r.grad_norm) +
+                  ", update skipped");
+  }
+}
+
+StepResult RankTrainer::train_step(int64_t step) {
+  const StepResult r = training_step(step_parts(), step);
+  note_skipped(step + 1, r);
+  return r;
+}
+
+// The step window is read when the host must know its steps: a step line, an evaluation, a checkpoint,
+// the last step, a stop signal; and when it is full.
+bool RankTrainer::must_read_back() const {
+  const auto every = [this](int64_t n) { return n > 0 && step_ % n == 0; };
+  return window_->full() || step_ == c_.run.steps || every(c_.run.log_every) || every(c_.run.eval_every) ||
+         every(c_.run.checkpoint_every) || pending_stop_signal() != 0;
+}
+
+// Reads the window's steps back (one copy, one wait), settles the optimizer with their outcomes, then
+// records each step in order as run_one_step records a step it waited for, step_ walking through them.
+void RankTrainer::drain_window(Session& s) {
+  if (!window_ || window_->empty()) return;
+  const int64_t last = step_;
+  std::vector<StepResult> results;
+  try {
+    results = window_->read();  // device errors of the steps (e.g. a bad token id) are reported here
+  } catch (...) {
+    if (optimizer_->deferred_in_flight() > 0) optimizer_->abandon();  // whether the updates landed is unknown
+    throw;
+  }
+  std::vector<bool> applied;
+  for (const StepResult& r : results) applied.push_back(!r.skipped);
+  optimizer_->settle(applied);
+  // Step times: the wall time since the window's first step began, spread evenly over its steps.
+  const double dt = seconds_since(s.window_t0) / static_cast<double>(results.size());
+  step_ = last - static_cast<int64_t>(results.size());
+  for (const StepResult& r : results) {
+    ++step_;
+    note_skipped(step_, r);
+    s.norm = r.grad_norm;
+    s.nonfinite_steps = std::isfinite(r.grad_norm) ? 0 : s.nonfinite_steps + 1;
+    s.train_seconds += dt;
+    if (rank0()) record_step(s, r, dt);
+    check_nonfinite_steps(s.nonfinite_steps, s.norm);
+  }
+}
+
+bool RankTrainer::evaluate(int64_t step, bool record) {
+  CPF_CHECK(!window_ || window_->empty(), "evaluation at step ", step, ": ", window_ ? window_->size() : 0,
+            " step(s) are not read back yet (a bug of the step window)");
+  if (logger_) logger_->activity("evaluation at step " + std::to_string(step));
+  EvalMetrics m;
+  m.step = step;
+  m.loss = eval_loss(*model_, c_, sources_.eval, groups_);
+  if (const data::SyntheticSource* synthetic = loader_->synthetic(); synthetic && c_.run.eval_examples > 0) {
+    const data::ExactMatchResult r = eval_exact_match(*model_, *synthetic, c_.run.eval_examples, groups_);
+    m.accuracy = r.accuracy();
+    m.num_correct = r.num_correct;
+    m.num_examples = r.num_examples;
+  }
+  const bool accuracy_hit = c_.run.target_accuracy > 0 && m.accuracy && *m.accuracy >= c_.run.target_accuracy;
+  const bool loss_hit = c_.run.target_loss > 0 && m.loss && *m.loss <= c_.run.target_loss;
+  if (rank0()) {
+    logger_->eval(m, record);
+    shared_.outcome.last_eval = m;
+    if ((accuracy_hit || loss_hit) && !shared_.outcome.target_reached) {
+      shared_.outcome.target_reached = true;
+      shared_.outcome.target_step = step;
+    }
+  }
+  return accuracy_hit || loss_hit;
+}
+
+void RankTrainer::checkpoint(int64_t step) {
+  // A checkpoint holds settled steps only: its optimizer step count is the applied steps' (must_read_back).
+  CPF_CHECK(optimizer_->deferred_in_flight() == 0, "checkpoint at step ", step, ": ", optimizer_->deferred_in_flight(),
+            " step(s) are not read back yet (a bug of the step window)");
+  if (logger_) logger_->activity("checkpoint at step " + std::to_string(step));
+  if (rank0()) {
+    last_checkpoint_ = save_training_checkpoint(c_, params_, *optimizer_, step, loader_->cursor());
+    shared_.outcome.checkpoint = last_checkpoint_;
+    logger_->note("checkpoint " + last_checkpoint_);
+  }
+  groups_.world->barrier();
+}
+
+void RankTrainer::log_step(Session& s) {
+  LogWindow& window = s.window;
+  const double per_step = s.train_seconds / static_cast<double>(step_ - s.start);
+  const double loss = window.loss / static_cast<double>(window.steps);
+  logger_->step(StepMetrics{.step = step_,
+                            .loss = loss,
+                            .lr = schedule_.lr_at(step_ - 1),
+                            .grad_norm = s.norm,
+                            .tokens_per_second = window.tokens / std::max(window.seconds, 1e-9),
+                            .tokens_seen = tokens_seen_,
+                            .elapsed_seconds = seconds_since(s.t0),
+                            .eta_seconds = per_step * static_cast<double>(c_.run.steps - step_),
+                            .peak_memory_bytes = peak_memory(),
+                            .resident_memory_bytes = resident_bytes(),
+                            .mfu = mfu(window.tokens / std::max(window.seconds, 1e-9))},
+                true);
+  // The summary's train loss is this same quantity: the mean over the last step line's steps.
+  shared_.outcome.train_loss = loss;
+  shared_.outcome.train_loss_steps = window.steps;
+  window = LogWindow{};
+}
+
+}  // namespace cpf::trainer

@@ -1,0 +1,147 @@
+#pragma once
+// RankTrainer: one rank's training run (private to apps/trainer; train() in trainer.cpp runs one per rank
+// thread or process). rank_trainer.cpp builds it and holds what happens around the steps (resume, the
+// run folder, signals, evaluation, checkpoints, step lines); rank_trainer_steps.cpp runs the steps
+// (the loop, a step and its records, the read-back windows, the CUDA graph's start).
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "apps/trainer/config.h"
+#include "apps/trainer/device_memory.h"
+#include "apps/trainer/device_peak.h"
+#include "apps/trainer/metrics.h"
+#include "apps/trainer/process_memory.h"
+#include "apps/trainer/step_graph.h"
+#include "apps/trainer/step_prefetch.h"
+#include "apps/trainer/step_profiler.h"
+#include "apps/trainer/step_window.h"
+#include "apps/trainer/trainer.h"
+#include "apps/trainer/training_step.h"
+#include "framework/distributed/device_mesh.h"
+#include "framework/distributed/grad_reducer.h"
+#include "framework/distributed/launcher.h"
+#include "models/model_flops.h"
+
+namespace cpf::trainer {
+
+using Clock = std::chrono::steady_clock;
+
+inline double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// What the rank threads share. Rank 0 writes; a barrier separates every write from the reads.
+struct Shared {
+  std::optional<std::string> resume_path;
+  TrainOutcome outcome;
+  // One process per rank (torchrun/srun/mpirun): nothing is shared between ranks, each process finds
+  // the checkpoint to resume itself and the ranks check that they agree.
+  bool process_per_rank = false;
+};
+
+struct Sources {
+  std::shared_ptr<const data::DocumentSource> train, eval;
+};
+
+class RankTrainer {
+ public:
+  RankTrainer(const TrainConfig& config, dist::RankContext& ctx, Shared& shared, const Sources& sources,
+              MetricsLogger* logger);
+
+  void run();
+  int64_t num_parameters() const { return model_->num_parameters(); }
+
+ private:
+  static int a2a_size(const TrainConfig& c) {
+    return c.parallel.cp > 1 && c.parallel.cp_comm_type == cp::CommType::a2a_p2p
+               ? static_cast<int>(c.parallel.cp_a2a_size)
+               : 0;
+  }
+  bool rank0() const { return groups_.world->rank() == 0; }
+  std::optional<double> peak_memory() const {
+    const auto bytes = peak_device_memory(device_);
+    return bytes ? std::optional<double>(static_cast<double>(*bytes)) : std::nullopt;
+  }
+  // Model FLOPs utilisation of the world's GPUs at `tokens_per_second` (all ranks' tokens): model FLOPs
+  // (models/model_flops.h) over the dense bf16 peak of every GPU (device_peak.h); none on the CPU or an
+  // unknown GPU.
+  std::optional<double> mfu(double tokens_per_second) const {
+    if (!device_.is_cuda()) return std::nullopt;
+    const std::optional<double> peak = dense_bf16_peak(device_);
+    if (!peak) return std::nullopt;
+    const double flops = models::training_flops_per_token(model_->options(), num_parameters(), c_.data.seq_len);
+    return flops * tokens_per_second / (*peak * static_cast<double>(groups_.world->size()));
+  }
+  // CPU runs: the process's resident memory (a GPU run shows its device peak instead).
+  std::optional<double> resident_bytes() const {
+    if (device_.is_cuda()) return std::nullopt;
+    const auto rss = resident_memory();
+    return rss ? std::optional<double>(static_cast<double>(rss->current_bytes)) : std::nullopt;
+  }
+  void resume();
+  void start_writing();     // the run folder's config.yaml and metrics.jsonl, once the start is accepted
+  void start_step_graph();  // run.cuda_graph: the step graph, or why a GPU run has none
+  int agreed_stop_signal();
+  void stop_on_signal(int signal, int64_t saved_at, double seconds);
+  void check_nonfinite_steps(int64_t consecutive, double norm) const;
+  StepParts step_parts();
+  StepResult train_step(int64_t step);
+  void note_skipped(int64_t step, const StepResult& r);  // rank 0; `step` 1-based
+  bool evaluate(int64_t step, bool record = true);       // true when a target is reached
+  void checkpoint(int64_t step);
+  // Rank 0: the steps since the last step line, printed as one line (their mean loss).
+  struct LogWindow {
+    double seconds = 0, loss = 0;
+    int64_t tokens = 0, steps = 0;
+  };
+  // The state of one call of run(): where it started and what its loop has seen so far.
+  struct Session {
+    int64_t start = 0;
+    Clock::time_point t0;
+    double train_seconds = 0;
+    LogWindow window;
+    int64_t saved_at = -1;  // the step of the newest checkpoint (the one resumed from counts)
+    int64_t evaluated_at = -1;
+    int64_t nonfinite_steps = 0;  // consecutive steps with a non-finite gradient norm
+    double norm = 0;
+    int64_t session_tokens = 0;   // this call's steps, for the progress bar's rate
+    Clock::time_point window_t0;  // when the first step in the step window began
+  };
+  void start_session();  // resume or init_from, the run folder's files, the accumulation note
+  bool run_one_step(Session& s, const StepProfiler& profile_window, StepProfiler& profiler);
+  void record_step(Session& s, const StepResult& r, double seconds);  // rank 0
+  bool must_read_back() const;
+  void drain_window(Session& s);
+  void finish(Session& s);
+  void log_step(Session& s);
+
+  const TrainConfig& c_;
+  Shared& shared_;
+  Sources sources_;
+  MetricsLogger* logger_;  // rank 0 only
+  dist::DeviceMesh mesh_;
+  RankGroups groups_;
+  Device device_;
+  Generator gen_;
+  std::unique_ptr<models::GPT> model_;
+  optim::NamedTensors params_;
+  std::vector<Tensor> tensors_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  optim::LrSchedule schedule_;
+  std::unique_ptr<dist::GradientReducer> reducer_;  // null on one rank
+  std::unique_ptr<StepPrefetch> prefetch_;          // null on one rank
+  std::unique_ptr<StepGraph> step_graph_;           // null: every step eager (step_graph.h)
+  // One rank without run.profile: steps enqueued without a wait, read back when the host must (step_window.h).
+  std::unique_ptr<StepWindow> window_;
+  std::unique_ptr<data::DataLoader> loader_;
+  int64_t step_ = 0;
+  int64_t accum_steps_ = 1;                 // micro-batches per optimizer step
+  int64_t tokens_seen_ = 0;                 // rank 0: training tokens of steps 1..step_, resumed sessions included
+  std::optional<int64_t> tokens_at_start_;  // rank 0: from metrics.jsonl; nullopt when it does not tell
+  std::string last_checkpoint_;
+};
+
+}  // namespace cpf::trainer
