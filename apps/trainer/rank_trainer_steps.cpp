@@ -1,45 +1,14 @@
 // RankTrainer's steps: the loop, one step and its records, the read-back windows (rank_trainer.h).
 #include "apps/trainer/rank_trainer.h"
 
-#include <chrono>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
-#if defined(CPF_WITH_OPENMP)
-#include <omp.h>
-#endif
 
-#include "apps/trainer/checked_file.h"
-#include "apps/trainer/checkpointing.h"
-#include "apps/trainer/device_memory.h"
-#include "apps/trainer/device_peak.h"
-#include "apps/trainer/evaluation.h"
 #include "apps/trainer/grad_accumulation.h"
 #include "apps/trainer/init_from.h"
-#include "apps/trainer/process_memory.h"
-#include "apps/trainer/resume_rules.h"
 #include "apps/trainer/run_folder.h"
-#include "apps/trainer/run_plot.h"
-#include "apps/trainer/run_tokenizer.h"
-#include "apps/trainer/step_graph.h"
-#include "apps/trainer/step_prefetch.h"
-#include "apps/trainer/step_profiler.h"
-#include "apps/trainer/step_window.h"
 #include "apps/trainer/stop_signals.h"
 #include "apps/trainer/sync_check.h"
-#include "apps/trainer/training_step.h"
-#include "framework/autograd/ops.h"
-#include "framework/distributed/autograd_collectives.h"
-#include "framework/distributed/device_mesh.h"
-#include "framework/distributed/environment.h"
-#include "framework/distributed/grad_reducer.h"
-#include "framework/distributed/launcher.h"
-#include "framework/distributed/rendezvous_tcp.h"
-#if CPF_HAVE_NCCL
-#include "framework/distributed/nccl/nccl_init.h"
-#endif
-#include "framework/tensor/profile.h"
-#include "models/model_flops.h"
 
 namespace cpf::trainer {
 namespace fs = std::filesystem;
