@@ -29,9 +29,7 @@ namespace cpf::trainer {
 
 using Clock = std::chrono::steady_clock;
 
-inline double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
+inline double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 // What the rank threads share. Rank 0 writes; a barrier separates every write from the reads.
 struct Shared {
