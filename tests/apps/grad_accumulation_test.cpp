@@ -13,6 +13,7 @@
 #include "framework/autograd/ops.h"
 #include "framework/distributed/device_mesh.h"
 #include "framework/distributed/launcher.h"
+#include "tests/apps/addition_batches.h"
 #include "tests/apps/cli_support.h"
 #include "tests/support/test_utils.h"
 
@@ -29,18 +30,7 @@
 namespace cpf::trainer {
 namespace {
 
-// Packed THD batches of the addition task, slots padded to a multiple of 4 (2 x cp for cp = 2).
-data::DataOptions batch_options() {
-  data::DataOptions o;
-  o.source = "synthetic";
-  o.min_len = 1;
-  o.max_len = 3;
-  o.seq_len = 16;
-  o.tokens_per_batch = 48;
-  o.pad_multiple = 4;
-  o.shuffle = false;
-  return o;
-}
+data::DataOptions batch_options() { return cpf::testing::addition_batches(); }
 
 // The batches of `parts` as one THD batch: their sequences back to back (what a loader with a budget
 // of all their tokens would give, had the packing cut them the same way).

@@ -12,6 +12,7 @@
 #include "apps/trainer/grad_accumulation.h"
 #include "apps/trainer/step_graph.h"
 #include "models/data/data_loader.h"
+#include "tests/apps/addition_batches.h"
 #include "tests/support/test_utils.h"
 
 namespace cpf::trainer {
@@ -24,17 +25,7 @@ struct TrainedSteps {
   std::vector<std::string> notes;
 };
 
-data::DataOptions batch_options() {
-  data::DataOptions o;
-  o.source = "synthetic";
-  o.min_len = 1;
-  o.max_len = 3;
-  o.seq_len = 16;
-  o.tokens_per_batch = 48;
-  o.pad_multiple = 4;
-  o.shuffle = false;
-  return o;
-}
+data::DataOptions batch_options() { return cpf::testing::addition_batches(); }
 
 // Three steps of two micro-batches each on a tiny f64 GPT; the gradients are dropped after each step
 // (as Optimizer::zero_grad does) when `zero_grad`, else they accumulate over the steps.

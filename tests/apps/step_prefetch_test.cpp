@@ -10,22 +10,13 @@
 #include "apps/trainer/grad_accumulation.h"
 #include "apps/trainer/step_prefetch.h"
 #include "framework/distributed/launcher.h"
+#include "tests/apps/addition_batches.h"
 #include "tests/support/test_utils.h"
 
 namespace cpf::trainer {
 namespace {
 
-data::DataOptions batch_options() {
-  data::DataOptions o;
-  o.source = "synthetic";
-  o.min_len = 1;
-  o.max_len = 3;
-  o.seq_len = 16;
-  o.tokens_per_batch = 48;
-  o.pad_multiple = 4;
-  o.shuffle = false;
-  return o;
-}
+data::DataOptions batch_options() { return cpf::testing::addition_batches(); }
 
 RankGroups groups_of(dist::RankContext& ctx) {
   RankGroups g;

@@ -18,22 +18,13 @@
 #include "framework/optim/grad_clip.h"
 #include "framework/optim/sgd.h"
 #include "framework/tensor/ops/copy.h"
+#include "tests/apps/addition_batches.h"
 #include "tests/support/test_utils.h"
 
 namespace cpf::trainer {
 namespace {
 
-data::DataOptions batch_options() {
-  data::DataOptions o;
-  o.source = "synthetic";
-  o.min_len = 1;
-  o.max_len = 3;
-  o.seq_len = 16;
-  o.tokens_per_batch = 48;
-  o.pad_multiple = 4;
-  o.shuffle = false;
-  return o;
-}
+data::DataOptions batch_options() { return cpf::testing::addition_batches(); }
 
 std::unique_ptr<models::GPT> model() {
   Generator gen(11);
