@@ -1,5 +1,7 @@
 #pragma once
 // Internal entry points of the CUDA backend shared between its .cpp files (private).
+#include <vector>
+
 #include "framework/tensor/device_ops.h"
 
 namespace cpf::cuda {
@@ -13,5 +15,29 @@ void matmul(const Tensor& out, const Tensor& a, const Tensor& b);
 void matmul_bias(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias);
 // The DeviceOps::matmul_epilogue entry (matmul_epilogue.cpp).
 bool matmul_epilogue(const Tensor& out, const Tensor& a, const Tensor& b, const DeviceGemmArgs& args);
+// The norm and loss entries (nn_ops.cpp).
+void norm(bool centered, const Tensor& y, const Tensor& mean, const Tensor& rstd, const Tensor& x, const Tensor& weight,
+          const Tensor& bias, double eps);
+void norm_backward(bool centered, const Tensor& dx, const Tensor& dweight, const Tensor& dbias, const Tensor& grad_y,
+                   const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd);
+void add_norm(bool centered, const Tensor& x1, const Tensor& y, const Tensor& mean, const Tensor& rstd, const Tensor& x,
+              const Tensor& branch, const Tensor& weight, const Tensor& bias, double eps);
+void add_norm_backward(bool centered, const Tensor& dx, const Tensor& dbranch, const Tensor& dweight,
+                       const Tensor& dbias, const Tensor& grad_x1, const Tensor& grad_y, const Tensor& x1,
+                       const Tensor& weight, const Tensor& mean, const Tensor& rstd);
+void cross_entropy(const Tensor& lse, const Tensor& row_loss, const Tensor& logits, const Tensor& targets,
+                   int64_t ignore_index);
+void cross_entropy_backward(const Tensor& out, const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                            double scale, int64_t ignore_index);
+void cross_entropy_loss(const Tensor& loss, const Tensor& count, const Tensor& row_loss, const Tensor& targets,
+                        int64_t ignore_index);
+void cross_entropy_backward_counted(const Tensor& out, const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                                    const Tensor& grad_loss, const Tensor& count, int64_t ignore_index);
+void classifier_rows(const Tensor& logits, const Tensor& row_loss, const Tensor& labels, double scale,
+                     const Tensor& divisor, bool write_grad, int64_t ignore_index);
+// The multi-tensor optimizer entries (optim_ops.cpp): DeviceOps::sum_squares, adamw_step, clip_by_norm_.
+void sum_squares(const Tensor& out, const std::vector<Tensor>& tensors);
+void adamw_step(const std::vector<DeviceAdamWParam>& params, const DeviceAdamW& h);
+void clip_by_norm_(const std::vector<Tensor>& tensors, const Tensor& sum_squares, double max_norm);
 
 }  // namespace cpf::cuda

@@ -12,6 +12,7 @@
 #include "framework/tensor/cuda/cuda_ops.cuh"
 #include "framework/tensor/cuda/device_errors.cuh"
 #include "framework/tensor/cuda/kernels.cuh"
+#include "framework/tensor/cuda/launch.cuh"
 #include "framework/tensor/cuda/runtime.cuh"
 #include "framework/tensor/device_ops.h"
 #include "framework/tensor/shape_utils.h"
@@ -25,8 +26,6 @@ namespace k = kernels;
 static_assert(static_cast<int>(DType::f32) == k::kF32 && static_cast<int>(DType::f64) == k::kF64 &&
               static_cast<int>(DType::bf16) == k::kBF16 && static_cast<int>(DType::i32) == k::kI32 &&
               static_cast<int>(DType::i64) == k::kI64 && static_cast<int>(DType::boolean) == k::kBool);
-
-int code(DType dtype) { return static_cast<int>(dtype); }
 
 // The kernels switch on plain op codes (kernels.cuh); each must be its enum's value.
 template <class Op>
@@ -69,15 +68,6 @@ struct Operand {
   int64_t elem_size;
   int dtype;
   std::vector<int64_t> strides;
-};
-
-// The thread's device and stream for `device`, set for the scope.
-struct Launch {
-  explicit Launch(Device device)
-      : guard(device.index), stream(current_cuda_stream(device.index)), sm_count(device_info(device.index).sm_count) {}
-  DeviceGuard guard;
-  cudaStream_t stream;
-  int sm_count;
 };
 
 // Drops size-1 dims and merges dim d into d-1 when every operand is contiguous across them
@@ -285,57 +275,7 @@ void softmax(DeviceSoftmaxOp op, const Tensor& out, const Tensor& a, const Tenso
                     outer, size, inner, launch.sm_count, launch.stream);
 }
 
-// ---- nn ops ----
-
-const void* ptr_or_null(const Tensor& t) { return t.defined() ? t.raw_data() : nullptr; }
-void* mut_ptr_or_null(const Tensor& t) { return t.defined() ? t.raw_data() : nullptr; }
-
-void norm(bool centered, const Tensor& y, const Tensor& mean, const Tensor& rstd, const Tensor& x, const Tensor& weight,
-          const Tensor& bias, double eps) {
-  Launch launch(x.device());
-  const int64_t cols = x.size(-1), rows = x.numel() / cols;
-  k::launch_norm(centered, code(x.dtype()), x.raw_data(), ptr_or_null(weight), ptr_or_null(bias), y.raw_data(),
-                 mut_ptr_or_null(mean), rstd.raw_data(), rows, cols, eps, launch.stream);
-}
-
-void norm_backward(bool centered, const Tensor& dx, const Tensor& dweight, const Tensor& dbias, const Tensor& grad_y,
-                   const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd) {
-  Launch launch(x.device());
-  const int64_t cols = x.size(-1), rows = x.numel() / cols;
-  const bool params = dweight.defined() || dbias.defined();
-  const size_t ws_bytes = params ? k::norm_backward_workspace_bytes(code(x.dtype()), rows, cols) : 0;
-  Tensor ws =
-      ws_bytes ? empty({static_cast<int64_t>(ws_bytes)}, {.dtype = DType::boolean, .device = x.device()}) : Tensor();
-  k::launch_norm_backward(centered, code(x.dtype()), grad_y.raw_data(), x.raw_data(), ptr_or_null(weight),
-                          ptr_or_null(mean), rstd.raw_data(), dx.raw_data(), mut_ptr_or_null(dweight),
-                          mut_ptr_or_null(dbias), rows, cols, ws_bytes ? ws.raw_data() : nullptr, launch.stream);
-}
-
-void add_norm(bool centered, const Tensor& x1, const Tensor& y, const Tensor& mean, const Tensor& rstd, const Tensor& x,
-              const Tensor& branch, const Tensor& weight, const Tensor& bias, double eps) {
-  Launch launch(x.device());
-  const int64_t cols = x.size(-1), rows = x.numel() / cols;
-  k::launch_add_norm(centered, code(x.dtype()), branch.defined() ? code(branch.dtype()) : code(x.dtype()),
-                     code(y.dtype()), x.raw_data(), ptr_or_null(branch), ptr_or_null(weight), ptr_or_null(bias),
-                     mut_ptr_or_null(x1), y.raw_data(), mut_ptr_or_null(mean), rstd.raw_data(), rows, cols, eps,
-                     launch.stream);
-}
-
-void add_norm_backward(bool centered, const Tensor& dx, const Tensor& dbranch, const Tensor& dweight,
-                       const Tensor& dbias, const Tensor& grad_x1, const Tensor& grad_y, const Tensor& x1,
-                       const Tensor& weight, const Tensor& mean, const Tensor& rstd) {
-  Launch launch(x1.device());
-  const int64_t cols = x1.size(-1), rows = x1.numel() / cols;
-  const bool params = dweight.defined() || dbias.defined();
-  const size_t ws_bytes = params ? k::norm_backward_workspace_bytes(code(x1.dtype()), rows, cols) : 0;
-  Tensor ws =
-      ws_bytes ? empty({static_cast<int64_t>(ws_bytes)}, {.dtype = DType::boolean, .device = x1.device()}) : Tensor();
-  k::launch_add_norm_backward(centered, code(x1.dtype()), code(grad_y.dtype()),
-                              dbranch.defined() ? code(dbranch.dtype()) : code(x1.dtype()), grad_y.raw_data(),
-                              x1.raw_data(), ptr_or_null(weight), ptr_or_null(mean), rstd.raw_data(),
-                              ptr_or_null(grad_x1), dx.raw_data(), mut_ptr_or_null(dbranch), mut_ptr_or_null(dweight),
-                              mut_ptr_or_null(dbias), rows, cols, ws_bytes ? ws.raw_data() : nullptr, launch.stream);
-}
+// ---- nn ops (norms and losses: nn_ops.cpp) ----
 
 Shape without(const Shape& v, int64_t d) {
   Shape out = v;
@@ -402,48 +342,6 @@ void embedding_backward(const Tensor& out, const Tensor& grad, const Tensor& ids
                                n, rows, out.size(1), workspace.raw_data(), launch.stream);
 }
 
-void cross_entropy(const Tensor& lse, const Tensor& row_loss, const Tensor& logits, const Tensor& targets,
-                   int64_t ignore_index) {
-  Launch launch(logits.device());
-  k::launch_cross_entropy(code(logits.dtype()), code(targets.dtype()), logits.raw_data(), targets.raw_data(),
-                          lse.raw_data(), static_cast<double*>(row_loss.raw_data()), logits.size(0), logits.size(1),
-                          ignore_index, launch.stream);
-}
-
-void cross_entropy_backward(const Tensor& out, const Tensor& logits, const Tensor& targets, const Tensor& lse,
-                            double scale, int64_t ignore_index) {
-  Launch launch(logits.device());
-  k::launch_cross_entropy_backward(code(logits.dtype()), code(targets.dtype()), logits.raw_data(), targets.raw_data(),
-                                   lse.raw_data(), out.raw_data(), logits.size(0), logits.size(1), scale, nullptr,
-                                   nullptr, ignore_index, launch.stream);
-}
-
-void cross_entropy_loss(const Tensor& loss, const Tensor& count, const Tensor& row_loss, const Tensor& targets,
-                        int64_t ignore_index) {
-  Launch launch(row_loss.device());
-  k::launch_cross_entropy_loss(code(loss.dtype()), code(targets.dtype()),
-                               static_cast<const double*>(row_loss.raw_data()), targets.raw_data(), row_loss.numel(),
-                               ignore_index, loss.raw_data(), static_cast<int64_t*>(count.raw_data()), launch.stream);
-}
-
-void cross_entropy_backward_counted(const Tensor& out, const Tensor& logits, const Tensor& targets, const Tensor& lse,
-                                    const Tensor& grad_loss, const Tensor& count, int64_t ignore_index) {
-  Launch launch(logits.device());
-  k::launch_cross_entropy_backward(code(logits.dtype()), code(targets.dtype()), logits.raw_data(), targets.raw_data(),
-                                   lse.raw_data(), out.raw_data(), logits.size(0), logits.size(1), 0.0,
-                                   static_cast<const double*>(grad_loss.raw_data()),
-                                   static_cast<const int64_t*>(count.raw_data()), ignore_index, launch.stream);
-}
-
-void classifier_rows(const Tensor& logits, const Tensor& row_loss, const Tensor& labels, double scale,
-                     const Tensor& divisor, bool write_grad, int64_t ignore_index) {
-  Launch launch(logits.device());
-  k::launch_classifier_rows(code(logits.dtype()), code(labels.dtype()), logits.raw_data(), labels.raw_data(),
-                            static_cast<double*>(row_loss.raw_data()), logits.size(0), logits.size(1), scale,
-                            divisor.defined() ? static_cast<const double*>(divisor.raw_data()) : nullptr, write_grad,
-                            ignore_index, launch.stream);
-}
-
 void check_indices(const DeviceIndexCheck& c) {
   const Tensor& index = c.index;
   if (index.numel() == 0) return;
@@ -488,7 +386,7 @@ void swiglu_backward(const Tensor& d_gate, const Tensor& d_up, const Tensor& dy,
                             d_up.stride(0), gate.size(0), gate.size(1), launch.stream);
 }
 
-// ---- random and multi-tensor optimizer entries ----
+// ---- random (the multi-tensor optimizer entries: optim_ops.cpp) ----
 
 void philox(const DeviceRandom& r, const Tensor& out) {
   Launch launch(out.device());
@@ -502,141 +400,6 @@ void philox(const DeviceRandom& r, const Tensor& out) {
   p.low = r.low;
   p.span = r.span;
   k::launch_philox(p, static_cast<double*>(out.raw_data()), out.numel(), launch.sm_count, launch.stream);
-}
-
-// A device buffer holding `tensors` then `chunks`: the host tables go in one transfer by the backend on
-// the current stream (`stream`), through pinned memory, so it returns once the host vectors may be
-// freed, without waiting for the device. The buffer is released stream-ordered with the tensor.
-template <class T>
-Tensor upload_tables(Device device, cudaStream_t stream, const std::vector<T>& tensors,
-                     const std::vector<k::ChunkRef>& chunks, size_t extra_bytes, size_t* chunks_at, size_t* extra_at,
-                     const void* extra_data = nullptr) {
-  const auto align = [](size_t n) { return (n + 15) / 16 * 16; };
-  *chunks_at = align(tensors.size() * sizeof(T));
-  *extra_at = align(*chunks_at + chunks.size() * sizeof(k::ChunkRef));
-  const size_t total = *extra_at + extra_bytes;
-  // The extra bytes travel too when given (AdamW's candidate scalars), else they are left for the kernel.
-  std::vector<char> host(extra_data != nullptr ? total : *extra_at, 0);
-  std::memcpy(host.data(), tensors.data(), tensors.size() * sizeof(T));
-  std::memcpy(host.data() + *chunks_at, chunks.data(), chunks.size() * sizeof(k::ChunkRef));
-  if (extra_data != nullptr) std::memcpy(host.data() + *extra_at, extra_data, extra_bytes);
-  const auto bytes = static_cast<int64_t>(std::max<size_t>(total, 1));
-  Tensor buffer = empty({bytes}, {.dtype = DType::boolean, .device = device});
-  if (!host.empty()) {
-    device_backend(DeviceType::cuda).copy(buffer.raw_data(), device, host.data(), Device::cpu(), host.size());
-  }
-  return buffer;
-}
-
-int aligned_to(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0 ? 1 : 0; }
-
-void add_chunks(int32_t index, int64_t numel, std::vector<k::ChunkRef>& chunks, int64_t chunk = k::kChunk) {
-  for (int64_t begin = 0; begin < numel; begin += chunk) chunks.push_back({index, begin});
-}
-
-void sum_squares(const Tensor& out, const std::vector<Tensor>& tensors) {
-  Launch launch(out.device());
-  std::vector<k::SquaresTensor> list;
-  std::vector<k::ChunkRef> chunks;
-  for (const Tensor& t : tensors) {
-    if (t.numel() == 0) continue;
-    add_chunks(static_cast<int32_t>(list.size()), t.numel(), chunks, k::kSquaresChunk);
-    list.push_back({t.raw_data(), t.numel(), code(t.dtype()), aligned_to(t.raw_data(), 16)});
-  }
-  size_t chunks_at = 0, partials_at = 0;
-  const Tensor buffer = upload_tables(out.device(), launch.stream, list, chunks, chunks.size() * sizeof(double),
-                                      &chunks_at, &partials_at);
-  char* base = static_cast<char*>(buffer.raw_data());
-  k::launch_sum_squares(reinterpret_cast<const k::SquaresTensor*>(base),
-                        reinterpret_cast<const k::ChunkRef*>(base + chunks_at), static_cast<int64_t>(chunks.size()),
-                        reinterpret_cast<double*>(base + partials_at), static_cast<double*>(out.raw_data()),
-                        launch.stream);
-}
-
-// The scalars of step t as AdamW::update computes them on the host: {step_size = -lr / bc1, 1 / sqrt(bc2)}.
-std::pair<double, double> adamw_step_scalars(const DeviceAdamW& h, int64_t step) {
-  const double t = static_cast<double>(step);
-  const double bias_correction1 = 1.0 - std::pow(h.beta1, t);
-  const double bias_correction2 = 1.0 - std::pow(h.beta2, t);
-  return {-h.lr / bias_correction1, 1.0 / std::sqrt(bias_correction2)};
-}
-
-void adamw_step(const std::vector<DeviceAdamWParam>& params, const DeviceAdamW& h) {
-  if (params.empty()) return;
-  Launch launch(params.front().param.device());
-  const bool deferred = h.applied_steps.defined();
-  CPF_CHECK(h.candidates >= 1 && (deferred || h.candidates == 1), "adamw_step: ", h.candidates,
-            " candidate steps need a device count of applied steps");
-  const auto [step_size, inv_sqrt_bc2] = adamw_step_scalars(h, h.step);
-  // Deferred: (candidates, 2) scalars for steps h.step .. h.step + candidates - 1, uploaded with the tables.
-  std::vector<double> candidate_scalars;
-  for (int64_t j = 0; deferred && j < h.candidates; ++j) {
-    const auto [size_j, inv_j] = adamw_step_scalars(h, h.step + j);
-    candidate_scalars.insert(candidate_scalars.end(), {size_j, inv_j});
-  }
-  // Padded to 32 candidates at a time (never read), so a window's steps allocate buffers of one size and
-  // the caching allocator serves them all from its cache.
-  candidate_scalars.resize((candidate_scalars.size() + 63) / 64 * 64, 0.0);
-  auto* count = deferred ? static_cast<int64_t*>(h.applied_steps.raw_data()) : nullptr;
-  if (deferred && h.reset_applied_steps) k::launch_set_applied_steps(count, h.step - 1, launch.stream);
-  const auto* skip =
-      h.skip_if_nonfinite.defined() ? static_cast<const double*>(h.skip_if_nonfinite.raw_data()) : nullptr;
-  k::AdamWScalars scalars{.beta1 = h.beta1,
-                          .one_minus_beta1 = 1.0 - h.beta1,
-                          .beta2 = h.beta2,
-                          .one_minus_beta2 = 1.0 - h.beta2,
-                          .inv_sqrt_bc2 = inv_sqrt_bc2,
-                          .eps = h.eps,
-                          .step_size = step_size,
-                          .skip_if_nonfinite = skip,
-                          .applied_steps = count,
-                          .candidate_scalars = nullptr,
-                          .first_step = h.step,
-                          .candidates = h.candidates};
-  for (DType dtype : {DType::f32, DType::bf16, DType::f64}) {
-    std::vector<k::AdamWTensor> list;
-    std::vector<k::ChunkRef> chunks;
-    for (const DeviceAdamWParam& p : params) {
-      if (p.param.dtype() != dtype || p.param.numel() == 0) continue;
-      add_chunks(static_cast<int32_t>(list.size()), p.param.numel(), chunks);
-      // Vector accesses of 4 elements need each pointer aligned to 4 of its elements.
-      const size_t pv = 4 * dtype_size(dtype), sv = 4 * dtype_size(p.exp_avg.dtype());
-      const int aligned = aligned_to(p.param.raw_data(), pv) && aligned_to(p.grad.raw_data(), pv) &&
-                          aligned_to(p.exp_avg.raw_data(), sv) && aligned_to(p.exp_avg_sq.raw_data(), sv);
-      list.push_back({p.param.raw_data(), p.grad.raw_data(), p.exp_avg.raw_data(), p.exp_avg_sq.raw_data(),
-                      p.param.numel(), 1.0 - h.lr * p.weight_decay, p.weight_decay != 0.0 ? 1 : 0, aligned});
-    }
-    if (list.empty()) continue;
-    size_t chunks_at = 0, extra_at = 0;
-    const Tensor buffer = upload_tables(params.front().param.device(), launch.stream, list, chunks,
-                                        candidate_scalars.size() * sizeof(double), &chunks_at, &extra_at,
-                                        deferred ? candidate_scalars.data() : nullptr);
-    char* base = static_cast<char*>(buffer.raw_data());
-    if (deferred) scalars.candidate_scalars = reinterpret_cast<const double*>(base + extra_at);
-    k::launch_adamw(code(dtype), reinterpret_cast<const k::AdamWTensor*>(base),
-                    reinterpret_cast<const k::ChunkRef*>(base + chunks_at), static_cast<int64_t>(chunks.size()),
-                    scalars, launch.stream);
-  }
-  // After every dtype's launch read the count: the step is counted when applied.
-  if (deferred) k::launch_count_applied(count, skip, launch.stream);
-}
-
-void clip_by_norm_(const std::vector<Tensor>& tensors, const Tensor& sum_squares, double max_norm) {
-  Launch launch(sum_squares.device());
-  std::vector<k::ScaleTensor> list;
-  std::vector<k::ChunkRef> chunks;
-  for (const Tensor& t : tensors) {
-    if (t.numel() == 0) continue;
-    add_chunks(static_cast<int32_t>(list.size()), t.numel(), chunks);
-    list.push_back({t.raw_data(), t.numel(), code(t.dtype()), aligned_to(t.raw_data(), 4 * dtype_size(t.dtype()))});
-  }
-  if (list.empty()) return;
-  size_t chunks_at = 0, end_at = 0;
-  const Tensor buffer = upload_tables(sum_squares.device(), launch.stream, list, chunks, 0, &chunks_at, &end_at);
-  const char* base = static_cast<const char*>(buffer.raw_data());
-  k::launch_clip_by_norm(reinterpret_cast<const k::ScaleTensor*>(base),
-                         reinterpret_cast<const k::ChunkRef*>(base + chunks_at), static_cast<int64_t>(chunks.size()),
-                         static_cast<const double*>(sum_squares.raw_data()), max_norm, launch.stream);
 }
 
 }  // namespace
