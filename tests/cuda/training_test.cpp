@@ -187,11 +187,8 @@ TEST_F(GpuTraining, GpuTinyConfigLogsMemoryAndItsCheckpointGenerates) {
   EXPECT_NE(gen_out.str().find("12+34="), std::string::npos) << gen_out.str();
 }
 
-// training_step on the GPU (docs/training.md, "Host synchronisation in a step"): once warm, a step reads
-// nothing back with a device->host copy and waits for one event (the norm and the loss, recorded before
-// the clip and AdamW kernels); a step with a non-finite norm changes no parameter or AdamW state and
-// does not advance the step count.
-TEST_F(GpuTraining, TrainingStepWaitsForOneEventAndSkipsANonFiniteNormOnTheDevice) {
+// The step tests' batches: packed 2-digit additions, 64 storage tokens, slots padded to 8, in a fixed order.
+data::DataOptions two_digit_batches() {
   data::DataOptions d;
   d.source = "synthetic";
   d.min_len = 2;
@@ -200,6 +197,15 @@ TEST_F(GpuTraining, TrainingStepWaitsForOneEventAndSkipsANonFiniteNormOnTheDevic
   d.tokens_per_batch = 64;
   d.pad_multiple = 8;
   d.shuffle = false;
+  return d;
+}
+
+// training_step on the GPU (docs/training.md, "Host synchronisation in a step"): once warm, a step reads
+// nothing back with a device->host copy and waits for one event (the norm and the loss, recorded before
+// the clip and AdamW kernels); a step with a non-finite norm changes no parameter or AdamW state and
+// does not advance the step count.
+TEST_F(GpuTraining, TrainingStepWaitsForOneEventAndSkipsANonFiniteNormOnTheDevice) {
+  const data::DataOptions d = two_digit_batches();
   for (bool poison : {false, true}) {
     Generator gen(5);
     models::GPT model(models::GPTOptions{.vocab_size = 14, .hidden_size = 32, .num_layers = 2, .num_heads = 2}, &gen);
@@ -259,14 +265,7 @@ std::vector<double> nan_as_marker(const Tensor& t) {
 // window's read is the one host synchronisation (a device-to-host copy), and the steps' losses, norms,
 // parameters and AdamW state equal those of training_step, which waits once per step, bit for bit.
 TEST_F(GpuTraining, DeferredStepsWaitOnlyAtTheWindowsReadBackAndEqualPerStepReadBacks) {
-  data::DataOptions d;
-  d.source = "synthetic";
-  d.min_len = 2;
-  d.max_len = 2;
-  d.seq_len = 16;
-  d.tokens_per_batch = 64;
-  d.pad_multiple = 8;
-  d.shuffle = false;
+  const data::DataOptions d = two_digit_batches();
   for (bool poison : {false, true}) {
     Generator gen_a(5), gen_b(5);
     const models::GPTOptions options{.vocab_size = 14, .hidden_size = 32, .num_layers = 2, .num_heads = 2};
