@@ -1,5 +1,6 @@
 #include "attention/dot_product_attention.h"
 
+#include "framework/autograd/forward_stash.h"
 #include "framework/autograd/node.h"
 #include "framework/tensor/profile.h"
 
@@ -8,7 +9,12 @@ namespace cpf {
 AttentionOutput dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec,
                                       const std::optional<SequenceInfo>& seq, const AttentionKernelConfig& config) {
   const profile::Scope scope("forward/attention", q.defined() ? q.device() : Device::cpu());
-  raw::AttentionForward forward = raw::attention_forward(q, k, v, spec, seq, config);
+  // A selectively recomputed region keeps the first forward's out and lse (forward_stash.h).
+  const std::vector<Tensor> kept = autograd::stashed("dot_product_attention", [&] {
+    raw::AttentionForward f = raw::attention_forward(q, k, v, spec, seq, config);
+    return std::vector<Tensor>{f.out, f.lse};
+  });
+  const raw::AttentionForward forward{kept[0], kept[1]};
   const bool has_sink = spec.sink.defined();
   std::vector<Tensor> inputs{q, k, v};
   if (has_sink) inputs.push_back(spec.sink);

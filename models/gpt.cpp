@@ -2,7 +2,9 @@
 
 #include <cmath>
 
+#include "framework/autograd/checkpoint.h"
 #include "framework/autograd/functions/classifier_loss.h"
+#include "framework/autograd/grad_mode.h"
 #include "framework/autograd/ops.h"
 #include "framework/nn/compute_copies.h"
 #include "framework/tensor/ops/elementwise.h"
@@ -66,6 +68,14 @@ std::optional<OptionProblem> check_options(const GPTOptions& o) {
   if (o.window < -1) return problem("window", o.window, "must be -1 (unbounded) or >= 0");
   if (o.intermediate_size < 0) return problem("intermediate_size", o.intermediate_size, "must be >= 0");
   if (o.max_positions < 1) return problem("max_positions", o.max_positions, "must be positive");
+  if (o.recompute_layers < 0 || o.recompute_layers > o.num_layers) {
+    return problem("recompute_layers", o.recompute_layers,
+                   "must be 0 (every block) or at most num_layers=" + std::to_string(o.num_layers));
+  }
+  if (o.recompute == RecomputeMode::none && o.recompute_layers != 0) {
+    return problem("recompute_layers", o.recompute_layers,
+                   "needs model.recompute: selective or full (recompute is none, so no block is recomputed)");
+  }
   if (o.classifier_chunk_rows < -1) {
     return problem("classifier_chunk_rows", o.classifier_chunk_rows,
                    "must be -1 (unfused), 0 (by memory) or a row count");
@@ -175,8 +185,34 @@ Tensor GPT::hidden(const GPTInput& in, const cp::ContextParallel* cp) const {
             " and positions on ", in.positions.device(), " must be on the model's device ", device(),
             " (move the batch, e.g. models::to_device in models/gpt_input.h)");
   BlockOutput out{embed(in.tokens, in.positions), Tensor()};  // (T, C) stream, nothing pending yet
-  for (const auto& block : blocks_) out = block->forward(out.x, out.pending, in.seq, cp);
+  for (size_t i = 0; i < blocks_.size(); ++i) out = run_block(i, out, in.seq, cp);
   return final_norm_fn_(out.x, out.pending, precision().compute).y;  // (T, C) in the compute dtype
+}
+
+BlockOutput GPT::run_block(size_t i, const BlockOutput& in, const SequenceInfo& seq,
+                           const cp::ContextParallel* cp) const {
+  const GPTBlock& block = *blocks_[i];
+  const int64_t covered = options_.recompute_layers == 0 ? options_.num_layers : options_.recompute_layers;
+  if (options_.recompute == RecomputeMode::none || static_cast<int64_t>(i) >= covered || !grad_enabled()) {
+    return block.forward(in.x, in.pending, seq, cp);
+  }
+  // The recompute runs inside the backward, on another call stack: it takes the same bf16 weight copies
+  // and CP groups as this forward (captured here by value or by pointer to what outlives the step).
+  const nn::ComputeCopies* copies = nn::active_compute_copies();
+  std::optional<cp::ContextParallel> cp_copy;
+  if (cp != nullptr) cp_copy = *cp;
+  autograd::RegionFn fn = [&block, seq, cp_copy, copies](const std::vector<Tensor>& inputs) {
+    const nn::ComputeCopiesScope scope(copies);
+    const BlockOutput out = block.forward(inputs[0], inputs[1], seq, cp_copy ? &*cp_copy : nullptr);
+    return std::vector<Tensor>{out.x, out.pending};
+  };
+  const std::vector<Tensor> out =
+      autograd::checkpoint(fn, {in.x, in.pending},
+                           {.name = "blocks." + std::to_string(i),
+                            .policy = options_.recompute == RecomputeMode::full ? autograd::RecomputePolicy::full
+                                                                                : autograd::RecomputePolicy::selective,
+                            .params = block.parameters()});
+  return {out[0], out[1]};
 }
 
 Tensor GPT::embed(const Tensor& tokens, const Tensor& positions) const {

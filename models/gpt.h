@@ -44,6 +44,10 @@ namespace cpf::models {
 enum class AttentionType { mha, gqa, mla };
 enum class NormType { rmsnorm, layernorm };
 enum class PositionType { rope, learned };
+// Activation recomputation of the blocks (framework/autograd/checkpoint.h): none keeps every activation
+// for the backward; full keeps each block's input and re-runs the block inside the backward; selective
+// also keeps the outputs of its GEMMs and of attention and recomputes only norms, RoPE and activations.
+enum class RecomputeMode { none, selective, full };
 
 // The `model:` section of a training config; field names are the YAML keys.
 struct GPTOptions {
@@ -75,7 +79,9 @@ struct GPTOptions {
   // Training loss: rows per chunk of the fused LM head + cross-entropy (GPT::forward_loss); 0 = chosen by
   // memory, -1 = the unfused path (the whole (T, V) logits, then cross_entropy).
   int64_t classifier_chunk_rows = 0;
-  DType dtype = DType::f32;  // not a YAML key: f32 for training, f64 for gradchecks
+  RecomputeMode recompute = RecomputeMode::none;  // activation recomputation of the blocks
+  int64_t recompute_layers = 0;                   // recompute the first N blocks only; 0 = every block
+  DType dtype = DType::f32;                       // not a YAML key: f32 for training, f64 for gradchecks
   // Not YAML keys of this section (the trainer sets them from run.precision and attention:):
   std::optional<DType> compute_dtype;   // nullopt = dtype; bf16: mixed precision over f32 parameters
   AttentionKernelConfig kernel_config;  // kernel choice of every attention call (backend, deterministic)
@@ -126,6 +132,14 @@ void describe(V& v, GPTOptions& o) {
           "training loss: rows per chunk of the fused LM head + cross-entropy (no whole logits); 0 = by memory "
           "(1 GiB of logits a chunk), -1 = the unfused path",
           Range{-1, 1e9});
+  v.choice("recompute", o.recompute,
+           Choices<RecomputeMode>{
+               {"none", RecomputeMode::none}, {"selective", RecomputeMode::selective}, {"full", RecomputeMode::full}},
+           "activation recomputation: none keeps every activation; full keeps each block's input and re-runs the "
+           "block in the backward; selective keeps the GEMM and attention outputs and recomputes norms, RoPE and "
+           "activations");
+  v.field("recompute_layers", o.recompute_layers,
+          "recompute: the first N blocks only (the rest keep their activations); 0 = every block", Range{0, 1024});
 }
 
 // The first problem of `o` as {key, "key=value problem"} (key relative to the section), or nullopt.
@@ -147,6 +161,7 @@ struct GPTInput {
 };
 
 class GPTBlock;
+struct BlockOutput;
 
 class GPT : public nn::Module {
  public:
@@ -199,6 +214,8 @@ class GPT : public nn::Module {
   nn::ComputeCopiesScope use_compute_copies() const;
   // The last block's pending MLP output added to x inside final_norm (fused), then the LM head.
   Tensor logits(const Tensor& x, const Tensor& pending) const;
+  // Block i on `in`, through activation recomputation when options().recompute covers it.
+  BlockOutput run_block(size_t i, const BlockOutput& in, const SequenceInfo& seq, const cp::ContextParallel* cp) const;
 
   GPTOptions options_;
   std::shared_ptr<nn::Embedding> embed_tokens_, embed_positions_;

@@ -14,4 +14,12 @@ std::optional<size_t> peak_device_memory(Device device) {
   return std::nullopt;
 }
 
+std::optional<size_t> total_device_memory(Device device) {
+#if CPF_HAVE_CUDA
+  if (device.is_cuda()) return cuda::total_memory(device.index);
+#endif
+  (void)device;
+  return std::nullopt;
+}
+
 }  // namespace cpf::trainer

@@ -10,4 +10,6 @@ namespace cpf::trainer {
 
 // Peak bytes handed out to tensors on `device` since the start or the last reset; nullopt for the CPU.
 std::optional<size_t> peak_device_memory(Device device);
+// The whole memory of `device` (a GPU's total); nullopt for the CPU.
+std::optional<size_t> total_device_memory(Device device);
 }  // namespace cpf::trainer

@@ -131,7 +131,8 @@ void MetricsLogger::step(const StepMetrics& m, bool print) {
   const int width = static_cast<int>(std::to_string(options_.total_steps).size());
   std::string memory;
   if (m.peak_memory_bytes) {
-    memory = " | peak mem " + format_memory(*m.peak_memory_bytes);
+    memory = " | peak mem " + format_memory(*m.peak_memory_bytes) +
+             (m.memory_model_bytes ? " (model " + format_memory(*m.memory_model_bytes) + ")" : "");
   } else if (m.resident_memory_bytes) {
     memory = " | rss " + format_memory(*m.resident_memory_bytes);
   }
@@ -152,6 +153,7 @@ void MetricsLogger::step(const StepMetrics& m, bool print) {
                       {"tokens", m.tokens_seen},
                       {"elapsed_s", m.elapsed_seconds}};
   if (m.peak_memory_bytes) j["peak_memory_bytes"] = *m.peak_memory_bytes;
+  if (m.memory_model_bytes) j["memory_model_bytes"] = *m.memory_model_bytes;
   if (m.resident_memory_bytes) j["rss_bytes"] = *m.resident_memory_bytes;
   if (m.mfu) j["mfu"] = *m.mfu;
   write_json(j.dump());

@@ -284,6 +284,7 @@ void RankTrainer::log_step(Session& s) {
                             .elapsed_seconds = seconds_since(s.t0),
                             .eta_seconds = per_step * static_cast<double>(c_.run.steps - step_),
                             .peak_memory_bytes = peak_memory(),
+                            .memory_model_bytes = memory_model(),
                             .resident_memory_bytes = resident_bytes(),
                             .mfu = mfu(window.tokens / std::max(window.seconds, 1e-9))},
                 true);

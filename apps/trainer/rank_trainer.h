@@ -12,6 +12,7 @@
 #include "apps/trainer/config.h"
 #include "apps/trainer/device_memory.h"
 #include "apps/trainer/device_peak.h"
+#include "apps/trainer/memory_plan.h"
 #include "apps/trainer/metrics.h"
 #include "apps/trainer/process_memory.h"
 #include "apps/trainer/step_graph.h"
@@ -62,6 +63,11 @@ class RankTrainer {
   std::optional<double> peak_memory() const {
     const auto bytes = peak_device_memory(device_);
     return bytes ? std::optional<double>(static_cast<double>(*bytes)) : std::nullopt;
+  }
+  // The memory planner's estimate for this run (memory_plan.h), beside the measured peak on GPUs.
+  std::optional<double> memory_model() const {
+    if (!device_.is_cuda()) return std::nullopt;
+    return models::estimate_memory(memory_plan_input(c_)).total();
   }
   // Model FLOPs utilisation of the world's GPUs at `tokens_per_second` (all ranks' tokens): model FLOPs
   // (models/model_flops.h) over the dense bf16 peak of every GPU (device_peak.h); none on the CPU or an

@@ -6,6 +6,7 @@
 #include "apps/trainer/command_table.h"
 #include "apps/trainer/config.h"
 #include "apps/trainer/config_check.h"
+#include "apps/trainer/memory_plan.h"
 #include "apps/trainer/stop_signals.h"
 #include "apps/trainer/train_summary.h"
 #include "apps/trainer/trainer.h"
@@ -17,6 +18,10 @@ const OptionSpec kSetOption{"--set", "key.path=value",
                             "override a config key (repeatable; the key list: cpformer docs, docs/config.md)", true};
 const OptionSpec kProfileOption{"--profile", "N",
                                 "profile N steps after the first: a per-op GPU time table (as --set run.profile=N)"};
+const OptionSpec kMemoryOption{"--memory", "",
+                               "print the memory plan: per-rank bytes of each part and the longest context that fits"};
+const OptionSpec kDeviceMemoryOption{
+    "--device-memory", "DEVICE", "the device the plan is for: h100, h200 or a size (80GiB, 141GB); implies --memory"};
 const OptionSpec kGpusOption{"--gpus", "N", "train on N GPUs of this machine (NCCL; parallel.dp = N / parallel.cp)"};
 
 void expect_one_positional(const CommandLine& line, const char* what) {
@@ -64,7 +69,11 @@ TrainConfig load_config(const CommandLine& line) {
 
 int run_check_config(const CommandLine& line, std::ostream& out, std::ostream&, bool) {
   expect_one_positional(line, "config file");
-  print_config_check(line.positional[0], load_config(line), out);
+  const TrainConfig config = load_config(line);
+  print_config_check(line.positional[0], config, out);
+  if (line.has("--memory") || line.has("--device-memory")) {
+    print_memory_plan(config, line.value("--device-memory").value_or(""), out);
+  }
   return kExitOk;
 }
 
@@ -117,8 +126,9 @@ CommandSpec check_config_command() {
           .summary = "validate a config (CP support, data files, devices) without training",
           .description =
               "Prints the resolved model and parallel layout and what was checked; says OK only when the\n"
-              "data files and devices were checked too (otherwise 'NOT fully checked' and why).",
-          .options = {kSetOption, kGpusOption},
+              "data files and devices were checked too (otherwise 'NOT fully checked' and why). --memory adds\n"
+              "the memory plan (docs/long_context.md).",
+          .options = {kSetOption, kGpusOption, kMemoryOption, kDeviceMemoryOption},
           .run = run_check_config};
 }
 

@@ -7,7 +7,9 @@
 #include <omp.h>
 #endif
 
+#include "apps/trainer/device_memory.h"
 #include "apps/trainer/evaluation.h"
+#include "apps/trainer/memory_plan.h"
 #include "apps/trainer/run_folder.h"
 #include "apps/trainer/run_plot.h"
 #include "apps/trainer/stop_signals.h"
@@ -100,6 +102,13 @@ TrainOutcome train(const TrainConfig& config, std::ostream& out, bool progress_b
   const int world = static_cast<int>(config.parallel.dp * config.parallel.cp);
   const std::optional<dist::LaunchEnvironment> env = dist::read_launch_environment();
   check_launch_environment(config, env, world);
+  // The memory planner before any work (memory_plan.h): refuses what cannot fit, warns near the limit.
+  std::optional<std::string> memory_warning;
+  if (device0.is_cuda()) {
+    if (const std::optional<size_t> capacity = total_device_memory(device0)) {
+      memory_warning = check_memory_plan(config, static_cast<double>(*capacity));
+    }
+  }
   const bool writer = !env || env->rank == 0;  // the process that writes the run folder and logs
   const std::string dir = run_dir(config);
   const Sources sources = open_sources(config);
@@ -111,6 +120,7 @@ TrainOutcome train(const TrainConfig& config, std::ostream& out, bool progress_b
     lock.emplace(dir);
     apply_start_mode(config);
     start_logger(logger, config, out, progress_bar, sources, env);
+    if (memory_warning) logger->note(*memory_warning);
   }
 
   Shared shared;

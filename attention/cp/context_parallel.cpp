@@ -5,6 +5,7 @@
 #include "attention/attention_sink.h"
 #include "attention/cp/cp_support.h"
 #include "attention/cp/strategy.h"
+#include "framework/autograd/forward_stash.h"
 #include "framework/autograd/node.h"
 #include "framework/tensor/ops/copy.h"
 #include "framework/tensor/ops/views.h"
@@ -241,6 +242,19 @@ CpForward run_forward(const CpContext& ctx, const Tensor& q, const Tensor& k, co
   CPF_FAIL("context parallel: unknown comm type");
 }
 
+// run_forward, or inside a selectively recomputed region (framework/autograd/forward_stash.h) the result of
+// the region's first forward on its recompute: the strategy's attention and messages do not run again.
+CpForward run_or_replay_forward(const std::string& op, const CpContext& ctx, const Tensor& q, const Tensor& k,
+                                const Tensor& v) {
+  std::vector<Tensor> kept = autograd::stashed(op, [&] {
+    CpForward f = run_forward(ctx, q, k, v);
+    std::vector<Tensor> values{f.out, f.lse};
+    values.insert(values.end(), f.extra.begin(), f.extra.end());
+    return values;
+  });
+  return CpForward{kept[0], kept[1], std::vector<Tensor>(kept.begin() + 2, kept.end())};
+}
+
 CpGrads run_backward(const CpContext& ctx, const Tensor& dout, const Tensor& dlse, const Tensor& q, const Tensor& k,
                      const Tensor& v, const CpSaved& saved) {
   switch (ctx.config.comm_type) {
@@ -262,7 +276,7 @@ AttentionOutput context_parallel_attention(const Tensor& q, const Tensor& k, con
   if (!stats) stats = std::make_shared<CpStats>();
   r.ctx.stats = stats.get();
   const Tensor q_thd = to_thd(q, r.format), k_thd = to_thd(k, r.format), v_thd = to_thd(v, r.format);
-  CpForward forward = run_forward(r.ctx, q_thd, k_thd, v_thd);
+  CpForward forward = run_or_replay_forward("context_parallel_attention", r.ctx, q_thd, k_thd, v_thd);
   Tensor out = from_thd(forward.out, r.format, q.shape());
   Tensor lse = lse_from_thd(forward.lse, r.format, r.batch, r.local_seq);
 
@@ -359,7 +373,7 @@ AttentionOutput context_parallel_mla_attention(const Tensor& q, const Tensor& la
   if (!stats) stats = std::make_shared<CpStats>();
   r.ctx.stats = stats.get();
   const Tensor q_thd = to_thd(q, r.format), latent_thd = to_thd(latent, r.format);
-  CpForward forward = run_forward(r.ctx, q_thd, latent_thd, Tensor());
+  CpForward forward = run_or_replay_forward("context_parallel_mla_attention", r.ctx, q_thd, latent_thd, Tensor());
 
   using autograd::SavedTensor;
   const bool has_sink = spec.sink.defined(), has_bias = bias.defined();

@@ -59,6 +59,8 @@ ComputeCopiesScope::ComputeCopiesScope(const ComputeCopies* copies) : previous_(
 
 ComputeCopiesScope::~ComputeCopiesScope() { active_copies = previous_; }
 
+const ComputeCopies* active_compute_copies() { return active_copies; }
+
 Tensor active_compute_copy(const Tensor& param, DType dtype) {
   return active_copies != nullptr ? active_copies->find(param, dtype) : Tensor();
 }

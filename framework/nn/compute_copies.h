@@ -63,4 +63,8 @@ class ComputeCopiesScope {
 // The active scope's up-to-date copy of `param` in `dtype`, or undefined (no scope, or none held).
 Tensor active_compute_copy(const Tensor& param, DType dtype);
 
+// The copies the active scope on this thread uses, or null: what code that re-runs a forward later (a
+// recomputed block, framework/autograd/checkpoint.h) captures to use the same copies then.
+const ComputeCopies* active_compute_copies();
+
 }  // namespace cpf::nn

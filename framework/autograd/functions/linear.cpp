@@ -1,5 +1,6 @@
 #include "framework/autograd/functions/linear.h"
 
+#include "framework/autograd/forward_stash.h"
 #include "framework/autograd/node.h"
 #include "framework/tensor/ops/copy.h"
 #include "framework/tensor/ops/elementwise.h"
@@ -68,7 +69,10 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const T
 
 Tensor linear(const Tensor& x, const LinearWeights& p) {
   const Resolved r = resolve(x, p, "linear");
-  Tensor y = raw::linear(x, r.compute_weight, r.compute_bias);  // validates shapes
+  // validates shapes; a selectively recomputed region keeps it (forward_stash.h)
+  const Tensor y = autograd::stashed("linear", [&] {
+                     return std::vector<Tensor>{raw::linear(x, r.compute_weight, r.compute_bias)};
+                   }).front();
   return autograd::record(
       "linear", y, inputs_of(x, r),
       [sx = SavedTensor(x), sw = SavedTensor(r.compute_weight), sm = SavedTensor(p.weight),
@@ -82,7 +86,11 @@ Tensor linear(const Tensor& x, const LinearWeights& p) {
 
 Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& compute_weight) {
   const Resolved r = resolve(x, {weight, bias, compute_weight, Tensor()}, "linear_gelu");
-  raw::LinearGelu y = raw::linear_gelu(x, r.compute_weight, r.compute_bias);  // validates shapes
+  const std::vector<Tensor> kept = autograd::stashed("linear_gelu", [&] {
+    raw::LinearGelu v = raw::linear_gelu(x, r.compute_weight, r.compute_bias);  // validates shapes
+    return std::vector<Tensor>{v.out, v.pre};
+  });
+  const raw::LinearGelu y{kept[0], kept[1]};
   return autograd::record(
       "linear_gelu", y.out, inputs_of(x, r),
       [sx = SavedTensor(x), sw = SavedTensor(r.compute_weight), sm = SavedTensor(weight), spre = SavedTensor(y.pre),
@@ -99,8 +107,12 @@ Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias, co
 Tensor gelu_mlp(const Tensor& x, const LinearWeights& in, const LinearWeights& out) {
   const Resolved r1 = resolve(x, in, "gelu_mlp (in)");
   const Resolved r2 = resolve(x, out, "gelu_mlp (out)");
-  raw::LinearGelu h = raw::linear_gelu(x, r1.compute_weight, r1.compute_bias);  // (..., I)
-  Tensor y = raw::linear(h.out, r2.compute_weight, r2.compute_bias);            // (..., C_out)
+  const std::vector<Tensor> kept = autograd::stashed("gelu_mlp", [&] {
+    raw::LinearGelu v = raw::linear_gelu(x, r1.compute_weight, r1.compute_bias);                       // (..., I)
+    return std::vector<Tensor>{v.out, v.pre, raw::linear(v.out, r2.compute_weight, r2.compute_bias)};  // y (..., C_out)
+  });
+  const raw::LinearGelu h{kept[0], kept[1]};
+  const Tensor& y = kept[2];
   std::vector<Tensor> inputs{x, r1.weight, r1.bias, r2.weight, r2.bias};
   return autograd::record(
       "gelu_mlp", y, inputs,

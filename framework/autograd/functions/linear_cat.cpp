@@ -1,5 +1,6 @@
 #include "framework/autograd/functions/linear_cat.h"
 
+#include "framework/autograd/forward_stash.h"
 #include "framework/autograd/functions/join.h"
 #include "framework/autograd/node.h"
 #include "framework/core/error.h"
@@ -71,7 +72,8 @@ Tensor linear_cat(const Tensor& x, const std::vector<LinearWeights>& parts, int6
   const bool has_bias = parts[0].bias.defined();
   const Tensor w = stacked(parts, x.dtype(), false);                       // (sum N, K)
   const Tensor b = has_bias ? stacked(parts, x.dtype(), true) : Tensor();  // (sum N)
-  Tensor y = raw::linear(x, w, b);                                         // (..., sum N)
+  // (..., sum N); a selectively recomputed region keeps it (forward_stash.h)
+  const Tensor y = autograd::stashed(kOp, [&] { return std::vector<Tensor>{raw::linear(x, w, b)}; }).front();
   std::vector<Tensor> inputs{x};
   std::vector<int64_t> rows;
   for (const LinearWeights& p : parts) {

@@ -369,6 +369,13 @@ void record_stream(const Tensor& tensor, const Stream& stream) {
   allocator_for(stream.device()).record_stream(storage->data(), static_cast<cudaStream_t>(stream.handle()));
 }
 
+size_t total_memory(int device) {
+  DeviceGuard guard(device);
+  size_t free_bytes = 0, total_bytes = 0;
+  CPF_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  return total_bytes;
+}
+
 MemoryStats memory_stats(int device) {
   MemoryStats stats = allocator_for(device).stats();
   raise_device_errors(device);  // a cheap host read; reports index errors of finished checks

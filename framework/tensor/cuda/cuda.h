@@ -51,6 +51,8 @@ struct MemoryStats {
 };
 MemoryStats memory_stats(int device = 0);
 void reset_peak_memory_stats(int device = 0);
+// The device's whole memory in bytes (cudaMemGetInfo's total): what the memory planner compares with.
+size_t total_memory(int device = 0);
 // Waits for the device, then returns every cached (unused) block to the driver.
 void empty_cache(int device = 0);
 

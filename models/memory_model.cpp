@@ -1,0 +1,202 @@
+#include "models/memory_model.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+
+#include "framework/core/error.h"
+#include "framework/tensor/ops/classifier_loss.h"
+
+namespace cpf::models {
+namespace {
+
+// The attention shapes of a block: query heads, key/value heads, dims per head.
+struct AttentionDims {
+  int64_t heads = 0, kv_heads = 0, d_qk = 0, d_v = 0;
+};
+
+AttentionDims attention_dims(const GPTOptions& o) {
+  if (o.attention == AttentionType::mla) {
+    const int64_t d_qk = o.qk_nope_head_dim + o.qk_rope_head_dim;
+    return {o.num_heads, o.num_heads, d_qk, o.v_head_dim};
+  }
+  const int64_t d = o.head_dim > 0 ? o.head_dim : o.hidden_size / o.num_heads;
+  const int64_t kv = o.attention == AttentionType::gqa ? o.num_kv_heads : o.num_heads;
+  return {o.num_heads, kv, d, d};
+}
+
+// Parameters of one attention module (projections, latent norms, sinks).
+int64_t attention_parameters(const GPTOptions& o) {
+  const int64_t c = o.hidden_size, b = o.bias ? 1 : 0;
+  const AttentionDims a = attention_dims(o);
+  auto linear = [b](int64_t in, int64_t out) { return in * out + b * out; };
+  int64_t n = o.attention_sink ? a.heads : 0;
+  if (o.attention == AttentionType::mla) {
+    n += o.q_lora_rank > 0 ? linear(c, o.q_lora_rank) + o.q_lora_rank + linear(o.q_lora_rank, a.heads * a.d_qk)
+                           : linear(c, a.heads * a.d_qk);
+    n += linear(c, o.kv_lora_rank + o.qk_rope_head_dim) + o.kv_lora_rank;
+    n += linear(o.kv_lora_rank, a.heads * (o.qk_nope_head_dim + o.v_head_dim));
+    return n + linear(a.heads * a.d_v, c);
+  }
+  return n + linear(c, (a.heads + 2 * a.kv_heads) * a.d_qk) + linear(a.heads * a.d_v, c);
+}
+
+// Values a token holds in the projections' outputs of one block (q, k, v as the GEMMs write them).
+int64_t qkv_width(const GPTOptions& o) {
+  const AttentionDims a = attention_dims(o);
+  if (o.attention != AttentionType::mla) return (a.heads + 2 * a.kv_heads) * a.d_qk;
+  // q, the latent (kv_lora + rope) and its norm, the expanded k/v and the assembled k.
+  return a.heads * a.d_qk + 2 * (o.kv_lora_rank + o.qk_rope_head_dim) +
+         a.heads * (o.qk_nope_head_dim + o.v_head_dim) + a.heads * a.d_qk;
+}
+
+// Bytes one token keeps per block between the forward and the backward, per recompute mode.
+struct BlockBytes {
+  double kept = 0;       // held from the block's forward to its backward
+  double transient = 0;  // a block's backward at its peak: its activations (when recomputed) and gradients
+};
+
+BlockBytes block_bytes_per_token(const GPTOptions& o, double act, double param, RecomputeMode mode) {
+  const AttentionDims a = attention_dims(o);
+  const double c = static_cast<double>(o.hidden_size), i = static_cast<double>(effective_intermediate_size(o));
+  const double qkv = act * static_cast<double>(qkv_width(o));
+  const double roped = act * static_cast<double>((a.heads + a.kv_heads) * a.d_qk);
+  const double attn = act * static_cast<double>(a.heads * a.d_v) + 4.0 * static_cast<double>(a.heads);
+  const double mlp = act * (o.mlp == nn::Activation::swiglu ? 3.0 * i : 2.0 * i);  // gate-up + out | pre + out
+  const double norms = 2.0 * (param * c + act * c + 4.0);                             // x1, y, rstd of both norms
+  const double whole = norms + qkv + roped + attn + mlp + act * c;                    // + the MLP output (pending)
+  const double gradients = param * c + act * c + act * (o.mlp == nn::Activation::swiglu ? 3.0 : 2.0) * i;
+  switch (mode) {
+    case RecomputeMode::none: return {whole, gradients};
+    case RecomputeMode::full: return {param * c + act * c, whole + gradients};
+    case RecomputeMode::selective: {
+      const double gemm_outputs = qkv + attn + act * c + act * (o.mlp == nn::Activation::swiglu ? 2.0 : 1.0) * i;
+      return {param * c + act * c + gemm_outputs, whole - gemm_outputs + gradients};
+    }
+  }
+  return {whole, gradients};
+}
+
+// What the CP strategy holds beside the blocks' activations while one attention runs (K/V in flight).
+double cp_attention_bytes(const MemoryPlanInput& in, double act, int64_t tokens) {
+  if (in.cp <= 1) return 0;
+  const AttentionDims a = attention_dims(in.model);
+  const double kv_token = act * static_cast<double>(a.kv_heads * (a.d_qk + a.d_v));
+  const double t = static_cast<double>(tokens);
+  if (in.cp_comm_type == "all_gather") return 2.0 * static_cast<double>(in.cp) * t * kv_token;  // K/V and dK/dV
+  if (in.cp_comm_type == "a2a") return 2.0 * t * act * static_cast<double>(qkv_width(in.model) + a.heads * a.d_v);
+  return 4.0 * t * kv_token;  // p2p, a2a+p2p: a tile received while one is used, and their gradients
+}
+
+}  // namespace
+
+double MemoryEstimate::total() const {
+  return master_weights + compute_copies + gradients + moments + activations + attention + communication + loss;
+}
+
+std::string format_gib(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f GiB", bytes / double(int64_t{1} << 30));
+  return buf;
+}
+
+std::vector<std::string> MemoryEstimate::lines() const {
+  const std::pair<const char*, double> parts[] = {
+      {"master weights", master_weights}, {"compute copies", compute_copies}, {"gradients", gradients},
+      {"optimizer moments", moments},     {"activations", activations},       {"attention (CP)", attention},
+      {"communication", communication},   {"loss", loss},                     {"total", total()}};
+  std::vector<std::string> out;
+  for (const auto& [name, bytes] : parts) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "  %-18s %12s", name, format_gib(bytes).c_str());
+    out.emplace_back(buf);
+  }
+  return out;
+}
+
+int64_t count_parameters(const GPTOptions& o) {
+  const int64_t c = o.hidden_size, i = effective_intermediate_size(o), b = o.bias ? 1 : 0;
+  const int64_t norm = o.norm == NormType::layernorm && o.bias ? 2 * c : c;
+  const int64_t mlp = o.mlp == nn::Activation::swiglu ? 3 * c * i + b * (2 * i + c) : 2 * c * i + b * (i + c);
+  int64_t n = o.vocab_size * c + (o.positions == PositionType::learned ? o.max_positions * c : 0);
+  n += o.num_layers * (2 * norm + attention_parameters(o) + mlp) + norm;
+  if (!o.tie_embeddings) n += o.vocab_size * c;
+  return n;
+}
+
+MemoryEstimate estimate_memory(const MemoryPlanInput& in) {
+  const GPTOptions& o = in.model;
+  CPF_CHECK(in.seq_len >= 1 && in.rows >= 1 && in.cp >= 1 && in.ranks >= in.cp, "memory model: seq_len=", in.seq_len,
+            " rows=", in.rows, " cp=", in.cp, " ranks=", in.ranks, " must be positive with ranks >= cp");
+  CPF_CHECK(o.vocab_size >= 1, "memory model: vocab_size=", o.vocab_size, " must be resolved (> 0)");
+  const double param = static_cast<double>(dtype_size(o.dtype)), act = in.bf16 ? 2.0 : param;
+  MemoryEstimate e;
+  e.parameters = count_parameters(o);
+  e.tokens_per_rank = in.rows * ((in.seq_len + in.cp - 1) / in.cp);
+  const double n = static_cast<double>(e.parameters), t = static_cast<double>(e.tokens_per_rank);
+  e.master_weights = n * param;
+  e.compute_copies = in.bf16 ? n * 2.0 : 0.0;
+  e.gradients = n * param;
+  e.moments = in.optimizer == "adamw" ? 2.0 * n * param : (in.momentum ? n * param : 0.0);
+  e.communication = in.ranks > 1 ? n * param : 0.0;
+
+  const int64_t layers = o.num_layers;
+  const int64_t covered =
+      o.recompute == RecomputeMode::none ? 0 : (o.recompute_layers == 0 ? layers : o.recompute_layers);
+  const BlockBytes plain = block_bytes_per_token(o, act, param, RecomputeMode::none);
+  const BlockBytes recomputed = block_bytes_per_token(o, act, param, o.recompute);
+  const double c = static_cast<double>(o.hidden_size);
+  const double kept = static_cast<double>(covered) * recomputed.kept + static_cast<double>(layers - covered) * plain.kept;
+  const double transient = covered > 0 ? recomputed.transient : plain.transient;
+  const double stream = param * c + (param + act) * c;  // the embedding's output; the final norm's x and y
+  e.activations = t * (kept + transient + stream);
+  e.attention = cp_attention_bytes(in, act, e.tokens_per_rank);
+
+  const double v = static_cast<double>(o.vocab_size);
+  const int64_t chunk =
+      raw::classifier_chunk_rows(o.classifier_chunk_rows > 0 ? o.classifier_chunk_rows : 0, e.tokens_per_rank,
+                                 o.vocab_size, in.bf16 ? DType::bf16 : o.dtype);
+  const double grad_dtype = in.bf16 ? 4.0 : param;  // the fused classifier's d(hidden) and d(weight)
+  e.loss = 2.0 * static_cast<double>(chunk) * v * act + t * c * grad_dtype + v * c * grad_dtype;
+  return e;
+}
+
+std::optional<int64_t> largest_fitting_seq_len(MemoryPlanInput in, double capacity, int64_t multiple, int64_t limit) {
+  CPF_CHECK(multiple >= 1 && limit >= multiple, "memory model: multiple=", multiple, " limit=", limit);
+  auto fits = [&](int64_t steps) {
+    in.seq_len = steps * multiple;
+    return estimate_memory(in).total() <= capacity;
+  };
+  if (!fits(1)) return std::nullopt;
+  int64_t lo = 1, hi = limit / multiple;  // fits(lo); the estimate grows with seq_len
+  if (fits(hi)) return hi * multiple;
+  while (hi - lo > 1) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    (fits(mid) ? lo : hi) = mid;
+  }
+  return lo * multiple;
+}
+
+double device_capacity_bytes(const std::string& name) {
+  std::string s;
+  for (char ch : name) s += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  const double gib = double(int64_t{1} << 30);
+  if (s == "h100") return 79.2 * gib;  // what an 80 GB H100 reports as total
+  if (s == "h200") return 139.8 * gib;
+  size_t digits = 0;
+  while (digits < s.size() && (std::isdigit(static_cast<unsigned char>(s[digits])) || s[digits] == '.')) ++digits;
+  const std::string unit = s.substr(digits);
+  double value = 0;
+  try {
+    value = digits > 0 ? std::stod(s.substr(0, digits)) : 0;
+  } catch (const std::exception&) {
+    value = 0;
+  }
+  const double scale = unit == "gib" || unit == "g" ? gib : unit == "gb" ? 1e9 : 0;
+  CPF_CHECK(value > 0 && scale > 0, "memory model: unknown device '", name,
+            "': name h100 or h200, or a size such as 80GiB, 141GB or 64G");
+  return value * scale;
+}
+
+}  // namespace cpf::models
