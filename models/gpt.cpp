@@ -147,10 +147,10 @@ nn::ComputeCopiesScope GPT::use_compute_copies() const {
 Tensor GPT::forward_loss(const GPTInput& in, const Tensor& labels, int64_t normalizer, int64_t valid_labels,
                          const cp::ContextParallel* cp, const Tensor& normalizer_tensor) const {
   const int64_t chunk_rows = options_.classifier_chunk_rows;
-  if (chunk_rows < 0 || !grad_enabled()) {
+  if (chunk_rows < 0) {
     CPF_CHECK(!normalizer_tensor.defined(),
-              "GPT::forward_loss: a normalizer_tensor needs the fused classifier (grad "
-              "mode on, model.classifier_chunk_rows >= 0, now ",
+              "GPT::forward_loss: a normalizer_tensor needs the fused classifier "
+              "(model.classifier_chunk_rows >= 0, now ",
               chunk_rows, "): the unfused loss takes the count as a value");
     return loss(forward(in, cp), labels, normalizer, valid_labels);
   }

@@ -188,7 +188,8 @@ class GPT : public nn::Module {
   // in chunks of options().classifier_chunk_rows rows, which also computes the head's gradients
   // during the forward, so the returned loss must be the end of the graph (backward(loss) or a multiple
   // of it). labels (T) i64/i32 with -100 ignored; valid_labels as for loss() (the unfused path uses it).
-  // classifier_chunk_rows = -1, or grad mode off: the unfused path (identical results up to rounding).
+  // classifier_chunk_rows = -1: the unfused path (identical results up to rounding). Grad mode off: the
+  // fused path computes the loss alone (evaluation at long contexts never holds the whole logits).
   // normalizer_tensor: undefined, or `normalizer` as a () f64 on the model's device that the fused path reads
   // there (ClassifierLossOptions::normalizer_tensor: what a captured CUDA graph replays with new counts).
   Tensor forward_loss(const GPTInput& input, const Tensor& labels, int64_t normalizer, int64_t valid_labels = -1,

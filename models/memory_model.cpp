@@ -47,8 +47,8 @@ int64_t qkv_width(const GPTOptions& o) {
   const AttentionDims a = attention_dims(o);
   if (o.attention != AttentionType::mla) return (a.heads + 2 * a.kv_heads) * a.d_qk;
   // q, the latent (kv_lora + rope) and its norm, the expanded k/v and the assembled k.
-  return a.heads * a.d_qk + 2 * (o.kv_lora_rank + o.qk_rope_head_dim) +
-         a.heads * (o.qk_nope_head_dim + o.v_head_dim) + a.heads * a.d_qk;
+  return a.heads * a.d_qk + 2 * (o.kv_lora_rank + o.qk_rope_head_dim) + a.heads * (o.qk_nope_head_dim + o.v_head_dim) +
+         a.heads * a.d_qk;
 }
 
 // Bytes one token keeps per block between the forward and the backward, per recompute mode.
@@ -60,22 +60,34 @@ struct BlockBytes {
 BlockBytes block_bytes_per_token(const GPTOptions& o, double act, double param, RecomputeMode mode) {
   const AttentionDims a = attention_dims(o);
   const double c = static_cast<double>(o.hidden_size), i = static_cast<double>(effective_intermediate_size(o));
+  const bool swiglu = o.mlp == nn::Activation::swiglu;
+  // RoPE's outputs are not counted: measured on an H100 (docs/long_context.md), they cost nothing beyond
+  // the projection's output the attention's inputs share.
   const double qkv = act * static_cast<double>(qkv_width(o));
-  const double roped = act * static_cast<double>((a.heads + a.kv_heads) * a.d_qk);
   const double attn = act * static_cast<double>(a.heads * a.d_v) + 4.0 * static_cast<double>(a.heads);
-  const double mlp = act * (o.mlp == nn::Activation::swiglu ? 3.0 * i : 2.0 * i);  // gate-up + out | pre + out
-  const double norms = 2.0 * (param * c + act * c + 4.0);                             // x1, y, rstd of both norms
-  const double whole = norms + qkv + roped + attn + mlp + act * c;                    // + the MLP output (pending)
-  const double gradients = param * c + act * c + act * (o.mlp == nn::Activation::swiglu ? 3.0 : 2.0) * i;
+  const double mlp = act * (swiglu ? 3.0 * i : 2.0 * i);    // gate-up + out | pre + out
+  const double norms = 2.0 * (param * c + act * c + 4.0);   // x1, y, rstd of both norms
+  const double whole = norms + qkv + attn + mlp + act * c;  // + the MLP output (pending)
+  const double input = param * c + act * c;                 // the block's input: stream and pending
   switch (mode) {
-    case RecomputeMode::none: return {whole, gradients};
-    case RecomputeMode::full: return {param * c + act * c, whole + gradients};
+    case RecomputeMode::none: return {whole, input + act * (swiglu ? 3.0 : 2.0) * i};  // the MLP's gradients
+    case RecomputeMode::full: return {input, whole + input};                           // a recomputed block's backward
     case RecomputeMode::selective: {
-      const double gemm_outputs = qkv + attn + act * c + act * (o.mlp == nn::Activation::swiglu ? 2.0 : 1.0) * i;
-      return {param * c + act * c + gemm_outputs, whole - gemm_outputs + gradients};
+      const double gemm_outputs = qkv + attn + act * c + act * (swiglu ? 2.0 : 1.0) * i;
+      return {input + gemm_outputs, whole - gemm_outputs + input};
     }
   }
-  return {whole, gradients};
+  return {whole, input};
+}
+
+// Parameters of one block (what its gradients hold, against what its activations free).
+int64_t block_parameters(const GPTOptions& o) {
+  GPTOptions one = o;
+  one.num_layers = 1;
+  one.vocab_size = 0;
+  one.positions = PositionType::rope;
+  one.tie_embeddings = true;
+  return count_parameters(one) - (one.norm == NormType::layernorm && one.bias ? 2 : 1) * one.hidden_size;
 }
 
 // What the CP strategy holds beside the blocks' activations while one attention runs (K/V in flight).
@@ -102,10 +114,15 @@ std::string format_gib(double bytes) {
 }
 
 std::vector<std::string> MemoryEstimate::lines() const {
-  const std::pair<const char*, double> parts[] = {
-      {"master weights", master_weights}, {"compute copies", compute_copies}, {"gradients", gradients},
-      {"optimizer moments", moments},     {"activations", activations},       {"attention (CP)", attention},
-      {"communication", communication},   {"loss", loss},                     {"total", total()}};
+  const std::pair<const char*, double> parts[] = {{"master weights", master_weights},
+                                                  {"compute copies", compute_copies},
+                                                  {"gradients", gradients},
+                                                  {"optimizer moments", moments},
+                                                  {"activations", activations},
+                                                  {"attention (CP)", attention},
+                                                  {"communication", communication},
+                                                  {"loss", loss},
+                                                  {"total", total()}};
   std::vector<std::string> out;
   for (const auto& [name, bytes] : parts) {
     char buf[96];
@@ -137,8 +154,9 @@ MemoryEstimate estimate_memory(const MemoryPlanInput& in) {
   const double n = static_cast<double>(e.parameters), t = static_cast<double>(e.tokens_per_rank);
   e.master_weights = n * param;
   e.compute_copies = in.bf16 ? n * 2.0 : 0.0;
-  e.gradients = n * param;
   e.moments = in.optimizer == "adamw" ? 2.0 * n * param : (in.momentum ? n * param : 0.0);
+  const double ranks = static_cast<double>(in.ranks);
+  if (in.shard != "none") e.moments /= ranks;  // each rank keeps the state of 1/ranks of every bucket
   e.communication = in.ranks > 1 ? n * param : 0.0;
 
   const int64_t layers = o.num_layers;
@@ -147,16 +165,22 @@ MemoryEstimate estimate_memory(const MemoryPlanInput& in) {
   const BlockBytes plain = block_bytes_per_token(o, act, param, RecomputeMode::none);
   const BlockBytes recomputed = block_bytes_per_token(o, act, param, o.recompute);
   const double c = static_cast<double>(o.hidden_size);
-  const double kept = static_cast<double>(covered) * recomputed.kept + static_cast<double>(layers - covered) * plain.kept;
+  const double kept =
+      static_cast<double>(covered) * recomputed.kept + static_cast<double>(layers - covered) * plain.kept;
   const double transient = covered > 0 ? recomputed.transient : plain.transient;
   const double stream = param * c + (param + act) * c;  // the embedding's output; the final norm's x and y
   e.activations = t * (kept + transient + stream);
+  // The peak is where the backward starts or where it ends: each block's backward frees its activations
+  // and allocates its parameters' gradients, so the blocks' gradients count only where they exceed the
+  // activations they replace (short contexts); the LM head's gradient is the loss's (below).
+  const double shards = in.shard == "gradients" ? ranks : 1.0;
+  const double block_grads = static_cast<double>(layers * block_parameters(o)) * param / shards;
+  e.gradients = std::max(0.0, block_grads - t * kept);
   e.attention = cp_attention_bytes(in, act, e.tokens_per_rank);
 
   const double v = static_cast<double>(o.vocab_size);
-  const int64_t chunk =
-      raw::classifier_chunk_rows(o.classifier_chunk_rows > 0 ? o.classifier_chunk_rows : 0, e.tokens_per_rank,
-                                 o.vocab_size, in.bf16 ? DType::bf16 : o.dtype);
+  const int64_t chunk = raw::classifier_chunk_rows(o.classifier_chunk_rows > 0 ? o.classifier_chunk_rows : 0,
+                                                   e.tokens_per_rank, o.vocab_size, in.bf16 ? DType::bf16 : o.dtype);
   const double grad_dtype = in.bf16 ? 4.0 : param;  // the fused classifier's d(hidden) and d(weight)
   e.loss = 2.0 * static_cast<double>(chunk) * v * act + t * c * grad_dtype + v * c * grad_dtype;
   return e;

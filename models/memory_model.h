@@ -4,8 +4,9 @@
 // its first step. One model for all three, so the planner and the refusal never disagree.
 //
 // Per rank, in bytes (N parameters, T tokens of this rank's micro-batch, L blocks, C hidden):
-//   master weights     N x 4 (f32)                 gradients   N x 4 (f32)
-//   compute copies     N x 2 under bf16            moments     N x 8 (AdamW), N x 4 (SGD + momentum)
+//   master weights     N x 4 (f32)                 gradients   N x 4 (f32); / ranks with shard: gradients
+//   compute copies     N x 2 under bf16            moments     N x 8 (AdamW), N x 4 (SGD + momentum);
+//                                                              / ranks with shard: optimizer or gradients
 //   activations        T x L_kept x (bytes a token keeps per block, by recompute mode)
 //                      + T x (one block's whole activations) while a recomputed block runs backward
 //   attention          what the CP strategy holds beside the block (received K/V tiles, gathered K/V)
@@ -25,15 +26,17 @@ namespace cpf::models {
 
 // How a step is run, beside the model's options: what the memory depends on.
 struct MemoryPlanInput {
-  GPTOptions model;           // vocab_size resolved (> 0); recompute as configured
-  int64_t seq_len = 0;        // tokens of one row (the global sequence under CP)
-  int64_t rows = 1;           // rows per micro-batch (batch_size under bshd)
-  int64_t cp = 1;             // context-parallel ranks sharing a row
-  int64_t ranks = 1;          // every rank sharing the step (dp x cp): > 1 adds the reducer's buckets
+  GPTOptions model;     // vocab_size resolved (> 0); recompute as configured
+  int64_t seq_len = 0;  // tokens of one row (the global sequence under CP)
+  int64_t rows = 1;     // rows per micro-batch (batch_size under bshd)
+  int64_t cp = 1;       // context-parallel ranks sharing a row
+  int64_t ranks = 1;    // every rank sharing the step (dp x cp): > 1 adds the reducer's buckets
   std::string cp_comm_type = "p2p";
-  bool bf16 = false;          // mixed precision: bf16 compute over f32 parameters
+  bool bf16 = false;                // mixed precision: bf16 compute over f32 parameters
   std::string optimizer = "adamw";  // adamw | sgd
   bool momentum = false;            // sgd: momentum buffers
+  std::string shard = "none";       // parallel.shard: optimizer divides the moments by ranks, gradients also
+                                    // the gradients (the reducer's buckets stay whole)
 };
 
 struct MemoryEstimate {

@@ -44,6 +44,10 @@ std::string checkpoints_dir(const TrainConfig& config) { return (fs::path(run_di
 
 std::string config_hash(const TrainConfig& config) {
   TrainConfig copy = config;
+  // Recomputation changes how the gradients are computed, not what a checkpoint holds: a run may resume
+  // with another model.recompute (as with another parallel layout, which is not hashed either).
+  copy.model.recompute = models::RecomputeMode::none;
+  copy.model.recompute_layers = 0;
   HashedSections sections{&copy};
   config::ConfigWriter writer;
   describe(writer, sections);

@@ -210,6 +210,19 @@ void check_model_and_parallel(const Checker& check, const TrainConfig& c) {
   }
 
   const auto& par = c.parallel;
+  if (par.shard == dist::ShardStage::parameters) {
+    check.fail("parallel.shard",
+               "parameters (ZeRO-3: bf16 weights all-gathered per block) is not built yet; use optimizer or "
+               "gradients, which shard the AdamW moments and the reduced gradients over the dp x cp ranks",
+               {});
+  }
+  if (par.shard != dist::ShardStage::none && par.dp * par.cp < 2) {
+    check.fail("parallel.shard",
+               "shards the training state over the dp x cp ranks, but this run has one rank (parallel.dp=" +
+                   std::to_string(par.dp) + ", parallel.cp=" + std::to_string(par.cp) +
+                   "); set parallel.shard: none or use more ranks",
+               {"parallel.dp", "parallel.cp"});
+  }
   if (par.cp > 1) {
     const int64_t chunks = 2 * par.cp;
     if (c.data.layout == "thd" && c.data.pad_multiple % chunks != 0) {

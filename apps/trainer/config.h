@@ -21,6 +21,7 @@
 #include "attention/cp/context_parallel.h"
 #include "framework/config/schema.h"
 #include "framework/distributed/launcher.h"
+#include "framework/distributed/zero_shards.h"
 #include "framework/optim/adamw.h"
 #include "framework/optim/lr_schedule.h"
 #include "framework/optim/sgd.h"
@@ -136,6 +137,8 @@ struct ParallelOptions {
   // thread: ranks are threads meeting in host memory (any device); nccl: one GPU per rank, NCCL
   // collectives (threads of this process, or one process per rank under torchrun/srun/mpirun).
   dist::Backend backend = dist::Backend::thread;
+  // Training state sharded over the dp x cp ranks (framework/distributed/zero_shards.h).
+  dist::ShardStage shard = dist::ShardStage::none;
 };
 
 // The `attention:` section: AttentionKernelConfig of every attention call (attention/attention_problem.h).
@@ -252,6 +255,13 @@ void describe(V& v, ParallelOptions& o) {
            config::Choices<dist::Backend>{{"thread", dist::Backend::thread}, {"nccl", dist::Backend::nccl}},
            "thread: ranks are threads meeting in host memory; nccl: one GPU per rank (needs run.device: cuda; "
            "set by --gpus N and under torchrun/srun/mpirun)");
+  v.choice("shard", o.shard,
+           config::Choices<dist::ShardStage>{{"none", dist::ShardStage::none},
+                                             {"optimizer", dist::ShardStage::optimizer},
+                                             {"gradients", dist::ShardStage::gradients},
+                                             {"parameters", dist::ShardStage::parameters}},
+           "training state sharded over the dp x cp ranks: optimizer (ZeRO-1: AdamW moments), gradients (ZeRO-2: "
+           "also the reduced gradients); parameters (ZeRO-3) is not built yet");
 }
 
 template <class V>

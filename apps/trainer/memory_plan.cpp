@@ -51,7 +51,8 @@ models::MemoryPlanInput memory_plan_input(const TrainConfig& c) {
           .cp_comm_type = cp::comm_type_name(c.parallel.cp_comm_type),
           .bf16 = c.run.precision == PrecisionMode::bf16,
           .optimizer = c.optimizer.type == OptimizerType::adamw ? "adamw" : "sgd",
-          .momentum = c.optimizer.momentum > 0};
+          .momentum = c.optimizer.momentum > 0,
+          .shard = dist::shard_stage_name(c.parallel.shard)};
 }
 
 void print_memory_plan(const TrainConfig& c, const std::string& device, std::ostream& out) {
@@ -59,15 +60,16 @@ void print_memory_plan(const TrainConfig& c, const std::string& device, std::ost
   const models::MemoryEstimate e = models::estimate_memory(in);
   const auto [capacity, source] = capacity_of(c, device);
   out << "  memory per rank (model of docs/long_context.md): " << format_count(static_cast<double>(e.parameters))
-      << " parameters, " << e.tokens_per_rank << " tokens a micro-batch, recompute " << recompute_name(c.model.recompute)
-      << "\n";
+      << " parameters, " << e.tokens_per_rank << " tokens a micro-batch, recompute "
+      << recompute_name(c.model.recompute) << "\n";
   for (const std::string& line : e.lines()) out << "  " << line << "\n";
-  out << "    device: " << models::format_gib(capacity) << " (" << source << "): "
-      << (e.total() <= capacity ? "fits" : "does NOT fit") << "\n";
+  out << "    device: " << models::format_gib(capacity) << " (" << source
+      << "): " << (e.total() <= capacity ? "fits" : "does NOT fit") << "\n";
   const int64_t multiple = std::max<int64_t>(c.data.pad_multiple, 2 * c.parallel.cp);
   out << "    longest context that fits: " << longest(in, c.model.recompute, capacity, multiple) << " (this recompute)";
   for (auto mode : {models::RecomputeMode::none, models::RecomputeMode::selective, models::RecomputeMode::full}) {
-    if (mode != c.model.recompute) out << ", " << longest(in, mode, capacity, multiple) << " (" << recompute_name(mode) << ")";
+    if (mode != c.model.recompute)
+      out << ", " << longest(in, mode, capacity, multiple) << " (" << recompute_name(mode) << ")";
   }
   out << "\n";
 }

@@ -25,21 +25,26 @@ std::unique_ptr<models::GPT> make_model(const TrainConfig& c, Generator* gen, De
   return model;
 }
 
-std::unique_ptr<optim::Optimizer> make_optimizer(const TrainConfig& c, const optim::NamedTensors& params) {
+// The parameter groups of `params` as the optimizer of `c` forms them (weight decay or none).
+std::vector<optim::ParamGroup> optimizer_groups(const TrainConfig& c, const optim::NamedTensors& params) {
+  return optim::weight_decay_groups(params, c.optimizer.weight_decay, c.optimizer.decay_all);
+}
+
+std::unique_ptr<optim::Optimizer> make_optimizer(const TrainConfig& c, std::vector<optim::ParamGroup> groups) {
   const OptimizerOptions& o = c.optimizer;
   if (o.type == OptimizerType::sgd) {
-    return std::make_unique<optim::SGD>(params, optim::SGDOptions{.lr = o.lr,
-                                                                  .momentum = o.momentum,
-                                                                  .nesterov = o.nesterov,
-                                                                  .weight_decay = o.weight_decay,
-                                                                  .decay_all = o.decay_all});
+    return std::make_unique<optim::SGD>(std::move(groups), optim::SGDOptions{.lr = o.lr,
+                                                                             .momentum = o.momentum,
+                                                                             .nesterov = o.nesterov,
+                                                                             .weight_decay = o.weight_decay,
+                                                                             .decay_all = o.decay_all});
   }
-  return std::make_unique<optim::AdamW>(params, optim::AdamWOptions{.lr = o.lr,
-                                                                    .beta1 = o.beta1,
-                                                                    .beta2 = o.beta2,
-                                                                    .eps = o.eps,
-                                                                    .weight_decay = o.weight_decay,
-                                                                    .decay_all = o.decay_all});
+  return std::make_unique<optim::AdamW>(std::move(groups), optim::AdamWOptions{.lr = o.lr,
+                                                                               .beta1 = o.beta1,
+                                                                               .beta2 = o.beta2,
+                                                                               .eps = o.eps,
+                                                                               .weight_decay = o.weight_decay,
+                                                                               .decay_all = o.decay_all});
 }
 
 }  // namespace
@@ -60,7 +65,6 @@ RankTrainer::RankTrainer(const TrainConfig& config, dist::RankContext& ctx, Shar
       gen_(static_cast<uint64_t>(config.run.seed)),
       model_(make_model(config, &gen_, ctx.device)),
       params_(model_->named_parameters()),
-      optimizer_(make_optimizer(config, params_)),
       schedule_(schedule_options(config)) {
   groups_.world = ctx.world;
   groups_.dp_rank = mesh_.coord().dp;
@@ -77,21 +81,37 @@ RankTrainer::RankTrainer(const TrainConfig& config, dist::RankContext& ctx, Shar
   // Gradients are summed over the world in buckets that start during backward, each as soon as its
   // parameters' gradients are final (the loss is already divided by the world's token count).
   if (groups_.world->size() > 1) {
-    reducer_ = std::make_unique<dist::GradientReducer>(tensors_, groups_.world,
-                                                       dist::GradientReducerOptions{.op = dist::ReduceOp::sum});
+    reducer_ = std::make_unique<dist::GradientReducer>(
+        tensors_, groups_.world,
+        dist::GradientReducerOptions{.op = dist::ReduceOp::sum,
+                                     .shard_gradients = config.parallel.shard == dist::ShardStage::gradients});
+    if (config.parallel.shard != dist::ShardStage::none) {
+      shards_ = std::make_unique<dist::ZeroShards>(params_, reducer_->buckets(), groups_.world, config.parallel.shard);
+    }
     prefetch_ = std::make_unique<StepPrefetch>(pending_stop_signal);  // step_prefetch.h
   } else if (config.run.profile == 0) {
     window_ = std::make_unique<StepWindow>(device_);  // steps read back in windows (step_window.h)
   }
+  optimizer_ = build_optimizer();
   loader_ = std::make_unique<data::DataLoader>(sources.train, config.data, groups_.dp_rank, groups_.dp_size);
   accum_steps_ = grad_accum_steps(config);
+}
+
+std::unique_ptr<optim::Optimizer> RankTrainer::build_optimizer() const {
+  const std::vector<optim::ParamGroup> groups = optimizer_groups(c_, params_);
+  return make_optimizer(c_, shards_ ? shards_->piece_groups(groups) : groups);
+}
+
+std::unique_ptr<optim::OptimizerSnapshot> RankTrainer::checkpoint_state(bool allocate) const {
+  return optim::OptimizerSnapshot::zeros_for(optimizer_->name(), optimizer_groups(c_, params_),
+                                             optimizer_->state_slots(), allocate);
 }
 
 void RankTrainer::resume() {
   if (c_.run.resume != ResumeMode::auto_resume) return;  // never / replace start over (apply_start_mode)
   if (rank0() || shared_.process_per_rank) {
     try {
-      shared_.resume_path = find_resume_checkpoint(c_, params_, *optimizer_);
+      shared_.resume_path = find_resume_checkpoint(c_, params_, shards_ ? *checkpoint_state(false) : *optimizer_);
     } catch (const Error&) {
       // A checkpoint of another config: name the keys that differ instead of two hashes.
       if (auto why = explain_config_mismatch(c_)) CPF_FAIL(*why);
@@ -100,7 +120,10 @@ void RankTrainer::resume() {
   }
   groups_.world->barrier();
   if (shared_.resume_path) {
-    const ResumeState state = load_training_checkpoint(*shared_.resume_path, c_, params_, *optimizer_);
+    // Sharded: the checkpoint holds the whole state (as a replicated run's); each rank keeps its part.
+    const std::unique_ptr<optim::OptimizerSnapshot> whole = shards_ ? checkpoint_state(true) : nullptr;
+    const ResumeState state = load_training_checkpoint(*shared_.resume_path, c_, params_, whole ? *whole : *optimizer_);
+    if (whole) shards_->load_full_state(*optimizer_, whole->state_tensors(), whole->step_count());
     check_resume_step(c_, state.step, *shared_.resume_path);
     loader_->set_cursor(state.cursor);
     step_ = state.step;
@@ -179,7 +202,8 @@ StepParts RankTrainer::step_parts() {
                    .accum_steps = accum_steps_,
                    .grad_clip = c_.run.grad_clip,
                    .prefetch = prefetch_.get(),
-                   .graph = step_graph_.get()};
+                   .graph = step_graph_.get(),
+                   .shards = shards_.get()};
 }
 
 void RankTrainer::note_skipped(int64_t step, const StepResult& r) {
@@ -263,8 +287,16 @@ void RankTrainer::checkpoint(int64_t step) {
   CPF_CHECK(optimizer_->deferred_in_flight() == 0, "checkpoint at step ", step, ": ", optimizer_->deferred_in_flight(),
             " step(s) are not read back yet (a bug of the step window)");
   if (logger_) logger_->activity("checkpoint at step " + std::to_string(step));
+  // Sharded: the state gathered whole (a collective of every rank) and saved as a replicated run saves it.
+  const optim::NamedTensors whole = shards_ ? shards_->full_state(*optimizer_) : optim::NamedTensors{};
   if (rank0()) {
-    last_checkpoint_ = save_training_checkpoint(c_, params_, *optimizer_, step, loader_->cursor());
+    std::unique_ptr<optim::OptimizerSnapshot> snapshot;
+    if (shards_) {
+      snapshot = std::make_unique<optim::OptimizerSnapshot>(optimizer_->name(), optimizer_groups(c_, params_),
+                                                            optimizer_->state_slots(), whole, optimizer_->step_count());
+    }
+    last_checkpoint_ =
+        save_training_checkpoint(c_, params_, snapshot ? *snapshot : *optimizer_, step, loader_->cursor());
     shared_.outcome.checkpoint = last_checkpoint_;
     logger_->note("checkpoint " + last_checkpoint_);
   }

@@ -24,6 +24,7 @@
 #include "framework/distributed/device_mesh.h"
 #include "framework/distributed/grad_reducer.h"
 #include "framework/distributed/launcher.h"
+#include "framework/optim/optimizer_snapshot.h"
 #include "models/model_flops.h"
 
 namespace cpf::trainer {
@@ -117,6 +118,11 @@ class RankTrainer {
   void start_session();  // resume or init_from, the run folder's files, the accumulation note
   bool run_one_step(Session& s, const StepProfiler& profile_window, StepProfiler& profiler);
   void record_step(Session& s, const StepResult& r, double seconds);  // rank 0
+  // The optimizer over the parameters, or over this rank's pieces of them when the state is sharded.
+  std::unique_ptr<optim::Optimizer> build_optimizer() const;
+  // The optimizer's state as a checkpoint holds it (the whole parameters' shapes): a sharded run's snapshot
+  // of zeros to load into (allocate) or to validate against (zero-stride views).
+  std::unique_ptr<optim::OptimizerSnapshot> checkpoint_state(bool allocate) const;
   bool must_read_back() const;
   void drain_window(Session& s);
   void finish(Session& s);
@@ -136,6 +142,7 @@ class RankTrainer {
   std::unique_ptr<optim::Optimizer> optimizer_;
   optim::LrSchedule schedule_;
   std::unique_ptr<dist::GradientReducer> reducer_;  // null on one rank
+  std::unique_ptr<dist::ZeroShards> shards_;        // parallel.shard: the sharded state (zero_shards.h)
   std::unique_ptr<StepPrefetch> prefetch_;          // null on one rank
   std::unique_ptr<StepGraph> step_graph_;           // null: every step eager (step_graph.h)
   // One rank without run.profile: steps enqueued without a wait, read back when the host must (step_window.h).

@@ -130,6 +130,7 @@ TrainOutcome train(const TrainConfig& config, std::ostream& out, bool progress_b
   shared.outcome.reporter = writer;
   auto run_rank = [&](dist::RankContext& ctx) {
     MetricsLogger* rank_logger = ctx.rank == 0 && logger ? &*logger : nullptr;
+    reset_peak_device_memory(ctx.device);  // the step lines' peak is this run's
     RankTrainer rank(config, ctx, shared, sources, rank_logger);
     if (rank_logger) {
       rank_logger->note("model: " + format_count(static_cast<double>(rank.num_parameters())) + " parameters, " +

@@ -27,8 +27,9 @@ BatchLoss batch_loss(const models::GPT& model, const data::Batch& batch, const R
         g.world->all_reduce(scalar_tensor(static_cast<double>(count), {.dtype = DType::i64, .device = model.device()}))
             .item<int64_t>();
   }
-  const Tensor logits = model.forward(b.input, g.cp ? &*g.cp : nullptr);  // (T_local, V)
-  return BatchLoss{.loss = models::GPT::loss(logits, b.labels, std::max<int64_t>(count, 1), b.num_valid_labels),
+  // The fused classifier (no (T, V) logits), as training computes it; under NoGradGuard the loss alone.
+  return BatchLoss{.loss = model.forward_loss(b.input, b.labels, std::max<int64_t>(count, 1), b.num_valid_labels,
+                                              g.cp ? &*g.cp : nullptr),
                    .global_valid = count};
 }
 
@@ -74,10 +75,29 @@ Enqueued enqueue_gradients(const StepParts& p, int64_t step, StepResult& result)
   return e;
 }
 
+// The gradients' sum of squares, (1) f64 on their device: of every parameter, or (sharded) of this rank's
+// pieces all-reduced over the world.
+Tensor step_sum_squares(const StepParts& p) {
+  if (!p.shards) return optim::grad_sum_squares(p.params);
+  p.shards->take_gradients(*p.reducer);
+  return p.shards->grad_sum_squares();
+}
+
 // Clipping (decided on the device by the sum) and the learning rate of step `step`.
 void clip_and_set_lr(const StepParts& p, int64_t step, const Tensor& sum_squares) {
-  if (p.grad_clip > 0) optim::clip_grads_by_sum_squares_(p.params, sum_squares, p.grad_clip);
+  if (p.grad_clip > 0) {
+    optim::clip_grads_by_sum_squares_(p.shards ? p.shards->pieces() : p.params, sum_squares, p.grad_clip);
+  }
   p.optimizer.set_lr(p.schedule.lr_at(step));
+}
+
+// After the update: sharded, every parameter whole again from its owners, and every gradient dropped.
+void finish_update(const StepParts& p) {
+  if (p.shards) {
+    p.shards->gather_parameters();
+    p.shards->zero_grad();
+  }
+  p.optimizer.zero_grad();
 }
 
 }  // namespace
@@ -89,7 +109,7 @@ StepResult training_step(const StepParts& p, int64_t step) {
   StepResult result;
   const Enqueued e = enqueue_gradients(p, step, result);
   const profile::Scope optimizer_scope("phase/optimizer", device);
-  const Tensor sum_squares = optim::grad_sum_squares(p.params);  // (1) f64 on the gradients' device
+  const Tensor sum_squares = step_sum_squares(p);  // (1) f64 on the gradients' device
   // The whole optimizer phase is enqueued before anything is read back (docs/training.md, "Host
   // synchronisation in a step"): the norm stays a device sum of squares, clipping and the skip of a
   // non-finite norm are decided by the kernels that read it, and the host waits only for the copies of
@@ -101,7 +121,7 @@ StepResult training_step(const StepParts& p, int64_t step) {
   clip_and_set_lr(p, step, sum_squares);
   // Enqueued as applied (t + 1 in AdamW's bias corrections); the step count moves at commit.
   p.optimizer.step(sum_squares);
-  p.optimizer.zero_grad();
+  finish_update(p);
   std::vector<double> read;
   try {
     read = readback.wait();  // device errors of the step (e.g. a bad token id) are reported here

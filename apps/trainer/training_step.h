@@ -18,6 +18,7 @@
 #include "apps/trainer/config.h"
 #include "framework/distributed/grad_reducer.h"
 #include "framework/distributed/process_group.h"
+#include "framework/distributed/zero_shards.h"
 #include "framework/optim/lr_schedule.h"
 #include "framework/optim/optimizer.h"
 #include "models/data/data_loader.h"
@@ -62,6 +63,9 @@ struct StepParts {
   StepPrefetch* prefetch = nullptr;
   // One GPU: the forward and backward captured once and replayed (step_graph.h); null: eager.
   StepGraph* graph = nullptr;
+  // parallel.shard: the optimizer updates this rank's pieces, then the parameters are gathered whole
+  // (framework/distributed/zero_shards.h); null: replicated.
+  dist::ZeroShards* shards = nullptr;
 };
 
 struct StepResult {

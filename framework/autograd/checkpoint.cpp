@@ -51,8 +51,8 @@ GradList recompute_backward(Region& r, const GradList& grads) {
     outputs = r.fn(leaves);
   }
   if (r.stash) r.stash->check_consumed(r.name);
-  CPF_CHECK(outputs.size() == grads.size(), "recompute[", r.name, "]: the recomputed region returned ",
-            outputs.size(), " outputs, the first forward ", grads.size());
+  CPF_CHECK(outputs.size() == grads.size(), "recompute[", r.name, "]: the recomputed region returned ", outputs.size(),
+            " outputs, the first forward ", grads.size());
   std::vector<Tensor> roots, seeds;
   for (size_t i = 0; i < outputs.size(); ++i) {
     if (!grads[i].defined() || !outputs[i].defined() || !outputs[i].requires_grad()) continue;
@@ -98,9 +98,8 @@ std::vector<Tensor> checkpoint(const RegionFn& fn, const std::vector<Tensor>& in
   }
   for (const Tensor& p : options.params) region->params.emplace_back(p);
   auto node = std::make_shared<FunctionNode>(
-      "recompute[" + options.name + "]",
-      [region](const GradList& grads) { return recompute_backward(*region, grads); }, std::move(edges),
-      std::move(meta), static_cast<uint32_t>(outputs.size()));
+      "recompute[" + options.name + "]", [region](const GradList& grads) { return recompute_backward(*region, grads); },
+      std::move(edges), std::move(meta), static_cast<uint32_t>(outputs.size()));
   for (size_t i = 0; i < outputs.size(); ++i) {
     if (!outputs[i].defined()) continue;
     const bool differentiable = outputs[i].requires_grad();

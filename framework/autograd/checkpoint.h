@@ -40,14 +40,13 @@ enum class RecomputePolicy { full, selective };
 using RegionFn = std::function<std::vector<Tensor>(const std::vector<Tensor>& inputs)>;
 
 struct CheckpointOptions {
-  std::string name;                                  // names the node: "recompute[<name>]"
-  RecomputePolicy policy = RecomputePolicy::full;    // what the first forward keeps
-  std::vector<Tensor> params;                        // every parameter fn reads (version-checked)
+  std::string name;                                // names the node: "recompute[<name>]"
+  RecomputePolicy policy = RecomputePolicy::full;  // what the first forward keeps
+  std::vector<Tensor> params;                      // every parameter fn reads (version-checked)
 };
 
 // fn(inputs) whose backward recomputes the region (see above). With recording off (evaluation) it is
 // fn(inputs) and keeps nothing. Nested regions are allowed: an inner region runs as in a plain forward.
-std::vector<Tensor> checkpoint(const RegionFn& fn, const std::vector<Tensor>& inputs,
-                               const CheckpointOptions& options);
+std::vector<Tensor> checkpoint(const RegionFn& fn, const std::vector<Tensor>& inputs, const CheckpointOptions& options);
 
 }  // namespace cpf::autograd

@@ -23,13 +23,14 @@ std::vector<Tensor> ForwardStash::take(const std::string& op) {
   CPF_CHECK(next_ < entries_.size(), "recompute: the recomputed region calls '", op, "' after the ", entries_.size(),
             " kept op(s) of its first forward ran out: the region must run the same ops on recompute");
   Entry& entry = entries_[next_];
-  CPF_CHECK(entry.op == op, "recompute: op ", next_, " of the region was '", entry.op, "' in the first forward but is '",
-            op, "' on recompute: the region must run the same ops in the same order");
+  CPF_CHECK(entry.op == op, "recompute: op ", next_, " of the region was '", entry.op,
+            "' in the first forward but is '", op,
+            "' on recompute: the region must run the same ops in the same order");
   for (size_t i = 0; i < entry.values.size(); ++i) {
     const Tensor& t = entry.values[i];
-    CPF_CHECK(!t.defined() || t.version() == entry.versions[i], "recompute: output ", i, " of '", op,
-              "' (shape ", t.shape(), ") was modified in place after the first forward kept it (version ",
-              t.version(), ", kept at ", entry.versions[i], ")");
+    CPF_CHECK(!t.defined() || t.version() == entry.versions[i], "recompute: output ", i, " of '", op, "' (shape ",
+              t.shape(), ") was modified in place after the first forward kept it (version ", t.version(), ", kept at ",
+              entry.versions[i], ")");
   }
   ++next_;
   return std::move(entry.values);  // the entry no longer holds them: freed as the backward goes on

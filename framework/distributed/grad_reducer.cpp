@@ -50,6 +50,11 @@ std::vector<GradientBucketPlan> plan_gradient_buckets(const std::vector<Tensor>&
   return plan;
 }
 
+int64_t padded_bucket_numel(int64_t numel, int world) {
+  CPF_CHECK(numel >= 0 && world >= 1, "padded_bucket_numel: numel=", numel, " world=", world);
+  return (numel + world - 1) / world * world;
+}
+
 GradientReducer::GradientReducer(std::vector<Tensor> params, ProcessGroupPtr group, GradientReducerOptions options)
     : params_(std::move(params)), group_(std::move(group)), options_(options) {
   CPF_CHECK(group_ != nullptr,
@@ -78,7 +83,15 @@ GradientReducer::GradientReducer(std::vector<Tensor> params, ProcessGroupPtr gro
   for (size_t b = 0; b < plan_.size(); ++b) {
     const GradientBucketPlan& bucket = plan_[b];
     for (size_t k = 0; k < bucket.params.size(); ++k) slots_[bucket.params[k]] = Slot{b, bucket.offsets[k]};
-    state_[b].buffer = empty({bucket.numel}, {.dtype = bucket.dtype, .device = params_[0].device()});  // (numel,)
+    const Device device = params_[0].device();
+    if (options_.shard_gradients) {
+      // Zeros: the padding is never written and must add nothing to the last rank's shard.
+      const int64_t padded = padded_bucket_numel(bucket.numel, group_->size());
+      state_[b].buffer = zeros({padded}, {.dtype = bucket.dtype, .device = device});                  // (padded,)
+      state_[b].shard = empty({padded / group_->size()}, {.dtype = bucket.dtype, .device = device});  // (padded / W,)
+    } else {
+      state_[b].buffer = empty({bucket.numel}, {.dtype = bucket.dtype, .device = device});  // (numel,)
+    }
   }
   ready_.assign(params_.size(), false);
   reset_step();
@@ -147,6 +160,8 @@ void GradientReducer::copy_into_bucket(size_t index) {
             p.device(), ") has a gradient of ", grad.shape(), " ", grad.dtype(), " on ", grad.device(),
             "; a gradient must match its parameter");
   raw::copy_(dst, grad);
+  // Sharded: the bucket holds it now, and only its reduced shard is kept (finish() writes nothing back).
+  if (options_.shard_gradients) p.set_grad(Tensor());
 }
 
 void GradientReducer::on_gradient_ready(size_t index) {
@@ -167,7 +182,8 @@ void GradientReducer::start_ready_buckets() {
 
 void GradientReducer::start(size_t bucket) {
   BucketState& s = state_[bucket];
-  s.work = group_->all_reduce_async(s.buffer, options_.op, s.buffer);
+  s.work = options_.shard_gradients ? group_->reduce_scatter_async(s.buffer, 0, options_.op, s.shard)
+                                    : group_->all_reduce_async(s.buffer, options_.op, s.buffer);
 }
 
 void GradientReducer::finish() {
@@ -197,6 +213,7 @@ void GradientReducer::finish() {
       reset_step();
       throw Error(e.file(), e.line(), e.condition(), describe_bucket(b) + ": " + e.message());
     }
+    if (options_.shard_gradients) continue;  // the shard is the result (shard(b))
     for (size_t i : plan_[b].params) {
       const Tensor reduced = slice(i);
       const Tensor grad = params_[i].grad();
@@ -208,6 +225,12 @@ void GradientReducer::finish() {
     }
   }
   reset_step();
+}
+
+const Tensor& GradientReducer::shard(size_t bucket) const {
+  CPF_CHECK(options_.shard_gradients, "GradientReducer::shard: the reducer all-reduces (shard_gradients is off)");
+  CPF_CHECK(bucket < plan_.size(), "GradientReducer::shard: bucket ", bucket, " of ", plan_.size());
+  return state_[bucket].shard;
 }
 
 void GradientReducer::reset_step() {

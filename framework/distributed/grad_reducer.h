@@ -63,6 +63,10 @@ struct GradientReducerOptions {
   // false: buckets start in finish() only (no overlap; for a model whose ranks cannot guarantee the
   // same order of gradient completion relative to other collectives in backward).
   bool start_in_backward = true;
+  // Sharded gradients (ZeRO-2, zero_shards.h): each bucket, padded to a multiple of the group's size, is
+  // reduce-scattered instead of all-reduced, so rank r receives only elements [r s, (r + 1) s) of it
+  // (shard()); a parameter's gradient is dropped once it is in its bucket, and finish() writes none back.
+  bool shard_gradients = false;
 };
 
 // One bucket: parameters (indices into the reducer's list) of one dtype laid out back to back.
@@ -76,6 +80,9 @@ struct GradientBucketPlan {
 // The bucket layout GradientReducer uses: parameters in reverse order, one open bucket per dtype,
 // closed when it reaches bucket_bytes; buckets ordered by when they were opened.
 std::vector<GradientBucketPlan> plan_gradient_buckets(const std::vector<Tensor>& params, int64_t bucket_bytes);
+
+// A bucket of `numel` elements padded to a multiple of `world` (what a sharded bucket's buffer holds).
+int64_t padded_bucket_numel(int64_t numel, int world);
 
 class GradientReducer {
  public:
@@ -98,6 +105,8 @@ class GradientReducer {
   bool sync() const { return sync_; }
 
   const std::vector<GradientBucketPlan>& buckets() const { return plan_; }
+  // shard_gradients: this rank's reduced shard of bucket b after finish(), (padded numel / group size,).
+  const Tensor& shard(size_t bucket) const;
   // Buckets of the current step started so far (during backward, before finish()).
   size_t buckets_started() const { return next_to_start_; }
   // Of the last finish(): how many buckets had started before it was called (from backward).
@@ -109,7 +118,8 @@ class GradientReducer {
     int64_t offset = 0;
   };
   struct BucketState {
-    Tensor buffer;  // (numel,) of the bucket's dtype, on the parameters' device
+    Tensor buffer;  // (numel,) of the bucket's dtype, on the parameters' device (padded when sharded)
+    Tensor shard;   // shard_gradients: (padded numel / group size,), this rank's reduced part
     size_t pending = 0;
     WorkPtr work;
   };

@@ -37,6 +37,25 @@ std::vector<ParamGroup> weight_decay_groups(const NamedTensors& params, double w
   return groups;
 }
 
+Optimizer::Optimizer(std::string name, std::vector<ParamGroup> groups, std::vector<std::string> slots,
+                     const NamedTensors& adopted, int64_t step_count)
+    : Optimizer(std::move(name), std::move(groups), 0.0, {}) {
+  slots_ = std::move(slots);
+  std::map<std::string, Tensor> by_name(adopted.begin(), adopted.end());
+  for (Entry& entry : entries_) {
+    for (const std::string& slot : slots_) {
+      const auto it = by_name.find(slot + "." + entry.name);
+      CPF_CHECK(it != by_name.end(), name_, ": the adopted state has no '", slot, ".", entry.name, "'");
+      CPF_CHECK(it->second.shape() == entry.param.shape() && it->second.dtype() == state_dtype(entry.param.dtype()),
+                name_, ": adopted state '", slot, ".", entry.name, "' is ", it->second.shape(), " ", it->second.dtype(),
+                "; expected ", entry.param.shape(), " ", state_dtype(entry.param.dtype()));
+      entry.state.push_back(it->second);
+    }
+  }
+  CPF_CHECK(step_count >= 0, name_, ": step count ", step_count, " must be >= 0");
+  step_count_ = step_count;
+}
+
 Optimizer::Optimizer(std::string name, std::vector<ParamGroup> groups, double lr, std::vector<std::string> slots)
     : name_(std::move(name)), groups_(std::move(groups)), slots_(std::move(slots)), lr_(lr) {
   check_lr(lr);

@@ -107,6 +107,10 @@ class Optimizer {
   // Validates the groups (defined, floating, leaf parameters that require grad; unique names and
   // tensors; finite weight decay >= 0; at least one parameter) and allocates zeroed state per slot.
   Optimizer(std::string name, std::vector<ParamGroup> groups, double lr, std::vector<std::string> slots);
+  // The same validation, but the state is `adopted` ("<slot>.<parameter name>" for every slot and
+  // parameter, each of the parameter's shape and state dtype), held as given, not allocated.
+  Optimizer(std::string name, std::vector<ParamGroup> groups, std::vector<std::string> slots,
+            const NamedTensors& adopted, int64_t step_count);
 
   // One parameter's update. `param` and `grad` are in the compute dtype (f32 for bf16 parameters,
   // already widened: the caller rounds `param` back), `state` holds one tensor per slot. `step` is the

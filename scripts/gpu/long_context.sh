@@ -49,13 +49,14 @@ for run in $RUNS; do
   rm -rf "$dir"
   echo "== cpformer recompute=$mode seq_len=$seq"
   "$CPFORMER" train "$CONFIG" --set "run.out_dir=$dir" --set "run.steps=$STEPS" --set "run.log_every=$((STEPS / 2))" \
-    --set "model.vocab_size=$VOCAB" --set "model.recompute=$mode" --set "data.seq_len=$seq" "${extra[@]}" \
+    --set schedule.warmup_steps=1 --set "model.vocab_size=$VOCAB" --set "model.recompute=$mode" --set "data.seq_len=$seq" "${extra[@]}" \
     >"$OUT_DIR/cpformer_${mode}_$seq.log" 2>&1
   rc=$?
   tail -2 "$OUT_DIR/cpformer_${mode}_$seq.log"
   tps="$(metric "$dir/metrics.jsonl" tokens_per_s)"
   mfu="$(metric "$dir/metrics.jsonl" mfu)"
   [[ $rc != 0 ]] && grep -qi "out of memory\|does not fit\|estimates" "$OUT_DIR/cpformer_${mode}_$seq.log" && tps="OOM/refused"
+  rm -rf "$dir/checkpoints"  # 13 GB for the 1B shape: the disk holds few
   echo "| cpformer | $mode | $seq | ${tps:-failed (exit $rc)} | $(awk -v m="${mfu:-0}" 'BEGIN { if (m > 0) printf "%.1f%%", 100 * m }') | $(gib "$(metric "$dir/metrics.jsonl" peak_memory_bytes)") | $(gib "$(metric "$dir/metrics.jsonl" memory_model_bytes)") |" >>"$table"
 done
 

@@ -30,10 +30,10 @@ struct Block {
   Tensor w1 = grad_input({8, 4}, 11), w2 = grad_input({4, 4}, 12), g = grad_input({8}, 13);
   Inputs params() const { return {w1, w2, g}; }
   Inputs operator()(const Inputs& in) const {
-    const Tensor h = linear(in[0], w1);                          // (N, 8)
-    const Tensor n = tanh(rms_norm(h, g));                       // (N, 8)
+    const Tensor h = linear(in[0], w1);                           // (N, 8)
+    const Tensor n = tanh(rms_norm(h, g));                        // (N, 8)
     const Tensor y = add(in[0], linear(narrow(n, 1, 0, 4), w2));  // (N, 4)
-    const Tensor z = swiglu_packed(h);                           // (N, 4)
+    const Tensor z = swiglu_packed(h);                            // (N, 4)
     return {y, in.size() > 1 && in[1].defined() ? add(z, in[1]) : z};
   }
 };
@@ -165,11 +165,9 @@ TEST(Checkpoint, RefusesARecomputeThatRunsOtherOps) {
   EXPECT_CPF_ERROR(backward(sum(out[0])), "the recompute of 'odd' used 0 of the 1 ops its first forward kept");
 
   calls = 0;
-  auto swapped = [&](const Inputs& in) {
-    return Inputs{++calls == 1 ? linear(in[0], w) : linear_gelu(in[0], w)};
-  };
-  const Inputs out2 =
-      checkpoint(swapped, {grad_input({2, 4}, 1)}, {.name = "odd", .policy = RecomputePolicy::selective, .params = {w}});
+  auto swapped = [&](const Inputs& in) { return Inputs{++calls == 1 ? linear(in[0], w) : linear_gelu(in[0], w)}; };
+  const Inputs out2 = checkpoint(swapped, {grad_input({2, 4}, 1)},
+                                 {.name = "odd", .policy = RecomputePolicy::selective, .params = {w}});
   EXPECT_CPF_ERROR(backward(sum(out2[0])), "op 0 of the region was 'linear' in the first forward but is 'linear_gelu'");
 }
 
@@ -193,8 +191,9 @@ TEST(ForwardStash, RefusesValuesChangedInPlaceAndWrongPhases) {
 }
 
 TEST(Checkpoint, RefusesAnEmptyRegion) {
-  EXPECT_CPF_ERROR(checkpoint(autograd::RegionFn(), {}, {.name = "none", .policy = RecomputePolicy::full, .params = {}}),
-                   "checkpoint 'none': the region function is empty");
+  EXPECT_CPF_ERROR(
+      checkpoint(autograd::RegionFn(), {}, {.name = "none", .policy = RecomputePolicy::full, .params = {}}),
+      "checkpoint 'none': the region function is empty");
 }
 
 }  // namespace

@@ -128,10 +128,17 @@ TEST(GPTForwardLoss, RefusesBadInputs) {
   // A device divisor only reaches the fused path: the unfused loss would silently divide by the value.
   const Tensor divisor = scalar_tensor(3.0, {.dtype = DType::f64});
   {
+    // Without recording the fused path computes the loss alone (evaluation), and takes the device divisor.
     NoGradGuard no_grad;
-    EXPECT_CPF_ERROR(model.forward_loss(in, from_vector<int64_t>({1, 2, 3}, {3}), 3, -1, nullptr, divisor),
-                     "GPT::forward_loss: a normalizer_tensor needs the fused classifier (grad mode on, "
-                     "model.classifier_chunk_rows >= 0, now 0)");
+    const Tensor labels = from_vector<int64_t>({1, 2, 3}, {3});
+    EXPECT_EQ(model.forward_loss(in, labels, 3, -1, nullptr, divisor).item<double>(),
+              model.forward_loss(in, labels, 3).item<double>());
+    GPTOptions unfused_options = o;
+    unfused_options.classifier_chunk_rows = -1;
+    const GPT unfused(unfused_options);
+    EXPECT_CPF_ERROR(unfused.forward_loss(in, labels, 3, -1, nullptr, divisor),
+                     "GPT::forward_loss: a normalizer_tensor needs the fused classifier "
+                     "(model.classifier_chunk_rows >= 0, now -1)");
   }
   o.classifier_chunk_rows = -2;
   const auto p = check_options(o);

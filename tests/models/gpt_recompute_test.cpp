@@ -90,8 +90,8 @@ TEST(GPTRecompute, EqualsNoRecomputationBitForBit) {
     for (nn::Activation mlp : {nn::Activation::gelu, nn::Activation::swiglu}) {
       const GPTOptions o = options(attention, mlp);
       const Result plain = train_step(o, RecomputeMode::none, 0);
-      const std::string what = "attention " + std::to_string(static_cast<int>(attention)) + " mlp " +
-                               std::to_string(static_cast<int>(mlp));
+      const std::string what =
+          "attention " + std::to_string(static_cast<int>(attention)) + " mlp " + std::to_string(static_cast<int>(mlp));
       expect_equal(train_step(o, RecomputeMode::full, 0), plain, what + " full");
       expect_equal(train_step(o, RecomputeMode::selective, 0), plain, what + " selective");
       expect_equal(train_step(o, RecomputeMode::full, 2), plain, what + " full, first 2 blocks");
