@@ -90,4 +90,13 @@ std::optional<std::string> check_memory_plan(const TrainConfig& c, double capaci
   throw config::ConfigError(fix.str());
 }
 
+std::optional<std::string> out_of_memory_note(const Error& error, const TrainConfig& c) {
+  if (error.message().find(" out of memory") == std::string::npos) return std::nullopt;
+  const models::MemoryEstimate e = models::estimate_memory(memory_plan_input(c));
+  return "the memory planner estimated " + models::format_gib(e.total()) + " per rank for this run (activations " +
+         models::format_gib(e.activations) + ", recompute " + recompute_name(c.model.recompute) +
+         "); `cpformer check-config CONFIG --memory` prints the plan and the longest context each recompute mode "
+         "fits";
+}
+
 }  // namespace cpf::trainer

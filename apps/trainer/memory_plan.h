@@ -33,4 +33,8 @@ void print_memory_plan(const TrainConfig& config, const std::string& device, std
 // `capacity` x kPlanTolerance; returns a warning line when it exceeds `capacity` alone, else nullopt.
 std::optional<std::string> check_memory_plan(const TrainConfig& config, double capacity);
 
+// For an error raised while a step runs: when it is a device out of memory, what to add to its message (the
+// planner's estimate for this run, and the knobs); nullopt for any other error.
+std::optional<std::string> out_of_memory_note(const Error& error, const TrainConfig& config);
+
 }  // namespace cpf::trainer

@@ -214,9 +214,29 @@ void RankTrainer::note_skipped(int64_t step, const StepResult& r) {
 }
 
 StepResult RankTrainer::train_step(int64_t step) {
-  const StepResult r = training_step(step_parts(), step);
-  note_skipped(step + 1, r);
-  return r;
+  try {
+    const StepResult r = training_step(step_parts(), step);
+    note_skipped(step + 1, r);
+    return r;
+  } catch (const Error& e) {
+    rethrow_out_of_memory(e, step);
+  }
+}
+
+void RankTrainer::train_step_deferred(int64_t step) {
+  try {
+    training_step_deferred(step_parts(), step, *window_);
+  } catch (const Error& e) {
+    rethrow_out_of_memory(e, step);
+  }
+}
+
+void RankTrainer::rethrow_out_of_memory(const Error& e, int64_t step) const {
+  if (const std::optional<std::string> note = out_of_memory_note(e, c_)) {
+    throw Error(e.file(), e.line(), e.condition(),
+                "step " + std::to_string(step + 1) + ": " + e.message() + "; " + *note);
+  }
+  throw;
 }
 
 // The step window is read when the host must know its steps: a step line, an evaluation, a checkpoint,

@@ -94,6 +94,9 @@ class RankTrainer {
   void check_nonfinite_steps(int64_t consecutive, double norm) const;
   StepParts step_parts();
   StepResult train_step(int64_t step);
+  void train_step_deferred(int64_t step);  // training_step_deferred into window_
+  // Rethrows `e` (in flight); a device out of memory with the planner's estimate added (memory_plan.h).
+  [[noreturn]] void rethrow_out_of_memory(const Error& e, int64_t step) const;
   void note_skipped(int64_t step, const StepResult& r);  // rank 0; `step` 1-based
   bool evaluate(int64_t step, bool record = true);       // true when a target is reached
   void checkpoint(int64_t step);

@@ -71,7 +71,7 @@ bool RankTrainer::run_one_step(Session& s, const StepProfiler& profile_window, S
   const SyncCheck sync_check(device_);
   if (window_) {  // one rank: the step's records wait for the window's read-back
     if (window_->empty()) s.window_t0 = s0;
-    training_step_deferred(step_parts(), step_, *window_);
+    train_step_deferred(step_);
     ++step_;
     if (must_read_back()) drain_window(s);
     if (logger_) {

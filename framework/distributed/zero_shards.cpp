@@ -48,12 +48,13 @@ ZeroShards::ZeroShards(optim::NamedTensors params, std::vector<GradientBucketPla
                        ShardStage stage)
     : params_(std::move(params)), plan_(std::move(plan)), group_(std::move(group)), stage_(stage) {
   CPF_CHECK(group_ != nullptr, "ZeroShards: the process group is null");
-  CPF_CHECK(stage_ == ShardStage::optimizer || stage_ == ShardStage::gradients,
-            "ZeroShards: stage ", shard_stage_name(stage_),
+  CPF_CHECK(stage_ == ShardStage::optimizer || stage_ == ShardStage::gradients, "ZeroShards: stage ",
+            shard_stage_name(stage_),
             " is not one it runs: optimizer (ZeRO-1) or gradients (ZeRO-2); parameters (ZeRO-3) is not built yet");
   std::vector<int64_t> numels;
   for (const auto& [name, p] : params_) {
-    CPF_CHECK(p.defined() && p.is_contiguous(), "ZeroShards: parameter '", name, "' must be a defined contiguous tensor");
+    CPF_CHECK(p.defined() && p.is_contiguous(), "ZeroShards: parameter '", name,
+              "' must be a defined contiguous tensor");
     numels.push_back(p.numel());
   }
   layout_ = plan_shard_pieces(plan_, numels, group_->rank(), group_->size());
@@ -63,9 +64,9 @@ ZeroShards::ZeroShards(optim::NamedTensors params, std::vector<GradientBucketPla
     const auto& [name, p] = params_[piece.param];
     Tensor leaf = flat_range(p, piece.param_begin, piece.numel).detach();  // shares the parameter's storage
     leaf.set_requires_grad(true);
-    pieces_.emplace_back(name + "[" + std::to_string(piece.param_begin) + ":" +
-                             std::to_string(piece.param_begin + piece.numel) + "]",
-                         leaf);
+    pieces_.emplace_back(
+        name + "[" + std::to_string(piece.param_begin) + ":" + std::to_string(piece.param_begin + piece.numel) + "]",
+        leaf);
   }
 }
 
@@ -146,8 +147,8 @@ optim::NamedTensors ZeroShards::full_state(const optim::Optimizer& optimizer) co
       const Tensor all = gather_bucket(b, values);
       for (size_t k = 0; k < plan_[b].params.size(); ++k) {
         const Tensor& p = params_[plan_[b].params[k]].second;
-        whole[plan_[b].params[k]] = raw::view(raw::contiguous(raw::narrow(all, 0, plan_[b].offsets[k], p.numel())),
-                                              p.shape());
+        whole[plan_[b].params[k]] =
+            raw::view(raw::contiguous(raw::narrow(all, 0, plan_[b].offsets[k], p.numel())), p.shape());
       }
     }
     for (size_t i = 0; i < params_.size(); ++i) full.emplace_back(slot + "." + params_[i].first, whole[i]);
@@ -166,9 +167,9 @@ void ZeroShards::load_full_state(optim::Optimizer& optimizer, const optim::Named
       CPF_CHECK(it != by_name.end(), "ZeroShards: the state holds no '", slot, ".", name, "'");
       CPF_CHECK(it->second.shape() == p.shape(), "ZeroShards: state '", slot, ".", name, "' has shape ",
                 it->second.shape(), " but the parameter has ", p.shape());
-      mine.emplace_back(slot + "." + pieces_[i].first,
-                        raw::contiguous(flat_range(raw::contiguous(it->second), layout_[i].param_begin,
-                                                   layout_[i].numel)));
+      mine.emplace_back(
+          slot + "." + pieces_[i].first,
+          raw::contiguous(flat_range(raw::contiguous(it->second), layout_[i].param_begin, layout_[i].numel)));
     }
   }
   optimizer.load_state(mine, step_count);

@@ -63,8 +63,7 @@ class ZeroShards {
  public:
   // params: the model's (name, parameter) list in the reducer's order; plan: reducer.buckets();
   // group: the reducer's group (the whole DP x CP world). Stage optimizer or gradients.
-  ZeroShards(optim::NamedTensors params, std::vector<GradientBucketPlan> plan, ProcessGroupPtr group,
-             ShardStage stage);
+  ZeroShards(optim::NamedTensors params, std::vector<GradientBucketPlan> plan, ProcessGroupPtr group, ShardStage stage);
 
   ShardStage stage() const { return stage_; }
   // The pieces as (name, leaf) for the optimizer.

@@ -10,7 +10,7 @@ OptimizerSnapshot::OptimizerSnapshot(std::string name, std::vector<ParamGroup> g
     : Optimizer(std::move(name), std::move(groups), std::move(slots), state, step_count) {}
 
 std::unique_ptr<OptimizerSnapshot> OptimizerSnapshot::zeros_for(std::string name, std::vector<ParamGroup> groups,
-                                               std::vector<std::string> slots, bool allocate) {
+                                                                std::vector<std::string> slots, bool allocate) {
   NamedTensors state;
   for (const std::string& slot : slots) {
     for (const ParamGroup& group : groups) {

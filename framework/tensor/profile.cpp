@@ -120,8 +120,19 @@ const Device* thread_device() { return t_has_device ? &t_device : nullptr; }
 Scope::Scope(std::string_view name) { open(name, thread_device()); }
 Scope::Scope(std::string_view name, Device device) { open(name, &device); }
 
+namespace {
+thread_local std::vector<const std::string*> open_scope_names;  // this thread's open scopes, outermost first
+}  // namespace
+
+std::string open_scopes() {
+  std::string path;
+  for (const std::string* name : open_scope_names) path += (path.empty() ? "" : " > ") + *name;
+  return path;
+}
+
 void Scope::open(std::string_view name, const Device* device) {
   name_ = std::string(name);
+  open_scope_names.push_back(&name_);
   recording_ = enabled();
   if (recording_ && device != nullptr && !device->is_cpu()) {
     const DeviceHooks& h = hooks()[static_cast<size_t>(device->type)];
@@ -169,6 +180,8 @@ Scope::~Scope() {
     }
   }
   if (range_open_) range_hooks()->range_pop();
+  // Scopes close in reverse order of opening on their thread.
+  if (!open_scope_names.empty() && open_scope_names.back() == &name_) open_scope_names.pop_back();
 }
 
 std::vector<Stats> snapshot() {

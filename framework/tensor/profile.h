@@ -54,6 +54,10 @@ class DeviceScope {
 // This thread's device set by DeviceScope, or nullptr.
 const Device* thread_device();
 
+// The scopes open on this thread, outermost first, joined by " > " ("step > forward/attention"); "" when
+// none. What an error raised inside them (a device out of memory) names as the phase it happened in.
+std::string open_scopes();
+
 class Scope {
  public:
   // GPU time too when a DeviceScope of a CUDA device is open on this thread.

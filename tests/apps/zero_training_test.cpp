@@ -45,7 +45,8 @@ void expect_same_weights(const std::string& a, const std::string& b) {
 void expect_close(const std::vector<double>& a, const std::vector<double>& b, double rtol, const std::string& what) {
   ASSERT_EQ(a.size(), b.size()) << what;
   for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_LE(std::abs(a[i] - b[i]), rtol * std::abs(b[i])) << what << " step " << i + 1 << ": " << a[i] << " vs " << b[i];
+    EXPECT_LE(std::abs(a[i] - b[i]), rtol * std::abs(b[i]))
+        << what << " step " << i + 1 << ": " << a[i] << " vs " << b[i];
   }
 }
 
@@ -102,6 +103,23 @@ TEST(ZeroTraining, CheckpointsResumeAtAnotherWorldSize) {
   const TrainOutcome grown = train_with(back, 8, with(kDp2Cp2, {"parallel.shard=optimizer"}));
   ASSERT_EQ(grown.start_step, 4);
   expect_close(grown.losses, std::vector<double>(full.losses.begin() + 4, full.losses.end()), 1e-5, "2 -> 4 ranks");
+}
+
+// model.recompute composes with sharding and CP through the trainer: bit for bit the plain run, and a run
+// resumes with another recompute mode (recomputation is not part of what a checkpoint means).
+TEST(ZeroTraining, RecomputeComposesWithShardingAndResumes) {
+  const TrainOutcome plain = train_with(scratch_dir("recompute_plain"), 8, kDp2Cp2);
+  for (const char* mode : {"full", "selective"}) {
+    const TrainOutcome r =
+        train_with(scratch_dir(std::string("recompute_") + mode), 8,
+                   with(kDp2Cp2, {std::string("model.recompute=") + mode, "parallel.shard=gradients"}));
+    EXPECT_EQ(r.losses, plain.losses) << mode;
+  }
+  const auto dir = scratch_dir("recompute_resume");
+  train_with(dir, 4, with(kDp2Cp2, {"model.recompute=full"}));
+  const TrainOutcome second = train_with(dir, 8, kDp2Cp2);
+  ASSERT_EQ(second.start_step, 4);
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(second.losses[i], plain.losses[i + 4]) << "step " << i + 5;
 }
 
 TEST(ZeroTraining, RefusedOptions) {

@@ -54,9 +54,9 @@ void expect_sharded_equals_replicated(int ranks, ShardStage stage, DType matrix_
   run_ranks(ranks, [&](RankContext& ctx) {
     TinyModel model(matrix_dtype, /*with_unused=*/false);
     TinyModel reference = model.copy();
-    dist::GradientReducer reducer(model.params, ctx.world,
-                                  {.bucket_bytes = 300, .op = ReduceOp::avg,
-                                   .shard_gradients = stage == ShardStage::gradients});
+    dist::GradientReducer reducer(
+        model.params, ctx.world,
+        {.bucket_bytes = 300, .op = ReduceOp::avg, .shard_gradients = stage == ShardStage::gradients});
     dist::ZeroShards shards(named(model.params), reducer.buckets(), ctx.world, stage);
     const auto groups = optim::weight_decay_groups(named(model.params), 0.1);
     optim::AdamW sharded(shards.piece_groups(groups), adamw());

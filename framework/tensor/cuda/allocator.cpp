@@ -11,6 +11,7 @@
 #include "framework/tensor/cuda/graph_capture.cuh"
 #include "framework/tensor/cuda/host_sync.cuh"
 #include "framework/tensor/cuda/runtime.cuh"
+#include "framework/tensor/profile.h"
 #include "framework/tensor/storage.h"
 
 namespace cpf::cuda {
@@ -65,10 +66,11 @@ void* CachingAllocator::device_malloc_locked(size_t size, size_t nbytes) {
     size_t free_bytes = 0, total_bytes = 0;
     (void)cudaMemGetInfo(&free_bytes, &total_bytes);
     (void)cudaGetLastError();
-    CPF_FAIL("cuda:", device_, " out of memory: tried to allocate ", bytes_str(size), " (", nbytes,
-             " bytes requested); allocated ", bytes_str(stats_.allocated), ", reserved ", bytes_str(stats_.reserved),
-             ", peak allocated ", bytes_str(stats_.peak_allocated), "; the device has ", bytes_str(free_bytes),
-             " free of ", bytes_str(total_bytes),
+    const std::string phase = profile::open_scopes();
+    CPF_FAIL("cuda:", device_, " out of memory", phase.empty() ? "" : " in " + phase, ": tried to allocate ",
+             bytes_str(size), " (", nbytes, " bytes requested); allocated ", bytes_str(stats_.allocated), ", reserved ",
+             bytes_str(stats_.reserved), ", peak allocated ", bytes_str(stats_.peak_allocated), "; the device has ",
+             bytes_str(free_bytes), " free of ", bytes_str(total_bytes),
              capturing ? " (during a CUDA-graph capture: the cached blocks were not released, since that needs a "
                          "device synchronisation)"
                        : "");
