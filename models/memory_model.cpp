@@ -80,16 +80,6 @@ BlockBytes block_bytes_per_token(const GPTOptions& o, double act, double param, 
   return {whole, input};
 }
 
-// Parameters of one block (what its gradients hold, against what its activations free).
-int64_t block_parameters(const GPTOptions& o) {
-  GPTOptions one = o;
-  one.num_layers = 1;
-  one.vocab_size = 0;
-  one.positions = PositionType::rope;
-  one.tie_embeddings = true;
-  return count_parameters(one) - (one.norm == NormType::layernorm && one.bias ? 2 : 1) * one.hidden_size;
-}
-
 // What the CP strategy holds beside the blocks' activations while one attention runs (K/V in flight).
 double cp_attention_bytes(const MemoryPlanInput& in, double act, int64_t tokens) {
   if (in.cp <= 1) return 0;
@@ -170,19 +160,20 @@ MemoryEstimate estimate_memory(const MemoryPlanInput& in) {
   const double transient = covered > 0 ? recomputed.transient : plain.transient;
   const double stream = param * c + (param + act) * c;  // the embedding's output; the final norm's x and y
   e.activations = t * (kept + transient + stream);
-  // The peak is where the backward starts or where it ends: each block's backward frees its activations
-  // and allocates its parameters' gradients, so the blocks' gradients count only where they exceed the
-  // activations they replace (short contexts); the LM head's gradient is the loss's (below).
-  const double shards = in.shard == "gradients" ? ranks : 1.0;
-  const double block_grads = static_cast<double>(layers * block_parameters(o)) * param / shards;
-  e.gradients = std::max(0.0, block_grads - t * kept);
   e.attention = cp_attention_bytes(in, act, e.tokens_per_rank);
 
   const double v = static_cast<double>(o.vocab_size);
   const int64_t chunk = raw::classifier_chunk_rows(o.classifier_chunk_rows > 0 ? o.classifier_chunk_rows : 0,
                                                    e.tokens_per_rank, o.vocab_size, in.bf16 ? DType::bf16 : o.dtype);
   const double grad_dtype = in.bf16 ? 4.0 : param;  // the fused classifier's d(hidden) and d(weight)
-  e.loss = 2.0 * static_cast<double>(chunk) * v * act + t * c * grad_dtype + v * c * grad_dtype;
+  // One chunk of logits (its gradient is written over it), d(hidden) and the head weight's gradient.
+  e.loss = static_cast<double>(chunk) * v * act + t * c * grad_dtype + v * c * grad_dtype;
+  // The peak is where the backward starts (every kept activation, the loss's buffers, the last block's
+  // backward) or where it ends (every gradient, the activations freed): each block's backward frees its
+  // activations as it allocates its parameters' gradients. So the gradients count only by what they
+  // exceed the activations and the loss by (measured on H100s: docs/long_context.md).
+  const double shards = in.shard == "gradients" ? ranks : 1.0;
+  e.gradients = std::max(0.0, n * param / shards - e.activations - e.loss);
   return e;
 }
 

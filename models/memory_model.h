@@ -4,14 +4,16 @@
 // its first step. One model for all three, so the planner and the refusal never disagree.
 //
 // Per rank, in bytes (N parameters, T tokens of this rank's micro-batch, L blocks, C hidden):
-//   master weights     N x 4 (f32)                 gradients   N x 4 (f32); / ranks with shard: gradients
+//   master weights     N x 4 (f32)                 gradients   N x 4 (f32); / ranks with shard: gradients;
+//                                                              only the part above activations + loss (the
+//                                                              peak is where the backward starts or ends)
 //   compute copies     N x 2 under bf16            moments     N x 8 (AdamW), N x 4 (SGD + momentum);
 //                                                              / ranks with shard: optimizer or gradients
 //   activations        T x L_kept x (bytes a token keeps per block, by recompute mode)
 //                      + T x (one block's whole activations) while a recomputed block runs backward
 //   attention          what the CP strategy holds beside the block (received K/V tiles, gathered K/V)
 //   communication      the gradient reducer's flat buckets (N x 4) when more than one rank shares the step
-//   loss               the fused classifier: one chunk of logits and their gradient, d(hidden) (T x C x 4)
+//   loss               the fused classifier: one chunk of logits (its gradient written over it), d(hidden) (T x C x 4)
 //                      and d(head weight) (V x C x 4)
 // The bytes a token keeps per block are counted from the tensors each op saves for its backward
 // (docs/long_context.md lists them); a GPU test holds the model within 10% of measured peaks.

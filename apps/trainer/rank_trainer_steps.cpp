@@ -110,6 +110,9 @@ void RankTrainer::finish(Session& s) {
   // A run that stopped at its target between step lines: its last steps get their line, so the
   // summary's train loss is a printed one.
   if (rank0() && s.window.steps > 0) log_step(s);
+  // No step replays any more: the captured graph's private memory pool goes back before the last
+  // evaluation, which would otherwise allocate beside it (at a context near the device's limit, it does not fit).
+  step_graph_.reset();
   // A finished run resumed again evaluates for its summary without recording that step twice.
   if (s.evaluated_at != step_) evaluate(step_, step_ != s.start || !shared_.resume_path);
   if (s.saved_at != step_) checkpoint(step_);

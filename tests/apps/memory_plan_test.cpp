@@ -19,9 +19,9 @@ TEST(MemoryPlan, CheckConfigPrintsThePlan) {
   for (const char* config : {"llama3_1b_long.yaml", "llama3_3b_long.yaml", "llama3_8b_long.yaml"}) {
     const auto r = run({"check-config", (repo_root() / "configs" / config).string(), "--device-memory", "h100"});
     ASSERT_EQ(r.code, kExitOk) << r.err;
-    for (const char* part : {"master weights", "compute copies", "gradients", "optimizer moments", "activations",
-                             "attention (CP)", "communication", "loss", "total", "device: 79.20 GiB (h100)",
-                             "longest context that fits: "}) {
+    for (const char* part :
+         {"master weights", "compute copies", "gradients", "optimizer moments", "activations", "attention (CP)",
+          "communication", "loss", "total", "device: 79.20 GiB (h100)", "longest context that fits: "}) {
       EXPECT_NE(r.out.find(part), std::string::npos) << config << ": " << part << "\n" << r.out;
     }
   }
@@ -31,8 +31,8 @@ TEST(MemoryPlan, CheckConfigPrintsThePlan) {
   EXPECT_NE(fits.out.find(": fits"), std::string::npos) << fits.out;
   const auto big = run({"check-config", (repo_root() / "configs" / "llama3_8b_long.yaml").string(), "--memory"});
   EXPECT_NE(big.out.find("does NOT fit"), std::string::npos) << big.out;
-  const auto bad = run({"check-config", (repo_root() / "configs" / "llama3_1b_long.yaml").string(), "--device-memory",
-                        "a100"});
+  const auto bad =
+      run({"check-config", (repo_root() / "configs" / "llama3_1b_long.yaml").string(), "--device-memory", "a100"});
   EXPECT_NE(bad.code, kExitOk);
   EXPECT_NE(bad.err.find("unknown device 'a100': name h100 or h200"), std::string::npos) << bad.err;
 }

@@ -76,6 +76,15 @@ TEST(MemoryModel, OrdersRecomputeModesAndShardStages) {
   EXPECT_NEAR(estimate_memory(llama_1b(RecomputeMode::none, 8192)).total() / gib, 27.6, 2.76);
   EXPECT_NEAR(full.total() / gib, 24.8, 2.48);
   EXPECT_NEAR(estimate_memory(llama_1b(RecomputeMode::full, 131072)).total() / gib, 55.1, 5.51);
+  EXPECT_NEAR(estimate_memory(llama_1b(RecomputeMode::none, 16384)).total() / gib, 38.7, 3.87);
+  EXPECT_NEAR(selective.total() / gib, 46.4, 4.64);
+  EXPECT_NEAR(estimate_memory(llama_1b(RecomputeMode::full, 196608)).total() / gib, 75.3, 7.53);
+  MemoryPlanInput three_b = llama_1b(RecomputeMode::full, 32768);  // configs/llama3_3b_long.yaml
+  three_b.model.vocab_size = 128256;
+  three_b.model.hidden_size = 3072;
+  three_b.model.num_layers = 28;
+  three_b.model.num_heads = 24;
+  EXPECT_NEAR(estimate_memory(three_b).total() / gib, 64.4, 6.44);
   EXPECT_LT(estimate_memory(llama_1b(RecomputeMode::full, 16384)).total(), full.total());
 
   MemoryPlanInput sharded = llama_1b(RecomputeMode::full, 32768);
