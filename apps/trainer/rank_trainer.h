@@ -3,6 +3,7 @@
 // thread or process). rank_trainer.cpp builds it and holds what happens around the steps (resume, the
 // run folder, signals, evaluation, checkpoints, step lines); rank_trainer_steps.cpp runs the steps
 // (the loop, a step and its records, the read-back windows, the CUDA graph's start).
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -40,6 +41,8 @@ struct Shared {
   // One process per rank (torchrun/srun/mpirun): nothing is shared between ranks, each process finds
   // the checkpoint to resume itself and the ranks check that they agree.
   bool process_per_rank = false;
+  // A rank's data source failed mid-run (data::DataReadError): train() reports it as a DataError (exit 3).
+  std::atomic<bool> data_failed{false};
 };
 
 struct Sources {

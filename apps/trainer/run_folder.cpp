@@ -64,6 +64,28 @@ RunFolderLock::~RunFolderLock() {
   if (fd_ >= 0) ::close(fd_);  // closing releases the flock
 }
 
+void check_checkpoints_writable(const TrainConfig& config) {
+  const fs::path dir = checkpoints_dir(config);
+  const std::string why =
+      " (checked before step 1, so no training is lost; make it writable or set run.out_dir "
+      "to a shorter, writable folder)";
+  std::error_code ec;
+  const bool existed = fs::exists(dir, ec);
+  fs::create_directories(dir, ec);
+  CPF_CHECK(!ec, "run folder: cannot create the checkpoint folder ", dir.string(), ": ", ec.message(), why);
+  // The longest names a checkpoint uses: its temporary folder and the optimizer's file in it.
+  const fs::path probe_dir = dir / ".tmp-step_99999999";
+  const fs::path probe = probe_dir / "optimizer.safetensors.tmp";
+  fs::create_directory(probe_dir, ec);
+  CPF_CHECK(!ec, "run folder: cannot write checkpoints in ", dir.string(), ": creating ", probe_dir.string(), ": ",
+            ec.message(), why);
+  const bool written = static_cast<bool>(std::ofstream(probe) << "probe");
+  fs::remove_all(probe_dir, ec);
+  if (!existed) fs::remove(dir, ec);  // a run that writes no checkpoint leaves no folder for one
+  CPF_CHECK(written, "run folder: cannot write checkpoints in ", dir.string(), ": writing ", probe.string(), " (",
+            probe.string().size(), " characters) failed", why);
+}
+
 void apply_start_mode(const TrainConfig& config) {
   const std::string dir = checkpoints_dir(config);
   if (config.run.resume == ResumeMode::never) {

@@ -36,6 +36,11 @@ class RunFolderLock {
 //   auto:    nothing here (the ranks decide after validating the checkpoints).
 void apply_start_mode(const TrainConfig& config);
 
+// Before step 1: creates checkpoints/ and writes and removes a probe with the longest path a checkpoint
+// writes there, so a folder that cannot take checkpoints (read-only, not a folder, a path too long for
+// the file system) is refused before any training work instead of at the first checkpoint.
+void check_checkpoints_writable(const TrainConfig& config);
+
 // Rewrites metrics.jsonl to keep only the records of steps <= `step` (the step the run starts from),
 // so a resumed run records every step once. Lines that do not parse (a record torn by a crash) are
 // dropped. Throws naming the path and the OS error when it cannot be read or written.

@@ -94,6 +94,29 @@ void start_logger(std::optional<MetricsLogger>& logger, const TrainConfig& confi
       (config.run.precision == PrecisionMode::bf16 ? " bf16 (f32 master weights)" : " fp32") + " | run folder " + dir);
 }
 
+// The memory planner before any work (memory_plan.h): refuses what cannot fit on `device`, returns a
+// warning near the limit; nothing on the CPU.
+std::optional<std::string> check_device_memory(const TrainConfig& config, Device device) {
+  if (!device.is_cuda()) return std::nullopt;
+  const std::optional<size_t> capacity = total_device_memory(device);
+  return capacity ? check_memory_plan(config, static_cast<double>(*capacity)) : std::nullopt;
+}
+
+// The ranks as threads of this process (dist::launch); a rank whose data source failed makes it a DataError.
+void launch_rank_threads(const TrainConfig& config, Device device0, const std::function<void(dist::RankContext&)>& rank,
+                         const Shared& shared) {
+  dist::LaunchOptions options;
+  options.devices = device0.is_cuda() ? dist::DevicePolicy::cuda : dist::DevicePolicy::cpu;
+  options.omp_threads_per_rank = static_cast<int>(config.run.threads);
+  options.backend = config.parallel.backend;
+  try {
+    dist::launch(static_cast<int>(config.parallel.dp * config.parallel.cp), rank, options);
+  } catch (const Error& e) {
+    if (shared.data_failed) throw DataError(e.message());  // exit code 3, as for data that cannot be opened
+    throw;
+  }
+}
+
 }  // namespace
 
 TrainOutcome train(const TrainConfig& config, std::ostream& out, bool progress_bar) {
@@ -102,13 +125,7 @@ TrainOutcome train(const TrainConfig& config, std::ostream& out, bool progress_b
   const int world = static_cast<int>(config.parallel.dp * config.parallel.cp);
   const std::optional<dist::LaunchEnvironment> env = dist::read_launch_environment();
   check_launch_environment(config, env, world);
-  // The memory planner before any work (memory_plan.h): refuses what cannot fit, warns near the limit.
-  std::optional<std::string> memory_warning;
-  if (device0.is_cuda()) {
-    if (const std::optional<size_t> capacity = total_device_memory(device0)) {
-      memory_warning = check_memory_plan(config, static_cast<double>(*capacity));
-    }
-  }
+  const std::optional<std::string> memory_warning = check_device_memory(config, device0);
   const bool writer = !env || env->rank == 0;  // the process that writes the run folder and logs
   const std::string dir = run_dir(config);
   const Sources sources = open_sources(config);
@@ -119,6 +136,7 @@ TrainOutcome train(const TrainConfig& config, std::ostream& out, bool progress_b
   if (writer) {
     lock.emplace(dir);
     apply_start_mode(config);
+    check_checkpoints_writable(config);
     start_logger(logger, config, out, progress_bar, sources, env);
     if (memory_warning) logger->note(*memory_warning);
   }
@@ -137,7 +155,12 @@ TrainOutcome train(const TrainConfig& config, std::ostream& out, bool progress_b
                         std::to_string(config.model.num_layers) + " layers, hidden " +
                         std::to_string(config.model.hidden_size));
     }
-    rank.run();
+    try {
+      rank.run();
+    } catch (const data::DataReadError&) {
+      shared.data_failed = true;
+      throw;
+    }
   };
   if (env) {
 #if defined(CPF_WITH_OPENMP)
@@ -150,6 +173,9 @@ TrainOutcome train(const TrainConfig& config, std::ostream& out, bool progress_b
     dist::RankContext ctx = dist::init_from_environment();
     try {
       run_rank(ctx);
+    } catch (const data::DataReadError& e) {
+      dist::report_failure_to_peers(e.what());
+      throw DataError(e.message());  // exit code 3, as for data that cannot be opened
     } catch (const std::exception& e) {
       // The other processes stop now, naming this rank and its message, instead of at their op timeout.
       dist::report_failure_to_peers(e.what());
@@ -162,11 +188,7 @@ TrainOutcome train(const TrainConfig& config, std::ostream& out, bool progress_b
     write_loss_plot(logger, dir);
     return shared.outcome;
   }
-  dist::LaunchOptions launch_options;
-  launch_options.devices = device0.is_cuda() ? dist::DevicePolicy::cuda : dist::DevicePolicy::cpu;
-  launch_options.omp_threads_per_rank = static_cast<int>(config.run.threads);
-  launch_options.backend = config.parallel.backend;
-  dist::launch(world, run_rank, launch_options);
+  launch_rank_threads(config, device0, run_rank, shared);
   write_loss_plot(logger, dir);
   return shared.outcome;
 }

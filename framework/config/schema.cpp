@@ -66,11 +66,26 @@ std::shared_ptr<ConfigDocument> load_config_string(const std::string& yaml, cons
   return doc;
 }
 
+// Larger than any config: a file this big is the wrong one (a data file named by mistake).
+constexpr uintmax_t kMaxConfigBytes = uintmax_t{16} << 20;
+
 std::shared_ptr<ConfigDocument> load_config_file(const std::string& path) {
   // A directory opens as an empty stream on Linux: it would read as an empty config.
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {
     throw ConfigError(path + ": is a directory, not a config file; name the YAML file in it");
+  }
+  // A device, pipe or socket (/dev/zero) would be read until memory runs out: a config is a regular file.
+  const std::filesystem::file_status status = std::filesystem::status(path, ec);
+  if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {
+    throw ConfigError(path + ": is not a regular file (a device, pipe or socket); name a YAML file");
+  }
+  if (std::filesystem::exists(status)) {
+    const auto size = std::filesystem::file_size(path, ec);
+    if (!ec && size > kMaxConfigBytes) {
+      throw ConfigError(path + ": is " + std::to_string(size) + " bytes; a config is a few KB (the limit is " +
+                        std::to_string(kMaxConfigBytes) + " bytes): is this the right file?");
+    }
   }
   std::ifstream in(path, std::ios::binary);
   if (!in) throw ConfigError(path + ": cannot open the config file");
@@ -79,6 +94,25 @@ std::shared_ptr<ConfigDocument> load_config_file(const std::string& path) {
   if (in.bad()) throw ConfigError(path + ": reading the config file failed");
   return load_config_string(buffer.str(), path);
 }
+
+namespace {
+
+// Sets every key of `value` in the section `section` (path `path`), merging nested sections the same way.
+void merge_mapping(YAML::Node section, const YAML::Node& value, const std::string& path, const std::string& text,
+                   std::map<std::string, std::string>& overrides) {
+  for (auto it = value.begin(); it != value.end(); ++it) {
+    const std::string key = it->first.as<std::string>();
+    YAML::Node existing = section[key];
+    if (existing.IsDefined() && existing.IsMap() && it->second.IsMap()) {
+      merge_mapping(existing, it->second, path + "." + key, text, overrides);
+      continue;
+    }
+    section[key] = it->second;
+    overrides[path + "." + key] = text;
+  }
+}
+
+}  // namespace
 
 void apply_override(ConfigDocument& doc, const std::string& assignment) {
   const auto eq = assignment.find('=');
@@ -113,9 +147,15 @@ void apply_override(ConfigDocument& doc, const std::string& assignment) {
     if (!child.IsMap()) throw ConfigError(text + ": '" + parts[i] + "' is not a section");
     chain.push_back(child);
   }
-  const YAML::Node current = chain.back()[parts.back()];
+  YAML::Node current = chain.back()[parts.back()];
   if (current.IsDefined() && current.IsMap() && !value.IsMap()) {
     throw ConfigError(text + ": '" + path + "' is a section; set its keys one by one (--set " + path + ".KEY=VALUE)");
+  }
+  if (current.IsDefined() && current.IsMap()) {
+    // A mapping over a section sets the keys it names and keeps the file's others (run={steps: 5} keeps
+    // run.name): replacing the section would drop them without a word.
+    merge_mapping(current, value, path, text, doc.overrides);
+    return;
   }
   chain.back()[parts.back()] = value;
   doc.overrides[path] = text;

@@ -164,8 +164,48 @@ std::string leading_zero_problem(const std::string& text) {
   return "a leading zero makes YAML read an integer as octal (010 is 8); write " + decimal + " without the zero";
 }
 
+namespace {
+
+// Flow collections ([ ] and { }) nested deeper than a config ever needs: the YAML parser would recurse
+// until it gives up with "bad file" and no position, so the depth is checked here first, naming where.
+void check_nesting_depth(const std::string& text, const std::string& name) {
+  constexpr int kMaxDepth = 64;
+  int depth = 0, line = 1, column = 0;
+  char quote = 0;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char ch = text[i];
+    ++column;
+    if (ch == '\n') {
+      ++line;
+      column = 0;
+      quote = 0;  // plain configs never continue a quoted scalar over lines; a stray quote ends here
+      continue;
+    }
+    if (quote != 0) {
+      if (ch == quote) quote = 0;
+      continue;
+    }
+    if (ch == '"' || ch == '\'') {
+      quote = ch;
+    } else if (ch == '#' && (i == 0 || text[i - 1] == ' ' || text[i - 1] == '\t')) {
+      while (i + 1 < text.size() && text[i + 1] != '\n') ++i;  // a comment: to the end of the line
+    } else if (ch == '[' || ch == '{') {
+      if (++depth > kMaxDepth) {
+        throw ConfigError(at(name, line, column) + ": brackets nested more than " + std::to_string(kMaxDepth) +
+                          " levels deep; a config needs a few (the limit keeps the YAML parser from recursing "
+                          "without bound)");
+      }
+    } else if ((ch == ']' || ch == '}') && depth > 0) {
+      --depth;
+    }
+  }
+}
+
+}  // namespace
+
 YAML::Node load_strict_yaml(const std::string& text, const std::string& name) {
   check_control_characters(text, name);
+  check_nesting_depth(text, name);
   std::vector<YAML::Node> docs;
   try {
     docs = YAML::LoadAll(text);

@@ -96,9 +96,15 @@ Batch DataLoader::build_batch(const std::vector<std::vector<Piece>>& rows) {
 
 Batch DataLoader::next() {
   Batch mine;
-  for (int64_t slot = 0; slot < dp_size_; ++slot) {
-    const auto rows = plan_batch(cursor_);
-    if (slot == dp_rank_) mine = build_batch(rows);
+  try {
+    for (int64_t slot = 0; slot < dp_size_; ++slot) {
+      const auto rows = plan_batch(cursor_);
+      if (slot == dp_rank_) mine = build_batch(rows);
+    }
+  } catch (const DataReadError&) {
+    throw;
+  } catch (const Error& e) {
+    throw DataReadError(e);
   }
   return mine;
 }

@@ -29,6 +29,13 @@
 
 namespace cpf::data {
 
+// A document source that failed while the loader read a batch: its message names the file. A type of its
+// own so a trainer can tell a data failure (the CLI's exit code 3) from any other error of a step.
+class DataReadError : public Error {
+ public:
+  explicit DataReadError(const Error& cause) : Error(cause.file(), cause.line(), cause.condition(), cause.message()) {}
+};
+
 class DataLoader {
  public:
   // Opens the source named by options (make_document_source).
@@ -38,6 +45,7 @@ class DataLoader {
              int64_t dp_size = 1);
 
   // This rank's batch of the next step; advances the cursor past the step's dp_size global batches.
+  // Throws DataReadError (below) when the source fails to read (a shard truncated under the run, say).
   Batch next();
 
   const DataCursor& cursor() const { return cursor_; }

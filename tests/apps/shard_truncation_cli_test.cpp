@@ -61,7 +61,7 @@ TEST(ShardTruncationCli, AShardTruncatedDuringTrainingStopsTheRunWithAnErrorNami
   fs::resize_file(shard, 1024 + 2 * 50 * 10);  // ten documents remain
   EXPECT_TRUE(started) << "training never logged a step";
   const testing::CliResult r = training.get();
-  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_EQ(r.code, kExitData) << r.out;  // a data error, as documented (it was 1)
   EXPECT_NE(r.err.find("token shard '" + shard.string() + "': cannot read tokens ["), std::string::npos) << r.err;
   EXPECT_NE(r.err.find(" of the 100000 its header announced (" + shard.string() + ": unexpected end of file at byte "),
             std::string::npos)

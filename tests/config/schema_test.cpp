@@ -2,6 +2,7 @@
 
 #include "config/config_read.h"
 #include "framework/config/schema.h"
+#include "support/test_utils.h"
 
 namespace demo {
 
@@ -101,6 +102,31 @@ TEST(ConfigSchema, OverridesWinAndAreReportedAsSuch) {
   expect_error("layers: 2\n", "--set layers=0: layers=0 is out of range", {"layers=0"});
   expect_error("layers: 2\n", "unknown key 'attention.bogus'", {"attention.bogus=1"});
   expect_error("layers: 2\n", "--set layers: expected key.path=value", {"layers"});
+}
+
+// A mapping over a section sets the keys it names and keeps the file's others (it used to replace the
+// whole section, dropping them silently).
+TEST(ConfigSchema, AMappingOverrideMergesIntoItsSection) {
+  const auto o = read("layers: 3\nattention:\n  heads: 8\n  dropout: 0.25\n", {"attention={heads: 16}"});
+  EXPECT_EQ(o.attention.heads, 16);
+  EXPECT_DOUBLE_EQ(o.attention.dropout, 0.25);
+  EXPECT_EQ(o.layers, 3);
+  expect_error("attention:\n  heads: 8\n", "--set attention={heads: 0}: attention.heads=0 is out of range",
+               {"attention={heads: 0}"});
+  expect_error("attention:\n  heads: 8\n", "unknown key 'attention.bogus'", {"attention={bogus: 1}"});
+}
+
+// Brackets nested beyond any config's need: refused where they pass the limit, before the parser recurses.
+TEST(ConfigSchema, DeepNestingIsRefusedWithItsPosition) {
+  expect_error("layers: 2\nname: " + std::string(100000, '['),
+               "configs/x.yaml:2:71: brackets nested more than 64 levels deep; a config needs a few");
+  expect_error("name: '[[[[' # " + std::string(70, '{') + "\nlayers: " + std::string(65, '[') + std::string(65, ']'),
+               "configs/x.yaml:2:73: brackets nested more than 64 levels deep");
+}
+
+TEST(ConfigSchema, OnlyRegularFilesAreRead) {
+  EXPECT_CPF_ERROR(load_config_file("/dev/zero"),
+                   "/dev/zero: is not a regular file (a device, pipe or socket); name a YAML file");
 }
 
 TEST(ConfigSchema, WriterRoundTripsAndDocsListEveryKey) {
