@@ -28,8 +28,7 @@ TEST(CheckpointFolder, ACheckpointsFileIsRefusedBeforeStepOne) {
   std::ofstream(dir / "checkpoints") << "not a folder";
   EXPECT_CPF_ERROR(train_in(dir), "run folder: cannot create the checkpoint folder");
   EXPECT_CPF_ERROR(train_in(dir), "checked before step 1, so no training is lost");
-  EXPECT_FALSE(std::filesystem::exists(dir / "metrics.jsonl") &&
-               std::filesystem::file_size(dir / "metrics.jsonl") > 0)
+  EXPECT_FALSE(std::filesystem::exists(dir / "metrics.jsonl") && std::filesystem::file_size(dir / "metrics.jsonl") > 0)
       << "no step may run";
 }
 
