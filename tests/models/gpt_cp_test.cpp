@@ -13,6 +13,7 @@
 #include "models/data/data_loader.h"
 #include "models/gpt.h"
 #include "models/gpt_input.h"
+#include "models/gpt_test_options.h"
 #include "support/test_utils.h"
 
 namespace cpf::models {
@@ -21,22 +22,11 @@ namespace {
 using testing::all_close;
 
 GPTOptions options(AttentionType attention, PositionType positions) {
-  GPTOptions o;
-  o.vocab_size = 14;
-  o.hidden_size = 16;
-  o.num_layers = 2;
-  o.num_heads = 4;
-  o.attention = attention;
-  o.num_kv_heads = attention == AttentionType::gqa ? 2 : 0;
-  o.kv_lora_rank = 8;
-  o.qk_nope_head_dim = 4;
-  o.qk_rope_head_dim = 4;
-  o.v_head_dim = 6;
+  GPTOptions o = small_f64_gpt(attention);
   o.positions = positions;
   o.max_positions = 32;
   o.tie_embeddings = positions == PositionType::rope;
   o.mlp = nn::Activation::swiglu;
-  o.dtype = DType::f64;
   return o;
 }
 

@@ -15,6 +15,7 @@
 #include "models/data/data_loader.h"
 #include "models/gpt.h"
 #include "models/gpt_input.h"
+#include "models/gpt_test_options.h"
 #include "support/test_utils.h"
 
 namespace cpf::models {
@@ -23,20 +24,10 @@ namespace {
 using testing::all_close;
 
 GPTOptions options(AttentionType attention, nn::Activation mlp) {
-  GPTOptions o;
-  o.vocab_size = 14;
-  o.hidden_size = 16;
+  GPTOptions o = small_f64_gpt(attention);
   o.num_layers = 3;
-  o.num_heads = 4;
-  o.attention = attention;
-  o.num_kv_heads = attention == AttentionType::gqa ? 2 : 0;
-  o.kv_lora_rank = 8;
-  o.qk_nope_head_dim = 4;
-  o.qk_rope_head_dim = 4;
-  o.v_head_dim = 6;
   o.mlp = mlp;
   o.init_std = 0.1;
-  o.dtype = DType::f64;
   return o;
 }
 

@@ -39,4 +39,23 @@ inline GPTOptions f64_gpt() {
   return o;
 }
 
+// f64, 16 wide, 2 layers, 4 heads (GQA: 2 KV heads), vocabulary 14, the MLA dims set (d_qk 8, d_v 6) so
+// `attention = mla` works as is: exact comparisons of two ways to run one model (gpt_cp, gpt_recompute,
+// memory_model's parameter counts).
+inline GPTOptions small_f64_gpt(AttentionType attention) {
+  GPTOptions o;
+  o.vocab_size = 14;
+  o.hidden_size = 16;
+  o.num_layers = 2;
+  o.num_heads = 4;
+  o.attention = attention;
+  o.num_kv_heads = attention == AttentionType::gqa ? 2 : 0;
+  o.kv_lora_rank = 8;
+  o.qk_nope_head_dim = 4;
+  o.qk_rope_head_dim = 4;
+  o.v_head_dim = 6;
+  o.dtype = DType::f64;
+  return o;
+}
+
 }  // namespace cpf::models

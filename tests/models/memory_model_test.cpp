@@ -6,23 +6,17 @@
 
 #include <gtest/gtest.h>
 
+#include "models/gpt_test_options.h"
 #include "support/test_utils.h"
 
 namespace cpf::models {
 namespace {
 
 GPTOptions small(AttentionType attention) {
-  GPTOptions o;
+  GPTOptions o = small_f64_gpt(attention);
   o.vocab_size = 37;
   o.hidden_size = 24;
   o.num_layers = 3;
-  o.num_heads = 4;
-  o.attention = attention;
-  o.num_kv_heads = attention == AttentionType::gqa ? 2 : 0;
-  o.kv_lora_rank = 8;
-  o.qk_nope_head_dim = 4;
-  o.qk_rope_head_dim = 4;
-  o.v_head_dim = 6;
   return o;
 }
 
