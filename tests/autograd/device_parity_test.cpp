@@ -7,8 +7,6 @@
 // Without a GPU the cuda0 tests skip with the reason; the CPU ones always run.
 #include <gtest/gtest.h>
 
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <regex>
 #include <set>
@@ -127,21 +125,21 @@ INSTANTIATE_TEST_SUITE_P(, DeviceParity,
 // ---- coverage: every public autograd function has a case ----
 
 // The function names declared in framework/autograd/functions/*.h (operators excluded), by header.
+// The headers are embedded at build time (tests/CMakeLists.txt), so the test runs from any folder.
 std::map<std::string, std::string> declared_autograd_functions() {
-  const std::filesystem::path dir = std::filesystem::path(CPF_SOURCE_DIR) / "framework/autograd/functions";
+  static const std::vector<std::pair<std::string, std::string>> headers = {
+#include "autograd_function_headers.inc"
+  };
   // A declaration at the start of a line: return type, name, '('. Comments are stripped first.
   const std::regex declaration(R"(^\s*(?:inline\s+)?(?:Tensor|std::vector<Tensor>|void)\s+([A-Za-z_]\w*)\s*\()");
   std::map<std::string, std::string> names;
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-    if (entry.path().extension() != ".h") continue;
-    std::ifstream file(entry.path());
+  for (const auto& [header, text] : headers) {
+    std::istringstream file(text);
     std::string line;
     while (std::getline(file, line)) {
       line = line.substr(0, line.find("//"));
       std::smatch m;
-      if (std::regex_search(line, m, declaration) && m[1] != "operator") {
-        names.emplace(m[1], entry.path().filename().string());
-      }
+      if (std::regex_search(line, m, declaration) && m[1] != "operator") names.emplace(m[1], header);
     }
   }
   return names;

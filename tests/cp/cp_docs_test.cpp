@@ -3,8 +3,8 @@
 // and paste it between the markers.
 #include <gtest/gtest.h>
 
-#include <fstream>
-#include <sstream>
+#include <iostream>
+#include <string>
 
 #include "attention/cp/cp_support.h"
 
@@ -12,10 +12,10 @@ namespace cpf::cp {
 namespace {
 
 std::string docs_table() {
-  std::ifstream in(std::string(CPF_SOURCE_DIR) + "/docs/cp.md");
-  std::stringstream text;
-  text << in.rdbuf();
-  const std::string s = text.str();
+  // Embedded at build time (tests/CMakeLists.txt): the test runs from any folder.
+  const std::string s =
+#include "cp_md.inc"
+      ;
   const std::string begin = "<!-- support-matrix:begin -->\n", end = "<!-- support-matrix:end -->";
   const auto b = s.find(begin), e = s.find(end);
   if (b == std::string::npos || e == std::string::npos) return "(markers not found in docs/cp.md)";
