@@ -88,30 +88,20 @@ std::vector<Tensor> checkpoint(const RegionFn& fn, const std::vector<Tensor>& in
   for (const Tensor& o : outputs) any_output_needs_grad |= o.defined() && o.requires_grad();
   if (!any_output_needs_grad) return outputs;
 
-  std::vector<Edge> edges;
-  std::vector<InputMeta> meta;
   for (const Tensor& t : inputs) {
     region->inputs.emplace_back(t);
     region->input_needs_grad.push_back(t.defined() && t.requires_grad());
-    edges.push_back(gradient_edge(t));
-    meta.push_back(t.defined() ? InputMeta{t.shape(), t.dtype()} : InputMeta{});
   }
   for (const Tensor& p : options.params) region->params.emplace_back(p);
+  NodeInputs in = node_inputs(inputs);
   auto node = std::make_shared<FunctionNode>(
       "recompute[" + options.name + "]", [region](const GradList& grads) { return recompute_backward(*region, grads); },
-      std::move(edges), std::move(meta), static_cast<uint32_t>(outputs.size()));
+      std::move(in.edges), std::move(in.meta), static_cast<uint32_t>(outputs.size()));
   for (size_t i = 0; i < outputs.size(); ++i) {
     if (!outputs[i].defined()) continue;
-    const bool differentiable = outputs[i].requires_grad();
     // Detached from the first run's graph, which dies with the last handle to it: its activations go.
-    Tensor out = outputs[i].detach();
-    if (differentiable) {
-      TensorImpl* impl = out.impl();
-      impl->requires_grad = true;
-      impl->grad_fn = node;
-      impl->output_nr = static_cast<uint32_t>(i);
-    }
-    outputs[i] = out;
+    outputs[i] =
+        outputs[i].requires_grad() ? node_output(outputs[i], node, static_cast<uint32_t>(i)) : outputs[i].detach();
   }
   return outputs;
 }

@@ -159,6 +159,26 @@ Edge gradient_edge(const Tensor& t) {
   return {accumulator, 0};
 }
 
+NodeInputs node_inputs(const std::vector<Tensor>& inputs) {
+  NodeInputs in;
+  in.edges.reserve(inputs.size());
+  in.meta.reserve(inputs.size());
+  for (const Tensor& t : inputs) {
+    in.edges.push_back(gradient_edge(t));
+    in.meta.push_back(t.defined() ? InputMeta{t.shape(), t.dtype()} : InputMeta{});
+  }
+  return in;
+}
+
+Tensor node_output(const Tensor& t, const std::shared_ptr<Node>& node, uint32_t output_nr) {
+  Tensor out = t.detach();
+  TensorImpl* impl = out.impl();
+  impl->requires_grad = true;
+  impl->grad_fn = node;
+  impl->output_nr = output_nr;
+  return out;
+}
+
 bool any_requires_grad(const std::vector<Tensor>& inputs) {
   if (!grad_enabled()) return false;
   for (const Tensor& t : inputs) {
@@ -170,25 +190,14 @@ bool any_requires_grad(const std::vector<Tensor>& inputs) {
 std::vector<Tensor> record(const std::string& name, std::vector<Tensor> outputs, const std::vector<Tensor>& inputs,
                            BackwardFn backward) {
   if (!any_requires_grad(inputs)) return outputs;
-  std::vector<Edge> edges;
-  std::vector<InputMeta> meta;
-  edges.reserve(inputs.size());
-  for (const Tensor& t : inputs) {
-    edges.push_back(gradient_edge(t));
-    meta.push_back(t.defined() ? InputMeta{t.shape(), t.dtype()} : InputMeta{});
-  }
-  auto node = std::make_shared<FunctionNode>(name, std::move(backward), std::move(edges), std::move(meta),
+  NodeInputs in = node_inputs(inputs);
+  auto node = std::make_shared<FunctionNode>(name, std::move(backward), std::move(in.edges), std::move(in.meta),
                                              static_cast<uint32_t>(outputs.size()));
   for (size_t i = 0; i < outputs.size(); ++i) {
-    if (!outputs[i].defined() || !is_floating(outputs[i].dtype())) continue;
-    // A fresh impl per output: a raw op may return one of its inputs unchanged (contiguous, to), and
-    // that input must not become a graph node.
-    Tensor out = outputs[i].detach();
-    TensorImpl* impl = out.impl();
-    impl->requires_grad = true;
-    impl->grad_fn = node;
-    impl->output_nr = static_cast<uint32_t>(i);
-    outputs[i] = out;
+    // A raw op may return one of its inputs unchanged (contiguous, to): node_output leaves it as it is.
+    if (outputs[i].defined() && is_floating(outputs[i].dtype())) {
+      outputs[i] = node_output(outputs[i], node, static_cast<uint32_t>(i));
+    }
   }
   return outputs;
 }

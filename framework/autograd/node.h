@@ -115,6 +115,18 @@ class FunctionNode final : public Node {
 // edge when t does not require grad.
 Edge gradient_edge(const Tensor& t);
 
+// What a node records of its forward inputs: one edge per input (null where it needs no gradient) and its
+// shape and dtype (undefined inputs give empty metadata).
+struct NodeInputs {
+  std::vector<Edge> edges;
+  std::vector<InputMeta> meta;
+};
+NodeInputs node_inputs(const std::vector<Tensor>& inputs);
+
+// A fresh impl of `t` (its data shared) that requires grad as output `output_nr` of `node`. Fresh, so the
+// tensor an op returned (possibly one of its inputs, or a tensor of another graph) is not changed.
+Tensor node_output(const Tensor& t, const std::shared_ptr<Node>& node, uint32_t output_nr);
+
 // True when recording is on and some input requires grad.
 bool any_requires_grad(const std::vector<Tensor>& inputs);
 

@@ -30,17 +30,7 @@ GPTOptions options(AttentionType attention, PositionType positions) {
   return o;
 }
 
-data::Batch packed_batch() {
-  data::DataOptions d;
-  d.task = "addition";
-  d.min_len = 1;
-  d.max_len = 3;
-  d.seq_len = 16;
-  d.tokens_per_batch = 64;
-  d.pad_multiple = 8;
-  data::DataLoader loader(d);
-  return loader.next();
-}
+data::Batch packed_batch() { return packed_addition_batches(1).front(); }
 
 struct Reference {
   Tensor logits;  // (T, V) of the global batch

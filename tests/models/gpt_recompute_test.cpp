@@ -31,19 +31,7 @@ GPTOptions options(AttentionType attention, nn::Activation mlp) {
   return o;
 }
 
-std::vector<data::Batch> batches(int n) {
-  data::DataOptions d;
-  d.task = "addition";
-  d.min_len = 1;
-  d.max_len = 3;
-  d.seq_len = 16;
-  d.tokens_per_batch = 64;
-  d.pad_multiple = 8;
-  data::DataLoader loader(d);
-  std::vector<data::Batch> out;
-  for (int i = 0; i < n; ++i) out.push_back(loader.next());
-  return out;
-}
+std::vector<data::Batch> batches(int n) { return packed_addition_batches(n); }
 
 struct Result {
   std::vector<Tensor> losses;
