@@ -28,6 +28,26 @@ class BlockList : public nn::Module {
   int64_t size_ = 0;
 };
 
+// Gives a sharded unit back when the block's forward ends, also by an exception (the other ranks'
+// gathers stay matched by the error path that aborts the world).
+class UnitHold {
+ public:
+  UnitHold(const nn::ParameterUnits* units, size_t unit) : units_(units), unit_(unit) {}
+  ~UnitHold() {
+    if (units_ == nullptr) return;
+    try {
+      units_->release(unit_);
+    } catch (...) {  // already unwinding, or an aborted world: the first error is the one to report
+    }
+  }
+  UnitHold(const UnitHold&) = delete;
+  UnitHold& operator=(const UnitHold&) = delete;
+
+ private:
+  const nn::ParameterUnits* units_;
+  size_t unit_;
+};
+
 }  // namespace
 
 std::optional<OptionProblem> check_options(const GPTOptions& o) {
@@ -139,7 +159,8 @@ Tensor GPT::forward(const GPTInput& in, const cp::ContextParallel* cp) const {
 }
 
 nn::ComputeCopiesScope GPT::use_compute_copies() const {
-  if (!precision().mixed()) return nn::ComputeCopiesScope(nullptr);
+  // Sharded parameters are cast per use inside their unit: a refresh at the start would read them all.
+  if (!precision().mixed() || units_ != nullptr) return nn::ComputeCopiesScope(nullptr);
   compute_copies_.refresh(parameters(), precision().compute);
   return nn::ComputeCopiesScope(&compute_copies_);
 }
@@ -184,7 +205,8 @@ Tensor GPT::hidden(const GPTInput& in, const cp::ContextParallel* cp) const {
   CPF_CHECK(in.tokens.device() == device() && in.positions.device() == device(), "GPT: tokens on ", in.tokens.device(),
             " and positions on ", in.positions.device(), " must be on the model's device ", device(),
             " (move the batch, e.g. models::to_device in models/gpt_input.h)");
-  BlockOutput out{embed(in.tokens, in.positions), Tensor()};  // (T, C) stream, nothing pending yet
+  if (units_ != nullptr) units_->acquire(blocks_.size(), size_t{0});  // the root (kept), and block 0 ahead
+  BlockOutput out{embed(in.tokens, in.positions), Tensor()};          // (T, C) stream, nothing pending yet
   for (size_t i = 0; i < blocks_.size(); ++i) out = run_block(i, out, in.seq, cp);
   return final_norm_fn_(out.x, out.pending, precision().compute).y;  // (T, C) in the compute dtype
 }
@@ -193,6 +215,11 @@ BlockOutput GPT::run_block(size_t i, const BlockOutput& in, const SequenceInfo& 
                            const cp::ContextParallel* cp) const {
   const GPTBlock& block = *blocks_[i];
   const int64_t covered = options_.recompute_layers == 0 ? options_.num_layers : options_.recompute_layers;
+  const std::optional<size_t> next = i + 1 < blocks_.size() ? std::optional<size_t>(i + 1) : std::nullopt;
+  const std::optional<size_t> previous = i > 0 ? std::optional<size_t>(i - 1) : std::nullopt;
+  const nn::ParameterUnits* units = units_;
+  if (units != nullptr) units->acquire(i, next);
+  const UnitHold held(units, i);
   if (options_.recompute == RecomputeMode::none || static_cast<int64_t>(i) >= covered || !grad_enabled()) {
     return block.forward(in.x, in.pending, seq, cp);
   }
@@ -206,13 +233,39 @@ BlockOutput GPT::run_block(size_t i, const BlockOutput& in, const SequenceInfo& 
     const BlockOutput out = block.forward(inputs[0], inputs[1], seq, cp_copy ? &*cp_copy : nullptr);
     return std::vector<Tensor>{out.x, out.pending};
   };
-  const std::vector<Tensor> out =
-      autograd::checkpoint(fn, {in.x, in.pending},
-                           {.name = "blocks." + std::to_string(i),
-                            .policy = options_.recompute == RecomputeMode::full ? autograd::RecomputePolicy::full
-                                                                                : autograd::RecomputePolicy::selective,
-                            .params = block.parameters()});
+  const std::vector<Tensor> out = autograd::checkpoint(
+      fn, {in.x, in.pending},
+      {.name = "blocks." + std::to_string(i),
+       .policy = options_.recompute == RecomputeMode::full ? autograd::RecomputePolicy::full
+                                                           : autograd::RecomputePolicy::selective,
+       .params = block.parameters(),
+       .before_recompute = units ? std::function<void()>([units, i, previous] { units->acquire(i, previous); })
+                                 : std::function<void()>(),
+       .after_recompute = units ? std::function<void()>([units, i] { units->release(i); }) : std::function<void()>()});
   return {out[0], out[1]};
+}
+
+void GPT::set_parameter_units(const nn::ParameterUnits* units) {
+  const int64_t covered = options_.recompute_layers == 0 ? options_.num_layers : options_.recompute_layers;
+  CPF_CHECK(units == nullptr || (options_.recompute != RecomputeMode::none && covered == options_.num_layers),
+            "GPT: sharded parameters (parallel.shard: parameters) need every block recomputed (model.recompute: ",
+            "full or selective, model.recompute_layers: 0), got recompute: ",
+            (options_.recompute == RecomputeMode::none ? "none" : "on"),
+            ", recompute_layers: ", options_.recompute_layers, " of ", options_.num_layers,
+            " layers: a block kept for the backward would hold its whole weights");
+  units_ = units;
+}
+
+std::vector<std::vector<size_t>> GPT::parameter_units() const {
+  std::vector<std::vector<size_t>> units(blocks_.size() + 1);
+  const auto named = named_parameters();
+  for (size_t k = 0; k < named.size(); ++k) {
+    const std::string& name = named[k].first;
+    size_t unit = blocks_.size();  // the root
+    if (name.rfind("blocks.", 0) == 0) unit = std::stoul(name.substr(7, name.find('.', 7) - 7));
+    units.at(unit).push_back(k);
+  }
+  return units;
 }
 
 Tensor GPT::embed(const Tensor& tokens, const Tensor& positions) const {

@@ -37,6 +37,7 @@
 #include "framework/nn/linear.h"
 #include "framework/nn/mlp.h"
 #include "framework/nn/module.h"
+#include "framework/nn/parameter_units.h"
 #include "framework/nn/precision.h"
 
 namespace cpf::models {
@@ -204,6 +205,16 @@ class GPT : public nn::Module {
   // Where the parameters live (Module::to moves them); inputs must be there too.
   Device device() const { return embed_tokens_->weight().device(); }
 
+  // Sharded parameters (parallel.shard: parameters; framework/nn/parameter_units.h): from now on each
+  // forward acquires unit `num_layers` (the root: every parameter outside the blocks) at its start and
+  // keeps it (the caller releases it after the backward), and acquires block i's unit i around the
+  // block's forward and around its recompute in the backward, prefetching the next block's. Needs
+  // recomputation of every block (else a block's graph would keep its whole weights), checked here.
+  // Null: every parameter resident (the default). `units` must outlive its use.
+  void set_parameter_units(const nn::ParameterUnits* units);
+  // The parameter indices (named_parameters() order) of each unit: blocks 0..L-1, then the root.
+  std::vector<std::vector<size_t>> parameter_units() const;
+
  private:
   Tensor embed(const Tensor& tokens, const Tensor& positions) const;  // (T, C) residual stream
   // The checked input through the embedding, the blocks and the final norm: (T, C) in the compute dtype.
@@ -224,7 +235,8 @@ class GPT : public nn::Module {
   std::shared_ptr<nn::Module> final_norm_;
   std::function<AddNormOutput(const Tensor&, const Tensor&, DType)> final_norm_fn_;  // fused add + norm
   std::shared_ptr<nn::Linear> lm_head_;
-  mutable nn::ComputeCopies compute_copies_;  // per-step bf16 copies of the f32 parameters
+  mutable nn::ComputeCopies compute_copies_;   // per-step bf16 copies of the f32 parameters
+  const nn::ParameterUnits* units_ = nullptr;  // sharded parameters, or null
 };
 
 }  // namespace cpf::models

@@ -122,12 +122,18 @@ std::vector<std::string> MemoryEstimate::lines() const {
   return out;
 }
 
-int64_t count_parameters(const GPTOptions& o) {
+int64_t block_parameters(const GPTOptions& o) {
   const int64_t c = o.hidden_size, i = effective_intermediate_size(o), b = o.bias ? 1 : 0;
   const int64_t norm = o.norm == NormType::layernorm && o.bias ? 2 * c : c;
   const int64_t mlp = o.mlp == nn::Activation::swiglu ? 3 * c * i + b * (2 * i + c) : 2 * c * i + b * (i + c);
+  return 2 * norm + attention_parameters(o) + mlp;
+}
+
+int64_t count_parameters(const GPTOptions& o) {
+  const int64_t c = o.hidden_size;
+  const int64_t norm = o.norm == NormType::layernorm && o.bias ? 2 * c : c;
   int64_t n = o.vocab_size * c + (o.positions == PositionType::learned ? o.max_positions * c : 0);
-  n += o.num_layers * (2 * norm + attention_parameters(o) + mlp) + norm;
+  n += o.num_layers * block_parameters(o) + norm;
   if (!o.tie_embeddings) n += o.vocab_size * c;
   return n;
 }
@@ -148,6 +154,20 @@ MemoryEstimate estimate_memory(const MemoryPlanInput& in) {
   const double ranks = static_cast<double>(in.ranks);
   if (in.shard != "none") e.moments /= ranks;  // each rank keeps the state of 1/ranks of every bucket
   e.communication = in.ranks > 1 ? n * param : 0.0;
+  if (in.shard == "gradients" || in.shard == "parameters") {
+    // The reduced shards (1/ranks of the gradients) and the flat buckets in flight: about two (25 MB each
+    // under gradients; two blocks under parameters, whose buckets are the blocks).
+    const double block = static_cast<double>(block_parameters(o)) * param;
+    e.communication = n * param / ranks + 2.0 * (in.shard == "parameters" ? block : 25.0 * (1 << 20));
+  }
+  if (in.shard == "parameters") {
+    // The owned pieces, and what is whole at once: the root (embeddings, final norm, head) and two blocks (the
+    // one running and the one prefetched); the bf16 copies are cast per use of those.
+    const double whole =
+        static_cast<double>(e.parameters - o.num_layers * block_parameters(o) + 2 * block_parameters(o));
+    e.master_weights = n * param / ranks + whole * param;
+    e.compute_copies = in.bf16 ? whole * 2.0 : 0.0;
+  }
 
   const int64_t layers = o.num_layers;
   const int64_t covered =
@@ -172,7 +192,7 @@ MemoryEstimate estimate_memory(const MemoryPlanInput& in) {
   // backward) or where it ends (every gradient, the activations freed): each block's backward frees its
   // activations as it allocates its parameters' gradients. So the gradients count only by what they
   // exceed the activations and the loss by (measured on H100s: docs/long_context.md).
-  const double shards = in.shard == "gradients" ? ranks : 1.0;
+  const double shards = in.shard == "gradients" || in.shard == "parameters" ? ranks : 1.0;
   e.gradients = std::max(0.0, n * param / shards - e.activations - e.loss);
   return e;
 }

@@ -3,18 +3,20 @@
 // what the trainer logs next to the measured peak, and what refuses a config that cannot fit before
 // its first step. One model for all three, so the planner and the refusal never disagree.
 //
-// Per rank, in bytes (N parameters, T tokens of this rank's micro-batch, L blocks, C hidden):
-//   master weights     N x 4 (f32)                 gradients   N x 4 (f32); / ranks with shard: gradients;
-//                                                              only the part above activations + loss (the
-//                                                              peak is where the backward starts or ends)
-//   compute copies     N x 2 under bf16            moments     N x 8 (AdamW), N x 4 (SGD + momentum);
-//                                                              / ranks with shard: optimizer or gradients
-//   activations        T x L_kept x (bytes a token keeps per block, by recompute mode)
-//                      + T x (one block's whole activations) while a recomputed block runs backward
-//   attention          what the CP strategy holds beside the block (received K/V tiles, gathered K/V)
-//   communication      the gradient reducer's flat buckets (N x 4) when more than one rank shares the step
-//   loss               the fused classifier: one chunk of logits (its gradient written over it), d(hidden) (T x C x 4)
-//                      and d(head weight) (V x C x 4)
+// Per rank, in bytes (N parameters, T tokens of this rank's micro-batch, L blocks, C hidden, W ranks):
+//   master weights   N x 4 (f32); shard parameters: N x 4 / W plus the root (embeddings, final norm,
+//                    head) and two blocks whole (the one running, the one prefetched)
+//   compute copies   N x 2 under bf16; shard parameters: of the whole units only (cast per use)
+//   gradients        N x 4 (f32), / W with shard gradients or parameters; only the part above
+//                    activations + loss (the peak is where the backward starts or ends)
+//   moments          N x 8 (AdamW), N x 4 (SGD + momentum); / W with any shard
+//   activations      T x L_kept x (bytes a token keeps per block, by recompute mode)
+//                    + T x (one block's whole activations) while a recomputed block runs backward
+//   attention        what the CP strategy holds beside the block (received K/V tiles, gathered K/V)
+//   communication    the gradient reducer's flat buckets (N x 4) when W > 1; shard gradients or
+//                    parameters: the reduced shards (N x 4 / W) and two buckets in flight
+//   loss             the fused classifier: one chunk of logits (its gradient written over it), d(hidden)
+//                    (T x C x 4) and d(head weight) (V x C x 4)
 // The bytes a token keeps per block are counted from the tensors each op saves for its backward
 // (docs/long_context.md lists them); a GPU test holds the model within 10% of measured peaks.
 #include <cstdint>
@@ -38,7 +40,7 @@ struct MemoryPlanInput {
   std::string optimizer = "adamw";  // adamw | sgd
   bool momentum = false;            // sgd: momentum buffers
   std::string shard = "none";       // parallel.shard: optimizer divides the moments by ranks, gradients also
-                                    // the gradients (the reducer's buckets stay whole)
+                                    // the gradients, parameters also the master weights
 };
 
 struct MemoryEstimate {
@@ -53,6 +55,8 @@ struct MemoryEstimate {
 
 // Parameters of the GPT `o` describes, counted from the shapes its modules create (no model is built).
 int64_t count_parameters(const GPTOptions& o);
+// Parameters of one of its blocks (norms, attention, MLP).
+int64_t block_parameters(const GPTOptions& o);
 
 // The estimate for `in` (validated: seq_len, rows, cp >= 1, vocab_size > 0).
 MemoryEstimate estimate_memory(const MemoryPlanInput& in);

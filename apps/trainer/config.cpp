@@ -210,11 +210,17 @@ void check_model_and_parallel(const Checker& check, const TrainConfig& c) {
   }
 
   const auto& par = c.parallel;
-  if (par.shard == dist::ShardStage::parameters) {
+  const int64_t recomputed = c.model.recompute_layers == 0 ? c.model.num_layers : c.model.recompute_layers;
+  if (par.shard == dist::ShardStage::parameters &&
+      (c.model.recompute == models::RecomputeMode::none || recomputed < c.model.num_layers)) {
     check.fail("parallel.shard",
-               "parameters (ZeRO-3: bf16 weights all-gathered per block) is not built yet; use optimizer or "
-               "gradients, which shard the AdamW moments and the reduced gradients over the dp x cp ranks",
-               {});
+               "parameters (ZeRO-3) gathers each block's weights for its forward and again for its recompute in the "
+               "backward, so every block must be recomputed: set model.recompute: full or selective with "
+               "model.recompute_layers: 0 (now " +
+                   std::string(c.model.recompute == models::RecomputeMode::none ? "none" : "on") + " for " +
+                   std::to_string(c.model.recompute == models::RecomputeMode::none ? 0 : recomputed) + " of " +
+                   std::to_string(c.model.num_layers) + " blocks), or use parallel.shard: gradients",
+               {"model.recompute", "model.recompute_layers"});
   }
   if (par.shard != dist::ShardStage::none && par.dp * par.cp < 2) {
     check.fail("parallel.shard",

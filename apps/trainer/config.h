@@ -261,7 +261,8 @@ void describe(V& v, ParallelOptions& o) {
                                              {"gradients", dist::ShardStage::gradients},
                                              {"parameters", dist::ShardStage::parameters}},
            "training state sharded over the dp x cp ranks: optimizer (ZeRO-1: AdamW moments), gradients (ZeRO-2: "
-           "also the reduced gradients); parameters (ZeRO-3) is not built yet");
+           "also the reduced gradients), parameters (ZeRO-3: also the weights, gathered per block; needs "
+           "model.recompute on every block)");
 }
 
 template <class V>

@@ -85,7 +85,9 @@ std::optional<std::string> check_memory_plan(const TrainConfig& c, double capaci
   if (e.total() <= capacity * kPlanTolerance) return "warning: " + what.str() + "; starting anyway (within 10%)";
   std::ostringstream fix;
   fix << what.str() << ". To fit: model.recompute: full (now " << recompute_name(c.model.recompute)
-      << "), a larger parallel.cp (now " << c.parallel.cp << "), or a shorter data.seq_len (now " << c.data.seq_len
+      << "), parallel.shard: parameters over more ranks (now " << dist::shard_stage_name(c.parallel.shard) << " over "
+      << c.parallel.dp * c.parallel.cp << "), a larger parallel.cp (now " << c.parallel.cp
+      << "), or a shorter data.seq_len (now " << c.data.seq_len
       << "); `cpformer check-config CONFIG --memory` prints the longest context each recompute mode fits";
   throw config::ConfigError(fix.str());
 }

@@ -81,13 +81,7 @@ RankTrainer::RankTrainer(const TrainConfig& config, dist::RankContext& ctx, Shar
   // Gradients are summed over the world in buckets that start during backward, each as soon as its
   // parameters' gradients are final (the loss is already divided by the world's token count).
   if (groups_.world->size() > 1) {
-    reducer_ = std::make_unique<dist::GradientReducer>(
-        tensors_, groups_.world,
-        dist::GradientReducerOptions{.op = dist::ReduceOp::sum,
-                                     .shard_gradients = config.parallel.shard == dist::ShardStage::gradients});
-    if (config.parallel.shard != dist::ShardStage::none) {
-      shards_ = std::make_unique<dist::ZeroShards>(params_, reducer_->buckets(), groups_.world, config.parallel.shard);
-    }
+    build_reducer_and_shards();
     prefetch_ = std::make_unique<StepPrefetch>(pending_stop_signal);  // step_prefetch.h
   } else if (config.run.profile == 0) {
     window_ = std::make_unique<StepWindow>(device_);  // steps read back in windows (step_window.h)
@@ -95,6 +89,28 @@ RankTrainer::RankTrainer(const TrainConfig& config, dist::RankContext& ctx, Shar
   optimizer_ = build_optimizer();
   loader_ = std::make_unique<data::DataLoader>(sources.train, config.data, groups_.dp_rank, groups_.dp_size);
   accum_steps_ = grad_accum_steps(config);
+}
+
+void RankTrainer::build_reducer_and_shards() {
+  const dist::ShardStage stage = c_.parallel.shard;
+  dist::GradientReducerOptions options{
+      .op = dist::ReduceOp::sum,
+      .shard_gradients = stage == dist::ShardStage::gradients || stage == dist::ShardStage::parameters};
+  std::vector<size_t> unit_buckets;
+  if (stage == dist::ShardStage::parameters) {
+    // One bucket per unit, in the order the backward completes them: the last block first, the root (its
+    // tied embedding's gradient comes last) at the end. Unit u of the model is then bucket unit_buckets[u].
+    const std::vector<std::vector<size_t>> units = model_->parameter_units();  // blocks 0..L-1, then the root
+    const size_t blocks = units.size() - 1;
+    for (size_t i = blocks; i-- > 0;) options.buckets.push_back(units[i]);
+    options.buckets.push_back(units[blocks]);
+    for (size_t u = 0; u < blocks; ++u) unit_buckets.push_back(blocks - 1 - u);
+    unit_buckets.push_back(blocks);
+  }
+  reducer_ = std::make_unique<dist::GradientReducer>(tensors_, groups_.world, options);
+  if (stage == dist::ShardStage::none) return;
+  shards_ = std::make_unique<dist::ZeroShards>(params_, reducer_->buckets(), groups_.world, stage, unit_buckets);
+  if (stage == dist::ShardStage::parameters) model_->set_parameter_units(shards_.get());
 }
 
 std::unique_ptr<optim::Optimizer> RankTrainer::build_optimizer() const {
@@ -122,8 +138,10 @@ void RankTrainer::resume() {
   if (shared_.resume_path) {
     // Sharded: the checkpoint holds the whole state (as a replicated run's); each rank keeps its part.
     const std::unique_ptr<optim::OptimizerSnapshot> whole = shards_ ? checkpoint_state(true) : nullptr;
+    if (shards_) shards_->acquire_all();  // sharded parameters: whole while the checkpoint is read into them
     const ResumeState state = load_training_checkpoint(*shared_.resume_path, c_, params_, whole ? *whole : *optimizer_);
     if (whole) shards_->load_full_state(*optimizer_, whole->state_tensors(), whole->step_count());
+    if (shards_) shards_->adopt_parameters();
     check_resume_step(c_, state.step, *shared_.resume_path);
     loader_->set_cursor(state.cursor);
     step_ = state.step;
@@ -283,8 +301,12 @@ bool RankTrainer::evaluate(int64_t step, bool record) {
   EvalMetrics m;
   m.step = step;
   m.loss = eval_loss(*model_, c_, sources_.eval, groups_);
+  if (shards_) shards_->release_all();  // sharded parameters: the root the forwards kept
   if (const data::SyntheticSource* synthetic = loader_->synthetic(); synthetic && c_.run.eval_examples > 0) {
+    // Each rank predicts its own examples (a different number of forwards): sharded parameters stay whole.
+    if (shards_) shards_->acquire_all();
     const data::ExactMatchResult r = eval_exact_match(*model_, *synthetic, c_.run.eval_examples, groups_);
+    if (shards_) shards_->release_all();
     m.accuracy = r.accuracy();
     m.num_correct = r.num_correct;
     m.num_examples = r.num_examples;
@@ -309,6 +331,7 @@ void RankTrainer::checkpoint(int64_t step) {
   if (logger_) logger_->activity("checkpoint at step " + std::to_string(step));
   // Sharded: the state gathered whole (a collective of every rank) and saved as a replicated run saves it.
   const optim::NamedTensors whole = shards_ ? shards_->full_state(*optimizer_) : optim::NamedTensors{};
+  if (shards_) shards_->acquire_all();  // sharded parameters: whole while rank 0 writes them
   if (rank0()) {
     std::unique_ptr<optim::OptimizerSnapshot> snapshot;
     if (shards_) {
@@ -321,6 +344,7 @@ void RankTrainer::checkpoint(int64_t step) {
     logger_->note("checkpoint " + last_checkpoint_);
   }
   groups_.world->barrier();
+  if (shards_) shards_->release_all();
 }
 
 void RankTrainer::log_step(Session& s) {

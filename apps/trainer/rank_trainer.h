@@ -126,6 +126,9 @@ class RankTrainer {
   void record_step(Session& s, const StepResult& r, double seconds);  // rank 0
   // The optimizer over the parameters, or over this rank's pieces of them when the state is sharded.
   std::unique_ptr<optim::Optimizer> build_optimizer() const;
+  // Several ranks: the gradient reducer, and with parallel.shard the sharded state (ZeRO-3: one bucket per
+  // unit of the model, and the model told to acquire its units).
+  void build_reducer_and_shards();
   // The optimizer's state as a checkpoint holds it (the whole parameters' shapes): a sharded run's snapshot
   // of zeros to load into (allocate) or to validate against (zero-stride views).
   std::unique_ptr<optim::OptimizerSnapshot> checkpoint_state(bool allocate) const;

@@ -17,7 +17,9 @@ void RankTrainer::start_session() {
   resume();
   if (!c_.run.init_from.empty()) {
     // Fine-tuning starts from these weights; a resumed run continues its own (init_from.h).
+    if (shards_ && !shared_.resume_path) shards_->acquire_all();  // sharded parameters: whole while loaded
     const std::string loaded = shared_.resume_path ? "" : load_init_weights(c_.run.init_from, c_, params_);
+    if (shards_ && !shared_.resume_path) shards_->adopt_parameters();
     if (logger_)
       logger_->note(loaded.empty() ? "run.init_from ignored: resuming this run's checkpoint" : "init_from: " + loaded);
   }

@@ -108,6 +108,7 @@ StepResult training_step(const StepParts& p, int64_t step) {
   const profile::Scope step_scope("step", device);
   StepResult result;
   const Enqueued e = enqueue_gradients(p, step, result);
+  if (p.shards) p.shards->release_all();  // sharded parameters: the root the forward kept for the backward
   const profile::Scope optimizer_scope("phase/optimizer", device);
   const Tensor sum_squares = step_sum_squares(p);  // (1) f64 on the gradients' device
   // The whole optimizer phase is enqueued before anything is read back (docs/training.md, "Host
@@ -143,6 +144,7 @@ void training_step_deferred(const StepParts& p, int64_t step, StepWindow& window
   const profile::Scope step_scope("step", device);
   StepResult result;
   const Enqueued e = enqueue_gradients(p, step, result);
+  if (p.shards) p.shards->release_all();  // sharded parameters: the root the forward kept for the backward
   const profile::Scope optimizer_scope("phase/optimizer", device);
   const Tensor sum_squares = optim::grad_sum_squares(p.params);  // (1) f64 on the gradients' device
   // Nothing is read back: the sum and the loss wait in the window's slot (device to device), the

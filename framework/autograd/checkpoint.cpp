@@ -31,10 +31,31 @@ struct Region {
   std::vector<bool> input_needs_grad;
   std::vector<SavedTensor> params;  // unpack() throws when a parameter changed since the forward
   std::shared_ptr<ForwardStash> stash;
+  std::function<void()> before, after;
+};
+
+// Calls `after` when the recompute ends, also by an exception (the sharded weights go back either way).
+class AfterRecompute {
+ public:
+  explicit AfterRecompute(const std::function<void()>& after) : after_(after) {}
+  ~AfterRecompute() {
+    if (!after_) return;
+    try {
+      after_();
+    } catch (...) {  // already unwinding, or the release failed: the first error is the one to report
+    }
+  }
+  AfterRecompute(const AfterRecompute&) = delete;
+  AfterRecompute& operator=(const AfterRecompute&) = delete;
+
+ private:
+  const std::function<void()>& after_;
 };
 
 // Runs the region again with recording on and backpropagates `grads` (one per output) through it.
 GradList recompute_backward(Region& r, const GradList& grads) {
+  if (r.before) r.before();
+  const AfterRecompute after(r.after);
   for (const SavedTensor& p : r.params) p.unpack();
   EnableGradGuard grad_on;
   std::vector<Tensor> leaves;  // (shapes of the inputs) detached: the recomputed graph ends here
@@ -76,6 +97,8 @@ std::vector<Tensor> checkpoint(const RegionFn& fn, const std::vector<Tensor>& in
   auto region = std::make_shared<Region>();
   region->fn = fn;
   region->name = options.name;
+  region->before = options.before_recompute;
+  region->after = options.after_recompute;
   if (options.policy == RecomputePolicy::selective) region->stash = std::make_shared<ForwardStash>();
   std::vector<Tensor> outputs;
   {

@@ -43,6 +43,9 @@ struct CheckpointOptions {
   std::string name;                                // names the node: "recompute[<name>]"
   RecomputePolicy policy = RecomputePolicy::full;  // what the first forward keeps
   std::vector<Tensor> params;                      // every parameter fn reads (version-checked)
+  // Called before the recompute (ahead of the version check) and after its nested backward: what makes
+  // sharded parameters whole for that time (nn::ParameterUnits). Either may be empty.
+  std::function<void()> before_recompute, after_recompute;
 };
 
 // fn(inputs) whose backward recomputes the region (see above). With recording off (evaluation) it is

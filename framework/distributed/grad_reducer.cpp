@@ -50,6 +50,35 @@ std::vector<GradientBucketPlan> plan_gradient_buckets(const std::vector<Tensor>&
   return plan;
 }
 
+std::vector<GradientBucketPlan> plan_explicit_buckets(const std::vector<Tensor>& params,
+                                                      const std::vector<std::vector<size_t>>& buckets) {
+  std::vector<int> listed(params.size(), -1);  // the bucket holding each parameter
+  std::vector<GradientBucketPlan> plan;
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    CPF_CHECK(!buckets[b].empty(), "GradientReducer: explicit bucket ", b, " is empty");
+    GradientBucketPlan bucket;
+    bucket.dtype = params.at(buckets[b].front()).dtype();
+    for (const size_t i : buckets[b]) {
+      CPF_CHECK(i < params.size(), "GradientReducer: explicit bucket ", b, " names parameter ", i, " of ",
+                params.size());
+      CPF_CHECK(listed[i] < 0, "GradientReducer: parameter ", i, " is in explicit buckets ", listed[i], " and ", b,
+                "; list each parameter once");
+      CPF_CHECK(params[i].dtype() == bucket.dtype, "GradientReducer: explicit bucket ", b, " mixes ", bucket.dtype,
+                " and ", params[i].dtype(), " (parameter ", i, "); a bucket holds one dtype");
+      listed[i] = static_cast<int>(b);
+      bucket.params.push_back(i);
+      bucket.offsets.push_back(bucket.numel);
+      bucket.numel += params[i].numel();
+    }
+    plan.push_back(std::move(bucket));
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    CPF_CHECK(listed[i] >= 0, "GradientReducer: parameter ", i, " of shape ", params[i].shape(),
+              " is in no explicit bucket; every parameter needs one");
+  }
+  return plan;
+}
+
 int64_t padded_bucket_numel(int64_t numel, int world) {
   CPF_CHECK(numel >= 0 && world >= 1, "padded_bucket_numel: numel=", numel, " world=", world);
   return (numel + world - 1) / world * world;
@@ -77,7 +106,8 @@ GradientReducer::GradientReducer(std::vector<Tensor> params, ProcessGroupPtr gro
     const auto [it, inserted] = seen.emplace(p.impl(), i);
     CPF_CHECK(inserted, where, ": parameters ", it->second, " and ", i, " are the same tensor; pass each once");
   }
-  plan_ = plan_gradient_buckets(params_, options_.bucket_bytes);
+  plan_ = options_.buckets.empty() ? plan_gradient_buckets(params_, options_.bucket_bytes)
+                                   : plan_explicit_buckets(params_, options_.buckets);
   slots_.resize(params_.size());
   state_.resize(plan_.size());
   for (size_t b = 0; b < plan_.size(); ++b) {
@@ -85,9 +115,9 @@ GradientReducer::GradientReducer(std::vector<Tensor> params, ProcessGroupPtr gro
     for (size_t k = 0; k < bucket.params.size(); ++k) slots_[bucket.params[k]] = Slot{b, bucket.offsets[k]};
     const Device device = params_[0].device();
     if (options_.shard_gradients) {
-      // Zeros: the padding is never written and must add nothing to the last rank's shard.
+      // The flat buffer exists only from the bucket's first gradient to its reduce-scatter (ensure_buffer):
+      // a rank keeps its reduced shards, 1/W of the gradients, between steps.
       const int64_t padded = padded_bucket_numel(bucket.numel, group_->size());
-      state_[b].buffer = zeros({padded}, {.dtype = bucket.dtype, .device = device});                  // (padded,)
       state_[b].shard = empty({padded / group_->size()}, {.dtype = bucket.dtype, .device = device});  // (padded / W,)
     } else {
       state_[b].buffer = empty({bucket.numel}, {.dtype = bucket.dtype, .device = device});  // (numel,)
@@ -147,8 +177,17 @@ std::string GradientReducer::describe_bucket(size_t bucket) const {
                  " elements, parameters ", members, ") on ", group_->describe());
 }
 
+void GradientReducer::ensure_buffer(size_t bucket) {
+  BucketState& s = state_[bucket];
+  if (s.buffer.defined()) return;
+  // Zeros: the padding is never written and must add nothing to the last rank's shard.
+  const int64_t padded = padded_bucket_numel(plan_[bucket].numel, group_->size());
+  s.buffer = zeros({padded}, {.dtype = plan_[bucket].dtype, .device = params_[0].device()});  // (padded,)
+}
+
 void GradientReducer::copy_into_bucket(size_t index) {
   const Tensor& p = params_[index];
+  ensure_buffer(slots_[index].bucket);
   const Tensor grad = p.grad();
   const Tensor dst = slice(index);
   if (!grad.defined()) {
@@ -184,6 +223,8 @@ void GradientReducer::start(size_t bucket) {
   BucketState& s = state_[bucket];
   s.work = options_.shard_gradients ? group_->reduce_scatter_async(s.buffer, 0, options_.op, s.shard)
                                     : group_->all_reduce_async(s.buffer, options_.op, s.buffer);
+  // Sharded: the operation holds its input until it is done; the whole bucket is not needed after it.
+  if (options_.shard_gradients) s.buffer = Tensor();
 }
 
 void GradientReducer::finish() {
@@ -240,6 +281,7 @@ void GradientReducer::reset_step() {
   for (size_t b = 0; b < plan_.size(); ++b) {
     state_[b].pending = plan_[b].params.size();
     state_[b].work = nullptr;
+    if (options_.shard_gradients) state_[b].buffer = Tensor();
   }
 }
 

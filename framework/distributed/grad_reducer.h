@@ -66,7 +66,13 @@ struct GradientReducerOptions {
   // Sharded gradients (ZeRO-2, zero_shards.h): each bucket, padded to a multiple of the group's size, is
   // reduce-scattered instead of all-reduced, so rank r receives only elements [r s, (r + 1) s) of it
   // (shard()); a parameter's gradient is dropped once it is in its bucket, and finish() writes none back.
+  // The flat bucket lives from its first gradient to its reduce-scatter only, so between steps a rank
+  // holds 1/W of the gradients.
   bool shard_gradients = false;
+  // Explicit buckets (ZeRO-3: one per unit of parameters gathered together, zero_shards.h): indices into
+  // the parameter list, each listed once, one dtype per bucket, in the order the backward completes them.
+  // Empty: the size-capped layout of plan_gradient_buckets.
+  std::vector<std::vector<size_t>> buckets;
 };
 
 // One bucket: parameters (indices into the reducer's list) of one dtype laid out back to back.
@@ -80,6 +86,10 @@ struct GradientBucketPlan {
 // The bucket layout GradientReducer uses: parameters in reverse order, one open bucket per dtype,
 // closed when it reaches bucket_bytes; buckets ordered by when they were opened.
 std::vector<GradientBucketPlan> plan_gradient_buckets(const std::vector<Tensor>& params, int64_t bucket_bytes);
+// The layout of explicit buckets (GradientReducerOptions::buckets): each parameter in exactly one, one dtype
+// per bucket; throws naming a parameter listed twice or never, or a bucket mixing dtypes.
+std::vector<GradientBucketPlan> plan_explicit_buckets(const std::vector<Tensor>& params,
+                                                      const std::vector<std::vector<size_t>>& buckets);
 
 // A bucket of `numel` elements padded to a multiple of `world` (what a sharded bucket's buffer holds).
 int64_t padded_bucket_numel(int64_t numel, int world);
@@ -118,13 +128,14 @@ class GradientReducer {
     int64_t offset = 0;
   };
   struct BucketState {
-    Tensor buffer;  // (numel,) of the bucket's dtype, on the parameters' device (padded when sharded)
+    Tensor buffer;  // (numel,) of the bucket's dtype, on the parameters' device; sharded: (padded,), per step
     Tensor shard;   // shard_gradients: (padded numel / group size,), this rank's reduced part
     size_t pending = 0;
     WorkPtr work;
   };
 
   void on_gradient_ready(size_t index);
+  void ensure_buffer(size_t bucket);    // shard_gradients: the bucket's flat buffer, allocated per step
   void copy_into_bucket(size_t index);  // the current .grad, or zeros
   void start_ready_buckets();
   void start(size_t bucket);

@@ -45,12 +45,15 @@ std::vector<ShardPiece> plan_shard_pieces(const std::vector<GradientBucketPlan>&
 }
 
 ZeroShards::ZeroShards(optim::NamedTensors params, std::vector<GradientBucketPlan> plan, ProcessGroupPtr group,
-                       ShardStage stage)
-    : params_(std::move(params)), plan_(std::move(plan)), group_(std::move(group)), stage_(stage) {
+                       ShardStage stage, std::vector<size_t> unit_buckets)
+    : params_(std::move(params)),
+      plan_(std::move(plan)),
+      group_(std::move(group)),
+      stage_(stage),
+      unit_buckets_(std::move(unit_buckets)) {
   CPF_CHECK(group_ != nullptr, "ZeroShards: the process group is null");
-  CPF_CHECK(stage_ == ShardStage::optimizer || stage_ == ShardStage::gradients, "ZeroShards: stage ",
-            shard_stage_name(stage_),
-            " is not one it runs: optimizer (ZeRO-1) or gradients (ZeRO-2); parameters (ZeRO-3) is not built yet");
+  CPF_CHECK(stage_ != ShardStage::none, "ZeroShards: stage none shards nothing; build no ZeroShards");
+  check_unit_buckets();
   std::vector<int64_t> numels;
   for (const auto& [name, p] : params_) {
     CPF_CHECK(p.defined() && p.is_contiguous(), "ZeroShards: parameter '", name,
@@ -62,11 +65,35 @@ ZeroShards::ZeroShards(optim::NamedTensors params, std::vector<GradientBucketPla
             " owns no element of any parameter (the model has fewer elements than ranks); use parallel.shard: none");
   for (const ShardPiece& piece : layout_) {
     const auto& [name, p] = params_[piece.param];
-    Tensor leaf = flat_range(p, piece.param_begin, piece.numel).detach();  // shares the parameter's storage
+    // Stages optimizer and gradients: a view of the parameter's storage; parameters: this rank's own copy
+    // (the parameter's storage is released below).
+    Tensor leaf = flat_range(p, piece.param_begin, piece.numel).detach();
+    if (stage_ == ShardStage::parameters) leaf = raw::contiguous(leaf).detach();
     leaf.set_requires_grad(true);
     pieces_.emplace_back(
         name + "[" + std::to_string(piece.param_begin) + ":" + std::to_string(piece.param_begin + piece.numel) + "]",
         leaf);
+  }
+  if (stage_ == ShardStage::parameters) {
+    gathers_.resize(plan_.size());
+    for (size_t b = 0; b < plan_.size(); ++b) release_bucket(b);
+  }
+}
+
+void ZeroShards::check_unit_buckets() const {
+  if (stage_ != ShardStage::parameters) {
+    CPF_CHECK(unit_buckets_.empty(), "ZeroShards: units are for stage parameters, not ", shard_stage_name(stage_));
+    return;
+  }
+  CPF_CHECK(unit_buckets_.size() == plan_.size(),
+            "ZeroShards: stage parameters needs one unit per bucket: ", unit_buckets_.size(), " units for ",
+            plan_.size(), " buckets");
+  std::vector<bool> seen(plan_.size(), false);
+  for (size_t u = 0; u < unit_buckets_.size(); ++u) {
+    const size_t b = unit_buckets_[u];
+    CPF_CHECK(b < plan_.size() && !seen[b], "ZeroShards: unit ", u, " names bucket ", b,
+              b < plan_.size() ? ", which another unit has" : " of ", plan_.size());
+    seen[b] = true;
   }
 }
 
@@ -90,7 +117,7 @@ std::vector<optim::ParamGroup> ZeroShards::piece_groups(const std::vector<optim:
 void ZeroShards::take_gradients(const GradientReducer& reducer) {
   for (size_t i = 0; i < layout_.size(); ++i) {
     const ShardPiece& piece = layout_[i];
-    if (stage_ == ShardStage::gradients) {
+    if (stage_ != ShardStage::optimizer) {
       pieces_[i].second.set_grad(raw::narrow(reducer.shard(piece.bucket), 0, piece.shard_offset, piece.numel));
       continue;
     }
@@ -106,7 +133,7 @@ Tensor ZeroShards::grad_sum_squares() const {
   return group_->all_reduce(optim::grad_sum_squares(pieces_), ReduceOp::sum);  // (1) f64
 }
 
-Tensor ZeroShards::gather_bucket(size_t bucket, const std::vector<Tensor>& piece_values) const {
+Tensor ZeroShards::pack_shard(size_t bucket, const std::vector<Tensor>& piece_values) const {
   const int64_t padded = padded_bucket_numel(plan_[bucket].numel, group_->size());
   const Tensor& like = piece_values.front();
   Tensor shard = zeros({padded / group_->size()}, {.dtype = like.dtype(), .device = like.device()});  // (s,)
@@ -114,10 +141,15 @@ Tensor ZeroShards::gather_bucket(size_t bucket, const std::vector<Tensor>& piece
     if (layout_[i].bucket != bucket) continue;
     raw::copy_(raw::narrow(shard, 0, layout_[i].shard_offset, layout_[i].numel), piece_values[i]);
   }
-  return group_->all_gather(shard, 0);  // (padded,) in the bucket's layout
+  return shard;
+}
+
+Tensor ZeroShards::gather_bucket(size_t bucket, const std::vector<Tensor>& piece_values) const {
+  return group_->all_gather(pack_shard(bucket, piece_values), 0);  // (padded,) in the bucket's layout
 }
 
 void ZeroShards::gather_parameters() {
+  if (stage_ == ShardStage::parameters) return;  // gathered per unit, when acquired
   NoGradGuard no_grad;
   std::vector<Tensor> values;
   for (const auto& [name, piece] : pieces_) values.push_back(piece);

@@ -67,6 +67,9 @@ class Storage {
   uint64_t version() const noexcept { return version_.load(std::memory_order_relaxed); }
   // Atomic: rank threads may write one storage (collectives into a shared buffer).
   void bump_version() noexcept { version_.fetch_add(1, std::memory_order_relaxed); }
+  // A storage that takes over another's role (a ZeRO-3 parameter gathered again into fresh memory) continues
+  // its version, so a saved tensor's check sees a change only when the values changed.
+  void set_version(uint64_t version) noexcept { version_.store(version, std::memory_order_relaxed); }
 
  private:
   void* data_ = nullptr;

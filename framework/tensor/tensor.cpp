@@ -46,7 +46,14 @@ bool Tensor::is_contiguous() const {
 
 void* Tensor::raw_data() const {
   const auto& impl = checked(impl_);
-  if (!impl.storage || impl.storage->data() == nullptr) return nullptr;
+  if (!impl.storage || impl.storage->data() == nullptr) {
+    // Only an empty tensor may have no memory. A parameter sharded with parallel.shard: parameters has none
+    // outside its unit's acquire/release (framework/nn/parameter_units.h): reading it there is a bug.
+    CPF_CHECK(shape_numel(impl.shape) == 0, "a tensor of shape ", impl.shape,
+              " has no memory: its storage was released (a parameter sharded with parallel.shard: parameters, "
+              "read outside the acquire/release of its unit, framework/nn/parameter_units.h)");
+    return nullptr;
+  }
   return static_cast<char*>(impl.storage->data()) + impl.offset * static_cast<int64_t>(dtype_size(impl.dtype));
 }
 

@@ -29,8 +29,13 @@ TEST(MemoryPlan, CheckConfigPrintsThePlan) {
   EXPECT_NE(fits.out.find("1.24G parameters, 131072 tokens a micro-batch, recompute full"), std::string::npos)
       << fits.out;
   EXPECT_NE(fits.out.find(": fits"), std::string::npos) << fits.out;
-  const auto big = run({"check-config", (repo_root() / "configs" / "llama3_8b_long.yaml").string(), "--memory"});
-  EXPECT_NE(big.out.find("does NOT fit"), std::string::npos) << big.out;
+  // The 8B at 128k over cp 4 fits an H100 only with its state sharded (parallel.shard: parameters).
+  const std::string eight_b = (repo_root() / "configs" / "llama3_8b_long.yaml").string();
+  const auto big = run({"check-config", eight_b, "--memory", "--device-memory", "h100"});
+  EXPECT_NE(big.out.find(": fits"), std::string::npos) << big.out;
+  const auto replicated =
+      run({"check-config", eight_b, "--memory", "--device-memory", "h100", "--set", "parallel.shard=gradients"});
+  EXPECT_NE(replicated.out.find("does NOT fit"), std::string::npos) << replicated.out;
   const auto bad =
       run({"check-config", (repo_root() / "configs" / "llama3_1b_long.yaml").string(), "--device-memory", "a100"});
   EXPECT_NE(bad.code, kExitOk);
@@ -44,9 +49,10 @@ TEST(MemoryPlan, RefusesWhatCannotFitAndWarnsNearTheLimit) {
   const std::optional<std::string> warning = check_memory_plan(c, total / 1.05);
   ASSERT_TRUE(warning.has_value());
   EXPECT_NE(warning->find("warning: the memory model estimates"), std::string::npos) << *warning;
-  EXPECT_CPF_ERROR(check_memory_plan(c, total / 2),
-                   "To fit: model.recompute: full (now full), a larger parallel.cp (now 1), or a shorter data.seq_len "
-                   "(now 131072)");
+  EXPECT_CPF_ERROR(
+      check_memory_plan(c, total / 2),
+      "To fit: model.recompute: full (now full), parallel.shard: parameters over more ranks (now none over "
+      "1), a larger parallel.cp (now 1), or a shorter data.seq_len (now 131072)");
 }
 
 TEST(MemoryPlan, AnOutOfMemoryGetsTheEstimate) {

@@ -3,7 +3,9 @@
 // (gradients) train to the replicated run's losses and weights bit for bit without clipping (the reduced
 // gradients and the element-wise updates are the same; only the global norm is summed in another order,
 // so with clipping they agree within 1e-6), and checkpoints are logical: a sharded run resumes replicated
-// and the reverse, bit for bit, and at another world size within CP's rounding. Plus the refused options.
+// and the reverse, bit for bit, and at another world size within CP's rounding. Stage parameters (ZeRO-3,
+// which needs every block recomputed) equals the replicated run with the same recomputation bit for bit.
+// Plus the refused options.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -61,6 +63,27 @@ TEST(ZeroTraining, EveryStageEqualsTheReplicatedRun) {
   }
 }
 
+// ZeRO-3: each block's weights gathered for its forward and its recompute, the rest as stage gradients.
+TEST(ZeroTraining, ParametersStageEqualsTheReplicatedRun) {
+  for (const char* mode : {"full", "selective"}) {
+    const std::string recompute = std::string("model.recompute=") + mode;
+    const TrainOutcome plain =
+        train_with(scratch_dir(std::string("zero3_plain_") + mode), 20, with(kDp2Cp2, {recompute}));
+    const TrainOutcome sharded = train_with(scratch_dir(std::string("zero3_") + mode), 20,
+                                            with(kDp2Cp2, {recompute, "parallel.shard=parameters"}));
+    ASSERT_EQ(sharded.losses.size(), 20u);
+    EXPECT_EQ(sharded.losses, plain.losses) << mode;
+    expect_same_weights(sharded.checkpoint, plain.checkpoint);
+  }
+  const std::vector<std::string> clip =
+      with(kDp2Cp2, {"run.grad_clip=0.05", "run.grad_accum_steps=2", "model.recompute=full", "run.eval_every=10"});
+  const TrainOutcome plain = train_with(scratch_dir("zero3_clip_plain"), 20, clip);
+  const TrainOutcome sharded = train_with(scratch_dir("zero3_clip"), 20, with(clip, {"parallel.shard=parameters"}));
+  expect_close(sharded.losses, plain.losses, 1e-6, "parameters with clipping and accumulation");
+  ASSERT_TRUE(sharded.last_eval.has_value() && plain.last_eval.has_value());
+  EXPECT_EQ(sharded.last_eval->accuracy, plain.last_eval->accuracy);
+}
+
 TEST(ZeroTraining, WithClippingWithinOneInAMillion) {
   const std::vector<std::string> clip = with(kDp2Cp2, {"run.grad_clip=0.05", "run.grad_accum_steps=2"});
   const TrainOutcome plain = train_with(scratch_dir("clip_replicated"), 20, clip);
@@ -75,11 +98,15 @@ TEST(ZeroTraining, WithClippingWithinOneInAMillion) {
 // equal the uninterrupted run's.
 TEST(ZeroTraining, CheckpointsResumeAcrossStages) {
   const TrainOutcome full = train_with(scratch_dir("full"), 8, kDp2Cp2);
-  const std::vector<std::pair<std::string, std::string>> pairs = {{"gradients", "none"}, {"none", "optimizer"}};
+  const std::vector<std::pair<std::string, std::string>> pairs = {
+      {"gradients", "none"}, {"none", "optimizer"}, {"parameters", "none"}, {"optimizer", "parameters"}};
   for (const auto& [first_stage, second_stage] : pairs) {
     const auto dir = scratch_dir("split_" + first_stage);
-    const TrainOutcome first = train_with(dir, 4, with(kDp2Cp2, {"parallel.shard=" + first_stage}));
-    const TrainOutcome second = train_with(dir, 8, with(kDp2Cp2, {"parallel.shard=" + second_stage}));
+    // Recomputation (which ZeRO-3 needs) changes no value, so both halves may use it.
+    const TrainOutcome first =
+        train_with(dir, 4, with(kDp2Cp2, {"parallel.shard=" + first_stage, "model.recompute=full"}));
+    const TrainOutcome second =
+        train_with(dir, 8, with(kDp2Cp2, {"parallel.shard=" + second_stage, "model.recompute=selective"}));
     ASSERT_EQ(second.start_step, 4) << first_stage;
     ASSERT_EQ(second.losses.size(), 4u);
     for (size_t i = 0; i < 4; ++i) EXPECT_EQ(second.losses[i], full.losses[i + 4]) << first_stage << " step " << i + 5;
@@ -93,14 +120,14 @@ TEST(ZeroTraining, CheckpointsResumeAtAnotherWorldSize) {
   const std::vector<std::string> dp2 = {"parallel.dp=2", "run.checkpoint_every=4"};
   const TrainOutcome full = train_with(scratch_dir("dp2_full"), 8, dp2);
   const auto dir = scratch_dir("resharded");
-  train_with(dir, 4, with(kDp2Cp2, {"parallel.shard=gradients"}));
+  train_with(dir, 4, with(kDp2Cp2, {"parallel.shard=parameters", "model.recompute=full"}));
   const TrainOutcome second = train_with(dir, 8, with(dp2, {"parallel.shard=none"}));
   ASSERT_EQ(second.start_step, 4);
   expect_close(second.losses, std::vector<double>(full.losses.begin() + 4, full.losses.end()), 1e-5, "4 -> 2 ranks");
   // And back: 2 ranks replicated -> 4 ranks sharded.
   const auto back = scratch_dir("resharded_back");
   train_with(back, 4, dp2);
-  const TrainOutcome grown = train_with(back, 8, with(kDp2Cp2, {"parallel.shard=optimizer"}));
+  const TrainOutcome grown = train_with(back, 8, with(kDp2Cp2, {"parallel.shard=parameters", "model.recompute=full"}));
   ASSERT_EQ(grown.start_step, 4);
   expect_close(grown.losses, std::vector<double>(full.losses.begin() + 4, full.losses.end()), 1e-5, "2 -> 4 ranks");
 }
@@ -125,7 +152,13 @@ TEST(ZeroTraining, RecomputeComposesWithShardingAndResumes) {
 TEST(ZeroTraining, RefusedOptions) {
   const auto dir = scratch_dir("refused");
   EXPECT_CPF_ERROR(train_with(dir, 2, with(kDp2Cp2, {"parallel.shard=parameters"})),
-                   "parameters (ZeRO-3: bf16 weights all-gathered per block) is not built yet");
+                   "parameters (ZeRO-3) gathers each block's weights for its forward and again for its recompute in "
+                   "the backward, so every block must be recomputed: set model.recompute: full or selective with "
+                   "model.recompute_layers: 0 (now none for 0 of 2 blocks)");
+  EXPECT_CPF_ERROR(
+      train_with(dir, 2,
+                 with(kDp2Cp2, {"parallel.shard=parameters", "model.recompute=full", "model.recompute_layers=1"})),
+      "(now on for 1 of 2 blocks), or use parallel.shard: gradients");
   EXPECT_CPF_ERROR(train_with(dir, 2, {"parallel.shard=optimizer"}),
                    "shards the training state over the dp x cp ranks, but this run has one rank (parallel.dp=1, "
                    "parallel.cp=1)");

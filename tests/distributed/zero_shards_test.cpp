@@ -2,8 +2,9 @@
 // backend: the pieces of every rank cover each parameter element exactly once (bucket sizes that W does
 // not divide), each rank's optimizer holds about 1/W of the state, the sharded AdamW step followed by
 // gather_parameters equals the replicated step bit for bit (stage optimizer and gradients, f32 and bf16
-// matrices), full_state equals the replicated optimizer's state and load_full_state restores it, and the
-// refusals name what is wrong.
+// matrices), full_state equals the replicated optimizer's state and load_full_state restores it; stage
+// parameters (ZeRO-3) holds no whole parameter outside acquire/release, refuses to read one, and its steps
+// equal the replicated ones bit for bit; and the refusals name what is wrong.
 #include "framework/distributed/zero_shards.h"
 
 #include <gtest/gtest.h>
@@ -107,14 +108,100 @@ TEST(ZeroShards, GradientsStageEqualsReplicatedAdamW) {
   expect_sharded_equals_replicated(4, ShardStage::gradients, DType::bf16);
 }
 
+// The tiny model's units: the embedding (0), the first layer (1: w1, b1), the second (2: w2, g); buckets in
+// backward order, unit u in bucket 2 - u.
+const std::vector<std::vector<size_t>> kTinyBuckets = {{3, 4}, {1, 2}, {0}};
+const std::vector<size_t> kTinyUnitBuckets = {2, 1, 0};
+
+// A parameter outside its unit has no memory, and reading it is an error naming why.
+void expect_released(const std::vector<Tensor>& params) {
+  for (const Tensor& p : params) {
+    EXPECT_EQ(p.storage()->nbytes(), 0u);
+    EXPECT_CPF_ERROR(p.to_vector<float>(),
+                     "has no memory: its storage was released (a parameter sharded with "
+                     "parallel.shard: parameters, read outside the acquire/release");
+  }
+}
+
+TEST(ZeroShards, ParametersStageEqualsReplicatedAdamW) {
+  for (int ranks : {2, 3}) {
+    run_ranks(ranks, [&](RankContext& ctx) {
+      TinyModel model(DType::f32, /*with_unused=*/false);
+      TinyModel reference = model.copy();
+      dist::GradientReducer reducer(model.params, ctx.world,
+                                    {.op = ReduceOp::avg, .shard_gradients = true, .buckets = kTinyBuckets});
+      dist::ZeroShards shards(named(model.params), reducer.buckets(), ctx.world, ShardStage::parameters,
+                              kTinyUnitBuckets);
+      expect_released(model.params);
+      const auto groups = optim::weight_decay_groups(named(model.params), 0.1);
+      optim::AdamW sharded(shards.piece_groups(groups), adamw());
+      optim::AdamW replicated(named(reference.params), adamw());
+      for (int step = 0; step < 3; ++step) {
+        shards.acquire(0, size_t{1});  // as a model does: each unit ahead of its use, the next one prefetched
+        shards.acquire(1, size_t{2});
+        shards.acquire(2, std::nullopt);
+        backward(model.loss(ctx.rank, step));
+        reducer.finish();
+        shards.release_all();
+        expect_released(model.params);
+        shards.take_gradients(reducer);
+        sharded.step();
+        shards.gather_parameters();  // nothing at this stage
+        shards.zero_grad();
+        backward(reference.loss(ctx.rank, step));
+        dist::all_reduce_gradients(reference.params, *ctx.world, ReduceOp::avg);
+        replicated.step();
+        replicated.zero_grad();
+        shards.acquire_all();
+        shards.release(1);  // pinned: stays whole
+        for (size_t i = 0; i < model.params.size(); ++i) {
+          EXPECT_TRUE(same_tensor(model.params[i], reference.params[i])) << "rank " << ctx.rank << " step " << step;
+        }
+        shards.release_all();
+      }
+      const optim::NamedTensors full = shards.full_state(sharded);
+      const optim::NamedTensors replicated_state = replicated.state_tensors();
+      std::map<std::string, Tensor> expected(replicated_state.begin(), replicated_state.end());
+      for (const auto& [name, t] : full) EXPECT_TRUE(same_tensor(t, expected.at(name))) << name;
+    });
+  }
+}
+
+// adopt_parameters: values written into the whole parameters (a checkpoint load) become the pieces'.
+TEST(ZeroShards, ParametersStageAdoptsLoadedValues) {
+  run_ranks(2, [&](RankContext& ctx) {
+    TinyModel model(DType::f32, false);
+    const auto plan = dist::plan_explicit_buckets(model.params, kTinyBuckets);
+    dist::ZeroShards shards(named(model.params), plan, ctx.world, ShardStage::parameters, kTinyUnitBuckets);
+    shards.acquire_all();
+    for (size_t i = 0; i < model.params.size(); ++i) raw::fill_(model.params[i], 0.25 * static_cast<double>(i));
+    shards.adopt_parameters();
+    expect_released(model.params);
+    shards.acquire(1, std::nullopt);
+    EXPECT_EQ(model.params[1].to_vector<float>(), std::vector<float>(model.params[1].numel(), 0.25f));
+    EXPECT_EQ(model.params[2].to_vector<float>(), std::vector<float>(model.params[2].numel(), 0.5f));
+    shards.release(1);
+    expect_released(model.params);
+  });
+}
+
 TEST(ZeroShards, Refusals) {
   run_ranks(2, [&](RankContext& ctx) {
     TinyModel model(DType::f32, false);
     const auto plan = dist::plan_gradient_buckets(model.params, 1 << 20);
     EXPECT_CPF_ERROR(dist::ZeroShards(named(model.params), plan, ctx.world, ShardStage::parameters),
-                     "stage parameters is not one it runs: optimizer (ZeRO-1) or gradients (ZeRO-2); parameters "
-                     "(ZeRO-3) is not built yet");
+                     "ZeroShards: stage parameters needs one unit per bucket: 0 units for 1 buckets");
+    EXPECT_CPF_ERROR(dist::ZeroShards(named(model.params), plan, ctx.world, ShardStage::optimizer, {0}),
+                     "ZeroShards: units are for stage parameters, not optimizer");
+    EXPECT_CPF_ERROR(dist::ZeroShards(named(model.params), plan, ctx.world, ShardStage::none),
+                     "ZeroShards: stage none shards nothing");
+    EXPECT_CPF_ERROR(dist::plan_explicit_buckets(model.params, {{0, 1}, {1, 2, 3, 4}}),
+                     "GradientReducer: parameter 1 is in explicit buckets 0 and 1; list each parameter once");
+    EXPECT_CPF_ERROR(dist::plan_explicit_buckets(model.params, {{0, 1, 2, 3}}),
+                     "GradientReducer: parameter 4 of shape [8] is in no explicit bucket");
     dist::ZeroShards shards(named(model.params), plan, ctx.world, ShardStage::optimizer);
+    EXPECT_CPF_ERROR(shards.acquire(0, std::nullopt),
+                     "ZeroShards: units are acquired under stage parameters only, not optimizer");
     optim::AdamW opt(shards.piece_groups(optim::weight_decay_groups(named(model.params), 0.1)), adamw());
     EXPECT_CPF_ERROR(shards.load_full_state(opt, {}, 0), "ZeroShards: the state holds no 'exp_avg.p");
     dist::GradientReducer reducer(model.params, ctx.world, {.op = ReduceOp::avg});

@@ -2,7 +2,9 @@
 // and every parameter gradient equal the model without recomputation bit for bit in f64, for each
 // attention type and MLP, `full` and `selective`, the first N blocks only, gradient accumulation, and
 // under context parallelism on thread ranks for every strategy (the recompute re-runs the ring under
-// `full`; `selective` keeps the attention's result and runs no message again). Plus the option checks.
+// `full`; `selective` keeps the attention's result and runs no message again). With sharded parameters
+// (set_parameter_units) the model acquires and releases its units in the order ZeRO-3 needs. Plus the
+// option checks.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -145,6 +147,40 @@ TEST(GPTRecompute, EvaluationKeepsNothingAndMatches) {
   EXPECT_TRUE(all_close(recomputed.forward(b.input), plain.forward(b.input), 0, 0));
 }
 
+// Records the calls a model makes (what ZeroShards would gather and free).
+class RecordingUnits final : public nn::ParameterUnits {
+ public:
+  void acquire(size_t unit, std::optional<size_t> next) const override {
+    calls.push_back("+" + std::to_string(unit) + (next ? ">" + std::to_string(*next) : ""));
+  }
+  void release(size_t unit) const override { calls.push_back("-" + std::to_string(unit)); }
+  mutable std::vector<std::string> calls;
+};
+
+// Units 0..2 are the blocks, 3 the root: the forward takes the root (kept) and each block with the next
+// one prefetched; the backward recomputes the blocks in reverse, each prefetching the one before it.
+TEST(GPTRecompute, ShardedParameterUnitsInOrder) {
+  for (RecomputeMode mode : {RecomputeMode::full, RecomputeMode::selective}) {
+    GPTOptions o = options(AttentionType::gqa, nn::Activation::swiglu);
+    o.recompute = mode;
+    GPT model(o);
+    const std::vector<std::vector<size_t>> units = model.parameter_units();
+    ASSERT_EQ(units.size(), 4u);
+    const auto named = model.named_parameters();
+    for (size_t i = 0; i < 3; ++i) {
+      for (size_t k : units[i]) EXPECT_EQ(named[k].first.rfind("blocks." + std::to_string(i) + ".", 0), 0u);
+    }
+    for (size_t k : units[3]) EXPECT_NE(named[k].first.rfind("blocks.", 0), 0u) << named[k].first;
+    RecordingUnits recording;
+    model.set_parameter_units(&recording);
+    const GPTBatch b = make_gpt_batch(data::shard_for_rank(batches(1).front(), 1, 0));
+    backward(model.forward_loss(b.input, b.labels, b.num_valid_labels));
+    const std::vector<std::string> expected = {"+3>0", "+0>1", "-0",   "+1>2", "-1", "+2", "-2",
+                                               "+2>1", "-2",   "+1>0", "-1",   "+0", "-0"};
+    EXPECT_EQ(recording.calls, expected);
+  }
+}
+
 TEST(GPTRecompute, OptionChecks) {
   GPTOptions o = options(AttentionType::mha, nn::Activation::gelu);
   o.recompute = RecomputeMode::full;
@@ -153,6 +189,12 @@ TEST(GPTRecompute, OptionChecks) {
   o.recompute = RecomputeMode::none;
   o.recompute_layers = 2;
   EXPECT_CPF_ERROR(GPT{o}, "recompute_layers=2 needs model.recompute: selective or full");
+  o.recompute_layers = 0;
+  GPT model(o);
+  model.set_parameter_units(nullptr);  // null: every parameter resident, always allowed
+  const RecordingUnits units;
+  EXPECT_CPF_ERROR(model.set_parameter_units(&units),
+                   "GPT: sharded parameters (parallel.shard: parameters) need every block recomputed");
 }
 
 }  // namespace

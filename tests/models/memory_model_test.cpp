@@ -91,7 +91,17 @@ TEST(MemoryModel, OrdersRecomputeModesAndShardStages) {
   const MemoryEstimate zero1 = estimate_memory(sharded);
   EXPECT_DOUBLE_EQ(zero1.moments * 4, replicated.moments);
   sharded.shard = "gradients";
-  EXPECT_LE(estimate_memory(sharded).total(), zero1.total());
+  const MemoryEstimate zero2 = estimate_memory(sharded);
+  EXPECT_LE(zero2.total(), zero1.total());
+  EXPECT_LT(zero2.communication, replicated.communication / 2);  // the shards and two buckets in flight
+  // ZeRO-3: a quarter of the master weights plus the root and two blocks whole.
+  sharded.shard = "parameters";
+  const MemoryEstimate zero3 = estimate_memory(sharded);
+  const int64_t root = zero3.parameters - sharded.model.num_layers * block_parameters(sharded.model);
+  EXPECT_EQ(root, 50304 * 2048 + 2048);  // the tied embedding and the final norm
+  EXPECT_DOUBLE_EQ(zero3.master_weights,
+                   zero3.parameters * 4.0 / 4 + static_cast<double>(root + 2 * block_parameters(sharded.model)) * 4);
+  EXPECT_LT(zero3.total(), zero2.total());
   // The lines sum to the total.
   EXPECT_EQ(full.lines().size(), 9u);
   EXPECT_NE(full.lines().back().find("total"), std::string::npos);
