@@ -112,7 +112,8 @@ TEST(TrainLog, StepLinesAndMetricsCountTokensAndShowResidentMemory) {
     EXPECT_GT(j["rss_bytes"].get<double>(), 1e6) << line;
   }
   EXPECT_EQ(records, 4);
-  EXPECT_NE(r.out.find(" | 2.6k tok | /"), std::string::npos) << "the summary counts tokens: " << r.out;
+  EXPECT_NE(r.out.find(" | 2.6k tok | "), std::string::npos) << "the summary counts tokens: " << r.out;
+  EXPECT_NE(r.out.find(" tok/s | /"), std::string::npos) << "and gives their rate: " << r.out;
 }
 
 TEST(TrainLog, TokensSeenContinueAcrossAResume) {

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "apps/trainer/checkpointing.h"
+#include "apps/trainer/train_summary.h"
 #include "apps/trainer/trainer.h"
 #include "framework/io/checkpoint.h"
 #include "tests/apps/cli_support.h"
@@ -44,6 +45,10 @@ TEST(Train, LossDecreasesOnTheTinyConfig) {
   EXPECT_NE(r.out.find("step 20/20 | loss "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("exact match"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("done: step 20/20"), std::string::npos) << r.out;
+  // The summary carries the session's rate; MFU only where the GPU's peak is known (never on the CPU).
+  const std::string done = r.out.substr(r.out.find("done: step 20/20"));
+  EXPECT_NE(done.find(" tok/s | "), std::string::npos) << done;
+  EXPECT_EQ(done.find("MFU"), std::string::npos) << done;
   // metrics.jsonl: one line per logging step (every 5) and per evaluation (10, 20).
   const std::string metrics = read_file(dir / "metrics.jsonl");
   EXPECT_EQ(std::count(metrics.begin(), metrics.end(), '\n'), 4 + 2) << metrics;
@@ -200,6 +205,19 @@ TEST(Train, TargetsStopEarlyOrFailTheRun) {
   EXPECT_NE(r.out.find("done: step 3/6"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("target eval loss <= 100.0000 reached at step 3"), std::string::npos) << r.out;
   EXPECT_TRUE(std::filesystem::exists(dir / "b" / "checkpoints" / "step_00000003"));
+}
+
+TEST(TrainSummary, NamesTheRateAndTheMfu) {
+  TrainConfig c;
+  c.run.steps = 10;
+  TrainOutcome r;
+  r.final_step = 10;
+  r.tokens_seen = 81920;
+  r.tokens_per_second = 54500;
+  r.mfu = 0.4125;
+  r.run_dir = "runs/x";
+  const std::string line = summary_line(c, r);
+  EXPECT_NE(line.find("| 81.9k tok | 54.5k tok/s | MFU 41.2% | runs/x"), std::string::npos) << line;
 }
 
 }  // namespace
