@@ -1,5 +1,6 @@
 #include "attention/attention_op.h"
 
+#include <algorithm>
 #include <limits>
 
 #include "attention/attention_sink.h"
@@ -10,6 +11,33 @@
 
 namespace cpf::raw {
 namespace {
+
+// The (query, key) pairs the mask lets through: per query, the keys of its sequence whose positions lie
+// in the window (causal: right = 0). Positions ascend within a sequence's storage (dual-chunk CP shards
+// included), so each query's count is two binary searches.
+double visible_pairs(const AttentionProblem& p) {
+  double pairs = 0;
+  for (const AttentionSequence& s : p.sequences) {
+    if (s.q_len == 0 || s.kv_len == 0) continue;
+    const auto first = p.kv_pos.begin() + s.kv_token, last = first + s.kv_len;
+    for (int64_t i = 0; i < s.q_len; ++i) {
+      const int64_t at = p.q_pos[static_cast<size_t>(s.q_token + i)];
+      const auto lo = p.window.left < 0 ? first : std::lower_bound(first, last, at - p.window.left);
+      const auto hi = p.window.right < 0 ? last : std::upper_bound(first, last, at + p.window.right);
+      if (hi > lo) pairs += static_cast<double>(hi - lo);
+    }
+  }
+  return pairs;
+}
+
+// The profiler's work of one call (profile::add_work): 2 x pairs x heads x (d_qk + d_v) forward; the
+// backward recomputes the scores and multiplies four more times, 2 x pairs x heads x (3 d_qk + 2 d_v).
+void report_attention_work(const AttentionProblem& p, bool backward, double bytes) {
+  if (!profile::enabled()) return;
+  const double per_pair = backward ? 3.0 * static_cast<double>(p.d_qk) + 2.0 * static_cast<double>(p.d_v)
+                                   : static_cast<double>(p.d_qk + p.d_v);
+  profile::add_work(2.0 * visible_pairs(p) * static_cast<double>(p.h_q) * per_pair, bytes);
+}
 
 // f64 stays f64 (gradcheck); f32 and bf16 compute in f32.
 DType compute_dtype(DType dtype) { return dtype == DType::f64 ? DType::f64 : DType::f32; }
@@ -59,6 +87,11 @@ AttentionForward attention_forward(const Tensor& q, const Tensor& k, const Tenso
     const profile::Scope scope("attention/check_inputs", Device::cpu());
     return check_attention_inputs(q, k, v, spec, seq, config);
   }();
+  // Reads q, k, v; writes out (q's rows with d_v wide heads).
+  const double out_bytes =
+      profile::tensor_bytes(q) * static_cast<double>(p.d_v) / static_cast<double>(std::max<int64_t>(p.d_qk, 1));
+  report_attention_work(p, false,
+                        profile::tensor_bytes(q) + profile::tensor_bytes(k) + profile::tensor_bytes(v) + out_bytes);
   if (const DeviceAttentionKernels* device = device_kernels(q.device(), "attention_forward")) {
     const profile::Scope scope("attention/device_forward", q.device());
     return with_sink(device->forward(p, q, k, v), spec);
@@ -86,6 +119,9 @@ AttentionGrads attention_backward(const Tensor& dout, const Tensor& dlse, const 
     if (dlse.defined()) check_same_shape(dlse, checked.lse_shape(), "dlse", "the log-sum-exp", q.device());
     return checked;
   }();
+  report_attention_work(p, true,
+                        2 * (profile::tensor_bytes(q) + profile::tensor_bytes(k) + profile::tensor_bytes(v)) +
+                            profile::tensor_bytes(out) + profile::tensor_bytes(dout) + profile::tensor_bytes(lse));
   if (const DeviceAttentionKernels* device = device_kernels(q.device(), "attention_backward")) {
     const profile::Scope scope("attention/device_backward", q.device());
     return with_sink_grad(device->backward(p, dout, dlse, q, k, v, out, lse), dout, dlse, out, lse, spec);

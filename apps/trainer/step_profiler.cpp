@@ -42,6 +42,11 @@ std::vector<ProfileRow> per_step_rows(const std::vector<profile::Stats>& stats, 
     const bool gpu = r.gpu_ms_per_step >= 0 && step_gpu > 0;
     const double total = gpu ? step_gpu : step_host;
     r.share = total > 0 ? (gpu ? r.gpu_ms_per_step : r.host_ms_per_step) / total : 0;
+    // Achieved rates over the scope's GPU time (its host time where there is none): what the ops inside
+    // reported (profile::add_work).
+    const double ms = r.gpu_ms_per_step >= 0 ? r.gpu_ms_per_step : r.host_ms_per_step;
+    if (ms > 0 && s.flops > 0) r.tflops = s.flops / n / (ms * 1e9);
+    if (ms > 0 && s.bytes > 0) r.gbps = s.bytes / n / (ms * 1e6);
     rows.push_back(r);
   }
   std::stable_sort(rows.begin(), rows.end(), [](const ProfileRow& a, const ProfileRow& b) {
@@ -65,14 +70,16 @@ std::string format_profile(const std::vector<ProfileRow>& rows, int64_t first_st
                                                  : std::string("GPU time from CUDA events")) +
                     "; nested rows include their children)\n";
   char line[512];
-  std::snprintf(line, sizeof line, "%-*s %10s %12s %8s %12s\n", static_cast<int>(width), "scope", "calls", "GPU ms",
-                "share", "host ms");
+  std::snprintf(line, sizeof line, "%-*s %10s %12s %8s %12s %9s %9s\n", static_cast<int>(width), "scope", "calls",
+                "GPU ms", "share", "host ms", "TFLOP/s", "GB/s");
   out += line;
   for (const ProfileRow& r : rows) {
-    char gpu[32] = "-";
+    char gpu[32] = "-", tflops[32] = "-", gbps[32] = "-";
     if (r.gpu_ms_per_step >= 0) std::snprintf(gpu, sizeof gpu, "%.3f", r.gpu_ms_per_step);
-    std::snprintf(line, sizeof line, "%-*s %10.1f %12s %7.1f%% %12.3f\n", static_cast<int>(width), r.name.c_str(),
-                  r.calls_per_step, gpu, 100.0 * r.share, r.host_ms_per_step);
+    if (r.tflops > 0) std::snprintf(tflops, sizeof tflops, "%.3g", r.tflops);
+    if (r.gbps > 0) std::snprintf(gbps, sizeof gbps, "%.3g", r.gbps);
+    std::snprintf(line, sizeof line, "%-*s %10.1f %12s %7.1f%% %12.3f %9s %9s\n", static_cast<int>(width),
+                  r.name.c_str(), r.calls_per_step, gpu, 100.0 * r.share, r.host_ms_per_step, tflops, gbps);
     out += line;
   }
   return out;

@@ -26,6 +26,9 @@ struct ProfileRow {
   double gpu_ms_per_step = -1;  // -1: no GPU time (a CPU run)
   double host_ms_per_step = 0;
   double share = 0;  // of the step's time (GPU when measured, else host)
+  // Achieved rates of the work the ops inside reported (profile::add_work) over the scope's time (GPU
+  // when measured, else host); 0 when none was reported.
+  double tflops = 0, gbps = 0;
 };
 
 // Rows per step from a table of `steps` steps, sorted phases first (in step order), then ops by time.

@@ -8,6 +8,7 @@
 #include "framework/tensor/ops/copy.h"
 #include "framework/tensor/ops/elementwise.h"
 #include "framework/tensor/ops/reduce.h"
+#include "framework/tensor/profile.h"
 
 namespace cpf::optim {
 namespace {
@@ -42,6 +43,9 @@ Tensor device_squares(const std::vector<Tensor>& grads, Device d) {
   }
   const Tensor out = empty({1}, {.dtype = DType::f64, .device = d});
   device_kernel(d, &DeviceOps::sum_squares, "grad_norm")(out, on_device);
+  double bytes = 0;
+  for (const Tensor& g : on_device) bytes += profile::tensor_bytes(g);
+  profile::add_work(0, bytes);
   return out;
 }
 

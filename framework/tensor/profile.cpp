@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "framework/core/error.h"
+#include "framework/tensor/tensor.h"
 
 namespace cpf::profile {
 namespace {
@@ -121,18 +122,28 @@ Scope::Scope(std::string_view name) { open(name, thread_device()); }
 Scope::Scope(std::string_view name, Device device) { open(name, &device); }
 
 namespace {
-thread_local std::vector<const std::string*> open_scope_names;  // this thread's open scopes, outermost first
+thread_local std::vector<Scope*> open_scope_stack;  // this thread's open scopes, outermost first
 }  // namespace
 
 std::string open_scopes() {
   std::string path;
-  for (const std::string* name : open_scope_names) path += (path.empty() ? "" : " > ") + *name;
+  for (const Scope* scope : open_scope_stack) path += (path.empty() ? "" : " > ") + scope->name();
   return path;
+}
+
+double tensor_bytes(const Tensor& t) {
+  return t.defined() ? static_cast<double>(t.numel()) * static_cast<double>(dtype_size(t.dtype())) : 0.0;
+}
+
+void add_work(double flops, double bytes) {
+  if (!enabled()) return;
+  // Every open scope: a parent's row covers its children's time, so it covers their work too.
+  for (Scope* scope : open_scope_stack) scope->add_work(flops, bytes);
 }
 
 void Scope::open(std::string_view name, const Device* device) {
   name_ = std::string(name);
-  open_scope_names.push_back(&name_);
+  open_scope_stack.push_back(this);
   recording_ = enabled();
   if (recording_ && device != nullptr && !device->is_cpu()) {
     const DeviceHooks& h = hooks()[static_cast<size_t>(device->type)];
@@ -167,6 +178,8 @@ Scope::~Scope() {
     const size_t row = row_for(t, name_);
     Stats& s = t.rows[row];
     s.calls += 1;
+    s.flops += flops_;
+    s.bytes += bytes_;
     s.host_total_ms += host_ms;
     s.host_max_ms = std::max(s.host_max_ms, host_ms);
     if (gpu_timer_) {
@@ -181,7 +194,7 @@ Scope::~Scope() {
   }
   if (range_open_) range_hooks()->range_pop();
   // Scopes close in reverse order of opening on their thread.
-  if (!open_scope_names.empty() && open_scope_names.back() == &name_) open_scope_names.pop_back();
+  if (!open_scope_stack.empty() && open_scope_stack.back() == this) open_scope_stack.pop_back();
 }
 
 std::vector<Stats> snapshot() {

@@ -31,6 +31,10 @@
 
 #include "framework/tensor/device.h"
 
+namespace cpf {
+class Tensor;
+}  // namespace cpf
+
 namespace cpf::profile {
 
 // Recording on or off for the whole process (the NVTX ranges are unaffected).
@@ -58,6 +62,15 @@ const Device* thread_device();
 // none. What an error raised inside them (a device out of memory) names as the phase it happened in.
 std::string open_scopes();
 
+// While recording: `flops` floating-point operations and `bytes` of memory traffic (read + written) done
+// by the work just queued, added to every scope open on this thread, so the table can say what rate each
+// scope achieved (TFLOP/s, GB/s over its GPU time). The ops that dominate a training step call it: the
+// GEMMs (2 M N K), attention (2 x visible (query, key) pairs x heads x the head dims it multiplies), norms,
+// activations, RoPE, the loss and the optimizer (bytes). Free when recording is off.
+void add_work(double flops, double bytes);
+// A tensor's bytes (numel x element size): what add_work's callers sum; 0 for an undefined tensor.
+double tensor_bytes(const Tensor& t);
+
 class Scope {
  public:
   // GPU time too when a DeviceScope of a CUDA device is open on this thread.
@@ -69,9 +82,16 @@ class Scope {
   Scope(const Scope&) = delete;
   Scope& operator=(const Scope&) = delete;
 
+  const std::string& name() const { return name_; }
+  void add_work(double flops, double bytes) {
+    flops_ += flops;
+    bytes_ += bytes;
+  }
+
  private:
   void open(std::string_view name, const Device* device);
   std::string name_;
+  double flops_ = 0, bytes_ = 0;
   int64_t start_ns_ = 0;
   void* gpu_timer_ = nullptr;  // the backend's event pair, or null
   DeviceType gpu_type_ = DeviceType::cpu;
@@ -88,6 +108,7 @@ struct Stats {
   int64_t gpu_calls = 0;  // the calls that measured GPU time
   double gpu_total_ms = 0;
   double gpu_max_ms = 0;
+  double flops = 0, bytes = 0;  // add_work's totals inside the scope (its children included)
 };
 
 // The table, in the order names first closed a scope; waits for the GPU events still pending.

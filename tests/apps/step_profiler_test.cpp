@@ -77,6 +77,21 @@ TEST(StepProfiler, RowsPerStepAndShares) {
   EXPECT_DOUBLE_EQ(rows[2].gpu_ms_per_step, -1);
 }
 
+// The ops' reported work over a row's time: TFLOP/s and GB/s columns, "-" where nothing was reported.
+TEST(StepProfiler, AchievedRatesPerRow) {
+  std::vector<profile::Stats> stats{
+      {.name = "step", .calls = 2, .host_total_ms = 20},
+      {.name = "forward/linear", .calls = 8, .host_total_ms = 4, .flops = 8e9, .bytes = 4e6}};
+  const auto rows = per_step_rows(stats, 2);
+  ASSERT_EQ(rows[1].name, "forward/linear");
+  EXPECT_DOUBLE_EQ(rows[1].tflops, 2.0);  // 4e9 FLOPs a step in 2 ms
+  EXPECT_DOUBLE_EQ(rows[1].gbps, 1.0);    // 2e6 bytes a step in 2 ms
+  EXPECT_DOUBLE_EQ(rows[0].tflops, 0);
+  const std::string table = format_profile(rows, 0, 2, "cpu");
+  EXPECT_NE(table.find("TFLOP/s      GB/s"), std::string::npos) << table;
+  EXPECT_NE(table.find("         2         1\n"), std::string::npos) << table;
+}
+
 TEST(StepProfiler, TheHeaderSaysWhereTheTimesComeFrom) {
   const std::vector<ProfileRow> rows;
   EXPECT_NE(format_profile(rows, 1, 3, "cpu").find("steps 2-4 on cpu, per step (no GPU: host wall time only;"),

@@ -7,6 +7,7 @@
 #include "framework/tensor/ops/copy.h"
 #include "framework/tensor/ops/elementwise.h"
 #include "framework/tensor/ops/norm.h"
+#include "framework/tensor/profile.h"
 #include "framework/tensor/shape_utils.h"
 
 namespace cpf::raw {
@@ -95,6 +96,8 @@ AddNormResult add_norm(NormKind kind, const Tensor& x, const Tensor& branch, con
   device_kernel(x.device(), &DeviceOps::add_norm, op)(centered, branch.defined() ? r.x1 : Tensor(), r.y, r.mean, r.rstd,
                                                       xc, contiguous_or_null(branch), contiguous_or_null(weight),
                                                       contiguous_or_null(bias), eps);
+  profile::add_work(0, profile::tensor_bytes(x) + profile::tensor_bytes(branch) +
+                           (branch.defined() ? profile::tensor_bytes(r.x1) : 0.0) + profile::tensor_bytes(r.y));
   return r;
 }
 
@@ -132,6 +135,8 @@ AddNormGrads add_norm_backward(NormKind kind, const Tensor& grad_x1, const Tenso
   device_kernel(x1.device(), &DeviceOps::add_norm_backward, op)(
       centered, d.dx, d.dbranch, d.dweight, d.dbias, contiguous_or_null(grad_x1), contiguous(gy), contiguous(x1),
       contiguous_or_null(weight), centered ? contiguous(mean) : Tensor(), contiguous(rstd));
+  profile::add_work(0, profile::tensor_bytes(grad_x1) + profile::tensor_bytes(gy) + profile::tensor_bytes(x1) +
+                           profile::tensor_bytes(d.dx) + profile::tensor_bytes(d.dbranch));
   return d;
 }
 

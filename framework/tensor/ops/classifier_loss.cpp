@@ -14,6 +14,7 @@
 #include "framework/tensor/ops/matmul.h"
 #include "framework/tensor/ops/reduce.h"
 #include "framework/tensor/ops/views.h"
+#include "framework/tensor/profile.h"
 #include "framework/tensor/shape_utils.h"
 
 namespace cpf::raw {
@@ -99,6 +100,7 @@ void row_pass(const Tensor& logits, const Tensor& labels, const Tensor& row_loss
   if (!logits.device().is_cpu()) {
     device_kernel(logits.device(), &DeviceOps::classifier_rows, kOp)(logits, row_loss, labels, scale, divisor,
                                                                      write_grad, ignore_index);
+    profile::add_work(0, (write_grad ? 2 : 1) * profile::tensor_bytes(logits));
     return;
   }
   if (divisor.defined()) scale = 1.0 / divisor.item<double>();

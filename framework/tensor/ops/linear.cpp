@@ -8,6 +8,7 @@
 #include "framework/tensor/ops/linear_common.h"
 #include "framework/tensor/ops/matmul.h"
 #include "framework/tensor/ops/views.h"
+#include "framework/tensor/profile.h"
 #include "framework/tensor/shape_utils.h"
 
 namespace cpf::raw {
@@ -42,6 +43,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   const Tensor w_t = transpose(weight, 0, 1);  // (K, N) view
   if (fused_bias_applies(x, weight, bias)) {
     Tensor y = empty({x2.size(0), weight.size(0)}, {.dtype = x.dtype(), .device = x.device()});  // (M, N)
+    report_gemm_work(y, x2, w_t, profile::tensor_bytes(bias));
     device_kernel(x.device(), &DeviceOps::matmul_bias, "linear")(y, x2, w_t, epilogue_vector(bias));
     return reshape(y, with_last(x.shape(), weight.size(0)));
   }
@@ -67,6 +69,7 @@ LinearGelu linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias
     args.aux = pre;
     if (bias.defined()) args.bias = epilogue_vector(bias);
     if (device_kernel(x.device(), &DeviceOps::matmul_epilogue, "linear_gelu")(out, x2, transpose(weight, 0, 1), args)) {
+      report_gemm_work(out, x2, weight, profile::tensor_bytes(pre) + profile::tensor_bytes(bias));
       return {reshape(out, out_shape), reshape(pre, out_shape)};
     }
   }

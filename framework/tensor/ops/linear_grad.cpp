@@ -9,6 +9,7 @@
 #include "framework/tensor/ops/matmul.h"
 #include "framework/tensor/ops/reduce.h"
 #include "framework/tensor/ops/views.h"
+#include "framework/tensor/profile.h"
 #include "framework/tensor/shape_utils.h"
 
 namespace cpf::raw {
@@ -47,6 +48,7 @@ LinearDgelu linear_dgelu(const Tensor& grad_y, const Tensor& weight, const Tenso
     args.aux = p2;
     if (bias_grad) args.bias_grad = empty({k}, opts);
     if (device_kernel(pre.device(), &DeviceOps::matmul_epilogue, "linear_dgelu")(grad_pre, g2, weight, args)) {
+      report_gemm_work(grad_pre, g2, weight, profile::tensor_bytes(p2) + profile::tensor_bytes(args.bias_grad));
       return {reshape(grad_pre, pre.shape()), args.bias_grad};
     }
   }
@@ -82,6 +84,9 @@ LinearParamGrads linear_param_grads(const Tensor& grad_y, const Tensor& x, DType
     args.accumulate = accumulate_into.defined();
     if (bias) args.bias_grad = empty({n}, opts);
     if (device_kernel(x.device(), &DeviceOps::matmul_epilogue, "linear_param_grads")(w, g_t, x2, args)) {
+      // Accumulating reads the gradient it adds to as well.
+      report_gemm_work(w, g_t, x2,
+                       (args.accumulate ? profile::tensor_bytes(w) : 0.0) + profile::tensor_bytes(args.bias_grad));
       return {w, args.bias_grad};
     }
   }

@@ -6,6 +6,7 @@
 #include "framework/tensor/device_ops.h"
 #include "framework/tensor/ops/copy.h"
 #include "framework/tensor/ops/views.h"
+#include "framework/tensor/profile.h"
 #include "framework/tensor/shape_utils.h"
 
 namespace cpf::raw {
@@ -91,6 +92,12 @@ void gemm_batched(const Tensor& a, const Tensor& b, const Tensor& out, const Sha
 
 }  // namespace
 
+void report_gemm_work(const Tensor& out, const Tensor& a, const Tensor& b, double extra_bytes) {
+  if (!profile::enabled()) return;
+  profile::add_work(2.0 * static_cast<double>(out.numel()) * static_cast<double>(a.size(-1)),
+                    profile::tensor_bytes(a) + profile::tensor_bytes(b) + profile::tensor_bytes(out) + extra_bytes);
+}
+
 Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   check_defined(a_in, "matmul", "a");
   check_defined(b_in, "matmul", "b");
@@ -122,6 +129,7 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
     if (a.size(-1) == 0) {
       zero_(out);
     } else {
+      report_gemm_work(out, a, b);
       if (!out.device().is_cpu()) {
         device_kernel(out.device(), &DeviceOps::matmul, "matmul")(out, a, b);
       } else {

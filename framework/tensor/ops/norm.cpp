@@ -8,6 +8,7 @@
 #include "framework/tensor/cpu/strided_loop.h"
 #include "framework/tensor/device_ops.h"
 #include "framework/tensor/ops/copy.h"
+#include "framework/tensor/profile.h"
 #include "framework/tensor/shape_utils.h"
 
 namespace cpf::raw {
@@ -146,6 +147,7 @@ LayerNormResult device_forward(const char* op, const Tensor& x, const Tensor& we
   const auto c = [](const Tensor& t) { return t.defined() ? contiguous(t) : Tensor(); };
   device_kernel(x.device(), &DeviceOps::norm, op)(centered, r.y, r.mean, r.rstd, contiguous(x), c(weight), c(bias),
                                                   eps);
+  profile::add_work(0, 2 * profile::tensor_bytes(x) + profile::tensor_bytes(r.mean) + profile::tensor_bytes(r.rstd));
   return r;
 }
 
@@ -158,6 +160,7 @@ NormGrads device_backward(const char* op, const Tensor& grad_y, const Tensor& x,
   device_kernel(x.device(), &DeviceOps::norm_backward, op)(
       centered, g.dx, g.dweight, g.dbias, contiguous(grad_y), contiguous(x),
       weight.defined() ? contiguous(weight) : Tensor(), centered ? contiguous(mean) : Tensor(), contiguous(rstd));
+  profile::add_work(0, profile::tensor_bytes(grad_y) + profile::tensor_bytes(x) + profile::tensor_bytes(g.dx));
   return g;
 }
 

@@ -7,6 +7,7 @@
 #include "framework/tensor/cpu/strided_loop.h"
 #include "framework/tensor/device_ops.h"
 #include "framework/tensor/ops/copy.h"
+#include "framework/tensor/profile.h"
 #include "framework/tensor/shape_utils.h"
 
 namespace cpf::raw {
@@ -140,6 +141,7 @@ Tensor rope(const Tensor& x, const Tensor& positions, double base, int64_t rotar
   Tensor out = empty(x.shape(), {.dtype = x.dtype(), .device = x.device()});
   device_kernel(x.device(), &DeviceOps::rope, "rope")(out, x.stride(-1) == 1 ? x : contiguous(x), contiguous(positions),
                                                       base, r.rot, inverse);
+  profile::add_work(0, 2 * profile::tensor_bytes(out));
   return out;
 }
 

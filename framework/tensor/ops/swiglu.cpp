@@ -7,6 +7,7 @@
 #include "framework/tensor/device_ops.h"
 #include "framework/tensor/ops/copy.h"
 #include "framework/tensor/ops/views.h"
+#include "framework/tensor/profile.h"
 #include "framework/tensor/shape_utils.h"
 
 namespace cpf::raw {
@@ -109,6 +110,7 @@ Tensor swiglu(const Tensor& gate, const Tensor& up) {
     swiglu_cpu(g, u, Tensor(), o, Tensor(), Tensor());
   } else {
     device_kernel(gate.device(), &DeviceOps::swiglu, op)(o, g, u);
+    profile::add_work(0, profile::tensor_bytes(g) + profile::tensor_bytes(u) + profile::tensor_bytes(o));
   }
   return out;
 }
@@ -147,6 +149,8 @@ void swiglu_backward_into(const Tensor& grad_out, const Tensor& gate, const Tens
     swiglu_cpu(g, u, dy, Tensor(), dg, du);
   } else {
     device_kernel(gate.device(), &DeviceOps::swiglu_backward, op)(dg, du, dy, g, u);
+    profile::add_work(0, profile::tensor_bytes(dy) + profile::tensor_bytes(g) + profile::tensor_bytes(u) +
+                             profile::tensor_bytes(dg) + profile::tensor_bytes(du));
   }
 }
 
