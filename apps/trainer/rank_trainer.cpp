@@ -367,6 +367,12 @@ void RankTrainer::log_step(Session& s) {
   // The summary's train loss is this same quantity: the mean over the last step line's steps.
   shared_.outcome.train_loss = loss;
   shared_.outcome.train_loss_steps = window.steps;
+  // The summary's rate leaves the session's first line out when there are more: it holds the one-time setup
+  // (cuDNN plans, the CUDA graph's capture, the allocator's first allocations).
+  if (s.lines_logged++ > 0) {
+    s.steady_tokens += window.tokens;
+    s.steady_seconds += window.seconds;
+  }
   window = LogWindow{};
 }
 

@@ -118,7 +118,10 @@ class RankTrainer {
     int64_t evaluated_at = -1;
     int64_t nonfinite_steps = 0;  // consecutive steps with a non-finite gradient norm
     double norm = 0;
-    int64_t session_tokens = 0;   // this call's steps, for the progress bar's rate
+    int64_t session_tokens = 0;  // this call's steps, for the progress bar's rate
+    int64_t lines_logged = 0;    // step lines of this call
+    int64_t steady_tokens = 0;   // the steps of every step line but the first: the summary's rate
+    double steady_seconds = 0;
     Clock::time_point window_t0;  // when the first step in the step window began
   };
   void start_session();  // resume or init_from, the run folder's files, the accumulation note

@@ -122,7 +122,8 @@ void RankTrainer::finish(Session& s) {
     shared_.outcome.final_step = step_;
     shared_.outcome.seconds = seconds_since(s.t0);
     if (s.session_tokens > 0 && s.train_seconds > 0) {
-      const double rate = static_cast<double>(s.session_tokens) / s.train_seconds;
+      const double rate = s.steady_seconds > 0 ? static_cast<double>(s.steady_tokens) / s.steady_seconds
+                                               : static_cast<double>(s.session_tokens) / s.train_seconds;
       shared_.outcome.tokens_per_second = rate;
       shared_.outcome.mfu = mfu(rate);
     }

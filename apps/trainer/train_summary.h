@@ -6,8 +6,9 @@
 //         target exact match >= 95.0% reached at step 2000 | runs/default
 //
 // "train loss" is the loss of the last step line (the mean over the steps it covers), so the summary
-// and the log agree. tok/s is this call's training steps' tokens over their time (evaluations and
-// checkpoints excluded); MFU appears on GPUs whose peak is known (device_peak.h).
+// and the log agree. tok/s is this call's training steps' tokens over their time, from the steps after
+// its first step line (which holds the one-time setup) when there are more lines; evaluations and
+// checkpoints excluded. MFU appears on GPUs whose peak is known (device_peak.h).
 #include <string>
 
 #include "apps/trainer/config.h"

@@ -52,8 +52,9 @@ struct TrainOutcome {
   bool target_reached = false;
   int64_t target_step = 0;
   double seconds = 0;
-  // This call's training steps: their tokens (all ranks') over their wall time, and the model FLOPs
-  // utilisation at that rate (GPU runs on a known GPU only). Unset when no step ran.
+  // This call's training steps: their tokens (all ranks') over their wall time (the steps after the first
+  // step line when there are more), and the model FLOPs utilisation at that rate (GPU runs on a known GPU
+  // only). Unset when no step ran.
   std::optional<double> tokens_per_second;
   std::optional<double> mfu;
   std::string checkpoint;  // the last checkpoint written
