@@ -22,9 +22,11 @@ std::string to_hex(const unsigned char* bytes, size_t n) {
   return out;
 }
 
-// HMAC-SHA256(key, message) as hex. The fields are joined with '\n', which none of them contains
-// (nonces are hex, numbers decimal; the payload comes last), so no two field lists share a message.
-std::string hmac_sha256_hex(const std::string& key, const std::string& message) {
+}  // namespace
+
+// The fields are joined with '\n', which none of them contains (nonces are hex, numbers decimal; the
+// payload or text comes last), so no two field lists share a message.
+std::string hmac_sha256_hex(std::string_view key, std::string_view message) {
   unsigned char mac[EVP_MAX_MD_SIZE];
   unsigned int length = 0;
   const unsigned char* result =
@@ -33,8 +35,6 @@ std::string hmac_sha256_hex(const std::string& key, const std::string& message) 
   CPF_CHECK(result != nullptr && length == 32, "rendezvous: HMAC-SHA256 failed in OpenSSL");
   return to_hex(mac, length);
 }
-
-}  // namespace
 
 std::string random_hex(size_t bytes) {
   std::vector<unsigned char> buffer(bytes);
@@ -53,6 +53,12 @@ std::string answer_mac(const std::string& token, std::string_view server_nonce, 
                        int world_size, std::string_view payload) {
   return hmac_sha256_hex(token, str_cat("cpformer-rendezvous-answer-v1\n", server_nonce, "\n", client_nonce, "\n", rank,
                                         "\n", world_size, "\n", payload));
+}
+
+std::string error_mac(const std::string& token, std::string_view server_nonce, std::string_view client_nonce,
+                      std::string_view text) {
+  return hmac_sha256_hex(token,
+                         str_cat("cpformer-rendezvous-error-v1\n", server_nonce, "\n", client_nonce, "\n", text));
 }
 
 bool macs_equal(std::string_view a, std::string_view b) {

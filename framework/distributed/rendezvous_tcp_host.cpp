@@ -55,6 +55,9 @@ class HostJoin {
   void seat_or_fail(Pending& p, int rank, int size, const std::string& client_nonce);
   void drop(Pending& p, const std::string& what, bool tell);
   void log_closed(const std::string& message);
+  // "ERR <text>", or with a token "ERR <proof> <text>" (error_mac: client_nonce "-" before the hello).
+  std::string error_line(const std::string& server_nonce, const std::string& client_nonce,
+                         const std::string& text) const;
   void expire_pending();
   std::string missing_message() const;
   void deliver();
@@ -188,7 +191,7 @@ void HostJoin::on_hello(Pending& p, const std::string& line) {
                 ": its proof of the token does not match (CPF_RENDEZVOUS_TOKEN differs between that rank and rank 0, "
                 "or is set on one of them only)");
     log_closed(why);
-    send_within(p.fd, "ERR " + why + "\n", Clock::now() + 200ms);
+    send_within(p.fd, error_line(p.nonce, client_nonce, why), Clock::now() + 200ms);
     close_fd(p.fd);
     return;
   }
@@ -215,8 +218,14 @@ void HostJoin::seat_or_fail(Pending& p, int rank, int size, const std::string& c
 // Closes a connection that is not a rank of this job; the join goes on.
 void HostJoin::drop(Pending& p, const std::string& what, bool tell) {
   log_closed(str_cat(s_.where, ": closed the connection from ", p.peer, ", which ", what, "; the rendezvous goes on"));
-  if (tell) send_within(p.fd, "ERR not a cpformer rendezvous hello\n", Clock::now());
+  if (tell) send_within(p.fd, error_line(p.nonce, "-", "not a cpformer rendezvous hello"), Clock::now());
   close_fd(p.fd);
+}
+
+std::string HostJoin::error_line(const std::string& server_nonce, const std::string& client_nonce,
+                                 const std::string& text) const {
+  if (s_.options.token.empty()) return "ERR " + text + "\n";
+  return str_cat("ERR ", error_mac(s_.options.token, server_nonce, client_nonce, text), " ", text, "\n");
 }
 
 void HostJoin::log_closed(const std::string& message) {
@@ -285,10 +294,10 @@ void HostJoin::fail_everyone() {
   std::replace(text.begin(), text.end(), '\n', ' ');
   const auto until = Clock::now() + 500ms;
   for (Seat& seat : seats_) {
-    if (seat.fd >= 0) send_within(seat.fd, "ERR " + text + "\n", until);
+    if (seat.fd >= 0) send_within(seat.fd, error_line(seat.server_nonce, seat.client_nonce, text), until);
   }
   for (Pending& p : pending_) {
-    if (p.fd >= 0) send_within(p.fd, "ERR " + text + "\n", until);
+    if (p.fd >= 0) send_within(p.fd, error_line(p.nonce, "-", text), until);
   }
   CPF_FAIL(error_);
 }

@@ -27,7 +27,11 @@ class PeerJoin {
  private:
   Attempt handshake(int fd, std::string& payload, std::string& leftover);
   std::optional<std::string> read_line(int fd, LineReader& reader, const char* waiting_for);
-  void check_challenge(const std::string& line, std::string& server_nonce) const;
+  // False (why_ says so) for an error line that may not abort the join: one without proof of the token.
+  bool check_challenge(const std::string& line, std::string& server_nonce);
+  // An "ERR ..." line: throws its text when it may abort the join (no token set, or its proof holds);
+  // otherwise notes it in why_ and returns (the join retries).
+  void on_error_line(const std::string& line, const std::string& server_nonce, const std::string& client_nonce);
   Attempt take_answer(int fd, LineReader& reader, const std::string& server_nonce, const std::string& client_nonce,
                       std::string& payload);
 
@@ -36,6 +40,7 @@ class PeerJoin {
   std::string why_ = "no attempt";  // the last reason an attempt did not join
   std::string closed_;              // set when rank 0 once closed a connection before answering (did it fail?)
   IoStatus last_status_ = IoStatus::ok;
+  bool unproven_error_ = false;  // the last attempt ended on an error without proof: retry more slowly
 };
 
 int PeerJoin::run(std::string& payload, std::string& leftover) {
@@ -45,7 +50,10 @@ int PeerJoin::run(std::string& payload, std::string& leftover) {
       if (handshake(fd, payload, leftover) == Attempt::joined) return fd;
       close_fd(fd);
     }
-    std::this_thread::sleep_for(50ms);
+    // An unproven error comes from a rank 0 with another token or from a stranger on the port: neither
+    // answers differently at once, so the retries do not flood it.
+    std::this_thread::sleep_for(unproven_error_ ? 500ms : 50ms);
+    unproven_error_ = false;
   }
   CPF_FAIL(s_.where, ": rank ", rank_, " could not reach rank 0 within the timeout of ", seconds_of(s_.options.timeout),
            " s (last error: ", why_,
@@ -60,7 +68,7 @@ Attempt PeerJoin::handshake(int fd, std::string& payload, std::string& leftover)
   std::optional<std::string> line = read_line(fd, reader, "its challenge");
   if (!line) return Attempt::retry;
   std::string server_nonce;
-  check_challenge(*line, server_nonce);
+  if (!check_challenge(*line, server_nonce)) return Attempt::retry;
   const std::string client_nonce = random_hex(kNonceHexDigits / 2);
   const std::string mac = hello_mac(s_.options.token, server_nonce, client_nonce, rank_, s_.options.world_size);
   const std::string hello = str_cat("HELLO ", rank_, " ", s_.options.world_size, " ", client_nonce, " ", mac, "\n");
@@ -87,20 +95,52 @@ std::optional<std::string> PeerJoin::read_line(int fd, LineReader& reader, const
   return line;
 }
 
-void PeerJoin::check_challenge(const std::string& line, std::string& server_nonce) const {
-  if (line.rfind("ERR ", 0) == 0) CPF_FAIL(escaped(std::string_view(line).substr(4), kMaxAnswerLine));
+bool PeerJoin::check_challenge(const std::string& line, std::string& server_nonce) {
+  if (line.rfind("ERR ", 0) == 0) {
+    // Before the challenge nothing can prove the token: with one set, such a line never aborts the join.
+    if (s_.options.token.empty()) CPF_FAIL(escaped(std::string_view(line).substr(4), kMaxAnswerLine));
+    why_ = str_cat("the process on rank 0's port sent '", escaped(line, kMaxAnswerLine),
+                   "' before any challenge, which cannot prove the token (ignored)");
+    unproven_error_ = true;
+    return false;
+  }
   const std::vector<std::string_view> w = split_words(line);
   const bool ok = w.size() == 3 && w[0] == "CHALLENGE" && w[1] == kProtocol && is_hex(w[2], kNonceHexDigits);
   CPF_CHECK(ok, s_.where, ": the process on that port is not a cpformer rendezvous of this version (it sent '",
             escaped(line), "'; expected 'CHALLENGE ", kProtocol, " <nonce>')");
   server_nonce = std::string(w[2]);
+  return true;
+}
+
+void PeerJoin::on_error_line(const std::string& line, const std::string& server_nonce,
+                             const std::string& client_nonce) {
+  const std::string_view rest = std::string_view(line).substr(4);
+  if (s_.options.token.empty()) CPF_FAIL(escaped(rest, kMaxAnswerLine));
+  // "ERR <proof> <text>": the proof covers this handshake's nonces (the client's "-" when rank 0 wrote it
+  // before it read this rank's hello).
+  const size_t space = rest.find(' ');
+  const std::string_view proof = rest.substr(0, space);
+  const std::string_view text = space == std::string_view::npos ? std::string_view() : rest.substr(space + 1);
+  if (is_hex(proof, kMacHexDigits)) {
+    for (const char* client : {client_nonce.c_str(), "-"}) {
+      if (macs_equal(error_mac(s_.options.token, server_nonce, client, text), proof)) {
+        CPF_FAIL(escaped(text, kMaxAnswerLine));
+      }
+    }
+  }
+  why_ = str_cat("rank 0's port answered '", escaped(line, kMaxAnswerLine),
+                 "' without proving the token (a rank 0 with another CPF_RENDEZVOUS_TOKEN, or not this job's rank 0)");
+  unproven_error_ = true;
 }
 
 Attempt PeerJoin::take_answer(int fd, LineReader& reader, const std::string& server_nonce,
                               const std::string& client_nonce, std::string& payload) {
   const std::optional<std::string> line = read_line(fd, reader, "the payload");
   if (!line) return Attempt::retry;
-  if (line->rfind("ERR ", 0) == 0) CPF_FAIL(escaped(std::string_view(*line).substr(4), kMaxAnswerLine));
+  if (line->rfind("ERR ", 0) == 0) {
+    on_error_line(*line, server_nonce, client_nonce);
+    return Attempt::retry;
+  }
   const std::vector<std::string_view> w = split_words(*line);
   std::optional<long long> size;
   if (w.size() == 3 && w[0] == "OK" && is_hex(w[2], kMacHexDigits)) {

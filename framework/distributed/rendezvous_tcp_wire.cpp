@@ -202,7 +202,18 @@ std::vector<Endpoint> resolve(const std::string& host, int port, const std::stri
   return endpoints;
 }
 
-int listen_on(const std::vector<Endpoint>& endpoints, const std::string& context, std::string& bound) {
+// The IPv6 wildcard (::), which a dual-stack socket turns into every IPv4 and IPv6 interface.
+bool is_ipv6_any(const Endpoint& e) {
+  if (e.address.ss_family != AF_INET6) return false;
+  const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&e.address);
+  return std::memcmp(&in6->sin6_addr, &in6addr_any, sizeof in6addr_any) == 0;
+}
+
+int listen_on(const std::vector<Endpoint>& endpoints_in, const std::string& context, std::string& bound) {
+  // "*" resolves to 0.0.0.0 and :: (in the resolver's order): the dual-stack :: first, so one socket
+  // listens on both families; 0.0.0.0 stays the fallback on a host without IPv6.
+  std::vector<Endpoint> endpoints = endpoints_in;
+  std::stable_partition(endpoints.begin(), endpoints.end(), is_ipv6_any);
   std::string failures;
   for (const Endpoint& e : endpoints) {
     const int fd = ::socket(e.address.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
@@ -210,8 +221,9 @@ int listen_on(const std::vector<Endpoint>& endpoints, const std::string& context
       failures += str_cat(failures.empty() ? "" : "; ", e.text, ": socket: ", std::strerror(errno));
       continue;
     }
-    const int one = 1;
+    const int one = 1, zero = 0;
     ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (is_ipv6_any(e)) ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
     if (::bind(fd, reinterpret_cast<const sockaddr*>(&e.address), e.length) == 0 && ::listen(fd, 128) == 0) {
       bound = e.text;
       return fd;

@@ -1,6 +1,7 @@
 #pragma once
 // Helpers for the rendezvous tests: ranks joining on threads, and raw loopback sockets that play a
 // buggy peer, an attacker or a fake rank 0. Every wait is bounded; only 127.0.0.1 and ::1 are used.
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -144,6 +145,26 @@ inline int raw_seat(int port, int rank, int world, const std::string& token = kT
   const std::string challenge = raw_line(fd);
   raw_send(fd, hello_for(challenge, rank, world, token));
   return fd;
+}
+
+// A listener on loopback `port` posing as rank 0 (the caller accepts and closes).
+inline void listen_as_rank_zero(int port, int& listener) {
+  listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const int one = 1;  // the real rank 0 may listen on the port after this one closed
+  ::setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(listener, 4), 0);
+}
+
+// Whether `line` is rank 0's "ERR <proof> <text>" proven with kToken for the connection of
+// `challenge_line`, before a hello (client nonce "-").
+inline bool is_proven_error(const std::string& line, const std::string& challenge_line, const std::string& text) {
+  const std::string proof = dist::rdzv::error_mac(kToken, challenge_nonce(challenge_line), "-", text);
+  return line == "ERR " + proof + " " + text;
 }
 
 }  // namespace cpf::testing::rv
