@@ -60,6 +60,7 @@ class HostJoin {
                          const std::string& text) const;
   void expire_pending();
   std::string missing_message() const;
+  void check_seat(int rank);  // a seated rank's connection turned readable during the join
   void deliver();
   [[noreturn]] void fail_everyone();
 
@@ -90,10 +91,14 @@ std::vector<int> HostJoin::run() {
     const bool accepting = Clock::now() >= accept_paused_until_;
     std::vector<pollfd> polls{{accepting ? listener_ : -1, POLLIN, 0}};
     for (const Pending& p : pending_) polls.push_back({p.fd, POLLIN, 0});
+    for (const Seat& seat : seats_) polls.push_back({seat.fd, POLLIN, 0});  // -1 (empty seats) is skipped
     const int ready = ::poll(polls.data(), polls.size(), std::min(remaining_ms(s_.deadline), 100));
     if (ready < 0 && errno != EINTR) CPF_FAIL(s_.where, ": poll failed: ", std::strerror(errno));
-    for (size_t i = 1; i < polls.size() && error_.empty(); ++i) {
+    for (size_t i = 1; i <= pending_.size() && error_.empty(); ++i) {
       if (polls[i].revents) serve(pending_[i - 1]);
+    }
+    for (size_t r = 0; r < seats_.size() && error_.empty(); ++r) {
+      if (polls[1 + pending_.size() + r].revents) check_seat(static_cast<int>(r));
     }
     pending_.erase(std::remove_if(pending_.begin(), pending_.end(), [](const Pending& p) { return p.fd < 0; }),
                    pending_.end());
@@ -101,6 +106,8 @@ std::vector<int> HostJoin::run() {
     if (error_.empty() && (polls[0].revents & POLLIN)) accept_new();
   }
   if (error_.empty() && arrived_ < world_) error_ = missing_message();
+  // Every seat still there before anyone gets the payload: a rank gone meanwhile fails the join for all.
+  for (int r = 1; r < world_ && error_.empty(); ++r) check_seat(r);
   if (!error_.empty()) fail_everyone();
   deliver();
   close_fd(listener_);
@@ -272,6 +279,22 @@ std::string HostJoin::missing_message() const {
   }
   if (!accept_trouble_.empty()) text += "; " + accept_trouble_;
   return text;
+}
+
+// A seated rank says nothing until the payload: its connection turning readable means it closed (its
+// process ended) or it misbehaves. Either is fatal to the join, and every rank is told (fail_everyone).
+void HostJoin::check_seat(int rank) {
+  Seat& seat = seats_[static_cast<size_t>(rank)];
+  if (seat.fd < 0) return;
+  char byte = 0;
+  const ssize_t got = ::recv(seat.fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+  error_ = got > 0 ? str_cat(s_.where, ": rank ", rank, " (", seat.peer,
+                             ") sent data after its hello, before rank 0 sent the payload (not a cpformer rank?)")
+                   : str_cat(s_.where, ": rank ", rank, " (", seat.peer,
+                             ") closed its connection after its hello, before rank 0 sent the payload (did its "
+                             "process fail? see its log)");
+  close_fd(seat.fd);
 }
 
 void HostJoin::deliver() {

@@ -16,6 +16,9 @@ double seconds_of(Clock::duration d) { return std::chrono::duration<double>(d).c
 
 // Rank 0 reports missing ranks at its own deadline: a rank waits this much longer for that message.
 constexpr auto kAnswerGrace = 10s;
+// Once rank 0 has answered, its port taking no connection for this long means it is gone (a flooded rank
+// 0 closes connections, but its port still accepts them).
+constexpr auto kVanishedGrace = 3s;
 
 enum class Attempt { joined, retry };
 
@@ -41,14 +44,24 @@ class PeerJoin {
   std::string closed_;              // set when rank 0 once closed a connection before answering (did it fail?)
   IoStatus last_status_ = IoStatus::ok;
   bool unproven_error_ = false;  // the last attempt ended on an error without proof: retry more slowly
+  bool reached_ = false;         // rank 0 sent a challenge once: it was running
 };
 
 int PeerJoin::run(std::string& payload, std::string& leftover) {
+  std::optional<Clock::time_point> unreachable_since;  // since when rank 0's port, once reached, takes nothing
   while (Clock::now() < s_.deadline) {
     int fd = try_connect(s_.endpoints, s_.deadline, why_);
     if (fd >= 0) {
+      unreachable_since.reset();
       if (handshake(fd, payload, leftover) == Attempt::joined) return fd;
       close_fd(fd);
+    } else if (reached_) {
+      if (!unreachable_since) unreachable_since = Clock::now();
+      CPF_CHECK(Clock::now() - *unreachable_since < kVanishedGrace, s_.where, ": rank ", rank_,
+                ": rank 0 answered and then vanished: its port has taken no connection for ",
+                std::chrono::duration_cast<std::chrono::seconds>(kVanishedGrace).count(), " s (", why_,
+                closed_.empty() ? "" : "; before, " + closed_,
+                "); did rank 0 fail? Its log says why; the other ranks stop the same way");
     }
     // An unproven error comes from a rank 0 with another token or from a stranger on the port: neither
     // answers differently at once, so the retries do not flood it.
@@ -109,6 +122,7 @@ bool PeerJoin::check_challenge(const std::string& line, std::string& server_nonc
   CPF_CHECK(ok, s_.where, ": the process on that port is not a cpformer rendezvous of this version (it sent '",
             escaped(line), "'; expected 'CHALLENGE ", kProtocol, " <nonce>')");
   server_nonce = std::string(w[2]);
+  reached_ = true;
   return true;
 }
 
