@@ -12,6 +12,27 @@ namespace {
 
 constexpr const char* kCursorKey = "data_cursor";
 constexpr const char* kConfigKey = "config";
+constexpr const char* kLogWindowKey = "log_window";
+
+// "steps=2 tokens=256 loss=<%.17g> seconds=<%.17g>": exact, so the resumed average is the uninterrupted one.
+std::string log_window_text(const LogWindow& w) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "steps=%lld tokens=%lld loss=%.17g seconds=%.17g", static_cast<long long>(w.steps),
+                static_cast<long long>(w.tokens), w.loss, w.seconds);
+  return buf;
+}
+
+LogWindow parse_log_window(const std::string& text, const std::string& path) {
+  LogWindow w;
+  long long steps = 0, tokens = 0;
+  const int got =
+      std::sscanf(text.c_str(), "steps=%lld tokens=%lld loss=%lf seconds=%lf", &steps, &tokens, &w.loss, &w.seconds);
+  CPF_CHECK(got == 4 && steps >= 0 && tokens >= 0, "resume: ", path, ": meta.json's extra.", kLogWindowKey, " '", text,
+            "' is not 'steps=N tokens=N loss=X seconds=X'");
+  w.steps = steps;
+  w.tokens = tokens;
+  return w;
+}
 
 // FNV-1a, 64 bits: stable across platforms and runs (std::hash is not).
 std::string fnv1a_hex(const std::string& text) {
@@ -71,17 +92,24 @@ ResumeState load_training_checkpoint(const std::string& path, const TrainConfig&
   const io::CheckpointMeta meta = io::load_checkpoint(path, params, &optimizer, config_hash(config));
   auto it = meta.extra.find(kCursorKey);
   CPF_CHECK(it != meta.extra.end(), "resume: ", path, " has no data cursor in meta.json (extra.", kCursorKey, ")");
-  return ResumeState{meta.step, data::parse_data_cursor(it->second)};
+  ResumeState state{meta.step, data::parse_data_cursor(it->second)};
+  if (auto w = meta.extra.find(kLogWindowKey); w != meta.extra.end()) {
+    state.window = parse_log_window(w->second, path);
+    state.carried = true;
+  }
+  return state;
 }
 
 std::string save_training_checkpoint(const TrainConfig& config, const optim::NamedTensors& params,
-                                     const optim::Optimizer& optimizer, int64_t step, const data::DataCursor& cursor) {
+                                     const optim::Optimizer& optimizer, int64_t step, const data::DataCursor& cursor,
+                                     const LogWindow& open_window) {
   io::CheckpointMeta meta;
   meta.step = step;
   meta.rng_seed = static_cast<uint64_t>(config.run.seed);
   meta.config_hash = config_hash(config);
   meta.extra[kCursorKey] = cursor.str();
   meta.extra[kConfigKey] = to_yaml(config);
+  meta.extra[kLogWindowKey] = log_window_text(open_window);
   return io::save_checkpoint(checkpoints_dir(config), params, &optimizer, meta,
                              static_cast<int>(config.run.keep_checkpoints));
 }

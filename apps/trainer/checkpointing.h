@@ -3,8 +3,10 @@
 //
 //   <run folder>/checkpoints/step_00000400/{model,optimizer}.safetensors, meta.json
 //
-// meta.json's `extra` carries the data loader's cursor ("epoch=0 index=1234 offset=0") and the
-// effective config (YAML), so `cpformer generate` needs nothing but the checkpoint folder. The config
+// meta.json's `extra` carries the data loader's cursor ("epoch=0 index=1234 offset=0"), the effective
+// config (YAML), so `cpformer generate` needs nothing but the checkpoint folder, and the steps since the
+// last step line (`log_window`), so a resumed run's next line averages the steps an uninterrupted run's
+// would. The config
 // hash covers what gives the weights and the data stream their meaning (model, data, optimizer,
 // schedule, run.seed); resume refuses a checkpoint of another config instead of silently restarting.
 #include <optional>
@@ -24,9 +26,18 @@ std::string config_hash(const TrainConfig& config);
 std::optional<std::string> find_resume_checkpoint(const TrainConfig& config, const optim::NamedTensors& params,
                                                   const optim::Optimizer& optimizer);
 
+// The steps since the last step line: their summed loss, tokens and seconds (what the next line averages).
+struct LogWindow {
+  double seconds = 0, loss = 0;
+  int64_t tokens = 0, steps = 0;
+};
+
 struct ResumeState {
   int64_t step = 0;
   data::DataCursor cursor;
+  // The checkpoint's open log window; `carried` false for a checkpoint written before it was recorded.
+  LogWindow window;
+  bool carried = false;
 };
 // Loads weights and optimizer state (validated first; nothing changes on failure).
 ResumeState load_training_checkpoint(const std::string& path, const TrainConfig& config,
@@ -34,7 +45,8 @@ ResumeState load_training_checkpoint(const std::string& path, const TrainConfig&
 
 // Writes step `step` atomically and prunes to run.keep_checkpoints; returns its folder.
 std::string save_training_checkpoint(const TrainConfig& config, const optim::NamedTensors& params,
-                                     const optim::Optimizer& optimizer, int64_t step, const data::DataCursor& cursor);
+                                     const optim::Optimizer& optimizer, int64_t step, const data::DataCursor& cursor,
+                                     const LogWindow& open_window = {});
 
 // For generate: `dir` may be a checkpoint (holding meta.json), a folder of step_* checkpoints, or a run
 // folder (its checkpoints/). Returns the checkpoint folder to load (the newest complete one).

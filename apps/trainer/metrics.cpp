@@ -76,11 +76,11 @@ MetricsLogger::MetricsLogger(std::ostream& out, LoggerOptions options)
 
 MetricsLogger::~MetricsLogger() { heartbeat_.reset(); }  // the thread ends before the fields it uses
 
-std::optional<int64_t> MetricsLogger::start_metrics(int64_t start_step) {
+std::optional<int64_t> MetricsLogger::start_metrics(int64_t start_step, bool drop_start_step_line) {
   std::lock_guard<std::mutex> lock(mutex_);
   train_log_.open();
   if (options_.metrics_path.empty()) return std::nullopt;
-  truncate_metrics(options_.metrics_path, start_step);
+  truncate_metrics(options_.metrics_path, start_step, drop_start_step_line);
   // Only a regular file is read back: a FIFO or /dev/full in its place would never end.
   std::error_code ec;
   std::optional<int64_t> tokens = 0;

@@ -74,11 +74,12 @@ class MetricsLogger {
   MetricsLogger(std::ostream& out, LoggerOptions options);
   ~MetricsLogger();
 
-  // Keeps the records of metrics.jsonl up to `start_step` (each step is recorded once after a resume),
-  // opens it and train.log for appending, and returns the tokens seen up to `start_step` as the last
-  // kept record says: 0 for a fresh run, nullopt when the records do not tell (no metrics file, or one
+  // Keeps the records of metrics.jsonl up to `start_step` (each step is recorded once after a resume;
+  // with drop_start_step_line also not the step line of `start_step`, whose steps the next line covers
+  // again), opens it and train.log for appending, and returns the tokens seen up to the last kept step
+  // line as it says: 0 for a fresh run, nullopt when the records do not tell (no metrics file, or one
   // written before tokens were recorded).
-  std::optional<int64_t> start_metrics(int64_t start_step);
+  std::optional<int64_t> start_metrics(int64_t start_step, bool drop_start_step_line = false);
   void step(const StepMetrics& m, bool print);          // recorded in metrics.jsonl only when print is true
   void eval(const EvalMetrics& m, bool record = true);  // record = false: console only
   void note(const std::string& line);                   // any other console line (checkpoints, resume, warnings)

@@ -145,6 +145,8 @@ void RankTrainer::resume() {
     check_resume_step(c_, state.step, *shared_.resume_path);
     loader_->set_cursor(state.cursor);
     step_ = state.step;
+    // Steps the checkpoint's run had not logged on the log_every grid (none when it stopped on a line of it).
+    if (state.carried && state.window.steps > 0) resumed_window_ = state.window;
   }
   if (shared_.process_per_rank) {
     // Every process must resume from the same step (a run folder that is not on a shared filesystem
@@ -166,7 +168,10 @@ void RankTrainer::start_writing() {
   const std::string yaml = "# Effective config of this run (written by cpformer train; defaults filled in).\n";
   write_file_atomically((fs::path(run_dir(c_)) / "config.yaml").string(), yaml + to_yaml(c_));
   record_run_tokenizer(c_, run_dir(c_));  // generate finds data.tokenizer's file here (run_tokenizer.h)
-  tokens_at_start_ = logger_->start_metrics(step_);
+  // A checkpoint that carries its open log window: the row a stopped run wrote for those steps (off the
+  // log_every grid) goes, and the next line covers them again; the tokens count them.
+  tokens_at_start_ = logger_->start_metrics(step_, resumed_window_.has_value());
+  if (tokens_at_start_ && resumed_window_) *tokens_at_start_ += resumed_window_->tokens;
 }
 
 int RankTrainer::agreed_stop_signal() {
@@ -181,9 +186,9 @@ int RankTrainer::agreed_stop_signal() {
   return static_cast<int>(groups_.world->all_reduce(flag, dist::ReduceOp::max).item<double>());
 }
 
-void RankTrainer::stop_on_signal(int signal, int64_t saved_at, double seconds) {
+void RankTrainer::stop_on_signal(int signal, int64_t saved_at, double seconds, const LogWindow& open_window) {
   const bool save = step_ > 0 && saved_at != step_;
-  if (save) checkpoint(step_);
+  if (save) checkpoint(step_, open_window);
   if (rank0() || shared_.process_per_rank) shared_.outcome.stop_signal = signal;
   if (rank0()) {
     shared_.outcome.final_step = step_;
@@ -324,7 +329,7 @@ bool RankTrainer::evaluate(int64_t step, bool record) {
   return accuracy_hit || loss_hit;
 }
 
-void RankTrainer::checkpoint(int64_t step) {
+void RankTrainer::checkpoint(int64_t step, const LogWindow& open_window) {
   // A checkpoint holds settled steps only: its optimizer step count is the applied steps' (must_read_back).
   CPF_CHECK(optimizer_->deferred_in_flight() == 0, "checkpoint at step ", step, ": ", optimizer_->deferred_in_flight(),
             " step(s) are not read back yet (a bug of the step window)");
@@ -339,7 +344,7 @@ void RankTrainer::checkpoint(int64_t step) {
                                                             optimizer_->state_slots(), whole, optimizer_->step_count());
     }
     last_checkpoint_ =
-        save_training_checkpoint(c_, params_, snapshot ? *snapshot : *optimizer_, step, loader_->cursor());
+        save_training_checkpoint(c_, params_, snapshot ? *snapshot : *optimizer_, step, loader_->cursor(), open_window);
     shared_.outcome.checkpoint = last_checkpoint_;
     logger_->note("checkpoint " + last_checkpoint_);
   }
@@ -367,6 +372,8 @@ void RankTrainer::log_step(Session& s) {
   // The summary's train loss is this same quantity: the mean over the last step line's steps.
   shared_.outcome.train_loss = loss;
   shared_.outcome.train_loss_steps = window.steps;
+  // A line off the log_every grid (the run's end) leaves its steps open for a resumed run's next line.
+  s.partial_line = step_ % c_.run.log_every == 0 ? LogWindow{} : window;
   // The summary's rate leaves the session's first line out when there are more: it holds the one-time setup
   // (cuDNN plans, the CUDA graph's capture, the allocator's first allocations).
   if (s.lines_logged++ > 0) {

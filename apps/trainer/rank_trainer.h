@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/trainer/checkpointing.h"
 #include "apps/trainer/config.h"
 #include "apps/trainer/device_memory.h"
 #include "apps/trainer/device_peak.h"
@@ -93,7 +94,7 @@ class RankTrainer {
   void start_writing();     // the run folder's config.yaml and metrics.jsonl, once the start is accepted
   void start_step_graph();  // run.cuda_graph: the step graph, or why a GPU run has none
   int agreed_stop_signal();
-  void stop_on_signal(int signal, int64_t saved_at, double seconds);
+  void stop_on_signal(int signal, int64_t saved_at, double seconds, const LogWindow& open_window);
   void check_nonfinite_steps(int64_t consecutive, double norm) const;
   StepParts step_parts();
   StepResult train_step(int64_t step);
@@ -102,19 +103,16 @@ class RankTrainer {
   [[noreturn]] void rethrow_out_of_memory(const Error& e, int64_t step) const;
   void note_skipped(int64_t step, const StepResult& r);  // rank 0; `step` 1-based
   bool evaluate(int64_t step, bool record = true);       // true when a target is reached
-  void checkpoint(int64_t step);
-  // Rank 0: the steps since the last step line, printed as one line (their mean loss).
-  struct LogWindow {
-    double seconds = 0, loss = 0;
-    int64_t tokens = 0, steps = 0;
-  };
+  // `open_window`: the steps since the last step line (rank 0's; the checkpoint carries them).
+  void checkpoint(int64_t step, const LogWindow& open_window);
   // The state of one call of run(): where it started and what its loop has seen so far.
   struct Session {
     int64_t start = 0;
     Clock::time_point t0;
     double train_seconds = 0;
-    LogWindow window;
-    int64_t saved_at = -1;  // the step of the newest checkpoint (the one resumed from counts)
+    LogWindow window;        // rank 0: the steps since the last step line, printed as one line (their mean loss)
+    LogWindow partial_line;  // a line logged off the log_every grid (the run's end): the steps it covered
+    int64_t saved_at = -1;   // the step of the newest checkpoint (the one resumed from counts)
     int64_t evaluated_at = -1;
     int64_t nonfinite_steps = 0;  // consecutive steps with a non-finite gradient norm
     double norm = 0;
@@ -125,6 +123,8 @@ class RankTrainer {
     Clock::time_point window_t0;  // when the first step in the step window began
   };
   void start_session();  // resume or init_from, the run folder's files, the accumulation note
+  // What a checkpoint carries of the log: the steps since the last line on the log_every grid.
+  LogWindow open_log_window(const Session& s) const;
   bool run_one_step(Session& s, const StepProfiler& profile_window, StepProfiler& profiler);
   void record_step(Session& s, const StepResult& r, double seconds);  // rank 0
   // The optimizer over the parameters, or over this rank's pieces of them when the state is sharded.
@@ -161,9 +161,10 @@ class RankTrainer {
   std::unique_ptr<StepWindow> window_;
   std::unique_ptr<data::DataLoader> loader_;
   int64_t step_ = 0;
-  int64_t accum_steps_ = 1;                 // micro-batches per optimizer step
-  int64_t tokens_seen_ = 0;                 // rank 0: training tokens of steps 1..step_, resumed sessions included
-  std::optional<int64_t> tokens_at_start_;  // rank 0: from metrics.jsonl; nullopt when it does not tell
+  int64_t accum_steps_ = 1;                  // micro-batches per optimizer step
+  int64_t tokens_seen_ = 0;                  // rank 0: training tokens of steps 1..step_, resumed sessions included
+  std::optional<int64_t> tokens_at_start_;   // rank 0: from metrics.jsonl; nullopt when it does not tell
+  std::optional<LogWindow> resumed_window_;  // the resumed checkpoint's open log window, when it carries one
   std::string last_checkpoint_;
 };
 

@@ -102,7 +102,7 @@ bool RankTrainer::run_one_step(Session& s, const StepProfiler& profile_window, S
     s.evaluated_at = step_;
   }
   if ((c_.run.checkpoint_every > 0 && step_ % c_.run.checkpoint_every == 0) || (stop && s.saved_at != step_)) {
-    checkpoint(step_);
+    checkpoint(step_, open_log_window(s));
     s.saved_at = step_;
   }
   return stop;
@@ -117,7 +117,7 @@ void RankTrainer::finish(Session& s) {
   step_graph_.reset();
   // A finished run resumed again evaluates for its summary without recording that step twice.
   if (s.evaluated_at != step_) evaluate(step_, step_ != s.start || !shared_.resume_path);
-  if (s.saved_at != step_) checkpoint(step_);
+  if (s.saved_at != step_) checkpoint(step_, open_log_window(s));
   if (rank0()) {
     shared_.outcome.final_step = step_;
     shared_.outcome.seconds = seconds_since(s.t0);
@@ -130,11 +130,16 @@ void RankTrainer::finish(Session& s) {
   }
 }
 
+LogWindow RankTrainer::open_log_window(const Session& s) const {
+  return s.window.steps > 0 ? s.window : s.partial_line;
+}
+
 void RankTrainer::run() {
   start_session();
   Session s;
   s.start = step_;
-  s.saved_at = shared_.resume_path ? step_ : -1;  // the checkpoint we resumed from is this step's
+  if (resumed_window_) s.window = *resumed_window_;  // the steps the checkpoint's run had not logged yet
+  s.saved_at = shared_.resume_path ? step_ : -1;     // the checkpoint we resumed from is this step's
   if (rank0()) shared_.outcome.start_step = s.start;
   // Recording is process-wide: rank 0 switches it on and off while every rank waits between steps
   // (thread ranks record into one table; other processes' ranks record nothing).
@@ -146,7 +151,7 @@ void RankTrainer::run() {
   while (step_ < c_.run.steps && !stop) {
     if (const int signal = agreed_stop_signal()) {
       drain_window(s);  // the steps before the stop get their records
-      return stop_on_signal(signal, s.saved_at, seconds_since(s.t0));
+      return stop_on_signal(signal, s.saved_at, seconds_since(s.t0), open_log_window(s));
     }
     stop = run_one_step(s, profile_window, profiler);
   }

@@ -108,7 +108,7 @@ void apply_start_mode(const TrainConfig& config) {
   }
 }
 
-void truncate_metrics(const std::string& path, int64_t step) {
+void truncate_metrics(const std::string& path, int64_t step, bool drop_step_line) {
   // Only a regular file is rewritten: a FIFO or device the user put there is theirs (and reading
   // /dev/full or /dev/zero would never end).
   std::error_code ec;
@@ -120,8 +120,10 @@ void truncate_metrics(const std::string& path, int64_t step) {
   bool dropped = false;
   while (std::getline(in, line)) {
     const nlohmann::json record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (record.is_object() && record.contains("step") && record["step"].is_number_integer() &&
-        record["step"].get<int64_t>() <= step) {
+    const bool keep = record.is_object() && record.contains("step") && record["step"].is_number_integer() &&
+                      record["step"].get<int64_t>() <= step &&
+                      !(drop_step_line && record["step"].get<int64_t>() == step && record.contains("loss"));
+    if (keep) {
       kept << line << '\n';
     } else {
       dropped = true;

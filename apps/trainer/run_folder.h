@@ -42,8 +42,9 @@ void apply_start_mode(const TrainConfig& config);
 void check_checkpoints_writable(const TrainConfig& config);
 
 // Rewrites metrics.jsonl to keep only the records of steps <= `step` (the step the run starts from),
-// so a resumed run records every step once. Lines that do not parse (a record torn by a crash) are
+// so a resumed run records every step once; with drop_step_line, the step line (a record with a loss) of
+// `step` itself goes too (its evaluation stays). Lines that do not parse (a record torn by a crash) are
 // dropped. Throws naming the path and the OS error when it cannot be read or written.
-void truncate_metrics(const std::string& path, int64_t step);
+void truncate_metrics(const std::string& path, int64_t step, bool drop_step_line = false);
 
 }  // namespace cpf::trainer

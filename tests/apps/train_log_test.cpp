@@ -3,6 +3,8 @@
 // memory in step lines and metrics.jsonl, and a summary whose train loss is the last step line's.
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
@@ -126,6 +128,40 @@ TEST(TrainLog, TokensSeenContinueAcrossAResume) {
     if (j.contains("tokens")) tokens.push_back(j["tokens"].get<int64_t>());
   }
   EXPECT_EQ(tokens, (std::vector<int64_t>{640, 1280, 1920, 2560}));
+}
+
+// The step lines of metrics.jsonl: (step, loss, tokens), evaluations left out.
+std::vector<std::tuple<int64_t, double, int64_t>> step_rows(const std::filesystem::path& dir) {
+  std::vector<std::tuple<int64_t, double, int64_t>> rows;
+  for (const auto& line : lines_of(read_file(dir / "metrics.jsonl"))) {
+    const auto j = nlohmann::json::parse(line);
+    if (!j.contains("loss")) continue;
+    rows.emplace_back(j["step"].get<int64_t>(), j["loss"].get<double>(), j["tokens"].get<int64_t>());
+  }
+  return rows;
+}
+
+// A run stopped at step 7 (a line off the log_every grid, lines every 5 steps) and resumed: metrics.jsonl
+// holds one line per logging step, each averaging the same steps with the same tokens as an
+// uninterrupted run's (the checkpoint carries steps 6-7 to the resumed line of step 10).
+TEST(TrainLog, AResumedRunLogsTheSameWindowsAsAnUninterruptedOne) {
+  const std::vector<std::string> lr = {"--set", "schedule.total_steps=20"};  // the same schedule in both
+  const auto whole = scratch_dir("whole"), split = scratch_dir("split");
+  ASSERT_EQ(train_tiny(whole, lr).code, kExitOk);
+  std::vector<std::string> first = lr;
+  first.insert(first.end(), {"--set", "run.steps=7"});
+  ASSERT_EQ(train_tiny(split, first).code, kExitOk);
+  ASSERT_EQ(std::get<0>(step_rows(split).back()), 7) << "the stopped run's last line is step 7";
+  const auto resumed = train_tiny(split, lr);
+  ASSERT_EQ(resumed.code, kExitOk) << resumed.err;
+  const auto expected = step_rows(whole), got = step_rows(split);
+  ASSERT_EQ(got.size(), expected.size()) << read_file(split / "metrics.jsonl");
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(std::get<0>(got[i]), std::get<0>(expected[i]));
+    EXPECT_NEAR(std::get<1>(got[i]), std::get<1>(expected[i]), 1e-12) << "step " << std::get<0>(got[i]);
+    EXPECT_EQ(std::get<2>(got[i]), std::get<2>(expected[i])) << "step " << std::get<0>(got[i]);
+  }
+  EXPECT_NE(resumed.out.find("step 10/20 | loss "), std::string::npos) << resumed.out;
 }
 
 TEST(TrainLog, SummaryTrainLossIsTheLastStepLinesLoss) {
