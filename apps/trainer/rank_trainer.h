@@ -44,7 +44,14 @@ struct Shared {
   bool process_per_rank = false;
   // A rank's data source failed mid-run (data::DataReadError): train() reports it as a DataError (exit 3).
   std::atomic<bool> data_failed{false};
+  // SIGINT/SIGTERM seen by a rank before its first step (setup: rank threads starting, models built,
+  // groups joined): nothing to save, the rank leaves and the launcher aborts the others.
+  std::atomic<int> setup_stop_signal{0};
 };
+
+// Throws (leaving the rank) when a stop signal arrived before training began: what keeps a start of many
+// thread ranks responsive to Ctrl-C / SIGTERM. Records the signal in `shared`.
+void leave_if_stopped_during_setup(Shared& shared);
 
 struct Sources {
   std::shared_ptr<const data::DocumentSource> train, eval;

@@ -13,7 +13,15 @@
 namespace cpf::trainer {
 namespace fs = std::filesystem;
 
+void leave_if_stopped_during_setup(Shared& shared) {
+  const int signal = pending_stop_signal();
+  if (signal == 0) return;
+  shared.setup_stop_signal = signal;
+  CPF_FAIL("stopped by ", stop_signal_name(signal), " during setup, before the first step: nothing to save");
+}
+
 void RankTrainer::start_session() {
+  leave_if_stopped_during_setup(shared_);
   resume();
   if (!c_.run.init_from.empty()) {
     // Fine-tuning starts from these weights; a resumed run continues its own (init_from.h).

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <thread>
 #if defined(CPF_WITH_OPENMP)
 #include <omp.h>
 #endif
@@ -102,9 +103,23 @@ std::optional<std::string> check_device_memory(const TrainConfig& config, Device
   return capacity ? check_memory_plan(config, static_cast<double>(*capacity)) : std::nullopt;
 }
 
+// Thread ranks far beyond the cores: each gets a sliver of a core, so the start (a model per rank) and every
+// step crawl. Said once; the run goes on (Ctrl-C and SIGTERM stay prompt during the start).
+std::optional<std::string> thread_rank_warning(const TrainConfig& config, bool process_per_rank) {
+  const int64_t ranks = config.parallel.dp * config.parallel.cp;
+  const int64_t cores = std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency()));
+  if (process_per_rank || config.parallel.backend != dist::Backend::thread || ranks <= 4 * cores) return std::nullopt;
+  return "warning: " + std::to_string(ranks) + " thread ranks on " + std::to_string(cores) +
+         " cores: every rank builds its own model and runs its own step on a share of a core, so the start and "
+         "each step take about " +
+         std::to_string(ranks / cores) +
+         " times a rank's work; use fewer ranks (parallel.dp x parallel.cp), or processes on more machines";
+}
+
 // The ranks as threads of this process (dist::launch); a rank whose data source failed makes it a DataError.
-void launch_rank_threads(const TrainConfig& config, Device device0, const std::function<void(dist::RankContext&)>& rank,
-                         const Shared& shared) {
+// False when a stop signal ended the start (the outcome says which; nothing was trained or saved).
+bool launch_rank_threads(const TrainConfig& config, Device device0, const std::function<void(dist::RankContext&)>& rank,
+                         Shared& shared, MetricsLogger* logger) {
   dist::LaunchOptions options;
   options.devices = device0.is_cuda() ? dist::DevicePolicy::cuda : dist::DevicePolicy::cpu;
   options.omp_threads_per_rank = static_cast<int>(config.run.threads);
@@ -113,8 +128,16 @@ void launch_rank_threads(const TrainConfig& config, Device device0, const std::f
     dist::launch(static_cast<int>(config.parallel.dp * config.parallel.cp), rank, options);
   } catch (const Error& e) {
     if (shared.data_failed) throw DataError(e.message());  // exit code 3, as for data that cannot be opened
-    throw;
+    if (shared.setup_stop_signal == 0) throw;
+    // Stopped before the first step: the ranks left (the others' collectives aborted); nothing to save.
+    if (logger) {
+      logger->note(std::string("stopped by ") + stop_signal_name(shared.setup_stop_signal) +
+                   " during setup, before the first step: nothing to save");
+    }
+    shared.outcome.stop_signal = shared.setup_stop_signal;
+    return false;
   }
+  return true;
 }
 
 }  // namespace
@@ -139,6 +162,7 @@ TrainOutcome train(const TrainConfig& config, std::ostream& out, bool progress_b
     check_checkpoints_writable(config);
     start_logger(logger, config, out, progress_bar, sources, env);
     if (memory_warning) logger->note(*memory_warning);
+    if (const std::optional<std::string> crowded = thread_rank_warning(config, env.has_value())) logger->note(*crowded);
   }
 
   Shared shared;
@@ -147,9 +171,11 @@ TrainOutcome train(const TrainConfig& config, std::ostream& out, bool progress_b
   shared.process_per_rank = env.has_value();
   shared.outcome.reporter = writer;
   auto run_rank = [&](dist::RankContext& ctx) {
+    leave_if_stopped_during_setup(shared);
     MetricsLogger* rank_logger = ctx.rank == 0 && logger ? &*logger : nullptr;
     reset_peak_device_memory(ctx.device);  // the step lines' peak is this run's
     RankTrainer rank(config, ctx, shared, sources, rank_logger);
+    leave_if_stopped_during_setup(shared);
     if (rank_logger) {
       rank_logger->note("model: " + format_count(static_cast<double>(rank.num_parameters())) + " parameters, " +
                         std::to_string(config.model.num_layers) + " layers, hidden " +
@@ -188,8 +214,7 @@ TrainOutcome train(const TrainConfig& config, std::ostream& out, bool progress_b
     write_loss_plot(logger, dir);
     return shared.outcome;
   }
-  launch_rank_threads(config, device0, run_rank, shared);
-  write_loss_plot(logger, dir);
+  if (launch_rank_threads(config, device0, run_rank, shared, logger ? &*logger : nullptr)) write_loss_plot(logger, dir);
   return shared.outcome;
 }
 

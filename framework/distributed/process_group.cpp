@@ -214,4 +214,33 @@ std::shared_ptr<ProcessGroup> ProcessGroup::new_group(const std::vector<int>& ra
   return do_new_group(ranks, name);
 }
 
+std::shared_ptr<ProcessGroup> ProcessGroup::split(const std::vector<std::vector<int>>& partition,
+                                                  const std::string& name) {
+  const std::string ctx = op_context("split");
+  std::vector<int> part_of(static_cast<size_t>(size()), -1);
+  for (size_t p = 0; p < partition.size(); ++p) {
+    CPF_CHECK(!partition[p].empty(), ctx, ": part ", p, " is empty");
+    for (int r : partition[p]) {
+      check_peer(r, size(), "rank", ctx);
+      CPF_CHECK(part_of[static_cast<size_t>(r)] < 0, ctx, ": rank ", r, " is in parts ",
+                part_of[static_cast<size_t>(r)], " and ", p, "; the parts must be disjoint");
+      part_of[static_cast<size_t>(r)] = static_cast<int>(p);
+    }
+  }
+  for (int r = 0; r < size(); ++r) {
+    CPF_CHECK(part_of[static_cast<size_t>(r)] >= 0, ctx, ": rank ", r, " is in no part; every rank needs one");
+  }
+  return do_split(partition, name);
+}
+
+std::shared_ptr<ProcessGroup> ProcessGroup::do_split(const std::vector<std::vector<int>>& partition,
+                                                     const std::string& name) {
+  std::shared_ptr<ProcessGroup> mine;
+  for (const std::vector<int>& part : partition) {
+    std::shared_ptr<ProcessGroup> group = do_new_group(part, name);
+    if (group) mine = group;
+  }
+  return mine;
+}
+
 }  // namespace cpf::dist

@@ -109,6 +109,11 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   // Members are ranks of this group; their order gives the ranks of the new group. Every rank of
   // this group must call it (also those not in `ranks`, which get null), like ncclCommSplit.
   std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks, const std::string& name = "");
+  // Many disjoint groups at once (ncclCommSplit's role): `partition` lists rank lists of this group that
+  // hold every rank exactly once; every rank calls it with the same partition and gets the group of its
+  // part. One collective on the thread backend, however many parts (a mesh of 512 thread ranks needs
+  // hundreds of groups); other backends create the parts one new_group at a time.
+  std::shared_ptr<ProcessGroup> split(const std::vector<std::vector<int>>& partition, const std::string& name = "");
 
  protected:
   // Arguments arrive validated: dims normalised, out shaped and typed as the op needs (or
@@ -122,6 +127,9 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   virtual WorkPtr do_batch_p2p(const std::vector<P2POp>& ops) = 0;
   virtual WorkPtr do_barrier() = 0;
   virtual std::shared_ptr<ProcessGroup> do_new_group(const std::vector<int>& ranks, const std::string& name) = 0;
+  // The partition arrives validated. Default: one do_new_group per part, in order.
+  virtual std::shared_ptr<ProcessGroup> do_split(const std::vector<std::vector<int>>& partition,
+                                                 const std::string& name);
 
   // "all_reduce on group 'world'": the prefix of every message about one operation.
   std::string op_context(const char* op) const;

@@ -146,6 +146,30 @@ TEST(StopSignals, ASignalIgnoredAtStartStaysIgnored) {
   EXPECT_NE(child.out().find("stopped by SIGINT after step "), std::string::npos) << child.out();
 }
 
+// 512 thread ranks take seconds to start (a model each, on a share of a core): the run warns, and a
+// signal in that time ends it promptly (nothing trained, nothing to save), not after the start.
+TEST(StopSignals, ManyThreadRanksWarnAndStopPromptlyDuringSetup) {
+  ASSERT_FALSE(testing::cpformer_binary().empty()) << "set CPF_CPFORMER_BIN to the cpformer binary";
+  const fs::path dir = scratch_dir("crowded");
+  write_file(dir / "long.yaml", long_run_yaml(dir / "run"));
+  ChildProcess child(
+      {"train", (dir / "long.yaml").string(), "--set", "parallel.dp=512", "--set", "data.tokens_per_batch=8192"},
+      dir / "stdout.txt", dir / "stderr.txt");
+  ASSERT_TRUE(child.wait_for_output("warning: 512 thread ranks on ")) << child.out() << child.err();
+  const auto sent = std::chrono::steady_clock::now();
+  ASSERT_EQ(::kill(child.pid(), SIGTERM), 0);
+  const int code = child.wait();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count();
+  const std::string out = child.out();
+  EXPECT_EQ(code, 143) << out << child.err();
+  EXPECT_NE(out.find("use fewer ranks (parallel.dp x parallel.cp)"), std::string::npos) << out;
+  EXPECT_NE(out.find("stopped by SIGTERM during setup, before the first step: nothing to save"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("resume with: cpformer train "), std::string::npos) << out;
+  EXPECT_LT(seconds, 3.0) << out;
+  EXPECT_TRUE(io::list_checkpoints((dir / "run" / "checkpoints").string()).empty());
+}
+
 TEST(StopSignals, ResumeCommandQuotesAndOverridesTheStartOverModes) {
   EXPECT_EQ(resume_command("cfg.yaml", {"run.steps=10"}, std::nullopt, ResumeMode::auto_resume),
             "cpformer train cfg.yaml --set run.steps=10");

@@ -1,6 +1,8 @@
 // Sub-groups of sub-groups on thread ranks: the nesting scenario of subgroup_nesting.h on 4 and 8
 // ranks, and the bounded waits of nested group creation: a member that never calls a nested
-// new_group, or calls it with other ranks, is named with the group and the operation.
+// new_group, or calls it with other ranks, is named with the group and the operation. split makes many
+// disjoint groups in one collective: each rank gets its part, whose collectives stay inside it; a
+// partition that overlaps, misses a rank or differs between ranks is refused by name.
 #include <gtest/gtest.h>
 
 #include "distributed/rank_errors.h"
@@ -69,6 +71,40 @@ TEST(SubGroupNesting, DefaultDeadlineEndsBeforeTheTestHarnessGivesUp) {
   // default timeout must have reported itself by then.
   EXPECT_LT(dist::kDefaultTimeout, std::chrono::seconds(300));
   EXPECT_EQ(dist::LaunchOptions{}.timeout, dist::kDefaultTimeout);
+}
+
+TEST(SubGroupSplit, EveryRankGetsItsPartInOneCollective) {
+  run_ranks(6, [](RankContext& ctx) {
+    // Parts of different sizes, members out of order: {4, 1}, {0, 2, 5}, {3}.
+    const std::vector<std::vector<int>> parts = {{4, 1}, {0, 2, 5}, {3}};
+    const dist::ProcessGroupPtr group = ctx.world->split(parts, "part");
+    ASSERT_NE(group, nullptr);
+    for (const auto& part : parts) {
+      const auto at = std::find(part.begin(), part.end(), ctx.rank);
+      if (at == part.end()) continue;
+      EXPECT_EQ(group->size(), static_cast<int>(part.size()));
+      EXPECT_EQ(group->rank(), static_cast<int>(at - part.begin()));
+      EXPECT_EQ(group->global_ranks(), part);
+      // The sum of the members' global ranks: the collective stays inside the part.
+      int64_t expected = 0;
+      for (int r : part) expected += r;
+      const Tensor sum = group->all_reduce(full({1}, static_cast<double>(ctx.rank)));
+      EXPECT_EQ(sum.item<double>(), static_cast<double>(expected));
+    }
+  });
+}
+
+TEST(SubGroupSplit, BadPartitionsAreRefused) {
+  run_ranks(3, [](RankContext& ctx) {
+    auto& pg = *ctx.world;
+    EXPECT_CPF_ERROR(pg.split({{0, 1}, {1, 2}}), "split on group 'world': rank 1 is in parts 0 and 1");
+    EXPECT_CPF_ERROR(pg.split({{0, 1}}), "split on group 'world': rank 2 is in no part; every rank needs one");
+    EXPECT_CPF_ERROR(pg.split({{0, 1, 2}, {}}), "split on group 'world': part 1 is empty");
+    EXPECT_CPF_ERROR(pg.split({{0, 1, 3}, {2}}), "rank 3 is out of range for a group of size 3");
+    EXPECT_CPF_ERROR(pg.split(ctx.rank == 2 ? std::vector<std::vector<int>>{{0}, {1, 2}}
+                                            : std::vector<std::vector<int>>{{0, 1}, {2}}),
+                     "ranks disagree on the partition");
+  });
 }
 
 }  // namespace

@@ -300,6 +300,43 @@ std::shared_ptr<GroupState> run_new_group(const OpContext& ctx, const std::vecto
   return std::find(ranks.begin(), ranks.end(), ctx.rank) == ranks.end() ? nullptr : state;
 }
 
+std::shared_ptr<GroupState> run_split(const OpContext& ctx, const std::vector<std::vector<int>>& partition,
+                                      const std::string& name) {
+  Slot slot;
+  slot.desc.kind = "split";
+  for (const std::vector<int>& part : partition) {  // compared between ranks: the parts, -1 between them
+    slot.desc.ranks.insert(slot.desc.ranks.end(), part.begin(), part.end());
+    slot.desc.ranks.push_back(-1);
+  }
+  slot.desc.name = name;
+  GroupState& parent = ctx.group;
+  auto round = parent.rendezvous.arrive(
+      ctx.seq, ctx.rank, std::move(slot),
+      [&parent, &partition](Round& r) {
+        std::string e = first_disagreement(r, "partition", [](const OpDesc& d) { return d.ranks; });
+        if (e.empty()) e = first_disagreement(r, "name", [](const OpDesc& d) { return d.name; });
+        if (!e.empty()) return e;
+        auto states = std::make_shared<std::vector<std::shared_ptr<GroupState>>>();
+        for (const std::vector<int>& part : partition) {
+          std::vector<int> global;
+          for (int member : part) global.push_back(parent.sync->global_ranks()[static_cast<size_t>(member)]);
+          const std::string group_name =
+              r.slots[0].desc.name.empty() ? str_cat(parent.sync->name(), part) : r.slots[0].desc.name;
+          states->push_back(
+              GroupState::create(group_name, std::move(global), parent.sync->timeout(), parent.sync->abort_ptr()));
+        }
+        r.payload = states;
+        return std::string();
+      },
+      ctx.what);
+  const auto states = std::static_pointer_cast<std::vector<std::shared_ptr<GroupState>>>(round->payload);
+  parent.rendezvous.finish(ctx.seq, round, ctx.rank, ctx.what);
+  for (size_t p = 0; p < partition.size(); ++p) {
+    if (std::find(partition[p].begin(), partition[p].end(), ctx.rank) != partition[p].end()) return (*states)[p];
+  }
+  return nullptr;
+}
+
 std::vector<Tensor> run_batch_p2p(GroupState& group, int rank, const std::vector<P2POp>& ops) {
   const std::string& name = group.sync->name();
   std::vector<std::shared_ptr<Message>> sent;

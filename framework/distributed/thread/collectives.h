@@ -34,6 +34,9 @@ std::vector<Tensor> run_all_to_all(const OpContext& ctx, const Tensor& input, in
 std::vector<Tensor> run_barrier(const OpContext& ctx);
 // The new group's shared state on its members, null elsewhere.
 std::shared_ptr<GroupState> run_new_group(const OpContext& ctx, const std::vector<int>& ranks, const std::string& name);
+// Every part of `partition` as a group in one rendezvous; this rank's part's state.
+std::shared_ptr<GroupState> run_split(const OpContext& ctx, const std::vector<std::vector<int>>& partition,
+                                      const std::string& name);
 
 // Point-to-point: not a rendezvous step (no seq). Posts every send, then receives in order, then
 // completes the sends. Returns the receive buffers.

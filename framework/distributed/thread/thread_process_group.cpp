@@ -112,4 +112,20 @@ std::shared_ptr<ProcessGroup> ThreadProcessGroup::do_new_group(const std::vector
   return std::make_shared<ThreadProcessGroup>(world_, *created, new_rank);
 }
 
+std::shared_ptr<ProcessGroup> ThreadProcessGroup::do_split(const std::vector<std::vector<int>>& partition,
+                                                           const std::string& name) {
+  auto created = std::make_shared<std::shared_ptr<GroupState>>();
+  WorkPtr work = submit("split", true, [partition, name, created](const OpContext& ctx) {
+    *created = run_split(ctx, partition, name);
+    return std::vector<Tensor>{};
+  });
+  work->wait();
+  for (const std::vector<int>& part : partition) {
+    const auto at = std::find(part.begin(), part.end(), rank_);
+    if (at != part.end())
+      return std::make_shared<ThreadProcessGroup>(world_, *created, static_cast<int>(at - part.begin()));
+  }
+  return nullptr;
+}
+
 }  // namespace cpf::dist::thread

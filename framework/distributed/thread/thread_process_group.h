@@ -86,6 +86,8 @@ class ThreadProcessGroup final : public ProcessGroup {
   WorkPtr do_batch_p2p(const std::vector<P2POp>& ops) override;
   WorkPtr do_barrier() override;
   std::shared_ptr<ProcessGroup> do_new_group(const std::vector<int>& ranks, const std::string& name) override;
+  std::shared_ptr<ProcessGroup> do_split(const std::vector<std::vector<int>>& partition,
+                                         const std::string& name) override;
 
  private:
   // Queues body(OpContext) on this rank's progress thread; collectives take the next step number.
