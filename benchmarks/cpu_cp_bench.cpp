@@ -60,7 +60,10 @@ cp::CpStats run(cp::CommType comm, int cp_size, bool with_backward, int64_t wind
       v.set_requires_grad();
     }
     auto stats = std::make_shared<cp::CpStats>();
-    auto result = cp::context_parallel_attention(q, k, v, spec(window_left), std::nullopt,
+    auto result = cp::context_parallel_attention(cp::dual_chunk_of(q, {comm, mesh.cp(), mesh.cp_a2a(), mesh.cp_p2p()}),
+                                                 cp::dual_chunk_of(k, {comm, mesh.cp(), mesh.cp_a2a(), mesh.cp_p2p()}),
+                                                 cp::dual_chunk_of(v, {comm, mesh.cp(), mesh.cp_a2a(), mesh.cp_p2p()}),
+                                                 spec(window_left), std::nullopt,
                                                  {comm, mesh.cp(), mesh.cp_a2a(), mesh.cp_p2p()}, stats);
     if (with_backward) backward(result.out, cp::shard_sequence(p.dout, 1, cp_size, rc.rank));
     if (rc.rank == 0) {

@@ -30,7 +30,8 @@ foreach(_dir framework attention models)
   if(IS_DIRECTORY "${PROJECT_SOURCE_DIR}/${_dir}")
     install(DIRECTORY "${PROJECT_SOURCE_DIR}/${_dir}/"
       DESTINATION "include/cpformer/${_dir}"
-      FILES_MATCHING PATTERN "*.h")
+      FILES_MATCHING PATTERN "*.h"
+      PATTERN "internal" EXCLUDE)  # the library's own unchecked entries (e.g. attention/cp/internal/)
   endif()
 endforeach()
 

@@ -1,6 +1,7 @@
 // The public CP entry: validation before any communication, the conversion of bshd/sbhd to the thd
 // view every strategy works on, dispatch, and the autograd node.
 #include "attention/cp/context_parallel.h"
+#include "attention/cp/internal/unchecked_attention.h"
 
 #include "attention/attention_sink.h"
 #include "attention/cp/cp_support.h"
@@ -268,9 +269,11 @@ CpGrads run_backward(const CpContext& ctx, const Tensor& dout, const Tensor& dls
 
 }  // namespace
 
-AttentionOutput context_parallel_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec,
-                                           const std::optional<SequenceInfo>& seq, const ContextParallel& cp,
-                                           std::shared_ptr<CpStats> stats) {
+namespace internal {
+
+AttentionOutput context_parallel_attention_unchecked(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                     const AttentionSpec& spec, const std::optional<SequenceInfo>& seq,
+                                                     const ContextParallel& cp, std::shared_ptr<CpStats> stats) {
   const profile::Scope scope("forward/cp_attention", q.defined() ? q.device() : Device::cpu());
   Resolved r = resolve(q, k, v, spec, seq, cp);
   if (!stats) stats = std::make_shared<CpStats>();
@@ -312,9 +315,15 @@ AttentionOutput context_parallel_attention(const Tensor& q, const Tensor& k, con
   return {outputs[0], outputs[1]};
 }
 
+}  // namespace internal
 }  // namespace cpf::cp
 
 namespace cpf::cp {
+
+ShardedTensor dual_chunk_of(const Tensor& t, const ContextParallel& cp) {
+  CPF_CHECK(cp.group != nullptr, "cp::dual_chunk_of: no CP group given (ContextParallel::group is null)");
+  return {t, Sharding::dual_chunk(cp.group->size(), cp.group->rank())};
+}
 
 AttentionOutput context_parallel_attention(const ShardedTensor& q, const ShardedTensor& k, const ShardedTensor& v,
                                            const AttentionSpec& spec, const std::optional<SequenceInfo>& seq,
@@ -323,7 +332,21 @@ AttentionOutput context_parallel_attention(const ShardedTensor& q, const Sharded
   CPF_CHECK(cp.group != nullptr, who, ": no CP group given (ContextParallel::group is null); pass the cp group of ",
             "your DeviceMesh");
   check_attention_shardings(q.sharding, k.sharding, v.sharding, cp.group->size(), cp.group->rank(), who);
-  return context_parallel_attention(q.tensor, k.tensor, v.tensor, spec, seq, cp, std::move(stats));
+  return internal::context_parallel_attention_unchecked(q.tensor, k.tensor, v.tensor, spec, seq, cp, std::move(stats));
+}
+
+AttentionOutput context_parallel_mla_attention(const ShardedTensor& q, const ShardedTensor& latent,
+                                               const Tensor& kv_b_weight, const Tensor& kv_b_bias,
+                                               const MlaLatentShape& shape, const AttentionSpec& spec,
+                                               const std::optional<SequenceInfo>& seq, const ContextParallel& cp,
+                                               std::shared_ptr<CpStats> stats) {
+  const std::string who = "context parallel MLA (" + comm_type_name(cp.comm_type) + ")";
+  CPF_CHECK(cp.group != nullptr, who, ": no CP group given (ContextParallel::group is null); pass the cp group of ",
+            "your DeviceMesh");
+  // The latent stands for K and V: it must be cut as q is.
+  check_attention_shardings(q.sharding, latent.sharding, latent.sharding, cp.group->size(), cp.group->rank(), who);
+  return internal::context_parallel_mla_attention_unchecked(q.tensor, latent.tensor, kv_b_weight, kv_b_bias, shape,
+                                                            spec, seq, cp, std::move(stats));
 }
 
 }  // namespace cpf::cp
@@ -357,10 +380,10 @@ void check_mla_latent_inputs(const Tensor& q, const Tensor& latent, const Tensor
 
 }  // namespace
 
-AttentionOutput context_parallel_mla_attention(const Tensor& q, const Tensor& latent, const Tensor& kv_b_weight,
-                                               const Tensor& kv_b_bias, const MlaLatentShape& shape,
-                                               const AttentionSpec& spec, const std::optional<SequenceInfo>& seq,
-                                               const ContextParallel& cp, std::shared_ptr<CpStats> stats) {
+AttentionOutput internal::context_parallel_mla_attention_unchecked(
+    const Tensor& q, const Tensor& latent, const Tensor& kv_b_weight, const Tensor& kv_b_bias,
+    const MlaLatentShape& shape, const AttentionSpec& spec, const std::optional<SequenceInfo>& seq,
+    const ContextParallel& cp, std::shared_ptr<CpStats> stats) {
   const profile::Scope scope("forward/cp_attention", q.defined() ? q.device() : Device::cpu());
   check_mla_latent_inputs(q, latent, kv_b_weight, kv_b_bias, shape, cp);
   // The expanded K and V as zero-stride views (no memory): the shared validation sees the call as it is.

@@ -2,8 +2,8 @@
 // context_parallel_attention: dot_product_attention over a sequence sharded across a CP group.
 //
 // Every rank passes its own shard of q, k, v in the load-balanced dual-chunk layout (sharding.h:
-// rank r holds chunks r and 2P-1-r of every sequence; cp::dual_chunk_shard tags it, and the
-// ShardedTensor overload refuses q, k, v cut differently) and the GLOBAL sequence metadata (the
+// rank r holds chunks r and 2P-1-r of every sequence), tagged as such (sharded_tensor.h: the API takes
+// ShardedTensor only, and refuses q, k, v cut differently) and the GLOBAL sequence metadata (the
 // SequenceInfo of the unsharded batch; thd needs cu_seqlens and cu_seqlens_padded, every padded
 // length a multiple of 2P; explicit positions, with gaps or offsets, are honoured by every
 // strategy). Each rank gets out, lse for its own tokens, equal to the single-rank result on that
@@ -65,29 +65,33 @@ struct CpStats {
   int64_t ring_steps_skipped = 0;  // steps whose whole tile was outside the mask/window: no compute
 };
 
-// Differentiable in q, k, v (through out and lse). `stats`, when given, is filled by the forward
-// and, later, the backward (it must outlive the backward).
-AttentionOutput context_parallel_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec,
-                                           const std::optional<SequenceInfo>& seq, const ContextParallel& cp,
-                                           std::shared_ptr<CpStats> stats = nullptr);
+// `t` tagged as this rank's dual-chunk shard of cp.group, on the caller's word: for code whose inputs were
+// cut that way upstream (the attention modules: a model's batches are cut by models/data/cp_shard.h, and
+// q, k, v come from the same rows). Throws when cp.group is null.
+ShardedTensor dual_chunk_of(const Tensor& t, const ContextParallel& cp);
 
-// The same with each input's sharding carried along (sharded_tensor.h): q, k and v must all be
-// dual-chunk shards for this rank of cp.group, or the call is refused before any communication with
-// a message naming the sharding of q, k and v. The Tensor overload above takes all three to be
-// dual-chunk shards of this rank (what cp::shard_sequence / cp::shard_tokens produce).
-// MLA with latent-KV communication (p2p, all_gather, a2a+p2p; latent_kv.h): q (.., H, nope + rope) as above and
-// the latent (.., 1, kv_lora_rank + rope) = [normalised c_kv | rotated k_pe] of this rank's tokens in
-// q's layout; K and V are expanded from it with kv_b_weight (H (nope + d_v), kv_lora_rank) and
-// kv_b_bias (or undefined) wherever a block is used. Differentiable in q, the latent, the weight, the
-// bias and spec.sink; the weight's gradient covers the blocks this rank computed (the world's gradient
-// all-reduce sums it). Equal to context_parallel_attention on the expanded K and V.
-AttentionOutput context_parallel_mla_attention(const Tensor& q, const Tensor& latent, const Tensor& kv_b_weight,
-                                               const Tensor& kv_b_bias, const MlaLatentShape& shape,
-                                               const AttentionSpec& spec, const std::optional<SequenceInfo>& seq,
-                                               const ContextParallel& cp, std::shared_ptr<CpStats> stats = nullptr);
-
+// Differentiable in q, k, v (through out and lse). `stats`, when given, is filled by the forward and,
+// later, the backward (it must outlive the backward). Each input carries how its tokens were cut
+// (sharded_tensor.h): q, k and v must all be dual-chunk shards for this rank of cp.group, or the call is
+// refused before any communication with a message naming the sharding of q, k and v. A tensor cut by
+// cp::shard_sequence / cp::shard_tokens is tagged with cp::dual_chunk_shard (or
+// ShardedTensor{t, Sharding::dual_chunk(P, rank)} where the caller cut it itself); there is no entry
+// taking plain tensors, so a K/V cut another way with Q's shapes cannot go through unnoticed.
 AttentionOutput context_parallel_attention(const ShardedTensor& q, const ShardedTensor& k, const ShardedTensor& v,
                                            const AttentionSpec& spec, const std::optional<SequenceInfo>& seq,
                                            const ContextParallel& cp, std::shared_ptr<CpStats> stats = nullptr);
+
+// MLA with latent-KV communication (p2p, all_gather, a2a+p2p; latent_kv.h): q (.., H, nope + rope) as above and
+// the latent (.., 1, kv_lora_rank + rope) = [normalised c_kv | rotated k_pe] of this rank's tokens in
+// q's layout, both dual-chunk shards as above; K and V are expanded from it with kv_b_weight
+// (H (nope + d_v), kv_lora_rank) and kv_b_bias (or undefined) wherever a block is used. Differentiable in
+// q, the latent, the weight, the bias and spec.sink; the weight's gradient covers the blocks this rank
+// computed (the world's gradient all-reduce sums it). Equal to context_parallel_attention on the expanded
+// K and V.
+AttentionOutput context_parallel_mla_attention(const ShardedTensor& q, const ShardedTensor& latent,
+                                               const Tensor& kv_b_weight, const Tensor& kv_b_bias,
+                                               const MlaLatentShape& shape, const AttentionSpec& spec,
+                                               const std::optional<SequenceInfo>& seq, const ContextParallel& cp,
+                                               std::shared_ptr<CpStats> stats = nullptr);
 
 }  // namespace cpf::cp

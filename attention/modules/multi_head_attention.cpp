@@ -105,8 +105,11 @@ Tensor MultiHeadAttention::forward(const Tensor& x, const std::optional<Sequence
     q = apply_rope(q, o.qkv_format, q_positions, o.rope_base, o.rotary_dim);
     k = apply_rope(k, o.qkv_format, k_positions, o.rope_base, o.rotary_dim);
   }
-  const AttentionOutput attn = use_cp ? cp::context_parallel_attention(q, k, v, spec_, seq, *cp)
-                                      : dot_product_attention(q, k, v, spec_, seq, o.kernel_config);
+  // Under CP the module's rows are this rank's dual-chunk shard (the model's batches are cut so).
+  const AttentionOutput attn =
+      use_cp ? cp::context_parallel_attention(cp::dual_chunk_of(q, *cp), cp::dual_chunk_of(k, *cp),
+                                              cp::dual_chunk_of(v, *cp), spec_, seq, *cp)
+             : dot_product_attention(q, k, v, spec_, seq, o.kernel_config);
   return o_proj_->forward(attention_modules::merge_heads(attn.out));  // (.., C)
 }
 

@@ -153,7 +153,9 @@ AttentionOutput MultiHeadLatentAttention::latent_cp_attention(const Tensor& x, c
   const Tensor bias = kv_b_proj_->bias().defined()
                           ? nn::compute_parameter(kv_b_proj_->bias(), latent.dtype(), kOp, "kv_b_proj bias")
                           : Tensor();
-  return cp::context_parallel_mla_attention(rotated_q(x, q_positions), latent, weight, bias, latent_shape(), spec_, seq,
+  // The module's rows are this rank's dual-chunk shard (the model's batches are cut so).
+  return cp::context_parallel_mla_attention(cp::dual_chunk_of(rotated_q(x, q_positions), cp),
+                                            cp::dual_chunk_of(latent, cp), weight, bias, latent_shape(), spec_, seq,
                                             cp);
 }
 
@@ -182,8 +184,10 @@ Tensor MultiHeadLatentAttention::forward(const Tensor& x, const std::optional<Se
     return o_proj_->forward(attention_modules::merge_heads(attn.out));  // (.., C)
   }
   const QKV qkv = project_qkv(x, positions(false), positions(true));
-  const AttentionOutput attn = use_cp ? cp::context_parallel_attention(qkv.q, qkv.k, qkv.v, spec_, seq, *cp)
-                                      : dot_product_attention(qkv.q, qkv.k, qkv.v, spec_, seq, o.kernel_config);
+  const AttentionOutput attn =
+      use_cp ? cp::context_parallel_attention(cp::dual_chunk_of(qkv.q, *cp), cp::dual_chunk_of(qkv.k, *cp),
+                                              cp::dual_chunk_of(qkv.v, *cp), spec_, seq, *cp)
+             : dot_product_attention(qkv.q, qkv.k, qkv.v, spec_, seq, o.kernel_config);
   return o_proj_->forward(attention_modules::merge_heads(attn.out));  // (.., C)
 }
 

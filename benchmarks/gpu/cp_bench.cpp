@@ -173,59 +173,61 @@ Row run_cp(int n, int64_t tokens, CommType comm, int streams, int head_groups, c
   row.strategy = name;
   std::mutex mutex;
   try {
-    dist::launch(
-        n,
-        [&](dist::RankContext& ctx) {
-          dist::MeshShape shape{.cp = n, .require_cp = true};
-          if (comm == CommType::a2a_p2p) {
-            shape.cp_a2a = 2;
-            shape.hierarchical_cp = true;
-          }
-          dist::DeviceMesh mesh(ctx.world, shape);
-          cp::ContextParallel cp_config{comm, mesh.cp(), mesh.cp_a2a(), mesh.cp_p2p(), {}, streams};
-          cp_config.a2a_head_groups = head_groups;
-          const int dev = ctx.device.index;
-          Generator gen(100 + static_cast<uint64_t>(ctx.rank));
-          const TensorOptions opts{.dtype = DType::bf16, .device = ctx.device};
-          Tensor q = uniform({1, tokens, kHeads, kHeadDim}, -1, 1, opts, &gen).set_requires_grad();
-          Tensor k = uniform({1, tokens, kHeads, kHeadDim}, -1, 1, opts, &gen).set_requires_grad();
-          Tensor v = uniform({1, tokens, kHeads, kHeadDim}, -1, 1, opts, &gen).set_requires_grad();
-          const Tensor dout = uniform({1, tokens, kHeads, kHeadDim}, -1, 1, opts, &gen);
-          auto call = [&](const std::shared_ptr<cp::CpStats>& stats) {
-            auto [out, lse] = cp::context_parallel_attention(q, k, v, causal(), std::nullopt, cp_config, stats);
-            backward({out}, {dout});
-            q.set_grad(Tensor());
-            k.set_grad(Tensor());
-            v.set_grad(Tensor());
-          };
-          cuda::reset_peak_memory_stats(dev);
-          auto stats = std::make_shared<cp::CpStats>();
-          ctx.world->barrier();
-          const auto t0 = Clock::now();
-          call(stats);
-          cuda::synchronize(dev);
-          // Every rank takes the same decisions from the slowest warm-up.
-          const double warm = over_ranks(ctx, seconds_since(t0), dist::ReduceOp::max);
-          const double sent = over_ranks(
-              ctx, static_cast<double>(stats->forward_bytes_sent + stats->backward_bytes_sent), dist::ReduceOp::max);
-          if (warm > max_call_seconds) {
-            std::lock_guard lock(mutex);
-            row.note = "one call took " + std::to_string(warm) + " s";
-            return;
-          }
-          const double seconds = seconds_per_call(ctx, [&] { call(nullptr); });
-          const double peak = static_cast<double>(cuda::memory_stats(dev).peak_allocated);
-          const double peak_max = over_ranks(ctx, peak, dist::ReduceOp::max);
-          const double peak_min = over_ranks(ctx, peak, dist::ReduceOp::min);
-          if (ctx.rank == 0) {
-            std::lock_guard lock(mutex);
-            row.seconds = seconds;
-            row.bytes_sent = sent;
-            row.peak_max = peak_max;
-            row.peak_min = peak_min;
-          }
-        },
-        {.timeout = std::chrono::seconds(600), .backend = dist::Backend::nccl});
+    dist::launch(n,
+                 [&](dist::RankContext& ctx) {
+                   dist::MeshShape shape{.cp = n, .require_cp = true};
+                   if (comm == CommType::a2a_p2p) {
+                     shape.cp_a2a = 2;
+                     shape.hierarchical_cp = true;
+                   }
+                   dist::DeviceMesh mesh(ctx.world, shape);
+                   cp::ContextParallel cp_config{comm, mesh.cp(), mesh.cp_a2a(), mesh.cp_p2p(), {}, streams};
+                   cp_config.a2a_head_groups = head_groups;
+                   const int dev = ctx.device.index;
+                   Generator gen(100 + static_cast<uint64_t>(ctx.rank));
+                   const TensorOptions opts{.dtype = DType::bf16, .device = ctx.device};
+                   Tensor q = uniform({1, tokens, kHeads, kHeadDim}, -1, 1, opts, &gen).set_requires_grad();
+                   Tensor k = uniform({1, tokens, kHeads, kHeadDim}, -1, 1, opts, &gen).set_requires_grad();
+                   Tensor v = uniform({1, tokens, kHeads, kHeadDim}, -1, 1, opts, &gen).set_requires_grad();
+                   const Tensor dout = uniform({1, tokens, kHeads, kHeadDim}, -1, 1, opts, &gen);
+                   auto call = [&](const std::shared_ptr<cp::CpStats>& stats) {
+                     auto [out, lse] = cp::context_parallel_attention(
+                         cp::dual_chunk_of(q, cp_config), cp::dual_chunk_of(k, cp_config),
+                         cp::dual_chunk_of(v, cp_config), causal(), std::nullopt, cp_config, stats);
+                     backward({out}, {dout});
+                     q.set_grad(Tensor());
+                     k.set_grad(Tensor());
+                     v.set_grad(Tensor());
+                   };
+                   cuda::reset_peak_memory_stats(dev);
+                   auto stats = std::make_shared<cp::CpStats>();
+                   ctx.world->barrier();
+                   const auto t0 = Clock::now();
+                   call(stats);
+                   cuda::synchronize(dev);
+                   // Every rank takes the same decisions from the slowest warm-up.
+                   const double warm = over_ranks(ctx, seconds_since(t0), dist::ReduceOp::max);
+                   const double sent =
+                       over_ranks(ctx, static_cast<double>(stats->forward_bytes_sent + stats->backward_bytes_sent),
+                                  dist::ReduceOp::max);
+                   if (warm > max_call_seconds) {
+                     std::lock_guard lock(mutex);
+                     row.note = "one call took " + std::to_string(warm) + " s";
+                     return;
+                   }
+                   const double seconds = seconds_per_call(ctx, [&] { call(nullptr); });
+                   const double peak = static_cast<double>(cuda::memory_stats(dev).peak_allocated);
+                   const double peak_max = over_ranks(ctx, peak, dist::ReduceOp::max);
+                   const double peak_min = over_ranks(ctx, peak, dist::ReduceOp::min);
+                   if (ctx.rank == 0) {
+                     std::lock_guard lock(mutex);
+                     row.seconds = seconds;
+                     row.bytes_sent = sent;
+                     row.peak_max = peak_max;
+                     row.peak_min = peak_min;
+                   }
+                 },
+                 {.timeout = std::chrono::seconds(600), .backend = dist::Backend::nccl});
   } catch (const Error& e) {
     row.note = e.message();
   } catch (const std::exception& e) {

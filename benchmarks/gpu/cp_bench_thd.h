@@ -211,8 +211,12 @@ inline double multi_gpu(const Batch& b, int ranks, cp::CommType comm, int head_g
                    Inputs in(b.cu_padded.back() / ranks, ctx.device, 100 + static_cast<uint64_t>(ctx.rank));
                    const SequenceInfo seq = SequenceInfo::from_cu_seqlens(b.cu, b.cu_padded);  // global
                    auto call = [&] {
-                     const Tensor out = forward_scope(
-                         [&] { return cp::context_parallel_attention(in.q, in.k, in.v, spec(), seq, config).out; });
+                     const Tensor out = forward_scope([&] {
+                       return cp::context_parallel_attention(cp::dual_chunk_of(in.q, config),
+                                                             cp::dual_chunk_of(in.k, config),
+                                                             cp::dual_chunk_of(in.v, config), spec(), seq, config)
+                           .out;
+                     });
                      backward_scope([&] { backward({out}, {in.dout}); });
                      in.clear_grads();
                    };

@@ -169,11 +169,14 @@ Row run_cp(int n, int64_t tokens, CommType comm, bool latent, double max_call_se
                      *stats = cp::CpStats{};
                      AttentionOutput o;
                      if (latent) {
-                       o = cp::context_parallel_mla_attention(in.q, in.latent, in.weight, Tensor(), kShape, causal(),
-                                                              std::nullopt, cp_config, stats);
+                       o = cp::context_parallel_mla_attention(
+                           cp::dual_chunk_of(in.q, cp_config), cp::dual_chunk_of(in.latent, cp_config), in.weight,
+                           Tensor(), kShape, causal(), std::nullopt, cp_config, stats);
                      } else {
                        const auto [k, v] = expand_kv(in.latent, in.weight);
-                       o = cp::context_parallel_attention(in.q, k, v, causal(), std::nullopt, cp_config, stats);
+                       o = cp::context_parallel_attention(
+                           cp::dual_chunk_of(in.q, cp_config), cp::dual_chunk_of(k, cp_config),
+                           cp::dual_chunk_of(v, cp_config), causal(), std::nullopt, cp_config, stats);
                      }
                      backward({o.out}, {in.dout});
                      clear_grads(in);

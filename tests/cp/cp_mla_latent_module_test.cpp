@@ -284,21 +284,26 @@ TEST(CpMlaLatentValidation, RejectsUlyssesAndMismatchedShapes) {
     const Tensor q = random_tensor({1, 4, 2, 4}, DType::f64, 1), latent = random_tensor({1, 4, 1, 5}, DType::f64, 2);
     const Tensor w = random_tensor({10, 3}, DType::f64, 3);
     const AttentionSpec spec{.mask = MaskType::causal};
-    EXPECT_CPF_ERROR(context_parallel_mla_attention(q, latent, w, Tensor(), s, spec, std::nullopt,
-                                                    ContextParallel{CommType::a2a, mesh.cp()}),
-                     "context parallel: a2a: MLA latent communication runs under p2p, all_gather and a2a+p2p "
-                     "(Ulysses alone moves heads, not K/V blocks); set attention.cp_mla_latent: off or auto");
+    EXPECT_CPF_ERROR(
+        context_parallel_mla_attention(dual_chunk_of(q, ContextParallel{CommType::a2a, mesh.cp()}),
+                                       dual_chunk_of(latent, ContextParallel{CommType::a2a, mesh.cp()}), w, Tensor(), s,
+                                       spec, std::nullopt, ContextParallel{CommType::a2a, mesh.cp()}),
+        "context parallel: a2a: MLA latent communication runs under p2p, all_gather and a2a+p2p "
+        "(Ulysses alone moves heads, not K/V blocks); set attention.cp_mla_latent: off or auto");
     const ContextParallel p2p{CommType::p2p, mesh.cp()};
-    EXPECT_CPF_ERROR(context_parallel_mla_attention(q, random_tensor({1, 4, 1, 6}, DType::f64, 4), w, Tensor(), s, spec,
-                                                    std::nullopt, p2p),
+    EXPECT_CPF_ERROR(context_parallel_mla_attention(dual_chunk_of(q, p2p),
+                                                    dual_chunk_of(random_tensor({1, 4, 1, 6}, DType::f64, 4), p2p), w,
+                                                    Tensor(), s, spec, std::nullopt, p2p),
                      "the MLA latent must be q's layout with one head of kv_lora_rank + qk_rope_head_dim = 5 values: "
                      "latent=[1,4,1,6]");
-    EXPECT_CPF_ERROR(context_parallel_mla_attention(q, latent, random_tensor({10, 4}, DType::f64, 5), Tensor(), s, spec,
-                                                    std::nullopt, p2p),
-                     "the up-projection weight must be (num_heads x (qk_nope_head_dim + v_head_dim), kv_lora_rank) = "
-                     "[10, 3]: weight=[10,4]");
     EXPECT_CPF_ERROR(
-        context_parallel_mla_attention(q, raw::to(latent, DType::f32), w, Tensor(), s, spec, std::nullopt, p2p),
+        context_parallel_mla_attention(dual_chunk_of(q, p2p), dual_chunk_of(latent, p2p),
+                                       random_tensor({10, 4}, DType::f64, 5), Tensor(), s, spec, std::nullopt, p2p),
+        "the up-projection weight must be (num_heads x (qk_nope_head_dim + v_head_dim), kv_lora_rank) = "
+        "[10, 3]: weight=[10,4]");
+    EXPECT_CPF_ERROR(
+        context_parallel_mla_attention(dual_chunk_of(q, p2p), dual_chunk_of(raw::to(latent, DType::f32), p2p), w,
+                                       Tensor(), s, spec, std::nullopt, p2p),
         "q, the latent and the up-projection must share a dtype: q f64, latent f32, weight f64");
     (void)rc;
   });

@@ -58,9 +58,11 @@ LatentRun run_rank(const LatentCase& lc, const CpCase& c, const Global& g, const
   AttentionOutput o;
   if (expanded) {
     const auto [k, v] = expand_reference(latent, weight, bias, kShape);
-    o = context_parallel_attention(q, k, v, spec, g.seq, cp, st);
+    o = context_parallel_attention(dual_chunk_of(q, cp), dual_chunk_of(k, cp), dual_chunk_of(v, cp), spec, g.seq, cp,
+                                   st);
   } else {
-    o = context_parallel_mla_attention(q, latent, weight, bias, kShape, spec, g.seq, cp, st);
+    o = context_parallel_mla_attention(dual_chunk_of(q, cp), dual_chunk_of(latent, cp), weight, bias, kShape, spec,
+                                       g.seq, cp, st);
   }
   const int64_t lse_dim = c.format == QkvFormat::thd ? 1 : 2;
   backward({o.out, o.lse}, {shard(c, g, g.dout, g.seq_dim, r), shard(c, g, g.dlse, lse_dim, r)});

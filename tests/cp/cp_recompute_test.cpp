@@ -31,7 +31,9 @@ Measured run_region(const ContextParallel& cp, int rank, std::optional<Recompute
   auto stats = std::make_shared<CpStats>();
   const AttentionSpec spec{.qkv_format = QkvFormat::bshd, .mask = MaskType::causal};
   auto region = [&](const std::vector<Tensor>& in) {
-    return std::vector<Tensor>{context_parallel_attention(in[0], in[1], in[2], spec, std::nullopt, cp, stats).out};
+    return std::vector<Tensor>{context_parallel_attention(dual_chunk_of(in[0], cp), dual_chunk_of(in[1], cp),
+                                                          dual_chunk_of(in[2], cp), spec, std::nullopt, cp, stats)
+                                   .out};
   };
   const std::vector<Tensor> out =
       policy ? autograd::checkpoint(region, qkv, {.name = "attention", .policy = *policy, .params = {}}) : region(qkv);

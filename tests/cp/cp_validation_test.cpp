@@ -22,8 +22,10 @@ AttentionSpec bshd_causal() { return {.qkv_format = QkvFormat::bshd, .mask = Mas
 
 TEST(CpValidation, MissingGroup) {
   Tensor q = zeros({1, 4, 2, 4});
-  EXPECT_CPF_ERROR(context_parallel_attention(q, q, q, bshd_causal(), std::nullopt, ContextParallel{}),
-                   "no CP group given (ContextParallel::group is null)");
+  EXPECT_CPF_ERROR(
+      context_parallel_attention(dual_chunk_of(q, ContextParallel{}), dual_chunk_of(q, ContextParallel{}),
+                                 dual_chunk_of(q, ContextParallel{}), bshd_causal(), std::nullopt, ContextParallel{}),
+      "no CP group given (ContextParallel::group is null)");
 }
 
 TEST(CpValidation, ComputeStreamsIsOneOrTwo) {
@@ -31,7 +33,8 @@ TEST(CpValidation, ComputeStreamsIsOneOrTwo) {
     ContextParallel cp = base;
     cp.compute_streams = 3;
     Tensor q = zeros({1, 4, 2, 4});
-    EXPECT_CPF_ERROR(context_parallel_attention(q, q, q, bshd_causal(), std::nullopt, cp),
+    EXPECT_CPF_ERROR(context_parallel_attention(dual_chunk_of(q, cp), dual_chunk_of(q, cp), dual_chunk_of(q, cp),
+                                                bshd_causal(), std::nullopt, cp),
                      "context parallel (p2p): compute_streams must be 1 or 2, got 3");
   });
 }
@@ -39,8 +42,11 @@ TEST(CpValidation, ComputeStreamsIsOneOrTwo) {
 TEST(CpValidation, GroupOfSizeOneIsRefused) {
   dist::launch(1, [&](dist::RankContext& rc) {
     Tensor q = zeros({1, 4, 2, 4});
-    EXPECT_CPF_ERROR(context_parallel_attention(q, q, q, bshd_causal(), std::nullopt,
-                                                ContextParallel{CommType::p2p, rc.world, nullptr, nullptr}),
+    EXPECT_CPF_ERROR(context_parallel_attention(
+                         dual_chunk_of(q, ContextParallel{CommType::p2p, rc.world, nullptr, nullptr}),
+                         dual_chunk_of(q, ContextParallel{CommType::p2p, rc.world, nullptr, nullptr}),
+                         dual_chunk_of(q, ContextParallel{CommType::p2p, rc.world, nullptr, nullptr}), bshd_causal(),
+                         std::nullopt, ContextParallel{CommType::p2p, rc.world, nullptr, nullptr}),
                      "the CP group has size 1; context parallelism needs at least 2 ranks");
   });
 }
@@ -48,15 +54,19 @@ TEST(CpValidation, GroupOfSizeOneIsRefused) {
 TEST(CpValidation, InconsistentShardsNameTheThreeShapes) {
   on_two_ranks(CommType::p2p, [](const ContextParallel& cp) {
     Tensor q = zeros({2, 4, 2, 4}), k = zeros({2, 4, 2, 4}), v = zeros({2, 6, 2, 4});
-    EXPECT_CPF_ERROR(context_parallel_attention(q, k, v, bshd_causal(), std::nullopt, cp),
+    EXPECT_CPF_ERROR(context_parallel_attention(dual_chunk_of(q, cp), dual_chunk_of(k, cp), dual_chunk_of(v, cp),
+                                                bshd_causal(), std::nullopt, cp),
                      "Q, K and V must be sharded the same way along the sequence: q=[2,4,2,4] k=[2,4,2,4] v=[2,6,2,4]");
     Tensor k_batch = zeros({3, 4, 2, 4});
-    EXPECT_CPF_ERROR(context_parallel_attention(q, k_batch, k_batch, bshd_causal(), std::nullopt, cp),
+    EXPECT_CPF_ERROR(context_parallel_attention(dual_chunk_of(q, cp), dual_chunk_of(k_batch, cp),
+                                                dual_chunk_of(k_batch, cp), bshd_causal(), std::nullopt, cp),
                      "q=[2,4,2,4] k=[3,4,2,4] v=[3,4,2,4]");
-    EXPECT_CPF_ERROR(context_parallel_attention(q, zeros({2, 4, 2}), q, bshd_causal(), std::nullopt, cp),
+    EXPECT_CPF_ERROR(context_parallel_attention(dual_chunk_of(q, cp), dual_chunk_of(zeros({2, 4, 2}), cp),
+                                                dual_chunk_of(q, cp), bshd_causal(), std::nullopt, cp),
                      "q, k and v must be 4-D for bshd");
     EXPECT_CPF_ERROR(
-        context_parallel_attention(q, zeros({2, 4, 2, 4}, {.dtype = DType::f64}), q, bshd_causal(), std::nullopt, cp),
+        context_parallel_attention(dual_chunk_of(q, cp), dual_chunk_of(zeros({2, 4, 2, 4}, {.dtype = DType::f64}), cp),
+                                   dual_chunk_of(q, cp), bshd_causal(), std::nullopt, cp),
         "q, k and v dtypes differ: f32, f64, f32");
   });
 }
@@ -64,12 +74,14 @@ TEST(CpValidation, InconsistentShardsNameTheThreeShapes) {
 TEST(CpValidation, SequenceNotDivisibleByTwiceTheCpSize) {
   on_two_ranks(CommType::all_gather, [](const ContextParallel& cp) {
     Tensor q = zeros({1, 3, 2, 4});
-    EXPECT_CPF_ERROR(context_parallel_attention(q, q, q, bshd_causal(), std::nullopt, cp),
+    EXPECT_CPF_ERROR(context_parallel_attention(dual_chunk_of(q, cp), dual_chunk_of(q, cp), dual_chunk_of(q, cp),
+                                                bshd_causal(), std::nullopt, cp),
                      "local sequence length 3 must be even");
     // thd: every padded sequence must divide by 2P; real lengths are never rounded.
     AttentionSpec thd{.qkv_format = QkvFormat::thd, .mask = MaskType::padding_causal};
     Tensor t = zeros({5, 2, 4});
-    EXPECT_CPF_ERROR(context_parallel_attention(t, t, t, thd, SequenceInfo::from_cu_seqlens({0, 5, 9}, {0, 6, 10}), cp),
+    EXPECT_CPF_ERROR(context_parallel_attention(dual_chunk_of(t, cp), dual_chunk_of(t, cp), dual_chunk_of(t, cp), thd,
+                                                SequenceInfo::from_cu_seqlens({0, 5, 9}, {0, 6, 10}), cp),
                      "is not divisible by 2*cp_size=4");
   });
 }
@@ -78,12 +90,16 @@ TEST(CpValidation, ThdNeedsGlobalPaddedMetadata) {
   on_two_ranks(CommType::p2p, [](const ContextParallel& cp) {
     AttentionSpec thd{.qkv_format = QkvFormat::thd, .mask = MaskType::padding_causal};
     Tensor t = zeros({4, 2, 4});
-    EXPECT_CPF_ERROR(context_parallel_attention(t, t, t, thd, std::nullopt, cp), "sequence info is required");
-    EXPECT_CPF_ERROR(
-        context_parallel_attention(t, t, t, thd, SequenceInfo::from_cu_seqlens({0, 4, 12}, {0, 4, 12}), cp),
-        "the local shard has 4 tokens but cu_seqlens_padded [0,4,12] over cp=2 needs 6");
+    EXPECT_CPF_ERROR(context_parallel_attention(dual_chunk_of(t, cp), dual_chunk_of(t, cp), dual_chunk_of(t, cp), thd,
+                                                std::nullopt, cp),
+                     "sequence info is required");
+    EXPECT_CPF_ERROR(context_parallel_attention(dual_chunk_of(t, cp), dual_chunk_of(t, cp), dual_chunk_of(t, cp), thd,
+                                                SequenceInfo::from_cu_seqlens({0, 4, 12}, {0, 4, 12}), cp),
+                     "the local shard has 4 tokens but cu_seqlens_padded [0,4,12] over cp=2 needs 6");
     SequenceInfo cross = SequenceInfo::from_cu_seqlens({0, 3, 7}, {0, 4, 8}, {0, 4, 8}, {0, 4, 8});
-    EXPECT_CPF_ERROR(context_parallel_attention(t, t, t, thd, cross, cp), "cross-attention");
+    EXPECT_CPF_ERROR(
+        context_parallel_attention(dual_chunk_of(t, cp), dual_chunk_of(t, cp), dual_chunk_of(t, cp), thd, cross, cp),
+        "cross-attention");
   });
 }
 
@@ -92,18 +108,22 @@ TEST(CpValidation, ThdNeedsGlobalPaddedMetadata) {
 TEST(CpValidation, RowSequenceInfoMustDescribeTheGlobalRows) {
   on_two_ranks(CommType::p2p, [](const ContextParallel& cp) {
     Tensor q = zeros({2, 4, 2, 4});  // global rows of 8 tokens
-    EXPECT_CPF_ERROR(context_parallel_attention(q, q, q, bshd_causal(), SequenceInfo::from_lengths({5, 8}), cp),
+    EXPECT_CPF_ERROR(context_parallel_attention(dual_chunk_of(q, cp), dual_chunk_of(q, cp), dual_chunk_of(q, cp),
+                                                bshd_causal(), SequenceInfo::from_lengths({5, 8}), cp),
                      "the sequence info's slots (cu_seqlens_q_padded=[0,5,13], cu_seqlens_kv_padded=[0,5,13]) must be "
                      "the 2 rows of the global sequence length 8 (local 4 x cp 2); build it with "
                      "SequenceInfo::from_lengths(lengths, 8)");
-    EXPECT_CPF_ERROR(context_parallel_attention(q, q, q, bshd_causal(), SequenceInfo::from_lengths({5, 8}, 8), cp),
+    EXPECT_CPF_ERROR(context_parallel_attention(dual_chunk_of(q, cp), dual_chunk_of(q, cp), dual_chunk_of(q, cp),
+                                                bshd_causal(), SequenceInfo::from_lengths({5, 8}, 8), cp),
                      "mask causal treats every bshd row as one whole sequence, but the sequence info gives row 0 5 q "
                      "and 5 kv tokens of 8 (use a padding mask for shorter rows)");
-    EXPECT_CPF_ERROR(context_parallel_attention(q, q, q, bshd_causal(), SequenceInfo::from_lengths({8}, 8), cp),
+    EXPECT_CPF_ERROR(context_parallel_attention(dual_chunk_of(q, cp), dual_chunk_of(q, cp), dual_chunk_of(q, cp),
+                                                bshd_causal(), SequenceInfo::from_lengths({8}, 8), cp),
                      "sequence info describes 1 sequences for a batch of 2");
     SequenceInfo short_positions = SequenceInfo::from_lengths({8, 8}, 8);
     short_positions.q_positions = {0, 2, 4};
-    EXPECT_CPF_ERROR(context_parallel_attention(q, q, q, bshd_causal(), short_positions, cp),
+    EXPECT_CPF_ERROR(context_parallel_attention(dual_chunk_of(q, cp), dual_chunk_of(q, cp), dual_chunk_of(q, cp),
+                                                bshd_causal(), short_positions, cp),
                      "SequenceInfo: q_positions has 3 entries but the storage holds 16 tokens");
   });
 }
@@ -112,7 +132,8 @@ TEST(CpValidation, PaddingMaskNeedsLengths) {
   on_two_ranks(CommType::p2p, [](const ContextParallel& cp) {
     Tensor q = zeros({2, 4, 2, 4});
     AttentionSpec spec{.qkv_format = QkvFormat::bshd, .mask = MaskType::padding};
-    EXPECT_CPF_ERROR(context_parallel_attention(q, q, q, spec, std::nullopt, cp),
+    EXPECT_CPF_ERROR(context_parallel_attention(dual_chunk_of(q, cp), dual_chunk_of(q, cp), dual_chunk_of(q, cp), spec,
+                                                std::nullopt, cp),
                      "a padding mask needs sequence info with the real length of every row");
   });
 }
@@ -120,7 +141,8 @@ TEST(CpValidation, PaddingMaskNeedsLengths) {
 TEST(CpValidation, UlyssesHeadsThatCannotSplit) {
   on_two_ranks(CommType::a2a, [](const ContextParallel& cp) {
     Tensor q = zeros({1, 4, 3, 4}), kv = zeros({1, 4, 3, 4});
-    EXPECT_CPF_ERROR(context_parallel_attention(q, kv, kv, bshd_causal(), std::nullopt, cp),
+    EXPECT_CPF_ERROR(context_parallel_attention(dual_chunk_of(q, cp), dual_chunk_of(kv, cp), dual_chunk_of(kv, cp),
+                                                bshd_causal(), std::nullopt, cp),
                      "a2a: num_heads=3 is not divisible by the cp size=2");
   });
   CpQuery query{.comm_type = CommType::a2a, .cp_size = 4, .num_heads = 12, .num_kv_heads = 3};
@@ -138,7 +160,8 @@ TEST(CpValidation, UlyssesHeadsThatCannotSplit) {
 TEST(CpValidation, HierarchicalNeedsBothSubGroups) {
   on_two_ranks(CommType::a2a_p2p, [](const ContextParallel& cp) {
     Tensor q = zeros({1, 4, 2, 4});
-    EXPECT_CPF_ERROR(context_parallel_attention(q, q, q, bshd_causal(), std::nullopt, cp),
+    EXPECT_CPF_ERROR(context_parallel_attention(dual_chunk_of(q, cp), dual_chunk_of(q, cp), dual_chunk_of(q, cp),
+                                                bshd_causal(), std::nullopt, cp),
                      "a2a+p2p: cp size 2 must split into a2a size 1 x p2p size, both at least 2");
   });
 }

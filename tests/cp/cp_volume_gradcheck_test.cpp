@@ -127,7 +127,9 @@ void lockstep_gradcheck(CommType comm, AttentionWindow window = {5, 0}, int head
                  const Tensor w = shard(c, g, g.dout, 0, r);
                  const Tensor u = shard(c, g, g.dlse, 1, r);
                  auto local_loss = [&]() {
-                   auto [out, lse] = context_parallel_attention(inputs[0], inputs[1], inputs[2], spec_of(c), g.seq, cp);
+                   auto [out, lse] =
+                       context_parallel_attention(dual_chunk_of(inputs[0], cp), dual_chunk_of(inputs[1], cp),
+                                                  dual_chunk_of(inputs[2], cp), spec_of(c), g.seq, cp);
                    // -inf lse rows (padding) contribute nothing.
                    Tensor finite = raw::compare(raw::CompareOp::gt, lse, -1e300);
                    Tensor lse_term = raw::where(finite, raw::mul(lse, u), zeros({}, {.dtype = DType::f64}));

@@ -84,7 +84,8 @@ TEST_P(CpMlaLatentGpu, ShardsMatchTheCpuReference) {
                  Tensor w = put(weight).set_requires_grad();
                  AttentionSpec s = spec_of(c);
                  s.sink = raw::to(g.sink, rc.device).set_requires_grad();
-                 const AttentionOutput o = context_parallel_mla_attention(q, l, w, Tensor(), kShape, s, g.seq, cp);
+                 const AttentionOutput o = context_parallel_mla_attention(dual_chunk_of(q, cp), dual_chunk_of(l, cp), w,
+                                                                          Tensor(), kShape, s, g.seq, cp);
                  backward({o.out}, {put(shard(c, g, g.dout, g.seq_dim, r))});
                  auto host = [](const Tensor& t) { return raw::to(raw::to(t.detach(), Device::cpu()), DType::f32); };
                  results[static_cast<size_t>(r)] = {host(o.out),    host(o.lse),    host(q.grad()),

@@ -111,7 +111,8 @@ std::vector<Tensors> run_cp_on_gpu(const CpCase& c, const Global& g, const Atten
         Tensor v = on_device(g.v, g.seq_dim).set_requires_grad();
         AttentionSpec spec = spec_of(c);
         if (g.sink.defined()) spec.sink = raw::to(g.sink, rc.device).set_requires_grad();
-        auto [out, lse] = context_parallel_attention(q, k, v, spec, g.seq, cp);
+        auto [out, lse] = context_parallel_attention(dual_chunk_of(q, cp), dual_chunk_of(k, cp), dual_chunk_of(v, cp),
+                                                     spec, g.seq, cp);
         backward({out, lse}, {on_device(g.dout, g.seq_dim), raw::to(on_device(g.dlse, lse_dim), lse.dtype())});
         auto host = [](const Tensor& t) { return raw::to(t.detach(), Device::cpu()); };
         results[static_cast<size_t>(r)] = {host(out),      host(lse),

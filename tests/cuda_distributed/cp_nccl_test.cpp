@@ -181,7 +181,8 @@ std::vector<std::vector<Tensors>> run_on_ranks(const Strategy& s, const std::vec
             v.set_requires_grad();
             AttentionSpec spec = spec_of(k.c);
             if (g.sink.defined()) spec.sink = raw::to(g.sink, rc.device).set_requires_grad();
-            auto [out, lse] = context_parallel_attention(q, kk, v, spec, g.seq, cp);
+            auto [out, lse] = context_parallel_attention(dual_chunk_of(q, cp), dual_chunk_of(kk, cp),
+                                                         dual_chunk_of(v, cp), spec, g.seq, cp);
             if (k.lse_gradient) {
               backward({out, lse}, {put(g.dout, g.seq_dim), put(g.dlse, lse_dim(k.c))});
             } else {

@@ -18,6 +18,16 @@ foreach(_file include/cpformer/framework/autograd/ops.h include/cpformer/framewo
     message(FATAL_ERROR "installed tree lacks ${_file}; it has:\n${_have}")
   endif()
 endforeach()
+# The library's unchecked entries (attention/cp/internal/) stay out of the package: a user cannot reach
+# CP attention without stating how q, k and v were cut.
+foreach(_file include/cpformer/attention/cp/context_parallel.h include/cpformer/attention/cp/sharded_tensor.h)
+  if(NOT EXISTS "${PREFIX}/${_file}")
+    message(FATAL_ERROR "installed tree lacks ${_file}")
+  endif()
+endforeach()
+if(EXISTS "${PREFIX}/include/cpformer/attention/cp/internal")
+  message(FATAL_ERROR "the installed tree holds include/cpformer/attention/cp/internal (not for users)")
+endif()
 file(GLOB_RECURSE _config "${PREFIX}/*/cpformerConfig.cmake")
 if(NOT _config)
   message(FATAL_ERROR "installed tree lacks cpformerConfig.cmake")

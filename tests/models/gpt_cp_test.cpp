@@ -127,8 +127,12 @@ TEST(GPTContextParallel, SpecHeadCountsMustDescribeTheShards) {
     const cp::ContextParallel cp{cp::CommType::a2a, ctx.world, nullptr, nullptr};
     const Tensor q = zeros({2, 8, 4, 4});  // (B, S_local, H, D)
     AttentionSpec spec{.qkv_format = QkvFormat::bshd, .mask = MaskType::causal, .num_heads = 3};
-    EXPECT_CPF_ERROR(cp::context_parallel_attention(q, q, q, spec, std::nullopt, cp), "context parallel: the spec (");
-    EXPECT_CPF_ERROR(cp::context_parallel_attention(q, q, q, spec, std::nullopt, cp), "does not match q=[2,8,4,4]");
+    EXPECT_CPF_ERROR(cp::context_parallel_attention(cp::dual_chunk_of(q, cp), cp::dual_chunk_of(q, cp),
+                                                    cp::dual_chunk_of(q, cp), spec, std::nullopt, cp),
+                     "context parallel: the spec (");
+    EXPECT_CPF_ERROR(cp::context_parallel_attention(cp::dual_chunk_of(q, cp), cp::dual_chunk_of(q, cp),
+                                                    cp::dual_chunk_of(q, cp), spec, std::nullopt, cp),
+                     "does not match q=[2,8,4,4]");
   });
 }
 

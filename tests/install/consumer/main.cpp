@@ -1,12 +1,18 @@
 // Uses the installed package as a researcher embedding cpformer would: the autograd core (loss = sum(w * w)
 // has gradient 2 * w), the distributed library (its private libcrypto), and the model stack above it
 // (cpformer::models, which brings attention, nn, optim and io): a small GPT trains a few AdamW steps on a
-// fixed sequence, its loss must fall, and its weights survive a safetensors round trip.
+// fixed sequence, its loss must fall, and its weights survive a safetensors round trip. And the mistake
+// the CP API exists to refuse: on two thread ranks, q cut dual-chunk with k and v cut contiguously (the
+// same shapes, other tokens) must be refused by context parallel attention, naming the three cuts.
+#include <atomic>
 #include <cstdio>
 #include <iostream>
 #include <vector>
 
+#include "attention/cp/context_parallel.h"
 #include "framework/autograd/ops.h"
+#include "framework/distributed/device_mesh.h"
+#include "framework/distributed/launcher.h"
 #include "framework/distributed/rendezvous_tcp.h"
 #include "framework/io/safetensors.h"
 #include "framework/optim/adamw.h"
@@ -55,6 +61,27 @@ bool trains_a_gpt(int steps) {
   return last < first && back.size() == model.named_parameters().size();
 }
 
+// Returns true when the mis-sharded call is refused with the sharding named on both ranks.
+bool refuses_mis_sharded_kv() {
+  std::atomic<int> refused{0};
+  cpf::dist::launch(2, [&](cpf::dist::RankContext& ctx) {
+    cpf::dist::DeviceMesh mesh(ctx.world, {.cp = 2, .require_cp = true});
+    const cpf::cp::ContextParallel cp{cpf::cp::CommType::p2p, mesh.cp(), nullptr, nullptr};
+    const cpf::Tensor global = cpf::zeros({1, 8, 2, 4});  // (B, S, H, D)
+    const cpf::cp::ShardedTensor q = cpf::cp::dual_chunk_shard(global, 1, 2, ctx.rank);
+    const cpf::cp::ShardedTensor kv = cpf::cp::contiguous_shard(global, 1, 2, ctx.rank);  // same shape
+    try {
+      cpf::cp::context_parallel_attention(
+          q, kv, kv, {.qkv_format = cpf::QkvFormat::bshd, .mask = cpf::MaskType::causal}, std::nullopt, cp);
+    } catch (const cpf::Error& e) {
+      const std::string message = e.what();
+      if (message.find("q, k and v are sharded differently along the sequence") != std::string::npos) ++refused;
+      if (ctx.rank == 0) std::cout << "mis-sharded K/V: " << message.substr(0, message.find(';')) << "\n";
+    }
+  });
+  return refused == 2;
+}
+
 }  // namespace
 
 int main() {
@@ -63,5 +90,7 @@ int main() {
   std::cout << "rendezvous token: " << token.size() << " hex digits\n";
   const bool model_ok = trains_a_gpt(5);
   std::cout << (model_ok ? "GPT trained" : "GPT did not train") << "\n";
-  return autograd_ok && token.size() == 32 && model_ok ? 0 : 1;
+  const bool refused = refuses_mis_sharded_kv();
+  std::cout << (refused ? "mis-sharded K/V refused" : "mis-sharded K/V ACCEPTED") << "\n";
+  return autograd_ok && token.size() == 32 && model_ok && refused ? 0 : 1;
 }
