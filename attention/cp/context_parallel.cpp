@@ -267,6 +267,16 @@ CpGrads run_backward(const CpContext& ctx, const Tensor& dout, const Tensor& dls
   CPF_FAIL("context parallel: unknown comm type");
 }
 
+// d(sink) of the whole sequence on every rank, as one rank's attention gives it: each rank's rows give
+// their share, summed over the CP group here (a collective of the backward, in the same place on every
+// rank), so a caller of the API gets the full gradient. The attention modules hand the op a sink whose
+// gradient is scaled by 1/cp (attention_layout.h, cp_sink), so a trainer's sum over the world still
+// counts it once.
+Tensor group_sink_grad(const CpContext& ctx, const Tensor& dout, const Tensor& dlse, const CpSaved& saved) {
+  const Tensor mine = raw::attention_sink_grad(dout, dlse, saved.out, saved.lse, ctx.sink, QkvFormat::thd);  // (Hq)
+  return ctx.config.group->all_reduce(mine, dist::ReduceOp::sum);
+}
+
 }  // namespace
 
 namespace internal {
@@ -303,9 +313,7 @@ AttentionOutput context_parallel_attention_unchecked(const Tensor& q, const Tens
                                    sk.unpack(), sv.unpack(), saved);
     autograd::GradList result{from_thd(g.dq, format, q_shape), from_thd(g.dk, format, k_shape),
                               from_thd(g.dv, format, v_shape)};
-    // d(sink) of this rank's rows; the world's gradient all-reduce sums it over the CP group.
-    if (has_sink)
-      result.push_back(raw::attention_sink_grad(dout, dlse, saved.out, saved.lse, ctx.sink, QkvFormat::thd));
+    if (has_sink) result.push_back(group_sink_grad(ctx, dout, dlse, saved));
     return result;
   };
   std::vector<Tensor> inputs{q, k, v};
@@ -421,8 +429,7 @@ AttentionOutput internal::context_parallel_mla_attention_unchecked(
     autograd::GradList result{from_thd(g.dq, format, q_shape), from_thd(g.dk, format, latent_shape),
                               latent_kv->weight_grad()};
     if (has_bias) result.push_back(latent_kv->bias_grad());
-    if (has_sink)
-      result.push_back(raw::attention_sink_grad(dout, dlse, saved.out, saved.lse, ctx.sink, QkvFormat::thd));
+    if (has_sink) result.push_back(group_sink_grad(ctx, dout, dlse, saved));
     return result;
   };
   std::vector<Tensor> inputs{q, latent, kv_b_weight};

@@ -92,4 +92,17 @@ Tensor sink_parameter(int64_t heads, DType module_dtype) {
   return zeros({heads}, {.dtype = module_dtype == DType::f64 ? DType::f64 : DType::f32});
 }
 
+Tensor cp_sink(const Tensor& sink, int64_t cp_size) {
+  CPF_CHECK(cp_size >= 1, "cp_sink: cp_size=", cp_size, " must be at least 1");
+  if (!sink.defined() || cp_size == 1) return sink;
+  // sink + (sink - sink) / cp: the value exactly (a finite sink plus zero), the gradient / cp.
+  const Tensor fixed = sink.detach();
+  return add(fixed, mul(sub(sink, fixed), 1.0 / static_cast<double>(cp_size)));
+}
+
+AttentionSpec with_cp_sink(AttentionSpec spec, int64_t cp_size) {
+  spec.sink = cp_sink(spec.sink, cp_size);
+  return spec;
+}
+
 }  // namespace cpf::attention_modules

@@ -36,6 +36,13 @@ Tensor cp_rope_positions(const Tensor& x_heads, QkvFormat format, const std::opt
 // the dtypes the kernels take with any input dtype.
 Tensor sink_parameter(int64_t heads, DType module_dtype);
 
+// The sink a module hands CP attention on a group of `cp_size` ranks: the same values, with 1/cp_size of
+// the gradient. CP attention returns the whole group's d(sink) on every rank (context_parallel.h), and a
+// trainer sums each parameter's gradient over the world, CP ranks included: scaled, the sink counts once.
+Tensor cp_sink(const Tensor& sink, int64_t cp_size);
+// `spec` with its sink (if any) as cp_sink gives it.
+AttentionSpec with_cp_sink(AttentionSpec spec, int64_t cp_size);
+
 // Rotates the first rotary_dim dims of every head of x (format, heads, dim) at `positions`.
 Tensor apply_rope(const Tensor& x_heads, QkvFormat format, const Tensor& positions, double base, int64_t rotary_dim);
 

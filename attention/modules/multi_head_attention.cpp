@@ -108,7 +108,8 @@ Tensor MultiHeadAttention::forward(const Tensor& x, const std::optional<Sequence
   // Under CP the module's rows are this rank's dual-chunk shard (the model's batches are cut so).
   const AttentionOutput attn =
       use_cp ? cp::context_parallel_attention(cp::dual_chunk_of(q, *cp), cp::dual_chunk_of(k, *cp),
-                                              cp::dual_chunk_of(v, *cp), spec_, seq, *cp)
+                                              cp::dual_chunk_of(v, *cp),
+                                              attention_modules::with_cp_sink(spec_, cp->group->size()), seq, *cp)
              : dot_product_attention(q, k, v, spec_, seq, o.kernel_config);
   return o_proj_->forward(attention_modules::merge_heads(attn.out));  // (.., C)
 }

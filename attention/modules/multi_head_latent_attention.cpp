@@ -155,8 +155,8 @@ AttentionOutput MultiHeadLatentAttention::latent_cp_attention(const Tensor& x, c
                           : Tensor();
   // The module's rows are this rank's dual-chunk shard (the model's batches are cut so).
   return cp::context_parallel_mla_attention(cp::dual_chunk_of(rotated_q(x, q_positions), cp),
-                                            cp::dual_chunk_of(latent, cp), weight, bias, latent_shape(), spec_, seq,
-                                            cp);
+                                            cp::dual_chunk_of(latent, cp), weight, bias, latent_shape(),
+                                            attention_modules::with_cp_sink(spec_, cp.group->size()), seq, cp);
 }
 
 Tensor MultiHeadLatentAttention::forward(const Tensor& x, const std::optional<SequenceInfo>& seq,
@@ -186,7 +186,8 @@ Tensor MultiHeadLatentAttention::forward(const Tensor& x, const std::optional<Se
   const QKV qkv = project_qkv(x, positions(false), positions(true));
   const AttentionOutput attn =
       use_cp ? cp::context_parallel_attention(cp::dual_chunk_of(qkv.q, *cp), cp::dual_chunk_of(qkv.k, *cp),
-                                              cp::dual_chunk_of(qkv.v, *cp), spec_, seq, *cp)
+                                              cp::dual_chunk_of(qkv.v, *cp),
+                                              attention_modules::with_cp_sink(spec_, cp->group->size()), seq, *cp)
              : dot_product_attention(qkv.q, qkv.k, qkv.v, spec_, seq, o.kernel_config);
   return o_proj_->forward(attention_modules::merge_heads(attn.out));  // (.., C)
 }
