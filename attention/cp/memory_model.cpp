@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "attention/cp/lse_merge.h"
 #include "framework/core/error.h"
 
 namespace cpf::cp {
@@ -14,6 +15,7 @@ namespace {
 struct Sizes {
   int64_t t = 0;  // tokens per rank
   int64_t e = 0, a = 0;
+  bool widens_tile_dq = false;                // the ring's accumulation copies a tile's dQ to fp32 (no device kernel)
   int64_t q = 0, k = 0, v = 0, o = 0, l = 0;  // values per token
 
   int64_t kv_bytes() const { return t * e * (k + v); }  // one K/V block of T tokens
@@ -28,6 +30,7 @@ Sizes sizes_of(const CpMemoryShape& s, int64_t tokens, int64_t kv_heads) {
   z.t = tokens;
   z.e = static_cast<int64_t>(dtype_size(s.dtype));
   z.a = s.dtype == DType::f64 ? 8 : 4;
+  z.widens_tile_dq = z.e != z.a && device_accumulate(s.device) == nullptr;
   z.q = s.heads * s.head_dim_qk;
   z.k = kv_heads * s.head_dim_qk;
   z.v = kv_heads * s.head_dim_v;
@@ -52,7 +55,7 @@ void ring_terms(const Sizes& z, int64_t ring, CpMemoryEstimate& m) {
   m.backward.push_back({"dQ accumulator (fp32)", z.t * z.a * z.q});
   m.backward.push_back({"received K/V blocks (in use, arriving)", blocks});
   m.backward.push_back({"tile dQ, dK, dV", z.t * z.e * (z.q + z.k + z.v)});
-  if (z.e != z.a) m.backward.push_back({"tile dQ in fp32 before the add", z.t * z.a * z.q});
+  if (z.widens_tile_dq) m.backward.push_back({"tile dQ in fp32 before the add", z.t * z.a * z.q});
   m.backward.push_back({"kernel workspace (fp32 dQ, row sums)", z.kernel_workspace()});
   m.backward.push_back({"dK/dV partial sums (sending, arriving)", 2 * z.kv_bytes()});
 }

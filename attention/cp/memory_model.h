@@ -26,6 +26,10 @@ struct CpMemoryShape {
   int64_t a2a = 1;              // a2a+p2p: the a2a sub-group size A (A x R = P)
   int64_t heads = 0, kv_heads = 0, head_dim_qk = 0, head_dim_v = 0;
   DType dtype = DType::bf16;
+  // Where the call runs: a device with an in-place ring accumulation kernel (lse_merge.h,
+  // register_device_accumulate: the CUDA backend's) reads a bf16 tile's dQ as it is; elsewhere the tile's
+  // dQ is widened to fp32 first, a copy the p2p backward then holds.
+  DeviceType device = DeviceType::cpu;
 };
 
 struct CpMemoryTerm {

@@ -254,7 +254,8 @@ std::string model_gib(const std::string& strategy, int64_t tokens_per_gpu, int r
                                 .heads = kHeads,
                                 .kv_heads = kHeads,
                                 .head_dim_qk = kHeadDim,
-                                .head_dim_v = kHeadDim};
+                                .head_dim_v = kHeadDim,
+                                .device = DeviceType::cuda};
   try {
     const int64_t bytes =
         strategy.empty()

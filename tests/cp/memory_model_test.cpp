@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include "attention/cp/memory_model.h"
+
+#include "attention/cp/lse_merge.h"
 #include "support/test_utils.h"
 
 namespace cpf::cp {
@@ -45,6 +47,25 @@ TEST(CpMemoryModel, RingTermsMatchHandComputedBytes) {
   EXPECT_EQ(m.peak_bytes(), 1024 * 264 + 565248);
   // Two ranks: the only received block is the one arriving at step 0.
   EXPECT_EQ(cp_memory_estimate(CommType::p2p, small(2)).forward_bytes(), 65536 + 73728 + 81920);
+}
+
+// A device whose accumulation kernel reads the bf16 tile in place holds no fp32 copy of it: the model asks
+// the same registry the ring uses (lse_merge.h). Registered here for the test's own device type.
+void add_in_place(const Tensor&, const Tensor&) {}
+
+TEST(CpMemoryModel, ADeviceAccumulatingInPlaceHoldsNoFp32TileDq) {
+  CpMemoryShape s = small(4);
+  s.device = DeviceType::cuda;
+  const bool cuda_kernel = device_accumulate(DeviceType::cuda) != nullptr;
+  const CpMemoryEstimate without = cp_memory_estimate(CommType::p2p, s);
+  bool widened = false;
+  for (const auto& term : without.backward) widened |= term.name.find("tile dQ in fp32") != std::string::npos;
+  EXPECT_EQ(widened, !cuda_kernel) << "the term follows the registry";
+  if (!cuda_kernel) register_device_accumulate(DeviceType::cuda, add_in_place);
+  const CpMemoryEstimate with = cp_memory_estimate(CommType::p2p, s);
+  for (const auto& term : with.backward) EXPECT_EQ(term.name.find("tile dQ in fp32"), std::string::npos) << term.name;
+  EXPECT_EQ(with.backward_bytes(), 65536 + 131072 + 98304 + 73728 + 131072);  // the CPU's less the 65536 copy
+  if (!cuda_kernel) register_device_accumulate(DeviceType::cuda, nullptr);
 }
 
 TEST(CpMemoryModel, F32InputsNeedNoFp32CopyOfTheTileDq) {
