@@ -3,9 +3,8 @@
 // rank's memory falls as cp grows.
 #include <gtest/gtest.h>
 
-#include "attention/cp/memory_model.h"
-
 #include "attention/cp/lse_merge.h"
+#include "attention/cp/memory_model.h"
 #include "support/test_utils.h"
 
 namespace cpf::cp {
