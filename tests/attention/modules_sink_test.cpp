@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "attention/cp/sharding.h"
+#include "attention/modules/attention_layout.h"
 #include "attention/modules/multi_head_attention.h"
 #include "attention/modules/multi_head_latent_attention.h"
 #include "framework/autograd/ops.h"
@@ -155,6 +156,19 @@ TEST(AttentionModulesSink, ContextParallelEqualsOneRankForEveryStrategy) {
       EXPECT_TRUE(all_close(sum, want[i].second, 1e-10, 1e-10)) << want[i].first << " summed over the CP ranks";
     }
   }
+}
+
+// What a module hands CP attention: the sink's values unchanged, 1/cp of its gradient (CP attention returns
+// the group's whole d(sink) on every rank; the trainer sums the parameter's gradient over the world).
+TEST(ModulesSink, TheCpSinkKeepsItsValuesAndScalesItsGradient) {
+  Tensor sink = from_vector<double>({0.5, -1.25, 3.0}, {3}).set_requires_grad();
+  const Tensor handed = attention_modules::cp_sink(sink, 4);
+  EXPECT_EQ(handed.to_vector<double>(), sink.to_vector<double>());
+  backward(sum(mul(handed, from_vector<double>({1.0, 2.0, 4.0}, {3}))));
+  EXPECT_EQ(sink.grad().to_vector<double>(), (std::vector<double>{0.25, 0.5, 1.0}));
+  EXPECT_TRUE(attention_modules::cp_sink(sink, 1).is_same(sink));
+  EXPECT_FALSE(attention_modules::cp_sink(Tensor(), 2).defined());
+  EXPECT_CPF_ERROR(attention_modules::cp_sink(sink, 0), "cp_sink: cp_size=0 must be at least 1");
 }
 
 }  // namespace
