@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "framework/config/did_you_mean.h"
+#include "models/data/bpe_pretokenizer.h"
 
 #ifndef CPF_VERSION
 #define CPF_VERSION "unknown"
@@ -170,7 +171,8 @@ std::string version_text() {
 #if defined(CPF_WITH_OPENMP)
   features += ", openmp";
 #endif
-  return std::string("cpformer ") + CPF_VERSION + " (" + features + ")\n";
+  return std::string("cpformer ") + CPF_VERSION + " (" + features + ")\ntokenizer character classes: Unicode " +
+         data::pretokenizer_unicode_version() + " (ICU)\n";
 }
 
 namespace {

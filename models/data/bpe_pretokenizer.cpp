@@ -2,12 +2,22 @@
 
 #include <unicode/normalizer2.h>
 #include <unicode/regex.h>
+#include <unicode/uchar.h>
 #include <unicode/unistr.h>
 #include <unicode/utf16.h>
 
 #include "framework/core/error.h"
 
 namespace cpf::data {
+
+std::string pretokenizer_unicode_version() {
+  UVersionInfo version;
+  u_getUnicodeVersion(version);
+  std::string text = std::to_string(version[0]) + "." + std::to_string(version[1]);
+  if (version[2] != 0) text += "." + std::to_string(version[2]);
+  return text;
+}
+
 namespace {
 
 // \s -> \p{White_Space}, \S -> \P{White_Space}; other escapes (\\s included) are kept as they are.

@@ -26,6 +26,12 @@ inline constexpr const char* kGpt2Pattern =
 // use it); bytes that are not valid UTF-8 are kept as they are.
 std::string nfc_normalize(std::string_view text);
 
+// The Unicode version of the character tables the pattern classes (\p{L}, \p{N}, White_Space) come from:
+// those of the ICU the build links, "15.0" with Debian 12's ICU 72. A character assigned in a later
+// version is unassigned here (neither letter nor number), so text holding one can be cut, and encoded,
+// otherwise than by tiktoken, whose tables are newer (docs/data.md).
+std::string pretokenizer_unicode_version();
+
 class BpePreTokenizer {
  public:
   // Throws cpf::Error naming the pattern and ICU's complaint when it does not compile.

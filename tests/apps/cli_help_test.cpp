@@ -2,6 +2,8 @@
 // mean" for mistyped commands, options and config keys, and messages that say how to fix a config.
 #include <gtest/gtest.h>
 
+#include "models/data/bpe_pretokenizer.h"
+
 #include "apps/trainer/command_table.h"
 #include "framework/config/did_you_mean.h"
 #include "tests/apps/cli_support.h"
@@ -26,6 +28,9 @@ TEST(CliHelp, VersionNamesTheProjectVersion) {
     const auto r = run({flag});
     EXPECT_EQ(r.code, kExitOk) << flag;
     EXPECT_TRUE(starts_with(r.out, "cpformer 0.1.0 (")) << r.out;
+    EXPECT_NE(r.out.find("tokenizer character classes: Unicode " + data::pretokenizer_unicode_version() + " (ICU)"),
+              std::string::npos)
+        << r.out;
     EXPECT_TRUE(r.err.empty());
   }
 }

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "framework/core/error.h"
+#include "models/data/bpe_pretokenizer.h"
 #include "models/data/gpt2_tokenizer.h"
 
 namespace cpf::data {
@@ -91,6 +92,30 @@ TEST(Gpt2Tokenizer, MatchesTiktokenOnHardInputs) {
     EXPECT_EQ(tok->encode(c.text), c.ids) << c.name;
     EXPECT_EQ(tok->decode(c.ids), c.text) << c.name;
   }
+}
+
+// The letter and number classes are ICU's tables (pretokenizer_unicode_version). U+13460, the first
+// character of Egyptian Hieroglyphs Extended-A, was assigned (a letter, Lo) in Unicode 16.0: with older
+// tables it is no letter, so "a\U00013460b" is cut into three pieces where tiktoken (Unicode 16) keeps one
+// word, and the ids differ. The test states whichever the linked tables give.
+TEST(Gpt2Tokenizer, CharactersNewerThanTheUnicodeTablesAreNotLetters) {
+  const std::string version = data::pretokenizer_unicode_version();
+  const int major = std::stoi(version.substr(0, version.find('.')));
+  const data::BpePreTokenizer gpt2(data::kGpt2Pattern);
+  const std::string hieroglyph = "\xF0\x93\x91\xA0";  // U+13460 in UTF-8
+  const std::string text = "a" + hieroglyph + "b";
+  const std::vector<std::string_view> pieces = gpt2.split(text);  // views into text
+  if (major >= 16) {
+    EXPECT_EQ(pieces.size(), 1u) << "Unicode " << version;
+  } else {
+    ASSERT_EQ(pieces.size(), 3u) << "Unicode " << version;
+    EXPECT_EQ(pieces[1], hieroglyph) << "the character, whole, as a piece of its own";
+  }
+  EXPECT_EQ(gpt2.split("a\xC3\xA9"
+                       "b")
+                .size(),
+            1u)
+      << "an assigned letter (U+00E9) stays inside the word";
 }
 
 TEST(Gpt2Tokenizer, EmptyTextHasNoTokens) {
