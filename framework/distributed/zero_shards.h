@@ -138,6 +138,9 @@ class ZeroShards final : public nn::ParameterUnits {
   };
   void check_unit_buckets() const;
   size_t unit_bucket(size_t unit) const;
+  // The sum of this rank's pieces' versions: what a gathered or released parameter's storage carries, so
+  // it changes exactly when the optimizer (or a load) wrote the pieces.
+  uint64_t pieces_version() const;
   void start_gather(size_t bucket) const;
   void finish_gather(size_t bucket) const;
   void release_bucket(size_t bucket) const;

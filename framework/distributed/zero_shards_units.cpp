@@ -26,6 +26,12 @@ ZeroShards::~ZeroShards() {
   }
 }
 
+uint64_t ZeroShards::pieces_version() const {
+  uint64_t version = 0;
+  for (const auto& [name, piece] : pieces_) version += piece.version();
+  return version;
+}
+
 size_t ZeroShards::unit_bucket(size_t unit) const {
   CPF_CHECK(stage_ == ShardStage::parameters, "ZeroShards: units are acquired under stage parameters only, not ",
             shard_stage_name(stage_));
@@ -58,8 +64,7 @@ void ZeroShards::finish_gather(size_t bucket) const {
   g.work->wait();
   g.work.reset();
   g.shard = Tensor();
-  uint64_t version = 0;
-  for (const auto& [name, piece] : pieces_) version += piece.version();
+  const uint64_t version = pieces_version();
   g.buffer.storage()->set_version(version);
   const GradientBucketPlan& plan = plan_[bucket];
   for (size_t k = 0; k < plan.params.size(); ++k) {
@@ -71,8 +76,7 @@ void ZeroShards::finish_gather(size_t bucket) const {
 void ZeroShards::release_bucket(size_t bucket) const {
   UnitGather& g = gathers_[bucket];
   if (g.work) g.work->wait();  // a prefetch nobody acquired: its buffer must outlive the transfer
-  uint64_t version = 0;
-  for (const auto& [name, piece] : pieces_) version += piece.version();
+  const uint64_t version = pieces_version();
   for (const size_t i : plan_[bucket].params) {
     auto released = std::make_shared<Storage>(0, params_[i].second.device());
     released->set_version(version);

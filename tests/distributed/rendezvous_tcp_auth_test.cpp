@@ -107,16 +107,6 @@ TEST(RendezvousAuth, WithoutATokenAnErrorLineStillAborts) {
   ::close(listener);
 }
 
-bool has_ipv6_loopback() {
-  const int probe = ::socket(AF_INET6, SOCK_STREAM, 0);
-  sockaddr_in6 a{};
-  a.sin6_family = AF_INET6;
-  a.sin6_addr = in6addr_loopback;
-  const bool ok = probe >= 0 && ::bind(probe, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-  if (probe >= 0) ::close(probe);
-  return ok;
-}
-
 // bind "*": one dual-stack socket, reachable over IPv4 and IPv6 (the first resolved address only, before).
 TEST(RendezvousAuth, StarListensOnIPv4AndIPv6) {
   if (!has_ipv6_loopback()) GTEST_SKIP() << "no IPv6 loopback on this machine";

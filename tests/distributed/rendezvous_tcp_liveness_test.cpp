@@ -200,13 +200,7 @@ TEST(TcpRendezvousLiveness, RankZeroListensOnlyWhereAsked) {
 }
 
 TEST(TcpRendezvousLiveness, IPv6Loopback) {
-  const int probe = ::socket(AF_INET6, SOCK_STREAM, 0);
-  sockaddr_in6 a{};
-  a.sin6_family = AF_INET6;
-  a.sin6_addr = in6addr_loopback;
-  const bool has_v6 = probe >= 0 && ::bind(probe, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-  if (probe >= 0) ::close(probe);
-  if (!has_v6) GTEST_SKIP() << "no IPv6 loopback on this machine";
+  if (!has_ipv6_loopback()) GTEST_SKIP() << "no IPv6 loopback on this machine";
   const int port = dist::find_free_port();
   JoinThread root, one;
   dist::RendezvousOptions o0 = options(port, 0, 2, 5s, ""), o1 = options(port, 1, 2, 5s, "");

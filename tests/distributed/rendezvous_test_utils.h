@@ -147,6 +147,17 @@ inline int raw_seat(int port, int rank, int world, const std::string& token = kT
   return fd;
 }
 
+// Whether this machine can bind ::1 (IPv6 tests skip without it).
+inline bool has_ipv6_loopback() {
+  const int probe = ::socket(AF_INET6, SOCK_STREAM, 0);
+  sockaddr_in6 a{};
+  a.sin6_family = AF_INET6;
+  a.sin6_addr = in6addr_loopback;
+  const bool ok = probe >= 0 && ::bind(probe, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  if (probe >= 0) ::close(probe);
+  return ok;
+}
+
 // A listener on loopback `port` posing as rank 0 (the caller accepts and closes).
 inline void listen_as_rank_zero(int port, int& listener) {
   listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
