@@ -316,8 +316,7 @@ Tensor GPT::forward_cached(const Tensor& tokens, const nn::KVCacheStep& step, st
   CPF_CHECK(caches.size() == blocks_.size(), "GPT::forward_cached: need one KVCache per block (", blocks_.size(),
             "), got ", caches.size());
   const nn::ComputeCopiesScope copies = use_compute_copies();
-  const std::vector<int64_t> pos = step.positions();
-  BlockOutput out{embed(tokens, from_vector(pos, {static_cast<int64_t>(pos.size())}, device())), Tensor()};
+  BlockOutput out{embed(tokens, step.position_tensor(device())), Tensor()};
   for (size_t i = 0; i < blocks_.size(); ++i) out = blocks_[i]->forward_cached(out.x, out.pending, step, caches[i]);
   return logits(out.x, out.pending);
 }

@@ -4,6 +4,9 @@
 
 #include "framework/autograd/grad_mode.h"
 #include "framework/autograd/ops.h"
+#include "framework/core/error.h"
+#include "framework/tensor/ops/copy.h"
+#include "framework/tensor/ops/views.h"
 #include "models/gpt_input.h"
 
 namespace cpf::models {
@@ -17,6 +20,13 @@ GPTDecoder::GPTDecoder(const GPT& model, int64_t num_sequences, const GPTDecoder
   window_start_.assign(static_cast<size_t>(num_sequences), 0);
   cached_.assign(static_cast<size_t>(num_sequences), 0);
   seen_length_.assign(static_cast<size_t>(num_sequences), 0);
+  tables_usable_ = options.kv_cache && options.cuda_graph;
+  graph_usable_ = tables_usable_ && DeviceGraph::supported(model.device());
+  if (!tables_usable_) {
+    graph_note_ = "off (" + std::string(options.kv_cache ? "cuda_graph = false" : "no KV cache") + ")";
+  } else if (!graph_usable_) {
+    graph_note_ = "off (" + model.device().str() + " does not capture graphs; decoding steps run eagerly)";
+  }
 }
 
 Tensor GPTDecoder::next_logits(const std::vector<std::vector<int64_t>>& sequences, const std::vector<bool>& active) {
@@ -52,7 +62,74 @@ Tensor GPTDecoder::full_window_logits(const std::vector<std::vector<int64_t>>& s
   return index_select(logits, 0, from_vector(last, {static_cast<int64_t>(last.size())}, model_.device()));
 }
 
+bool GPTDecoder::is_decoding_step(const std::vector<std::vector<int64_t>>& sequences,
+                                  const std::vector<bool>& active) const {
+  if (!tables_usable_) return false;
+  const int64_t capacity = std::min(options_.context, options_.max_length);
+  for (size_t n = 0; n < sequences.size(); ++n) {
+    const int64_t len = static_cast<int64_t>(sequences[n].size());
+    if (cached_[n] + 1 > capacity) return false;  // no free row (for a placeholder either)
+    if (!active[n]) continue;
+    // Exactly one token beyond the cached ones, in a window that does not slide.
+    if (cached_[n] == 0 || len - window_start_[n] != cached_[n] + 1) return false;
+  }
+  return true;
+}
+
+Tensor GPTDecoder::decoding_step(const std::vector<std::vector<int64_t>>& sequences, const std::vector<bool>& active) {
+  const int64_t seqs = num_sequences_, capacity = std::min(options_.context, options_.max_length);
+  std::vector<int64_t> table(static_cast<size_t>(4 * seqs));  // tokens, positions, rows, lengths
+  nn::KVCacheStep step{.capacity = capacity, .past = cached_, .new_tokens = std::vector<int64_t>(cached_.size(), 1)};
+  for (int64_t n = 0; n < seqs; ++n) {
+    const auto i = static_cast<size_t>(n);
+    table[i] = active[i] ? sequences[i].back() : 0;  // a placeholder token for a sequence sitting out
+    table[i + seqs] = cached_[i];
+    table[i + 2 * seqs] = n * capacity + cached_[i];
+    table[i + 3 * seqs] = cached_[i] + 1;
+  }
+  if (!step_buffer_.defined()) {
+    step_buffer_ = empty({4, seqs}, {.dtype = DType::i64, .device = model_.device()});
+    tables_ = {.positions = raw::select(step_buffer_, 0, 1),
+               .slot_rows = raw::select(step_buffer_, 0, 2),
+               .lengths = raw::select(step_buffer_, 0, 3)};
+  }
+  raw::copy_(step_buffer_, from_vector(table, {4, seqs}));  // one upload, outside any capture
+  step.decode = &tables_;
+  const Tensor tokens = raw::select(step_buffer_, 0, 0);
+  const auto forward = [&] { return model_.forward_cached(tokens, step, caches_); };  // (S, V)
+  if (graph_.defined()) {
+    graph_.replay();
+    ++graph_replays_;
+    return graph_logits_;
+  }
+  // The first step settles copies, plans and allocations; devices without graphs always run eagerly.
+  if (!graph_usable_ || eager_decoding_steps_++ == 0) return forward();
+  try {
+    graph_ = DeviceGraph::capture(model_.device(), [&] { graph_logits_ = forward(); });
+  } catch (const Error& e) {
+    graph_usable_ = false;
+    graph_note_ = std::string("capture failed, decoding eagerly: ") + e.what();
+    return forward();
+  }
+  graph_.replay();
+  ++graph_replays_;
+  return graph_logits_;
+}
+
 Tensor GPTDecoder::cached_logits(const std::vector<std::vector<int64_t>>& sequences, const std::vector<bool>& active) {
+  if (is_decoding_step(sequences, active)) {
+    const Tensor logits = decoding_step(sequences, active);  // (S, V)
+    std::vector<int64_t> rows;
+    for (size_t n = 0; n < sequences.size(); ++n) {
+      if (!active[n]) continue;
+      rows.push_back(static_cast<int64_t>(n));
+      cached_[n] += 1;
+    }
+    tokens_fed_ += static_cast<int64_t>(rows.size());
+    // A copy: the graph rewrites its logits at the next replay.
+    if (static_cast<int64_t>(rows.size()) == num_sequences_) return raw::clone(logits);
+    return index_select(logits, 0, from_vector(rows, {static_cast<int64_t>(rows.size())}, model_.device()));
+  }
   nn::KVCacheStep step{.capacity = std::min(options_.context, options_.max_length), .past = {}, .new_tokens = {}};
   std::vector<int64_t> tokens, last_rows;
   for (size_t n = 0; n < sequences.size(); ++n) {

@@ -13,10 +13,24 @@
 //                      forward does); until then decoding a token costs one token's forward.
 //
 // Sequences decode together: those with no new tokens since the last call (finished ones) sit it out.
+//
+// CUDA graphs (cuda_graph, on by default where the device captures them): a call in which every active
+// sequence adds exactly one token to a window that still has room is a decoding step. Its tokens,
+// positions, cache rows and lengths go to the device in one upload (nn::KVDecodeTables), and the model's
+// forward reads them there (index_copy_ into the caches, decode_attention), so the forward of one step is
+// the forward of every step. The first decoding step runs eagerly (it settles the bf16 weight copies, the
+// GEMM plans and the allocator), the second is captured into one graph, and every later one replays it:
+// one launch a token instead of a few hundred. Sequences that sit a step out are fed a placeholder token
+// into the first free row of their slot (past their length, so nothing they kept changes) and their rows
+// are dropped. Prefills, window slides and full slots run eagerly as without graphs; a capture that fails
+// leaves the decoder eager with the reason in graph_note(). Both paths give the same logits. On devices
+// without graphs (the CPU) decoding steps still take the table path, eagerly, so the CPU tests cover it.
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "attention/modules/kv_cache.h"
+#include "framework/tensor/device_graph.h"
 #include "models/gpt.h"
 
 namespace cpf::models {
@@ -25,6 +39,9 @@ struct GPTDecoderOptions {
   int64_t context = 0;     // tokens of each sequence the model sees at most (>= 1)
   int64_t max_length = 0;  // longest sequence that will be passed (sizes the cache: min(context, max_length))
   bool kv_cache = true;
+  // Decoding steps through device tables, replayed from one captured graph where the device captures
+  // graphs (eagerly elsewhere, e.g. on the CPU: the same computation). Needs kv_cache.
+  bool cuda_graph = true;
 };
 
 class GPTDecoder {
@@ -39,10 +56,19 @@ class GPTDecoder {
 
   // Tokens fed to the model so far (prompt and decoded tokens, refed windows included): the work done.
   int64_t tokens_fed() const { return tokens_fed_; }
+  // Decoding steps served by the captured graph, and why there is none ("" while it serves or before the
+  // second decoding step; "off" reasons name the option or device).
+  int64_t graph_replays() const { return graph_replays_; }
+  bool graph_captured() const { return graph_.defined(); }
+  const std::string& graph_note() const { return graph_note_; }
 
  private:
   Tensor full_window_logits(const std::vector<std::vector<int64_t>>& sequences, const std::vector<bool>& active);
   Tensor cached_logits(const std::vector<std::vector<int64_t>>& sequences, const std::vector<bool>& active);
+  // Whether this call is a decoding step the graph path can serve (see the header comment).
+  bool is_decoding_step(const std::vector<std::vector<int64_t>>& sequences, const std::vector<bool>& active) const;
+  // The decoding step's logits (S, V) for every sequence (placeholders included), eager or replayed.
+  Tensor decoding_step(const std::vector<std::vector<int64_t>>& sequences, const std::vector<bool>& active);
 
   const GPT& model_;
   GPTDecoderOptions options_;
@@ -52,6 +78,15 @@ class GPTDecoder {
   std::vector<int64_t> cached_;        // per sequence: tokens of its window already in the cache
   std::vector<int64_t> seen_length_;   // per sequence: its length at the last call
   int64_t tokens_fed_ = 0;
+  // The graph path: (4, S) i64 on the device: tokens, positions, cache rows, lengths (views in tables_).
+  Tensor step_buffer_;
+  nn::KVDecodeTables tables_;
+  DeviceGraph graph_;
+  Tensor graph_logits_;  // (S, V), rewritten by every replay
+  int64_t eager_decoding_steps_ = 0, graph_replays_ = 0;
+  bool tables_usable_ = false;  // decoding steps through the device tables (eager where no graph)
+  bool graph_usable_ = false;
+  std::string graph_note_;
 };
 
 }  // namespace cpf::models

@@ -15,6 +15,8 @@
 #include "framework/autograd/ops.h"
 #include "framework/io/checkpoint.h"
 #include "framework/tensor/ops/copy.h"
+#include "framework/tensor/ops/join.h"
+#include "framework/tensor/ops/reduce.h"
 #include "models/data/synthetic_tasks.h"
 #include "models/data/text_source.h"
 #include "models/gpt_decoder.h"
@@ -97,18 +99,46 @@ std::string checked_precision(const GenerateOptions& options, Device device) {
   return precision;
 }
 
-// The next-token logits rows (A, V) as doubles on the host.
-std::vector<double> host_rows(const Tensor& rows) {
-  return raw::to(raw::to(rows, DType::f32), Device::cpu()).to_vector<double>();
-}
-
 // Finite weights can still overflow; argmax over NaN would print token 0 as if it were an answer.
-void check_finite_logits(const std::vector<double>& logits, const std::string& checkpoint, size_t context,
-                         size_t prompt, size_t prompts) {
-  CPF_CHECK(std::all_of(logits.begin(), logits.end(), [](double v) { return std::isfinite(v); }),
-            "generate: the model of ", checkpoint, " gives non-finite logits after ", context, " tokens",
+void check_finite_logits(bool finite, const std::string& checkpoint, size_t context, size_t prompt, size_t prompts) {
+  CPF_CHECK(finite, "generate: the model of ", checkpoint, " gives non-finite logits after ", context, " tokens",
             prompts > 1 ? " (prompt " + std::to_string(prompt + 1) + " of " + std::to_string(prompts) + ")" : "",
             "; refusing to sample from them");
+}
+
+// The next token of each active sequence from its logits row (rows (A, V), active sequences in order).
+// Greedy picks on the rows' device: each row's argmax and its sum in f64 (non-finite exactly when a logit
+// is), one read-back of two numbers a row. Sampling reads the rows back in f32 and draws on the host.
+std::vector<int64_t> pick_tokens(const Tensor& rows, const SamplingOptions& sampling,
+                                 const std::vector<std::vector<int64_t>>& sequences, const std::vector<bool>& active,
+                                 std::vector<std::unique_ptr<Generator>>& gens, const std::string& checkpoint) {
+  std::vector<size_t> order;  // the sequence of each row
+  for (size_t i = 0; i < sequences.size(); ++i) {
+    if (active[i]) order.push_back(i);
+  }
+  const size_t count = order.size();
+  std::vector<int64_t> tokens(count);
+  if (sampling.temperature <= 0) {
+    const Tensor ids = raw::to(raw::argmax(rows, -1), DType::f64);  // (A)
+    const Tensor sums = raw::sum(raw::to(rows, DType::f64), {-1});  // (A)
+    const std::vector<double> both = raw::to(raw::cat({ids, sums}, 0), Device::cpu()).to_vector<double>();
+    for (size_t r = 0; r < count; ++r) {
+      check_finite_logits(std::isfinite(both[count + r]), checkpoint, sequences[order[r]].size(), order[r],
+                          sequences.size());
+      tokens[r] = static_cast<int64_t>(both[r]);
+    }
+    return tokens;
+  }
+  const std::vector<float> host = raw::to(raw::to(rows, DType::f32), Device::cpu()).to_vector<float>();
+  const size_t vocab = host.size() / count;
+  for (size_t r = 0; r < count; ++r) {
+    const std::vector<double> logits(host.begin() + static_cast<std::ptrdiff_t>(r * vocab),
+                                     host.begin() + static_cast<std::ptrdiff_t>((r + 1) * vocab));
+    check_finite_logits(std::all_of(logits.begin(), logits.end(), [](double v) { return std::isfinite(v); }),
+                        checkpoint, sequences[order[r]].size(), order[r], sequences.size());
+    tokens[r] = sample_token(logits, sampling, *gens[order[r]]);
+  }
+  return tokens;
 }
 
 }  // namespace
@@ -156,8 +186,11 @@ GenerateBatchResult generate_batch(const GenerateOptions& options) {
                                                             ? config.model.max_positions
                                                             : std::numeric_limits<int64_t>::max());
   const int64_t n = static_cast<int64_t>(sequences.size());
-  models::GPTDecoder decoder(
-      model, n, {.context = context, .max_length = longest + options.max_new_tokens, .kv_cache = options.kv_cache});
+  models::GPTDecoder decoder(model, n,
+                             {.context = context,
+                              .max_length = longest + options.max_new_tokens,
+                              .kv_cache = options.kv_cache,
+                              .cuda_graph = options.cuda_graph});
   std::vector<std::unique_ptr<Generator>> gens;  // Generator is not movable (an atomic offset)
   for (int64_t i = 0; i < n; ++i) gens.push_back(std::make_unique<Generator>(options.seed + static_cast<uint64_t>(i)));
   std::vector<bool> active(static_cast<size_t>(n), true);
@@ -165,16 +198,12 @@ GenerateBatchResult generate_batch(const GenerateOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   for (int64_t step = 0; step < options.max_new_tokens; ++step) {
     if (std::find(active.begin(), active.end(), true) == active.end()) break;
-    const std::vector<double> rows = host_rows(decoder.next_logits(sequences, active));
-    const size_t vocab = rows.size() / static_cast<size_t>(std::count(active.begin(), active.end(), true));
+    const std::vector<int64_t> picked =
+        pick_tokens(decoder.next_logits(sequences, active), sampling, sequences, active, gens, checkpoint);
     size_t row = 0;
     for (size_t i = 0; i < sequences.size(); ++i) {
       if (!active[i]) continue;
-      const std::vector<double> logits(rows.begin() + static_cast<std::ptrdiff_t>(row * vocab),
-                                       rows.begin() + static_cast<std::ptrdiff_t>((row + 1) * vocab));
-      ++row;
-      check_finite_logits(logits, checkpoint, sequences[i].size(), i, sequences.size());
-      const int64_t next = sample_token(logits, sampling, *gens[i]);
+      const int64_t next = picked[row++];
       sequences[i].push_back(next);
       batch.results[i].completion.push_back(next);
       ++batch.new_tokens;
@@ -187,6 +216,8 @@ GenerateBatchResult generate_batch(const GenerateOptions& options) {
   batch.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   batch.tokens_per_second = batch.seconds > 0 ? static_cast<double>(batch.new_tokens) / batch.seconds : 0.0;
   batch.tokens_fed = decoder.tokens_fed();
+  batch.graph_replays = decoder.graph_replays();
+  if (decoder.graph_replays() == 0 && !device.is_cpu()) batch.graph_note = decoder.graph_note();
   for (GenerateResult& r : batch.results) r.completion_text = tok.decode(r.completion);
   return batch;
 }
@@ -198,9 +229,10 @@ GenerateResult generate(const GenerateOptions& options) {
 
 std::string throughput_line(const GenerateBatchResult& batch) {
   char line[256];
-  std::snprintf(line, sizeof line, "%lld tokens in %.3f s: %.1f tokens/s (%s, %s, %s)",
+  std::snprintf(line, sizeof line, "%lld tokens in %.3f s: %.1f tokens/s (%s, %s, %s%s)",
                 static_cast<long long>(batch.new_tokens), batch.seconds, batch.tokens_per_second, batch.device.c_str(),
-                batch.precision.c_str(), batch.kv_cache ? "kv cache" : "full window");
+                batch.precision.c_str(), batch.kv_cache ? "kv cache" : "full window",
+                batch.graph_replays > 0 ? ", cuda graph" : "");
   return line;
 }
 

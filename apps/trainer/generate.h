@@ -14,7 +14,9 @@
 // so a prompt's completion does not depend on the other prompts of the batch; it stops at end-of-text.
 //
 // On a CUDA device (--device cuda[:N]) the model runs in bf16 by default (f32 master weights, as in
-// training); --precision fp32 keeps f32. On the CPU the default is fp32.
+// training); --precision fp32 keeps f32. On the CPU the default is fp32. There, decoding steps replay one
+// captured CUDA graph (--no-cuda-graph launches them one by one), and greedy decoding picks its tokens on
+// the device (one read-back of two numbers a sequence); sampling reads the logits back and draws on the host.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -36,6 +38,7 @@ struct GenerateOptions {
   std::string device = "cpu";            // "cpu", "cuda" or "cuda:N"
   std::optional<std::string> precision;  // "fp32" or "bf16"; default bf16 on CUDA, fp32 on the CPU
   bool kv_cache = true;                  // false: rerun the full window for every token
+  bool cuda_graph = true;                // replay decoding steps from one CUDA graph (models/gpt_decoder.h)
 };
 
 struct GenerateResult {
@@ -51,6 +54,8 @@ struct GenerateBatchResult {
   std::string device;                   // "cpu", "cuda:0"
   std::string precision;                // "fp32" or "bf16"
   bool kv_cache = true;
+  int64_t graph_replays = 0;     // decoding steps replayed from the CUDA graph
+  std::string graph_note;        // why none were ("" when they were, or nothing asked for one)
   int64_t new_tokens = 0;        // tokens generated over all prompts
   int64_t tokens_fed = 0;        // tokens the model processed (prompts, decoded tokens, refed windows)
   double seconds = 0;            // wall time of decoding (prefill included, model loading not)
@@ -69,7 +74,7 @@ GenerateBatchResult generate_batch(const GenerateOptions& options);
 // One prompt (options.prompt or the synthetic default); throws when options.prompts_file is set.
 GenerateResult generate(const GenerateOptions& options);
 
-// "12 tokens in 0.034 s: 352.9 tokens/s (cpu, fp32, kv cache)" for the console.
+// "12 tokens in 0.034 s: 352.9 tokens/s (cpu, fp32, kv cache)" for the console (", cuda graph" when it served).
 std::string throughput_line(const GenerateBatchResult& batch);
 
 }  // namespace cpf::trainer

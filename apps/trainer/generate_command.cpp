@@ -37,6 +37,7 @@ GenerateOptions generate_options(const CommandLine& line) {
   if (const auto device = line.value("--device")) o.device = *device;
   o.precision = line.value("--precision");
   o.kv_cache = !line.has("--no-kv-cache");
+  o.cuda_graph = !line.has("--no-cuda-graph");
   try {
     check_generate_options(o);  // sampling filters, --prompt/--prompts, device and precision names
   } catch (const Error& e) {
@@ -79,7 +80,8 @@ CommandSpec generate_command() {
                   {"--top-p", "P", "sample among the most likely tokens holding probability P, in (0, 1] (default 1)"},
                   {"--device", "D", "cpu, cuda or cuda:N (default cpu)"},
                   {"--precision", "P", "fp32 or bf16 (default bf16 on CUDA, fp32 on the CPU)"},
-                  {"--no-kv-cache", "", "recompute the whole window for every token (same tokens, slower)"}},
+                  {"--no-kv-cache", "", "recompute the whole window for every token (same tokens, slower)"},
+                  {"--no-cuda-graph", "", "launch every decoding step's kernels instead of replaying one graph"}},
       .run = run_generate};
 }
 

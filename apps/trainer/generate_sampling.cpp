@@ -36,12 +36,19 @@ std::vector<double> sampling_distribution(const std::vector<double>& logits, con
   }
   const double top = logits[static_cast<size_t>(argmax(logits))];
   for (size_t i = 0; i < logits.size(); ++i) p[i] = std::exp((logits[i] - top) / o.temperature);
-  // Token ids by decreasing probability, lower id first among equals.
+  if (o.top_k == 0 && o.top_p == 1) {  // no filter: nothing to order
+    const double total = std::accumulate(p.begin(), p.end(), 0.0);
+    for (double& v : p) v /= total;
+    return p;
+  }
+  // Token ids by decreasing probability, lower id first among equals (a total order, so a partial sort
+  // gives exactly the first places of the full one).
   std::vector<int64_t> order(p.size());
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return p[a] > p[b]; });
+  const auto before = [&](int64_t a, int64_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); };
   size_t keep = order.size();
   if (o.top_k > 0) keep = std::min(keep, static_cast<size_t>(o.top_k));
+  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(keep), order.end(), before);
   if (o.top_p < 1) {
     double total = 0;
     for (size_t i = 0; i < keep; ++i) total += p[order[i]];

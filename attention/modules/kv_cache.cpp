@@ -1,10 +1,14 @@
 #include "attention/modules/kv_cache.h"
 
+#include <algorithm>
 #include <numeric>
+#include <string>
 
+#include "attention/decode_attention.h"
 #include "framework/autograd/grad_mode.h"
 #include "framework/core/error.h"
 #include "framework/tensor/ops/copy.h"
+#include "framework/tensor/ops/index.h"
 #include "framework/tensor/ops/views.h"
 
 namespace cpf::nn {
@@ -23,6 +27,23 @@ void KVCacheStep::check() const {
               " (restart it with past=0 or allocate a larger cache)");
   }
   CPF_CHECK(total_new() >= 1, "KVCacheStep: no sequence has new tokens: new_tokens=", new_tokens);
+  if (decode == nullptr) return;
+  const int64_t seqs = num_sequences();
+  CPF_CHECK(
+      std::all_of(new_tokens.begin(), new_tokens.end(), [](int64_t t) { return t == 1; }),
+      "KVCacheStep: a step with decode tables feeds exactly one new token per sequence, got new_tokens=", new_tokens);
+  for (const Tensor* t : {&decode->positions, &decode->slot_rows, &decode->lengths}) {
+    CPF_CHECK(t->defined() && t->dim() == 1 && t->size(0) == seqs && t->dtype() == DType::i64,
+              "KVCacheStep: the decode tables must be (", seqs, ") i64 tensors, got ",
+              t->defined() ? t->shape() : Shape{},
+              t->defined() ? " " + dtype_name(t->dtype()) : std::string(" (undefined)"));
+  }
+}
+
+Tensor KVCacheStep::position_tensor(Device device) const {
+  if (decode != nullptr) return decode->positions;
+  const std::vector<int64_t> pos = positions();
+  return from_vector(pos, {static_cast<int64_t>(pos.size())}, device);
 }
 
 SequenceInfo KVCacheStep::attention_info() const {
@@ -64,6 +85,11 @@ void KVCache::append(const Tensor& k, const Tensor& v, const KVCacheStep& step) 
             "KVCache: the cache holds keys ", keys_.shape(), " ", dtype_name(keys_.dtype()), " on ", keys_.device(),
             " and values ", values_.shape(), "; got k=", k.shape(), " ", dtype_name(k.dtype()), " on ", k.device(),
             " v=", v.shape());
+  if (step.decode != nullptr) {  // rows from the device: nothing here depends on the host's past
+    raw::index_copy_(keys_, 0, step.decode->slot_rows, k);
+    raw::index_copy_(values_, 0, step.decode->slot_rows, v);
+    return;
+  }
   int64_t row = 0;
   for (int64_t n = 0; n < step.num_sequences(); ++n) {
     const int64_t count = step.new_tokens[static_cast<size_t>(n)];
@@ -80,6 +106,12 @@ void KVCache::clear() {
   values_ = Tensor();
   num_sequences_ = 0;
   capacity_ = 0;
+}
+
+Tensor cached_attention(const Tensor& q, const KVCache& cache, const AttentionSpec& spec, const KVCacheStep& step,
+                        const AttentionKernelConfig& config) {
+  if (step.decode != nullptr) return decode_attention(q, cache.keys(), cache.values(), step.decode->lengths, spec);
+  return dot_product_attention(q, cache.keys(), cache.values(), spec, step.attention_info(), config).out;
 }
 
 void check_cached_attention(const AttentionSpec& spec, const Tensor& x, const KVCacheStep& step, const char* op) {

@@ -14,18 +14,34 @@
 // the module's (causal, sliding window) applied to positions, so a call gives the same rows as the full
 // forward over each whole prefix. A prefill is a step with past = 0; a sequence with new = 0 sits the
 // call out; a step with past = 0 and new > 0 restarts that sequence (its slot is overwritten).
+//
+// A decoding step (one new token per sequence) may also carry its tables on the device (KVDecodeTables):
+// the modules then read positions, cache rows and lengths from those tensors (index_copy_ into the cache,
+// decode_attention), never from the host vectors, so a CUDA graph captured once replays every later step
+// after the caller rewrites the tables (models/gpt_decoder.h).
 #include <cstdint>
 #include <vector>
 
+#include "attention/dot_product_attention.h"
 #include "attention/sequence_info.h"
 #include "framework/tensor/tensor.h"
 
 namespace cpf::nn {
 
+// (S) i64 tensors on the model's device for a step where every sequence gets exactly one new token.
+struct KVDecodeTables {
+  Tensor positions;  // the new token's position: past_n
+  Tensor slot_rows;  // the cache row it is written to: n * capacity + past_n
+  Tensor lengths;    // tokens in the slot after the step: past_n + 1
+};
+
 struct KVCacheStep {
   int64_t capacity = 0;             // slot tokens per sequence, the same in every layer's cache
   std::vector<int64_t> past;        // tokens each sequence keeps from earlier calls
   std::vector<int64_t> new_tokens;  // tokens this call appends to each sequence
+  // Set: a decoding step whose tables live on the device (new_tokens all 1; past must agree with the
+  // tables, which the kernels read instead of the vectors). Not owned.
+  const KVDecodeTables* decode = nullptr;
 
   int64_t num_sequences() const { return static_cast<int64_t>(past.size()); }
   int64_t total_new() const;
@@ -37,13 +53,16 @@ struct KVCacheStep {
   SequenceInfo attention_info() const;
   // The position of every new token, in input order (RoPE and learned position tables).
   std::vector<int64_t> positions() const;
+  // The same as a (T_new) i64 tensor on `device`: the decode tables' positions when set (no upload).
+  Tensor position_tensor(Device device) const;
 };
 
 class KVCache {
  public:
   // Writes the new tokens' keys k (T_new, H_kv, D_qk) and values v (T_new, H_kv, D_v) into their
-  // sequences' slots. The first call allocates the cache (zeros, k's and v's dtype and device); later
-  // calls must match its shapes, dtype, device, sequence count and capacity.
+  // sequences' slots (at the decode tables' slot_rows when the step has them). The first call allocates the cache
+  // (zeros, k's and v's dtype and device); later calls must match its shapes, dtype, device, sequence count and
+  // capacity.
   void append(const Tensor& k, const Tensor& v, const KVCacheStep& step);
 
   bool empty() const { return !keys_.defined(); }
@@ -57,6 +76,12 @@ class KVCache {
   int64_t num_sequences_ = 0;
   int64_t capacity_ = 0;
 };
+
+// The new tokens' attention over their sequences' cached tokens: out (T_new, H, D_v). decode_attention
+// with the step's device lengths for a decoding step with tables, else dot_product_attention over
+// attention_info().
+Tensor cached_attention(const Tensor& q, const KVCache& cache, const AttentionSpec& spec, const KVCacheStep& step,
+                        const AttentionKernelConfig& config = {});
 
 // Throws unless a cached call can run: thd layout, a causal mask, grad mode off (the cache holds
 // copies outside the autograd graph) and x (T_new, hidden) with the step's T_new rows.

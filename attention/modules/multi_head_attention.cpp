@@ -120,15 +120,13 @@ Tensor MultiHeadAttention::forward_cached(const Tensor& x, const KVCacheStep& st
   attention_modules::check_hidden(x, o.qkv_format, o.hidden_size, kOp);
   auto [q, k, v] = project_qkv(x, *q_proj_, *k_proj_, *v_proj_, o);  // (T_new, H, D), (T_new, H_kv, D) x 2
   if (o.rope) {
-    const std::vector<int64_t> pos = step.positions();
-    const Tensor positions = from_vector(pos, {static_cast<int64_t>(pos.size())}, x.device());
+    const Tensor positions = step.position_tensor(x.device());
     q = attention_modules::apply_rope(q, o.qkv_format, positions, o.rope_base, o.rotary_dim);
     k = attention_modules::apply_rope(k, o.qkv_format, positions, o.rope_base, o.rotary_dim);
   }
   cache.append(k, v, step);
-  const AttentionOutput attn =
-      dot_product_attention(q, cache.keys(), cache.values(), spec_, step.attention_info(), o.kernel_config);
-  return o_proj_->forward(attention_modules::merge_heads(attn.out));  // (T_new, C)
+  const Tensor attn = cached_attention(q, cache, spec_, step, o.kernel_config);  // (T_new, H, D)
+  return o_proj_->forward(attention_modules::merge_heads(attn));                 // (T_new, C)
 }
 
 }  // namespace cpf::nn

@@ -22,8 +22,7 @@ Tensor MultiHeadLatentAttention::forward_cached(const Tensor& x, const KVCacheSt
   check_cached_attention(spec_, x, step, kOp);
   attention_modules::check_hidden(x, o.qkv_format, o.hidden_size, kOp);
   const int64_t t_new = x.size(0), heads = o.num_heads, nope = o.qk_nope_head_dim, rank = o.kv_lora_rank;
-  const std::vector<int64_t> pos = step.positions();
-  const Tensor positions = from_vector(pos, {t_new}, x.device());
+  const Tensor positions = step.position_tensor(x.device());
 
   const Tensor q = rotated_q(x, positions);  // (T, H, nope + rope)
   const std::vector<Tensor> q_parts = split(q, std::vector<int64_t>{nope, o.qk_rope_head_dim}, -1);
@@ -57,9 +56,8 @@ Tensor MultiHeadLatentAttention::forward_cached(const Tensor& x, const KVCacheSt
   latent_spec.head_dim_qk = cache.keys().size(-1);
   latent_spec.head_dim_v = cache.values().size(-1);
   latent_spec.softmax_scale = softmax_scale(spec_, nope + o.qk_rope_head_dim);  // the per-head form's
-  const Tensor attn = dot_product_attention(cat(q_cols, -1), cache.keys(), cache.values(), latent_spec,
-                                            step.attention_info(), o.kernel_config)
-                          .out;  // (T, H, rank (+1))
+  const Tensor attn =
+      cached_attention(cat(q_cols, -1), cache, latent_spec, step, o.kernel_config);  // (T, H, rank (+1))
   const std::vector<Tensor> out_parts =
       split(attn, b_v.defined() ? std::vector<int64_t>{rank, 1} : std::vector<int64_t>{rank}, -1);
   // W_UV_h (sum_j p c_j): (H, T, rank) @ (H, rank, v) -> (T, H, v)

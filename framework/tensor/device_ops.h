@@ -164,6 +164,9 @@ struct DeviceOps {
   // index_add: acc.select(dim, index[i]) += src.select(dim, i); else scatter_add: acc[p with p[dim] =
   // index[p]] += src[p]. acc is f32/f64/i32/i64 with src of its dtype, or f32 with a bf16 src.
   void (*scatter_add)(const Tensor& acc, int64_t dim, const Tensor& index, const Tensor& src, bool index_add) = nullptr;
+  // In index-position order: dst.select(dim, index[i]) = src.select(dim, i) (a repeated index keeps the
+  // last row); src of dst's dtype; indices in range (checked by the caller); any strides.
+  void (*index_copy)(const Tensor& dst, int64_t dim, const Tensor& index, const Tensor& src) = nullptr;
   // out (V, C) of grad's compute dtype (f32 for bf16): row v = the sum, in position order from 0, of the
   // rows i of grad (N, C) contiguous with ids[i] == v; ids (N) i32/i64 contiguous, in range (checked by
   // the caller; an out-of-range id is skipped). Bitwise the CPU's sum, no host round trip.

@@ -1,4 +1,4 @@
-// Embedding, index_select / gather / scatter_add / index_add_, masked_fill and cat / stack / split on
+// Embedding, index_select / gather / scatter_add / index_add_ / index_copy_, masked_fill and cat / stack / split on
 // the GPU against the CPU ops. Gathers and copies move bits, so they must match exactly. The
 // accumulating ops add every destination's terms in index-position order on both sides (no atomics
 // on the GPU), so f32 results are bit-identical to the CPU's too, and bf16 (accumulated in f32,
@@ -142,6 +142,32 @@ TEST_F(CudaIndexTest, ScatterAddAndIndexAddMatchTheCpuExactly) {
         cuda::synchronize();
       },
       "scatter_add_: index 2 at position [0,1] is out of range for dim 0 of size 2");
+}
+
+TEST_F(CudaIndexTest, IndexCopyMatchesTheCpuExactly) {
+  for (DType dtype : {DType::f32, DType::bf16, DType::i64, DType::f64}) {
+    for (DType index_dtype : {DType::i32, DType::i64}) {
+      // A KV-cache-like write (rows of (H, D)) and a strided write along dim 1; repeats keep the last row.
+      Tensor cache = raw::to(random_cpu({9, 3, 8}, DType::f32, 85, -4, 4), dtype);
+      Tensor gcache = on_gpu(cache);
+      const Tensor rows = raw::to(from_vector<int64_t>({4, 0, 4, 8}, {4}), index_dtype);
+      const Tensor src = raw::to(random_cpu({4, 3, 8}, DType::f32, 86, -4, 4), dtype);
+      raw::index_copy_(cache, 0, rows, src);
+      raw::index_copy_(gcache, 0, on_gpu(rows), on_gpu(src));
+      EXPECT_TRUE(all_close(on_cpu(gcache), cache, 0, 0)) << dtype_name(dtype);
+      const Tensor cols = raw::to(from_vector<int64_t>({2, 1}, {2}), index_dtype);
+      const Tensor part = raw::to(random_cpu({9, 2, 8}, DType::f32, 87, -4, 4), dtype);
+      raw::index_copy_(raw::transpose(cache, 1, 2), 2, cols, raw::transpose(part, 1, 2));
+      raw::index_copy_(raw::transpose(gcache, 1, 2), 2, on_gpu(cols), on_gpu(raw::transpose(part, 1, 2)));
+      EXPECT_TRUE(all_close(on_cpu(gcache), cache, 0, 0)) << dtype_name(dtype);
+    }
+  }
+  EXPECT_CPF_ERROR(
+      {
+        raw::index_copy_(on_gpu(zeros({2, 2})), 0, on_gpu(from_vector<int64_t>({1, 2}, {2})), on_gpu(zeros({2, 2})));
+        cuda::synchronize();
+      },
+      "index_copy_: index 2 at position [1] is out of range for dim 0 of size 2");
 }
 
 TEST_F(CudaIndexTest, MaskedFillMatchesTheCpu) {

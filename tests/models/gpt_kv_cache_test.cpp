@@ -134,6 +134,36 @@ TEST_P(KVCacheEquivalence, WindowSlidingPastTheContextMatchesFullWindow) {
   decode_both(model, {{1, 2, 3, 4}, {3, 1, 4, 1, 5, 9, 2, 6}}, /*context=*/6, /*steps=*/7, {7, 7});
 }
 
+// Decoding steps through the device tables (GPTDecoderOptions::cuda_graph, eager on the CPU: index_copy_
+// into the caches, decode_attention) give the host tables' logits, also when a sequence sits steps out
+// (its placeholder row lies past its length) and comes back.
+TEST_P(KVCacheEquivalence, DecodingStepsThroughDeviceTablesMatchTheHostTables) {
+  Generator gen(5);
+  GPT model(GetParam().options, &gen);
+  model.eval();
+  std::vector<std::vector<int64_t>> seqs{{1, 2, 3}, {4}, {5, 6, 7, 8, 9}};
+  GPTDecoder tables(model, 3, {.context = 16, .max_length = 16, .kv_cache = true, .cuda_graph = true});
+  GPTDecoder host(model, 3, {.context = 16, .max_length = 16, .kv_cache = true, .cuda_graph = false});
+  EXPECT_THAT(tables.graph_note(), ::testing::HasSubstr("does not capture graphs; decoding steps run eagerly"));
+  EXPECT_EQ(host.graph_note(), "off (cuda_graph = false)");
+  for (int64_t step = 0; step < 7; ++step) {
+    const std::vector<bool> active{true, step != 2 && step != 3, step != 5};
+    const Tensor a = tables.next_logits(seqs, active);
+    const Tensor b = host.next_logits(seqs, active);
+    ASSERT_EQ(a.shape(), b.shape());
+    const std::vector<double> av = a.to_vector<double>(), bv = b.to_vector<double>();
+    for (size_t i = 0; i < av.size(); ++i) ASSERT_NEAR(av[i], bv[i], 1e-10) << "step " << step << " element " << i;
+    size_t row = 0;
+    for (size_t n = 0; n < seqs.size(); ++n) {
+      if (!active[n]) continue;
+      const auto begin = av.begin() + static_cast<std::ptrdiff_t>(row++ * a.size(1));
+      seqs[n].push_back(std::max_element(begin, begin + a.size(1)) - begin);
+    }
+  }
+  EXPECT_EQ(tables.tokens_fed(), host.tokens_fed());
+  EXPECT_EQ(tables.graph_replays(), 0);  // no graphs on the CPU
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, KVCacheEquivalence, ::testing::ValuesIn(cases()),
                          [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
 

@@ -56,6 +56,24 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+template <class T, class I>
+__global__ void __launch_bounds__(kThreads)
+    copy_lines_kernel(Iter it, int64_t len, int64_t dst_step, int64_t index_step, int64_t src_step, int64_t dst_bound) {
+  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t nthreads = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t line = tid; line < it.numel; line += nthreads) {
+    int64_t off[3];
+    offsets_of<3>(it, line, off);
+    T* dst = static_cast<T*>(it.data[0]) + off[0];
+    const I* index = static_cast<const I*>(it.data[1]) + off[1];
+    const T* src = static_cast<const T*>(it.data[2]) + off[2];
+    for (int64_t j = 0; j < len; ++j) {
+      const int64_t v = static_cast<int64_t>(index[j * index_step]);
+      if (v >= 0 && v < dst_bound) dst[v * dst_step] = src[j * src_step];  // out of range: reported by the check
+    }
+  }
+}
+
 }  // namespace
 
 void launch_gather(const Iter& it, int elem_size, int index_dtype, int64_t x_step, int64_t x_bound,
@@ -90,6 +108,19 @@ void launch_scatter_lines(const Iter& it, int acc_dtype, int src_dtype, int inde
       }
     }
     CPF_CUDA_CHECK_LAUNCH("scatter kernel");
+  });
+}
+
+void launch_copy_lines(const Iter& it, int elem_size, int index_dtype, int64_t len, int64_t dst_step,
+                       int64_t index_step, int64_t src_step, int64_t dst_bound, cudaStream_t stream) {
+  if (it.numel == 0 || len == 0) return;
+  const int64_t blocks = (it.numel + kThreads - 1) / kThreads;  // one thread per line
+  const unsigned grid = static_cast<unsigned>(blocks < 65535 * 64 ? blocks : 65535 * 64);
+  visit_size(elem_size, [&]<class T>() {
+    visit_index(index_dtype, [&]<class I>() {
+      copy_lines_kernel<T, I><<<grid, kThreads, 0, stream>>>(it, len, dst_step, index_step, src_step, dst_bound);
+      CPF_CUDA_CHECK_LAUNCH("index_copy kernel");
+    });
   });
 }
 

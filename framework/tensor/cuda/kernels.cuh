@@ -175,6 +175,10 @@ void launch_gather(const Iter& it, int elem_size, int index_dtype, int64_t x_ste
 void launch_scatter_lines(const Iter& it, int acc_dtype, int src_dtype, int index_dtype, int64_t len, int64_t acc_step,
                           int64_t index_step, int64_t src_step, int64_t acc_bound,
                           cudaStream_t stream);  // indices outside [0, acc_bound) are skipped
+// Per line of an Iter of (dst, index, src): for j in [0, len) in order: dst[index[j * index_step] * dst_step] =
+// src[j * src_step] (elem_size bytes; the last of repeated indices wins; indices outside [0, dst_bound) skipped).
+void launch_copy_lines(const Iter& it, int elem_size, int index_dtype, int64_t len, int64_t dst_step,
+                       int64_t index_step, int64_t src_step, int64_t dst_bound, cudaStream_t stream);
 // The embedding gradient (embedding_backward.cu): out (rows, cols) compute type of dtype, row v = the sum
 // of the rows i of grad (n, cols) with ids[i] == v (ids i32/i64; out-of-range ids are
 // skipped), in the order of framework/tensor/ops/embedding_segment.h. workspace:

@@ -326,6 +326,23 @@ void scatter_add(const Tensor& acc, int64_t dim, const Tensor& index, const Tens
   });
 }
 
+void index_copy(const Tensor& dst, int64_t dim, const Tensor& index, const Tensor& src) {
+  Launch launch(dst.device());
+  // Lines as in scatter_add: one thread walks a line along dim in index order, so the last row wins.
+  Shape lines = without(src.shape(), dim);
+  std::vector<Operand> ops{{static_cast<char*>(dst.raw_data()), static_cast<int64_t>(dtype_size(dst.dtype())),
+                            code(dst.dtype()), without(dst.strides(), dim)},
+                           {static_cast<char*>(index.raw_data()), static_cast<int64_t>(dtype_size(index.dtype())),
+                            code(index.dtype()), Shape(lines.size(), 0)},
+                           {static_cast<char*>(src.raw_data()), static_cast<int64_t>(dtype_size(src.dtype())),
+                            code(src.dtype()), without(src.strides(), dim)}};
+  coalesce(lines, ops);
+  for_each_iter(lines, ops, launch.sm_count, [&](const k::Iter& it) {
+    k::launch_copy_lines(it, static_cast<int>(dtype_size(dst.dtype())), code(index.dtype()), index.numel(),
+                         dst.stride(dim), index.stride(0), src.stride(dim), dst.size(dim), launch.stream);
+  });
+}
+
 void embedding_backward(const Tensor& out, const Tensor& grad, const Tensor& ids) {
   Launch launch(out.device());
   const int64_t n = ids.numel(), rows = out.size(0);
@@ -429,6 +446,7 @@ const DeviceOps& cuda_device_ops() {
     t.add_norm_backward = &add_norm_backward;
     t.gather = &gather;
     t.scatter_add = &scatter_add;
+    t.index_copy = &index_copy;
     t.embedding_backward = &embedding_backward;
     t.cross_entropy = &cross_entropy;
     t.cross_entropy_backward = &cross_entropy_backward;

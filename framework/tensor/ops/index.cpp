@@ -8,6 +8,7 @@
 #include "framework/tensor/cpu/strided_loop.h"
 #include "framework/tensor/device_ops.h"
 #include "framework/tensor/ops/copy.h"
+#include "framework/tensor/ops/views.h"
 #include "framework/tensor/shape_utils.h"
 
 namespace cpf::raw {
@@ -340,6 +341,36 @@ void index_add_(const Tensor& dst, int64_t dim, const Tensor& index, const Tenso
   accumulate_into(dst, [&]<class Acc, class Src>(const Tensor& acc) {
     if (src.numel() > 0) index_add_kernel<Acc, Src>(acc, d, idx, src);
   });
+}
+
+void index_copy_(const Tensor& dst, int64_t dim, const Tensor& index, const Tensor& src) {
+  check_defined(dst, "index_copy_", "dst");
+  check_defined(index, "index_copy_", "index");
+  check_defined(src, "index_copy_", "src");
+  CPF_CHECK(dst.dim() > 0, "index_copy_: dst must have at least one dimension, got a zero-dimensional tensor");
+  const int64_t d = normalize_dim(dim, dst.dim(), "index_copy_");
+  check_index_dtype(index, "index_copy_");
+  CPF_CHECK(index.dim() == 1, "index_copy_: index must be 1-D, got shape ", index.shape());
+  check_same_dtype(dst, src, "index_copy_");
+  Shape expected = dst.shape();
+  expected[d] = index.numel();
+  CPF_CHECK(src.shape() == expected, "index_copy_: src of shape ", src.shape(), " does not fit dst of shape ",
+            dst.shape(), " with ", index.numel(), " indices along dim ", d, " (expected ", expected, ")");
+  check_same_device(dst, index, "index_copy_");
+  check_same_device(dst, src, "index_copy_");
+  check_cpu(dst, "index_copy_");
+  check_non_overlapping(dst, "index_copy_");
+  check_index_range(index, dst.size(d), d, "index_copy_");
+  if (src.numel() == 0) return;
+  if (!dst.device().is_cpu()) {
+    device_kernel(dst.device(), &DeviceOps::index_copy, "index_copy_")(dst, d, index, src);
+  } else {
+    const std::vector<int64_t> idx = index.to_vector<int64_t>();
+    for (size_t i = 0; i < idx.size(); ++i) {
+      copy_(narrow(dst, d, idx[i], 1), narrow(src, d, static_cast<int64_t>(i), 1));  // in order: the last wins
+    }
+  }
+  dst.bump_version();
 }
 
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {

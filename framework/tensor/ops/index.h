@@ -19,6 +19,11 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
 // src.size(dim) == index.numel(). Bumps dst's version. (The gradient of index_select.)
 void index_add_(const Tensor& dst, int64_t dim, const Tensor& index, const Tensor& src);
 
+// dst.select(dim, index[i]) = src.select(dim, i) for every i, in place, in index-position order (a
+// repeated index keeps the last row, on every device); src has dst's shape except src.size(dim) ==
+// index.numel() and dst's dtype. Bumps dst's version. (Writing a KV cache's rows at positions held on the
+// device, e.g. inside a CUDA graph.)
+void index_copy_(const Tensor& dst, int64_t dim, const Tensor& index, const Tensor& src);
 // numpy take_along_axis: out[p] = x[p with p[dim] replaced by index[p]]. index has x's rank and x's
 // sizes outside dim (no broadcasting: expand the index first); out has index's shape.
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);

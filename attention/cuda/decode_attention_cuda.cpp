@@ -1,0 +1,44 @@
+// The glue of the decoding attention kernel (decode_attention_kernel.cu): the contract of
+// raw::DeviceDecodeAttention (attention/decode_attention.h), launched on the current stream.
+#include "attention/cuda/decode_attention_cuda.h"
+
+#include "attention/cuda/decode_attention_kernel.cuh"
+#include "framework/core/error.h"
+#include "framework/tensor/cuda/runtime.cuh"
+#include "framework/tensor/ops/copy.h"
+
+namespace cpf::attention_cuda {
+
+void decode_attention(const Tensor& out, const Tensor& q, const Tensor& keys, const Tensor& values,
+                      const Tensor& lengths, const raw::DecodeAttentionParams& params) {
+  const int64_t dim_qk = q.size(2), dim_v = values.size(2);
+  CPF_CHECK(dim_qk <= decode::kMaxHeadDim && dim_v <= decode::kMaxHeadDim, "decode_attention (cuda): head dims ",
+            dim_qk, " / ", dim_v, " exceed the kernel's ", decode::kMaxHeadDim,
+            "; decode without the CUDA graph (GPTDecoderOptions::cuda_graph = false) to use the general kernels");
+  CPF_CHECK(out.is_contiguous() && q.is_contiguous() && keys.is_contiguous() && values.is_contiguous() &&
+                lengths.is_contiguous(),
+            "decode_attention (cuda): every tensor must be contiguous");
+  const Tensor sink = params.sink.defined() ? raw::contiguous(params.sink) : Tensor();
+  const int device = q.device().index;
+  cuda::DeviceGuard guard(device);
+  decode::launch_decode_attention({.dtype = static_cast<int>(q.dtype()),
+                                   .length_dtype = static_cast<int>(lengths.dtype()),
+                                   .out = out.raw_data(),
+                                   .q = q.raw_data(),
+                                   .keys = keys.raw_data(),
+                                   .values = values.raw_data(),
+                                   .lengths = lengths.raw_data(),
+                                   .sink = sink.defined() ? sink.raw_data() : nullptr,
+                                   .seqs = q.size(0),
+                                   .heads = q.size(1),
+                                   .kv_heads = keys.size(1),
+                                   .dim_qk = dim_qk,
+                                   .dim_v = dim_v,
+                                   .capacity = params.capacity,
+                                   .window_left = params.window_left,
+                                   .scale = params.scale},
+                                  cuda::current_cuda_stream(device));
+  out.bump_version();
+}
+
+}  // namespace cpf::attention_cuda

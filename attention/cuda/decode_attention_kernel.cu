@@ -1,0 +1,133 @@
+// Decoding attention (decode_attention_kernel.cuh): one block per (head, sequence), kWarps warps. Each
+// warp walks every kWarps-th cached position with an online softmax (its running max, denominator and
+// weighted sum of values in registers: lane c holds dims c, c + 32, ...); the warps then merge their
+// partial rows through shared memory, add the sink to the denominator and write the row once. The
+// lengths are read on the device, so one captured graph serves every step; a length outside
+// [0, capacity] (reported by the index check the caller enqueues) is clamped, never read past the slot.
+#include <cfloat>
+
+#include "attention/cuda/decode_attention_kernel.cuh"
+#include "framework/core/error.h"
+#include "framework/tensor/cuda/elementwise.cuh"
+
+namespace cpf::attention_cuda::decode {
+namespace {
+
+using cuda::kernels::bf16;
+using cuda::kernels::compute_t;
+using cuda::kernels::narrow;
+using cuda::kernels::widen;
+
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
+
+__device__ __forceinline__ float exp_of(float x) { return __expf(x); }
+__device__ __forceinline__ double exp_of(double x) { return exp(x); }
+
+template <class A>
+__device__ __forceinline__ A warp_sum(A v) {
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+template <class T, class L, int kPer>
+__global__ void __launch_bounds__(kThreads) decode_kernel(DecodeLaunch a) {
+  using A = compute_t<T>;
+  extern __shared__ unsigned char shared_bytes[];
+  A* part_acc = reinterpret_cast<A*>(shared_bytes);  // (kWarps, dim_v)
+  __shared__ A part_max[kWarps], part_sum[kWarps];
+  const int64_t h = blockIdx.x, n = blockIdx.y;
+  const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
+  int64_t len = static_cast<int64_t>(static_cast<const L*>(a.lengths)[n]);
+  len = len < 0 ? 0 : (len > a.capacity ? a.capacity : len);
+  const int64_t first = a.window_left >= 0 && len - 1 - a.window_left > 0 ? len - 1 - a.window_left : 0;
+  const int64_t kv_head = h / (a.heads / a.kv_heads);
+  const T* q = static_cast<const T*>(a.q) + (n * a.heads + h) * a.dim_qk;
+  A qr[kPer], acc[kPer];
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int64_t c = lane + 32 * i;
+    qr[i] = c < a.dim_qk ? widen(q[c]) : A(0);
+    acc[i] = A(0);
+  }
+  A run_max = -static_cast<A>(INFINITY), run_sum = 0;
+  const A scale = static_cast<A>(a.scale);
+  for (int64_t j = first + warp; j < len; j += kWarps) {
+    const int64_t row = (n * a.capacity + j) * a.kv_heads + kv_head;
+    const T* k = static_cast<const T*>(a.keys) + row * a.dim_qk;
+    A s = 0;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int64_t c = lane + 32 * i;
+      if (c < a.dim_qk) s += qr[i] * widen(k[c]);
+    }
+    s = warp_sum(s) * scale;
+    const A next_max = s > run_max ? s : run_max;
+    const A rescale = exp_of(run_max - next_max);  // 0 for the first key (run_max = -inf)
+    const A p = exp_of(s - next_max);
+    run_sum = run_sum * rescale + p;
+    const T* v = static_cast<const T*>(a.values) + row * a.dim_v;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int64_t c = lane + 32 * i;
+      if (c < a.dim_v) acc[i] = acc[i] * rescale + p * widen(v[c]);
+    }
+    run_max = next_max;
+  }
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int64_t c = lane + 32 * i;
+    if (c < a.dim_v) part_acc[warp * a.dim_v + c] = acc[i];
+  }
+  if (lane == 0) {
+    part_max[warp] = run_max;
+    part_sum[warp] = run_sum;
+  }
+  __syncthreads();
+  A top = -static_cast<A>(INFINITY);
+  for (int w = 0; w < kWarps; ++w) top = part_max[w] > top ? part_max[w] : top;
+  T* out = static_cast<T*>(a.out) + (n * a.heads + h) * a.dim_v;
+  if (len == 0) {  // no key: zeros, as a fully masked row
+    for (int64_t c = threadIdx.x; c < a.dim_v; c += kThreads) out[c] = narrow<T>(A(0));
+    return;
+  }
+  A denom = a.sink != nullptr ? exp_of(static_cast<const A*>(a.sink)[h] - top) : A(0);
+  A weight[kWarps];
+  for (int w = 0; w < kWarps; ++w) {
+    weight[w] = part_sum[w] > 0 ? exp_of(part_max[w] - top) : A(0);  // a warp that saw no key adds nothing
+    denom += part_sum[w] * weight[w];
+  }
+  for (int64_t c = threadIdx.x; c < a.dim_v; c += kThreads) {
+    A o = 0;
+    for (int w = 0; w < kWarps; ++w) o += part_acc[w * a.dim_v + c] * weight[w];
+    out[c] = narrow<T>(o / denom);
+  }
+}
+
+template <class T, class L>
+void launch_typed(const DecodeLaunch& a, cudaStream_t stream) {
+  const int64_t widest = a.dim_qk > a.dim_v ? a.dim_qk : a.dim_v;
+  const dim3 grid(static_cast<unsigned>(a.heads), static_cast<unsigned>(a.seqs));
+  const size_t shared = sizeof(compute_t<T>) * kWarps * static_cast<size_t>(a.dim_v);
+  if (widest <= 64) {
+    decode_kernel<T, L, 2><<<grid, kThreads, shared, stream>>>(a);
+  } else if (widest <= 128) {
+    decode_kernel<T, L, 4><<<grid, kThreads, shared, stream>>>(a);
+  } else if (widest <= 256) {
+    decode_kernel<T, L, 8><<<grid, kThreads, shared, stream>>>(a);
+  } else {
+    decode_kernel<T, L, kMaxHeadDim / 32><<<grid, kThreads, shared, stream>>>(a);
+  }
+  CPF_CUDA_CHECK_LAUNCH("decode attention kernel");
+}
+
+}  // namespace
+
+void launch_decode_attention(const DecodeLaunch& a, cudaStream_t stream) {
+  if (a.seqs == 0 || a.heads == 0 || a.dim_v == 0) return;
+  cuda::kernels::visit_floating(a.dtype, [&]<class T>() {
+    cuda::kernels::visit_index(a.length_dtype, [&]<class L>() { launch_typed<T, L>(a, stream); });
+  });
+}
+
+}  // namespace cpf::attention_cuda::decode
