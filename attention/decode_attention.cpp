@@ -50,10 +50,10 @@ Dims check_inputs(const Tensor& q, const Tensor& keys, const Tensor& values, con
             ": every input must be on q's device ", q.device());
   CPF_CHECK(spec.qkv_format == QkvFormat::thd && is_causal(spec.mask), kOp,
             ": decoding needs the thd format with a causal mask, got ", spec.str());
-  CPF_CHECK((spec.num_heads == 0 || spec.num_heads == d.heads) &&
-                (spec.num_kv_heads == 0 || spec.num_kv_heads == d.kv_heads),
-            kOp, ": the spec names ", spec.num_heads, " / ", spec.num_kv_heads, " heads, the tensors have ", d.heads,
-            " / ", d.kv_heads);
+  CPF_CHECK(
+      (spec.num_heads == 0 || spec.num_heads == d.heads) && (spec.num_kv_heads == 0 || spec.num_kv_heads == d.kv_heads),
+      kOp, ": the spec names ", spec.num_heads, " / ", spec.num_kv_heads, " heads, the tensors have ", d.heads, " / ",
+      d.kv_heads);
   CPF_CHECK(!grad_enabled() || (!q.requires_grad() && !keys.requires_grad() && !values.requires_grad()), kOp,
             " is not differentiable: run it under NoGradGuard (decoding needs no gradients)");
   if (spec.sink.defined()) check_attention_sink(spec.sink, d.heads, q.dtype(), q.device(), kOp);
@@ -68,8 +68,8 @@ void decode_on_host(const Tensor& out, const Tensor& q, const Tensor& keys, cons
   const std::vector<double> qv = raw::to(q, DType::f64).to_vector<double>();
   const std::vector<double> kv = raw::to(raw::contiguous(keys), DType::f64).to_vector<double>();
   const std::vector<double> vv = raw::to(raw::contiguous(values), DType::f64).to_vector<double>();
-  const std::vector<double> sink = p.sink.defined() ? raw::to(p.sink, DType::f64).to_vector<double>()
-                                                    : std::vector<double>();
+  const std::vector<double> sink =
+      p.sink.defined() ? raw::to(p.sink, DType::f64).to_vector<double>() : std::vector<double>();
   std::vector<double> result(static_cast<size_t>(d.seqs * d.heads * d.dim_v), 0.0);
   const int64_t group = d.heads / d.kv_heads;
   for (int64_t n = 0; n < d.seqs; ++n) {
@@ -105,10 +105,8 @@ Tensor decode_attention(const Tensor& q, const Tensor& keys, const Tensor& value
                         const AttentionSpec& spec) {
   const Dims d = check_inputs(q, keys, values, lengths, spec);
   const AttentionWindow window = effective_window(spec);
-  const raw::DecodeAttentionParams params{.capacity = d.capacity,
-                                          .scale = softmax_scale(spec, d.dim_qk),
-                                          .window_left = window.left,
-                                          .sink = spec.sink};
+  const raw::DecodeAttentionParams params{
+      .capacity = d.capacity, .scale = softmax_scale(spec, d.dim_qk), .window_left = window.left, .sink = spec.sink};
   Tensor out = empty({d.seqs, d.heads, d.dim_v}, {.dtype = q.dtype(), .device = q.device()});
   if (q.device().is_cpu()) {
     const std::vector<int64_t> lens = lengths.to_vector<int64_t>();

@@ -24,9 +24,9 @@
 
 namespace cpf {
 
-// spec: a causal mask (causal or padding_causal: the lengths are the padding; thd format), its window, scale, head counts and sink as for the full forward.
-// Lengths outside [0, capacity] are refused on the CPU; on a device they are checked by the device
-// (an error at the next synchronisation) and never read outside the slot.
+// spec: a causal mask (causal or padding_causal: the lengths are the padding; thd format), its window, scale, head
+// counts and sink as for the full forward. Lengths outside [0, capacity] are refused on the CPU; on a device they are
+// checked by the device (an error at the next synchronisation) and never read outside the slot.
 Tensor decode_attention(const Tensor& q, const Tensor& keys, const Tensor& values, const Tensor& lengths,
                         const AttentionSpec& spec);
 
@@ -34,10 +34,10 @@ namespace raw {
 
 // What the device kernel needs beyond the tensors (validated by decode_attention).
 struct DecodeAttentionParams {
-  int64_t capacity = 0;     // rows of each sequence's slot
-  double scale = 1.0;       // softmax scale
-  int64_t window_left = -1; // -1: every earlier key; else at most this many keys before the query
-  Tensor sink;              // (H) f32 (f64 for f64 inputs), or undefined
+  int64_t capacity = 0;      // rows of each sequence's slot
+  double scale = 1.0;        // softmax scale
+  int64_t window_left = -1;  // -1: every earlier key; else at most this many keys before the query
+  Tensor sink;               // (H) f32 (f64 for f64 inputs), or undefined
 };
 
 // Registered by the device attention library (attention_backend.h): out (S, H, D_v) contiguous of q's dtype;

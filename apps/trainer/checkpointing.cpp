@@ -2,8 +2,10 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 
 #include "framework/core/logging.h"
+#include "framework/io/sharded_checkpoint.h"
 
 namespace cpf::trainer {
 namespace fs = std::filesystem;
@@ -100,9 +102,8 @@ ResumeState load_training_checkpoint(const std::string& path, const TrainConfig&
   return state;
 }
 
-std::string save_training_checkpoint(const TrainConfig& config, const optim::NamedTensors& params,
-                                     const optim::Optimizer& optimizer, int64_t step, const data::DataCursor& cursor,
-                                     const LogWindow& open_window) {
+io::CheckpointMeta training_checkpoint_meta(const TrainConfig& config, int64_t step, const data::DataCursor& cursor,
+                                            const LogWindow& open_window) {
   io::CheckpointMeta meta;
   meta.step = step;
   meta.rng_seed = static_cast<uint64_t>(config.run.seed);
@@ -110,8 +111,65 @@ std::string save_training_checkpoint(const TrainConfig& config, const optim::Nam
   meta.extra[kCursorKey] = cursor.str();
   meta.extra[kConfigKey] = to_yaml(config);
   meta.extra[kLogWindowKey] = log_window_text(open_window);
-  return io::save_checkpoint(checkpoints_dir(config), params, &optimizer, meta,
+  return meta;
+}
+
+std::string save_training_checkpoint(const TrainConfig& config, const optim::NamedTensors& params,
+                                     const optim::Optimizer& optimizer, int64_t step, const data::DataCursor& cursor,
+                                     const LogWindow& open_window) {
+  return io::save_checkpoint(checkpoints_dir(config), params, &optimizer,
+                             training_checkpoint_meta(config, step, cursor, open_window),
                              static_cast<int>(config.run.keep_checkpoints));
+}
+
+namespace {
+
+// Every rank learns whether any rank failed (the max of the flags): a rank that throws alone would
+// leave the others waiting in the next collective.
+bool any_rank_failed(dist::ProcessGroup& group, bool failed, Device device) {
+  const Tensor flag = full({1}, failed ? 1.0 : 0.0, {.dtype = DType::f64, .device = device});
+  return group.all_reduce(flag, dist::ReduceOp::max).item<double>() > 0;
+}
+
+// Runs `phase` (on this rank when `mine`), then fails on every rank if it failed on any: with its own
+// message where it failed, naming the phase elsewhere.
+void collective_phase(dist::ProcessGroup& group, Device device, bool mine, const std::string& what,
+                      const std::function<void()>& phase) {
+  std::string error;
+  if (mine) {
+    try {
+      phase();
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  if (!any_rank_failed(group, !error.empty(), device)) return;
+  CPF_CHECK(error.empty(), error);
+  CPF_FAIL(what, " failed on another rank (its log names why); nothing was published");
+}
+
+}  // namespace
+
+std::string save_sharded_training_checkpoint(const TrainConfig& config, dist::ProcessGroup& group,
+                                             const optim::NamedTensors& pieces, const optim::Optimizer& optimizer,
+                                             int64_t step, const data::DataCursor& cursor, const LogWindow& open_window,
+                                             Device device) {
+  const std::string dir = checkpoints_dir(config), what = "checkpoint at step " + std::to_string(step);
+  collective_phase(group, device, group.rank() == 0, what + ": preparing its folder",
+                   [&] { io::prepare_sharded_checkpoint(dir, step); });
+  const std::string tmp = io::sharded_checkpoint_temp_dir(dir, step);
+  const optim::NamedTensors state = optimizer.state_tensors();
+  collective_phase(group, device, true, what + ": writing a rank's shard",
+                   [&] { io::write_checkpoint_shard(tmp, group.rank(), group.size(), pieces, &state); });
+  io::CheckpointMeta meta = training_checkpoint_meta(config, step, cursor, open_window);
+  meta.optimizer_name = optimizer.name();
+  meta.optimizer_step = optimizer.step_count();
+  std::string published;
+  collective_phase(group, device, group.rank() == 0, what + ": publishing", [&] {
+    published =
+        io::finish_sharded_checkpoint(dir, tmp, meta, group.size(), static_cast<int>(config.run.keep_checkpoints));
+  });
+  return published;
 }
 
 std::string resolve_checkpoint(const std::string& dir) {

@@ -2,6 +2,8 @@
 // Checkpoint glue between the trainer and framework/io/checkpoint.h.
 //
 //   <run folder>/checkpoints/step_00000400/{model,optimizer}.safetensors, meta.json
+//   (a sharded run of W ranks: {model,optimizer}.shard-0000r-of-0000W.safetensors, written by every rank in
+//   parallel: framework/io/sharded_checkpoint.h, RankTrainer::checkpoint)
 //
 // meta.json's `extra` carries the data loader's cursor ("epoch=0 index=1234 offset=0"), the effective
 // config (YAML), so `cpformer generate` needs nothing but the checkpoint folder, and the steps since the
@@ -13,6 +15,7 @@
 #include <string>
 
 #include "apps/trainer/config.h"
+#include "framework/distributed/process_group.h"
 #include "framework/io/checkpoint.h"
 #include "models/data/data_order.h"
 
@@ -47,6 +50,19 @@ ResumeState load_training_checkpoint(const std::string& path, const TrainConfig&
 std::string save_training_checkpoint(const TrainConfig& config, const optim::NamedTensors& params,
                                      const optim::Optimizer& optimizer, int64_t step, const data::DataCursor& cursor,
                                      const LogWindow& open_window = {});
+
+// Collective over `group` (the sharded state's, every rank): each rank writes its pieces of the parameters
+// (`pieces`: ZeroShards::pieces()) and of the optimizer state (over those pieces) into step `step`'s
+// checkpoint, in parallel, and rank 0 publishes it (framework/io/sharded_checkpoint.h). A failure on any
+// rank fails every rank and publishes nothing. Returns the folder on rank 0 ("" elsewhere).
+std::string save_sharded_training_checkpoint(const TrainConfig& config, dist::ProcessGroup& group,
+                                             const optim::NamedTensors& pieces, const optim::Optimizer& optimizer,
+                                             int64_t step, const data::DataCursor& cursor, const LogWindow& open_window,
+                                             Device device);
+
+// The metadata of step `step`'s checkpoint (config hash, data cursor, effective config, open log window).
+io::CheckpointMeta training_checkpoint_meta(const TrainConfig& config, int64_t step, const data::DataCursor& cursor,
+                                            const LogWindow& open_window = {});
 
 // For generate: `dir` may be a checkpoint (holding meta.json), a folder of step_* checkpoints, or a run
 // folder (its checkpoints/). Returns the checkpoint folder to load (the newest complete one).

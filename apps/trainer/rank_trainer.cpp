@@ -334,7 +334,19 @@ void RankTrainer::checkpoint(int64_t step, const LogWindow& open_window) {
   CPF_CHECK(optimizer_->deferred_in_flight() == 0, "checkpoint at step ", step, ": ", optimizer_->deferred_in_flight(),
             " step(s) are not read back yet (a bug of the step window)");
   if (logger_) logger_->activity("checkpoint at step " + std::to_string(step));
-  // Sharded: the state gathered whole (a collective of every rank) and saved as a replicated run saves it.
+  if (shards_ && groups_.world->size() > 1) {
+    // Sharded: every rank writes its own pieces in parallel; nothing is gathered (sharded_checkpoint.h).
+    const std::string path = save_sharded_training_checkpoint(c_, *groups_.world, shards_->pieces(), *optimizer_, step,
+                                                              loader_->cursor(), open_window, device_);
+    if (rank0()) {
+      last_checkpoint_ = path;
+      shared_.outcome.checkpoint = last_checkpoint_;
+      logger_->note("checkpoint " + last_checkpoint_ + " (" + std::to_string(groups_.world->size()) +
+                    " shards, written in parallel)");
+    }
+    return;
+  }
+  // Replicated: rank 0 writes the whole state.
   const optim::NamedTensors whole = shards_ ? shards_->full_state(*optimizer_) : optim::NamedTensors{};
   if (shards_) shards_->acquire_all();  // sharded parameters: whole while rank 0 writes them
   if (rank0()) {

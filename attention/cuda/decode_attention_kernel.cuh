@@ -11,14 +11,14 @@ namespace cpf::attention_cuda::decode {
 constexpr int kMaxHeadDim = 640;
 
 struct DecodeLaunch {
-  int dtype = 0;         // cpf::DType code of out, q, keys, values: 0 f32, 1 f64, 2 bf16
-  int length_dtype = 3;  // 3 i32, 4 i64
-  void* out = nullptr;   // (S, H, D_v)
-  const void* q = nullptr;       // (S, H, D_qk)
-  const void* keys = nullptr;    // (S * capacity, H_kv, D_qk)
-  const void* values = nullptr;  // (S * capacity, H_kv, D_v)
-  const void* lengths = nullptr; // (S)
-  const void* sink = nullptr;    // (H) f32 (f64 for f64), or null
+  int dtype = 0;                  // cpf::DType code of out, q, keys, values: 0 f32, 1 f64, 2 bf16
+  int length_dtype = 3;           // 3 i32, 4 i64
+  void* out = nullptr;            // (S, H, D_v)
+  const void* q = nullptr;        // (S, H, D_qk)
+  const void* keys = nullptr;     // (S * capacity, H_kv, D_qk)
+  const void* values = nullptr;   // (S * capacity, H_kv, D_v)
+  const void* lengths = nullptr;  // (S)
+  const void* sink = nullptr;     // (H) f32 (f64 for f64), or null
   int64_t seqs = 0, heads = 0, kv_heads = 0, dim_qk = 0, dim_v = 0, capacity = 0, window_left = -1;
   double scale = 1.0;
 };

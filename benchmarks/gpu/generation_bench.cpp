@@ -56,8 +56,8 @@ void BM_GreedyDecoding(benchmark::State& state) {
   model.to(Device::cuda(0));
   double steady_seconds = 0;
   for (auto _ : state) {
-    models::GPTDecoder decoder(model, 1,
-                               {.context = 1024, .max_length = kPrompt + kNewTokens, .kv_cache = true, .cuda_graph = graph});
+    models::GPTDecoder decoder(
+        model, 1, {.context = 1024, .max_length = kPrompt + kNewTokens, .kv_cache = true, .cuda_graph = graph});
     std::vector<std::vector<int64_t>> seqs(1);
     for (int64_t i = 0; i < kPrompt; ++i) seqs[0].push_back((i * 131) % 50257);
     auto steady_start = std::chrono::steady_clock::now();
@@ -69,8 +69,8 @@ void BM_GreedyDecoding(benchmark::State& state) {
     if (graph && decoder.graph_replays() == 0) state.SkipWithError(("no graph: " + decoder.graph_note()).c_str());
   }
   const double iterations = static_cast<double>(state.iterations());
-  state.counters["tokens_per_s"] = benchmark::Counter(static_cast<double>(kNewTokens) * iterations,
-                                                      benchmark::Counter::kIsRate);
+  state.counters["tokens_per_s"] =
+      benchmark::Counter(static_cast<double>(kNewTokens) * iterations, benchmark::Counter::kIsRate);
   state.counters["steady_tokens_per_s"] =
       static_cast<double>(kNewTokens - kSteadyFrom) * iterations / std::max(steady_seconds, 1e-9);
   state.SetLabel(std::string(bf16 ? "bf16" : "fp32") + (graph ? ", cuda graph" : ", eager"));

@@ -9,7 +9,9 @@
 
 #include "framework/autograd/grad_mode.h"
 #include "framework/core/logging.h"
+#include "framework/io/checkpoint_folder.h"
 #include "framework/io/checkpoint_meta.h"
+#include "framework/io/checkpoint_pieces.h"
 #include "framework/io/file_io.h"
 #include "framework/io/tensor_integrity.h"
 #include "framework/tensor/ops/copy.h"
@@ -21,45 +23,6 @@ namespace fs = std::filesystem;
 constexpr const char* kModelFile = "model.safetensors";
 constexpr const char* kOptimizerFile = "optimizer.safetensors";
 constexpr const char* kMetaFile = kCheckpointMetaFile;
-constexpr const char* kTempPrefix = ".tmp-";
-constexpr const char* kOldPrefix = ".old-";
-
-// "step_" followed by at least 8 digits; the step, or -1 for any other name.
-int64_t parse_step_dir(const std::string& name) {
-  if (name.rfind("step_", 0) != 0) return -1;
-  const std::string digits = name.substr(5);
-  if (digits.size() < 8 || digits.size() > 18) return -1;
-  if (!std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) return -1;
-  return std::stoll(digits);
-}
-
-uint64_t size_of(const fs::path& path) {
-  std::error_code ec;
-  const uint64_t size = fs::file_size(path, ec);
-  CPF_CHECK(!ec, "cannot read the size of ", path.string(), ": ", ec.message());
-  return size;
-}
-
-void remove_tree(const fs::path& path) {
-  std::error_code ec;
-  fs::remove_all(path, ec);
-  CPF_CHECK(!ec, "cannot remove ", path.string(), ": ", ec.message());
-}
-
-void rename_path(const fs::path& from, const fs::path& to) {
-  std::error_code ec;
-  fs::rename(from, to, ec);
-  CPF_CHECK(!ec, "cannot rename ", from.string(), " to ", to.string(), ": ", ec.message());
-}
-
-// The entries of a folder; throws cpf::Error (not filesystem_error) when it cannot be read.
-std::vector<fs::directory_entry> list_dir(const fs::path& dir) {
-  std::error_code ec;
-  std::vector<fs::directory_entry> out;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) out.push_back(*it);
-  CPF_CHECK(!ec, "cannot list ", dir.string(), ": ", ec.message());
-  return out;
-}
 
 using MetaFile = CheckpointMetaFile;
 
@@ -124,6 +87,37 @@ void check_tensor_file(const fs::path& dir, const char* file, const MetaFile& mf
   check_checksum_names(file, mf, header.entries);
 }
 
+// A sharded checkpoint's files of `role`: each with its recorded size, checksum names and a valid header,
+// and together tiling every tensor of `expected` exactly once. Returns the tiling.
+PieceCover check_shard_files(const fs::path& dir, const std::string& role, const MetaFile& mf,
+                             const optim::NamedTensors& expected, const char* what) {
+  std::vector<std::pair<std::string, std::vector<SafetensorsEntry>>> headers;
+  for (const std::string& file : shard_files(role, mf.shards)) {
+    const auto recorded = mf.file_sizes.find(file);
+    CPF_CHECK(recorded != mf.file_sizes.end(), kMetaFile, " records no size for ", file);
+    CPF_CHECK(fs::exists(dir / file), file, " is missing");
+    const uint64_t actual = size_of(dir / file);
+    CPF_CHECK(actual == recorded->second, file, " is ", actual, " bytes but ", kMetaFile, " records ", recorded->second,
+              " (incomplete or modified file)");
+    SafetensorsHeader header = read_safetensors_header((dir / file).string());
+    check_checksum_names(file.c_str(), mf, header.entries);
+    headers.emplace_back(file, std::move(header.entries));
+  }
+  return check_piece_cover(headers, expected, what);
+}
+
+// The names of the tensor files of a checkpoint (one per role, or the shards), for the data checks.
+std::vector<std::string> tensor_files(const MetaFile& mf, bool with_optimizer) {
+  if (mf.shards == 0) {
+    return with_optimizer ? std::vector<std::string>{kModelFile, kOptimizerFile} : std::vector<std::string>{kModelFile};
+  }
+  std::vector<std::string> files = shard_files("model", mf.shards);
+  if (with_optimizer) {
+    for (const std::string& f : shard_files("optimizer", mf.shards)) files.push_back(f);
+  }
+  return files;
+}
+
 // The same check on tensors already read (the file could have changed since its header was checked).
 void check_loaded(const optim::NamedTensors& loaded, const char* file, const optim::NamedTensors& expected,
                   const char* what) {
@@ -168,6 +162,25 @@ void check_loaded_data(const optim::NamedTensors& loaded, const char* file, cons
   }
 }
 
+// A sharded checkpoint's tensors of `role`, read from every shard file (each checked as read: checksums,
+// finite values), re-tiled against `expected` and assembled whole.
+optim::NamedTensors load_sharded(const fs::path& dir, const std::string& role, const MetaFile& mf,
+                                 const optim::NamedTensors& expected, const char* what) {
+  std::vector<std::pair<std::string, std::vector<SafetensorsEntry>>> headers;
+  std::map<std::string, std::map<std::string, Tensor>> loaded;
+  for (const std::string& file : shard_files(role, mf.shards)) {
+    const optim::NamedTensors pieces = load_safetensors((dir / file).string());
+    check_loaded_data(pieces, file.c_str(), mf);
+    std::vector<SafetensorsEntry> entries;
+    for (const auto& [name, t] : pieces) {
+      entries.push_back({.name = name, .dtype = t.dtype(), .file_dtype = dtype_name(t.dtype()), .shape = t.shape()});
+      loaded[file][name] = t;
+    }
+    headers.emplace_back(file, std::move(entries));
+  }
+  return assemble_pieces(check_piece_cover(headers, expected, what), loaded, expected);
+}
+
 void check_checkpoint(const fs::path& dir, const MetaFile& mf, const optim::NamedTensors& model,
                       const optim::Optimizer* optimizer, const std::string& expected_config_hash) {
   std::set<std::string> names;
@@ -178,42 +191,19 @@ void check_checkpoint(const fs::path& dir, const MetaFile& mf, const optim::Name
     CPF_CHECK(mf.meta.config_hash == expected_config_hash, "config hash '", mf.meta.config_hash,
               "' differs from the expected '", expected_config_hash, "' (written by a different config)");
   }
-  check_tensor_file(dir, kModelFile, mf, model, "the model");
+  if (mf.shards > 0) {
+    check_shard_files(dir, "model", mf, model, "the model");
+  } else {
+    check_tensor_file(dir, kModelFile, mf, model, "the model");
+  }
   if (optimizer) {
     CPF_CHECK(!mf.meta.optimizer_name.empty(), "the checkpoint holds no optimizer state (weights only)");
     CPF_CHECK(mf.meta.optimizer_name == optimizer->name(), "the checkpoint holds ", mf.meta.optimizer_name,
               " state but the optimizer is ", optimizer->name());
-    check_tensor_file(dir, kOptimizerFile, mf, optimizer->state_tensors(), "the optimizer");
-  }
-}
-
-// Moves `tmp` to `final`, replacing an existing `final` atomically where the filesystem allows.
-void publish(const fs::path& tmp, const fs::path& final_path) {
-  if (!fs::exists(final_path)) {
-    rename_path(tmp, final_path);
-    return;
-  }
-  if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, final_path.c_str(), RENAME_EXCHANGE) == 0) {
-    remove_tree(tmp);  // now holds the replaced checkpoint
-    return;
-  }
-  // No atomic exchange here: move the old one aside first (a crash between the renames loses only
-  // this step's older copy; earlier checkpoints stay valid).
-  const fs::path old = final_path.parent_path() / (kOldPrefix + final_path.filename().string());
-  remove_tree(old);
-  rename_path(final_path, old);
-  rename_path(tmp, final_path);
-  remove_tree(old);
-}
-
-void remove_leftovers(const fs::path& dir) {
-  for (const auto& entry : list_dir(dir)) {
-    const std::string name = entry.path().filename().string();
-    for (const char* prefix : {kTempPrefix, kOldPrefix}) {
-      if (name.rfind(prefix, 0) == 0 && parse_step_dir(name.substr(std::string(prefix).size())) >= 0) {
-        log_warn("checkpoint: removing ", entry.path().string(), " left by an interrupted save");
-        remove_tree(entry.path());
-      }
+    if (mf.shards > 0) {
+      check_shard_files(dir, "optimizer", mf, optimizer->state_tensors(), "the optimizer");
+    } else {
+      check_tensor_file(dir, kOptimizerFile, mf, optimizer->state_tensors(), "the optimizer");
     }
   }
 }
@@ -237,46 +227,7 @@ void refuse_non_finite(const std::string& dir, int64_t step, const optim::NamedT
            kept.empty() ? std::string(" (there are none)") : " (newest: " + kept.back() + ")");
 }
 
-// Keeps the newest keep_last - 1 checkpoints other than `name` and deletes the rest, oldest first.
-// Renaming before removing means a crash mid-delete never leaves a half-deleted step_* folder.
-void remove_older_checkpoints(const std::string& dir, const std::string& name, int keep_last) {
-  std::vector<std::string> others;
-  for (const std::string& path : list_checkpoints(dir)) {
-    if (fs::path(path).filename() != name) others.push_back(path);
-  }
-  const size_t keep_others = static_cast<size_t>(keep_last - 1);
-  const size_t remove_count = others.size() > keep_others ? others.size() - keep_others : 0;
-  for (size_t i = 0; i < remove_count; ++i) {
-    const fs::path victim(others[i]);
-    const fs::path aside = victim.parent_path() / (kOldPrefix + victim.filename().string());
-    rename_path(victim, aside);
-    remove_tree(aside);
-  }
-  if (remove_count > 0) sync_directory(dir);
-}
-
 }  // namespace
-
-std::string checkpoint_dir_name(int64_t step) {
-  CPF_CHECK(step >= 0, "checkpoint: step must be >= 0, got ", step);
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "step_%08lld", static_cast<long long>(step));
-  return buf;
-}
-
-std::vector<std::string> list_checkpoints(const std::string& dir) {
-  std::vector<std::pair<int64_t, std::string>> found;
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) return {};
-  for (const auto& entry : list_dir(dir)) {
-    const int64_t step = parse_step_dir(entry.path().filename().string());
-    if (step >= 0 && entry.is_directory()) found.emplace_back(step, entry.path().string());
-  }
-  std::sort(found.begin(), found.end());
-  std::vector<std::string> out;
-  for (auto& [step, path] : found) out.push_back(std::move(path));
-  return out;
-}
 
 std::string save_checkpoint(const std::string& dir, const optim::NamedTensors& model, const optim::Optimizer* optimizer,
                             const CheckpointMeta& meta, int keep_last) {
@@ -290,7 +241,7 @@ std::string save_checkpoint(const std::string& dir, const optim::NamedTensors& m
   CPF_CHECK(!ec, "save_checkpoint: cannot create ", dir, ": ", ec.message());
   remove_leftovers(dir);
 
-  const fs::path tmp = fs::path(dir) / (kTempPrefix + name);
+  const fs::path tmp = fs::path(dir) / (kCheckpointTempPrefix + name);
   const fs::path final_path = fs::path(dir) / name;
   fs::create_directory(tmp, ec);
   CPF_CHECK(!ec, "save_checkpoint: cannot create ", tmp.string(), ": ", ec.message());
@@ -335,8 +286,7 @@ std::string checkpoint_problem(const std::string& path, const optim::NamedTensor
     const MetaFile mf = read_meta_file(path);
     check_checkpoint(path, mf, model, optimizer, expected_config_hash);
     if (depth == CheckDepth::data) {
-      check_tensor_data(path, kModelFile, mf);
-      if (optimizer) check_tensor_data(path, kOptimizerFile, mf);
+      for (const std::string& file : tensor_files(mf, optimizer != nullptr)) check_tensor_data(path, file.c_str(), mf);
     }
     return "";
   } catch (const Error& e) {
@@ -369,13 +319,18 @@ CheckpointMeta load_checkpoint(const std::string& path, const optim::NamedTensor
   optim::NamedTensors state;
   try {
     mf = read_meta_file(path);
-    weights = load_safetensors((dir / kModelFile).string());
-    check_loaded(weights, kModelFile, model, "the model");
-    check_loaded_data(weights, kModelFile, mf);
-    if (optimizer) {
-      state = load_safetensors((dir / kOptimizerFile).string());
-      check_loaded(state, kOptimizerFile, optimizer->state_tensors(), "the optimizer");
-      check_loaded_data(state, kOptimizerFile, mf);
+    if (mf.shards > 0) {
+      weights = load_sharded(dir, "model", mf, model, "the model");
+      if (optimizer) state = load_sharded(dir, "optimizer", mf, optimizer->state_tensors(), "the optimizer");
+    } else {
+      weights = load_safetensors((dir / kModelFile).string());
+      check_loaded(weights, kModelFile, model, "the model");
+      check_loaded_data(weights, kModelFile, mf);
+      if (optimizer) {
+        state = load_safetensors((dir / kOptimizerFile).string());
+        check_loaded(state, kOptimizerFile, optimizer->state_tensors(), "the optimizer");
+        check_loaded_data(state, kOptimizerFile, mf);
+      }
     }
   } catch (const Error& e) {
     CPF_FAIL("load_checkpoint: ", path, ": ", e.message());

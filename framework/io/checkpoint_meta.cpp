@@ -106,7 +106,8 @@ std::string checkpoint_meta_json(const CheckpointMetaFile& file) {
   const CheckpointMeta& m = file.meta;
   json j;
   j["format"] = kFormat;
-  j["version"] = kCheckpointVersion;
+  j["version"] = file.shards > 0 ? kCheckpointVersionSharded : kCheckpointVersion;
+  if (file.shards > 0) j["shards"] = file.shards;
   j["step"] = m.step;
   j["rng_seed"] = m.rng_seed;
   j["rng_offset"] = m.rng_offset;
@@ -137,11 +138,18 @@ CheckpointMetaFile parse_checkpoint_meta(const std::string& text) {
             j.contains("format") ? j["format"].dump() : "(missing)", " is not \"", kFormat, "\"");
   CPF_CHECK(j.contains("version"), kMeta, " has no field 'version'");
   const json& version = j["version"];
-  CPF_CHECK(version == kCheckpointVersion || version == kCheckpointVersionWithoutChecksums, kMeta, ": version ",
-            version.dump(), " is not supported (expected ", kCheckpointVersionWithoutChecksums, " or ",
-            kCheckpointVersion, ")");
+  CPF_CHECK(version == kCheckpointVersion || version == kCheckpointVersionWithoutChecksums ||
+                version == kCheckpointVersionSharded,
+            kMeta, ": version ", version.dump(), " is not supported (expected ", kCheckpointVersionWithoutChecksums,
+            " to ", kCheckpointVersionSharded, ")");
   CheckpointMetaFile out;
   out.version = version.get<int64_t>();
+  if (out.version == kCheckpointVersionSharded) {
+    CPF_CHECK(j.contains("shards") && j["shards"].is_number_integer() && j["shards"].get<int64_t>() >= 1, kMeta,
+              ": version ", kCheckpointVersionSharded, " needs 'shards', an integer >= 1, got ",
+              j.contains("shards") ? j["shards"].dump() : "(missing)");
+    out.shards = j["shards"].get<int64_t>();
+  }
   if (out.has_checksums()) {
     // First, so that a flipped bit anywhere in the file is reported as what it is.
     CPF_CHECK(j.contains(kMetaChecksumKey) && j[kMetaChecksumKey].is_string(), kMeta, " has no string field '",

@@ -5,6 +5,9 @@
 // XXH3-64 checksum of every tensor of every file and a checksum of meta.json itself (over its
 // canonical JSON without that field), so a flipped bit anywhere in a checkpoint is detected. Version 1
 // (no checksums) is still read: such checkpoints load, with a note that their data is unverified.
+// Version 3 is version 2 plus "shards": W, a checkpoint written in parallel by W ranks, each into its own
+// model and optimizer files of pieces (framework/io/sharded_checkpoint.h); one-file checkpoints stay
+// version 2, so older builds still read them.
 #include <cstdint>
 #include <map>
 #include <string>
@@ -15,6 +18,7 @@ namespace cpf::io {
 
 inline constexpr const char* kCheckpointMetaFile = "meta.json";
 inline constexpr int64_t kCheckpointVersion = 2;
+inline constexpr int64_t kCheckpointVersionSharded = 3;
 inline constexpr int64_t kCheckpointVersionWithoutChecksums = 1;
 
 struct CheckpointMetaFile {
@@ -22,6 +26,7 @@ struct CheckpointMetaFile {
   int64_t version = kCheckpointVersion;
   std::map<std::string, uint64_t> file_sizes;        // file name -> bytes
   std::map<std::string, TensorChecksums> checksums;  // file name -> tensor -> checksum (version 2)
+  int64_t shards = 0;                                // 0: model.safetensors (+ optimizer); W >= 1: W shard files each
   bool has_checksums() const { return version >= 2; }
 };
 

@@ -8,11 +8,17 @@
 // Plus the refused options.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <map>
 
+#include "apps/trainer/generate.h"
 #include "apps/trainer/trainer.h"
 #include "framework/io/checkpoint.h"
+#include "framework/io/file_io.h"
 #include "framework/io/safetensors.h"
+#include "framework/io/sharded_checkpoint.h"
 #include "support/test_utils.h"
 #include "tests/apps/cli_support.h"
 
@@ -35,13 +41,37 @@ std::vector<std::string> with(std::vector<std::string> a, const std::vector<std:
 
 const std::vector<std::string> kDp2Cp2 = {"parallel.dp=2", "parallel.cp=2", "run.checkpoint_every=4"};
 
-void expect_same_weights(const std::string& a, const std::string& b) {
-  const io::NamedTensors ta = io::load_safetensors(a + "/model.safetensors");
-  const io::NamedTensors tb = io::load_safetensors(b + "/model.safetensors");
-  ASSERT_EQ(ta.size(), tb.size());
-  for (size_t i = 0; i < ta.size(); ++i) {
-    EXPECT_EQ(ta[i].second.to_vector<double>(), tb[i].second.to_vector<double>()) << ta[i].first;
+// Every parameter's values (flattened) from a checkpoint of either layout: model.safetensors, or the
+// pieces of every model.shard-* file put in order (a sharded run's checkpoint, sharded_checkpoint.h).
+std::map<std::string, std::vector<double>> checkpoint_weights(const std::string& checkpoint) {
+  std::map<std::string, std::vector<double>> out;
+  if (!std::filesystem::exists(checkpoint + "/model.safetensors")) {
+    std::map<std::string, std::map<int64_t, std::vector<double>>> pieces;
+    for (const auto& entry : std::filesystem::directory_iterator(checkpoint)) {
+      if (entry.path().filename().string().rfind("model.shard-", 0) != 0) continue;
+      for (const auto& [name, t] : io::load_safetensors(entry.path().string())) {
+        const auto piece = io::parse_piece_name(name);
+        EXPECT_TRUE(piece.has_value()) << name;
+        if (piece) pieces[piece->first][piece->second.first] = t.to_vector<double>();
+      }
+    }
+    for (const auto& [name, by_begin] : pieces) {
+      for (const auto& [begin, values] : by_begin) {
+        EXPECT_EQ(begin, static_cast<int64_t>(out[name].size())) << name;
+        out[name].insert(out[name].end(), values.begin(), values.end());
+      }
+    }
+    return out;
   }
+  for (const auto& [name, t] : io::load_safetensors(checkpoint + "/model.safetensors"))
+    out[name] = t.to_vector<double>();
+  return out;
+}
+
+void expect_same_weights(const std::string& a, const std::string& b) {
+  const auto ta = checkpoint_weights(a), tb = checkpoint_weights(b);
+  ASSERT_EQ(ta.size(), tb.size());
+  for (const auto& [name, values] : ta) EXPECT_EQ(values, tb.at(name)) << name;
 }
 
 void expect_close(const std::vector<double>& a, const std::vector<double>& b, double rtol, const std::string& what) {
@@ -112,6 +142,39 @@ TEST(ZeroTraining, CheckpointsResumeAcrossStages) {
     for (size_t i = 0; i < 4; ++i) EXPECT_EQ(second.losses[i], full.losses[i + 4]) << first_stage << " step " << i + 5;
     expect_same_weights(second.checkpoint, full.checkpoint);
   }
+}
+
+// A sharded run's checkpoint is written by every rank in parallel: one model and one optimizer file a rank
+// (each about a quarter of the elements), nothing gathered; generate reads it, and resume skips one whose
+// shard is damaged (resuming from the one before).
+TEST(ZeroTraining, ShardedRunsWriteTheirCheckpointsInParallel) {
+  const auto dir = scratch_dir("parallel_write");
+  const TrainOutcome run = train_with(dir, 8, with(kDp2Cp2, {"parallel.shard=gradients"}));
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(run.checkpoint)) names.push_back(e.path().filename());
+  std::sort(names.begin(), names.end());
+  std::vector<std::string> expected{"meta.json"};
+  for (const char* role : {"model", "optimizer"}) {
+    for (int r = 0; r < 4; ++r) expected.push_back(io::shard_file_name(role, r, 4));
+  }
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(names, expected);
+  const auto size = [&](int r) {
+    return static_cast<double>(std::filesystem::file_size(run.checkpoint + "/" + io::shard_file_name("model", r, 4)));
+  };
+  for (int r = 1; r < 4; ++r) EXPECT_NEAR(size(r) / size(0), 1.0, 0.25) << "rank " << r;
+
+  GenerateOptions o;
+  o.checkpoint = run.checkpoint;
+  o.max_new_tokens = 3;
+  EXPECT_FALSE(generate(o).completion.empty());
+
+  const std::string shard = run.checkpoint + "/" + io::shard_file_name("model", 3, 4);
+  std::string bytes = io::read_file(shard);
+  bytes[bytes.size() - 3] = static_cast<char>(bytes[bytes.size() - 3] ^ 0x10);
+  io::write_file(shard, bytes, false);
+  const TrainOutcome resumed = train_with(dir, 10, with(kDp2Cp2, {"parallel.shard=optimizer"}));
+  EXPECT_EQ(resumed.start_step, 4) << "the damaged step-8 checkpoint is skipped";
 }
 
 // 4 ranks sharded -> 2 ranks replicated (cp 2 -> 1, the same data-parallel batches): the state carries

@@ -78,8 +78,8 @@ TEST(DecodeAttention, AnEmptySlotGivesZerosAndBf16RoundsOnce) {
   const Tensor lengths = from_vector<int32_t>({5, 3}, {2});
   const Tensor got = decode_attention(qb, kb, vb, lengths, causal());
   EXPECT_EQ(got.dtype(), DType::bf16);
-  const Tensor want = decode_attention(raw::to(qb, DType::f64), raw::to(kb, DType::f64), raw::to(vb, DType::f64),
-                                       lengths, causal());
+  const Tensor want =
+      decode_attention(raw::to(qb, DType::f64), raw::to(kb, DType::f64), raw::to(vb, DType::f64), lengths, causal());
   EXPECT_TRUE(all_close(raw::to(got, DType::f64), raw::to(raw::to(want, DType::bf16), DType::f64), 0, 0));
 }
 

@@ -22,6 +22,7 @@ namespace cpf {
 namespace {
 
 using cpf::testing::CudaTest;
+using cpf::testing::on_cpu;
 
 models::GPTOptions model_options(models::AttentionType attention) {
   models::GPTOptions o;

@@ -63,9 +63,22 @@ TEST_F(CudaDecodeAttention, MatchesTheCpuReference) {
       {.seqs = 3, .heads = 4, .kv_heads = 2, .dim_qk = 8, .dim_v = 8, .capacity = 20, .lengths = {20, 1, 13}},
       {.seqs = 1, .heads = 12, .kv_heads = 12, .dim_qk = 64, .dim_v = 64, .capacity = 1024, .lengths = {777}},
       {.seqs = 2, .heads = 8, .kv_heads = 1, .dim_qk = 128, .dim_v = 128, .capacity = 300, .lengths = {300, 0}},
-      {.seqs = 2, .heads = 6, .kv_heads = 3, .dim_qk = 96, .dim_v = 40, .capacity = 50, .lengths = {50, 17},
-       .window = {7, 0}, .sink = true},
-      {.seqs = 2, .heads = 4, .kv_heads = 1, .dim_qk = 577, .dim_v = 513, .capacity = 40, .lengths = {9, 40},
+      {.seqs = 2,
+       .heads = 6,
+       .kv_heads = 3,
+       .dim_qk = 96,
+       .dim_v = 40,
+       .capacity = 50,
+       .lengths = {50, 17},
+       .window = {7, 0},
+       .sink = true},
+      {.seqs = 2,
+       .heads = 4,
+       .kv_heads = 1,
+       .dim_qk = 577,
+       .dim_v = 513,
+       .capacity = 40,
+       .lengths = {9, 40},
        .sink = true},  // the MLA latent form: kv_lora_rank 512 + rope 64 + bias column
       {.seqs = 1, .heads = 2, .kv_heads = 1, .dim_qk = 640, .dim_v = 640, .capacity = 33, .lengths = {33}},
   };
@@ -85,13 +98,13 @@ TEST_F(CudaDecodeAttention, OneCapturedGraphServesEveryLength) {
   const Tensor values = on_gpu(random_cpu({128, 2, 64}, DType::f32, 6));
   const Tensor lengths = on_gpu(from_vector<int64_t>({1, 1}, {2}));
   Tensor out;
-  const DeviceGraph graph =
-      DeviceGraph::capture(Device::cuda(0), [&] { out = decode_attention(q, keys, values, lengths, spec_of(c, DType::f32)); });
+  const DeviceGraph graph = DeviceGraph::capture(
+      Device::cuda(0), [&] { out = decode_attention(q, keys, values, lengths, spec_of(c, DType::f32)); });
   for (const std::vector<int64_t>& step : std::vector<std::vector<int64_t>>{{1, 5}, {2, 6}, {64, 7}, {30, 0}}) {
     raw::copy_(lengths, from_vector(step, {2}));
     graph.replay();
-    const Tensor want = decode_attention(on_cpu(q), on_cpu(keys), on_cpu(values), from_vector(step, {2}),
-                                         spec_of(c, DType::f32));
+    const Tensor want =
+        decode_attention(on_cpu(q), on_cpu(keys), on_cpu(values), from_vector(step, {2}), spec_of(c, DType::f32));
     EXPECT_TRUE(all_close(on_cpu(out), want, 2e-5, 2e-5)) << step[0] << ", " << step[1];
   }
 }

@@ -231,7 +231,9 @@ TEST_F(Checkpoint, MetaJsonProblemsAreReported) {
   };
   EXPECT_EQ(with_meta("\"step\": 6", "\"step\": 7"), "folder name says step 6 but meta.json says step 7");
   EXPECT_EQ(with_meta("\"step\": 6", "\"step\": -6"), "meta.json: 'step' must be an integer >= 0, got -6");
-  EXPECT_EQ(with_meta("\"version\": 1", "\"version\": 3"), "meta.json: version 3 is not supported (expected 1 or 2)");
+  EXPECT_EQ(with_meta("\"version\": 1", "\"version\": 4"), "meta.json: version 4 is not supported (expected 1 to 3)");
+  EXPECT_EQ(with_meta("\"version\": 1", "\"version\": 3"),
+            "meta.json: version 3 needs 'shards', an integer >= 1, got (missing)");
   EXPECT_EQ(with_meta("\"cpformer-checkpoint\"", "\"other\""),
             "meta.json: format \"other\" is not \"cpformer-checkpoint\"");
   EXPECT_EQ(with_meta("\"rng_seed\": 7", "\"rng_seed\": -7"),

@@ -54,7 +54,8 @@ TEST(IndexCopy, WritesIntoStridedViewsAndTakesEmptyIndices) {
   for (int64_t r = 0; r < 6; ++r) {
     for (int64_t c = 0; c < 8; ++c) {
       const bool written = (r == 4 || r == 1) && c >= 2 && c < 6;
-      const double want = written ? s[static_cast<size_t>((r == 4 ? 0 : 1) * 4 + c - 2)] : old[static_cast<size_t>(r * 8 + c)];
+      const double want =
+          written ? s[static_cast<size_t>((r == 4 ? 0 : 1) * 4 + c - 2)] : old[static_cast<size_t>(r * 8 + c)];
       EXPECT_EQ(b[static_cast<size_t>(r * 8 + c)], want) << r << "," << c;
     }
   }
