@@ -176,7 +176,8 @@ PieceCover check_piece_cover(const std::vector<std::pair<std::string, std::vecto
   }
   for (const auto& [name, t] : expected) {
     std::vector<StoredPiece>& pieces = cover[name];
-    std::sort(pieces.begin(), pieces.end(), [](const StoredPiece& a, const StoredPiece& b) { return a.begin < b.begin; });
+    std::sort(pieces.begin(), pieces.end(),
+              [](const StoredPiece& a, const StoredPiece& b) { return a.begin < b.begin; });
     int64_t covered = 0;
     for (size_t i = 0; i < pieces.size(); ++i) {
       CPF_CHECK(pieces[i].begin <= covered, "elements [", covered, ", ", pieces[i].begin, ") of '", name,
@@ -185,8 +186,8 @@ PieceCover check_piece_cover(const std::vector<std::pair<std::string, std::vecto
                 ") of '", name, "' are in both ", pieces[i - 1].file, " and ", pieces[i].file);
       covered = pieces[i].end;
     }
-    CPF_CHECK(covered == t.numel(), "elements [", covered, ", ", t.numel(), ") of '", name, "' are in no file (",
-              what, " has ", t.numel(), ")");
+    CPF_CHECK(covered == t.numel(), "elements [", covered, ", ", t.numel(), ") of '", name, "' are in no file (", what,
+              " has ", t.numel(), ")");
   }
   return cover;
 }

@@ -73,11 +73,10 @@ class ShardedCheckpoint : public ::testing::Test {
 TEST_F(ShardedCheckpoint, RanksWriteTheirPiecesAndAnyWorldLoadsTheWhole) {
   const std::string path = save(3, 3, {2, 0, 1});
   EXPECT_EQ(testing::sorted_names(path),
-            (std::vector<std::string>{"meta.json", "model.shard-00000-of-00003.safetensors",
-                                      "model.shard-00001-of-00003.safetensors", "model.shard-00002-of-00003.safetensors",
-                                      "optimizer.shard-00000-of-00003.safetensors",
-                                      "optimizer.shard-00001-of-00003.safetensors",
-                                      "optimizer.shard-00002-of-00003.safetensors"}));
+            (std::vector<std::string>{
+                "meta.json", "model.shard-00000-of-00003.safetensors", "model.shard-00001-of-00003.safetensors",
+                "model.shard-00002-of-00003.safetensors", "optimizer.shard-00000-of-00003.safetensors",
+                "optimizer.shard-00001-of-00003.safetensors", "optimizer.shard-00002-of-00003.safetensors"}));
   EXPECT_EQ(io::read_checkpoint_meta(path).step, 3);
   Net fresh(4, 99);
   optim::AdamW fresh_opt(fresh.named_parameters(), {.lr = 0.01});
@@ -118,9 +117,10 @@ TEST_F(ShardedCheckpoint, GapsOverlapsAndDamagedFilesAreRefusedByName) {
   EXPECT_EQ(problem(io::finish_sharded_checkpoint(dir_.string(), tmp, meta, 3)),
             "elements [4, 8) of 'fc1.weight' are in no file (the model has 12)");
   // Ranks that overlap by one element.
-  EXPECT_NE(problem(save(2, 3, {0, 1, 2}, 1)).find("elements [3, 4) of 'fc1.weight' are in both "
-                                                   "model.shard-00000-of-00003.safetensors and "
-                                                   "model.shard-00001-of-00003.safetensors"),
+  EXPECT_NE(problem(save(2, 3, {0, 1, 2}, 1))
+                .find("elements [3, 4) of 'fc1.weight' are in both "
+                      "model.shard-00000-of-00003.safetensors and "
+                      "model.shard-00001-of-00003.safetensors"),
             std::string::npos);
   const std::string good = save(4, 3, {0, 1, 2});
   const fs::path shard = fs::path(good) / "model.shard-00001-of-00003.safetensors";
