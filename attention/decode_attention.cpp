@@ -11,6 +11,7 @@
 #include "framework/autograd/grad_mode.h"
 #include "framework/tensor/device_ops.h"
 #include "framework/tensor/ops/copy.h"
+#include "framework/tensor/ops/views.h"
 
 namespace cpf {
 namespace {
@@ -101,11 +102,28 @@ void decode_on_host(const Tensor& out, const Tensor& q, const Tensor& keys, cons
 
 }  // namespace
 
-Tensor decode_attention(const Tensor& q, const Tensor& keys, const Tensor& values, const Tensor& lengths,
-                        const AttentionSpec& spec) {
+namespace {
+
+// A view whose last dim is contiguous (what the device kernel indexes with row strides), else a copy.
+Tensor last_dim_contiguous(const Tensor& t) { return t.stride(-1) == 1 ? t : raw::contiguous(t); }
+
+void check_new_rows(const Tensor& k_new, const Tensor& v_new, const Dims& d, const Tensor& q) {
+  CPF_CHECK(k_new.defined() && v_new.defined() && k_new.shape() == Shape({d.seqs, d.kv_heads, d.dim_qk}) &&
+                v_new.shape() == Shape({d.seqs, d.kv_heads, d.dim_v}),
+            kOp, "_append: k_new (S, H_kv, D_qk) = (", d.seqs, ", ", d.kv_heads, ", ", d.dim_qk,
+            ") and v_new (S, H_kv, D_v) expected, got ", k_new.defined() ? k_new.shape() : Shape{}, " and ",
+            v_new.defined() ? v_new.shape() : Shape{});
+  CPF_CHECK(k_new.dtype() == q.dtype() && v_new.dtype() == q.dtype() && k_new.device() == q.device() &&
+                v_new.device() == q.device(),
+            kOp, "_append: k_new and v_new must have q's dtype ", dtype_name(q.dtype()), " and device ", q.device());
+}
+
+Tensor run(const Tensor& q, const Tensor& k_new, const Tensor& v_new, const Tensor& keys, const Tensor& values,
+           const Tensor& lengths, const AttentionSpec& spec, bool check_lengths) {
   const Dims d = check_inputs(q, keys, values, lengths, spec);
+  if (k_new.defined() || v_new.defined()) check_new_rows(k_new, v_new, d, q);
   const AttentionWindow window = effective_window(spec);
-  const raw::DecodeAttentionParams params{
+  raw::DecodeAttentionParams params{
       .capacity = d.capacity, .scale = softmax_scale(spec, d.dim_qk), .window_left = window.left, .sink = spec.sink};
   Tensor out = empty({d.seqs, d.heads, d.dim_v}, {.dtype = q.dtype(), .device = q.device()});
   if (q.device().is_cpu()) {
@@ -114,19 +132,49 @@ Tensor decode_attention(const Tensor& q, const Tensor& keys, const Tensor& value
       CPF_CHECK(lens[n] >= 0 && lens[n] <= d.capacity, kOp, ": lengths[", n, "] = ", lens[n],
                 " is outside the slot's 0 .. capacity=", d.capacity, " tokens");
     }
+    for (int64_t n = 0; n < d.seqs && k_new.defined(); ++n) {
+      const int64_t len = lens[static_cast<size_t>(n)];
+      if (len == 0) continue;
+      raw::copy_(raw::narrow(keys, 0, n * d.capacity + len - 1, 1), raw::narrow(k_new, 0, n, 1));
+      raw::copy_(raw::narrow(values, 0, n * d.capacity + len - 1, 1), raw::narrow(v_new, 0, n, 1));
+    }
     decode_on_host(out, q, keys, values, lens, d, params);
     return out;
   }
   const raw::DeviceDecodeAttention kernel = decode_registry()[static_cast<size_t>(q.device().type)].load();
   CPF_CHECK(kernel != nullptr, kOp, ": no kernel for device ", q.device(), " in this build");
+  CPF_CHECK(keys.is_contiguous() && values.is_contiguous(), kOp, ": keys and values must be contiguous on ", q.device(),
+            " (a KV cache is)");
   const Tensor lens = raw::contiguous(lengths);
-  if (has_kernel(q.device(), &DeviceOps::check_indices)) {
+  if (check_lengths && has_kernel(q.device(), &DeviceOps::check_indices)) {
     // Valid lengths are 0 .. capacity: an index check with bound capacity + 1, reported at the next sync.
     device_kernel(q.device(), &DeviceOps::check_indices, kOp)(
         {.kind = DeviceIndexKind::index, .op = "decode_attention (lengths)", .index = lens, .bound = d.capacity + 1});
   }
-  kernel(out, raw::contiguous(q), raw::contiguous(keys), raw::contiguous(values), lens, params);
+  if (k_new.defined()) {
+    params.k_new = last_dim_contiguous(k_new);
+    params.v_new = last_dim_contiguous(v_new);
+  }
+  kernel(out, last_dim_contiguous(q), keys, values, lens, params);
+  if (k_new.defined()) {
+    keys.bump_version();
+    values.bump_version();
+  }
   return out;
+}
+
+}  // namespace
+
+Tensor decode_attention(const Tensor& q, const Tensor& keys, const Tensor& values, const Tensor& lengths,
+                        const AttentionSpec& spec) {
+  return run(q, Tensor(), Tensor(), keys, values, lengths, spec, /*check_lengths=*/true);
+}
+
+Tensor decode_attention_append(const Tensor& q, const Tensor& k_new, const Tensor& v_new, const Tensor& keys,
+                               const Tensor& values, const Tensor& lengths, const AttentionSpec& spec,
+                               bool check_lengths) {
+  CPF_CHECK(k_new.defined() && v_new.defined(), kOp, "_append: k_new and v_new must be defined");
+  return run(q, k_new, v_new, keys, values, lengths, spec, check_lengths);
 }
 
 namespace raw {

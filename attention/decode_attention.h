@@ -24,11 +24,22 @@
 
 namespace cpf {
 
-// spec: a causal mask (causal or padding_causal: the lengths are the padding; thd format), its window, scale, head
-// counts and sink as for the full forward. Lengths outside [0, capacity] are refused on the CPU; on a device they are
-// checked by the device (an error at the next synchronisation) and never read outside the slot.
+// spec: a causal mask (causal or padding_causal: the lengths are the padding; thd format), its window,
+// scale, head counts and sink as for the full forward. Lengths outside [0, capacity] are refused on the
+// CPU; on a device they are checked by the device (an error at the next synchronisation) and never read
+// outside the slot. q may be strided (its last dim contiguous), as a view of a fused QKV projection is.
 Tensor decode_attention(const Tensor& q, const Tensor& keys, const Tensor& values, const Tensor& lengths,
                         const AttentionSpec& spec);
+
+// The decoding step of a KV cache in one call: first writes the new token's key and value, k_new and
+// v_new (S, H_kv, D_qk) / (S, H_kv, D_v) (strided views allowed), into row n * capacity + len_n - 1 of
+// `keys` / `values` (a sequence with len_n = 0 writes nothing), then returns decode_attention. On a device
+// this is one kernel (the new row is read from k_new / v_new while it is being stored). check_lengths =
+// false skips the device's range check of the lengths, for a caller that checked these very lengths
+// already (every layer of a model shares them); the kernel never touches memory outside the slots.
+Tensor decode_attention_append(const Tensor& q, const Tensor& k_new, const Tensor& v_new, const Tensor& keys,
+                               const Tensor& values, const Tensor& lengths, const AttentionSpec& spec,
+                               bool check_lengths = true);
 
 namespace raw {
 
@@ -38,10 +49,12 @@ struct DecodeAttentionParams {
   double scale = 1.0;        // softmax scale
   int64_t window_left = -1;  // -1: every earlier key; else at most this many keys before the query
   Tensor sink;               // (H) f32 (f64 for f64 inputs), or undefined
+  Tensor k_new, v_new;       // decode_attention_append's new rows (S, H_kv, D), or undefined
 };
 
-// Registered by the device attention library (attention_backend.h): out (S, H, D_v) contiguous of q's dtype;
-// q, keys, values contiguous; lengths contiguous i32/i64.
+// Registered by the device attention library (attention_backend.h): out (S, H, D_v) contiguous of q's
+// dtype; q, k_new, v_new with a contiguous last dim (other strides free); keys, values contiguous (written
+// at the new rows when k_new is defined); lengths contiguous i32/i64.
 using DeviceDecodeAttention = void (*)(const Tensor& out, const Tensor& q, const Tensor& keys, const Tensor& values,
                                        const Tensor& lengths, const DecodeAttentionParams& params);
 void register_device_decode_attention(DeviceType type, DeviceDecodeAttention kernel);

@@ -1,15 +1,30 @@
 #include "models/gpt_decoder.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "framework/autograd/grad_mode.h"
 #include "framework/autograd/ops.h"
 #include "framework/core/error.h"
 #include "framework/tensor/ops/copy.h"
+#include "framework/tensor/ops/elementwise.h"
+#include "framework/tensor/ops/join.h"
+#include "framework/tensor/ops/reduce.h"
 #include "framework/tensor/ops/views.h"
 #include "models/gpt_input.h"
 
 namespace cpf::models {
+namespace {
+
+// (2, R) f64 of logits (R, V): each row's argmax (the lowest id among equal maxima) and max |logit|
+// (inf or NaN exactly when a logit of the row is not finite).
+Tensor greedy_picks(const Tensor& logits) {
+  const Tensor ids = raw::to(raw::argmax(logits, -1), DType::f64);
+  const Tensor top = raw::to(raw::amax(raw::unary(raw::UnaryOp::abs, logits), {-1}), DType::f64);
+  return raw::stack({ids, top}, 0);
+}
+
+}  // namespace
 
 GPTDecoder::GPTDecoder(const GPT& model, int64_t num_sequences, const GPTDecoderOptions& options)
     : model_(model), options_(options), num_sequences_(num_sequences) {
@@ -29,7 +44,7 @@ GPTDecoder::GPTDecoder(const GPT& model, int64_t num_sequences, const GPTDecoder
   }
 }
 
-Tensor GPTDecoder::next_logits(const std::vector<std::vector<int64_t>>& sequences, const std::vector<bool>& active) {
+void GPTDecoder::check_call(const std::vector<std::vector<int64_t>>& sequences, const std::vector<bool>& active) const {
   CPF_CHECK(static_cast<int64_t>(sequences.size()) == num_sequences_ && active.size() == sequences.size(),
             "GPTDecoder: built for ", num_sequences_, " sequences, got ", sequences.size(), " sequences and ",
             active.size(), " active flags");
@@ -41,10 +56,43 @@ Tensor GPTDecoder::next_logits(const std::vector<std::vector<int64_t>>& sequence
     CPF_CHECK(!active[n] || (len >= 1 && len <= options_.max_length), "GPTDecoder: active sequence ", n, " has ", len,
               " tokens; expected 1 to max_length=", options_.max_length);
   }
+}
+
+void GPTDecoder::record_lengths(const std::vector<std::vector<int64_t>>& sequences) {
+  for (size_t n = 0; n < sequences.size(); ++n) seen_length_[n] = static_cast<int64_t>(sequences[n].size());
+}
+
+Tensor GPTDecoder::next_logits(const std::vector<std::vector<int64_t>>& sequences, const std::vector<bool>& active) {
+  check_call(sequences, active);
   NoGradGuard no_grad;
   Tensor rows = options_.kv_cache ? cached_logits(sequences, active) : full_window_logits(sequences, active);
-  for (size_t n = 0; n < sequences.size(); ++n) seen_length_[n] = static_cast<int64_t>(sequences[n].size());
+  record_lengths(sequences);
   return rows;
+}
+
+GPTDecoder::GreedyPicks GPTDecoder::next_greedy(const std::vector<std::vector<int64_t>>& sequences,
+                                                const std::vector<bool>& active) {
+  check_call(sequences, active);
+  NoGradGuard no_grad;
+  Tensor picks;                 // (2, R): ids and max |logit| of R rows
+  std::vector<int64_t> column;  // the column of each active sequence
+  if (options_.kv_cache && is_decoding_step(sequences, active)) {
+    picks = decoding_step(sequences, active, /*with_picks=*/true).picks;  // every sequence's column
+    column = advance_decoded(active);
+  } else {
+    picks = greedy_picks(options_.kv_cache ? cached_logits(sequences, active) : full_window_logits(sequences, active));
+    for (int64_t r = 0; r < static_cast<int64_t>(std::count(active.begin(), active.end(), true)); ++r)
+      column.push_back(r);
+  }
+  record_lengths(sequences);
+  const std::vector<double> host = raw::to(picks, Device::cpu()).to_vector<double>();  // the one read-back
+  const size_t width = host.size() / 2;
+  GreedyPicks out;
+  for (int64_t c : column) {
+    out.tokens.push_back(static_cast<int64_t>(host[static_cast<size_t>(c)]));
+    out.finite.push_back(std::isfinite(host[width + static_cast<size_t>(c)]));
+  }
+  return out;
 }
 
 Tensor GPTDecoder::full_window_logits(const std::vector<std::vector<int64_t>>& sequences,
@@ -76,56 +124,64 @@ bool GPTDecoder::is_decoding_step(const std::vector<std::vector<int64_t>>& seque
   return true;
 }
 
-Tensor GPTDecoder::decoding_step(const std::vector<std::vector<int64_t>>& sequences, const std::vector<bool>& active) {
+GPTDecoder::StepOutputs GPTDecoder::decoding_step(const std::vector<std::vector<int64_t>>& sequences,
+                                                  const std::vector<bool>& active, bool with_picks) {
   const int64_t seqs = num_sequences_, capacity = std::min(options_.context, options_.max_length);
-  std::vector<int64_t> table(static_cast<size_t>(4 * seqs));  // tokens, positions, rows, lengths
+  std::vector<int64_t> table(static_cast<size_t>(3 * seqs));  // tokens, positions, lengths
   nn::KVCacheStep step{.capacity = capacity, .past = cached_, .new_tokens = std::vector<int64_t>(cached_.size(), 1)};
   for (int64_t n = 0; n < seqs; ++n) {
     const auto i = static_cast<size_t>(n);
     table[i] = active[i] ? sequences[i].back() : 0;  // a placeholder token for a sequence sitting out
     table[i + seqs] = cached_[i];
-    table[i + 2 * seqs] = n * capacity + cached_[i];
-    table[i + 3 * seqs] = cached_[i] + 1;
+    table[i + 2 * seqs] = cached_[i] + 1;
   }
   if (!step_buffer_.defined()) {
-    step_buffer_ = empty({4, seqs}, {.dtype = DType::i64, .device = model_.device()});
-    tables_ = {.positions = raw::select(step_buffer_, 0, 1),
-               .slot_rows = raw::select(step_buffer_, 0, 2),
-               .lengths = raw::select(step_buffer_, 0, 3)};
+    step_buffer_ = empty({3, seqs}, {.dtype = DType::i64, .device = model_.device()});
+    tables_.positions = raw::select(step_buffer_, 0, 1);
+    tables_.lengths = raw::select(step_buffer_, 0, 2);
   }
-  raw::copy_(step_buffer_, from_vector(table, {4, seqs}));  // one upload, outside any capture
+  raw::copy_(step_buffer_, from_vector(table, {3, seqs}));  // one upload, outside any capture
+  tables_.lengths_checked = false;  // the first layer checks the new lengths (in the graph: every replay)
   step.decode = &tables_;
   const Tensor tokens = raw::select(step_buffer_, 0, 0);
-  const auto forward = [&] { return model_.forward_cached(tokens, step, caches_); };  // (S, V)
+  const auto forward = [&](bool picks) {
+    const Tensor logits = model_.forward_cached(tokens, step, caches_);  // (S, V)
+    return StepOutputs{logits, picks ? greedy_picks(logits) : Tensor()};
+  };
   if (graph_.defined()) {
     graph_.replay();
     ++graph_replays_;
-    return graph_logits_;
+    return graph_outputs_;
   }
   // The first step settles copies, plans and allocations; devices without graphs always run eagerly.
-  if (!graph_usable_ || eager_decoding_steps_++ == 0) return forward();
-  try {
-    graph_ = DeviceGraph::capture(model_.device(), [&] { graph_logits_ = forward(); });
+  if (!graph_usable_ || eager_decoding_steps_++ == 0) return forward(with_picks);
+  try {  // the graph computes the greedy picks too (a few small kernels), for callers that want them
+    graph_ = DeviceGraph::capture(model_.device(), [&] { graph_outputs_ = forward(true); });
   } catch (const Error& e) {
     graph_usable_ = false;
     graph_note_ = std::string("capture failed, decoding eagerly: ") + e.what();
-    return forward();
+    return forward(with_picks);
   }
   graph_.replay();
   ++graph_replays_;
-  return graph_logits_;
+  return graph_outputs_;
+}
+
+std::vector<int64_t> GPTDecoder::advance_decoded(const std::vector<bool>& active) {
+  std::vector<int64_t> rows;
+  for (size_t n = 0; n < active.size(); ++n) {
+    if (!active[n]) continue;
+    rows.push_back(static_cast<int64_t>(n));
+    cached_[n] += 1;
+  }
+  tokens_fed_ += static_cast<int64_t>(rows.size());
+  return rows;
 }
 
 Tensor GPTDecoder::cached_logits(const std::vector<std::vector<int64_t>>& sequences, const std::vector<bool>& active) {
   if (is_decoding_step(sequences, active)) {
-    const Tensor logits = decoding_step(sequences, active);  // (S, V)
-    std::vector<int64_t> rows;
-    for (size_t n = 0; n < sequences.size(); ++n) {
-      if (!active[n]) continue;
-      rows.push_back(static_cast<int64_t>(n));
-      cached_[n] += 1;
-    }
-    tokens_fed_ += static_cast<int64_t>(rows.size());
+    const Tensor logits = decoding_step(sequences, active, /*with_picks=*/false).logits;  // (S, V)
+    const std::vector<int64_t> rows = advance_decoded(active);
     // A copy: the graph rewrites its logits at the next replay.
     if (static_cast<int64_t>(rows.size()) == num_sequences_) return raw::clone(logits);
     return index_select(logits, 0, from_vector(rows, {static_cast<int64_t>(rows.size())}, model_.device()));

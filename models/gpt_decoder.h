@@ -16,11 +16,11 @@
 //
 // CUDA graphs (cuda_graph, on by default where the device captures them): a call in which every active
 // sequence adds exactly one token to a window that still has room is a decoding step. Its tokens,
-// positions, cache rows and lengths go to the device in one upload (nn::KVDecodeTables), and the model's
-// forward reads them there (index_copy_ into the caches, decode_attention), so the forward of one step is
-// the forward of every step. The first decoding step runs eagerly (it settles the bf16 weight copies, the
-// GEMM plans and the allocator), the second is captured into one graph, and every later one replays it:
-// one launch a token instead of a few hundred. Sequences that sit a step out are fed a placeholder token
+// positions and lengths go to the device in one upload (nn::KVDecodeTables), and the model's forward
+// reads them there (decode_attention_append stores each layer's new keys and values and attends in one
+// kernel), so the forward of one step is the forward of every step. The first decoding step runs eagerly (it settles
+// the bf16 weight copies, the GEMM plans and the allocator), the second is captured into one graph, and every later one
+// replays it: one launch a token instead of a few hundred. Sequences that sit a step out are fed a placeholder token
 // into the first free row of their slot (past their length, so nothing they kept changes) and their rows
 // are dropped. Prefills, window slides and full slots run eagerly as without graphs; a capture that fails
 // leaves the decoder eager with the reason in graph_note(). Both paths give the same logits. On devices
@@ -54,6 +54,15 @@ class GPTDecoder {
   // longer than max_length). Rows are in the model's compute dtype on its device.
   Tensor next_logits(const std::vector<std::vector<int64_t>>& sequences, const std::vector<bool>& active);
 
+  // Greedy decoding's next tokens (what argmax over next_logits' rows gives, the lowest id among equal
+  // maxima) for the active sequences in order, and whether each row's logits were all finite: picked on
+  // the device (inside the graph on decoding steps) and read back at once, two numbers a sequence.
+  struct GreedyPicks {
+    std::vector<int64_t> tokens;
+    std::vector<bool> finite;
+  };
+  GreedyPicks next_greedy(const std::vector<std::vector<int64_t>>& sequences, const std::vector<bool>& active);
+
   // Tokens fed to the model so far (prompt and decoded tokens, refed windows included): the work done.
   int64_t tokens_fed() const { return tokens_fed_; }
   // Decoding steps served by the captured graph, and why there is none ("" while it serves or before the
@@ -67,8 +76,17 @@ class GPTDecoder {
   Tensor cached_logits(const std::vector<std::vector<int64_t>>& sequences, const std::vector<bool>& active);
   // Whether this call is a decoding step the graph path can serve (see the header comment).
   bool is_decoding_step(const std::vector<std::vector<int64_t>>& sequences, const std::vector<bool>& active) const;
-  // The decoding step's logits (S, V) for every sequence (placeholders included), eager or replayed.
-  Tensor decoding_step(const std::vector<std::vector<int64_t>>& sequences, const std::vector<bool>& active);
+  // The decoding step's logits (S, V) for every sequence (placeholders included), eager or replayed, and
+  // (with_picks, or always from the graph) their greedy picks (2, S).
+  struct StepOutputs {
+    Tensor logits, picks;
+  };
+  StepOutputs decoding_step(const std::vector<std::vector<int64_t>>& sequences, const std::vector<bool>& active,
+                            bool with_picks);
+  // After a decoding step: the active sequences' indices; their cached counts and tokens_fed advance.
+  std::vector<int64_t> advance_decoded(const std::vector<bool>& active);
+  void check_call(const std::vector<std::vector<int64_t>>& sequences, const std::vector<bool>& active) const;
+  void record_lengths(const std::vector<std::vector<int64_t>>& sequences);
 
   const GPT& model_;
   GPTDecoderOptions options_;
@@ -78,11 +96,11 @@ class GPTDecoder {
   std::vector<int64_t> cached_;        // per sequence: tokens of its window already in the cache
   std::vector<int64_t> seen_length_;   // per sequence: its length at the last call
   int64_t tokens_fed_ = 0;
-  // The graph path: (4, S) i64 on the device: tokens, positions, cache rows, lengths (views in tables_).
+  // The graph path: (3, S) i64 on the device: tokens, positions, lengths (views in tables_).
   Tensor step_buffer_;
   nn::KVDecodeTables tables_;
   DeviceGraph graph_;
-  Tensor graph_logits_;  // (S, V), rewritten by every replay
+  StepOutputs graph_outputs_;  // logits (S, V) and picks (2, S), rewritten by every replay
   int64_t eager_decoding_steps_ = 0, graph_replays_ = 0;
   bool tables_usable_ = false;  // decoding steps through the device tables (eager where no graph)
   bool graph_usable_ = false;

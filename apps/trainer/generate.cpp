@@ -15,8 +15,6 @@
 #include "framework/autograd/ops.h"
 #include "framework/io/checkpoint.h"
 #include "framework/tensor/ops/copy.h"
-#include "framework/tensor/ops/join.h"
-#include "framework/tensor/ops/reduce.h"
 #include "models/data/synthetic_tasks.h"
 #include "models/data/text_source.h"
 #include "models/gpt_decoder.h"
@@ -106,32 +104,28 @@ void check_finite_logits(bool finite, const std::string& checkpoint, size_t cont
             "; refusing to sample from them");
 }
 
-// The next token of each active sequence from its logits row (rows (A, V), active sequences in order).
-// Greedy picks on the rows' device: each row's argmax and its sum in f64 (non-finite exactly when a logit
-// is), one read-back of two numbers a row. Sampling reads the rows back in f32 and draws on the host.
-std::vector<int64_t> pick_tokens(const Tensor& rows, const SamplingOptions& sampling,
+// The next token of each active sequence. Greedy: picked on the device by the decoder (inside its CUDA
+// graph on decoding steps), one read-back of two numbers a sequence. Sampling: the logits rows are read
+// back in f32 and drawn from on the host.
+std::vector<int64_t> pick_tokens(models::GPTDecoder& decoder, const SamplingOptions& sampling,
                                  const std::vector<std::vector<int64_t>>& sequences, const std::vector<bool>& active,
                                  std::vector<std::unique_ptr<Generator>>& gens, const std::string& checkpoint) {
   std::vector<size_t> order;  // the sequence of each row
   for (size_t i = 0; i < sequences.size(); ++i) {
     if (active[i]) order.push_back(i);
   }
-  const size_t count = order.size();
-  std::vector<int64_t> tokens(count);
   if (sampling.temperature <= 0) {
-    const Tensor ids = raw::to(raw::argmax(rows, -1), DType::f64);  // (A)
-    const Tensor sums = raw::sum(raw::to(rows, DType::f64), {-1});  // (A)
-    const std::vector<double> both = raw::to(raw::cat({ids, sums}, 0), Device::cpu()).to_vector<double>();
-    for (size_t r = 0; r < count; ++r) {
-      check_finite_logits(std::isfinite(both[count + r]), checkpoint, sequences[order[r]].size(), order[r],
-                          sequences.size());
-      tokens[r] = static_cast<int64_t>(both[r]);
+    const models::GPTDecoder::GreedyPicks picks = decoder.next_greedy(sequences, active);
+    for (size_t r = 0; r < order.size(); ++r) {
+      check_finite_logits(picks.finite[r], checkpoint, sequences[order[r]].size(), order[r], sequences.size());
     }
-    return tokens;
+    return picks.tokens;
   }
+  const Tensor rows = decoder.next_logits(sequences, active);  // (A, V)
   const std::vector<float> host = raw::to(raw::to(rows, DType::f32), Device::cpu()).to_vector<float>();
-  const size_t vocab = host.size() / count;
-  for (size_t r = 0; r < count; ++r) {
+  const size_t vocab = host.size() / order.size();
+  std::vector<int64_t> tokens(order.size());
+  for (size_t r = 0; r < order.size(); ++r) {
     const std::vector<double> logits(host.begin() + static_cast<std::ptrdiff_t>(r * vocab),
                                      host.begin() + static_cast<std::ptrdiff_t>((r + 1) * vocab));
     check_finite_logits(std::all_of(logits.begin(), logits.end(), [](double v) { return std::isfinite(v); }),
@@ -198,8 +192,7 @@ GenerateBatchResult generate_batch(const GenerateOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   for (int64_t step = 0; step < options.max_new_tokens; ++step) {
     if (std::find(active.begin(), active.end(), true) == active.end()) break;
-    const std::vector<int64_t> picked =
-        pick_tokens(decoder.next_logits(sequences, active), sampling, sequences, active, gens, checkpoint);
+    const std::vector<int64_t> picked = pick_tokens(decoder, sampling, sequences, active, gens, checkpoint);
     size_t row = 0;
     for (size_t i = 0; i < sequences.size(); ++i) {
       if (!active[i]) continue;

@@ -15,12 +15,15 @@ void decode_attention(const Tensor& out, const Tensor& q, const Tensor& keys, co
   CPF_CHECK(dim_qk <= decode::kMaxHeadDim && dim_v <= decode::kMaxHeadDim, "decode_attention (cuda): head dims ",
             dim_qk, " / ", dim_v, " exceed the kernel's ", decode::kMaxHeadDim,
             "; decode without the CUDA graph (GPTDecoderOptions::cuda_graph = false) to use the general kernels");
-  CPF_CHECK(out.is_contiguous() && q.is_contiguous() && keys.is_contiguous() && values.is_contiguous() &&
-                lengths.is_contiguous(),
-            "decode_attention (cuda): every tensor must be contiguous");
+  CPF_CHECK(
+      out.is_contiguous() && keys.is_contiguous() && values.is_contiguous() && lengths.is_contiguous() &&
+          q.stride(2) == 1 && (!params.k_new.defined() || (params.k_new.stride(2) == 1 && params.v_new.stride(2) == 1)),
+      "decode_attention (cuda): out, keys, values and lengths must be contiguous, q / k_new / v_new in their last dim");
   const Tensor sink = params.sink.defined() ? raw::contiguous(params.sink) : Tensor();
   const int device = q.device().index;
   cuda::DeviceGuard guard(device);
+  const Tensor& kn = params.k_new;
+  const Tensor& vn = params.v_new;
   decode::launch_decode_attention({.dtype = static_cast<int>(q.dtype()),
                                    .length_dtype = static_cast<int>(lengths.dtype()),
                                    .out = out.raw_data(),
@@ -29,6 +32,11 @@ void decode_attention(const Tensor& out, const Tensor& q, const Tensor& keys, co
                                    .values = values.raw_data(),
                                    .lengths = lengths.raw_data(),
                                    .sink = sink.defined() ? sink.raw_data() : nullptr,
+                                   .k_new = kn.defined() ? kn.raw_data() : nullptr,
+                                   .v_new = vn.defined() ? vn.raw_data() : nullptr,
+                                   .q_stride = {q.stride(0), q.stride(1)},
+                                   .k_new_stride = {kn.defined() ? kn.stride(0) : 0, kn.defined() ? kn.stride(1) : 0},
+                                   .v_new_stride = {vn.defined() ? vn.stride(0) : 0, vn.defined() ? vn.stride(1) : 0},
                                    .seqs = q.size(0),
                                    .heads = q.size(1),
                                    .kv_heads = keys.size(1),

@@ -1,4 +1,6 @@
-// Decoding attention (decode_attention_kernel.cuh): one block per (head, sequence), kWarps warps. Each
+// Decoding attention (decode_attention_kernel.cuh): one block per (head, sequence), kWarps warps. With
+// new rows to append, the block of the first query head of each kv head stores them into the cache, and
+// every block reads the newest position from the new rows themselves (never the row being stored). Each
 // warp walks every kWarps-th cached position with an online softmax (its running max, denominator and
 // weighted sum of values in registers: lane c holds dims c, c + 32, ...); the warps then merge their
 // partial rows through shared memory, add the sink to the denominator and write the row once. The
@@ -42,7 +44,19 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeLaunch a) {
   len = len < 0 ? 0 : (len > a.capacity ? a.capacity : len);
   const int64_t first = a.window_left >= 0 && len - 1 - a.window_left > 0 ? len - 1 - a.window_left : 0;
   const int64_t kv_head = h / (a.heads / a.kv_heads);
-  const T* q = static_cast<const T*>(a.q) + (n * a.heads + h) * a.dim_qk;
+  const T* q = static_cast<const T*>(a.q) + n * a.q_stride[0] + h * a.q_stride[1];
+  const int group = static_cast<int>(a.heads / a.kv_heads);
+  const T* k_new = a.k_new == nullptr
+                       ? nullptr
+                       : static_cast<const T*>(a.k_new) + n * a.k_new_stride[0] + kv_head * a.k_new_stride[1];
+  const T* v_new = a.v_new == nullptr
+                       ? nullptr
+                       : static_cast<const T*>(a.v_new) + n * a.v_new_stride[0] + kv_head * a.v_new_stride[1];
+  if (k_new != nullptr && len > 0 && h % group == 0) {  // store the new row (read below from k_new / v_new)
+    const int64_t row = (n * a.capacity + len - 1) * a.kv_heads + kv_head;
+    for (int64_t c = threadIdx.x; c < a.dim_qk; c += kThreads) static_cast<T*>(a.keys)[row * a.dim_qk + c] = k_new[c];
+    for (int64_t c = threadIdx.x; c < a.dim_v; c += kThreads) static_cast<T*>(a.values)[row * a.dim_v + c] = v_new[c];
+  }
   A qr[kPer], acc[kPer];
 #pragma unroll
   for (int i = 0; i < kPer; ++i) {
@@ -54,7 +68,8 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeLaunch a) {
   const A scale = static_cast<A>(a.scale);
   for (int64_t j = first + warp; j < len; j += kWarps) {
     const int64_t row = (n * a.capacity + j) * a.kv_heads + kv_head;
-    const T* k = static_cast<const T*>(a.keys) + row * a.dim_qk;
+    const bool fresh = k_new != nullptr && j == len - 1;  // the new row: from k_new / v_new, not the cache
+    const T* k = fresh ? k_new : static_cast<const T*>(a.keys) + row * a.dim_qk;
     A s = 0;
 #pragma unroll
     for (int i = 0; i < kPer; ++i) {
@@ -66,7 +81,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeLaunch a) {
     const A rescale = exp_of(run_max - next_max);  // 0 for the first key (run_max = -inf)
     const A p = exp_of(s - next_max);
     run_sum = run_sum * rescale + p;
-    const T* v = static_cast<const T*>(a.values) + row * a.dim_v;
+    const T* v = fresh ? v_new : static_cast<const T*>(a.values) + row * a.dim_v;
 #pragma unroll
     for (int i = 0; i < kPer; ++i) {
       const int64_t c = lane + 32 * i;

@@ -15,10 +15,14 @@ struct DecodeLaunch {
   int length_dtype = 3;           // 3 i32, 4 i64
   void* out = nullptr;            // (S, H, D_v)
   const void* q = nullptr;        // (S, H, D_qk)
-  const void* keys = nullptr;     // (S * capacity, H_kv, D_qk)
-  const void* values = nullptr;   // (S * capacity, H_kv, D_v)
+  void* keys = nullptr;           // (S * capacity, H_kv, D_qk); written at the new rows when appending
+  void* values = nullptr;         // (S * capacity, H_kv, D_v)
   const void* lengths = nullptr;  // (S)
   const void* sink = nullptr;     // (H) f32 (f64 for f64), or null
+  const void* k_new = nullptr;    // (S, H_kv, D_qk) rows to append at n * capacity + len_n - 1, or null
+  const void* v_new = nullptr;    // (S, H_kv, D_v)
+  int64_t q_stride[2] = {0, 0};   // element strides of q's dims 0 and 1 (the last dim is contiguous)
+  int64_t k_new_stride[2] = {0, 0}, v_new_stride[2] = {0, 0};
   int64_t seqs = 0, heads = 0, kv_heads = 0, dim_qk = 0, dim_v = 0, capacity = 0, window_left = -1;
   double scale = 1.0;
 };

@@ -8,7 +8,6 @@
 #include "framework/autograd/grad_mode.h"
 #include "framework/core/error.h"
 #include "framework/tensor/ops/copy.h"
-#include "framework/tensor/ops/index.h"
 #include "framework/tensor/ops/views.h"
 
 namespace cpf::nn {
@@ -32,7 +31,7 @@ void KVCacheStep::check() const {
   CPF_CHECK(
       std::all_of(new_tokens.begin(), new_tokens.end(), [](int64_t t) { return t == 1; }),
       "KVCacheStep: a step with decode tables feeds exactly one new token per sequence, got new_tokens=", new_tokens);
-  for (const Tensor* t : {&decode->positions, &decode->slot_rows, &decode->lengths}) {
+  for (const Tensor* t : {&decode->positions, &decode->lengths}) {
     CPF_CHECK(t->defined() && t->dim() == 1 && t->size(0) == seqs && t->dtype() == DType::i64,
               "KVCacheStep: the decode tables must be (", seqs, ") i64 tensors, got ",
               t->defined() ? t->shape() : Shape{},
@@ -62,7 +61,7 @@ std::vector<int64_t> KVCacheStep::positions() const {
   return pos;
 }
 
-void KVCache::append(const Tensor& k, const Tensor& v, const KVCacheStep& step) {
+void KVCache::reserve(const Tensor& k, const Tensor& v, const KVCacheStep& step) {
   step.check();
   const int64_t t_new = step.total_new();
   CPF_CHECK(k.defined() && v.defined() && k.dim() == 3 && v.dim() == 3 && k.size(0) == t_new && v.size(0) == t_new &&
@@ -85,11 +84,10 @@ void KVCache::append(const Tensor& k, const Tensor& v, const KVCacheStep& step) 
             "KVCache: the cache holds keys ", keys_.shape(), " ", dtype_name(keys_.dtype()), " on ", keys_.device(),
             " and values ", values_.shape(), "; got k=", k.shape(), " ", dtype_name(k.dtype()), " on ", k.device(),
             " v=", v.shape());
-  if (step.decode != nullptr) {  // rows from the device: nothing here depends on the host's past
-    raw::index_copy_(keys_, 0, step.decode->slot_rows, k);
-    raw::index_copy_(values_, 0, step.decode->slot_rows, v);
-    return;
-  }
+}
+
+void KVCache::append(const Tensor& k, const Tensor& v, const KVCacheStep& step) {
+  reserve(k, v, step);
   int64_t row = 0;
   for (int64_t n = 0; n < step.num_sequences(); ++n) {
     const int64_t count = step.new_tokens[static_cast<size_t>(n)];
@@ -108,10 +106,18 @@ void KVCache::clear() {
   capacity_ = 0;
 }
 
-Tensor cached_attention(const Tensor& q, const KVCache& cache, const AttentionSpec& spec, const KVCacheStep& step,
-                        const AttentionKernelConfig& config) {
-  if (step.decode != nullptr) return decode_attention(q, cache.keys(), cache.values(), step.decode->lengths, spec);
-  return dot_product_attention(q, cache.keys(), cache.values(), spec, step.attention_info(), config).out;
+Tensor attend_appending(const Tensor& q, const Tensor& k, const Tensor& v, KVCache& cache, const AttentionSpec& spec,
+                        const KVCacheStep& step, const AttentionKernelConfig& config) {
+  if (step.decode == nullptr) {
+    cache.append(k, v, step);
+    return dot_product_attention(q, cache.keys(), cache.values(), spec, step.attention_info(), config).out;
+  }
+  cache.reserve(k, v, step);
+  const KVDecodeTables& t = *step.decode;
+  const Tensor out = decode_attention_append(q, k, v, cache.keys(), cache.values(), t.lengths, spec,
+                                             /*check_lengths=*/!t.lengths_checked);
+  t.lengths_checked = true;
+  return out;
 }
 
 void check_cached_attention(const AttentionSpec& spec, const Tensor& x, const KVCacheStep& step, const char* op) {

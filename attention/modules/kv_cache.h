@@ -16,9 +16,9 @@
 // call out; a step with past = 0 and new > 0 restarts that sequence (its slot is overwritten).
 //
 // A decoding step (one new token per sequence) may also carry its tables on the device (KVDecodeTables):
-// the modules then read positions, cache rows and lengths from those tensors (index_copy_ into the cache,
-// decode_attention), never from the host vectors, so a CUDA graph captured once replays every later step
-// after the caller rewrites the tables (models/gpt_decoder.h).
+// the modules then read positions and lengths from those tensors (decode_attention_append writes the new
+// keys and values and attends in one kernel), never from the host vectors, so a CUDA graph captured once
+// replays every later step after the caller rewrites the tables (models/gpt_decoder.h).
 #include <cstdint>
 #include <vector>
 
@@ -31,8 +31,10 @@ namespace cpf::nn {
 // (S) i64 tensors on the model's device for a step where every sequence gets exactly one new token.
 struct KVDecodeTables {
   Tensor positions;  // the new token's position: past_n
-  Tensor slot_rows;  // the cache row it is written to: n * capacity + past_n
-  Tensor lengths;    // tokens in the slot after the step: past_n + 1
+  Tensor lengths;    // tokens in the slot after the step: past_n + 1 (the new token's row: n * capacity + past_n)
+  // Whether this step's lengths were range-checked on the device already (by the first layer): the
+  // others skip the check. The caller resets it whenever it rewrites the tables.
+  mutable bool lengths_checked = false;
 };
 
 struct KVCacheStep {
@@ -60,11 +62,14 @@ struct KVCacheStep {
 class KVCache {
  public:
   // Writes the new tokens' keys k (T_new, H_kv, D_qk) and values v (T_new, H_kv, D_v) into their
-  // sequences' slots (at the decode tables' slot_rows when the step has them). The first call allocates the cache
-  // (zeros, k's and v's dtype and device); later calls must match its shapes, dtype, device, sequence count and
-  // capacity.
+  // sequences' slots (host tables; a step with decode tables goes through attend_appending). The first call allocates
+  // the cache (zeros, k's and v's dtype and device); later calls must match its shapes, dtype, device, sequence count
+  // and capacity.
   void append(const Tensor& k, const Tensor& v, const KVCacheStep& step);
 
+  // Allocates the cache (zeros) for k's and v's shapes, dtype and device if it is empty, else checks that
+  // they and the step match it (append does this first).
+  void reserve(const Tensor& k, const Tensor& v, const KVCacheStep& step);
   bool empty() const { return !keys_.defined(); }
   const Tensor& keys() const { return keys_; }      // (S * capacity, H_kv, D_qk)
   const Tensor& values() const { return values_; }  // (S * capacity, H_kv, D_v)
@@ -77,11 +82,12 @@ class KVCache {
   int64_t capacity_ = 0;
 };
 
-// The new tokens' attention over their sequences' cached tokens: out (T_new, H, D_v). decode_attention
-// with the step's device lengths for a decoding step with tables, else dot_product_attention over
-// attention_info().
-Tensor cached_attention(const Tensor& q, const KVCache& cache, const AttentionSpec& spec, const KVCacheStep& step,
-                        const AttentionKernelConfig& config = {});
+// Appends the new tokens' keys k and values v to `cache` and returns their queries' attention over their
+// sequences' cached tokens: out (T_new, H, D_v). A decoding step with tables: decode_attention_append
+// (one kernel, lengths from the device, range-checked once a step); else append and dot_product_attention
+// over attention_info().
+Tensor attend_appending(const Tensor& q, const Tensor& k, const Tensor& v, KVCache& cache, const AttentionSpec& spec,
+                        const KVCacheStep& step, const AttentionKernelConfig& config = {});
 
 // Throws unless a cached call can run: thd layout, a causal mask, grad mode off (the cache holds
 // copies outside the autograd graph) and x (T_new, hidden) with the step's T_new rows.

@@ -124,9 +124,8 @@ Tensor MultiHeadAttention::forward_cached(const Tensor& x, const KVCacheStep& st
     q = attention_modules::apply_rope(q, o.qkv_format, positions, o.rope_base, o.rotary_dim);
     k = attention_modules::apply_rope(k, o.qkv_format, positions, o.rope_base, o.rotary_dim);
   }
-  cache.append(k, v, step);
-  const Tensor attn = cached_attention(q, cache, spec_, step, o.kernel_config);  // (T_new, H, D)
-  return o_proj_->forward(attention_modules::merge_heads(attn));                 // (T_new, C)
+  const Tensor attn = attend_appending(q, k, v, cache, spec_, step, o.kernel_config);  // (T_new, H, D)
+  return o_proj_->forward(attention_modules::merge_heads(attn));                       // (T_new, C)
 }
 
 }  // namespace cpf::nn

@@ -49,15 +49,15 @@ Tensor MultiHeadLatentAttention::forward_cached(const Tensor& x, const KVCacheSt
     v_cols.push_back(one);
     b_v = b_parts[1];
   }
-  cache.append(cat(k_cols, -1), cat(v_cols, -1), step);  // (T, 1, rank + rope (+1)), (T, 1, rank (+1))
+  const Tensor k_new = cat(k_cols, -1), v_new = cat(v_cols, -1);  // (T, 1, rank + rope (+1)), (T, 1, rank (+1))
 
   AttentionSpec latent_spec = spec_;
   latent_spec.num_kv_heads = 1;
-  latent_spec.head_dim_qk = cache.keys().size(-1);
-  latent_spec.head_dim_v = cache.values().size(-1);
+  latent_spec.head_dim_qk = k_new.size(-1);
+  latent_spec.head_dim_v = v_new.size(-1);
   latent_spec.softmax_scale = softmax_scale(spec_, nope + o.qk_rope_head_dim);  // the per-head form's
   const Tensor attn =
-      cached_attention(cat(q_cols, -1), cache, latent_spec, step, o.kernel_config);  // (T, H, rank (+1))
+      attend_appending(cat(q_cols, -1), k_new, v_new, cache, latent_spec, step, o.kernel_config);  // (T, H, rank (+1))
   const std::vector<Tensor> out_parts =
       split(attn, b_v.defined() ? std::vector<int64_t>{rank, 1} : std::vector<int64_t>{rank}, -1);
   // W_UV_h (sum_j p c_j): (H, T, rank) @ (H, rank, v) -> (T, H, v)

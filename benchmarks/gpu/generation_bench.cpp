@@ -1,6 +1,6 @@
 // GPT-2 124M decoding at batch 1 (docs/generation.md): the loop `cpformer generate` runs for greedy
-// decoding (GPTDecoder::next_logits, then the argmax and a finite check of each row on the device and
-// one read-back a token), 256 new tokens after a 16-token prompt, in bf16 (the CUDA default) and fp32,
+// decoding (GPTDecoder::next_greedy: the argmax and a finite check of each row on the device, inside the
+// graph, and one read-back a token), 256 new tokens after a 16-token prompt, in bf16 (the CUDA default) and fp32,
 // with the decoding steps replayed from one CUDA graph and launched eagerly. Random weights: the speed
 // of a step does not depend on them.
 //
@@ -13,9 +13,6 @@
 #include <vector>
 
 #include "framework/tensor/cuda/cuda.h"
-#include "framework/tensor/ops/copy.h"
-#include "framework/tensor/ops/join.h"
-#include "framework/tensor/ops/reduce.h"
 #include "models/gpt.h"
 #include "models/gpt_decoder.h"
 
@@ -41,13 +38,6 @@ models::GPTOptions gpt2_small(bool bf16) {
   return o;
 }
 
-// Greedy as generate picks it (apps/trainer/generate.cpp): argmax and the row's f64 sum, one read-back.
-int64_t greedy_token(const Tensor& rows) {
-  const Tensor ids = raw::to(raw::argmax(rows, -1), DType::f64);
-  const Tensor sums = raw::sum(raw::to(rows, DType::f64), {-1});
-  return static_cast<int64_t>(raw::to(raw::cat({ids, sums}, 0), Device::cpu()).to_vector<double>()[0]);
-}
-
 void BM_GreedyDecoding(benchmark::State& state) {
   const bool bf16 = state.range(0) != 0, graph = state.range(1) != 0;
   Generator gen(1);
@@ -63,7 +53,7 @@ void BM_GreedyDecoding(benchmark::State& state) {
     auto steady_start = std::chrono::steady_clock::now();
     for (int64_t t = 0; t < kNewTokens; ++t) {
       if (t == kSteadyFrom) steady_start = std::chrono::steady_clock::now();
-      seqs[0].push_back(greedy_token(decoder.next_logits(seqs, {true})));
+      seqs[0].push_back(decoder.next_greedy(seqs, {true}).tokens[0]);  // as generate picks greedily
     }
     steady_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - steady_start).count();
     if (graph && decoder.graph_replays() == 0) state.SkipWithError(("no graph: " + decoder.graph_note()).c_str());

@@ -83,6 +83,34 @@ TEST(DecodeAttention, AnEmptySlotGivesZerosAndBf16RoundsOnce) {
   EXPECT_TRUE(all_close(raw::to(got, DType::f64), raw::to(raw::to(want, DType::bf16), DType::f64), 0, 0));
 }
 
+// decode_attention_append stores the new rows at n * capacity + len_n - 1 and attends as decode_attention
+// over the stored cache; strided views (a fused QKV projection's q, k, v) are taken as they are.
+TEST(DecodeAttention, AppendStoresTheNewRowsThenAttends) {
+  NoGradGuard no_grad;
+  const Shapes s;
+  const Tensor qkv = random_tensor({3, s.heads + 2 * s.kv_heads, s.dim_qk}, DType::f64, 41, -2, 2);
+  const Tensor q = raw::narrow(qkv, 1, 0, s.heads);  // strided views of one buffer
+  const Tensor k_new = raw::narrow(qkv, 1, s.heads, s.kv_heads);
+  const Tensor v_new = raw::narrow(qkv, 1, s.heads + s.kv_heads, s.kv_heads);
+  Tensor keys = random_tensor({3 * s.capacity, s.kv_heads, s.dim_qk}, DType::f64, 42);
+  Tensor values = random_tensor({3 * s.capacity, s.kv_heads, s.dim_qk}, DType::f64, 43);
+  Tensor want_keys = raw::clone(keys), want_values = raw::clone(values);
+  const std::vector<int64_t> lengths{4, 0, 7};
+  for (int64_t n : {0, 2}) {
+    const int64_t row = n * s.capacity + lengths[static_cast<size_t>(n)] - 1;
+    raw::copy_(raw::narrow(want_keys, 0, row, 1), raw::narrow(k_new, 0, n, 1));
+    raw::copy_(raw::narrow(want_values, 0, row, 1), raw::narrow(v_new, 0, n, 1));
+  }
+  const Tensor lens = from_vector(lengths, {3});
+  const Tensor want = decode_attention(raw::contiguous(q), want_keys, want_values, lens, causal());
+  const Tensor got = decode_attention_append(q, k_new, v_new, keys, values, lens, causal());
+  EXPECT_TRUE(all_close(keys, want_keys, 0, 0));
+  EXPECT_TRUE(all_close(values, want_values, 0, 0));
+  EXPECT_TRUE(all_close(got, want, 1e-14, 1e-14));
+  EXPECT_CPF_ERROR(decode_attention_append(q, raw::narrow(k_new, 0, 0, 2), v_new, keys, values, lens, causal()),
+                   "decode_attention_append: k_new (S, H_kv, D_qk) = (3, 2, 8) and v_new (S, H_kv, D_v) expected");
+}
+
 TEST(DecodeAttention, RefusesInputsItCannotComputeExactly) {
   const Shapes s;
   const Tensor q = random_tensor({2, s.heads, s.dim_qk}, DType::f64, 31);

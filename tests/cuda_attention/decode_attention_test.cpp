@@ -1,8 +1,9 @@
 // The decoding attention kernel (attention/cuda/decode_attention_kernel.cu) against the CPU's
 // decode_attention (the f64 host loop) on the same inputs: f32, bf16 and f64, GQA/MQA, sliding windows,
 // sinks, empty slots, head dims from 8 to the MLA latent's 577 / 513 and the kernel's 640 limit, i32 and
-// i64 lengths; one captured CUDA graph replayed with rewritten lengths gives each step's rows; lengths
-// past the slot are reported by the device check; head dims past the limit are refused by name.
+// i64 lengths; the appending form (new rows stored and read in the same kernel, strided inputs); one captured CUDA
+// graph replayed with rewritten lengths gives each step's rows; lengths past the slot are reported by the device check;
+// head dims past the limit are refused by name.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -14,6 +15,7 @@
 #include "framework/tensor/cuda/cuda.h"
 #include "framework/tensor/device_graph.h"
 #include "framework/tensor/ops/copy.h"
+#include "framework/tensor/ops/views.h"
 
 namespace cpf {
 namespace {
@@ -87,6 +89,40 @@ TEST_F(CudaDecodeAttention, MatchesTheCpuReference) {
     expect_matches_cpu(c, DType::f64, DType::i32, 1e-12);
     // bf16 rounds the output once from f32 sums: within a bf16 step of the f64 result.
     expect_matches_cpu(c, DType::bf16, DType::i64, 1e-2);
+  }
+}
+
+// The appending kernel: new rows stored (exactly) and the attention equal to the CPU's, from strided
+// views of a fused projection, in one captured graph replayed with growing lengths.
+TEST_F(CudaDecodeAttention, AppendMatchesTheCpuAndReplaysInAGraph) {
+  NoGradGuard no_grad;
+  const int64_t heads = 6, kv_heads = 2, dim = 64, capacity = 40;
+  const AttentionSpec spec{.qkv_format = QkvFormat::thd, .mask = MaskType::causal};
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    const Tensor qkv = raw::to(random_cpu({2, heads + 2 * kv_heads, dim}, DType::f64, 14, -2, 2), dtype);
+    Tensor keys = raw::to(random_cpu({2 * capacity, kv_heads, dim}, DType::f64, 15, -2, 2), dtype);
+    Tensor values = raw::to(random_cpu({2 * capacity, kv_heads, dim}, DType::f64, 16), dtype);
+    const Tensor gqkv = on_gpu(qkv), gkeys = on_gpu(keys), gvalues = on_gpu(values);
+    const auto parts = [&](const Tensor& t) {
+      return std::vector<Tensor>{raw::narrow(t, 1, 0, heads), raw::narrow(t, 1, heads, kv_heads),
+                                 raw::narrow(t, 1, heads + kv_heads, kv_heads)};
+    };
+    const Tensor glengths = on_gpu(from_vector<int64_t>({1, 1}, {2}));
+    Tensor out;
+    const std::vector<Tensor> g = parts(gqkv);
+    const DeviceGraph graph = DeviceGraph::capture(
+        Device::cuda(0), [&] { out = decode_attention_append(g[0], g[1], g[2], gkeys, gvalues, glengths, spec); });
+    const std::vector<Tensor> c = parts(qkv);
+    for (const std::vector<int64_t>& step : std::vector<std::vector<int64_t>>{{1, 3}, {2, 4}, {40, 0}, {17, 9}}) {
+      raw::copy_(glengths, from_vector(step, {2}));
+      graph.replay();
+      const Tensor want = decode_attention_append(c[0], c[1], c[2], keys, values, from_vector(step, {2}), spec);
+      EXPECT_TRUE(all_close(on_cpu(gkeys), keys, 0, 0)) << dtype_name(dtype);
+      EXPECT_TRUE(all_close(on_cpu(gvalues), values, 0, 0)) << dtype_name(dtype);
+      const double tol = dtype == DType::bf16 ? 1e-2 : 2e-5;
+      EXPECT_TRUE(all_close(raw::to(on_cpu(out), DType::f64), raw::to(want, DType::f64), tol, tol))
+          << dtype_name(dtype) << " lengths " << step[0] << ", " << step[1];
+    }
   }
 }
 

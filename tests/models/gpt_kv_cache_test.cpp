@@ -164,6 +164,34 @@ TEST_P(KVCacheEquivalence, DecodingStepsThroughDeviceTablesMatchTheHostTables) {
   EXPECT_EQ(tables.graph_replays(), 0);  // no graphs on the CPU
 }
 
+// next_greedy picks on the device what argmax over next_logits' rows picks, with the same bookkeeping.
+TEST_P(KVCacheEquivalence, GreedyPicksEqualTheArgmaxOfTheLogits) {
+  Generator gen(6);
+  GPT model(GetParam().options, &gen);
+  model.eval();
+  std::vector<std::vector<int64_t>> a{{1, 2, 3}, {4}}, b = a;
+  GPTDecoder picker(model, 2, {.context = 6, .max_length = 16});  // context 6: the first window slides
+  GPTDecoder logits(model, 2, {.context = 6, .max_length = 16, .kv_cache = false});
+  for (int64_t step = 0; step < 8; ++step) {
+    const std::vector<bool> active{true, step != 3};
+    const GPTDecoder::GreedyPicks picks = picker.next_greedy(a, active);
+    const Tensor rows = logits.next_logits(b, active);
+    const std::vector<double> v = rows.to_vector<double>();
+    size_t r = 0;
+    for (size_t n = 0; n < 2; ++n) {
+      if (!active[n]) continue;
+      const auto begin = v.begin() + static_cast<std::ptrdiff_t>(r * rows.size(1));
+      const int64_t want = std::max_element(begin, begin + rows.size(1)) - begin;
+      ASSERT_EQ(picks.tokens[r], want) << "step " << step << " sequence " << n;
+      EXPECT_TRUE(picks.finite[r]);
+      a[n].push_back(want);
+      b[n].push_back(want);
+      ++r;
+    }
+    EXPECT_EQ(r, picks.tokens.size());
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, KVCacheEquivalence, ::testing::ValuesIn(cases()),
                          [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
 
