@@ -32,6 +32,40 @@ __device__ __forceinline__ A warp_sum(A v) {
   return v;
 }
 
+// After every warp left its partial row in shared memory: the block's row, merged over the warps with the
+// sink in the denominator, written once (zeros for a row that sees no key).
+template <class T, class A>
+__device__ void write_row(const DecodeLaunch& a, const A* part_acc, const A* part_max, const A* part_sum, int64_t len,
+                          int64_t n, int64_t h) {
+  A top = -static_cast<A>(INFINITY);
+  for (int w = 0; w < kWarps; ++w) top = part_max[w] > top ? part_max[w] : top;
+  T* out = static_cast<T*>(a.out) + (n * a.heads + h) * a.dim_v;
+  if (len == 0) {  // no key: zeros, as a fully masked row
+    for (int64_t c = threadIdx.x; c < a.dim_v; c += kThreads) out[c] = narrow<T>(A(0));
+    return;
+  }
+  A denom = a.sink != nullptr ? exp_of(static_cast<const A*>(a.sink)[h] - top) : A(0);
+  A weight[kWarps];
+  for (int w = 0; w < kWarps; ++w) {
+    weight[w] = part_sum[w] > 0 ? exp_of(part_max[w] - top) : A(0);  // a warp that saw no key adds nothing
+    denom += part_sum[w] * weight[w];
+  }
+  for (int64_t c = threadIdx.x; c < a.dim_v; c += kThreads) {
+    A o = 0;
+    for (int w = 0; w < kWarps; ++w) o += part_acc[w * a.dim_v + c] * weight[w];
+    out[c] = narrow<T>(o / denom);
+  }
+}
+
+// Stores the new key and value rows of (sequence n, kv head) at the slot's newest position.
+template <class T>
+__device__ void store_new_row(const DecodeLaunch& a, const T* k_new, const T* v_new, int64_t len, int64_t n,
+                              int64_t kv_head) {
+  const int64_t row = (n * a.capacity + len - 1) * a.kv_heads + kv_head;
+  for (int64_t c = threadIdx.x; c < a.dim_qk; c += kThreads) static_cast<T*>(a.keys)[row * a.dim_qk + c] = k_new[c];
+  for (int64_t c = threadIdx.x; c < a.dim_v; c += kThreads) static_cast<T*>(a.values)[row * a.dim_v + c] = v_new[c];
+}
+
 template <class T, class L, int kPer>
 __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeLaunch a) {
   using A = compute_t<T>;
@@ -52,11 +86,8 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeLaunch a) {
   const T* v_new = a.v_new == nullptr
                        ? nullptr
                        : static_cast<const T*>(a.v_new) + n * a.v_new_stride[0] + kv_head * a.v_new_stride[1];
-  if (k_new != nullptr && len > 0 && h % group == 0) {  // store the new row (read below from k_new / v_new)
-    const int64_t row = (n * a.capacity + len - 1) * a.kv_heads + kv_head;
-    for (int64_t c = threadIdx.x; c < a.dim_qk; c += kThreads) static_cast<T*>(a.keys)[row * a.dim_qk + c] = k_new[c];
-    for (int64_t c = threadIdx.x; c < a.dim_v; c += kThreads) static_cast<T*>(a.values)[row * a.dim_v + c] = v_new[c];
-  }
+  // The first query head of each kv head stores the new row; every block reads it from k_new / v_new.
+  if (k_new != nullptr && len > 0 && h % group == 0) store_new_row(a, k_new, v_new, len, n, kv_head);
   A qr[kPer], acc[kPer];
 #pragma unroll
   for (int i = 0; i < kPer; ++i) {
@@ -99,24 +130,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeLaunch a) {
     part_sum[warp] = run_sum;
   }
   __syncthreads();
-  A top = -static_cast<A>(INFINITY);
-  for (int w = 0; w < kWarps; ++w) top = part_max[w] > top ? part_max[w] : top;
-  T* out = static_cast<T*>(a.out) + (n * a.heads + h) * a.dim_v;
-  if (len == 0) {  // no key: zeros, as a fully masked row
-    for (int64_t c = threadIdx.x; c < a.dim_v; c += kThreads) out[c] = narrow<T>(A(0));
-    return;
-  }
-  A denom = a.sink != nullptr ? exp_of(static_cast<const A*>(a.sink)[h] - top) : A(0);
-  A weight[kWarps];
-  for (int w = 0; w < kWarps; ++w) {
-    weight[w] = part_sum[w] > 0 ? exp_of(part_max[w] - top) : A(0);  // a warp that saw no key adds nothing
-    denom += part_sum[w] * weight[w];
-  }
-  for (int64_t c = threadIdx.x; c < a.dim_v; c += kThreads) {
-    A o = 0;
-    for (int w = 0; w < kWarps; ++w) o += part_acc[w * a.dim_v + c] * weight[w];
-    out[c] = narrow<T>(o / denom);
-  }
+  write_row<T>(a, part_acc, part_max, part_sum, len, n, h);
 }
 
 template <class T, class L>
