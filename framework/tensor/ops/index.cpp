@@ -311,24 +311,35 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   return out;
 }
 
-void index_add_(const Tensor& dst, int64_t dim, const Tensor& index, const Tensor& src) {
-  check_defined(dst, "index_add_", "dst");
-  check_defined(index, "index_add_", "index");
-  check_defined(src, "index_add_", "src");
-  CPF_CHECK(dst.dim() > 0, "index_add_: dst must have at least one dimension, got a zero-dimensional tensor");
-  const int64_t d = normalize_dim(dim, dst.dim(), "index_add_");
-  check_index_dtype(index, "index_add_");
-  CPF_CHECK(index.dim() == 1, "index_add_: index must be 1-D, got shape ", index.shape());
-  check_same_dtype(dst, src, "index_add_");
-  check_accumulate_dtype(dst, "index_add_");
+namespace {
+
+// The checks index_add_ and index_copy_ share (src holds one slice of dst along `dim` per index);
+// returns the normalised dim. The index range is checked by the caller, last.
+int64_t check_index_rows(const Tensor& dst, int64_t dim, const Tensor& index, const Tensor& src, const char* op) {
+  check_defined(dst, op, "dst");
+  check_defined(index, op, "index");
+  check_defined(src, op, "src");
+  CPF_CHECK(dst.dim() > 0, op, ": dst must have at least one dimension, got a zero-dimensional tensor");
+  const int64_t d = normalize_dim(dim, dst.dim(), op);
+  check_index_dtype(index, op);
+  CPF_CHECK(index.dim() == 1, op, ": index must be 1-D, got shape ", index.shape());
+  check_same_dtype(dst, src, op);
   Shape expected = dst.shape();
   expected[d] = index.numel();
-  CPF_CHECK(src.shape() == expected, "index_add_: src of shape ", src.shape(), " does not fit dst of shape ",
-            dst.shape(), " with ", index.numel(), " indices along dim ", d, " (expected ", expected, ")");
-  check_same_device(dst, index, "index_add_");
-  check_same_device(dst, src, "index_add_");
-  check_cpu(dst, "index_add_");
-  check_non_overlapping(dst, "index_add_");
+  CPF_CHECK(src.shape() == expected, op, ": src of shape ", src.shape(), " does not fit dst of shape ", dst.shape(),
+            " with ", index.numel(), " indices along dim ", d, " (expected ", expected, ")");
+  check_same_device(dst, index, op);
+  check_same_device(dst, src, op);
+  check_cpu(dst, op);
+  check_non_overlapping(dst, op);
+  return d;
+}
+
+}  // namespace
+
+void index_add_(const Tensor& dst, int64_t dim, const Tensor& index, const Tensor& src) {
+  const int64_t d = check_index_rows(dst, dim, index, src, "index_add_");
+  check_accumulate_dtype(dst, "index_add_");
   check_index_range(index, dst.size(d), d, "index_add_");
   if (!dst.device().is_cpu()) {
     accumulate_into(dst, [&]<class Acc, class Src>(const Tensor& acc) {
@@ -344,22 +355,7 @@ void index_add_(const Tensor& dst, int64_t dim, const Tensor& index, const Tenso
 }
 
 void index_copy_(const Tensor& dst, int64_t dim, const Tensor& index, const Tensor& src) {
-  check_defined(dst, "index_copy_", "dst");
-  check_defined(index, "index_copy_", "index");
-  check_defined(src, "index_copy_", "src");
-  CPF_CHECK(dst.dim() > 0, "index_copy_: dst must have at least one dimension, got a zero-dimensional tensor");
-  const int64_t d = normalize_dim(dim, dst.dim(), "index_copy_");
-  check_index_dtype(index, "index_copy_");
-  CPF_CHECK(index.dim() == 1, "index_copy_: index must be 1-D, got shape ", index.shape());
-  check_same_dtype(dst, src, "index_copy_");
-  Shape expected = dst.shape();
-  expected[d] = index.numel();
-  CPF_CHECK(src.shape() == expected, "index_copy_: src of shape ", src.shape(), " does not fit dst of shape ",
-            dst.shape(), " with ", index.numel(), " indices along dim ", d, " (expected ", expected, ")");
-  check_same_device(dst, index, "index_copy_");
-  check_same_device(dst, src, "index_copy_");
-  check_cpu(dst, "index_copy_");
-  check_non_overlapping(dst, "index_copy_");
+  const int64_t d = check_index_rows(dst, dim, index, src, "index_copy_");
   check_index_range(index, dst.size(d), d, "index_copy_");
   if (src.numel() == 0) return;
   if (!dst.device().is_cpu()) {
