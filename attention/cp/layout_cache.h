@@ -1,7 +1,7 @@
 #pragma once
 // make_group_layout with a per-thread memory of the last few results. A layout is a pure function of
-// (the batch's global sequences, the CP size, the members) but costs O(tokens) host work with a sort:
-// about 13 ms for 128k tokens on a 2-core development VM. Every CP call of every layer rebuilt the same
+// (the batch's global sequences, the CP size, the members) but costs O(tokens) host work with a sort
+// (docs/cp.md, "Host work", gives its time). Every CP call of every layer rebuilt the same
 // layouts, in series with the GPU at the start of each pass; with the cache only the first call of a
 // batch shape pays (the key comparison is O(sequences), plus O(tokens) only for explicit positions).
 #include <memory>
@@ -30,8 +30,8 @@ struct RingTile {
 };
 
 // Element s: the tile of rank `me`'s queries against rank s's keys over `layouts` (cached_rank_layouts'
-// result) under `window`. Both are O(tokens) to make (about 17 us per tile at 8k tokens per rank on
-// the development VM) and every layer's forward and backward ring of a batch shape asks again: the
+// result) under `window`. Both are O(tokens) to make (benchmarks/cpu_cp_host_bench.cpp times them) and
+// every layer's forward and backward ring of a batch shape asks again: the
 // last kLayoutCacheEntries answers per thread are kept, keyed by the layouts object (the entry holds
 // it, so its address cannot name another while the entry lives), me and the window. Immutable.
 std::shared_ptr<const std::vector<RingTile>> cached_ring_tiles(

@@ -121,8 +121,8 @@ CpGrads ulysses_pipelined_backward(const CpContext& ctx, dist::ProcessGroup& gro
 // (after replication) over `tokens` gathered tokens: ctx.config.a2a_head_groups when set (refused,
 // naming the values, unless it divides both), else choose_a2a_head_groups.
 int64_t a2a_head_groups(const CpContext& ctx, int64_t q_heads, int64_t kv_heads, int64_t tokens);
-// The automatic count: 1 (no pipelining), because every split measured slower on NVLink-connected
-// H100/H200s; set ContextParallel::a2a_head_groups to pipeline where the exchange dominates.
+// The automatic count: 1 (no pipelining), because every split measured slower on NVLink-connected GPUs
+// (docs/cp.md); set ContextParallel::a2a_head_groups to pipeline where the exchange dominates.
 int64_t choose_a2a_head_groups(int64_t q_heads, int64_t kv_heads, int64_t tokens);
 
 }  // namespace cpf::cp

@@ -1,7 +1,7 @@
 #pragma once
 // map_to_cudnn with a per-thread memory of the last few results (private to cpf_attention_cuda). The
-// mapping walks every token's position (row intervals, undefined rows): about 0.1-0.4 ms per call at
-// 8k tokens on the 2-core development VM (benchmarks/cpu_cp_host_bench.cpp). Every layer of a CP step
+// mapping walks every token's position (row intervals, undefined rows): O(tokens) host work a call, timed
+// by benchmarks/cpu_cp_host_bench.cpp (docs/cp.md, "Host work"). Every layer of a CP step
 // makes the same ring tiles (the same lengths and positions) in its forward and its backward, so after
 // the first layer a tile's mapping is a lookup: a comparison of the problem's lengths and positions.
 #include <cstddef>

@@ -11,10 +11,10 @@
 // packed (h_q, T) lse in one pass; the undefined-row fix-ups run once after the last group, over the
 // whole call, as for one execution.
 //
-// Off by default: CPF_CUDNN_THD_GROUPS=1 groups, unset or 0 runs every thd call as one execution. On
-// 2 x H200 (2026-11-26) grouping changed the packed-documents benchmark by less than 1% (p2p 42.25 ms
-// grouped against 42.05 one execution), and each distinct group shape is a cuDNN plan of its own (0.1-1 s
-// to build), which training on batches whose documents change every step would pay again and again.
+// Off by default: CPF_CUDNN_THD_GROUPS=1 groups, unset or 0 runs every thd call as one execution.
+// Grouping measured within noise of one execution on the packed-documents benchmark (docs/cp.md and
+// docs/attention.md give the figures), and each distinct group shape is a cuDNN plan of its own (slow to
+// build), which training on batches whose documents change every step would pay again and again.
 // Read once per process.
 #include <cstdint>
 #include <memory>

@@ -42,8 +42,8 @@ struct ClassifierLossOptions {
 namespace cpf::raw {
 
 // The chunk size classifier_chunk_rows aims for: the logits of one chunk in the logits' dtype.
-// 1 GiB: short chunks make the three GEMMs less efficient (at 2,560 rows the fused path was 11% slower
-// than the unfused one on an H200), and 1 GiB is still about a third of GPT-2's whole bf16 logits (32768 x 50304).
+// 1 GiB: short chunks make the three GEMMs less efficient (docs/training.md, "The LM head and the loss",
+// has the measurements), and 1 GiB is still about a third of GPT-2's whole bf16 logits (32768 x 50304).
 inline constexpr int64_t kClassifierChunkBytes = int64_t(1) << 30;
 
 struct ClassifierLossResult {

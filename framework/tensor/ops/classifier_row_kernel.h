@@ -5,10 +5,8 @@
 //   rereadN      a block of N threads (256, 512, 1024) per row, no shared memory: the second sweep re-reads
 //                the row (from L2 when it is still there)
 //   auto         (or unset) cached when the row fits shared memory, else reread512
-// cached for a row past the shared memory runs reread512. Measured on an H100 (2026-11-26, GPT-2's
-// 8192 x 50304 bf16 chunks, gpu_classifier_bench BM_Fused/8192, ms per 10 calls): cached 144, reread256 149,
-// reread512 146, reread1024 143, and a pipelined kernel (a block per SM, cp.async fetching the next row
-// into a second buffer) 148: within noise of each other, so the pipelined kernel was dropped.
+// cached for a row past the shared memory runs reread512. The passes (and a pipelined one, dropped) measured
+// within noise of each other: docs/training.md, "The LM head and the loss", gives the figures and command.
 #include <string>
 
 namespace cpf::raw {
