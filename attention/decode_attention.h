@@ -24,6 +24,10 @@
 
 namespace cpf {
 
+// The largest head dim (D_qk and D_v) the device kernel holds in registers (the CPU has no limit); a
+// decoder for wider heads keeps the general kernels (models/gpt_decoder.h).
+inline constexpr int64_t kDecodeAttentionMaxHeadDim = 640;
+
 // spec: a causal mask (causal or padding_causal: the lengths are the padding; thd format), its window,
 // scale, head counts and sink as for the full forward. Lengths outside [0, capacity] are refused on the
 // CPU; on a device they are checked by the device (an error at the next synchronisation) and never read

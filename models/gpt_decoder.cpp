@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "attention/decode_attention.h"
 #include "framework/autograd/grad_mode.h"
 #include "framework/autograd/ops.h"
 #include "framework/core/error.h"
@@ -26,6 +27,11 @@ Tensor greedy_picks(const Tensor& logits) {
 
 }  // namespace
 
+int64_t decode_head_dim(const GPTOptions& o) {
+  if (o.attention == AttentionType::mla) return o.kv_lora_rank + o.qk_rope_head_dim + (o.bias ? 1 : 0);
+  return o.head_dim > 0 ? o.head_dim : o.hidden_size / o.num_heads;
+}
+
 GPTDecoder::GPTDecoder(const GPT& model, int64_t num_sequences, const GPTDecoderOptions& options)
     : model_(model), options_(options), num_sequences_(num_sequences) {
   CPF_CHECK(num_sequences >= 1, "GPTDecoder: num_sequences=", num_sequences, " must be at least 1");
@@ -35,9 +41,14 @@ GPTDecoder::GPTDecoder(const GPT& model, int64_t num_sequences, const GPTDecoder
   window_start_.assign(static_cast<size_t>(num_sequences), 0);
   cached_.assign(static_cast<size_t>(num_sequences), 0);
   seen_length_.assign(static_cast<size_t>(num_sequences), 0);
-  tables_usable_ = options.kv_cache && options.cuda_graph;
+  const int64_t head_dim = decode_head_dim(model.options());
+  const bool fits = model.device().is_cpu() || head_dim <= kDecodeAttentionMaxHeadDim;
+  tables_usable_ = options.kv_cache && options.cuda_graph && fits;
   graph_usable_ = tables_usable_ && DeviceGraph::supported(model.device());
-  if (!tables_usable_) {
+  if (!fits) {
+    graph_note_ = "off (attention head dim " + std::to_string(head_dim) + " exceeds the decode kernel's " +
+                  std::to_string(kDecodeAttentionMaxHeadDim) + "; decoding steps run eagerly)";
+  } else if (!tables_usable_) {
     graph_note_ = "off (" + std::string(options.kv_cache ? "cuda_graph = false" : "no KV cache") + ")";
   } else if (!graph_usable_) {
     graph_note_ = "off (" + model.device().str() + " does not capture graphs; decoding steps run eagerly)";

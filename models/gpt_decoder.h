@@ -44,6 +44,10 @@ struct GPTDecoderOptions {
   bool cuda_graph = true;
 };
 
+// The widest head a decoding step's attention sees for a model of `options`: mha/gqa's head dim; MLA's
+// cached latent (kv_lora_rank + qk_rope_head_dim, + 1 with biases: multi_head_latent_attention_cached.cpp).
+int64_t decode_head_dim(const GPTOptions& options);
+
 class GPTDecoder {
  public:
   // `model` must outlive the decoder; it is used on its device, in eval mode, under NoGradGuard.

@@ -8,7 +8,7 @@
 namespace cpf::attention_cuda::decode {
 
 // The largest head dim (D_qk and D_v) the kernel holds in registers: 32 lanes x kMaxPerLane values.
-constexpr int kMaxHeadDim = 640;
+constexpr int kMaxHeadDim = 640;  // kDecodeAttentionMaxHeadDim (attention/decode_attention.h)
 
 struct DecodeLaunch {
   int dtype = 0;                  // cpf::DType code of out, q, keys, values: 0 f32, 1 f64, 2 bf16

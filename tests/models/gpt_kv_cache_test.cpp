@@ -164,6 +164,28 @@ TEST_P(KVCacheEquivalence, DecodingStepsThroughDeviceTablesMatchTheHostTables) {
   EXPECT_EQ(tables.graph_replays(), 0);  // no graphs on the CPU
 }
 
+// The widest head a decoding step attends with: what decides whether the device kernel can serve it.
+TEST(KVCache, DecodeHeadDimIsTheWidestCachedHead) {
+  GPTOptions mha = base();
+  EXPECT_EQ(decode_head_dim(mha), mha.hidden_size / mha.num_heads);
+  mha.head_dim = 96;
+  EXPECT_EQ(decode_head_dim(mha), 96);
+  GPTOptions mla = base();
+  mla.attention = AttentionType::mla;
+  mla.kv_lora_rank = 512;
+  mla.qk_rope_head_dim = 64;
+  EXPECT_EQ(decode_head_dim(mla), 576);
+  mla.bias = true;
+  EXPECT_EQ(decode_head_dim(mla), 577);
+  Generator gen(7);
+  GPTOptions wide = base();
+  wide.hidden_size = 8;
+  wide.num_heads = 1;  // head dim 8 on the CPU: any width runs through the tables there
+  GPT model(wide, &gen);
+  EXPECT_THAT(GPTDecoder(model, 1, {.context = 4, .max_length = 4}).graph_note(),
+              ::testing::HasSubstr("does not capture graphs"));
+}
+
 // next_greedy picks on the device what argmax over next_logits' rows picks, with the same bookkeeping.
 TEST_P(KVCacheEquivalence, GreedyPicksEqualTheArgmaxOfTheLogits) {
   Generator gen(6);
