@@ -42,11 +42,14 @@ std::vector<std::string> save_on_two_ranks(const TrainConfig& config, int bad) {
 }
 
 TEST(ShardedTrainingCheckpoint, OneRanksFailureFailsEveryRankAndPublishesNothing) {
-  const TrainConfig config = load_train_config_string(addition_yaml(scratch_dir("sharded_collective"), 4), "x.yaml", {});
+  const TrainConfig config =
+      load_train_config_string(addition_yaml(scratch_dir("sharded_collective"), 4), "x.yaml", {});
   const std::vector<std::string> errors = save_on_two_ranks(config, 1);
-  EXPECT_NE(errors[1].find("write_checkpoint_shard: refusing to write rank 1's pieces"), std::string::npos) << errors[1];
-  EXPECT_EQ(errors[0], "checkpoint at step 4: writing a rank's shard failed on another rank (its log names why); "
-                       "nothing was published");
+  EXPECT_NE(errors[1].find("write_checkpoint_shard: refusing to write rank 1's pieces"), std::string::npos)
+      << errors[1];
+  EXPECT_EQ(errors[0],
+            "checkpoint at step 4: writing a rank's shard failed on another rank (its log names why); "
+            "nothing was published");
   EXPECT_TRUE(io::list_checkpoints(checkpoints_dir(config)).empty());
 
   const std::vector<std::string> fine = save_on_two_ranks(config, -1);
