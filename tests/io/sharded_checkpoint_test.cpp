@@ -150,6 +150,13 @@ TEST_F(ShardedCheckpoint, PieceNamesAndValuesAreCheckedBeforeWriting) {
                    "write_checkpoint_shard: refusing to write rank 0's pieces into");
   EXPECT_CPF_ERROR(io::write_checkpoint_shard(tmp, 1, 1, {}, nullptr), "write_checkpoint_shard: rank 1 of world 1");
   EXPECT_TRUE(testing::sorted_names(tmp).empty()) << "nothing written by refused calls";
+  EXPECT_CPF_ERROR(io::prepare_sharded_checkpoint("", 7), "prepare_sharded_checkpoint: the folder name is empty");
+  EXPECT_CPF_ERROR(io::write_checkpoint_shard((dir_ / "nowhere").string(), 0, 1, {}, nullptr),
+                   "is not a folder (rank 0 prepares it with prepare_sharded_checkpoint before the ranks write)");
+  EXPECT_CPF_ERROR(io::finish_sharded_checkpoint(dir_.string(), tmp, io::CheckpointMeta{.step = 8}, 1),
+                   "is not the temporary folder of step 8 (prepare_sharded_checkpoint's)");
+  EXPECT_CPF_ERROR(io::finish_sharded_checkpoint(dir_.string(), tmp, io::CheckpointMeta{.step = 7}, 0),
+                   "finish_sharded_checkpoint: world 0 must be at least 1");
 }
 
 }  // namespace
