@@ -1,10 +1,10 @@
-// cpformer: train, generate, check-config (apps/trainer/cli.h).
+// cpformer: train, generate, check-config (apps/cli/cli.h).
 #include <unistd.h>
 
 #include <iostream>
 
-#include "apps/trainer/cli.h"
-#include "apps/trainer/fatal_handler.h"
+#include "apps/cli/cli.h"
+#include "apps/cli/fatal_handler.h"
 
 int main(int argc, char** argv) {
   cpf::trainer::install_fatal_handler();

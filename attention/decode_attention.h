@@ -4,7 +4,7 @@
 //
 //   q       (S, H, D_qk)              the newest token of each of S sequences
 //   keys    (S * capacity, H_kv, D_qk) sequence n's tokens in rows [n * capacity, n * capacity + len_n)
-//   values  (S * capacity, H_kv, D_v)  (attention/modules/kv_cache.h lays the cache out this way)
+//   values  (S * capacity, H_kv, D_v)  (attention/nn/kv_cache.h lays the cache out this way)
 //   lengths (S) i32/i64               len_n: tokens in slot n, the new one included (0 <= len_n <= capacity)
 //   out     (S, H, D_v) in q's dtype
 //

@@ -27,15 +27,15 @@
 #include "attention/attention_problem.h"
 #include "attention/cp/layout.h"
 #include "attention/cp/layout_cache.h"
-#include "attention/modules/attention_layout.h"
-#include "attention/modules/rope_positions_cache.h"
+#include "attention/nn/attention_layout.h"
+#include "attention/nn/rope_positions_cache.h"
 #if CPF_BENCH_CUDNN_MAPPING
 #include "attention/cuda/backend_selection.h"
-#include "attention/cuda/cudnn_mapping_cache.h"
-#include "attention/cuda/cudnn_row_tables.h"
-#include "attention/cuda/cudnn_sdpa.h"
-#include "attention/cuda/cudnn_sdpa_mapping.h"
-#include "attention/cuda/cudnn_sdpa_rows.h"
+#include "attention/cuda/cudnn/fused_attention.h"
+#include "attention/cuda/cudnn/problem_mapping.h"
+#include "attention/cuda/cudnn/problem_mapping_cache.h"
+#include "attention/cuda/cudnn/row_fixup_tables.h"
+#include "attention/cuda/cudnn/row_fixups.h"
 #include "attention/cuda/device_tables.h"
 #endif
 
@@ -219,7 +219,7 @@ void BM_RopePositionsBuilt(benchmark::State& state) {
   const Tensor x = empty({tokens / kCp, kHeads, kDim}, {.dtype = DType::bf16});
   const std::optional<SequenceInfo> seq = SequenceInfo::from_cu_seqlens({0, tokens}, {0, tokens});
   for (auto _ : state) {
-    benchmark::DoNotOptimize(attention_modules::cp_rope_positions(x, QkvFormat::thd, seq, false, kCp, 1));
+    benchmark::DoNotOptimize(nn::cp_rope_positions(x, QkvFormat::thd, seq, false, kCp, 1));
     benchmark::DoNotOptimize(seq->resolved_q_positions() == seq->resolved_kv_positions());  // the q/k check
   }
 }
@@ -230,8 +230,8 @@ void BM_RopePositionsCached(benchmark::State& state) {
   const Tensor x = empty({tokens / kCp, kHeads, kDim}, {.dtype = DType::bf16});
   const std::optional<SequenceInfo> seq = SequenceInfo::from_cu_seqlens({0, tokens}, {0, tokens});
   for (auto _ : state) {
-    benchmark::DoNotOptimize(attention_modules::cached_rope_positions(x, QkvFormat::thd, seq, false, kCp, 1));
-    benchmark::DoNotOptimize(attention_modules::same_rope_positions(*seq));
+    benchmark::DoNotOptimize(nn::cached_rope_positions(x, QkvFormat::thd, seq, false, kCp, 1));
+    benchmark::DoNotOptimize(nn::same_rope_positions(*seq));
   }
 }
 BENCHMARK(BM_RopePositionsCached)->Arg(32768)->Arg(131072)->Unit(benchmark::kMicrosecond);

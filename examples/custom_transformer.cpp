@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "attention/modules/multi_head_attention.h"
+#include "attention/nn/multi_head_attention.h"
 #include "framework/autograd/engine.h"
 #include "framework/autograd/ops.h"
 #include "framework/nn/dropout.h"

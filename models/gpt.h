@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "attention/cp/context_parallel.h"
-#include "attention/modules/kv_cache.h"
+#include "attention/nn/kv_cache.h"
 #include "attention/sequence_info.h"
 #include "framework/autograd/functions/add_norm.h"
 #include "framework/config/schema.h"
@@ -173,7 +173,7 @@ class GPT : public nn::Module {
   Tensor forward(const GPTInput& input, const cp::ContextParallel* cp = nullptr) const;
 
   // Incremental decoding (models/gpt_decoder.h drives it): tokens (T_new) i64 are `step`'s new tokens
-  // packed per sequence (attention/modules/kv_cache.h), `caches` one KVCache per block. Returns their
+  // packed per sequence (attention/nn/kv_cache.h), `caches` one KVCache per block. Returns their
   // logits (T_new, vocab_size): the rows forward() gives for the same tokens over each whole prefix.
   // Under NoGradGuard, without CP.
   Tensor forward_cached(const Tensor& tokens, const nn::KVCacheStep& step, std::vector<nn::KVCache>& caches) const;

@@ -16,8 +16,8 @@
 #include <functional>
 #include <memory>
 
-#include "attention/modules/multi_head_attention.h"
-#include "attention/modules/multi_head_latent_attention.h"
+#include "attention/nn/multi_head_attention.h"
+#include "attention/nn/multi_head_latent_attention.h"
 #include "framework/autograd/functions/add_norm.h"
 #include "models/gpt.h"
 

@@ -7,7 +7,7 @@
 //
 //   kv_cache = false   every call runs the full forward over each sequence's window
 //   kv_cache = true    each layer keeps the keys/values of the tokens already seen
-//                      (attention/modules/kv_cache.h), so a call feeds only the tokens added since the
+//                      (attention/nn/kv_cache.h), so a call feeds only the tokens added since the
 //                      last one. Once a sequence outgrows `context` its window slides and every position
 //                      changes, so from then on each of its calls refeeds its window (as the full
 //                      forward does); until then decoding a token costs one token's forward.
@@ -29,7 +29,7 @@
 #include <string>
 #include <vector>
 
-#include "attention/modules/kv_cache.h"
+#include "attention/nn/kv_cache.h"
 #include "framework/tensor/device_graph.h"
 #include "models/gpt.h"
 

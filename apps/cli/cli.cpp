@@ -1,9 +1,9 @@
-#include "apps/trainer/cli.h"
+#include "apps/cli/cli.h"
 
 #include <new>
 
-#include "apps/trainer/command_table.h"
-#include "apps/trainer/config.h"
+#include "apps/cli/command_table.h"
+#include "apps/config/config.h"
 #include "apps/trainer/trainer.h"
 #include "framework/config/did_you_mean.h"
 

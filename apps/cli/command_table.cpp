@@ -1,4 +1,4 @@
-#include "apps/trainer/command_table.h"
+#include "apps/cli/command_table.h"
 
 #include <algorithm>
 #include <sstream>
@@ -172,7 +172,7 @@ std::string version_text() {
   features += ", openmp";
 #endif
   return std::string("cpformer ") + CPF_VERSION + " (" + features + ")\ntokenizer character classes: Unicode " +
-         data::pretokenizer_unicode_version() + " (ICU)\n";
+         models::data::pretokenizer_unicode_version() + " (ICU)\n";
 }
 
 namespace {

@@ -1,7 +1,7 @@
-#include "apps/trainer/config_check.h"
+#include "apps/cli/config_check.h"
 
 #include "apps/trainer/evaluation.h"
-#include "apps/trainer/grad_accumulation.h"
+#include "apps/trainer/step/grad_accumulation.h"
 #include "apps/trainer/trainer.h"
 #include "framework/distributed/environment.h"
 #include "framework/distributed/launcher.h"
@@ -29,7 +29,7 @@ std::string describe_model(const TrainConfig& c) {
 RuntimeNeed training_files(const TrainConfig& c) {
   if (c.data.source != "synthetic") {
     try {
-      data::expand_file_pattern(c.data.path, "data.path");
+      models::data::expand_file_pattern(c.data.path, "data.path");
     } catch (const Error& e) {
       return {"data files", false, e.message()};
     }
@@ -40,7 +40,7 @@ RuntimeNeed training_files(const TrainConfig& c) {
 
 RuntimeNeed held_out_files(const TrainConfig& c) {
   try {
-    data::expand_file_pattern(c.run.eval_path, "run.eval_path");
+    models::data::expand_file_pattern(c.run.eval_path, "run.eval_path");
   } catch (const Error& e) {
     return {"held-out files", false, e.message()};
   }
@@ -111,7 +111,7 @@ void print_config_check(const std::string& name, const TrainConfig& c, std::ostr
       << c.data.layout << ", seq_len " << c.data.seq_len << "\n";
   if (const int64_t accum = grad_accum_steps(c); accum > 1) {
     out << "  batch: " << accum * micro_step_tokens(c) << " tokens per step = " << accum
-        << " accumulated micro-batches x " << data::effective_tokens_per_batch(c.data) << " tokens x dp "
+        << " accumulated micro-batches x " << models::data::effective_tokens_per_batch(c.data) << " tokens x dp "
         << c.parallel.dp << "\n";
   }
   out << "  parallel: dp=" << c.parallel.dp << " cp=" << c.parallel.cp << " backend "

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "apps/trainer/config.h"
+#include "apps/config/config.h"
 
 namespace cpf::trainer {
 

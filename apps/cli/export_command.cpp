@@ -1,38 +1,14 @@
 // `cpformer export RUN --format hf [--out DIR]`: a checkpoint's weights as a Hugging Face model folder
-// (config.json + model.safetensors, apps/trainer/hf_folder.h) that transformers' from_pretrained loads.
+// (config.json + model.safetensors, apps/run/hf_folder.h) that transformers' from_pretrained loads.
 #include <filesystem>
 #include <iostream>
 
-#include "apps/trainer/checkpointing.h"
-#include "apps/trainer/cli.h"
-#include "apps/trainer/command_table.h"
-#include "apps/trainer/hf_export.h"
-#include "apps/trainer/hf_folder.h"
-#include "framework/io/checkpoint.h"
+#include "apps/cli/cli.h"
+#include "apps/cli/command_table.h"
+#include "apps/export/hf_export.h"
+#include "apps/run/hf_folder.h"
 
 namespace cpf::trainer {
-namespace fs = std::filesystem;
-
-HfExportResult export_hf(const std::string& source, const std::optional<std::string>& out_dir) {
-  HfExportResult r;
-  r.checkpoint = resolve_checkpoint(source);
-  const fs::path checkpoints = fs::path(r.checkpoint).parent_path();
-  if (out_dir) {
-    r.out_dir = *out_dir;
-  } else {
-    // The run folder's hf/ when the checkpoint is one of a run's; elsewhere the caller must say.
-    CPF_CHECK(checkpoints.filename() == "checkpoints", "export: ", r.checkpoint,
-              " is not in a run folder's checkpoints/; give the output folder with --out DIR");
-    r.out_dir = (checkpoints.parent_path() / "hf").string();
-  }
-  const TrainConfig config = checkpoint_config(r.checkpoint);
-  models::GPT model(config.model);
-  const io::CheckpointMeta meta = io::load_checkpoint(r.checkpoint, model.named_parameters(), nullptr, "");
-  r.step = meta.step;
-  r.arch = write_hf_folder(r.out_dir, config.model, model.named_parameters());
-  return r;
-}
-
 namespace {
 
 int run_export(const CommandLine& line, std::ostream& out, std::ostream&, bool) {

@@ -1,4 +1,4 @@
-#include "apps/trainer/fatal_handler.h"
+#include "apps/cli/fatal_handler.h"
 
 #include <cstdio>
 #include <cstdlib>

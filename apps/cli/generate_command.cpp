@@ -3,11 +3,11 @@
 // a usage error (exit 2) like every other command's, not a runtime error.
 #include <cmath>
 
-#include "apps/trainer/checkpointing.h"
-#include "apps/trainer/cli.h"
-#include "apps/trainer/command_table.h"
-#include "apps/trainer/config.h"
-#include "apps/trainer/generate.h"
+#include "apps/cli/cli.h"
+#include "apps/cli/command_table.h"
+#include "apps/config/config.h"
+#include "apps/generate/generate.h"
+#include "apps/run/checkpointing.h"
 
 namespace cpf::trainer {
 namespace {

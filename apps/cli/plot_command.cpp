@@ -10,10 +10,10 @@
 #include <filesystem>
 #include <set>
 
-#include "apps/trainer/checked_file.h"
-#include "apps/trainer/cli.h"
-#include "apps/trainer/command_table.h"
-#include "apps/trainer/run_plot.h"
+#include "apps/cli/cli.h"
+#include "apps/cli/command_table.h"
+#include "apps/report/checked_file.h"
+#include "apps/report/run_plot.h"
 #include "apps/trainer/trainer.h"
 
 extern char** environ;

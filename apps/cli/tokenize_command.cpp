@@ -5,8 +5,8 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "apps/trainer/cli.h"
-#include "apps/trainer/command_table.h"
+#include "apps/cli/cli.h"
+#include "apps/cli/command_table.h"
 #include "apps/trainer/trainer.h"
 #include "framework/core/error.h"
 #include "models/data/file_glob.h"
@@ -28,27 +28,27 @@ std::string format(const char* fmt, double a, double b = 0, double c = 0) {
 void check_inputs_exist(const std::vector<std::string>& inputs) {
   for (const std::string& input : inputs) {
     try {
-      data::expand_file_pattern(input, "input");
+      models::data::expand_file_pattern(input, "input");
     } catch (const Error& e) {
       throw DataError(e.message());
     }
   }
 }
 
-data::TextToShardsOptions tokenize_options(const CommandLine& line) {
+models::data::TextToShardsOptions tokenize_options(const CommandLine& line) {
   if (line.positional.empty()) throw UsageError("'tokenize' needs at least one input text file", line.command);
   const auto output = line.value("--output");
   if (!output) throw UsageError("'tokenize' needs --output PREFIX (writes PREFIX_train_000000.bin, ...)", line.command);
-  data::TextToShardsOptions o;
+  models::data::TextToShardsOptions o;
   o.inputs = line.positional;
   o.output_prefix = *output;
   try {
-    o.split = data::parse_text_split(line.value("--text-split").value_or("blank_lines"));
+    o.split = models::data::parse_text_split(line.value("--text-split").value_or("blank_lines"));
     o.separator = line.value("--text-separator").value_or("");
-    if (o.split == data::TextSplit::separator && o.separator.empty()) {
+    if (o.split == models::data::TextSplit::separator && o.separator.empty()) {
       throw UsageError("--text-split separator needs --text-separator S", line.command);
     }
-    if (const auto type = line.value("--token-type")) o.type = data::parse_shard_token_type(*type);
+    if (const auto type = line.value("--token-type")) o.type = models::data::parse_shard_token_type(*type);
   } catch (const Error& e) {
     throw UsageError(e.message(), line.command);
   }
@@ -72,11 +72,11 @@ data::TextToShardsOptions tokenize_options(const CommandLine& line) {
   check_inputs_exist(o.inputs);
   const std::string spec = line.value("--tokenizer").value_or("gpt2");
   try {
-    o.tokenizer = data::load_tokenizer(spec);
+    o.tokenizer = models::data::load_tokenizer(spec);
   } catch (const Error& e) {
     throw UsageError("--tokenizer " + spec + ": " + e.message(), line.command);
   }
-  if (o.type == data::ShardTokenType::uint16 && o.tokenizer->vocab_size() > 65536) {
+  if (o.type == models::data::ShardTokenType::uint16 && o.tokenizer->vocab_size() > 65536) {
     throw UsageError("--token-type uint16: tokenizer " + spec + " has " + std::to_string(o.tokenizer->vocab_size()) +
                          " tokens, more than uint16 ids hold; use uint32 (the default for it)",
                      line.command);
@@ -85,7 +85,7 @@ data::TextToShardsOptions tokenize_options(const CommandLine& line) {
 }
 
 // "tokenize: 12.1/40.0 MB (30%) | 2,345 docs | 3.2M tokens | 1.9 MB/s, 0.5M tokens/s"
-std::string progress_line(const data::TextToShardsProgress& p, double seconds) {
+std::string progress_line(const models::data::TextToShardsProgress& p, double seconds) {
   const double mb = 1e-6 * static_cast<double>(p.bytes_done), total = 1e-6 * static_cast<double>(p.bytes_total);
   const double pct =
       p.bytes_total > 0 ? 100.0 * static_cast<double>(p.bytes_done) / static_cast<double>(p.bytes_total) : 100;
@@ -96,13 +96,13 @@ std::string progress_line(const data::TextToShardsProgress& p, double seconds) {
 }
 
 int run_tokenize(const CommandLine& line, std::ostream& out, std::ostream& err, bool terminal) {
-  const data::TextToShardsOptions o = tokenize_options(line);
+  const models::data::TextToShardsOptions o = tokenize_options(line);
   const auto start = Clock::now();
   auto last = start;
   const auto seconds = [&](Clock::time_point t) { return std::chrono::duration<double>(t - start).count(); };
   // A bar redrawn in place on a terminal (and left at 100% at the end); otherwise a line every 10 s.
-  data::TextToShardsProgress latest;
-  const auto draw = [&](const data::TextToShardsProgress& p, Clock::time_point now) {
+  models::data::TextToShardsProgress latest;
+  const auto draw = [&](const models::data::TextToShardsProgress& p, Clock::time_point now) {
     if (!terminal) {
       out << progress_line(p, seconds(now)) << std::endl;
       return;
@@ -114,14 +114,14 @@ int run_tokenize(const CommandLine& line, std::ostream& out, std::ostream& err, 
     out << "\r[" << std::string(filled, '#') << std::string(static_cast<size_t>(width) - filled, '.') << "] "
         << progress_line(p, seconds(now)) << std::flush;
   };
-  const auto progress = [&](const data::TextToShardsProgress& p) {
+  const auto progress = [&](const models::data::TextToShardsProgress& p) {
     latest = p;
     const auto now = Clock::now();
     if (std::chrono::duration<double>(now - last).count() < (terminal ? 0.2 : 10.0)) return;
     last = now;
     draw(p, now);
   };
-  const data::TextToShardsResult r = data::text_to_shards(o, progress);
+  const models::data::TextToShardsResult r = models::data::text_to_shards(o, progress);
   const double elapsed = std::max(seconds(Clock::now()), 1e-9);
   if (terminal) {
     draw(latest, Clock::now());
@@ -130,7 +130,8 @@ int run_tokenize(const CommandLine& line, std::ostream& out, std::ostream& err, 
   const int64_t tokens = r.train_tokens + r.val_tokens;
   out << "tokenize: " << r.documents << " documents from " << r.input_files.size() << " file(s), "
       << format("%.2f MB", 1e-6 * static_cast<double>(r.bytes)) << " -> " << tokens << " tokens ("
-      << o.tokenizer->name() << ", " << (r.type == data::ShardTokenType::uint16 ? "uint16" : "uint32") << ") in "
+      << o.tokenizer->name() << ", " << (r.type == models::data::ShardTokenType::uint16 ? "uint16" : "uint32")
+      << ") in "
       << format("%.2f s: %.2f MB/s, %.0f tokens/s", elapsed, 1e-6 * static_cast<double>(r.bytes) / elapsed,
                 static_cast<double>(tokens) / elapsed)
       << "\n";
@@ -151,7 +152,7 @@ int run_train_tokenizer(const CommandLine& line, std::ostream& out, std::ostream
   if (!output) throw UsageError("'train-tokenizer' needs --output PREFIX (writes PREFIX.model)", line.command);
   const auto vocab = line.value("--vocab-size");
   if (!vocab) throw UsageError("'train-tokenizer' needs --vocab-size N", line.command);
-  data::SentencePieceTraining o{.inputs = {}, .model_prefix = *output};
+  models::data::SentencePieceTraining o{.inputs = {}, .model_prefix = *output};
   o.vocab_size = parse_integer_option("--vocab-size", *vocab);
   o.model_type = line.value("--model-type").value_or("bpe");
   if (const auto n = line.value("--max-sentences")) o.max_sentences = parse_integer_option("--max-sentences", *n);
@@ -162,12 +163,12 @@ int run_train_tokenizer(const CommandLine& line, std::ostream& out, std::ostream
   if (o.max_sentences < 0) throw UsageError("--max-sentences: expected 0 (all) or more", line.command);
   check_inputs_exist(line.positional);
   for (const std::string& input : line.positional) {
-    for (const std::string& file : data::expand_file_pattern(input, "input")) o.inputs.push_back(file);
+    for (const std::string& file : models::data::expand_file_pattern(input, "input")) o.inputs.push_back(file);
   }
   const auto start = Clock::now();
-  const std::string model = data::train_sentencepiece(o);  // SentencePiece logs its progress on stderr
+  const std::string model = models::data::train_sentencepiece(o);  // SentencePiece logs its progress on stderr
   const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-  const auto tok = data::load_tokenizer(model);
+  const auto tok = models::data::load_tokenizer(model);
   out << "train-tokenizer: wrote " << model << " (" << tok->vocab_size() << " pieces, " << o.model_type
       << ", end-of-text " << tok->eot_token() << ") from " << o.inputs.size() << " file(s) in "
       << format("%.1f s", elapsed) << "\nuse it with data.tokenizer: " << model << " or cpformer tokenize --tokenizer "

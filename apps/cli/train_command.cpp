@@ -2,13 +2,13 @@
 // and what they do.
 #include <algorithm>
 
-#include "apps/trainer/cli.h"
-#include "apps/trainer/command_table.h"
-#include "apps/trainer/config.h"
-#include "apps/trainer/config_check.h"
+#include "apps/cli/cli.h"
+#include "apps/cli/command_table.h"
+#include "apps/cli/config_check.h"
+#include "apps/cli/train_summary.h"
+#include "apps/config/config.h"
 #include "apps/trainer/memory_plan.h"
 #include "apps/trainer/stop_signals.h"
-#include "apps/trainer/train_summary.h"
 #include "apps/trainer/trainer.h"
 
 namespace cpf::trainer {

@@ -1,9 +1,9 @@
-#include "apps/trainer/train_summary.h"
+#include "apps/cli/train_summary.h"
 
 #include <cstdio>
 #include <filesystem>
 
-#include "apps/trainer/train_log.h"
+#include "apps/report/train_log.h"
 
 namespace cpf::trainer {
 namespace {

@@ -11,7 +11,7 @@
 // checkpoints excluded. MFU appears on GPUs whose peak is known (device_peak.h).
 #include <string>
 
-#include "apps/trainer/config.h"
+#include "apps/config/config.h"
 #include "apps/trainer/trainer.h"
 
 namespace cpf::trainer {

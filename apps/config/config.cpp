@@ -1,4 +1,4 @@
-#include "apps/trainer/config.h"
+#include "apps/config/config.h"
 
 #include <algorithm>
 #include <cctype>
@@ -8,7 +8,7 @@
 #include <map>
 #include <tuple>
 
-#include "apps/trainer/grad_accumulation.h"
+#include "apps/config/accumulation.h"
 #include "attention/cp/cp_support.h"
 #include "framework/tensor/storage.h"
 #include "models/data/synthetic_tasks.h"
@@ -175,7 +175,7 @@ void check_names(const Checker& check, const TrainConfig& c) {
 void check_data_and_vocab(const config::ConfigReader& reader, TrainConfig& c) {
   Checker early(reader, c);
   try {
-    data::validate_data_options(c.data);
+    models::data::validate_data_options(c.data);
   } catch (const Error& e) {
     early.fail_component("data", kDataKeys, e.message());
   }
@@ -322,7 +322,7 @@ void check(const config::ConfigReader& reader, TrainConfig& c) {
 
 }  // namespace
 
-int64_t data_vocab_size(const data::DataOptions& o) { return data::data_source_vocab_size(o); }
+int64_t data_vocab_size(const models::data::DataOptions& o) { return models::data::data_source_vocab_size(o); }
 
 optim::LrScheduleOptions schedule_options(const TrainConfig& c) {
   optim::LrScheduleOptions s;

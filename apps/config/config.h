@@ -5,7 +5,7 @@
 //   model:      models::GPTOptions (models/gpt.h)
 //   optimizer:  AdamW or SGD hyper-parameters
 //   schedule:   learning-rate warmup and decay
-//   data:       data::DataOptions (models/data/data_options.h, docs/data.md)
+//   data:       models::data::DataOptions (models/data/data_options.h, docs/data.md)
 //   parallel:   data and context parallelism over thread ranks
 //   attention:  which attention kernels run on CUDA tensors (backend, deterministic)
 //
@@ -28,7 +28,7 @@
 #include "models/data/data_options.h"
 #include "models/gpt.h"
 
-namespace cpf::data {
+namespace cpf::models::data {
 
 // The `data:` section (keys documented in docs/data.md).
 template <class V>
@@ -72,7 +72,7 @@ void describe(V& v, DataOptions& o) {
   v.field("shuffle", o.shuffle, "shuffle the document order every epoch");
 }
 
-}  // namespace cpf::data
+}  // namespace cpf::models::data
 
 namespace cpf::trainer {
 
@@ -102,7 +102,7 @@ struct RunOptions {
   double target_accuracy = 0.0;       // > 0: stop once exact-match accuracy reaches it
   double target_loss = 0.0;           // > 0: stop once the held-out loss falls to it
   int64_t threads = 0;                // OpenMP threads per rank; 0 = cores / ranks
-  int64_t grad_accum_steps = 1;       // micro-batches per optimizer step (apps/trainer/grad_accumulation.h)
+  int64_t grad_accum_steps = 1;       // micro-batches per optimizer step (apps/trainer/step/grad_accumulation.h)
   std::string init_from;              // starting weights: a cpformer checkpoint or an HF folder (init_from.h)
   RunDevice device = RunDevice::cpu;  // cuda: rank r on cuda:(r % visible GPUs)
   PrecisionMode precision = PrecisionMode::fp32;
@@ -153,7 +153,7 @@ struct TrainConfig {
   models::GPTOptions model;
   OptimizerOptions optimizer;
   ScheduleOptions schedule;
-  data::DataOptions data;
+  models::data::DataOptions data;
   ParallelOptions parallel;
   AttentionOptions attention;
 };
@@ -307,7 +307,7 @@ std::string config_docs_markdown();
 
 // Helpers derived from the config.
 std::string run_dir(const TrainConfig& config);
-int64_t data_vocab_size(const data::DataOptions& options);  // without opening the source
+int64_t data_vocab_size(const models::data::DataOptions& options);  // without opening the source
 optim::LrScheduleOptions schedule_options(const TrainConfig& config);
 // The model options the trainer builds: model: plus the compute dtype (run.precision) and the attention
 // kernels (attention:).

@@ -1,6 +1,6 @@
 #pragma once
 // `cpformer export --format hf`: a checkpoint's weights as a Hugging Face model folder
-// (apps/trainer/hf_folder.h writes it; export_command.cpp is the command).
+// (apps/run/hf_folder.h writes it; apps/cli/export_command.cpp is the command).
 #include <cstdint>
 #include <optional>
 #include <string>

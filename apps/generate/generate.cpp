@@ -1,4 +1,4 @@
-#include "apps/trainer/generate.h"
+#include "apps/generate/generate.h"
 
 #include <algorithm>
 #include <chrono>
@@ -9,9 +9,9 @@
 #include <limits>
 #include <memory>
 
-#include "apps/trainer/checkpointing.h"
+#include "apps/run/checkpointing.h"
+#include "apps/run/run_tokenizer.h"
 #include "apps/trainer/evaluation.h"
-#include "apps/trainer/run_tokenizer.h"
 #include "framework/autograd/ops.h"
 #include "framework/io/checkpoint.h"
 #include "framework/tensor/ops/copy.h"
@@ -27,18 +27,18 @@ namespace {
 struct Tokenizer {
   bool synthetic = false;
   int64_t eot = 0;
-  std::shared_ptr<const data::Tokenizer> text;
+  std::shared_ptr<const models::data::Tokenizer> text;
   std::vector<int64_t> encode(const std::string& prompt) const {
-    if (synthetic) return data::synthetic_encode(prompt);
-    return text->encode(prompt, data::SpecialTokens::parse);
+    if (synthetic) return models::data::synthetic_encode(prompt);
+    return text->encode(prompt, models::data::SpecialTokens::parse);
   }
   std::string decode(const std::vector<int64_t>& ids) const {
-    return synthetic ? data::synthetic_decode(ids) : text->decode(ids);
+    return synthetic ? models::data::synthetic_decode(ids) : text->decode(ids);
   }
 };
 
 Tokenizer model_tokenizer(const std::string& checkpoint, const TrainConfig& config) {
-  if (config.data.source == "synthetic") return {true, data::synthetic_vocab::kEndOfText, nullptr};
+  if (config.data.source == "synthetic") return {true, models::data::synthetic_vocab::kEndOfText, nullptr};
   auto text = checkpoint_tokenizer(checkpoint, config);
   return {false, text->eot_token(), text};
 }
@@ -71,12 +71,12 @@ std::vector<std::vector<int64_t>> encode_prompts(const GenerateOptions& options,
     return {tok.encode(*options.prompt)};
   }
   CPF_CHECK(tok.synthetic, "generate: a text model needs a prompt (--prompt TEXT)");
-  const data::SyntheticSource source({.task = data::parse_synthetic_task(config.data.task),
-                                      .min_len = config.data.min_len,
-                                      .max_len = config.data.max_len,
-                                      .num_examples = config.data.num_examples,
-                                      .seed = config.data.seed});
-  return {source.example(0, data::Split::eval).prompt};
+  const models::data::SyntheticSource source({.task = models::data::parse_synthetic_task(config.data.task),
+                                              .min_len = config.data.min_len,
+                                              .max_len = config.data.max_len,
+                                              .num_examples = config.data.num_examples,
+                                              .seed = config.data.seed});
+  return {source.example(0, models::data::Split::eval).prompt};
 }
 
 Device checked_device(const std::string& text) {

@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "apps/trainer/generate_sampling.h"
+#include "apps/generate/generate_sampling.h"
 
 namespace cpf::trainer {
 

@@ -1,4 +1,4 @@
-#include "apps/trainer/generate_sampling.h"
+#include "apps/generate/generate_sampling.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "apps/trainer/checked_file.h"
+#include "apps/report/checked_file.h"
 
 #include <fcntl.h>
 #include <unistd.h>

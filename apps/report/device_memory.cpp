@@ -1,4 +1,4 @@
-#include "apps/trainer/device_memory.h"
+#include "apps/report/device_memory.h"
 
 #if CPF_HAVE_CUDA
 #include "framework/tensor/cuda/cuda.h"

@@ -1,4 +1,4 @@
-#include "apps/trainer/device_peak.h"
+#include "apps/report/device_peak.h"
 
 #include <cstdlib>
 #include <string_view>

@@ -1,4 +1,4 @@
-#include "apps/trainer/heartbeat.h"
+#include "apps/report/heartbeat.h"
 
 namespace cpf::trainer {
 

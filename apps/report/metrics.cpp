@@ -1,4 +1,4 @@
-#include "apps/trainer/metrics.h"
+#include "apps/report/metrics.h"
 
 #include <unistd.h>
 
@@ -9,9 +9,9 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
-#include "apps/trainer/process_memory.h"
-#include "apps/trainer/run_folder.h"
+#include "apps/report/process_memory.h"
 #include "framework/core/error.h"
 
 namespace cpf::trainer {
@@ -219,6 +219,31 @@ void MetricsLogger::progress(int64_t step, double elapsed_seconds, double eta_se
        << format_duration(eta_seconds) << std::flush;
   check_output();
   bar_shown_ = true;
+}
+
+void truncate_metrics(const std::string& path, int64_t step, bool drop_step_line) {
+  // Only a regular file is rewritten: a FIFO or device the user put there is theirs (and reading
+  // /dev/full or /dev/zero would never end).
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return;
+  std::ifstream in(path, std::ios::binary);
+  CPF_CHECK(in.good(), "cannot read ", path, ": ", std::strerror(errno));
+  std::ostringstream kept;
+  std::string line;
+  bool dropped = false;
+  while (std::getline(in, line)) {
+    const nlohmann::json record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    const bool keep = record.is_object() && record.contains("step") && record["step"].is_number_integer() &&
+                      record["step"].get<int64_t>() <= step &&
+                      !(drop_step_line && record["step"].get<int64_t>() == step && record.contains("loss"));
+    if (keep) {
+      kept << line << '\n';
+    } else {
+      dropped = true;
+    }
+  }
+  CPF_CHECK(in.eof(), "cannot read ", path, ": ", std::strerror(errno));
+  if (dropped) write_file_atomically(path, kept.str());
 }
 
 }  // namespace cpf::trainer

@@ -19,9 +19,9 @@
 #include <ostream>
 #include <string>
 
-#include "apps/trainer/checked_file.h"
-#include "apps/trainer/heartbeat.h"
-#include "apps/trainer/train_log.h"
+#include "apps/report/checked_file.h"
+#include "apps/report/heartbeat.h"
+#include "apps/report/train_log.h"
 
 namespace cpf::trainer {
 
@@ -104,5 +104,11 @@ class MetricsLogger {
   std::mutex mutex_;                      // the heartbeat thread prints too
   std::unique_ptr<Heartbeat> heartbeat_;  // last: its thread may call back into the fields above
 };
+
+// Rewrites metrics.jsonl to keep only the records of steps <= `step` (the step the run starts from),
+// so a resumed run records every step once; with drop_step_line, the step line (a record with a loss) of
+// `step` itself goes too (its evaluation stays). Lines that do not parse (a record torn by a crash) are
+// dropped. Throws naming the path and the OS error when it cannot be read or written.
+void truncate_metrics(const std::string& path, int64_t step, bool drop_step_line = false);
 
 }  // namespace cpf::trainer

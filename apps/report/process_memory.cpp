@@ -1,4 +1,4 @@
-#include "apps/trainer/process_memory.h"
+#include "apps/report/process_memory.h"
 
 #include <cstdio>
 #include <fstream>

@@ -1,4 +1,4 @@
-#include "apps/trainer/run_plot.h"
+#include "apps/report/run_plot.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "apps/trainer/checked_file.h"
+#include "apps/report/checked_file.h"
 #include "framework/core/error.h"
 
 namespace cpf::trainer {

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "apps/trainer/svg_chart.h"
+#include "apps/report/svg_chart.h"
 
 namespace cpf::trainer {
 

@@ -1,4 +1,4 @@
-#include "apps/trainer/step_profiler.h"
+#include "apps/report/step_profiler.h"
 
 #include <algorithm>
 #include <cstdio>

@@ -1,4 +1,4 @@
-#include "apps/trainer/svg_chart.h"
+#include "apps/report/svg_chart.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "apps/trainer/train_log.h"
+#include "apps/report/train_log.h"
 
 #include <cstdio>
 #include <ctime>

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "apps/trainer/checked_file.h"
+#include "apps/report/checked_file.h"
 
 namespace cpf::trainer {
 

@@ -1,4 +1,4 @@
-#include "apps/trainer/checkpointing.h"
+#include "apps/run/checkpointing.h"
 
 #include <cstdio>
 #include <filesystem>
@@ -94,7 +94,7 @@ ResumeState load_training_checkpoint(const std::string& path, const TrainConfig&
   const io::CheckpointMeta meta = io::load_checkpoint(path, params, &optimizer, config_hash(config));
   auto it = meta.extra.find(kCursorKey);
   CPF_CHECK(it != meta.extra.end(), "resume: ", path, " has no data cursor in meta.json (extra.", kCursorKey, ")");
-  ResumeState state{meta.step, data::parse_data_cursor(it->second)};
+  ResumeState state{meta.step, models::data::parse_data_cursor(it->second)};
   if (auto w = meta.extra.find(kLogWindowKey); w != meta.extra.end()) {
     state.window = parse_log_window(w->second, path);
     state.carried = true;
@@ -102,8 +102,8 @@ ResumeState load_training_checkpoint(const std::string& path, const TrainConfig&
   return state;
 }
 
-io::CheckpointMeta training_checkpoint_meta(const TrainConfig& config, int64_t step, const data::DataCursor& cursor,
-                                            const LogWindow& open_window) {
+io::CheckpointMeta training_checkpoint_meta(const TrainConfig& config, int64_t step,
+                                            const models::data::DataCursor& cursor, const LogWindow& open_window) {
   io::CheckpointMeta meta;
   meta.step = step;
   meta.rng_seed = static_cast<uint64_t>(config.run.seed);
@@ -115,8 +115,8 @@ io::CheckpointMeta training_checkpoint_meta(const TrainConfig& config, int64_t s
 }
 
 std::string save_training_checkpoint(const TrainConfig& config, const optim::NamedTensors& params,
-                                     const optim::Optimizer& optimizer, int64_t step, const data::DataCursor& cursor,
-                                     const LogWindow& open_window) {
+                                     const optim::Optimizer& optimizer, int64_t step,
+                                     const models::data::DataCursor& cursor, const LogWindow& open_window) {
   return io::save_checkpoint(checkpoints_dir(config), params, &optimizer,
                              training_checkpoint_meta(config, step, cursor, open_window),
                              static_cast<int>(config.run.keep_checkpoints));
@@ -152,8 +152,8 @@ void collective_phase(dist::ProcessGroup& group, Device device, bool mine, const
 
 std::string save_sharded_training_checkpoint(const TrainConfig& config, dist::ProcessGroup& group,
                                              const optim::NamedTensors& pieces, const optim::Optimizer& optimizer,
-                                             int64_t step, const data::DataCursor& cursor, const LogWindow& open_window,
-                                             Device device) {
+                                             int64_t step, const models::data::DataCursor& cursor,
+                                             const LogWindow& open_window, Device device) {
   const std::string dir = checkpoints_dir(config), what = "checkpoint at step " + std::to_string(step);
   collective_phase(group, device, group.rank() == 0, what + ": preparing its folder",
                    [&] { io::prepare_sharded_checkpoint(dir, step); });

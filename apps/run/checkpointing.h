@@ -14,7 +14,7 @@
 #include <optional>
 #include <string>
 
-#include "apps/trainer/config.h"
+#include "apps/config/config.h"
 #include "framework/distributed/process_group.h"
 #include "framework/io/checkpoint.h"
 #include "models/data/data_order.h"
@@ -37,7 +37,7 @@ struct LogWindow {
 
 struct ResumeState {
   int64_t step = 0;
-  data::DataCursor cursor;
+  models::data::DataCursor cursor;
   // The checkpoint's open log window; `carried` false for a checkpoint written before it was recorded.
   LogWindow window;
   bool carried = false;
@@ -48,8 +48,8 @@ ResumeState load_training_checkpoint(const std::string& path, const TrainConfig&
 
 // Writes step `step` atomically and prunes to run.keep_checkpoints; returns its folder.
 std::string save_training_checkpoint(const TrainConfig& config, const optim::NamedTensors& params,
-                                     const optim::Optimizer& optimizer, int64_t step, const data::DataCursor& cursor,
-                                     const LogWindow& open_window = {});
+                                     const optim::Optimizer& optimizer, int64_t step,
+                                     const models::data::DataCursor& cursor, const LogWindow& open_window = {});
 
 // Collective over `group` (the sharded state's, every rank): each rank writes its pieces of the parameters
 // (`pieces`: ZeroShards::pieces()) and of the optimizer state (over those pieces) into step `step`'s
@@ -57,12 +57,12 @@ std::string save_training_checkpoint(const TrainConfig& config, const optim::Nam
 // rank fails every rank and publishes nothing. Returns the folder on rank 0 ("" elsewhere).
 std::string save_sharded_training_checkpoint(const TrainConfig& config, dist::ProcessGroup& group,
                                              const optim::NamedTensors& pieces, const optim::Optimizer& optimizer,
-                                             int64_t step, const data::DataCursor& cursor, const LogWindow& open_window,
-                                             Device device);
+                                             int64_t step, const models::data::DataCursor& cursor,
+                                             const LogWindow& open_window, Device device);
 
 // The metadata of step `step`'s checkpoint (config hash, data cursor, effective config, open log window).
-io::CheckpointMeta training_checkpoint_meta(const TrainConfig& config, int64_t step, const data::DataCursor& cursor,
-                                            const LogWindow& open_window = {});
+io::CheckpointMeta training_checkpoint_meta(const TrainConfig& config, int64_t step,
+                                            const models::data::DataCursor& cursor, const LogWindow& open_window = {});
 
 // For generate: `dir` may be a checkpoint (holding meta.json), a folder of step_* checkpoints, or a run
 // folder (its checkpoints/). Returns the checkpoint folder to load (the newest complete one).

@@ -1,4 +1,4 @@
-#include "apps/trainer/hf_folder.h"
+#include "apps/run/hf_folder.h"
 
 #include <cmath>
 #include <filesystem>
@@ -7,7 +7,7 @@
 #include <sstream>
 #include <typeinfo>
 
-#include "apps/trainer/checked_file.h"
+#include "apps/report/checked_file.h"
 
 namespace cpf::trainer {
 namespace fs = std::filesystem;

@@ -1,10 +1,10 @@
-#include "apps/trainer/init_from.h"
+#include "apps/run/init_from.h"
 
 #include <filesystem>
 
-#include "apps/trainer/checkpointing.h"
-#include "apps/trainer/hf_folder.h"
-#include "apps/trainer/resume_rules.h"
+#include "apps/run/checkpointing.h"
+#include "apps/run/hf_folder.h"
+#include "apps/run/resume_rules.h"
 #include "framework/autograd/ops.h"
 #include "framework/io/checkpoint.h"
 #include "framework/tensor/ops/copy.h"

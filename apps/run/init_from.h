@@ -12,7 +12,7 @@
 // key that differs from a model: key, an absent, extra or differently shaped tensor.
 #include <string>
 
-#include "apps/trainer/config.h"
+#include "apps/config/config.h"
 #include "framework/optim/optimizer.h"
 
 namespace cpf::trainer {

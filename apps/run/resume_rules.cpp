@@ -1,4 +1,4 @@
-#include "apps/trainer/resume_rules.h"
+#include "apps/run/resume_rules.h"
 
 #include <charconv>
 #include <cstdio>
@@ -6,7 +6,7 @@
 #include <sstream>
 #include <vector>
 
-#include "apps/trainer/checkpointing.h"
+#include "apps/run/checkpointing.h"
 #include "framework/core/error.h"
 #include "framework/io/checkpoint.h"
 

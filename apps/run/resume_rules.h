@@ -14,7 +14,7 @@
 #include <optional>
 #include <string>
 
-#include "apps/trainer/config.h"
+#include "apps/config/config.h"
 
 namespace cpf::trainer {
 

@@ -1,4 +1,4 @@
-#include "apps/trainer/run_folder.h"
+#include "apps/run/run_folder.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -11,8 +11,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "apps/trainer/checked_file.h"
-#include "apps/trainer/checkpointing.h"
+#include "apps/report/checked_file.h"
+#include "apps/run/checkpointing.h"
 #include "framework/core/error.h"
 #include "framework/io/checkpoint.h"
 
@@ -106,31 +106,6 @@ void apply_start_mode(const TrainConfig& config) {
       CPF_CHECK(!ec, "run.resume: replace: cannot delete ", file.string(), ": ", ec.message());
     }
   }
-}
-
-void truncate_metrics(const std::string& path, int64_t step, bool drop_step_line) {
-  // Only a regular file is rewritten: a FIFO or device the user put there is theirs (and reading
-  // /dev/full or /dev/zero would never end).
-  std::error_code ec;
-  if (!fs::is_regular_file(path, ec)) return;
-  std::ifstream in(path, std::ios::binary);
-  CPF_CHECK(in.good(), "cannot read ", path, ": ", std::strerror(errno));
-  std::ostringstream kept;
-  std::string line;
-  bool dropped = false;
-  while (std::getline(in, line)) {
-    const nlohmann::json record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    const bool keep = record.is_object() && record.contains("step") && record["step"].is_number_integer() &&
-                      record["step"].get<int64_t>() <= step &&
-                      !(drop_step_line && record["step"].get<int64_t>() == step && record.contains("loss"));
-    if (keep) {
-      kept << line << '\n';
-    } else {
-      dropped = true;
-    }
-  }
-  CPF_CHECK(in.eof(), "cannot read ", path, ": ", std::strerror(errno));
-  if (dropped) write_file_atomically(path, kept.str());
 }
 
 }  // namespace cpf::trainer

@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <string>
 
-#include "apps/trainer/config.h"
+#include "apps/config/config.h"
 
 namespace cpf::trainer {
 
@@ -40,11 +40,5 @@ void apply_start_mode(const TrainConfig& config);
 // writes there, so a folder that cannot take checkpoints (read-only, not a folder, a path too long for
 // the file system) is refused before any training work instead of at the first checkpoint.
 void check_checkpoints_writable(const TrainConfig& config);
-
-// Rewrites metrics.jsonl to keep only the records of steps <= `step` (the step the run starts from),
-// so a resumed run records every step once; with drop_step_line, the step line (a record with a loss) of
-// `step` itself goes too (its evaluation stays). Lines that do not parse (a record torn by a crash) are
-// dropped. Throws naming the path and the OS error when it cannot be read or written.
-void truncate_metrics(const std::string& path, int64_t step, bool drop_step_line = false);
 
 }  // namespace cpf::trainer

@@ -1,4 +1,4 @@
-#include "apps/trainer/run_tokenizer.h"
+#include "apps/run/run_tokenizer.h"
 
 #include <filesystem>
 
@@ -19,7 +19,7 @@ std::string recorded_name(const std::string& spec) {
 }  // namespace
 
 void record_run_tokenizer(const TrainConfig& config, const std::string& run_dir) {
-  const std::string spec = data::effective_tokenizer(config.data);
+  const std::string spec = models::data::effective_tokenizer(config.data);
   if (spec.empty() || is_builtin(spec)) return;
   const fs::path target = fs::path(run_dir) / recorded_name(spec);
   const fs::path tmp = fs::path(target).concat(".tmp");
@@ -31,28 +31,29 @@ void record_run_tokenizer(const TrainConfig& config, const std::string& run_dir)
             ")");
 }
 
-std::shared_ptr<const data::Tokenizer> checkpoint_tokenizer(const std::string& checkpoint, const TrainConfig& config) {
+std::shared_ptr<const models::data::Tokenizer> checkpoint_tokenizer(const std::string& checkpoint,
+                                                                    const TrainConfig& config) {
   CPF_CHECK(config.data.source != "synthetic", "generate: ", checkpoint,
             " is a synthetic-task model; it has no text tokenizer");
-  const std::string spec = data::effective_tokenizer(config.data);
+  const std::string spec = models::data::effective_tokenizer(config.data);
   CPF_CHECK(!spec.empty(), "generate: ", checkpoint,
             " was trained on token shards with eot_token=", config.data.eot_token,
             " and no data.tokenizer, so its ids have no text; train with data.tokenizer set to "
             "the tokenizer the shards were made with (cpformer tokenize prints it)");
-  if (is_builtin(spec)) return data::load_tokenizer(spec);
+  if (is_builtin(spec)) return models::data::load_tokenizer(spec);
   const std::string name = recorded_name(spec);
   std::vector<fs::path> places = {fs::path(checkpoint).parent_path().parent_path() / name,
                                   fs::path(run_dir(config)) / name};
   std::error_code ec;
   for (const fs::path& place : places) {
-    if (fs::is_regular_file(place, ec)) return data::load_tokenizer(place.string());
+    if (fs::is_regular_file(place, ec)) return models::data::load_tokenizer(place.string());
   }
   CPF_CHECK(fs::is_regular_file(spec, ec), "generate: the tokenizer of ", checkpoint,
             " is found neither in its run "
             "folder (",
             places[0].string(), ", ", places[1].string(), ") nor at data.tokenizer=", spec,
             "; copy the tokenizer file there");
-  return data::load_tokenizer(spec);
+  return models::data::load_tokenizer(spec);
 }
 
 }  // namespace cpf::trainer

@@ -10,7 +10,7 @@
 #include <memory>
 #include <string>
 
-#include "apps/trainer/config.h"
+#include "apps/config/config.h"
 #include "models/data/tokenizer.h"
 
 namespace cpf::trainer {
@@ -23,6 +23,7 @@ void record_run_tokenizer(const TrainConfig& config, const std::string& run_dir)
 // copy first (the checkpoint's grandparent, then run_dir(config)), else data.tokenizer as named.
 // Throws for synthetic models (they have their own alphabet), for shards with no tokenizer, and when
 // the file is found nowhere, naming where it looked and the fix.
-std::shared_ptr<const data::Tokenizer> checkpoint_tokenizer(const std::string& checkpoint, const TrainConfig& config);
+std::shared_ptr<const models::data::Tokenizer> checkpoint_tokenizer(const std::string& checkpoint,
+                                                                    const TrainConfig& config);
 
 }  // namespace cpf::trainer

@@ -2,8 +2,8 @@
 
 #include <sstream>
 
-#include "apps/trainer/device_memory.h"
-#include "apps/trainer/metrics.h"
+#include "apps/report/device_memory.h"
+#include "apps/report/metrics.h"
 #include "framework/config/schema.h"
 #include "models/data/data_options.h"
 
@@ -44,7 +44,7 @@ std::string longest(models::MemoryPlanInput in, models::RecomputeMode mode, doub
 models::MemoryPlanInput memory_plan_input(const TrainConfig& c) {
   const bool bshd = c.data.layout == "bshd";
   return {.model = c.model,
-          .seq_len = bshd ? c.data.seq_len : data::effective_tokens_per_batch(c.data),
+          .seq_len = bshd ? c.data.seq_len : models::data::effective_tokens_per_batch(c.data),
           .rows = bshd ? c.data.batch_size : 1,
           .cp = c.parallel.cp,
           .ranks = c.parallel.dp * c.parallel.cp,

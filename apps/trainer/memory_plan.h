@@ -14,7 +14,7 @@
 #include <ostream>
 #include <string>
 
-#include "apps/trainer/config.h"
+#include "apps/config/config.h"
 #include "models/memory_model.h"
 
 namespace cpf::trainer {

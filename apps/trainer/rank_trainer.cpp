@@ -4,13 +4,13 @@
 #include <cmath>
 #include <filesystem>
 
-#include "apps/trainer/checked_file.h"
-#include "apps/trainer/checkpointing.h"
+#include "apps/report/checked_file.h"
+#include "apps/run/checkpointing.h"
+#include "apps/run/resume_rules.h"
+#include "apps/run/run_folder.h"
+#include "apps/run/run_tokenizer.h"
 #include "apps/trainer/evaluation.h"
-#include "apps/trainer/grad_accumulation.h"
-#include "apps/trainer/resume_rules.h"
-#include "apps/trainer/run_folder.h"
-#include "apps/trainer/run_tokenizer.h"
+#include "apps/trainer/step/grad_accumulation.h"
 #include "apps/trainer/stop_signals.h"
 
 namespace cpf::trainer {
@@ -87,7 +87,7 @@ RankTrainer::RankTrainer(const TrainConfig& config, dist::RankContext& ctx, Shar
     window_ = std::make_unique<StepWindow>(device_);  // steps read back in windows (step_window.h)
   }
   optimizer_ = build_optimizer();
-  loader_ = std::make_unique<data::DataLoader>(sources.train, config.data, groups_.dp_rank, groups_.dp_size);
+  loader_ = std::make_unique<models::data::DataLoader>(sources.train, config.data, groups_.dp_rank, groups_.dp_size);
   accum_steps_ = grad_accum_steps(config);
 }
 
@@ -307,10 +307,10 @@ bool RankTrainer::evaluate(int64_t step, bool record) {
   m.step = step;
   m.loss = eval_loss(*model_, c_, sources_.eval, groups_);
   if (shards_) shards_->release_all();  // sharded parameters: the root the forwards kept
-  if (const data::SyntheticSource* synthetic = loader_->synthetic(); synthetic && c_.run.eval_examples > 0) {
+  if (const models::data::SyntheticSource* synthetic = loader_->synthetic(); synthetic && c_.run.eval_examples > 0) {
     // Each rank predicts its own examples (a different number of forwards): sharded parameters stay whole.
     if (shards_) shards_->acquire_all();
-    const data::ExactMatchResult r = eval_exact_match(*model_, *synthetic, c_.run.eval_examples, groups_);
+    const models::data::ExactMatchResult r = eval_exact_match(*model_, *synthetic, c_.run.eval_examples, groups_);
     if (shards_) shards_->release_all();
     m.accuracy = r.accuracy();
     m.num_correct = r.num_correct;

@@ -10,19 +10,19 @@
 #include <string>
 #include <vector>
 
-#include "apps/trainer/checkpointing.h"
-#include "apps/trainer/config.h"
-#include "apps/trainer/device_memory.h"
-#include "apps/trainer/device_peak.h"
+#include "apps/config/config.h"
+#include "apps/report/device_memory.h"
+#include "apps/report/device_peak.h"
+#include "apps/report/metrics.h"
+#include "apps/report/process_memory.h"
+#include "apps/report/step_profiler.h"
+#include "apps/run/checkpointing.h"
 #include "apps/trainer/memory_plan.h"
-#include "apps/trainer/metrics.h"
-#include "apps/trainer/process_memory.h"
-#include "apps/trainer/step_graph.h"
-#include "apps/trainer/step_prefetch.h"
-#include "apps/trainer/step_profiler.h"
-#include "apps/trainer/step_window.h"
+#include "apps/trainer/step/step_graph.h"
+#include "apps/trainer/step/step_prefetch.h"
+#include "apps/trainer/step/step_window.h"
+#include "apps/trainer/step/training_step.h"
 #include "apps/trainer/trainer.h"
-#include "apps/trainer/training_step.h"
 #include "framework/distributed/device_mesh.h"
 #include "framework/distributed/grad_reducer.h"
 #include "framework/distributed/launcher.h"
@@ -42,7 +42,7 @@ struct Shared {
   // One process per rank (torchrun/srun/mpirun): nothing is shared between ranks, each process finds
   // the checkpoint to resume itself and the ranks check that they agree.
   bool process_per_rank = false;
-  // A rank's data source failed mid-run (data::DataReadError): train() reports it as a DataError (exit 3).
+  // A rank's data source failed mid-run (models::data::DataReadError): train() reports it as a DataError (exit 3).
   std::atomic<bool> data_failed{false};
   // SIGINT/SIGTERM seen by a rank before its first step (setup: rank threads starting, models built,
   // groups joined): nothing to save, the rank leaves and the launcher aborts the others.
@@ -54,7 +54,7 @@ struct Shared {
 void leave_if_stopped_during_setup(Shared& shared);
 
 struct Sources {
-  std::shared_ptr<const data::DocumentSource> train, eval;
+  std::shared_ptr<const models::data::DocumentSource> train, eval;
 };
 
 class RankTrainer {
@@ -166,7 +166,7 @@ class RankTrainer {
   std::unique_ptr<StepGraph> step_graph_;           // null: every step eager (step_graph.h)
   // One rank without run.profile: steps enqueued without a wait, read back when the host must (step_window.h).
   std::unique_ptr<StepWindow> window_;
-  std::unique_ptr<data::DataLoader> loader_;
+  std::unique_ptr<models::data::DataLoader> loader_;
   int64_t step_ = 0;
   int64_t accum_steps_ = 1;                  // micro-batches per optimizer step
   int64_t tokens_seen_ = 0;                  // rank 0: training tokens of steps 1..step_, resumed sessions included

@@ -4,11 +4,11 @@
 #include <cmath>
 #include <filesystem>
 
-#include "apps/trainer/grad_accumulation.h"
-#include "apps/trainer/init_from.h"
-#include "apps/trainer/run_folder.h"
+#include "apps/run/init_from.h"
+#include "apps/run/run_folder.h"
+#include "apps/trainer/step/grad_accumulation.h"
+#include "apps/trainer/step/sync_check.h"
 #include "apps/trainer/stop_signals.h"
-#include "apps/trainer/sync_check.h"
 
 namespace cpf::trainer {
 namespace fs = std::filesystem;

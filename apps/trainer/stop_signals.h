@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "apps/trainer/config.h"
+#include "apps/config/config.h"
 
 namespace cpf::trainer {
 

@@ -8,11 +8,11 @@
 #include <omp.h>
 #endif
 
-#include "apps/trainer/device_memory.h"
+#include "apps/report/device_memory.h"
+#include "apps/report/run_plot.h"
+#include "apps/run/run_folder.h"
 #include "apps/trainer/evaluation.h"
 #include "apps/trainer/memory_plan.h"
-#include "apps/trainer/run_folder.h"
-#include "apps/trainer/run_plot.h"
 #include "apps/trainer/stop_signals.h"
 #include "framework/distributed/environment.h"
 #include "framework/distributed/launcher.h"
@@ -38,11 +38,11 @@ void write_loss_plot(std::optional<MetricsLogger>& logger, const std::string& di
 
 }  // namespace
 
-std::shared_ptr<const data::DocumentSource> open_training_source(const TrainConfig& config) {
+std::shared_ptr<const models::data::DocumentSource> open_training_source(const TrainConfig& config) {
   try {
-    auto source = data::make_document_source(config.data);
+    auto source = models::data::make_document_source(config.data);
     // A loader over it checks what the source alone cannot (e.g. that it holds any document).
-    data::DataLoader probe(source, config.data, 0, config.parallel.dp);
+    models::data::DataLoader probe(source, config.data, 0, config.parallel.dp);
     return source;
   } catch (const Error& e) {
     throw DataError(e.message());
@@ -183,7 +183,7 @@ TrainOutcome train(const TrainConfig& config, std::ostream& out, bool progress_b
     }
     try {
       rank.run();
-    } catch (const data::DataReadError&) {
+    } catch (const models::data::DataReadError&) {
       shared.data_failed = true;
       throw;
     }
@@ -199,7 +199,7 @@ TrainOutcome train(const TrainConfig& config, std::ostream& out, bool progress_b
     dist::RankContext ctx = dist::init_from_environment();
     try {
       run_rank(ctx);
-    } catch (const data::DataReadError& e) {
+    } catch (const models::data::DataReadError& e) {
       dist::report_failure_to_peers(e.what());
       throw DataError(e.message());  // exit code 3, as for data that cannot be opened
     } catch (const std::exception& e) {

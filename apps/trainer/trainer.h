@@ -23,8 +23,8 @@
 #include <string>
 #include <vector>
 
-#include "apps/trainer/config.h"
-#include "apps/trainer/metrics.h"
+#include "apps/config/config.h"
+#include "apps/report/metrics.h"
 #include "framework/core/error.h"
 #include "models/data/document_source.h"
 
@@ -66,7 +66,7 @@ struct TrainOutcome {
 };
 
 // Opens the training source of `config` (throws DataError naming the problem).
-std::shared_ptr<const data::DocumentSource> open_training_source(const TrainConfig& config);
+std::shared_ptr<const models::data::DocumentSource> open_training_source(const TrainConfig& config);
 
 // Runs the whole job. `out` receives the log lines; `progress_bar` draws a bar between them (use it
 // only when `out` is a terminal). Throws DataError for unreadable data and cpf::Error otherwise.

@@ -9,7 +9,7 @@
 #include "framework/core/error.h"
 #include "framework/core/logging.h"
 #if CPF_HAVE_CUDNN
-#include "attention/cuda/cudnn_sdpa.h"
+#include "attention/cuda/cudnn/fused_attention.h"
 #endif
 
 namespace cpf::attention_cuda {

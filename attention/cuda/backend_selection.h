@@ -22,7 +22,7 @@
 
 namespace cpf::attention_cuda {
 namespace cudnn {
-struct PreparedCall;  // cudnn_sdpa.h
+struct PreparedCall;  // attention/cuda/cudnn/fused_attention.h
 }
 
 inline constexpr const char* kBackendEnvVar = "CPF_ATTENTION_BACKEND";

@@ -12,7 +12,7 @@
 #include "framework/tensor/cuda/runtime.cuh"
 #include "framework/tensor/profile.h"
 #if CPF_HAVE_CUDNN
-#include "attention/cuda/cudnn_sdpa.h"
+#include "attention/cuda/cudnn/fused_attention.h"
 #endif
 
 namespace cpf::attention_cuda {

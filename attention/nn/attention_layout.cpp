@@ -1,4 +1,4 @@
-#include "attention/modules/attention_layout.h"
+#include "attention/nn/attention_layout.h"
 
 #include <numeric>
 
@@ -6,7 +6,7 @@
 #include "framework/autograd/ops.h"
 #include "framework/core/error.h"
 
-namespace cpf::attention_modules {
+namespace cpf::nn {
 
 void check_hidden(const Tensor& x, QkvFormat format, int64_t hidden_size, const char* op) {
   CPF_CHECK(x.defined(), op, ": the input is undefined");
@@ -84,9 +84,9 @@ Tensor apply_rope(const Tensor& x_heads, QkvFormat format, const Tensor& positio
   return rope(x_heads, positions, base, rotary_dim);
 }
 
-}  // namespace cpf::attention_modules
+}  // namespace cpf::nn
 
-namespace cpf::attention_modules {
+namespace cpf::nn {
 
 Tensor sink_parameter(int64_t heads, DType module_dtype) {
   return zeros({heads}, {.dtype = module_dtype == DType::f64 ? DType::f64 : DType::f32});
@@ -105,4 +105,4 @@ AttentionSpec with_cp_sink(AttentionSpec spec, int64_t cp_size) {
   return spec;
 }
 
-}  // namespace cpf::attention_modules
+}  // namespace cpf::nn

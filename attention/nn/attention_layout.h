@@ -13,7 +13,7 @@
 #include "framework/distributed/process_group.h"
 #include "framework/tensor/tensor.h"
 
-namespace cpf::attention_modules {
+namespace cpf::nn {
 
 // Checks x's rank for `format` and that its last dim is `hidden_size`; `op` names the module.
 void check_hidden(const Tensor& x, QkvFormat format, int64_t hidden_size, const char* op);
@@ -46,4 +46,10 @@ AttentionSpec with_cp_sink(AttentionSpec spec, int64_t cp_size);
 // Rotates the first rotary_dim dims of every head of x (format, heads, dim) at `positions`.
 Tensor apply_rope(const Tensor& x_heads, QkvFormat format, const Tensor& positions, double base, int64_t rotary_dim);
 
-}  // namespace cpf::attention_modules
+}  // namespace cpf::nn
+
+// The helpers' namespace before the folder was renamed (attention/modules, cpf::attention_modules):
+// an alias kept for one release (deprecated in 0.1, removed in 0.2).
+namespace cpf {
+namespace attention_modules = nn;
+}  // namespace cpf

@@ -1,4 +1,4 @@
-#include "attention/modules/kv_cache.h"
+#include "attention/nn/kv_cache.h"
 
 #include <algorithm>
 #include <numeric>

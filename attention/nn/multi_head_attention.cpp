@@ -1,7 +1,7 @@
-#include "attention/modules/multi_head_attention.h"
+#include "attention/nn/multi_head_attention.h"
 
-#include "attention/modules/attention_layout.h"
-#include "attention/modules/rope_positions_cache.h"
+#include "attention/nn/attention_layout.h"
+#include "attention/nn/rope_positions_cache.h"
 #include "framework/autograd/functions/linear_cat.h"
 #include "framework/autograd/ops.h"
 #include "framework/tensor/profile.h"
@@ -44,7 +44,7 @@ Projected project_qkv(const Tensor& x, const nn::Linear& q, const nn::Linear& k,
   const Tensor qkv = linear_cat(x, {q.weights_for(x), k.weights_for(x), v.weights_for(x)});  // (.., (H + 2 H_kv) D)
   const int64_t q_width = o.num_heads * o.head_dim, kv_width = o.num_kv_heads * o.head_dim;
   const std::vector<Tensor> parts = split(qkv, std::vector<int64_t>{q_width, kv_width, kv_width}, -1);
-  using attention_modules::split_heads;
+  using nn::split_heads;
   return {split_heads(parts[0], o.num_heads, o.head_dim), split_heads(parts[1], o.num_kv_heads, o.head_dim),
           split_heads(parts[2], o.num_kv_heads, o.head_dim)};
 }
@@ -74,28 +74,26 @@ MultiHeadAttention::MultiHeadAttention(const MultiHeadAttentionOptions& options,
   v_proj_ = register_module("v_proj", linear(o.hidden_size, o.num_kv_heads * o.head_dim));
   o_proj_ = register_module("o_proj", linear(o.num_heads * o.head_dim, o.hidden_size));
   // The spec holds the parameter's handle: in-place updates, loads and moves reach every call.
-  if (o.attention_sink)
-    spec_.sink = register_parameter("sinks", attention_modules::sink_parameter(o.num_heads, o.dtype));
+  if (o.attention_sink) spec_.sink = register_parameter("sinks", nn::sink_parameter(o.num_heads, o.dtype));
 }
 
 Tensor MultiHeadAttention::forward(const Tensor& x, const std::optional<SequenceInfo>& seq,
                                    const cp::ContextParallel* cp) const {
   const MultiHeadAttentionOptions& o = options_;
   const bool use_cp = cp != nullptr && cp->group != nullptr && cp->group->size() > 1;
-  attention_modules::check_hidden(x, o.qkv_format, o.hidden_size, kOp);
+  nn::check_hidden(x, o.qkv_format, o.hidden_size, kOp);
   auto [q, k, v] = project_qkv(x, *q_proj_, *k_proj_, *v_proj_, o);  // (.., H, D), (.., H_kv, D) x 2
   if (o.rope) {
-    using attention_modules::apply_rope;
+    using nn::apply_rope;
     // Cached per batch layout (rope_positions_cache.h): every layer after the first reuses the table.
     auto positions = [&](const Tensor& t, bool kv) {
-      return use_cp ? attention_modules::cached_rope_positions(t, o.qkv_format, seq, kv, cp->group->size(),
-                                                               cp->group->rank())
-                    : attention_modules::cached_rope_positions(t, o.qkv_format, seq, kv);
+      return use_cp ? nn::cached_rope_positions(t, o.qkv_format, seq, kv, cp->group->size(), cp->group->rank())
+                    : nn::cached_rope_positions(t, o.qkv_format, seq, kv);
     };
     const profile::Scope scope("forward/rope", x.device());
     // Self-attention: q and k come from the same tokens, so their positions differ only when the
     // SequenceInfo gives the keys their own; one table then serves both.
-    const bool same = !seq || attention_modules::same_rope_positions(*seq);
+    const bool same = !seq || nn::same_rope_positions(*seq);
     Tensor q_positions, k_positions;
     {
       const profile::Scope tables("rope/positions", Device::cpu());  // host time only: the lookup
@@ -108,24 +106,24 @@ Tensor MultiHeadAttention::forward(const Tensor& x, const std::optional<Sequence
   // Under CP the module's rows are this rank's dual-chunk shard (the model's batches are cut so).
   const AttentionOutput attn =
       use_cp ? cp::context_parallel_attention(cp::dual_chunk_of(q, *cp), cp::dual_chunk_of(k, *cp),
-                                              cp::dual_chunk_of(v, *cp),
-                                              attention_modules::with_cp_sink(spec_, cp->group->size()), seq, *cp)
+                                              cp::dual_chunk_of(v, *cp), nn::with_cp_sink(spec_, cp->group->size()),
+                                              seq, *cp)
              : dot_product_attention(q, k, v, spec_, seq, o.kernel_config);
-  return o_proj_->forward(attention_modules::merge_heads(attn.out));  // (.., C)
+  return o_proj_->forward(nn::merge_heads(attn.out));  // (.., C)
 }
 
 Tensor MultiHeadAttention::forward_cached(const Tensor& x, const KVCacheStep& step, KVCache& cache) const {
   const MultiHeadAttentionOptions& o = options_;
   check_cached_attention(spec_, x, step, kOp);
-  attention_modules::check_hidden(x, o.qkv_format, o.hidden_size, kOp);
+  nn::check_hidden(x, o.qkv_format, o.hidden_size, kOp);
   auto [q, k, v] = project_qkv(x, *q_proj_, *k_proj_, *v_proj_, o);  // (T_new, H, D), (T_new, H_kv, D) x 2
   if (o.rope) {
     const Tensor positions = step.position_tensor(x.device());
-    q = attention_modules::apply_rope(q, o.qkv_format, positions, o.rope_base, o.rotary_dim);
-    k = attention_modules::apply_rope(k, o.qkv_format, positions, o.rope_base, o.rotary_dim);
+    q = nn::apply_rope(q, o.qkv_format, positions, o.rope_base, o.rotary_dim);
+    k = nn::apply_rope(k, o.qkv_format, positions, o.rope_base, o.rotary_dim);
   }
   const Tensor attn = attend_appending(q, k, v, cache, spec_, step, o.kernel_config);  // (T_new, H, D)
-  return o_proj_->forward(attention_modules::merge_heads(attn));                       // (T_new, C)
+  return o_proj_->forward(nn::merge_heads(attn));                                      // (T_new, C)
 }
 
 }  // namespace cpf::nn

@@ -12,7 +12,7 @@
 
 #include "attention/cp/context_parallel.h"
 #include "attention/dot_product_attention.h"
-#include "attention/modules/kv_cache.h"
+#include "attention/nn/kv_cache.h"
 #include "framework/core/generator.h"
 #include "framework/distributed/process_group.h"
 #include "framework/nn/linear.h"

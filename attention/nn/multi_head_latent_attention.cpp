@@ -1,10 +1,10 @@
-#include "attention/modules/multi_head_latent_attention.h"
+#include "attention/nn/multi_head_latent_attention.h"
 
 #include <algorithm>
 #include <cmath>
 
-#include "attention/modules/attention_layout.h"
-#include "attention/modules/rope_positions_cache.h"
+#include "attention/nn/attention_layout.h"
+#include "attention/nn/rope_positions_cache.h"
 #include "framework/autograd/ops.h"
 #include "framework/nn/precision.h"
 
@@ -87,8 +87,7 @@ MultiHeadLatentAttention::MultiHeadLatentAttention(const MultiHeadLatentAttentio
   kv_b_proj_ = register_module("kv_b_proj", linear(o.kv_lora_rank, o.num_heads * (o.qk_nope_head_dim + o.v_head_dim)));
   o_proj_ = register_module("o_proj", linear(o.num_heads * o.v_head_dim, o.hidden_size));
   // The spec holds the parameter's handle: in-place updates, loads and moves reach every call.
-  if (o.attention_sink)
-    spec_.sink = register_parameter("sinks", attention_modules::sink_parameter(o.num_heads, o.dtype));
+  if (o.attention_sink) spec_.sink = register_parameter("sinks", nn::sink_parameter(o.num_heads, o.dtype));
 }
 
 Tensor MultiHeadLatentAttention::project_q(const Tensor& x) const {
@@ -101,9 +100,9 @@ Tensor MultiHeadLatentAttention::project_q(const Tensor& x) const {
 Tensor MultiHeadLatentAttention::rotated_q(const Tensor& x, const Tensor& q_positions) const {
   const MultiHeadLatentAttentionOptions& o = options_;
   const int64_t nope = o.qk_nope_head_dim, rope_dim = o.qk_rope_head_dim;
-  const Tensor q = attention_modules::split_heads(project_q(x), o.num_heads, nope + rope_dim);  // (.., H, nope + rope)
+  const Tensor q = nn::split_heads(project_q(x), o.num_heads, nope + rope_dim);  // (.., H, nope + rope)
   const std::vector<Tensor> q_parts = split(q, std::vector<int64_t>{nope, rope_dim}, -1);
-  const Tensor q_pe = attention_modules::apply_rope(q_parts[1], o.qkv_format, q_positions, o.rope_base, -1);
+  const Tensor q_pe = nn::apply_rope(q_parts[1], o.qkv_format, q_positions, o.rope_base, -1);
   return nope > 0 ? cat({q_parts[0], q_pe}, -1) : q_pe;
 }
 
@@ -114,8 +113,7 @@ std::pair<Tensor, Tensor> MultiHeadLatentAttention::latent_parts(const Tensor& x
   const Tensor kv_norm = nn::compute_parameter(kv_a_norm_weight_, kv_a[0].dtype(), kOp, "kv_a_layernorm weight");
   const Tensor c_kv = rms_norm(kv_a[0], kv_norm, o.norm_eps);  // (.., kv_lora_rank)
   // One RoPE key per token, shared by every head: rotated as a single head.
-  const Tensor k_pe =
-      attention_modules::apply_rope(unsqueeze(kv_a[1], -2), o.qkv_format, kv_positions, o.rope_base, -1);
+  const Tensor k_pe = nn::apply_rope(unsqueeze(kv_a[1], -2), o.qkv_format, kv_positions, o.rope_base, -1);
   return {c_kv, k_pe};  // k_pe (.., 1, rope)
 }
 
@@ -124,8 +122,7 @@ MultiHeadLatentAttention::QKV MultiHeadLatentAttention::project_qkv(const Tensor
   const MultiHeadLatentAttentionOptions& o = options_;
   const int64_t nope = o.qk_nope_head_dim;
   const auto [c_kv, k_pe_one] = latent_parts(x, kv_positions);
-  const Tensor kv =
-      attention_modules::split_heads(kv_b_proj_->forward(c_kv), o.num_heads, nope + o.v_head_dim);  // (.., H, nope + v)
+  const Tensor kv = nn::split_heads(kv_b_proj_->forward(c_kv), o.num_heads, nope + o.v_head_dim);  // (.., H, nope + v)
   const std::vector<Tensor> kv_parts = split(kv, std::vector<int64_t>{nope, o.v_head_dim}, -1);
   Shape heads_shape = k_pe_one.shape();
   heads_shape[heads_shape.size() - 2] = o.num_heads;
@@ -156,21 +153,20 @@ AttentionOutput MultiHeadLatentAttention::latent_cp_attention(const Tensor& x, c
   // The module's rows are this rank's dual-chunk shard (the model's batches are cut so).
   return cp::context_parallel_mla_attention(cp::dual_chunk_of(rotated_q(x, q_positions), cp),
                                             cp::dual_chunk_of(latent, cp), weight, bias, latent_shape(),
-                                            attention_modules::with_cp_sink(spec_, cp.group->size()), seq, cp);
+                                            nn::with_cp_sink(spec_, cp.group->size()), seq, cp);
 }
 
 Tensor MultiHeadLatentAttention::forward(const Tensor& x, const std::optional<SequenceInfo>& seq,
                                          const cp::ContextParallel* cp) const {
   const MultiHeadLatentAttentionOptions& o = options_;
   const bool use_cp = cp != nullptr && cp->group != nullptr && cp->group->size() > 1;
-  attention_modules::check_hidden(x, o.qkv_format, o.hidden_size, kOp);
+  nn::check_hidden(x, o.qkv_format, o.hidden_size, kOp);
   // Positions depend only on the leading (token) dims, the same for q and k: take them from x as one head.
-  const Tensor x_heads = attention_modules::split_heads(x, 1, o.hidden_size);
+  const Tensor x_heads = nn::split_heads(x, 1, o.hidden_size);
   auto positions = [&](bool kv) {
     // Cached per batch layout (rope_positions_cache.h): every layer after the first reuses the table.
-    return use_cp ? attention_modules::cached_rope_positions(x_heads, o.qkv_format, seq, kv, cp->group->size(),
-                                                             cp->group->rank())
-                  : attention_modules::cached_rope_positions(x_heads, o.qkv_format, seq, kv);
+    return use_cp ? nn::cached_rope_positions(x_heads, o.qkv_format, seq, kv, cp->group->size(), cp->group->rank())
+                  : nn::cached_rope_positions(x_heads, o.qkv_format, seq, kv);
   };
   // Under p2p, all_gather and a2a+p2p the latent may travel instead of K/V (attention.cp_mla_latent).
   bool latent = false;
@@ -181,15 +177,15 @@ Tensor MultiHeadLatentAttention::forward(const Tensor& x, const std::optional<Se
   }
   if (latent) {
     const AttentionOutput attn = latent_cp_attention(x, positions(false), positions(true), seq, *cp);
-    return o_proj_->forward(attention_modules::merge_heads(attn.out));  // (.., C)
+    return o_proj_->forward(nn::merge_heads(attn.out));  // (.., C)
   }
   const QKV qkv = project_qkv(x, positions(false), positions(true));
   const AttentionOutput attn =
       use_cp ? cp::context_parallel_attention(cp::dual_chunk_of(qkv.q, *cp), cp::dual_chunk_of(qkv.k, *cp),
-                                              cp::dual_chunk_of(qkv.v, *cp),
-                                              attention_modules::with_cp_sink(spec_, cp->group->size()), seq, *cp)
+                                              cp::dual_chunk_of(qkv.v, *cp), nn::with_cp_sink(spec_, cp->group->size()),
+                                              seq, *cp)
              : dot_product_attention(qkv.q, qkv.k, qkv.v, spec_, seq, o.kernel_config);
-  return o_proj_->forward(attention_modules::merge_heads(attn.out));  // (.., C)
+  return o_proj_->forward(nn::merge_heads(attn.out));  // (.., C)
 }
 
 }  // namespace cpf::nn

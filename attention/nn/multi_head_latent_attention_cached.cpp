@@ -9,8 +9,8 @@
 // [c (| 1)], the softmax scale of the per-head form. Each cached token costs kv_lora_rank + rope (+1
 // with biases) numbers per layer instead of num_heads * (nope + rope + v_head_dim); the trailing 1
 // columns carry the biases exactly, also with attention sinks (where sum_j p_hj < 1).
-#include "attention/modules/attention_layout.h"
-#include "attention/modules/multi_head_latent_attention.h"
+#include "attention/nn/attention_layout.h"
+#include "attention/nn/multi_head_latent_attention.h"
 #include "framework/autograd/ops.h"
 #include "framework/nn/precision.h"
 
@@ -20,7 +20,7 @@ Tensor MultiHeadLatentAttention::forward_cached(const Tensor& x, const KVCacheSt
   constexpr const char* kOp = "MultiHeadLatentAttention";
   const MultiHeadLatentAttentionOptions& o = options_;
   check_cached_attention(spec_, x, step, kOp);
-  attention_modules::check_hidden(x, o.qkv_format, o.hidden_size, kOp);
+  nn::check_hidden(x, o.qkv_format, o.hidden_size, kOp);
   const int64_t t_new = x.size(0), heads = o.num_heads, nope = o.qk_nope_head_dim, rank = o.kv_lora_rank;
   const Tensor positions = step.position_tensor(x.device());
 
@@ -62,8 +62,8 @@ Tensor MultiHeadLatentAttention::forward_cached(const Tensor& x, const KVCacheSt
       split(attn, b_v.defined() ? std::vector<int64_t>{rank, 1} : std::vector<int64_t>{rank}, -1);
   // W_UV_h (sum_j p c_j): (H, T, rank) @ (H, rank, v) -> (T, H, v)
   Tensor out = permute(matmul(permute(out_parts[0], {1, 0, 2}), transpose(w_parts[1], 1, 2)), {1, 0, 2});
-  if (b_v.defined()) out = add(out, mul(out_parts[1], b_v));     // + b_v (sum_j p)
-  return o_proj_->forward(attention_modules::merge_heads(out));  // (T, C)
+  if (b_v.defined()) out = add(out, mul(out_parts[1], b_v));  // + b_v (sum_j p)
+  return o_proj_->forward(nn::merge_heads(out));              // (T, C)
 }
 
 }  // namespace cpf::nn

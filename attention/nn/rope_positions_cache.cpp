@@ -1,13 +1,13 @@
 // The per-thread RoPE positions cache (rope_positions_cache.h).
-#include "attention/modules/rope_positions_cache.h"
+#include "attention/nn/rope_positions_cache.h"
 
 #include <algorithm>
 #include <vector>
 
-#include "attention/modules/attention_layout.h"
+#include "attention/nn/attention_layout.h"
 #include "framework/tensor/device_stream.h"
 
-namespace cpf::attention_modules {
+namespace cpf::nn {
 namespace {
 
 // One side's sequence arrays: what the positions of that side are made of. Owned by a cache entry;
@@ -113,4 +113,4 @@ bool same_rope_positions(const SequenceInfo& seq) {
 
 RopePositionsCacheStats rope_positions_cache_stats() { return thread_cache().stats; }
 
-}  // namespace cpf::attention_modules
+}  // namespace cpf::nn

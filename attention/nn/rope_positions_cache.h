@@ -20,7 +20,7 @@
 #include "attention/spec.h"
 #include "framework/tensor/tensor.h"
 
-namespace cpf::attention_modules {
+namespace cpf::nn {
 
 inline constexpr size_t kRopePositionsCacheEntries = 8;
 
@@ -40,4 +40,10 @@ struct RopePositionsCacheStats {
 };
 RopePositionsCacheStats rope_positions_cache_stats();
 
-}  // namespace cpf::attention_modules
+}  // namespace cpf::nn
+
+// The helpers' namespace before the folder was renamed (attention/modules, cpf::attention_modules):
+// an alias kept for one release (deprecated in 0.1, removed in 0.2).
+namespace cpf {
+namespace attention_modules = nn;
+}  // namespace cpf

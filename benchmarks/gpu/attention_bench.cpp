@@ -1,5 +1,5 @@
 // Attention on the GPU, bf16, through raw::attention_forward/backward with the backend forced to cuDNN
-// (fused flash attention, attention/cuda/cudnn_sdpa.h) or to the unfused path, against PyTorch 2.11's
+// (fused flash attention, attention/cuda/cudnn/fused_attention.h) or to the unfused path, against PyTorch 2.11's
 // cuDNN SDPA on an H200 (docs/attention.md). Ends with the table
 //   case | backend | fwd TFLOP/s | fwd+bwd TFLOP/s | ratio to peer
 //
@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "attention/attention_op.h"
-#include "attention/cuda/cudnn_sdpa.h"
+#include "attention/cuda/cudnn/fused_attention.h"
 #include "benchmarks/gpu/gpu_bench_util.h"
 
 namespace {

@@ -5,7 +5,7 @@
 // (the longest entry, rounded up to 128), how many rows the (b, h, s) buffers hold against the real
 // query tokens (cuDNN's Stats, the backward's fp32 dQ accumulator and row sums, and the grid are sized
 // b x s_q, not by the tokens), the same for the executions cuDNN runs per group of similar lengths
-// (cudnn_sdpa_grouped.h; one with CPF_CUDNN_THD_GROUPS=0), the runs of undefined
+// (attention/cuda/cudnn/grouped_execution.h; one with CPF_CUDNN_THD_GROUPS=0), the runs of undefined
 // rows the fix-ups fill, the backend (or cuDNN's reason against it) and the host time of the call's
 // tables (pair_sequence_info, check_attention_inputs, map_to_cudnn, the lse index tables; then the call
 // again with its mapping cached, as every later layer makes it) on the machine that runs it.
@@ -19,11 +19,11 @@
 #include "attention/attention_problem.h"
 #include "attention/cp/layout.h"
 #include "attention/cp/layout_cache.h"
-#include "attention/cuda/cudnn_mapping_cache.h"
-#include "attention/cuda/cudnn_sdpa_grouped.h"
-#include "attention/cuda/cudnn_sdpa_groups.h"
-#include "attention/cuda/cudnn_sdpa_mapping.h"
-#include "attention/cuda/cudnn_sdpa_rows.h"
+#include "attention/cuda/cudnn/document_groups.h"
+#include "attention/cuda/cudnn/grouped_execution.h"
+#include "attention/cuda/cudnn/problem_mapping.h"
+#include "attention/cuda/cudnn/problem_mapping_cache.h"
+#include "attention/cuda/cudnn/row_fixups.h"
 #include "benchmarks/gpu/cp_bench_thd.h"
 
 namespace cpf::bench::thd {
@@ -134,7 +134,7 @@ inline void print_calls(const char* strategy, int rank, const std::vector<Planne
     const double rows = static_cast<double>(m.b * m.s_q);
     // The backward's fp32 dQ accumulator, (b, h, s_q, d), zeroed every call.
     const double accum_gib = rows * static_cast<double>(c.heads * kHeadDim * 4) / (1024.0 * 1024 * 1024);
-    // How the call runs (cudnn_sdpa_grouped.h): one execution per group of similar lengths, or one
+    // How the call runs (attention/cuda/cudnn/grouped_execution.h): one execution per group of similar lengths, or one
     // execution with CPF_CUDNN_THD_GROUPS=0; rows, dQ accumulator, executions.
     const int64_t call_rows = attention_cuda::cudnn::thd_group_call_rows();
     const auto groups =
@@ -174,7 +174,8 @@ inline int print_plan(int ranks, int64_t tokens_per_gpu) {
       "\nCP packed documents, call plan (no GPU used): %lld documents, %lld real tokens, %d ranks; rows/tok = b x "
       "s_q "
       "of cuDNN's (b, h, s) buffers over the call's query tokens; dQacc = the backward's fp32 dQ accumulator at "
-      "d=%lld; grouped = how cuDNN runs it (cudnn_sdpa_grouped.h; CPF_CUDNN_THD_GROUPS=0: one execution): rows/tok, "
+      "d=%lld; grouped = how cuDNN runs it (attention/cuda/cudnn/grouped_execution.h; CPF_CUDNN_THD_GROUPS=0: one "
+      "execution): rows/tok, "
       "dQacc GiB, executions; runs = "
       "undefined q / kv row runs filled after the call\n",
       static_cast<long long>(b.documents), static_cast<long long>(b.cu.back()), ranks,

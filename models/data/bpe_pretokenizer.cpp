@@ -8,7 +8,7 @@
 
 #include "framework/core/error.h"
 
-namespace cpf::data {
+namespace cpf::models::data {
 
 std::string pretokenizer_unicode_version() {
   UVersionInfo version;
@@ -151,4 +151,4 @@ std::vector<std::string_view> BpePreTokenizer::split(std::string_view text) cons
   return pieces;
 }
 
-}  // namespace cpf::data
+}  // namespace cpf::models::data

@@ -15,8 +15,9 @@
 #include <string>
 #include <string_view>
 #include <vector>
+#include "models/data/deprecated_namespace.h"
 
-namespace cpf::data {
+namespace cpf::models::data {
 
 // GPT-2's pattern (openai/gpt-2 encoder.py, tiktoken's r50k/gpt2).
 inline constexpr const char* kGpt2Pattern =
@@ -50,4 +51,4 @@ class BpePreTokenizer {
   std::unique_ptr<Compiled> compiled_;
 };
 
-}  // namespace cpf::data
+}  // namespace cpf::models::data

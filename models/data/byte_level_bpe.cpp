@@ -7,7 +7,7 @@
 #include "framework/core/error.h"
 #include "models/data/document_source.h"
 
-namespace cpf::data {
+namespace cpf::models::data {
 namespace {
 
 constexpr size_t kMaxCachedPieces = size_t{1} << 20;
@@ -243,4 +243,4 @@ std::string ByteLevelBpe::decode_ordinary(const std::vector<int64_t>& ids) const
   return text;
 }
 
-}  // namespace cpf::data
+}  // namespace cpf::models::data

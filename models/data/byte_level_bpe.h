@@ -18,9 +18,10 @@
 #include <vector>
 
 #include "models/data/bpe_pretokenizer.h"
+#include "models/data/deprecated_namespace.h"
 #include "models/data/tokenizer.h"
 
-namespace cpf::data {
+namespace cpf::models::data {
 
 enum class BpeMergeRule { token_rank, merge_list };
 
@@ -81,4 +82,4 @@ class ByteLevelBpe : public Tokenizer {
   mutable std::unordered_map<std::string, std::vector<int64_t>> cache_;
 };
 
-}  // namespace cpf::data
+}  // namespace cpf::models::data

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-namespace cpf::data {
+namespace cpf::models::data {
 namespace {
 
 int64_t count_valid(const Tensor& labels) {
@@ -117,4 +117,4 @@ Batch unshard_batch(const std::vector<LocalBatch>& shards) {
   return batch;
 }
 
-}  // namespace cpf::data
+}  // namespace cpf::models::data

@@ -16,9 +16,10 @@
 #include <vector>
 
 #include "attention/cp/sharding.h"
+#include "models/data/deprecated_namespace.h"
 #include "models/data/packing.h"
 
-namespace cpf::data {
+namespace cpf::models::data {
 
 struct LocalBatch {
   Layout layout = Layout::thd;
@@ -40,4 +41,4 @@ LocalBatch shard_for_rank(const Batch& batch, int64_t cp_size, int64_t cp_rank);
 // labels, positions, cu_seqlens, cu_seqlens_padded and num_valid_labels (documents stays empty).
 Batch unshard_batch(const std::vector<LocalBatch>& shards);
 
-}  // namespace cpf::data
+}  // namespace cpf::models::data

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <utility>
 
-namespace cpf::data {
+namespace cpf::models::data {
 namespace {
 
 std::shared_ptr<const DocumentSource> checked_source(std::shared_ptr<const DocumentSource> source,
@@ -122,4 +122,4 @@ void DataLoader::set_cursor(const DataCursor& cursor) {
   cursor_ = cursor;
 }
 
-}  // namespace cpf::data
+}  // namespace cpf::models::data

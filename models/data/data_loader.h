@@ -24,10 +24,11 @@
 
 #include "models/data/data_options.h"
 #include "models/data/data_order.h"
+#include "models/data/deprecated_namespace.h"
 #include "models/data/packing.h"
 #include "models/data/synthetic_tasks.h"
 
-namespace cpf::data {
+namespace cpf::models::data {
 
 // A document source that failed while the loader read a batch: its message names the file. A type of its
 // own so a trainer can tell a data failure (the CLI's exit code 3) from any other error of a step.
@@ -78,4 +79,4 @@ class DataLoader {
   DataCursor cursor_;
 };
 
-}  // namespace cpf::data
+}  // namespace cpf::models::data

@@ -7,7 +7,7 @@
 #include "models/data/token_shards.h"
 #include "models/data/tokenizer.h"
 
-namespace cpf::data {
+namespace cpf::models::data {
 
 void validate_data_options(const DataOptions& o) {
   CPF_CHECK(o.source == "synthetic" || o.source == "text" || o.source == "shards", "data: unknown source '", o.source,
@@ -115,4 +115,4 @@ std::shared_ptr<const DocumentSource> make_document_source(const DataOptions& o)
       .path = o.path, .eot_token = o.eot_token, .vocab_size = o.vocab_size, .tokenizer = shard_tokenizer(o)});
 }
 
-}  // namespace cpf::data
+}  // namespace cpf::models::data

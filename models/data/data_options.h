@@ -6,9 +6,10 @@
 #include <memory>
 #include <string>
 
+#include "models/data/deprecated_namespace.h"
 #include "models/data/document_source.h"
 
-namespace cpf::data {
+namespace cpf::models::data {
 
 struct DataOptions {
   std::string source = "synthetic";  // synthetic | text | shards
@@ -59,4 +60,4 @@ int64_t data_source_vocab_size(const DataOptions& options);
 // Validates the options and opens the source they name (reads text files, maps token shards).
 std::shared_ptr<const DocumentSource> make_document_source(const DataOptions& options);
 
-}  // namespace cpf::data
+}  // namespace cpf::models::data

@@ -7,7 +7,7 @@
 #include "framework/core/error.h"
 #include "framework/core/philox.h"
 
-namespace cpf::data {
+namespace cpf::models::data {
 
 std::string DataCursor::str() const { return str_cat("epoch=", epoch, " index=", index, " offset=", offset); }
 
@@ -84,4 +84,4 @@ int64_t DocumentOrder::document_at(int64_t epoch, int64_t index) {
   return cached_order_[slot][index];
 }
 
-}  // namespace cpf::data
+}  // namespace cpf::models::data

@@ -15,8 +15,9 @@
 #include <cstdint>
 #include <string>
 #include <vector>
+#include "models/data/deprecated_namespace.h"
 
-namespace cpf::data {
+namespace cpf::models::data {
 
 struct DataCursor {
   int64_t epoch = 0;
@@ -60,4 +61,4 @@ class DocumentOrder {
   int next_slot_ = 0;
 };
 
-}  // namespace cpf::data
+}  // namespace cpf::models::data

@@ -14,8 +14,9 @@
 #include <vector>
 
 #include "framework/core/error.h"
+#include "models/data/deprecated_namespace.h"
 
-namespace cpf::data {
+namespace cpf::models::data {
 
 struct Document {
   std::vector<int64_t> tokens;  // at least one token, never the end-of-text token
@@ -52,4 +53,4 @@ inline void append_token_id(std::string& text, int64_t id) {
   text += '>';
 }
 
-}  // namespace cpf::data
+}  // namespace cpf::models::data

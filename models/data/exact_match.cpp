@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-namespace cpf::data {
+namespace cpf::models::data {
 namespace {
 
 constexpr size_t kMaxSamples = 4;
@@ -93,4 +93,4 @@ ExactMatchResult evaluate_exact_match(const SyntheticSource& source, const NextT
   return evaluate_exact_match_batched(source, one_by_one, num_examples, 1, first_example);
 }
 
-}  // namespace cpf::data
+}  // namespace cpf::models::data

@@ -14,9 +14,10 @@
 #include <string>
 #include <vector>
 
+#include "models/data/deprecated_namespace.h"
 #include "models/data/synthetic_tasks.h"
 
-namespace cpf::data {
+namespace cpf::models::data {
 
 // The next token after `prefix` (greedy decoding).
 using NextTokenFn = std::function<int64_t(const std::vector<int64_t>& prefix)>;
@@ -38,4 +39,4 @@ ExactMatchResult evaluate_exact_match(const SyntheticSource& source, const NextT
 ExactMatchResult evaluate_exact_match_batched(const SyntheticSource& source, const BatchNextTokenFn& predict,
                                               int64_t num_examples, int64_t batch_size = 64, int64_t first_example = 0);
 
-}  // namespace cpf::data
+}  // namespace cpf::models::data

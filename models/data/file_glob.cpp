@@ -6,7 +6,7 @@
 
 #include "framework/core/error.h"
 
-namespace cpf::data {
+namespace cpf::models::data {
 namespace fs = std::filesystem;
 
 bool glob_match(std::string_view pattern, std::string_view name) {
@@ -59,4 +59,4 @@ std::vector<std::string> expand_file_pattern(const std::string& pattern, const s
   return files;
 }
 
-}  // namespace cpf::data
+}  // namespace cpf::models::data

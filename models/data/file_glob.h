@@ -5,8 +5,9 @@
 #include <string>
 #include <string_view>
 #include <vector>
+#include "models/data/deprecated_namespace.h"
 
-namespace cpf::data {
+namespace cpf::models::data {
 
 // True when `name` matches `pattern` ('*' and '?' wildcards, everything else literal).
 bool glob_match(std::string_view pattern, std::string_view name);
@@ -16,4 +17,4 @@ bool glob_match(std::string_view pattern, std::string_view name);
 // pattern: missing file, missing directory, a wildcard in the directory part, no match.
 std::vector<std::string> expand_file_pattern(const std::string& pattern, const std::string& what);
 
-}  // namespace cpf::data
+}  // namespace cpf::models::data

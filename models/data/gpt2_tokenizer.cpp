@@ -36,7 +36,7 @@ extern const char cpf_gpt2_vocab_bpe_begin[] __attribute__((visibility("hidden")
 extern const char cpf_gpt2_vocab_bpe_end[] __attribute__((visibility("hidden")));
 }
 
-namespace cpf::data {
+namespace cpf::models::data {
 namespace {
 
 ByteLevelBpeSpec gpt2_spec() {
@@ -96,4 +96,4 @@ std::shared_ptr<const Tokenizer> gpt2_tokenizer() {
   return tokenizer;
 }
 
-}  // namespace cpf::data
+}  // namespace cpf::models::data

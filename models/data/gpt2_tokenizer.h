@@ -6,9 +6,10 @@
 #include <memory>
 #include <string_view>
 
+#include "models/data/deprecated_namespace.h"
 #include "models/data/tokenizer.h"
 
-namespace cpf::data {
+namespace cpf::models::data {
 
 inline constexpr int64_t kGpt2EndOfText = 50256;
 inline constexpr int64_t kGpt2VocabSize = 50257;
@@ -20,4 +21,4 @@ std::shared_ptr<const Tokenizer> gpt2_tokenizer();
 std::string_view gpt2_encoder_json();
 std::string_view gpt2_vocab_bpe();
 
-}  // namespace cpf::data
+}  // namespace cpf::models::data

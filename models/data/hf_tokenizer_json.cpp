@@ -7,7 +7,7 @@
 #include "framework/core/error.h"
 #include "models/data/byte_level_bpe.h"
 
-namespace cpf::data {
+namespace cpf::models::data {
 namespace {
 
 using nlohmann::json;
@@ -130,4 +130,4 @@ std::shared_ptr<const Tokenizer> load_hf_tokenizer_json(const std::string& path)
   return std::make_shared<ByteLevelBpe>(std::move(spec));
 }
 
-}  // namespace cpf::data
+}  // namespace cpf::models::data

@@ -17,10 +17,11 @@
 #include <memory>
 #include <string>
 
+#include "models/data/deprecated_namespace.h"
 #include "models/data/tokenizer.h"
 
-namespace cpf::data {
+namespace cpf::models::data {
 
 std::shared_ptr<const Tokenizer> load_hf_tokenizer_json(const std::string& path);
 
-}  // namespace cpf::data
+}  // namespace cpf::models::data

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-namespace cpf::data {
+namespace cpf::models::data {
 namespace {
 
 // The token at unit position p of `doc` (the end-of-text past the document's tokens).
@@ -144,4 +144,4 @@ Batch pack_bshd(DocumentCache& cache, const std::vector<std::vector<Piece>>& row
   return batch;
 }
 
-}  // namespace cpf::data
+}  // namespace cpf::models::data

@@ -28,9 +28,10 @@
 #include <vector>
 
 #include "framework/tensor/tensor.h"
+#include "models/data/deprecated_namespace.h"
 #include "models/data/document_source.h"
 
-namespace cpf::data {
+namespace cpf::models::data {
 
 constexpr int64_t kIgnoreLabel = -100;
 
@@ -93,4 +94,4 @@ Batch pack_thd(DocumentCache& cache, const std::vector<Piece>& pieces, int64_t t
 Batch pack_bshd(DocumentCache& cache, const std::vector<std::vector<Piece>>& rows, int64_t seq_len,
                 int64_t pad_multiple);
 
-}  // namespace cpf::data
+}  // namespace cpf::models::data

@@ -9,7 +9,7 @@
 #include "framework/core/error.h"
 #include "models/data/document_source.h"
 
-namespace cpf::data {
+namespace cpf::models::data {
 namespace {
 
 class SentencePieceTokenizer : public Tokenizer {
@@ -109,4 +109,4 @@ std::string train_sentencepiece(const SentencePieceTraining& o) {
   return o.model_prefix + ".model";
 }
 
-}  // namespace cpf::data
+}  // namespace cpf::models::data

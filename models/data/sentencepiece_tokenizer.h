@@ -12,9 +12,10 @@
 #include <string>
 #include <vector>
 
+#include "models/data/deprecated_namespace.h"
 #include "models/data/tokenizer.h"
 
-namespace cpf::data {
+namespace cpf::models::data {
 
 std::shared_ptr<const Tokenizer> load_sentencepiece_model(const std::string& path);
 
@@ -31,4 +32,4 @@ struct SentencePieceTraining {
 // message when training fails (e.g. a vocab_size larger than the text supports).
 std::string train_sentencepiece(const SentencePieceTraining& options);
 
-}  // namespace cpf::data
+}  // namespace cpf::models::data

@@ -10,7 +10,7 @@
 #include "framework/core/error.h"
 #include "models/data/token_shards.h"
 
-namespace cpf::data {
+namespace cpf::models::data {
 namespace {
 
 constexpr size_t kBufferBytes = size_t{1} << 20;
@@ -128,4 +128,4 @@ std::vector<std::string> ShardWriter::finish() {
   return files_;
 }
 
-}  // namespace cpf::data
+}  // namespace cpf::models::data

@@ -11,8 +11,9 @@
 #include <cstdio>
 #include <string>
 #include <vector>
+#include "models/data/deprecated_namespace.h"
 
-namespace cpf::data {
+namespace cpf::models::data {
 
 enum class ShardTokenType { uint16, uint32 };
 
@@ -58,4 +59,4 @@ class ShardWriter {
   std::vector<std::string> files_;
 };
 
-}  // namespace cpf::data
+}  // namespace cpf::models::data

@@ -4,7 +4,7 @@
 
 #include "models/data/data_order.h"
 
-namespace cpf::data {
+namespace cpf::models::data {
 namespace {
 
 // Successive uniform draws for one example: draw j uses Philox counter (index, j).
@@ -157,4 +157,4 @@ Document SyntheticSource::document(int64_t index) const {
   return doc;
 }
 
-}  // namespace cpf::data
+}  // namespace cpf::models::data

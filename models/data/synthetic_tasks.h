@@ -19,9 +19,10 @@
 #include <string>
 #include <vector>
 
+#include "models/data/deprecated_namespace.h"
 #include "models/data/document_source.h"
 
-namespace cpf::data {
+namespace cpf::models::data {
 
 namespace synthetic_vocab {
 constexpr int64_t kPlus = 10;
@@ -77,4 +78,4 @@ class SyntheticSource : public DocumentSource {
   SyntheticOptions options_;
 };
 
-}  // namespace cpf::data
+}  // namespace cpf::models::data

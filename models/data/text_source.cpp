@@ -6,7 +6,7 @@
 
 #include "models/data/file_glob.h"
 
-namespace cpf::data {
+namespace cpf::models::data {
 namespace {
 
 bool is_blank_char(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f'; }
@@ -151,4 +151,4 @@ std::string TextSource::decode(const std::vector<int64_t>& tokens) const {
   return text;
 }
 
-}  // namespace cpf::data
+}  // namespace cpf::models::data

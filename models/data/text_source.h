@@ -16,10 +16,11 @@
 #include <string>
 #include <vector>
 
+#include "models/data/deprecated_namespace.h"
 #include "models/data/document_source.h"
 #include "models/data/tokenizer.h"
 
-namespace cpf::data {
+namespace cpf::models::data {
 
 enum class TextSplit { blank_lines, separator, file };
 
@@ -69,4 +70,4 @@ class TextSource : public DocumentSource {
   std::vector<Span> token_spans_;               // document i's ids in token_ids_
 };
 
-}  // namespace cpf::data
+}  // namespace cpf::models::data

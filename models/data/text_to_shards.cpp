@@ -6,7 +6,7 @@
 #include "models/data/file_glob.h"
 #include "models/data/token_shards.h"
 
-namespace cpf::data {
+namespace cpf::models::data {
 namespace {
 
 void check_options(const TextToShardsOptions& o, ShardTokenType type) {
@@ -74,4 +74,4 @@ TextToShardsResult text_to_shards(const TextToShardsOptions& o,
   return result;
 }
 
-}  // namespace cpf::data
+}  // namespace cpf::models::data

@@ -11,11 +11,12 @@
 #include <string>
 #include <vector>
 
+#include "models/data/deprecated_namespace.h"
 #include "models/data/shard_writer.h"
 #include "models/data/text_source.h"
 #include "models/data/tokenizer.h"
 
-namespace cpf::data {
+namespace cpf::models::data {
 
 struct TextToShardsOptions {
   std::vector<std::string> inputs;  // files or patterns (file_glob.h)
@@ -47,4 +48,4 @@ struct TextToShardsResult {
 TextToShardsResult text_to_shards(const TextToShardsOptions& options,
                                   const std::function<void(const TextToShardsProgress&)>& progress = {});
 
-}  // namespace cpf::data
+}  // namespace cpf::models::data

@@ -8,7 +8,7 @@
 #include "framework/io/file_io.h"
 #include "models/data/file_glob.h"
 
-namespace cpf::data {
+namespace cpf::models::data {
 
 static_assert(std::endian::native == std::endian::little, "token shards are little-endian; this host is not");
 
@@ -145,4 +145,4 @@ std::string TokenShardSource::decode(const std::vector<int64_t>& tokens) const {
   return text;
 }
 
-}  // namespace cpf::data
+}  // namespace cpf::models::data

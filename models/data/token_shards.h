@@ -21,10 +21,11 @@
 #include <string>
 #include <vector>
 
+#include "models/data/deprecated_namespace.h"
 #include "models/data/document_source.h"
 #include "models/data/tokenizer.h"
 
-namespace cpf::data {
+namespace cpf::models::data {
 
 constexpr int32_t kShardMagic = 20240520;  // uint16 tokens
 constexpr int32_t kShardVersion = 1;
@@ -84,4 +85,4 @@ class TokenShardSource : public DocumentSource {
   int64_t total_tokens_ = 0;
 };
 
-}  // namespace cpf::data
+}  // namespace cpf::models::data

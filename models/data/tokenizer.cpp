@@ -11,7 +11,7 @@
 #include "models/data/hf_tokenizer_json.h"
 #include "models/data/sentencepiece_tokenizer.h"
 
-namespace cpf::data {
+namespace cpf::models::data {
 namespace {
 
 // Byte-level text: token = byte value, end-of-text 256 (the text source's historical vocabulary).
@@ -119,4 +119,4 @@ std::shared_ptr<const Tokenizer> load_tokenizer(const std::string& spec) {
   return entry.second;
 }
 
-}  // namespace cpf::data
+}  // namespace cpf::models::data

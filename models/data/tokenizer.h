@@ -17,8 +17,9 @@
 #include <string>
 #include <string_view>
 #include <vector>
+#include "models/data/deprecated_namespace.h"
 
-namespace cpf::data {
+namespace cpf::models::data {
 
 enum class SpecialTokens {
   as_text,  // "<|endoftext|>" in the input is ordinary text (training data)
@@ -60,4 +61,4 @@ std::shared_ptr<const Tokenizer> load_tokenizer(const std::string& spec);
 // The same names load_tokenizer accepts, for messages.
 inline constexpr const char* kTokenizerChoices = "bytes | gpt2 | a tokenizer.json file | a SentencePiece .model file";
 
-}  // namespace cpf::data
+}  // namespace cpf::models::data

@@ -26,13 +26,15 @@ cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCPF_WITH_
   -DCMAKE_CUDA_ARCHITECTURES=90 -DCPF_BUILD_BENCHMARKS=ON -DCPF_BUILD_TESTS=ON \
   -DCPF_SHARED_LIBS="$([[ "$SHARED" == 1 ]] && echo ON || echo OFF)"
 
-# Every tests/cuda*/NAME_test.cpp is one target <dir>_NAME_test; every benchmarks/gpu/NAME_bench.cpp
+# Every GPU test (tests/tensor/cuda, tests/attention/cuda, tests/distributed/nccl: NAME_test.cpp) is one
+# target <prefix>_NAME_test (cuda_, cuda_attention_, cuda_distributed_); every benchmarks/gpu/NAME_bench.cpp
 # is gpu_NAME_bench. TARGETS (space-separated) restricts the build to some of them.
 tests=()
-for dir in "$ROOT"/tests/cuda*/; do
-  d="$(basename "$dir")"
-  [[ "$d" == cuda_distributed && ! -d "$ROOT/framework/distributed/nccl" ]] && continue
-  for f in "$dir"*_test.cpp; do [[ -e "$f" ]] && tests+=("${d}_$(basename "$f" .cpp)"); done
+for pair in tensor/cuda:cuda attention/cuda:cuda_attention distributed/nccl:cuda_distributed; do
+  dir="$ROOT/tests/${pair%%:*}"
+  prefix="${pair##*:}"
+  [[ "$prefix" == cuda_distributed && ! -d "$ROOT/framework/distributed/nccl" ]] && continue
+  for f in "$dir"/*_test.cpp; do [[ -e "$f" ]] && tests+=("${prefix}_$(basename "$f" .cpp)"); done
 done
 benches=()
 for f in "$ROOT"/benchmarks/gpu/*_bench.cpp; do benches+=("gpu_$(basename "$f" .cpp)"); done

@@ -6,8 +6,8 @@
 
 namespace cpf::testing {
 
-inline data::DataOptions addition_batches() {
-  data::DataOptions o;
+inline models::data::DataOptions addition_batches() {
+  models::data::DataOptions o;
   o.source = "synthetic";
   o.min_len = 1;
   o.max_len = 3;

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "apps/trainer/cli.h"
+#include "apps/cli/cli.h"
 #include "support/scratch_dir.h"
 
 namespace cpf::trainer::testing {

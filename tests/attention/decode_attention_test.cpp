@@ -7,7 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "attention/dot_product_attention.h"
-#include "attention/modules/kv_cache.h"
+#include "attention/nn/kv_cache.h"
 #include "framework/autograd/grad_mode.h"
 #include "framework/tensor/ops/copy.h"
 #include "framework/tensor/ops/views.h"

@@ -2,7 +2,7 @@
 // linear_gelu and gelu_mlp (bias on/off, leading dims 1-3), the mixed-precision contract (f32 master
 // weights of a bf16 input get f32 gradients computed from the bf16 operands without a bf16 rounding
 // step; compute_weight is used and not differentiated) and the rejected inputs. The device runs of
-// the same ops are the op cases (op_cases_nn.h) and tests/cuda/linear_epilogue_test.cpp.
+// the same ops are the op cases (op_cases_nn.h) and tests/tensor/cuda/linear_epilogue_test.cpp.
 #include <gtest/gtest.h>
 
 #include "framework/autograd/ops.h"

@@ -1,5 +1,5 @@
 // split's backward joins its pieces' gradients without a copy when they already are adjacent views of
-// one buffer, in order (the layout cuDNN attention writes dq/dk/dv in, attention/cuda/cudnn_sdpa.cpp),
+// one buffer, in order (the layout cuDNN attention writes dq/dk/dv in, attention/cuda/cudnn/fused_attention.cpp),
 // and copies them into a fresh gradient otherwise; both give the same values.
 #include <gtest/gtest.h>
 

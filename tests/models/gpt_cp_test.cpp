@@ -30,17 +30,17 @@ GPTOptions options(AttentionType attention, PositionType positions) {
   return o;
 }
 
-data::Batch packed_batch() { return packed_addition_batches(1).front(); }
+models::data::Batch packed_batch() { return packed_addition_batches(1).front(); }
 
 struct Reference {
   Tensor logits;  // (T, V) of the global batch
   std::map<std::string, Tensor> grads;
 };
 
-Reference single_rank(const GPTOptions& o, const data::Batch& batch) {
+Reference single_rank(const GPTOptions& o, const models::data::Batch& batch) {
   Generator gen(3);
   GPT model(o, &gen);
-  const GPTBatch b = make_gpt_batch(data::shard_for_rank(batch, 1, 0));
+  const GPTBatch b = make_gpt_batch(models::data::shard_for_rank(batch, 1, 0));
   Reference r;
   r.logits = model.forward(b.input);
   backward(GPT::loss(r.logits, b.labels, b.num_valid_labels));
@@ -49,7 +49,7 @@ Reference single_rank(const GPTOptions& o, const data::Batch& batch) {
 }
 
 void expect_cp_matches(const GPTOptions& o, cp::CommType comm, int cp_size) {
-  const data::Batch batch = packed_batch();
+  const models::data::Batch batch = packed_batch();
   const Reference ref = single_rank(o, batch);
   const std::string what = cp::comm_type_name(comm) + " cp=" + std::to_string(cp_size);
   std::mutex mu;
@@ -60,7 +60,7 @@ void expect_cp_matches(const GPTOptions& o, cp::CommType comm, int cp_size) {
     const cp::ContextParallel cp{comm, mesh.cp(), mesh.cp_a2a(), mesh.cp_p2p()};
     Generator gen(3);
     GPT model(o, &gen);
-    const data::LocalBatch local = data::shard_for_rank(batch, cp_size, ctx.rank);
+    const models::data::LocalBatch local = models::data::shard_for_rank(batch, cp_size, ctx.rank);
     const GPTBatch b = make_gpt_batch(local);
     const Tensor logits = model.forward(b.input, &cp);
     backward(GPT::loss(logits, b.labels, b.global_num_valid_labels));
@@ -110,11 +110,11 @@ TEST(GPTContextParallel, AttentionSinksMatchOneRank) {
 }
 
 TEST(GPTContextParallel, ShardedInputMustMatchTheGlobalSequenceInfo) {
-  const data::Batch batch = packed_batch();
+  const models::data::Batch batch = packed_batch();
   dist::launch(2, [&](dist::RankContext& ctx) {
     const cp::ContextParallel cp{cp::CommType::p2p, ctx.world, nullptr, nullptr};
     GPT model(options(AttentionType::mha, PositionType::rope));
-    GPTBatch b = make_gpt_batch(data::shard_for_rank(batch, 2, ctx.rank));
+    GPTBatch b = make_gpt_batch(models::data::shard_for_rank(batch, 2, ctx.rank));
     b.input.seq = SequenceInfo::from_lengths({static_cast<int64_t>(b.input.tokens.size(0))});  // a local description
     EXPECT_CPF_ERROR(model.forward(b.input, &cp),
                      "GPT: the sequence info covers 32 storage tokens but the batch has 32 "

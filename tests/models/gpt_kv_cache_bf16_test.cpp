@@ -2,7 +2,7 @@
 // GPU's does, docs/training.md): fed the same tokens, the cached decoder's logits equal full-window
 // decoding's to bf16 steps for MHA, GQA and MLA (MLA's cached path attends over the absorbed latent,
 // its full path over per-head K/V, so the two round in different places), also while the window
-// slides. The model and prompts are tests/cuda/gpt_kv_cache_test.cpp's, whose GPU bf16 checks compare
+// slides. The model and prompts are tests/tensor/cuda/gpt_kv_cache_test.cpp's, whose GPU bf16 checks compare
 // against this emulation.
 #include <gtest/gtest.h>
 

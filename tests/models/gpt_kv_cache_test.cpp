@@ -1,4 +1,4 @@
-// Incremental decoding with a KV cache (attention/modules/kv_cache.h, GPT::forward_cached,
+// Incremental decoding with a KV cache (attention/nn/kv_cache.h, GPT::forward_cached,
 // models/gpt_decoder.h) gives the logits of full-window decoding: for MHA, GQA, MLA, RoPE and learned
 // positions, sliding windows, batches of unequal prompts, sequences that finish early and windows that
 // slide past the context. f64 models so the comparison is tight; the checks on bad steps and calls name
@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "attention/modules/multi_head_attention.h"
-#include "attention/modules/multi_head_latent_attention.h"
+#include "attention/nn/multi_head_attention.h"
+#include "attention/nn/multi_head_latent_attention.h"
 #include "framework/autograd/ops.h"
 #include "framework/core/error.h"
 #include "models/gpt.h"

@@ -33,7 +33,7 @@ GPTOptions options(AttentionType attention, nn::Activation mlp) {
   return o;
 }
 
-std::vector<data::Batch> batches(int n) { return packed_addition_batches(n); }
+std::vector<models::data::Batch> batches(int n) { return packed_addition_batches(n); }
 
 struct Result {
   std::vector<Tensor> losses;
@@ -56,8 +56,8 @@ Result train_step(GPTOptions o, RecomputeMode mode, int64_t layers) {
   Generator gen(5);
   GPT model(o, &gen);
   Result r;
-  for (const data::Batch& batch : batches(2)) {
-    const GPTBatch b = make_gpt_batch(data::shard_for_rank(batch, 1, 0));
+  for (const models::data::Batch& batch : batches(2)) {
+    const GPTBatch b = make_gpt_batch(models::data::shard_for_rank(batch, 1, 0));
     const Tensor loss = model.forward_loss(b.input, b.labels, b.num_valid_labels);
     backward(loss);
     r.losses.push_back(loss.detach());
@@ -94,14 +94,14 @@ TEST(GPTRecompute, LearnedPositionsSinksAndWindow) {
 
 // Each rank's loss and gradients with recomputation equal the same rank's without it.
 Result cp_rank_step(const GPTOptions& o, cp::CommType comm, int cp_size, dist::RankContext& ctx,
-                    const data::Batch& batch) {
+                    const models::data::Batch& batch) {
   const bool hierarchical = comm == cp::CommType::a2a_p2p;
   dist::DeviceMesh mesh(ctx.world,
                         {.dp = 1, .cp = cp_size, .cp_a2a = hierarchical ? 2 : 0, .hierarchical_cp = hierarchical});
   const cp::ContextParallel cp{comm, mesh.cp(), mesh.cp_a2a(), mesh.cp_p2p()};
   Generator gen(5);
   GPT model(o, &gen);
-  const GPTBatch b = make_gpt_batch(data::shard_for_rank(batch, cp_size, ctx.rank));
+  const GPTBatch b = make_gpt_batch(models::data::shard_for_rank(batch, cp_size, ctx.rank));
   const Tensor loss = model.forward_loss(b.input, b.labels, b.global_num_valid_labels, -1, &cp);
   backward(loss);
   Result r;
@@ -111,7 +111,7 @@ Result cp_rank_step(const GPTOptions& o, cp::CommType comm, int cp_size, dist::R
 }
 
 void expect_cp_recompute_matches(AttentionType attention, cp::CommType comm, int cp_size) {
-  const data::Batch batch = batches(1).front();
+  const models::data::Batch batch = batches(1).front();
   const std::string what = cp::comm_type_name(comm) + " cp=" + std::to_string(cp_size);
   std::mutex mu;
   dist::launch(cp_size, [&](dist::RankContext& ctx) {
@@ -142,7 +142,7 @@ TEST(GPTRecompute, EvaluationKeepsNothingAndMatches) {
   o.recompute = RecomputeMode::full;
   Generator gen2(5);
   const GPT recomputed(o, &gen2);
-  const GPTBatch b = make_gpt_batch(data::shard_for_rank(batches(1).front(), 1, 0));
+  const GPTBatch b = make_gpt_batch(models::data::shard_for_rank(batches(1).front(), 1, 0));
   NoGradGuard no_grad;
   EXPECT_TRUE(all_close(recomputed.forward(b.input), plain.forward(b.input), 0, 0));
 }
@@ -173,7 +173,7 @@ TEST(GPTRecompute, ShardedParameterUnitsInOrder) {
     for (size_t k : units[3]) EXPECT_NE(named[k].first.rfind("blocks.", 0), 0u) << named[k].first;
     RecordingUnits recording;
     model.set_parameter_units(&recording);
-    const GPTBatch b = make_gpt_batch(data::shard_for_rank(batches(1).front(), 1, 0));
+    const GPTBatch b = make_gpt_batch(models::data::shard_for_rank(batches(1).front(), 1, 0));
     backward(model.forward_loss(b.input, b.labels, b.num_valid_labels));
     const std::vector<std::string> expected = {"+3>0", "+0>1", "-0",   "+1>2", "-1", "+2", "-2",
                                                "+2>1", "-2",   "+1>0", "-1",   "+0", "-0"};

@@ -133,8 +133,8 @@ TEST(GPT, LossIsTheTokenSumOverTheNormalizer) {
 }
 
 TEST(GPT, BshdBatchesBecomeOneSequencePerRow) {
-  data::LocalBatch local;
-  local.layout = data::Layout::bshd;
+  models::data::LocalBatch local;
+  local.layout = models::data::Layout::bshd;
   local.tokens = from_vector<int64_t>({1, 2, 3, 4, 5, 6}, {2, 3});
   local.labels = from_vector<int64_t>({2, 3, -100, 5, 6, -100}, {2, 3});
   local.positions = from_vector<int64_t>({0, 1, 2, 0, 1, 2}, {2, 3});

@@ -63,16 +63,16 @@ inline GPTOptions small_f64_gpt(AttentionType attention) {
 
 // The first `n` packed THD batches of one- to three-digit addition: 64 storage tokens, documents of at most
 // 16 tokens, slots padded to 8 (CP up to 4). What small_f64_gpt trains in gpt_cp and gpt_recompute.
-inline std::vector<data::Batch> packed_addition_batches(int n) {
-  data::DataOptions d;
+inline std::vector<models::data::Batch> packed_addition_batches(int n) {
+  models::data::DataOptions d;
   d.task = "addition";
   d.min_len = 1;
   d.max_len = 3;
   d.seq_len = 16;
   d.tokens_per_batch = 64;
   d.pad_multiple = 8;
-  data::DataLoader loader(d);
-  std::vector<data::Batch> out;
+  models::data::DataLoader loader(d);
+  std::vector<models::data::Batch> out;
   for (int i = 0; i < n; ++i) out.push_back(loader.next());
   return out;
 }

@@ -1,6 +1,6 @@
 // DeviceGraph (framework/tensor/device_graph.h) where no graph can be captured: the CPU is refused with
 // its reason before the body runs, and an empty graph refuses to replay. The GPU behaviour is
-// tests/cuda/device_graph_test.cpp.
+// tests/tensor/cuda/device_graph_test.cpp.
 #include <gtest/gtest.h>
 
 #include "framework/tensor/device_graph.h"

@@ -1,6 +1,6 @@
 // DeviceStream on the CPU: every stream is the one in-order stream, so the calls the CP ring makes
 // are no-ops there and the same code runs on every device (the CUDA behaviour is tested in
-// tests/cuda/backend_test.cpp).
+// tests/tensor/cuda/backend_test.cpp).
 #include <gtest/gtest.h>
 
 #include "framework/tensor/device_stream.h"

@@ -1,4 +1,4 @@
-#include "apps/trainer/grad_accumulation.h"
+#include "apps/trainer/step/grad_accumulation.h"
 
 #include "framework/autograd/ops.h"
 #include "framework/tensor/profile.h"
@@ -10,9 +10,9 @@ namespace {
 
 // Labels of all micro-batches over the world. Every CP rank holds its DP rank's whole batch (whose
 // num_valid_labels counts the CP group's labels), so the world sum counts each group cp_size times.
-int64_t step_valid_labels(const std::vector<data::Batch>& micro_batches, const RankGroups& g, Device device) {
+int64_t step_valid_labels(const std::vector<models::data::Batch>& micro_batches, const RankGroups& g, Device device) {
   int64_t local = 0;
-  for (const data::Batch& b : micro_batches) local += b.num_valid_labels;
+  for (const models::data::Batch& b : micro_batches) local += b.num_valid_labels;
   if (!g.world || g.world->size() == 1) return local;
   const Tensor count = scalar_tensor(static_cast<double>(local), {.dtype = DType::i64, .device = device});
   return g.world->all_reduce(count).item<int64_t>() / g.cp_size;
@@ -20,36 +20,7 @@ int64_t step_valid_labels(const std::vector<data::Batch>& micro_batches, const R
 
 }  // namespace
 
-int64_t micro_step_tokens(const TrainConfig& c) { return data::effective_tokens_per_batch(c.data) * c.parallel.dp; }
-
-std::optional<AccumulationProblem> accumulation_problem(const TrainConfig& c) {
-  const int64_t total = c.data.total_batch_tokens;
-  if (total == 0) return std::nullopt;
-  const int64_t micro = micro_step_tokens(c);
-  const std::string per_step = std::to_string(data::effective_tokens_per_batch(c.data)) + " tokens per batch x " +
-                               "parallel.dp=" + std::to_string(c.parallel.dp) + " = " + std::to_string(micro);
-  if (total % micro != 0) {
-    const int64_t lower = std::max<int64_t>(total / micro, 1) * micro;
-    return AccumulationProblem{"data.total_batch_tokens", "must be a multiple of the tokens of one micro-step (" +
-                                                              per_step + "); use " + std::to_string(lower) +
-                                                              ", or change data.batch_size / data.seq_len"};
-  }
-  const int64_t steps = total / micro;
-  if (c.run.grad_accum_steps != 1 && c.run.grad_accum_steps != steps) {
-    return AccumulationProblem{"run.grad_accum_steps",
-                               "disagrees with data.total_batch_tokens=" + std::to_string(total) + " (" + per_step +
-                                   " per micro-step gives " + std::to_string(steps) +
-                                   " micro-steps); set only one of the two"};
-  }
-  return std::nullopt;
-}
-
-int64_t grad_accum_steps(const TrainConfig& c) {
-  if (auto p = accumulation_problem(c)) CPF_FAIL(p->key, ": ", p->problem);
-  return c.data.total_batch_tokens > 0 ? c.data.total_batch_tokens / micro_step_tokens(c) : c.run.grad_accum_steps;
-}
-
-AccumulatedLoss accumulate_gradients(const models::GPT& model, const std::vector<data::Batch>& micro_batches,
+AccumulatedLoss accumulate_gradients(const models::GPT& model, const std::vector<models::data::Batch>& micro_batches,
                                      const RankGroups& g, dist::GradientReducer* reducer, bool read_loss,
                                      std::optional<int64_t> world_valid_labels) {
   CPF_CHECK(!micro_batches.empty(), "accumulate_gradients: no micro-batch");
@@ -62,7 +33,7 @@ AccumulatedLoss accumulate_gradients(const models::GPT& model, const std::vector
   for (size_t i = 0; i < micro_batches.size(); ++i) {
     const bool last = i + 1 == micro_batches.size();
     if (reducer) reducer->set_sync(last);  // one all-reduce of the accumulated gradients per step
-    const data::LocalBatch local = data::shard_for_rank(micro_batches[i], g.cp_size, g.cp_rank);
+    const models::data::LocalBatch local = models::data::shard_for_rank(micro_batches[i], g.cp_size, g.cp_rank);
     const models::GPTBatch b = models::to_device(models::make_gpt_batch(local), model.device());
     Tensor loss;
     {

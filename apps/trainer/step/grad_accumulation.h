@@ -16,26 +16,12 @@
 #include <string>
 #include <vector>
 
-#include "apps/trainer/config.h"
-#include "apps/trainer/training_step.h"
+#include "apps/config/accumulation.h"
+#include "apps/config/config.h"
+#include "apps/trainer/step/training_step.h"
 #include "framework/distributed/grad_reducer.h"
 
 namespace cpf::trainer {
-
-// Storage tokens one micro-step processes over the world: tokens per batch and DP rank x parallel.dp.
-int64_t micro_step_tokens(const TrainConfig& config);
-
-// The config's problem with accumulation as {key, "problem"} (for the config reader's file:line:column
-// message), or nullopt: data.total_batch_tokens not a multiple of micro_step_tokens, or disagreeing with
-// an explicit run.grad_accum_steps.
-struct AccumulationProblem {
-  std::string key;
-  std::string problem;
-};
-std::optional<AccumulationProblem> accumulation_problem(const TrainConfig& config);
-
-// Micro-batches per optimizer step (>= 1). Throws Error with the problem above.
-int64_t grad_accum_steps(const TrainConfig& config);
 
 struct AccumulatedLoss {
   double loss = 0;           // mean token loss of the whole step (every rank gets it); 0 unless read_loss
@@ -49,7 +35,7 @@ struct AccumulatedLoss {
 // read_loss false: the loss is left on the device (the training step reads it back with the gradient norm).
 // world_valid_labels: the world's valid labels of these micro-batches when already agreed (a step ahead,
 // step_prefetch.h); nullopt: counted here, with a blocking all-reduce when there are several ranks.
-AccumulatedLoss accumulate_gradients(const models::GPT& model, const std::vector<data::Batch>& micro_batches,
+AccumulatedLoss accumulate_gradients(const models::GPT& model, const std::vector<models::data::Batch>& micro_batches,
                                      const RankGroups& groups, dist::GradientReducer* reducer, bool read_loss = true,
                                      std::optional<int64_t> world_valid_labels = std::nullopt);
 

@@ -1,4 +1,4 @@
-#include "apps/trainer/step_graph.h"
+#include "apps/trainer/step/step_graph.h"
 
 #include <algorithm>
 
@@ -10,10 +10,11 @@ namespace cpf::trainer {
 namespace {
 
 // The micro-batches as model input on the host (one rank: the whole batch is its shard).
-std::vector<models::GPTBatch> host_batches(const std::vector<data::Batch>& micro_batches) {
+std::vector<models::GPTBatch> host_batches(const std::vector<models::data::Batch>& micro_batches) {
   std::vector<models::GPTBatch> out;
   out.reserve(micro_batches.size());
-  for (const data::Batch& b : micro_batches) out.push_back(models::make_gpt_batch(data::shard_for_rank(b, 1, 0)));
+  for (const models::data::Batch& b : micro_batches)
+    out.push_back(models::make_gpt_batch(models::data::shard_for_rank(b, 1, 0)));
   return out;
 }
 
@@ -83,7 +84,7 @@ std::optional<std::string> StepGraph::unsupported_reason(const TrainConfig& c, D
   return std::nullopt;
 }
 
-AccumulatedLoss StepGraph::accumulate(const models::GPT& model, const std::vector<data::Batch>& micro_batches,
+AccumulatedLoss StepGraph::accumulate(const models::GPT& model, const std::vector<models::data::Batch>& micro_batches,
                                       const RankGroups& groups, const optim::NamedTensors& params, int64_t step) {
   CPF_CHECK(!groups.world || groups.world->size() == 1, "StepGraph: a step of ", groups.world->size(),
             " ranks cannot be captured");

@@ -25,9 +25,9 @@
 #include <string>
 #include <vector>
 
-#include "apps/trainer/config.h"
-#include "apps/trainer/grad_accumulation.h"
-#include "apps/trainer/training_step.h"
+#include "apps/config/config.h"
+#include "apps/trainer/step/grad_accumulation.h"
+#include "apps/trainer/step/training_step.h"
 #include "framework/tensor/device_graph.h"
 #include "models/gpt_input.h"
 
@@ -49,7 +49,7 @@ class StepGraph {
 
   // Step `step`'s (0-based) forward and backward of `micro_batches` on one rank, with accumulate_gradients'
   // result and effects (gradients in the parameters' .grad, the loss left on the device).
-  AccumulatedLoss accumulate(const models::GPT& model, const std::vector<data::Batch>& micro_batches,
+  AccumulatedLoss accumulate(const models::GPT& model, const std::vector<models::data::Batch>& micro_batches,
                              const RankGroups& groups, const optim::NamedTensors& params, int64_t step);
 
   bool captured() const { return graph_.defined(); }

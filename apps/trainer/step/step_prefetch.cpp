@@ -1,4 +1,4 @@
-#include "apps/trainer/step_prefetch.h"
+#include "apps/trainer/step/step_prefetch.h"
 
 #include <utility>
 
@@ -8,7 +8,7 @@ StepPrefetch::StepPrefetch(SignalSource stop_signal) : stop_signal_(stop_signal)
   CPF_CHECK(stop_signal_ != nullptr, "StepPrefetch: no stop-signal source (pass pending_stop_signal)");
 }
 
-StepPrefetch::Taken StepPrefetch::take(data::DataLoader& loader, int64_t accum_steps) {
+StepPrefetch::Taken StepPrefetch::take(models::data::DataLoader& loader, int64_t accum_steps) {
   CPF_CHECK(accum_steps >= 1, "StepPrefetch::take: accum_steps=", accum_steps, " must be at least 1");
   std::optional<Ahead> ahead = std::exchange(ahead_, std::nullopt);
   pending_ = false;
@@ -25,7 +25,7 @@ StepPrefetch::Taken StepPrefetch::take(data::DataLoader& loader, int64_t accum_s
   return taken;
 }
 
-std::vector<Tensor> StepPrefetch::read_ahead(data::DataLoader& loader, int64_t accum_steps, const RankGroups& g,
+std::vector<Tensor> StepPrefetch::read_ahead(models::data::DataLoader& loader, int64_t accum_steps, const RankGroups& g,
                                              Device device) {
   CPF_CHECK(g.world && g.world->size() > 1, "StepPrefetch::read_ahead: a world of one rank has nothing to agree on");
   CPF_CHECK(accum_steps >= 1, "StepPrefetch::read_ahead: accum_steps=", accum_steps, " must be at least 1");

@@ -21,7 +21,7 @@
 #include <optional>
 #include <vector>
 
-#include "apps/trainer/training_step.h"
+#include "apps/trainer/step/training_step.h"
 #include "models/data/data_loader.h"
 
 namespace cpf::trainer {
@@ -33,17 +33,18 @@ class StepPrefetch {
   explicit StepPrefetch(SignalSource stop_signal);
 
   struct Taken {
-    std::vector<data::Batch> micro_batches;  // this rank's, in loader order
-    std::optional<int64_t> valid_labels;     // the world's labels of the step; nullopt: not read ahead
+    std::vector<models::data::Batch> micro_batches;  // this rank's, in loader order
+    std::optional<int64_t> valid_labels;             // the world's labels of the step; nullopt: not read ahead
   };
   // The `accum_steps` micro-batches of this step, leaving the loader's cursor past them: the read-ahead
   // when it is still valid (its count known), otherwise read now.
-  Taken take(data::DataLoader& loader, int64_t accum_steps);
+  Taken take(models::data::DataLoader& loader, int64_t accum_steps);
 
   // In step s, after its backward is enqueued: reads step s+1's micro-batches, puts the cursor back, and
   // enqueues the all-reduces (every rank calls it). Returns two () f64 tensors on `device` for the step's
   // read-back: the world's sum of the next step's valid labels and the largest stop signal of any rank.
-  std::vector<Tensor> read_ahead(data::DataLoader& loader, int64_t accum_steps, const RankGroups& g, Device device);
+  std::vector<Tensor> read_ahead(models::data::DataLoader& loader, int64_t accum_steps, const RankGroups& g,
+                                 Device device);
   // The two values of read_ahead's tensors, read at the step's event.
   void complete(double world_labels, double stop_signal);
 
@@ -53,8 +54,8 @@ class StepPrefetch {
 
  private:
   struct Ahead {
-    data::DataCursor from, to;  // the loader's cursor before and after the read-ahead
-    std::vector<data::Batch> micro_batches;
+    models::data::DataCursor from, to;  // the loader's cursor before and after the read-ahead
+    std::vector<models::data::Batch> micro_batches;
     int64_t cp_size = 1;  // every CP rank of a DP group counts its whole batch
     std::optional<int64_t> valid_labels;
   };

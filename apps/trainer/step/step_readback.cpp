@@ -1,4 +1,4 @@
-#include "apps/trainer/step_readback.h"
+#include "apps/trainer/step/step_readback.h"
 
 #include <map>
 #include <optional>

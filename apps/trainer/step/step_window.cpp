@@ -1,4 +1,4 @@
-#include "apps/trainer/step_window.h"
+#include "apps/trainer/step/step_window.h"
 
 #include <cmath>
 

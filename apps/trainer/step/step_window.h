@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "apps/trainer/training_step.h"
+#include "apps/trainer/step/training_step.h"
 
 namespace cpf::trainer {
 

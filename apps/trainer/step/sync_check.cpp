@@ -1,4 +1,4 @@
-#include "apps/trainer/sync_check.h"
+#include "apps/trainer/step/sync_check.h"
 
 #if CPF_HAVE_CUDA
 #include "framework/tensor/cuda/cuda.h"

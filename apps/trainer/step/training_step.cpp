@@ -1,14 +1,14 @@
-#include "apps/trainer/training_step.h"
+#include "apps/trainer/step/training_step.h"
 
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
-#include "apps/trainer/grad_accumulation.h"
-#include "apps/trainer/step_graph.h"
-#include "apps/trainer/step_prefetch.h"
-#include "apps/trainer/step_readback.h"
-#include "apps/trainer/step_window.h"
+#include "apps/trainer/step/grad_accumulation.h"
+#include "apps/trainer/step/step_graph.h"
+#include "apps/trainer/step/step_prefetch.h"
+#include "apps/trainer/step/step_readback.h"
+#include "apps/trainer/step/step_window.h"
 #include "framework/autograd/ops.h"
 #include "framework/optim/grad_clip.h"
 #include "framework/tensor/profile.h"
@@ -17,8 +17,8 @@
 
 namespace cpf::trainer {
 
-BatchLoss batch_loss(const models::GPT& model, const data::Batch& batch, const RankGroups& g) {
-  const data::LocalBatch local = data::shard_for_rank(batch, g.cp_size, g.cp_rank);
+BatchLoss batch_loss(const models::GPT& model, const models::data::Batch& batch, const RankGroups& g) {
+  const models::data::LocalBatch local = models::data::shard_for_rank(batch, g.cp_size, g.cp_rank);
   const models::GPTBatch b = models::to_device(models::make_gpt_batch(local), model.device());
   int64_t count = b.num_valid_labels;
   if (g.world && g.world->size() > 1) {
@@ -44,7 +44,7 @@ StepPrefetch::Taken take_micro_batches(const StepParts& p, StepResult& result) {
   } else {
     for (int64_t i = 0; i < p.accum_steps; ++i) taken.micro_batches.push_back(p.loader.next());
   }
-  for (const data::Batch& b : taken.micro_batches) result.tokens += b.tokens.numel() * p.groups.dp_size;
+  for (const models::data::Batch& b : taken.micro_batches) result.tokens += b.tokens.numel() * p.groups.dp_size;
   return taken;
 }
 

@@ -15,7 +15,7 @@
 // same event (step_prefetch.h), so a step after a session's first also waits once.
 #include <optional>
 
-#include "apps/trainer/config.h"
+#include "apps/config/config.h"
 #include "framework/distributed/grad_reducer.h"
 #include "framework/distributed/process_group.h"
 #include "framework/distributed/zero_shards.h"
@@ -45,12 +45,12 @@ struct BatchLoss {
 
 // This rank's share of the loss of a step whose DP rank holds `batch`: the summed token loss of its
 // CP shard divided by the valid-label count of the whole world, so the sum over ranks is the mean.
-BatchLoss batch_loss(const models::GPT& model, const data::Batch& batch, const RankGroups& groups);
+BatchLoss batch_loss(const models::GPT& model, const models::data::Batch& batch, const RankGroups& groups);
 
 // What a step works on; the trainer owns every part.
 struct StepParts {
   const models::GPT& model;
-  data::DataLoader& loader;
+  models::data::DataLoader& loader;
   const RankGroups& groups;
   dist::GradientReducer* reducer;  // null on one rank
   const optim::NamedTensors& params;

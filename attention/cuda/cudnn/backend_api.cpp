@@ -1,4 +1,4 @@
-#include "attention/cuda/cudnn_backend.h"
+#include "attention/cuda/cudnn/backend_api.h"
 
 #include <array>
 

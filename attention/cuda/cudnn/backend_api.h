@@ -2,7 +2,7 @@
 // Thin C++ layer over cuDNN's backend (graph) API, private to cpf_attention_cuda: status checks,
 // owned descriptors, the per-(device, thread) handle, a graph builder for the ops fused attention
 // needs (tensor, pointwise, matmul, reduction, reshape) and execution plans chosen by cuDNN's
-// heuristics. Nothing here knows about attention; cudnn_sdpa_graph.cpp builds the SDPA graphs on it.
+// heuristics. Nothing here knows about attention; attention/cuda/cudnn/graph_building.cpp builds the SDPA graphs on it.
 #include <cudnn.h>
 
 #include <cstdint>

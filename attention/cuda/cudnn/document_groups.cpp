@@ -1,5 +1,5 @@
-// thd calls split into groups of similar lengths (cudnn_sdpa_groups.h).
-#include "attention/cuda/cudnn_sdpa_groups.h"
+// thd calls split into groups of similar lengths (attention/cuda/cudnn/document_groups.h).
+#include "attention/cuda/cudnn/document_groups.h"
 
 #include <algorithm>
 #include <limits>
@@ -11,7 +11,7 @@
 namespace cpf::attention_cuda::cudnn {
 namespace {
 
-// cuDNN's thd s dims are multiples of this (cudnn_sdpa_mapping.cpp's kThdLengthQuantum).
+// cuDNN's thd s dims are multiples of this (attention/cuda/cudnn/problem_mapping.cpp's kThdLengthQuantum).
 constexpr int64_t kQuantum = 128;
 int64_t rounded(int64_t n) { return (n + kQuantum - 1) / kQuantum * kQuantum; }
 

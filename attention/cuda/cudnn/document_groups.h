@@ -21,7 +21,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "attention/cuda/cudnn_sdpa_mapping.h"
+#include "attention/cuda/cudnn/problem_mapping.h"
 
 namespace cpf::attention_cuda::cudnn {
 

@@ -1,28 +1,27 @@
-// cuDNN fused attention: checks, the per-thread plan cache, and forward/backward execution with the
-// fix-ups that turn cuDNN's results into the attention_op.h contract (see cudnn_sdpa.h).
-#include "attention/cuda/cudnn_sdpa.h"
+// cuDNN fused attention: checks, the plan lookup (plan_cache.h), and forward/backward execution with the
+// fix-ups that turn cuDNN's results into the attention_op.h contract (see attention/cuda/cudnn/fused_attention.h).
+#include "attention/cuda/cudnn/fused_attention.h"
 
 #include <algorithm>
 #include <array>
-#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <sstream>
 
-#include "attention/cuda/cudnn_backend.h"
-#include "attention/cuda/cudnn_mapping_cache.h"
-#include "attention/cuda/cudnn_row_tables.h"
-#include "attention/cuda/cudnn_sdpa_execution.h"
-#include "attention/cuda/cudnn_sdpa_graph.h"
-#include "attention/cuda/cudnn_sdpa_grouped.h"
-#include "attention/cuda/cudnn_sdpa_layout.h"
-#include "attention/cuda/cudnn_sdpa_mapping.h"
-#include "attention/cuda/cudnn_sdpa_placement.h"
-#include "attention/cuda/cudnn_sdpa_rows.h"
+#include "attention/cuda/cudnn/backend_api.h"
+#include "attention/cuda/cudnn/graph_building.h"
+#include "attention/cuda/cudnn/grouped_execution.h"
+#include "attention/cuda/cudnn/plan_cache.h"
+#include "attention/cuda/cudnn/problem_mapping.h"
+#include "attention/cuda/cudnn/problem_mapping_cache.h"
+#include "attention/cuda/cudnn/row_fixup_tables.h"
+#include "attention/cuda/cudnn/row_fixups.h"
+#include "attention/cuda/cudnn/strided_layout.h"
+#include "attention/cuda/cudnn/tensor_placement.h"
+#include "attention/cuda/cudnn/variant_pack.h"
 #include "attention/cuda/device_tables.h"
 #include "framework/core/logging.h"
 #include "framework/tensor/cuda/cuda.h"
@@ -127,62 +126,6 @@ Prepared prepare(const AttentionProblem& p, DType dtype, bool backward, bool has
   return r;
 }
 
-// Plans of this thread (a plan is bound to the handle it was built with; handles are per thread), with
-// the failures remembered so that repeated probes of an unsupported key cost a map lookup.
-struct CachedPlan {
-  std::shared_ptr<ExecutionPlan> plan;
-  std::string failure;
-};
-
-thread_local PlanCacheStats thread_stats;
-
-// Keys cuDNN offered no engine for, shared by all threads: that depends on the graph, not on the
-// handle, and finding it out tries every engine configuration the heuristics list, which every rank
-// thread of a process would otherwise pay for again.
-std::mutex failures_mutex;
-std::map<SdpaGraphKey, std::string> failures;
-
-CachedPlan build_plan(const SdpaGraphKey& key) {
-  CachedPlan entry;
-  {
-    std::lock_guard<std::mutex> lock(failures_mutex);
-    if (auto it = failures.find(key); it != failures.end()) {
-      entry.failure = it->second;
-      return entry;
-    }
-  }
-  const auto start = std::chrono::steady_clock::now();
-  try {
-    cuda::DeviceGuard guard(key.device);
-    entry.plan = build_sdpa_plan(key, handle_for(key.device), &entry.failure);
-  } catch (const Error& e) {
-    entry.failure = e.what();
-  }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  thread_stats.builds += 1;
-  thread_stats.build_seconds += seconds;
-  // Plans take 0.1-1 s each: a run that builds many (a key that changes per call) shows up here.
-  cpf::log(seconds >= 1.0 ? LogLevel::info : LogLevel::debug, "cuDNN attention plan ", key.str(), ": ",
-           entry.plan ? "built" : "no engine", " in ", static_cast<int64_t>(seconds * 1e3), " ms (",
-           thread_stats.builds, " builds on this thread)");
-  if (!entry.plan) {
-    entry.failure = "cuDNN found no engine for " + key.str() + ": " + entry.failure;
-    std::lock_guard<std::mutex> lock(failures_mutex);
-    failures.emplace(key, entry.failure);
-  }
-  return entry;
-}
-
-const CachedPlan& cached_plan(const SdpaGraphKey& key) {
-  thread_local std::map<SdpaGraphKey, CachedPlan> cache;
-  auto it = cache.find(key);
-  if (it != cache.end()) {
-    thread_stats.hits += 1;
-    return it->second;
-  }
-  return cache.emplace(key, build_plan(key)).first->second;
-}
-
 // The plan for a prepared call, or a cpf::Error naming why there is none.
 const ExecutionPlan& plan_for(const Prepared& prepared, const char* op) {
   CPF_CHECK(prepared.reason.empty(), op, " (cudnn): ", prepared.reason);
@@ -205,8 +148,6 @@ Prepared prepare_on(const AttentionProblem& p, const Tensor& q, bool backward, b
 }
 
 }  // namespace
-
-PlanCacheStats plan_cache_stats() { return thread_stats; }
 
 int64_t runtime_version() {
   static const int64_t version = static_cast<int64_t>(cudnnGetVersion());
@@ -251,7 +192,8 @@ std::string unsupported_reason(const AttentionProblem& p, DType dtype, bool back
 
 namespace {
 
-// The inputs as cuDNN reads them (cudnn_sdpa_placement.h); plans for strided layouts from this thread's cache.
+// The inputs as cuDNN reads them (attention/cuda/cudnn/tensor_placement.h); plans for strided layouts from this
+// thread's cache.
 const ExecutionPlan* lookup_plan(const SdpaGraphKey& key) { return cached_plan(key).plan.get(); }
 
 Placed placed(const Prepared& prepared, const ExecutionPlan& plan, const AttentionProblem& p, const Tensor& q,
@@ -293,7 +235,7 @@ raw::AttentionForward run_forward(const Prepared& prepared, const ExecutionPlan&
   const Placed in = placed(prepared, plan, p, q, k, v);
   Tensor out = empty(p.out_shape(), {.dtype = q.dtype(), .device = device});
   const Tensor sink = in.key.sink ? dense(p.sink, DType::f32) : Tensor();
-  // thd calls of entries of very different lengths: one execution per group (cudnn_sdpa_grouped.h).
+  // thd calls of entries of very different lengths: one execution per group (attention/cuda/cudnn/grouped_execution.h).
   const std::optional<GroupedRun> groups = grouped_run(prepared.mapping, in, p, device, lookup_plan);
   std::shared_ptr<const RowTables> tables;
   if (!groups) tables = row_tables(prepared.mapping, p, device);

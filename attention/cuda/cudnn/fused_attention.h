@@ -30,7 +30,7 @@ int64_t runtime_version();
 // This thread's plan cache since it started: plans built (a failed build counts; a key another thread
 // found unbuildable does not), the seconds they took, and lookups served from the cache. Plans are
 // keyed by shapes and options only (SdpaGraphKey), never by lengths' values or pointers, so a run of
-// repeated shapes builds each plan once per thread (tests/cuda_attention/cudnn_plan_cache_test.cpp).
+// repeated shapes builds each plan once per thread (tests/attention/cuda/cudnn_plan_cache_test.cpp).
 struct PlanCacheStats {
   int64_t builds = 0, hits = 0;
   double build_seconds = 0;

@@ -1,4 +1,4 @@
-#include "attention/cuda/cudnn_sdpa_graph.h"
+#include "attention/cuda/cudnn/graph_building.h"
 
 #include <sstream>
 

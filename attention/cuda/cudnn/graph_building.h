@@ -5,14 +5,15 @@
 // Private to cpf_attention_cuda.
 //
 // Every I/O tensor is logically (b, h, s, d); layouts (bshd, sbhd, thd) are strides only. The data
-// type is a parameter: bf16 today, f16 is one DType mapping away (cudnn_sdpa.cpp, io_data_type).
+// type is a parameter: bf16 today, f16 is one DType mapping away (attention/cuda/cudnn/fused_attention.cpp,
+// io_data_type).
 #include <array>
 #include <compare>
 #include <cstdint>
 #include <memory>
 #include <string>
 
-#include "attention/cuda/cudnn_backend.h"
+#include "attention/cuda/cudnn/backend_api.h"
 
 namespace cpf::attention_cuda::cudnn {
 

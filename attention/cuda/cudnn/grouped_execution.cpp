@@ -1,5 +1,5 @@
-// thd calls as one cuDNN execution per group of similar lengths (cudnn_sdpa_grouped.h).
-#include "attention/cuda/cudnn_sdpa_grouped.h"
+// thd calls as one cuDNN execution per group of similar lengths (attention/cuda/cudnn/grouped_execution.h).
+#include "attention/cuda/cudnn/grouped_execution.h"
 
 #include <algorithm>
 #include <array>
@@ -8,9 +8,9 @@
 #include <limits>
 #include <string>
 
-#include "attention/cuda/cudnn_sdpa.h"
-#include "attention/cuda/cudnn_sdpa_execution.h"
-#include "attention/cuda/cudnn_sdpa_rows.h"
+#include "attention/cuda/cudnn/fused_attention.h"
+#include "attention/cuda/cudnn/row_fixups.h"
+#include "attention/cuda/cudnn/variant_pack.h"
 #include "framework/core/error.h"
 #include "framework/core/logging.h"
 #include "framework/tensor/device_ops.h"
@@ -224,7 +224,8 @@ void run_backward_groups(const GroupedRun& run, const Placed& in, const Attentio
     pack.add(kUidDv, io.dv);
     pack.add(kUidSoftmaxSum, empty({m.b, p.h_q, m.s_q}, f32));
     pack.add_host(kUidOne, &scalars.one);
-    if (!key.deterministic) {  // the group's own accumulator; cuDNN >= 9.6 zeroes it (cudnn_sdpa.cpp)
+    if (!key.deterministic) {                        // the group's own accumulator; cuDNN >= 9.6 zeroes it
+                                                     // (attention/cuda/cudnn/fused_attention.cpp)
       const Shape accum{m.b, p.h_q, m.s_q, p.d_qk};  // (b_g, h_q, s_g, d_qk)
       pack.add(kUidDqAccum, runtime_version() >= 90600 ? empty(accum, f32) : zeros(accum, f32));
     }

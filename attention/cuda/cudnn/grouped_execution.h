@@ -1,7 +1,7 @@
 #pragma once
 // thd calls as one cuDNN execution per group of entries of similar lengths (private to
-// cpf_attention_cuda; used by cudnn_sdpa.cpp). cudnn_sdpa_groups.h chooses the groups; this file runs
-// them (docs/cp.md, "Packed documents (thd): work balance").
+// cpf_attention_cuda; used by attention/cuda/cudnn/fused_attention.cpp). attention/cuda/cudnn/document_groups.h chooses
+// the groups; this file runs them (docs/cp.md, "Packed documents (thd): work balance").
 //
 // Every group is one execution over the call's q, k, v, o (dO, dQ, dK, dV) storage: ragged offsets
 // address the packed rows, so an execution reads and writes only its own entries' rows. Each has its
@@ -22,11 +22,11 @@
 #include <vector>
 
 #include "attention/attention_problem.h"
-#include "attention/cuda/cudnn_row_tables.h"
-#include "attention/cuda/cudnn_sdpa_groups.h"
-#include "attention/cuda/cudnn_sdpa_mapping.h"
-#include "attention/cuda/cudnn_sdpa_placement.h"
-#include "attention/cuda/cudnn_sdpa_rows.h"
+#include "attention/cuda/cudnn/document_groups.h"
+#include "attention/cuda/cudnn/problem_mapping.h"
+#include "attention/cuda/cudnn/row_fixup_tables.h"
+#include "attention/cuda/cudnn/row_fixups.h"
+#include "attention/cuda/cudnn/tensor_placement.h"
 #include "framework/tensor/tensor.h"
 
 namespace cpf::attention_cuda::cudnn {

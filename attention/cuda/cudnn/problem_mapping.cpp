@@ -1,4 +1,4 @@
-#include "attention/cuda/cudnn_sdpa_mapping.h"
+#include "attention/cuda/cudnn/problem_mapping.h"
 
 #include <algorithm>
 #include <cstdlib>

@@ -1,4 +1,4 @@
-#include "attention/cuda/cudnn_mapping_cache.h"
+#include "attention/cuda/cudnn/problem_mapping_cache.h"
 
 #include <algorithm>
 #include <vector>

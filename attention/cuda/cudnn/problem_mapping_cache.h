@@ -8,7 +8,7 @@
 #include <memory>
 
 #include "attention/attention_problem.h"
-#include "attention/cuda/cudnn_sdpa_mapping.h"
+#include "attention/cuda/cudnn/problem_mapping.h"
 
 namespace cpf::attention_cuda::cudnn {
 

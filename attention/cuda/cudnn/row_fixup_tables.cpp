@@ -1,11 +1,11 @@
-// The per-thread cache of row fix-up tables per cuDNN mapping (cudnn_row_tables.h).
-#include "attention/cuda/cudnn_row_tables.h"
+// The per-thread cache of row fix-up tables per cuDNN mapping (attention/cuda/cudnn/row_fixup_tables.h).
+#include "attention/cuda/cudnn/row_fixup_tables.h"
 
 #include <algorithm>
 #include <limits>
 
-#include "attention/cuda/cudnn_sdpa_layout.h"
-#include "attention/cuda/cudnn_sdpa_rows.h"
+#include "attention/cuda/cudnn/row_fixups.h"
+#include "attention/cuda/cudnn/strided_layout.h"
 #include "framework/tensor/device_stream.h"
 #include "framework/tensor/ops/copy.h"
 
@@ -33,7 +33,7 @@ Cache& thread_cache() {
 
 std::array<int64_t, 6> dims_of(const AttentionProblem& p) { return {p.s_q, p.s_kv, p.h_q, p.h_kv, p.d_qk, p.d_v}; }
 
-// The ragged offsets of the dense layouts (cudnn_sdpa_layout.h), with set_layouts' choice of width.
+// The ragged offsets of the dense layouts (attention/cuda/cudnn/strided_layout.h), with set_layouts' choice of width.
 void add_dense_offsets(RowTables& t, const SdpaMapping& m, const AttentionProblem& p, const Device& device) {
   const Layouts l = dense_layouts(p);
   t.offset_row_strides = {l.q.row_stride, l.k.row_stride, l.v.row_stride, l.o.row_stride};

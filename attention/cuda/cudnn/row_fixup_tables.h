@@ -1,13 +1,13 @@
 #pragma once
 // The row fix-up tables of one cuDNN mapping, made once per mapping and stream (private to
-// cpf_attention_cuda; used by cudnn_sdpa.cpp).
+// cpf_attention_cuda; used by attention/cuda/cudnn/fused_attention.cpp).
 //
 // A thd call turns cuDNN's padded (b, h, s) Stats into the packed (h, T) lse and back through two
 // index tables of one entry per token (from packed_to_padded and padded_to_packed; one gather each,
-// cudnn_sdpa_rows.h), and fills the rows cuDNN leaves undefined run by run (flag_runs). Built per call, that is two
-// walks over the tokens, two tables of 8 bytes per token and a content-hashed device_table lookup of each, in every
-// ring tile of every layer, forward and backward. The mapping itself is cached (cudnn_mapping_cache.h) and never
-// changes, so these derived tables are kept with it instead.
+// attention/cuda/cudnn/row_fixups.h), and fills the rows cuDNN leaves undefined run by run (flag_runs). Built per call,
+// that is two walks over the tokens, two tables of 8 bytes per token and a content-hashed device_table lookup of each,
+// in every ring tile of every layer, forward and backward. The mapping itself is cached
+// (attention/cuda/cudnn/problem_mapping_cache.h) and never changes, so these derived tables are kept with it instead.
 //
 // Keyed by the mapping object (the entry holds it: its address cannot be reused while the entry
 // lives), the problem's format, lengths, heads and head dims (what the tables read besides the mapping),
@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "attention/attention_problem.h"
-#include "attention/cuda/cudnn_sdpa_mapping.h"
+#include "attention/cuda/cudnn/problem_mapping.h"
 #include "framework/tensor/tensor.h"
 
 namespace cpf::attention_cuda::cudnn {
@@ -49,8 +49,8 @@ struct RowTables {
 Tensor ragged_offsets(const std::vector<int64_t>& first_token, int64_t total_tokens, int64_t row_stride, bool int64);
 
 // The tables one execution of mapping `m` binds, without the lse and fix-up tables: the lengths
-// (padding) and the dense layouts' ragged offsets (thd). Not cached here: cudnn_sdpa_grouped.cpp keeps
-// each group's with its own cache.
+// (padding) and the dense layouts' ragged offsets (thd). Not cached here: attention/cuda/cudnn/grouped_execution.cpp
+// keeps each group's with its own cache.
 RowTables execution_tables(const SdpaMapping& m, const AttentionProblem& p, const Device& device);
 
 // The tables of mapping `m` of problem `p` on `device` (a CPU device gives CPU tensors), from this

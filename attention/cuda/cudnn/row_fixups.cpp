@@ -1,5 +1,5 @@
-// Row fix-ups of cuDNN's results (cudnn_sdpa_rows.h).
-#include "attention/cuda/cudnn_sdpa_rows.h"
+// Row fix-ups of cuDNN's results (attention/cuda/cudnn/row_fixups.h).
+#include "attention/cuda/cudnn/row_fixups.h"
 
 #include "attention/cuda/device_tables.h"
 #include "framework/tensor/device_ops.h"

@@ -1,4 +1,4 @@
-#include "attention/cuda/cudnn_sdpa_layout.h"
+#include "attention/cuda/cudnn/strided_layout.h"
 
 #include <cstdint>
 

@@ -16,7 +16,7 @@
 
 namespace cpf::attention_cuda::cudnn {
 
-using Strides4 = std::array<int64_t, 4>;  // (b, h, s, d) element strides (as in cudnn_sdpa_graph.h)
+using Strides4 = std::array<int64_t, 4>;  // (b, h, s, d) element strides (as in attention/cuda/cudnn/graph_building.h)
 
 // The graphs declare 16-byte alignment (CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT) for every I/O tensor.
 inline constexpr int64_t kCudnnAlignmentBytes = 16;
@@ -32,7 +32,7 @@ IoLayout dense_layout(QkvFormat format, int64_t batch, int64_t seq, int64_t head
 
 // t's own layout when cuDNN can read it in place: the innermost dim contiguous, the base pointer and
 // every other stride a multiple of 16 bytes (what the graphs declare); nullopt
-// when it must be copied (cudnn_sdpa.cpp then makes it dense).
+// when it must be copied (attention/cuda/cudnn/fused_attention.cpp then makes it dense).
 std::optional<IoLayout> in_place_layout(const Tensor& t, QkvFormat format);
 
 // q, k, v and o (out and dout share o's) as a graph declares them.

@@ -1,4 +1,4 @@
-#include "attention/cuda/cudnn_sdpa_placement.h"
+#include "attention/cuda/cudnn/tensor_placement.h"
 
 #include <algorithm>
 #include <cstdint>

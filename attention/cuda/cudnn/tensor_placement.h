@@ -1,15 +1,15 @@
 #pragma once
 // Which q, k, v tensors one cuDNN attention call hands to its graph, and the key their strides give
 // (docs/attention.md, "Strided q, k, v"): views cuDNN can read as they are go in without a copy, the
-// rest as dense copies. Private to cpf_attention_cuda (cudnn_sdpa.cpp).
+// rest as dense copies. Private to cpf_attention_cuda (attention/cuda/cudnn/fused_attention.cpp).
 #include <array>
 #include <functional>
 #include <optional>
 
 #include "attention/attention_problem.h"
-#include "attention/cuda/cudnn_sdpa_graph.h"
-#include "attention/cuda/cudnn_sdpa_layout.h"
-#include "attention/cuda/cudnn_sdpa_mapping.h"
+#include "attention/cuda/cudnn/graph_building.h"
+#include "attention/cuda/cudnn/problem_mapping.h"
+#include "attention/cuda/cudnn/strided_layout.h"
 
 namespace cpf::attention_cuda::cudnn {
 
@@ -31,7 +31,8 @@ struct Placed {
   std::optional<std::array<Tensor, 3>> grads;  // backward in place: dq, dk, dv (views of one buffer)
 };
 
-// The plan for a key, or nullptr when cuDNN offers no engine for it (cudnn_sdpa.cpp's plan cache).
+// The plan for a key, or nullptr when cuDNN offers no engine for it (attention/cuda/cudnn/fused_attention.cpp's plan
+// cache).
 using PlanLookup = std::function<const ExecutionPlan*(const SdpaGraphKey&)>;
 
 // `key`, `dense` and `plan`: the call as prepared for dense inputs. The forward reads every view

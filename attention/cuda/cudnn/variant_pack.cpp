@@ -1,5 +1,5 @@
-// One cuDNN attention execution's variant pack (cudnn_sdpa_execution.h).
-#include "attention/cuda/cudnn_sdpa_execution.h"
+// One cuDNN attention execution's variant pack (attention/cuda/cudnn/variant_pack.h).
+#include "attention/cuda/cudnn/variant_pack.h"
 
 #include <array>
 

@@ -1,17 +1,17 @@
 #pragma once
-// One cuDNN attention execution's variant pack (private to cpf_attention_cuda; used by cudnn_sdpa.cpp
-// and cudnn_sdpa_grouped.cpp): the device buffers and host scalars it binds, and the bindings every
-// forward and backward shares (scale, bounds, lengths, ragged offsets).
+// One cuDNN attention execution's variant pack (private to cpf_attention_cuda; used by
+// attention/cuda/cudnn/fused_attention.cpp and attention/cuda/cudnn/grouped_execution.cpp): the device buffers and host
+// scalars it binds, and the bindings every forward and backward shares (scale, bounds, lengths, ragged offsets).
 #include <cstdint>
 #include <limits>
 #include <vector>
 
 #include "attention/attention_problem.h"
-#include "attention/cuda/cudnn_backend.h"
-#include "attention/cuda/cudnn_row_tables.h"
-#include "attention/cuda/cudnn_sdpa_graph.h"
-#include "attention/cuda/cudnn_sdpa_layout.h"
-#include "attention/cuda/cudnn_sdpa_mapping.h"
+#include "attention/cuda/cudnn/backend_api.h"
+#include "attention/cuda/cudnn/graph_building.h"
+#include "attention/cuda/cudnn/problem_mapping.h"
+#include "attention/cuda/cudnn/row_fixup_tables.h"
+#include "attention/cuda/cudnn/strided_layout.h"
 #include "framework/tensor/tensor.h"
 
 namespace cpf::attention_cuda::cudnn {

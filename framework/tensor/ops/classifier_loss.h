@@ -27,7 +27,7 @@ struct ClassifierLossOptions {
   int64_t normalizer = 0;
   // The same normalizer as a () f64 tensor on the hidden's device (normalizer must then be >= 1 too: the
   // host's checks and `divisor` use it). The kernels read the divisor from it instead of taking it as an
-  // argument, so a captured CUDA graph (apps/trainer/step_graph.h) divides by the count written there
+  // argument, so a captured CUDA graph (apps/trainer/step/step_graph.h) divides by the count written there
   // before each replay. Undefined: `normalizer` alone.
   Tensor normalizer_tensor;
   // Rows per chunk; 0 = chosen by memory: the fewest chunks whose (rows, V) logits each fit

@@ -10,8 +10,8 @@
 #include <fstream>
 #include <thread>
 
-#include "apps/trainer/config.h"
-#include "apps/trainer/fatal_handler.h"
+#include "apps/cli/fatal_handler.h"
+#include "apps/config/config.h"
 #include "framework/distributed/launcher.h"
 #include "framework/tensor/storage.h"
 #include "support/sanitizers.h"

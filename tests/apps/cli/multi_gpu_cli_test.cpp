@@ -1,7 +1,7 @@
 // Multi-GPU entry points of the CLI that need no GPU to check: `--gpus N` (device, backend and dp it
 // implies, and its usage errors), parallel.backend validation, and a process started by a launcher
 // (RANK/WORLD_SIZE/... in the environment) with a config that cannot run that way. The runs on GPUs
-// are in tests/cuda_distributed.
+// are in tests/distributed/nccl.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "apps/trainer/cli.h"
+#include "apps/cli/cli.h"
 #include "tests/apps/cli_support.h"
 
 namespace cpf::trainer {
@@ -82,7 +82,7 @@ TEST(CliGpus, WithoutAGpuTrainingStopsWithTheFix) {
   // message names run.device=cuda and how to proceed.
   const auto r =
       run({"train", default_config(), "--gpus", "2", "--set", "run.out_dir=" + scratch_dir("gpus").string()});
-  if (r.code == kExitOk) GTEST_SKIP() << "a GPU is visible: tests/cuda_distributed covers training on it";
+  if (r.code == kExitOk) GTEST_SKIP() << "a GPU is visible: tests/distributed/nccl covers training on it";
   EXPECT_EQ(r.code, kExitError);
   EXPECT_NE(r.err.find("run.device=cuda: "), std::string::npos) << r.err;
 }

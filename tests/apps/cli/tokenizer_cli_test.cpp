@@ -46,7 +46,7 @@ TEST(TokenizeCli, Gpt2ShardsTrainAndGenerateText) {
   EXPECT_NE(t.out.find("tokens/s"), std::string::npos) << t.out;
   EXPECT_NE(t.out.find("  val   " + (dir / "cats").string() + "_val_000000.bin"), std::string::npos) << t.out;
   EXPECT_NE(t.out.find("  train " + (dir / "cats").string() + "_train_000000.bin"), std::string::npos) << t.out;
-  EXPECT_EQ(data::read_shard_header((dir / "cats_train_000000.bin").string()).token_bytes, 2);
+  EXPECT_EQ(models::data::read_shard_header((dir / "cats_train_000000.bin").string()).token_bytes, 2);
 
   write_config(dir / "c.yaml", dir / "run", "  source: shards\n  path: " + (dir / "cats_train_*.bin").string() + "\n");
   const auto train = run({"train", (dir / "c.yaml").string()});
@@ -149,7 +149,7 @@ TEST(TokenizeCli, Uint32ShardsForLargeVocabularies) {
                          (dir / "big.json").string()});
   ASSERT_EQ(wide.code, 0) << wide.err;
   EXPECT_NE(wide.out.find(", uint32) in "), std::string::npos) << wide.out;
-  const auto header = data::read_shard_header((dir / "x_train_000000.bin").string());
+  const auto header = models::data::read_shard_header((dir / "x_train_000000.bin").string());
   EXPECT_EQ(header.token_bytes, 4);
   EXPECT_EQ(header.token_count, 2 + 11 + 15);  // eot + bytes of each document
   // ... and `source: shards` trains on them.

@@ -5,10 +5,10 @@
 
 #include <filesystem>
 
-#include "apps/trainer/checkpointing.h"
-#include "apps/trainer/hf_export.h"
-#include "apps/trainer/hf_folder.h"
-#include "apps/trainer/init_from.h"
+#include "apps/export/hf_export.h"
+#include "apps/run/checkpointing.h"
+#include "apps/run/hf_folder.h"
+#include "apps/run/init_from.h"
 #include "apps/trainer/trainer.h"
 #include "framework/io/checkpoint.h"
 #include "framework/io/checkpoint_meta.h"

@@ -7,7 +7,7 @@
 
 #include <filesystem>
 
-#include "apps/trainer/generate.h"
+#include "apps/generate/generate.h"
 #include "framework/core/error.h"
 #include "framework/tensor/storage.h"
 #include "support/test_utils.h"

@@ -1,6 +1,6 @@
-// Next-token sampling (apps/trainer/generate_sampling.h): greedy, temperature, top-k, top-p and their
+// Next-token sampling (apps/generate/generate_sampling.h): greedy, temperature, top-k, top-p and their
 // combination give the documented distributions; draws follow them; bad options are refused by name.
-#include "apps/trainer/generate_sampling.h"
+#include "apps/generate/generate_sampling.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

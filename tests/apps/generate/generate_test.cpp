@@ -1,7 +1,7 @@
 // cpformer generate on checkpoints of synthetic and byte-level text models.
 #include <gtest/gtest.h>
 
-#include "apps/trainer/generate.h"
+#include "apps/generate/generate.h"
 #include "support/test_utils.h"
 #include "tests/apps/cli_support.h"
 

@@ -1,10 +1,10 @@
-// The GPU peak table behind MFU and its CPF_PEAK_TFLOPS override (apps/trainer/device_peak.h).
+// The GPU peak table behind MFU and its CPF_PEAK_TFLOPS override (apps/report/device_peak.h).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <string>
 
-#include "apps/trainer/device_peak.h"
+#include "apps/report/device_peak.h"
 #include "framework/core/error.h"
 
 namespace cpf::trainer {

@@ -7,8 +7,8 @@
 #include <cstdlib>
 #include <regex>
 
-#include "apps/trainer/run_plot.h"
-#include "apps/trainer/svg_chart.h"
+#include "apps/report/run_plot.h"
+#include "apps/report/svg_chart.h"
 #include "tests/apps/cli_support.h"
 
 namespace cpf::trainer {

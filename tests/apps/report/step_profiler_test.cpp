@@ -1,5 +1,5 @@
-// The trainer's step profiler (apps/trainer/step_profiler.h): its window, its per-step table and its
-// refusals, on CPU scopes (the GPU columns are covered by tests/cuda/profile_test.cpp's timers).
+// The trainer's step profiler (apps/report/step_profiler.h): its window, its per-step table and its
+// refusals, on CPU scopes (the GPU columns are covered by tests/tensor/cuda/profile_test.cpp's timers).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -9,7 +9,7 @@
 #include <string>
 #include <thread>
 
-#include "apps/trainer/step_profiler.h"
+#include "apps/report/step_profiler.h"
 #include "framework/core/error.h"
 
 namespace cpf::trainer {

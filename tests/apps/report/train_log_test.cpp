@@ -10,9 +10,9 @@
 #include <sstream>
 #include <thread>
 
-#include "apps/trainer/metrics.h"
-#include "apps/trainer/process_memory.h"
-#include "apps/trainer/train_log.h"
+#include "apps/report/metrics.h"
+#include "apps/report/process_memory.h"
+#include "apps/report/train_log.h"
 #include "tests/apps/cli_support.h"
 
 namespace cpf::trainer {

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <limits>
 
-#include "apps/trainer/checkpointing.h"
+#include "apps/run/checkpointing.h"
 #include "framework/autograd/grad_mode.h"
 #include "framework/io/checkpoint_meta.h"
 #include "framework/io/file_io.h"

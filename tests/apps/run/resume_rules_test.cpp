@@ -4,7 +4,7 @@
 // is recorded once after a resume, and a run whose gradients stay non-finite stops with an error.
 #include <gtest/gtest.h>
 
-#include "apps/trainer/resume_rules.h"
+#include "apps/run/resume_rules.h"
 #include "framework/io/checkpoint.h"
 #include "tests/apps/cli_support.h"
 

@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include "apps/trainer/run_folder.h"
+#include "apps/run/run_folder.h"
 #include "framework/io/checkpoint.h"
 #include "tests/apps/child_process.h"
 #include "tests/apps/cli_support.h"

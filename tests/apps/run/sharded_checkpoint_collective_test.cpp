@@ -1,4 +1,4 @@
-// save_sharded_training_checkpoint (apps/trainer/checkpointing.h) on CPU thread ranks: every rank writes
+// save_sharded_training_checkpoint (apps/run/checkpointing.h) on CPU thread ranks: every rank writes
 // its pieces and rank 0 publishes; a rank whose pieces cannot be written (a NaN) fails every rank, that
 // rank with its reason and the others naming the phase, nothing is published and no rank is left waiting.
 #include <gtest/gtest.h>
@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "apps/trainer/checkpointing.h"
+#include "apps/run/checkpointing.h"
 #include "framework/distributed/launcher.h"
 #include "framework/io/checkpoint.h"
 #include "framework/optim/sgd.h"
@@ -22,22 +22,23 @@ using testing::scratch_dir;
 // Each rank's errors (empty: it returned) from saving step 4 with rank `bad` (-1: none) holding a NaN.
 std::vector<std::string> save_on_two_ranks(const TrainConfig& config, int bad) {
   std::vector<std::string> errors(2);
-  dist::launch(
-      2,
-      [&](dist::RankContext& ctx) {
-        Tensor piece = full({3}, 0.5 + ctx.rank, {.dtype = DType::f32});
-        if (ctx.rank == bad) piece = full({3}, std::nan(""), {.dtype = DType::f32});
-        piece.set_requires_grad(true);
-        const std::string name = "w[" + std::to_string(3 * ctx.rank) + ":" + std::to_string(3 * ctx.rank + 3) + "]";
-        const optim::NamedTensors pieces{{name, piece}};
-        optim::SGD sgd(pieces, {.lr = 0.1});
-        try {
-          save_sharded_training_checkpoint(config, *ctx.world, pieces, sgd, 4, data::DataCursor{}, {}, ctx.device);
-        } catch (const Error& e) {
-          errors[static_cast<size_t>(ctx.rank)] = e.message();
-        }
-      },
-      {.timeout = std::chrono::seconds(20), .devices = dist::DevicePolicy::cpu});
+  dist::launch(2,
+               [&](dist::RankContext& ctx) {
+                 Tensor piece = full({3}, 0.5 + ctx.rank, {.dtype = DType::f32});
+                 if (ctx.rank == bad) piece = full({3}, std::nan(""), {.dtype = DType::f32});
+                 piece.set_requires_grad(true);
+                 const std::string name =
+                     "w[" + std::to_string(3 * ctx.rank) + ":" + std::to_string(3 * ctx.rank + 3) + "]";
+                 const optim::NamedTensors pieces{{name, piece}};
+                 optim::SGD sgd(pieces, {.lr = 0.1});
+                 try {
+                   save_sharded_training_checkpoint(config, *ctx.world, pieces, sgd, 4, models::data::DataCursor{}, {},
+                                                    ctx.device);
+                 } catch (const Error& e) {
+                   errors[static_cast<size_t>(ctx.rank)] = e.message();
+                 }
+               },
+               {.timeout = std::chrono::seconds(20), .devices = dist::DevicePolicy::cpu});
   return errors;
 }
 

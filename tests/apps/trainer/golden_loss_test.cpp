@@ -73,7 +73,7 @@ TEST(GoldenLosses, TinyAdditionRunMatchesTheCheckedInLosses) {
 
 int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "--print") {
-    std::cout << "# Losses of the first 10 steps of tests/apps/golden_loss_test.cpp's run (one rank).\n"
+    std::cout << "# Losses of the first 10 steps of tests/apps/trainer/golden_loss_test.cpp's run (one rank).\n"
                  "# Produced by `apps_golden_loss_test --print`; see that file for when to regenerate.\n";
     for (double loss : cpf::trainer::golden_run(1)) std::cout << std::setprecision(9) << loss << "\n";
     return 0;

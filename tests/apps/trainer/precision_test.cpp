@@ -6,7 +6,7 @@
 
 #include <cmath>
 
-#include "apps/trainer/checkpointing.h"
+#include "apps/run/checkpointing.h"
 #include "apps/trainer/trainer.h"
 #include "framework/io/checkpoint.h"
 #include "framework/io/safetensors.h"
@@ -150,7 +150,8 @@ TEST(Precision, CudaAttentionBackendOnTheCpuNamesBothKeys) {
 
 TEST(Precision, CudaDeviceWithoutAGpuNamesTheFix) {
   if (has_device_backend(DeviceType::cuda) && device_backend(DeviceType::cuda).device_count() > 0) {
-    GTEST_SKIP() << "a GPU is visible: run.device: cuda is valid here (tests/cuda/training_test.cpp trains on it)";
+    GTEST_SKIP()
+        << "a GPU is visible: run.device: cuda is valid here (tests/tensor/cuda/training_test.cpp trains on it)";
   }
   const auto dir = scratch_dir("cuda");
   const std::string expected = has_device_backend(DeviceType::cuda)

@@ -4,8 +4,8 @@
 
 #include <cmath>
 
-#include "apps/trainer/checkpointing.h"
-#include "apps/trainer/train_summary.h"
+#include "apps/cli/train_summary.h"
+#include "apps/run/checkpointing.h"
 #include "apps/trainer/trainer.h"
 #include "framework/io/checkpoint.h"
 #include "tests/apps/cli_support.h"

@@ -13,7 +13,7 @@
 #include <filesystem>
 #include <map>
 
-#include "apps/trainer/generate.h"
+#include "apps/generate/generate.h"
 #include "apps/trainer/trainer.h"
 #include "framework/io/checkpoint.h"
 #include "framework/io/file_io.h"

@@ -2,7 +2,7 @@
 // single-rank full-sequence result (fp32, |a - b| <= 2e-6 + 1e-5 |b|).
 #include <gtest/gtest.h>
 
-#include "cp/cp_grid.h"
+#include "tests/attention/cp/cp_grid.h"
 
 namespace cpf::cp::testing {
 namespace {

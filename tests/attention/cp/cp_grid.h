@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "attention/cp/cp_support.h"
-#include "cp/cp_harness.h"
+#include "tests/attention/cp/cp_harness.h"
 
 namespace cpf::cp::testing {
 

@@ -11,7 +11,7 @@
 
 #include "attention/cp/latent_kv.h"
 #include "attention/cp/sharding.h"
-#include "attention/modules/multi_head_latent_attention.h"
+#include "attention/nn/multi_head_latent_attention.h"
 #include "framework/autograd/ops.h"
 #include "framework/distributed/device_mesh.h"
 #include "framework/distributed/launcher.h"

@@ -14,12 +14,12 @@
 #include <sstream>
 
 #include "attention/cp/latent_kv.h"
-#include "attention/modules/multi_head_latent_attention.h"
-#include "cp/cp_harness.h"
-#include "cp/mla_latent_reference.h"
+#include "attention/nn/multi_head_latent_attention.h"
 #include "framework/tensor/ops/elementwise.h"
 #include "framework/tensor/ops/join.h"
 #include "framework/tensor/ops/reduce.h"
+#include "tests/attention/cp/cp_harness.h"
+#include "tests/attention/cp/mla_latent_reference.h"
 
 namespace cpf::cp::testing {
 namespace {

@@ -8,10 +8,10 @@
 #include <string>
 
 #include "attention/cp/strategy.h"
-#include "cp/cp_grid.h"
 #include "framework/tensor/ops/copy.h"
 #include "framework/tensor/ops/elementwise.h"
 #include "framework/tensor/profile.h"
+#include "tests/attention/cp/cp_grid.h"
 
 namespace cpf::cp::testing {
 namespace {

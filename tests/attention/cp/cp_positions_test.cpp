@@ -4,7 +4,7 @@
 // rank's out, lse, dq, dk, dv equal the single-rank result on its shard (fp32, |a - b| <= 2e-6 + 1e-5 |b|).
 #include <gtest/gtest.h>
 
-#include "cp/cp_grid.h"
+#include "tests/attention/cp/cp_grid.h"
 
 namespace cpf::cp::testing {
 namespace {

@@ -6,10 +6,10 @@
 
 #include <mutex>
 
-#include "cp/cp_harness.h"
 #include "framework/autograd/checkpoint.h"
 #include "framework/autograd/ops.h"
 #include "support/test_utils.h"
+#include "tests/attention/cp/cp_harness.h"
 
 namespace cpf::cp::testing {
 namespace {

@@ -5,8 +5,8 @@
 // added it per ring step or per query chunk would change out and lse here.
 #include <gtest/gtest.h>
 
-#include "cp/cp_grid.h"
 #include "framework/tensor/ops/elementwise.h"
+#include "tests/attention/cp/cp_grid.h"
 
 namespace cpf::cp::testing {
 namespace {

@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "attention/cp/cp_support.h"
-#include "cp/cp_harness.h"
+#include "tests/attention/cp/cp_harness.h"
 
 namespace cpf::cp::testing {
 namespace {

@@ -2,9 +2,9 @@
 // f64 finite-difference check of each strategy across ranks (ranks perturb in turn, in lockstep).
 #include <gtest/gtest.h>
 
-#include "cp/cp_harness.h"
 #include "framework/tensor/ops/elementwise.h"
 #include "framework/tensor/ops/reduce.h"
+#include "tests/attention/cp/cp_harness.h"
 
 namespace cpf::cp::testing {
 namespace {

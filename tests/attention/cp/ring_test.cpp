@@ -10,12 +10,12 @@
 #include <vector>
 
 #include "attention/cp/lse_merge.h"
-#include "cp/cp_grid.h"
 #include "framework/tensor/ops/copy.h"
 #include "framework/tensor/ops/elementwise.h"
 #include "framework/tensor/ops/reduce.h"
 #include "framework/tensor/ops/views.h"
 #include "framework/tensor/profile.h"
+#include "tests/attention/cp/cp_grid.h"
 
 namespace cpf::cp::testing {
 namespace {

@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "attention/cp/sharded_tensor.h"
-#include "cp/cp_harness.h"
+#include "tests/attention/cp/cp_harness.h"
 
 namespace cpf::cp::testing {
 namespace {

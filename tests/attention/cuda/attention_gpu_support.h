@@ -13,7 +13,7 @@
 
 #include "attention/attention_op.h"
 #include "attention/attention_problem.h"
-#include "cuda/cuda_test_utils.h"
+#include "tests/tensor/cuda/cuda_test_utils.h"
 
 namespace cpf::testing {
 

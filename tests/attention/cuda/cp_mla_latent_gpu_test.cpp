@@ -11,11 +11,11 @@
 #include <sstream>
 
 #include "attention/cp/latent_kv.h"
-#include "cp/cp_harness.h"
-#include "cp/mla_latent_reference.h"
-#include "cuda/cuda_test_utils.h"
-#include "cuda_attention/attention_gpu_support.h"
 #include "framework/tensor/ops/elementwise.h"
+#include "tests/attention/cp/cp_harness.h"
+#include "tests/attention/cp/mla_latent_reference.h"
+#include "tests/attention/cuda/attention_gpu_support.h"
+#include "tests/tensor/cuda/cuda_test_utils.h"
 
 namespace cpf::cp::testing {
 namespace {

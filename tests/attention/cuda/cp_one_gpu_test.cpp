@@ -2,7 +2,7 @@
 // runs with thread ranks that all hold cuda:0 (dist::launch with DevicePolicy::cuda; the thread
 // process group stages device tensors through the host), causal and not, bshd and thd, MHA and GQA.
 // Each rank's out, lse, dq, dk, dv must equal its shard of the single-rank full-sequence result on
-// the CPU (tests/cp/cp_harness.h builds the cases):
+// the CPU (tests/attention/cp/cp_harness.h builds the cases):
 //   f32, attention.backend unfused: the CPU equivalence tolerances, |a - b| <= 2e-6 + 1e-5 |b|;
 //   bf16, attention.backend auto (cuDNN where it runs a step, unfused elsewhere, e.g. the backward
 //   steps that carry a gradient on lse): TransformerEngine's tolerances, atol = rtol = 2.5e-2 for MHA
@@ -15,11 +15,11 @@
 #include <sstream>
 
 #include "attention/cp/lse_merge.h"
-#include "attention/cuda/cudnn_sdpa_grouped.h"
-#include "cp/cp_grid.h"
-#include "cuda/cuda_test_utils.h"
+#include "attention/cuda/cudnn/grouped_execution.h"
 #include "framework/tensor/ops/elementwise.h"
 #include "framework/tensor/ops/views.h"
+#include "tests/attention/cp/cp_grid.h"
+#include "tests/tensor/cuda/cuda_test_utils.h"
 
 namespace cpf::cp::testing {
 namespace {
@@ -165,7 +165,7 @@ TEST_P(CpOneGpu, ShardsEqualTheSingleRankResult) {
 INSTANTIATE_TEST_SUITE_P(EveryStrategy, CpOneGpu, ::testing::ValuesIn(grid()), param_name);
 
 // Packed documents of very different lengths: p2p's ring tiles run one cuDNN execution per group of
-// similar lengths (attention/cuda/cudnn_sdpa_grouped.h). The shards match the single-rank result
+// similar lengths (attention/cuda/cudnn/grouped_execution.h). The shards match the single-rank result
 // grouped as finely as possible (call_rows 0) and with one execution per tile (-1).
 class CpThdGroupsOnGpu : public ::cpf::testing::CudaTest {};
 

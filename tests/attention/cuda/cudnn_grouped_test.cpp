@@ -1,6 +1,6 @@
-// thd calls run as one cuDNN execution per group of similar lengths (attention/cuda/cudnn_sdpa_grouped.h).
+// thd calls run as one cuDNN execution per group of similar lengths (attention/cuda/cudnn/grouped_execution.h).
 // Host parts (no GPU): the switch's values, the groups' Stats layout and the lse tables, checked on CPU
-// tensors against the one-execution tables (cudnn_sdpa_rows.h). GPU parts: packed documents of very
+// tensors against the one-execution tables (attention/cuda/cudnn/row_fixups.h). GPU parts: packed documents of very
 // different lengths give the same out, lse, dq, dk, dv grouped as in one execution, and both match the
 // CPU reference within cudnn_test.cpp's tolerances (TransformerEngine's bf16 ones; lse 1e-5 relative).
 // cuDNN's fused attention takes bf16 only (f32 goes to the unfused path, cudnn_test.cpp's
@@ -15,13 +15,13 @@
 
 #include "attention/attention_op.h"
 #include "attention/attention_problem.h"
-#include "attention/cuda/cudnn_sdpa_grouped.h"
-#include "attention/cuda/cudnn_sdpa_groups.h"
-#include "attention/cuda/cudnn_sdpa_mapping.h"
-#include "attention/cuda/cudnn_sdpa_rows.h"
-#include "cuda/cuda_test_utils.h"
+#include "attention/cuda/cudnn/document_groups.h"
+#include "attention/cuda/cudnn/grouped_execution.h"
+#include "attention/cuda/cudnn/problem_mapping.h"
+#include "attention/cuda/cudnn/row_fixups.h"
 #include "framework/core/error.h"
 #include "framework/tensor/ops/copy.h"
+#include "tests/tensor/cuda/cuda_test_utils.h"
 
 namespace cpf::attention_cuda::cudnn {
 namespace {
@@ -51,7 +51,7 @@ struct GroupingOverride {
 };
 
 TEST(CudnnThdGroupsSwitch, ParsesZeroOneAndUnset) {
-  EXPECT_EQ(parse_thd_groups(nullptr), -1);  // off by default (cudnn_sdpa_grouped.h says why)
+  EXPECT_EQ(parse_thd_groups(nullptr), -1);  // off by default (attention/cuda/cudnn/grouped_execution.h says why)
   EXPECT_EQ(parse_thd_groups(""), -1);
   EXPECT_EQ(parse_thd_groups("1"), kGroupCallRows);
   EXPECT_EQ(parse_thd_groups("0"), -1);

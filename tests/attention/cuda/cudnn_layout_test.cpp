@@ -1,11 +1,11 @@
-// How cuDNN attention reads q, k, v in memory (attention/cuda/cudnn_sdpa_layout.h): the views that
+// How cuDNN attention reads q, k, v in memory (attention/cuda/cudnn/strided_layout.h): the views that
 // split one fused q/k/v projection map onto the graph's strides without a copy, the backward's
 // gradients mirror that projection's layout in one buffer, and anything cuDNN cannot read as it is
 // (an inner stride, a 16-byte misalignment) is refused so that it is copied. No GPU needed.
 #include <gtest/gtest.h>
 
-#include "attention/cuda/cudnn_sdpa_layout.h"
-#include "attention/modules/attention_layout.h"
+#include "attention/cuda/cudnn/strided_layout.h"
+#include "attention/nn/attention_layout.h"
 #include "framework/autograd/functions/linear_cat.h"
 #include "framework/nn/linear.h"
 #include "framework/tensor/ops/join.h"
@@ -23,7 +23,7 @@ struct Qkv {
 // What MultiHeadAttention::project_qkv does: one (.., kRow) buffer split into q, k, v heads.
 Qkv split_qkv(const Tensor& packed) {
   const std::vector<Tensor> parts = raw::split(packed, std::vector<int64_t>{kHq * kD, kHkv * kD, kHkv * kD}, -1);
-  using attention_modules::split_heads;
+  using nn::split_heads;
   return {packed, split_heads(parts[0], kHq, kD), split_heads(parts[1], kHkv, kD), split_heads(parts[2], kHkv, kD)};
 }
 
@@ -101,7 +101,7 @@ TEST(CudnnLayout, PackedGradientsOfTheFusedProjectionJoinWithoutACopy) {
   const auto grads = packed_gradients(t.q, t.k, t.v);
   ASSERT_TRUE(grads.has_value());
   // The same pieces seen as split's backward sees them: (T, width) views; adjacent in one buffer.
-  const Tensor dq = attention_modules::merge_heads((*grads)[0]), dv = attention_modules::merge_heads((*grads)[2]);
+  const Tensor dq = nn::merge_heads((*grads)[0]), dv = nn::merge_heads((*grads)[2]);
   EXPECT_EQ(dq.storage(), dv.storage());
   EXPECT_EQ(dv.offset(), (kHq + kHkv) * kD);
   EXPECT_EQ(dq.stride(0), kRow);

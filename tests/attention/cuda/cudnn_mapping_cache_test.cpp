@@ -1,4 +1,4 @@
-// cached_mapping (attention/cuda/cudnn_mapping_cache.h): the mapping map_to_cudnn builds, shared for
+// cached_mapping (attention/cuda/cudnn/problem_mapping_cache.h): the mapping map_to_cudnn builds, shared for
 // an equal problem, built anew for any difference in the fields the key covers (lengths, positions,
 // window, heads, format), and only the last few kept. Host logic: no GPU needed.
 #include <gtest/gtest.h>
@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "attention/attention_problem.h"
-#include "attention/cuda/cudnn_mapping_cache.h"
+#include "attention/cuda/cudnn/problem_mapping_cache.h"
 
 namespace cpf::attention_cuda::cudnn {
 namespace {

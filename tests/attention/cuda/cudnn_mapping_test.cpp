@@ -1,12 +1,12 @@
 // The host-side mapping of an AttentionProblem onto cuDNN's index-based SDPA
-// (attention/cuda/cudnn_sdpa_mapping.h): batch entries, lengths, the padding form, the band bounds
+// (attention/cuda/cudnn/problem_mapping.h): batch entries, lengths, the padding form, the band bounds
 // r and w derived from positions, and the tokens whose results must be fixed up. No GPU needed.
 #include <gtest/gtest.h>
 
 #include <vector>
 
 #include "attention/attention_problem.h"
-#include "attention/cuda/cudnn_sdpa_mapping.h"
+#include "attention/cuda/cudnn/problem_mapping.h"
 #include "framework/tensor/tensor.h"
 
 namespace cpf::attention_cuda::cudnn {

@@ -1,4 +1,4 @@
-// cuDNN's plan cache (attention/cuda/cudnn_sdpa.h, plan_cache_stats): plans are keyed by shapes and
+// cuDNN's plan cache (attention/cuda/cudnn/fused_attention.h, plan_cache_stats): plans are keyed by shapes and
 // options, so calls that differ only in what a CP ring or a varlen batch changes from call to call
 // (the tensors' addresses, the sequence lengths under one 128-token quantum, position offsets that
 // shift the causal diagonal, a sink's values) reuse the thread's plan instead of building one (0.1-1 s
@@ -13,8 +13,8 @@
 
 #include "attention/attention_problem.h"
 #include "attention/cuda/backend_selection.h"
-#include "attention/cuda/cudnn_sdpa.h"
-#include "cuda_attention/attention_gpu_support.h"
+#include "attention/cuda/cudnn/fused_attention.h"
+#include "tests/attention/cuda/attention_gpu_support.h"
 
 namespace cpf {
 namespace {

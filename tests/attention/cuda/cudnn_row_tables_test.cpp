@@ -1,8 +1,8 @@
-// row_tables (attention/cuda/cudnn_row_tables.h): the fix-up tables of a cuDNN mapping, built once
+// row_tables (attention/cuda/cudnn/row_fixup_tables.h): the fix-up tables of a cuDNN mapping, built once
 // per mapping object and stream and equal to what the per-call functions compute; a different mapping
 // (other lengths or positions) gets its own. The host tests use the CPU device (no GPU needed); the
 // GPU test runs cuDNN on ring-tile layouts A, B, A in a row against the CPU reference.
-#include "attention/cuda/cudnn_row_tables.h"
+#include "attention/cuda/cudnn/row_fixup_tables.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -12,13 +12,13 @@
 #include <vector>
 
 #include "attention/attention_problem.h"
-#include "attention/cuda/cudnn_mapping_cache.h"
-#include "attention/cuda/cudnn_sdpa_rows.h"
-#include "cuda_attention/attention_gpu_support.h"
+#include "attention/cuda/cudnn/problem_mapping_cache.h"
+#include "attention/cuda/cudnn/row_fixups.h"
 #include "framework/core/error.h"
 #include "framework/tensor/ops/copy.h"
 #include "framework/tensor/ops/index.h"
 #include "framework/tensor/ops/views.h"
+#include "tests/attention/cuda/attention_gpu_support.h"
 
 namespace cpf::attention_cuda::cudnn {
 namespace {

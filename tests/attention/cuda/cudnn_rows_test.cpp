@@ -1,4 +1,4 @@
-// The row fix-ups of cuDNN's results (attention/cuda/cudnn_sdpa_rows.h): the runs of undefined tokens,
+// The row fix-ups of cuDNN's results (attention/cuda/cudnn/row_fixups.h): the runs of undefined tokens,
 // and fill_token_rows / fill_lse_rows against a masked fill on the CPU, through both of their paths
 // (thd with few runs: the rows alone, in place; many runs or bshd: the masked fill). flag_runs needs no
 // GPU; the fills skip without one.
@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "attention/attention_problem.h"
-#include "attention/cuda/cudnn_sdpa_rows.h"
+#include "attention/cuda/cudnn/row_fixups.h"
 #include "attention/sequence_info.h"
 #include "framework/tensor/ops/index.h"
-#include "tests/cuda/cuda_test_utils.h"
+#include "tests/tensor/cuda/cuda_test_utils.h"
 
 namespace cpf::attention_cuda::cudnn {
 namespace {

@@ -1,4 +1,4 @@
-// thd calls split into groups of entries of similar lengths (attention/cuda/cudnn_sdpa_groups.h): the
+// thd calls split into groups of entries of similar lengths (attention/cuda/cudnn/document_groups.h): the
 // cut is the cheapest, every entry lands in exactly one group whose dims hold it, the group mappings
 // keep the parent's band, and on gpu_cp_bench's packed-documents batch the rows fall to about the
 // tokens. Host logic only: no GPU needed.
@@ -10,8 +10,8 @@
 #include "attention/attention_problem.h"
 #include "attention/cp/sharding.h"
 #include "attention/cp/work_balance.h"
-#include "attention/cuda/cudnn_sdpa_groups.h"
-#include "attention/cuda/cudnn_sdpa_mapping.h"
+#include "attention/cuda/cudnn/document_groups.h"
+#include "attention/cuda/cudnn/problem_mapping.h"
 #include "framework/core/error.h"
 #include "framework/tensor/tensor.h"
 

@@ -1,5 +1,5 @@
 // cuDNN attention on q, k, v that are strided views of one fused (.., (h_q + 2 h_kv) d) projection
-// (attention/cuda/cudnn_sdpa_layout.h): cuDNN reads them through their strides and writes dq, dk, dv
+// (attention/cuda/cudnn/strided_layout.h): cuDNN reads them through their strides and writes dq, dk, dv
 // into one buffer laid out like the projection. The same kernels run as on dense copies, so out, lse,
 // dq, dk and dv must equal the dense call's bit for bit; and through autograd the split's backward
 // hands that buffer on without a cat. Skips without a GPU.
@@ -11,13 +11,13 @@
 
 #include "attention/attention_op.h"
 #include "attention/dot_product_attention.h"
-#include "attention/modules/attention_layout.h"
-#include "cuda/cuda_test_utils.h"
+#include "attention/nn/attention_layout.h"
 #include "framework/autograd/engine.h"
 #include "framework/autograd/functions/join.h"
 #include "framework/tensor/ops/copy.h"
 #include "framework/tensor/ops/join.h"
 #include "framework/tensor/ops/views.h"
+#include "tests/tensor/cuda/cuda_test_utils.h"
 
 namespace cpf {
 namespace {
@@ -71,7 +71,7 @@ struct Views {
 
 Views split_views(const Case& c, const Tensor& packed) {
   const auto parts = raw::split(packed, std::vector<int64_t>{c.h_q * c.d, c.h_kv * c.d, c.h_kv * c.d}, -1);
-  using attention_modules::split_heads;
+  using nn::split_heads;
   return {split_heads(parts[0], c.h_q, c.d), split_heads(parts[1], c.h_kv, c.d), split_heads(parts[2], c.h_kv, c.d)};
 }
 
@@ -122,7 +122,7 @@ TEST_F(CudnnStrided, SplitBackwardHandsOnThePackedGradients) {
   Tensor packed = on_gpu(random_cpu(c.packed_shape(), DType::bf16, 21));
   packed.set_requires_grad(true);
   const std::vector<Tensor> parts = split(packed, std::vector<int64_t>{c.h_q * c.d, c.h_kv * c.d, c.h_kv * c.d}, -1);
-  using attention_modules::split_heads;
+  using nn::split_heads;
   const AttentionOutput out =
       dot_product_attention(split_heads(parts[0], c.h_q, c.d), split_heads(parts[1], c.h_kv, c.d),
                             split_heads(parts[2], c.h_kv, c.d), c.spec(), c.info, c.config());
@@ -135,9 +135,7 @@ TEST_F(CudnnStrided, SplitBackwardHandsOnThePackedGradients) {
   for (Tensor* t : {&q, &k, &v}) t->set_requires_grad(true);
   const AttentionOutput dense_out = dot_product_attention(q, k, v, c.spec(), c.info, c.config());
   backward(dense_out.out, dout);
-  const Tensor joined = raw::cat({attention_modules::merge_heads(q.grad()), attention_modules::merge_heads(k.grad()),
-                                  attention_modules::merge_heads(v.grad())},
-                                 -1);
+  const Tensor joined = raw::cat({nn::merge_heads(q.grad()), nn::merge_heads(k.grad()), nn::merge_heads(v.grad())}, -1);
   expect_bitwise_equal(packed.grad(), joined, "the projection's gradient");
 }
 

@@ -1,4 +1,4 @@
-// cuDNN's fused attention (attention/cuda/cudnn_sdpa.h) through the public API with
+// cuDNN's fused attention (attention/cuda/cudnn/fused_attention.h) through the public API with
 // AttentionKernelConfig{.backend = cudnn}, against the CPU flash kernels run in f32 on the same bf16-rounded
 // inputs. Tolerances are TransformerEngine's for bf16 fused attention, as the largest absolute error
 // relative to the largest reference magnitude: 2.5e-2 (MHA), 3.5e-2 (GQA/MQA); lse 1e-5 relative
@@ -19,10 +19,10 @@
 
 #include "attention/attention_op.h"
 #include "attention/attention_problem.h"
-#include "attention/cuda/cudnn_sdpa.h"
-#include "cuda/cuda_test_utils.h"
+#include "attention/cuda/cudnn/fused_attention.h"
 #include "framework/tensor/ops/copy.h"
 #include "framework/tensor/ops/views.h"
+#include "tests/tensor/cuda/cuda_test_utils.h"
 
 namespace cpf {
 namespace {
@@ -383,7 +383,7 @@ TEST_F(CudnnAttention, RepeatedBackwardCallsReusingBuffersStayCorrect) {
 }
 
 // q, k, v as strided views of one fused (b, s, 3, h, d) projection on the GPU: cuDNN reads them through
-// their strides and writes dq, dk, dv into one buffer of that layout (cudnn_sdpa_layout.h).
+// their strides and writes dq, dk, dv into one buffer of that layout (attention/cuda/cudnn/strided_layout.h).
 TEST_F(CudnnAttention, StridedViewsOfAFusedProjection) {
   const Case c{.name = "fused_qkv_views", .mask = MaskType::causal, .s_q = 128, .s_kv = 128};
   const Tensor fused = random_cpu({c.batch, c.s_q, 3, c.h_q, c.d_qk}, DType::bf16, 77);

@@ -10,12 +10,12 @@
 #include <vector>
 
 #include "attention/decode_attention.h"
-#include "cuda/cuda_test_utils.h"
 #include "framework/autograd/grad_mode.h"
 #include "framework/tensor/cuda/cuda.h"
 #include "framework/tensor/device_graph.h"
 #include "framework/tensor/ops/copy.h"
 #include "framework/tensor/ops/views.h"
+#include "tests/tensor/cuda/cuda_test_utils.h"
 
 namespace cpf {
 namespace {

@@ -5,7 +5,7 @@
 #include "attention/cuda/device_tables.h"
 #include "framework/tensor/device_stream.h"
 #include "framework/tensor/ops/views.h"
-#include "tests/cuda/cuda_test_utils.h"
+#include "tests/tensor/cuda/cuda_test_utils.h"
 
 namespace cpf::attention_cuda {
 namespace {

@@ -10,10 +10,10 @@
 
 #include "attention/cp/lse_merge.h"
 #include "attention/cuda/lse_merge_cuda.h"
-#include "cuda/cuda_test_utils.h"
 #include "framework/tensor/ops/copy.h"
 #include "framework/tensor/ops/elementwise.h"
 #include "framework/tensor/ops/views.h"
+#include "tests/tensor/cuda/cuda_test_utils.h"
 
 namespace cpf {
 namespace {

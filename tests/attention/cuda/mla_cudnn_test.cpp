@@ -1,7 +1,7 @@
 // MLA shapes on cuDNN (d_qk != d_v): which backend `auto` picks for the MLA latent benchmark's one-GPU
 // reference and its expanded-K/V calls (DeepSeek-V2-Lite: h 16, d_qk 192 = 128 + 64, d_v 128, bshd,
 // causal, bf16; benchmarks/gpu/cp_mla_latent_bench.cpp), and cuDNN's results against the CPU reference
-// for the small d_qk != d_v calls of KV-cache decoding (tests/cuda/gpt_kv_cache_test.cpp's MLA model):
+// for the small d_qk != d_v calls of KV-cache decoding (tests/tensor/cuda/gpt_kv_cache_test.cpp's MLA model):
 // the full window (thd, 4 heads, d_qk 32 / d_v 16) and the cached step over the absorbed latent (thd,
 // 4 query heads on 1 kv head, d_qk 48 / d_v 32, one new query per sequence at its cache position).
 #include <gtest/gtest.h>
@@ -12,9 +12,9 @@
 
 #include "attention/attention_problem.h"
 #include "attention/cuda/backend_selection.h"
-#include "attention/modules/kv_cache.h"
-#include "cuda_attention/attention_gpu_support.h"
+#include "attention/nn/kv_cache.h"
 #include "framework/tensor/ops/views.h"
+#include "tests/attention/cuda/attention_gpu_support.h"
 
 namespace cpf {
 namespace {

@@ -8,9 +8,9 @@
 
 #include "attention/attention_problem.h"
 #include "attention/cuda/backend_selection.h"
-#include "cuda_attention/attention_gpu_support.h"
 #include "framework/core/logging.h"
 #include "tests/attention/attention_support.h"
+#include "tests/attention/cuda/attention_gpu_support.h"
 
 namespace cpf {
 namespace {

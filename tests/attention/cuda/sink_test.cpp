@@ -10,10 +10,10 @@
 
 #include "attention/attention_op.h"
 #include "attention/attention_problem.h"
-#include "attention/cuda/cudnn_sdpa.h"
-#include "cuda/cuda_test_utils.h"
-#include "cuda_attention/attention_gpu_support.h"
+#include "attention/cuda/cudnn/fused_attention.h"
 #include "framework/tensor/ops/copy.h"
+#include "tests/attention/cuda/attention_gpu_support.h"
+#include "tests/tensor/cuda/cuda_test_utils.h"
 
 namespace cpf {
 namespace {

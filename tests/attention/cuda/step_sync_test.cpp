@@ -13,7 +13,7 @@
 #include "models/data/cp_shard.h"
 #include "models/gpt.h"
 #include "models/gpt_input.h"
-#include "tests/cuda/cuda_test_utils.h"
+#include "tests/tensor/cuda/cuda_test_utils.h"
 
 namespace cpf::models {
 namespace {
@@ -21,22 +21,22 @@ namespace {
 class StepSyncTest : public testing::CudaTest {};
 
 // Four documents of 64 tokens: thd (RoPE) packed back to back, or bshd rows of 128 (learned positions).
-GPTBatch device_batch(data::Layout layout) {
-  data::Batch batch;
+GPTBatch device_batch(models::data::Layout layout) {
+  models::data::Batch batch;
   batch.layout = layout;
   std::vector<int64_t> tokens(256), labels(256), positions(256);
   for (int64_t i = 0; i < 256; ++i) {
     tokens[static_cast<size_t>(i)] = (i * 37 + 5) % 97;
     labels[static_cast<size_t>(i)] = i % 64 == 63 ? -100 : (i * 37 + 42) % 97;
-    positions[static_cast<size_t>(i)] = i % (layout == data::Layout::bshd ? 128 : 64);
+    positions[static_cast<size_t>(i)] = i % (layout == models::data::Layout::bshd ? 128 : 64);
   }
-  const Shape shape = layout == data::Layout::bshd ? Shape{2, 128} : Shape{256};
+  const Shape shape = layout == models::data::Layout::bshd ? Shape{2, 128} : Shape{256};
   batch.tokens = from_vector(tokens, shape);
   batch.labels = from_vector(labels, shape);
   batch.positions = from_vector(positions, shape);
-  if (layout == data::Layout::thd) batch.cu_seqlens = batch.cu_seqlens_padded = {0, 64, 128, 192, 256};
+  if (layout == models::data::Layout::thd) batch.cu_seqlens = batch.cu_seqlens_padded = {0, 64, 128, 192, 256};
   batch.num_valid_labels = 252;
-  return to_device(make_gpt_batch(data::shard_for_rank(batch, 1, 0)), Device::cuda(0));
+  return to_device(make_gpt_batch(models::data::shard_for_rank(batch, 1, 0)), Device::cuda(0));
 }
 
 GPTOptions options(PositionType positions, std::optional<DType> compute) {
@@ -74,11 +74,11 @@ TEST_F(StepSyncTest, WarmForwardAndBackwardDoNotWaitForTheDevice) {
     const char* name;
     PositionType positions;
     std::optional<DType> compute;
-    data::Layout layout;
+    models::data::Layout layout;
   };
   for (const Case& c :
-       {Case{"learned bshd f32 (unfused attention)", PositionType::learned, std::nullopt, data::Layout::bshd},
-        Case{"rope thd bf16 (cuDNN)", PositionType::rope, DType::bf16, data::Layout::thd}}) {
+       {Case{"learned bshd f32 (unfused attention)", PositionType::learned, std::nullopt, models::data::Layout::bshd},
+        Case{"rope thd bf16 (cuDNN)", PositionType::rope, DType::bf16, models::data::Layout::thd}}) {
     const cuda::HostSyncCounts n = warm_step_syncs(options(c.positions, c.compute), device_batch(c.layout));
     EXPECT_EQ(n.total(), 0u) << c.name << ": " << cuda::to_string(n);
   }

@@ -15,11 +15,11 @@
 #include "attention/attention_problem.h"
 #include "attention/cuda/unfused_attention.h"
 #include "attention/dot_product_attention.h"
-#include "cuda_attention/attention_gpu_support.h"
 #include "framework/autograd/ops.h"
 #include "framework/tensor/ops/elementwise.h"
 #include "support/gradcheck_utils.h"
 #include "tests/attention/attention_support.h"
+#include "tests/attention/cuda/attention_gpu_support.h"
 
 namespace cpf {
 namespace {

@@ -1,11 +1,11 @@
 // f64 gradcheck of both attention modules with respect to the input and every parameter.
 #include <gtest/gtest.h>
 
-#include "attention/modules/multi_head_attention.h"
-#include "attention/modules/multi_head_latent_attention.h"
+#include "attention/nn/multi_head_attention.h"
+#include "attention/nn/multi_head_latent_attention.h"
 #include "framework/autograd/ops.h"
 #include "support/gradcheck_utils.h"
-#include "tests/attention/module_parameters.h"
+#include "tests/attention/nn/module_parameters.h"
 
 namespace cpf {
 namespace {

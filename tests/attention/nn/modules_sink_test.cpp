@@ -7,16 +7,16 @@
 #include <mutex>
 
 #include "attention/cp/sharding.h"
-#include "attention/modules/attention_layout.h"
-#include "attention/modules/multi_head_attention.h"
-#include "attention/modules/multi_head_latent_attention.h"
+#include "attention/nn/attention_layout.h"
+#include "attention/nn/multi_head_attention.h"
+#include "attention/nn/multi_head_latent_attention.h"
 #include "framework/autograd/ops.h"
 #include "framework/distributed/device_mesh.h"
 #include "framework/distributed/launcher.h"
 #include "framework/tensor/ops/copy.h"
 #include "support/gradcheck_utils.h"
 #include "tests/attention/attention_support.h"
-#include "tests/attention/module_parameters.h"
+#include "tests/attention/nn/module_parameters.h"
 
 namespace cpf {
 namespace {
@@ -162,13 +162,13 @@ TEST(AttentionModulesSink, ContextParallelEqualsOneRankForEveryStrategy) {
 // the group's whole d(sink) on every rank; the trainer sums the parameter's gradient over the world).
 TEST(ModulesSink, TheCpSinkKeepsItsValuesAndScalesItsGradient) {
   Tensor sink = from_vector<double>({0.5, -1.25, 3.0}, {3}).set_requires_grad();
-  const Tensor handed = attention_modules::cp_sink(sink, 4);
+  const Tensor handed = nn::cp_sink(sink, 4);
   EXPECT_EQ(handed.to_vector<double>(), sink.to_vector<double>());
   backward(sum(mul(handed, from_vector<double>({1.0, 2.0, 4.0}, {3}))));
   EXPECT_EQ(sink.grad().to_vector<double>(), (std::vector<double>{0.25, 0.5, 1.0}));
-  EXPECT_TRUE(attention_modules::cp_sink(sink, 1).is_same(sink));
-  EXPECT_FALSE(attention_modules::cp_sink(Tensor(), 2).defined());
-  EXPECT_CPF_ERROR(attention_modules::cp_sink(sink, 0), "cp_sink: cp_size=0 must be at least 1");
+  EXPECT_TRUE(nn::cp_sink(sink, 1).is_same(sink));
+  EXPECT_FALSE(nn::cp_sink(Tensor(), 2).defined());
+  EXPECT_CPF_ERROR(nn::cp_sink(sink, 0), "cp_sink: cp_size=0 must be at least 1");
 }
 
 }  // namespace

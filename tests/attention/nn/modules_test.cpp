@@ -7,13 +7,13 @@
 
 #include <mutex>
 
-#include "attention/modules/multi_head_attention.h"
-#include "attention/modules/multi_head_latent_attention.h"
+#include "attention/nn/multi_head_attention.h"
+#include "attention/nn/multi_head_latent_attention.h"
 #include "framework/autograd/ops.h"
 #include "framework/distributed/launcher.h"
 #include "framework/tensor/ops/views.h"
 #include "tests/attention/attention_support.h"
-#include "tests/attention/module_parameters.h"
+#include "tests/attention/nn/module_parameters.h"
 
 namespace cpf {
 namespace {

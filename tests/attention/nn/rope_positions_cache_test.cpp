@@ -1,15 +1,15 @@
-// The RoPE positions cache (attention/modules/rope_positions_cache.h): a repeated request is served the
+// The RoPE positions cache (attention/nn/rope_positions_cache.h): a repeated request is served the
 // same table, any change of what the table depends on builds a new one with its own correct contents,
 // and the module results do not change with the cache.
-#include "attention/modules/rope_positions_cache.h"
+#include "attention/nn/rope_positions_cache.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "attention/modules/attention_layout.h"
+#include "attention/nn/attention_layout.h"
 #include "framework/core/error.h"
 
-namespace cpf::attention_modules {
+namespace cpf::nn {
 namespace {
 
 std::vector<int64_t> values(const Tensor& t) { return t.to_vector<int64_t>(); }
@@ -142,4 +142,4 @@ TEST(RopePositionsCache, RejectsBadRequestsWithTheirValues) {
 }
 
 }  // namespace
-}  // namespace cpf::attention_modules
+}  // namespace cpf::nn

@@ -1,5 +1,5 @@
 // MLA under context parallelism over NCCL with attention.cp_mla_latent: auto (the default): an MLA
-// attention module (attention/modules/multi_head_latent_attention.h) on 2 ranks (rank r on cuda:r,
+// attention module (attention/nn/multi_head_latent_attention.h) on 2 ranks (rank r on cuda:r,
 // p2p and all_gather) logs the choice cp::choose_mla_latent makes at the CUDA rates for its shape and
 // tokens per rank ("cp_mla_latent auto (p2p, cuda:0): the latent travels (...)"), and every rank's output
 // equals its shard of the same module's output on cuda:0 without CP, every parameter gradient summed
@@ -15,13 +15,13 @@
 #include "attention/cp/context_parallel.h"
 #include "attention/cp/latent_kv.h"
 #include "attention/cp/sharding.h"
-#include "attention/modules/multi_head_latent_attention.h"
-#include "cuda_distributed/nccl_test_utils.h"
+#include "attention/nn/multi_head_latent_attention.h"
 #include "framework/autograd/ops.h"
 #include "framework/core/logging.h"
 #include "framework/distributed/device_mesh.h"
 #include "framework/tensor/ops/copy.h"
 #include "framework/tensor/ops/elementwise.h"
+#include "tests/distributed/nccl/nccl_test_utils.h"
 
 namespace cpf::cp {
 namespace {

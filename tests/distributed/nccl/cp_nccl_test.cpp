@@ -29,9 +29,9 @@
 #include <sstream>
 
 #include "attention/cp/cp_support.h"
-#include "cp/cp_harness.h"
-#include "cuda_distributed/nccl_test_utils.h"
 #include "framework/distributed/device_mesh.h"
+#include "tests/attention/cp/cp_harness.h"
+#include "tests/distributed/nccl/nccl_test_utils.h"
 
 namespace cpf::cp::testing {
 namespace {

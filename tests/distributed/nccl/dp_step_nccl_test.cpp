@@ -1,4 +1,4 @@
-// A data-parallel training step over NCCL, rank r on cuda:r (apps/trainer/step_prefetch.h; docs/training.md,
+// A data-parallel training step over NCCL, rank r on cuda:r (apps/trainer/step/step_prefetch.h; docs/training.md,
 // "Host synchronisation in a step"). With the label count and the stop signal agreed a step ahead, a warm
 // step of each rank reads nothing back with a device->host copy and waits for one event (its
 // StepReadback); without the read-ahead each step also copies the count back before its forward. Both
@@ -9,10 +9,10 @@
 #include <mutex>
 #include <thread>
 
-#include "cuda_distributed/nccl_test_utils.h"
+#include "tests/distributed/nccl/nccl_test_utils.h"
 #if CPF_HAVE_TRAINER
-#include "apps/trainer/step_prefetch.h"
-#include "apps/trainer/training_step.h"
+#include "apps/trainer/step/step_prefetch.h"
+#include "apps/trainer/step/training_step.h"
 #include "framework/optim/adamw.h"
 #include "framework/tensor/cuda/cuda.h"
 #endif
@@ -44,8 +44,8 @@ class HostRendezvous {
   std::atomic<int> arrivals_{0};
 };
 
-data::DataOptions step_data() {
-  data::DataOptions d;
+models::data::DataOptions step_data() {
+  models::data::DataOptions d;
   d.source = "synthetic";
   d.min_len = 2;
   d.max_len = 2;
@@ -83,7 +83,7 @@ StepRun data_parallel_steps(bool read_ahead) {
     std::vector<Tensor> tensors;
     for (const auto& [name, t] : params) tensors.push_back(t);
     dist::GradientReducer reducer(tensors, ctx.world, dist::GradientReducerOptions{.op = dist::ReduceOp::sum});
-    data::DataLoader loader(step_data(), g.dp_rank, 2);
+    models::data::DataLoader loader(step_data(), g.dp_rank, 2);
     optim::AdamW adamw(params, optim::AdamWOptions{.lr = 1e-2});
     const optim::LrSchedule schedule(optim::LrScheduleOptions{.decay = optim::LrDecay::constant, .lr = 1e-2});
     StepPrefetch prefetch(no_stop_signal);

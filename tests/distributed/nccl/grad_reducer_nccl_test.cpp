@@ -3,11 +3,11 @@
 // bucket to one per dtype, f32 and bf16 matrices, two SGD steps (bucket buffers reused across steps,
 // ordered by streams only), buckets started during backward, and the cross-rank layout check.
 // Skips below 2 GPUs. Failures name n, rank, bucket size, dtype, step and parameter.
-#include "cuda_distributed/nccl_test_utils.h"
 #include "distributed/grad_reducer_model.h"
 #include "framework/autograd/engine.h"
 #include "framework/distributed/autograd_collectives.h"
 #include "framework/distributed/grad_reducer.h"
+#include "tests/distributed/nccl/nccl_test_utils.h"
 
 namespace cpf::testing {
 namespace {

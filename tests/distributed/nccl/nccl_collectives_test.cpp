@@ -11,10 +11,10 @@
 #include <stdexcept>
 #include <thread>
 
-#include "cuda_distributed/bounded_wait.h"
-#include "cuda_distributed/nccl_test_utils.h"
 #include "distributed/rank_errors.h"
 #include "framework/tensor/ops/join.h"
+#include "tests/distributed/nccl/bounded_wait.h"
+#include "tests/distributed/nccl/nccl_test_utils.h"
 
 namespace cpf::testing {
 namespace {

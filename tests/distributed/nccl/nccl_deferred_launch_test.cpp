@@ -7,10 +7,10 @@
 #include <chrono>
 #include <thread>
 
-#include "cuda_distributed/bounded_wait.h"
-#include "cuda_distributed/nccl_test_utils.h"
 #include "framework/distributed/nccl/nccl_direct.h"
 #include "framework/tensor/ops/join.h"
+#include "tests/distributed/nccl/bounded_wait.h"
+#include "tests/distributed/nccl/nccl_test_utils.h"
 
 namespace cpf::testing {
 namespace {

@@ -4,7 +4,7 @@
 // after n shifts every rank holds its own again; hundreds of shifts reuse the pooled CUDA events of
 // the group path (an event handed out again too early would let a wait pass before its data came).
 #include "framework/distributed/nccl/nccl_direct.h"
-#include "cuda_distributed/nccl_test_utils.h"
+#include "tests/distributed/nccl/nccl_test_utils.h"
 
 namespace cpf::testing {
 namespace {

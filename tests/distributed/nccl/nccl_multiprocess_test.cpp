@@ -8,9 +8,9 @@
 #include <cstdlib>
 #include <mutex>
 
-#include "cuda_distributed/nccl_test_utils.h"
 #include "framework/distributed/process_launcher.h"
 #include "framework/tensor/ops/join.h"
+#include "tests/distributed/nccl/nccl_test_utils.h"
 
 namespace cpf::testing {
 namespace {

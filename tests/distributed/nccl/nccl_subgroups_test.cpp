@@ -9,10 +9,10 @@
 #include <future>
 #include <mutex>
 
-#include "cuda_distributed/bounded_wait.h"
-#include "cuda_distributed/nccl_test_utils.h"
 #include "distributed/rank_errors.h"
 #include "distributed/subgroup_nesting.h"
+#include "tests/distributed/nccl/bounded_wait.h"
+#include "tests/distributed/nccl/nccl_test_utils.h"
 
 namespace cpf::testing {
 namespace {

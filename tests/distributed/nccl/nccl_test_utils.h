@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "cuda/cuda_test_utils.h"
 #include "distributed/dist_test_utils.h"
 #include "framework/distributed/launcher.h"
 #include "framework/distributed/nccl/nccl_init.h"
+#include "tests/tensor/cuda/cuda_test_utils.h"
 
 namespace cpf::testing {
 

@@ -11,7 +11,7 @@
 // The model is a 2-layer Llama-style GPT (hidden 128, 4 heads of 32) on 1-3 digit addition in bshd
 // windows of 64 tokens (every row full), 4 rows per DP rank per step. The single-GPU reference reads
 // dp x 4 rows per step: DP rank r takes global batch dp s + r of the stream, so one rank with the
-// dp-fold batch sees the same rows in one piece (tests/apps/train_test.cpp checks that on the CPU).
+// dp-fold batch sees the same rows in one piece (tests/apps/trainer/train_test.cpp checks that on the CPU).
 //
 // cpformer binary: $CPF_CPFORMER_BIN, else `cpformer` next to this test binary (scripts/gpu/build.sh
 // with WITH_APPS=1 puts it there), else the build tree's apps/cpformer this test was compiled with.
@@ -32,9 +32,9 @@
 #include <thread>
 #include <vector>
 
-#include "cuda_distributed/nccl_test_utils.h"
+#include "tests/distributed/nccl/nccl_test_utils.h"
 #if CPF_HAVE_TRAINER
-#include "apps/trainer/cli.h"
+#include "apps/cli/cli.h"
 #include "apps/trainer/trainer.h"
 #include "framework/distributed/process_launcher.h"
 #endif
@@ -251,7 +251,7 @@ class ProcessLaunchNccl : public MultiGpuTest {
 };
 
 // The same 10 bf16 steps, started two ways, must log the same losses (dp = 2, then cp = 2).
-// attention.deterministic makes cuDNN's backward bitwise reproducible (tests/cuda/training_test.cpp checks
+// attention.deterministic makes cuDNN's backward bitwise reproducible (tests/tensor/cuda/training_test.cpp checks
 // that on one GPU), and with 2 ranks every NCCL sum is a single a + b, so the runs are expected to agree
 // bit for bit; 1e-6 relative leaves room only for a different library path, not for a different step.
 TEST_F(ProcessLaunchNccl, TwoProcessesLogTheLossesOfTheSingleCommand) {

@@ -4,7 +4,7 @@
 #include "models/data/data_loader.h"
 #include "support/test_utils.h"
 
-namespace cpf::data {
+namespace cpf::models::data {
 namespace {
 
 DataOptions cp_options(int64_t cp_size, const std::string& layout = "thd") {
@@ -140,4 +140,4 @@ TEST(CpShard, RejectsPaddingThatDoesNotSuitTheGroupAndBadRanks) {
 }
 
 }  // namespace
-}  // namespace cpf::data
+}  // namespace cpf::models::data

@@ -7,7 +7,7 @@
 #include "models/data/data_loader.h"
 #include "support/test_utils.h"
 
-namespace cpf::data {
+namespace cpf::models::data {
 namespace {
 
 namespace v = synthetic_vocab;
@@ -401,4 +401,4 @@ TEST(DataOptions, EveryInvalidFieldIsRejectedByName) {
 }
 
 }  // namespace
-}  // namespace cpf::data
+}  // namespace cpf::models::data

@@ -3,7 +3,7 @@
 #include "models/data/packing.h"
 #include "support/test_utils.h"
 
-namespace cpf::data {
+namespace cpf::models::data {
 namespace {
 
 // Documents given literally; end-of-text = 0, so tokens are small positive ids.
@@ -107,4 +107,4 @@ TEST(Packing, RejectsPiecesThatDoNotFitAndBadSizes) {
 }
 
 }  // namespace
-}  // namespace cpf::data
+}  // namespace cpf::models::data

@@ -13,7 +13,7 @@
 #include "models/data/token_shards.h"
 #include "support/test_utils.h"
 
-namespace cpf::data {
+namespace cpf::models::data {
 namespace {
 namespace fs = std::filesystem;
 
@@ -170,4 +170,4 @@ TEST_F(ShardWriterTest, AnUnfinishedShardLeavesNoFile) {
 }
 
 }  // namespace
-}  // namespace cpf::data
+}  // namespace cpf::models::data

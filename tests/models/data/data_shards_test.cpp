@@ -11,7 +11,7 @@
 #include "models/data/token_shards.h"
 #include "support/test_utils.h"
 
-namespace cpf::data {
+namespace cpf::models::data {
 namespace {
 namespace fs = std::filesystem;
 
@@ -204,4 +204,4 @@ TEST_F(TokenShardTest, PathAndOptionErrors) {
 }
 
 }  // namespace
-}  // namespace cpf::data
+}  // namespace cpf::models::data

@@ -8,7 +8,7 @@
 #include "models/data/synthetic_tasks.h"
 #include "support/test_utils.h"
 
-namespace cpf::data {
+namespace cpf::models::data {
 namespace {
 
 namespace v = synthetic_vocab;
@@ -196,4 +196,4 @@ TEST(ExactMatch, RejectsBadArguments) {
 }
 
 }  // namespace
-}  // namespace cpf::data
+}  // namespace cpf::models::data

@@ -9,7 +9,7 @@
 #include "models/data/text_source.h"
 #include "support/test_utils.h"
 
-namespace cpf::data {
+namespace cpf::models::data {
 namespace {
 namespace fs = std::filesystem;
 
@@ -123,4 +123,4 @@ TEST_F(TextSourceTest, RejectsBadSplitOptions) {
 }
 
 }  // namespace
-}  // namespace cpf::data
+}  // namespace cpf::models::data

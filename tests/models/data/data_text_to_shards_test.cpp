@@ -12,7 +12,7 @@
 #include "models/data/token_shards.h"
 #include "support/test_utils.h"
 
-namespace cpf::data {
+namespace cpf::models::data {
 namespace {
 namespace fs = std::filesystem;
 
@@ -98,4 +98,4 @@ TEST_F(TextToShardsTest, Refusals) {
 }
 
 }  // namespace
-}  // namespace cpf::data
+}  // namespace cpf::models::data

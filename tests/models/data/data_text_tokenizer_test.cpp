@@ -15,7 +15,7 @@
 #include "models/data/token_shards.h"
 #include "support/test_utils.h"
 
-namespace cpf::data {
+namespace cpf::models::data {
 namespace {
 namespace fs = std::filesystem;
 
@@ -104,4 +104,4 @@ TEST_F(TextTokenizerTest, AMissingTokenizerFileIsNamed) {
 }
 
 }  // namespace
-}  // namespace cpf::data
+}  // namespace cpf::models::data

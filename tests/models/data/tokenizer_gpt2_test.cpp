@@ -24,7 +24,7 @@
 #include "models/data/bpe_pretokenizer.h"
 #include "models/data/gpt2_tokenizer.h"
 
-namespace cpf::data {
+namespace cpf::models::data {
 namespace {
 
 struct GoldenCase {
@@ -99,9 +99,9 @@ TEST(Gpt2Tokenizer, MatchesTiktokenOnHardInputs) {
 // tables it is no letter, so "a\U00013460b" is cut into three pieces where tiktoken (Unicode 16) keeps one
 // word, and the ids differ. The test states whichever the linked tables give.
 TEST(Gpt2Tokenizer, CharactersNewerThanTheUnicodeTablesAreNotLetters) {
-  const std::string version = data::pretokenizer_unicode_version();
+  const std::string version = models::data::pretokenizer_unicode_version();
   const int major = std::stoi(version.substr(0, version.find('.')));
-  const data::BpePreTokenizer gpt2(data::kGpt2Pattern);
+  const models::data::BpePreTokenizer gpt2(models::data::kGpt2Pattern);
   const std::string hieroglyph = "\xF0\x93\x91\xA0";  // U+13460 in UTF-8
   const std::string text = "a" + hieroglyph + "b";
   const std::vector<std::string_view> pieces = gpt2.split(text);  // views into text
@@ -205,4 +205,4 @@ TEST(LoadTokenizer, BytesIsTheTextSourceVocabulary) {
 }
 
 }  // namespace
-}  // namespace cpf::data
+}  // namespace cpf::models::data

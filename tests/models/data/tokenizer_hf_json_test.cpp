@@ -20,7 +20,7 @@
 #include "models/data/gpt2_tokenizer.h"
 #include "models/data/hf_tokenizer_json.h"
 
-namespace cpf::data {
+namespace cpf::models::data {
 namespace {
 namespace fs = std::filesystem;
 
@@ -166,4 +166,4 @@ TEST_F(HfTokenizerJsonTest, RefusesWhatIsNotByteLevelBpe) {
 }
 
 }  // namespace
-}  // namespace cpf::data
+}  // namespace cpf::models::data

@@ -12,7 +12,7 @@
 #include "framework/core/error.h"
 #include "models/data/sentencepiece_tokenizer.h"
 
-namespace cpf::data {
+namespace cpf::models::data {
 namespace {
 namespace fs = std::filesystem;
 
@@ -116,4 +116,4 @@ TEST_F(SentencePieceTest, RefusesFilesThatAreNotUsableModels) {
 }
 
 }  // namespace
-}  // namespace cpf::data
+}  // namespace cpf::models::data

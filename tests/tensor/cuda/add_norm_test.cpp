@@ -5,7 +5,7 @@
 // weight/bias, RMSNorm, with and without a branch, with and without the residual gradient; the parameter
 // partials the dx kernel writes itself, over many row chunks, and their determinism.
 //
-// Tolerances as tests/cuda/nn_test.cpp: f32 sums run in another order on the GPU (a few ulps per term);
+// Tolerances as tests/tensor/cuda/nn_test.cpp: f32 sums run in another order on the GPU (a few ulps per term);
 // a bf16 result rounds once from f32 values that agree that closely (one bf16 step at most). x1 is one
 // rounded add on both sides: equal.
 #include <optional>

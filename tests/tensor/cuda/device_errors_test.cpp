@@ -4,12 +4,12 @@
 
 #include <vector>
 
-#include "cuda/cuda_test_utils.h"
 #include "framework/tensor/ops/cross_entropy.h"
 #include "framework/tensor/ops/elementwise.h"
 #include "framework/tensor/ops/embedding.h"
 #include "framework/tensor/ops/index.h"
 #include "framework/tensor/ops/matmul.h"
+#include "tests/tensor/cuda/cuda_test_utils.h"
 
 namespace cpf {
 namespace {

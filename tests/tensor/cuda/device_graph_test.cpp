@@ -13,7 +13,7 @@
 #include "framework/tensor/device_stream.h"
 #include "framework/tensor/ops/copy.h"
 #include "framework/tensor/ops/elementwise.h"
-#include "tests/cuda/cuda_test_utils.h"
+#include "tests/tensor/cuda/cuda_test_utils.h"
 
 namespace cpf {
 namespace {

@@ -11,12 +11,12 @@
 #include <iostream>
 #include <sstream>
 
-#include "apps/trainer/config.h"
-#include "apps/trainer/generate.h"
+#include "apps/config/config.h"
+#include "apps/generate/generate.h"
 #include "apps/trainer/trainer.h"
 #include "models/gpt.h"
 #include "models/gpt_decoder.h"
-#include "tests/cuda/cuda_test_utils.h"
+#include "tests/tensor/cuda/cuda_test_utils.h"
 
 namespace cpf {
 namespace {

@@ -11,11 +11,11 @@
 #include <fstream>
 #include <sstream>
 
-#include "apps/trainer/config.h"
+#include "apps/config/config.h"
 #include "apps/trainer/trainer.h"
 #include "framework/io/safetensors.h"
 #include "support/scratch_dir.h"
-#include "tests/cuda/cuda_test_utils.h"
+#include "tests/tensor/cuda/cuda_test_utils.h"
 
 namespace cpf::trainer {
 namespace {

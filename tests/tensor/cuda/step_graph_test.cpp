@@ -1,4 +1,4 @@
-// CUDA-graph capture of the training step (apps/trainer/step_graph.h) on a GPU: a run whose batches keep
+// CUDA-graph capture of the training step (apps/trainer/step/step_graph.h) on a GPU: a run whose batches keep
 // their layout captures step 2 and replays it, and its losses and final weights and optimizer state equal
 // the eager run's bit for bit, in fp32 and bf16 and with gradient accumulation; packed documents, whose
 // layout changes every batch, end the graph at step 3 with the reason logged and still train exactly as
@@ -8,11 +8,11 @@
 #include <filesystem>
 #include <sstream>
 
-#include "apps/trainer/config.h"
+#include "apps/config/config.h"
 #include "apps/trainer/trainer.h"
 #include "framework/io/safetensors.h"
 #include "support/scratch_dir.h"
-#include "tests/cuda/cuda_test_utils.h"
+#include "tests/tensor/cuda/cuda_test_utils.h"
 
 namespace cpf::trainer {
 namespace {

@@ -12,15 +12,15 @@
 #include <iterator>
 #include <sstream>
 
-#include "apps/trainer/cli.h"
-#include "apps/trainer/step_window.h"
+#include "apps/cli/cli.h"
+#include "apps/trainer/step/step_window.h"
+#include "apps/trainer/step/training_step.h"
 #include "apps/trainer/trainer.h"
-#include "apps/trainer/training_step.h"
 #include "framework/autograd/grad_mode.h"
 #include "framework/io/safetensors.h"
 #include "framework/optim/adamw.h"
 #include "support/scratch_dir.h"
-#include "tests/cuda/cuda_test_utils.h"
+#include "tests/tensor/cuda/cuda_test_utils.h"
 
 namespace cpf::trainer {
 namespace {
@@ -81,7 +81,7 @@ TEST_F(GpuTraining, Fp32OnCudaMatchesTheCpuRun) {
 }
 
 // bf16 against fp32, on the GPU and against the CPU's bf16 emulation: the bound of
-// tests/apps/precision_test.cpp (1e-2: 8-bit mantissas, measured ~1e-4 on the CPU), here over 20 steps.
+// tests/apps/trainer/precision_test.cpp (1e-2: 8-bit mantissas, measured ~1e-4 on the CPU), here over 20 steps.
 TEST_F(GpuTraining, Bf16OnCudaTracksFp32) {
   const auto fp32 = train_with(scratch("fp32"), 20, {"run.device=cuda"});
   const auto bf16 = train_with(scratch("bf16"), 20, {"run.device=cuda", "run.precision=bf16"});
@@ -188,8 +188,8 @@ TEST_F(GpuTraining, GpuTinyConfigLogsMemoryAndItsCheckpointGenerates) {
 }
 
 // The step tests' batches: packed 2-digit additions, 64 storage tokens, slots padded to 8, in a fixed order.
-data::DataOptions two_digit_batches() {
-  data::DataOptions d;
+models::data::DataOptions two_digit_batches() {
+  models::data::DataOptions d;
   d.source = "synthetic";
   d.min_len = 2;
   d.max_len = 2;
@@ -205,7 +205,7 @@ data::DataOptions two_digit_batches() {
 // the clip and AdamW kernels); a step with a non-finite norm changes no parameter or AdamW state and
 // does not advance the step count.
 TEST_F(GpuTraining, TrainingStepWaitsForOneEventAndSkipsANonFiniteNormOnTheDevice) {
-  const data::DataOptions d = two_digit_batches();
+  const models::data::DataOptions d = two_digit_batches();
   for (bool poison : {false, true}) {
     Generator gen(5);
     models::GPT model(models::GPTOptions{.vocab_size = 14, .hidden_size = 32, .num_layers = 2, .num_heads = 2}, &gen);
@@ -215,7 +215,7 @@ TEST_F(GpuTraining, TrainingStepWaitsForOneEventAndSkipsANonFiniteNormOnTheDevic
       NoGradGuard no_grad;
       raw::copy_(params.front().second, on_gpu_full(params.front().second.shape(), NAN));
     }
-    data::DataLoader loader(d);
+    models::data::DataLoader loader(d);
     RankGroups g;
     optim::AdamW adamw(params, optim::AdamWOptions{.lr = 1e-2});
     const optim::LrSchedule schedule(optim::LrScheduleOptions{.decay = optim::LrDecay::constant, .lr = 1e-2});
@@ -265,7 +265,7 @@ std::vector<double> nan_as_marker(const Tensor& t) {
 // window's read is the one host synchronisation (a device-to-host copy), and the steps' losses, norms,
 // parameters and AdamW state equal those of training_step, which waits once per step, bit for bit.
 TEST_F(GpuTraining, DeferredStepsWaitOnlyAtTheWindowsReadBackAndEqualPerStepReadBacks) {
-  const data::DataOptions d = two_digit_batches();
+  const models::data::DataOptions d = two_digit_batches();
   for (bool poison : {false, true}) {
     Generator gen_a(5), gen_b(5);
     const models::GPTOptions options{.vocab_size = 14, .hidden_size = 32, .num_layers = 2, .num_heads = 2};
@@ -278,12 +278,12 @@ TEST_F(GpuTraining, DeferredStepsWaitOnlyAtTheWindowsReadBackAndEqualPerStepRead
       raw::copy_(each_params.front().second, on_gpu_full(each_params.front().second.shape(), NAN));
       raw::copy_(params.front().second, on_gpu_full(params.front().second.shape(), NAN));
     }
-    data::DataLoader each_loader(d), loader(d);
+    models::data::DataLoader each_loader(d), loader(d);
     RankGroups g;
     optim::AdamW each_adamw(each_params, optim::AdamWOptions{.lr = 1e-2}),
         adamw(params, optim::AdamWOptions{.lr = 1e-2});
     const optim::LrSchedule schedule(optim::LrScheduleOptions{.decay = optim::LrDecay::constant, .lr = 1e-2});
-    auto parts = [&](const models::GPT& m, data::DataLoader& l, const optim::NamedTensors& p, optim::AdamW& o) {
+    auto parts = [&](const models::GPT& m, models::data::DataLoader& l, const optim::NamedTensors& p, optim::AdamW& o) {
       return StepParts{.model = m,
                        .loader = l,
                        .groups = g,

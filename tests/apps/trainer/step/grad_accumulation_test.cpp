@@ -1,4 +1,4 @@
-// Gradient accumulation (apps/trainer/grad_accumulation.h): micro-batches accumulated over one step give
+// Gradient accumulation (apps/trainer/step/grad_accumulation.h): micro-batches accumulated over one step give
 // the loss and gradients of one batch holding all of them, on one rank, under DP and under CP (thread
 // ranks); the config keys that set it, and every rejected combination with its message.
 #include <gtest/gtest.h>
@@ -8,7 +8,7 @@
 #include <map>
 #include <mutex>
 
-#include "apps/trainer/grad_accumulation.h"
+#include "apps/trainer/step/grad_accumulation.h"
 #include "apps/trainer/trainer.h"
 #include "framework/autograd/ops.h"
 #include "framework/distributed/device_mesh.h"
@@ -30,17 +30,17 @@
 namespace cpf::trainer {
 namespace {
 
-data::DataOptions batch_options() { return cpf::testing::addition_batches(); }
+models::data::DataOptions batch_options() { return cpf::testing::addition_batches(); }
 
 // The batches of `parts` as one THD batch: their sequences back to back (what a loader with a budget
 // of all their tokens would give, had the packing cut them the same way).
-data::Batch concatenate(const std::vector<data::Batch>& parts) {
-  data::Batch all;
+models::data::Batch concatenate(const std::vector<models::data::Batch>& parts) {
+  models::data::Batch all;
   all.pad_multiple = parts.front().pad_multiple;
   all.cu_seqlens = {0};
   all.cu_seqlens_padded = {0};
   std::vector<Tensor> tokens, labels, positions;
-  for (const data::Batch& b : parts) {
+  for (const models::data::Batch& b : parts) {
     const int64_t real = all.cu_seqlens.back(), stored = all.cu_seqlens_padded.back();
     for (size_t i = 1; i < b.cu_seqlens.size(); ++i) all.cu_seqlens.push_back(real + b.cu_seqlens[i]);
     for (size_t i = 1; i < b.cu_seqlens_padded.size(); ++i)
@@ -87,8 +87,8 @@ StepResult run_step(int dp, int cp, int micro, bool as_one_batch) {
     if (dp * cp > 1)
       reducer = std::make_unique<dist::GradientReducer>(params, ctx.world,
                                                         dist::GradientReducerOptions{.op = dist::ReduceOp::sum});
-    data::DataLoader loader(batch_options(), g.dp_rank, dp);
-    std::vector<data::Batch> batches;
+    models::data::DataLoader loader(batch_options(), g.dp_rank, dp);
+    std::vector<models::data::Batch> batches;
     for (int i = 0; i < micro; ++i) batches.push_back(loader.next());
     if (as_one_batch) batches = {concatenate(batches)};
     const AccumulatedLoss loss = accumulate_gradients(model, batches, g, reducer.get());

@@ -1,16 +1,16 @@
-// The StepGraph's ways back to eager steps (apps/trainer/step_graph.h), shown on the CPU, where no graph can
+// The StepGraph's ways back to eager steps (apps/trainer/step/step_graph.h), shown on the CPU, where no graph can
 // be captured: step 1 runs eagerly, step 2's capture fails and that step runs eagerly with the reason
 // logged, and the gradients equal plain accumulate_gradients calls. A parameter that still holds a gradient
 // when the capture would start ends the graph before it: every replay would add to that gradient in place
-// (a failed capture used to drop it instead). The captured path itself is tests/cuda/step_graph_test.cpp.
+// (a failed capture used to drop it instead). The captured path itself is tests/tensor/cuda/step_graph_test.cpp.
 #include <gtest/gtest.h>
 
 #include <map>
 #include <string>
 #include <vector>
 
-#include "apps/trainer/grad_accumulation.h"
-#include "apps/trainer/step_graph.h"
+#include "apps/trainer/step/grad_accumulation.h"
+#include "apps/trainer/step/step_graph.h"
 #include "models/data/data_loader.h"
 #include "tests/apps/addition_batches.h"
 #include "tests/support/test_utils.h"
@@ -25,7 +25,7 @@ struct TrainedSteps {
   std::vector<std::string> notes;
 };
 
-data::DataOptions batch_options() { return cpf::testing::addition_batches(); }
+models::data::DataOptions batch_options() { return cpf::testing::addition_batches(); }
 
 // Three steps of two micro-batches each on a tiny f64 GPT; the gradients are dropped after each step
 // (as Optimizer::zero_grad does) when `zero_grad`, else they accumulate over the steps.
@@ -35,12 +35,12 @@ TrainedSteps train(bool with_graph, bool zero_grad) {
       models::GPTOptions{.vocab_size = 14, .hidden_size = 16, .num_layers = 2, .num_heads = 2, .dtype = DType::f64},
       &gen);
   const optim::NamedTensors params = model.named_parameters();
-  data::DataLoader loader(batch_options());
+  models::data::DataLoader loader(batch_options());
   const RankGroups groups;  // one rank
   TrainedSteps run;
   StepGraph graph([&run](const std::string& line) { run.notes.push_back(line); });
   for (int64_t step = 0; step < 3; ++step) {
-    const std::vector<data::Batch> batches = {loader.next(), loader.next()};
+    const std::vector<models::data::Batch> batches = {loader.next(), loader.next()};
     if (with_graph) {
       (void)graph.accumulate(model, batches, groups, params, step);
     } else {

@@ -1,10 +1,10 @@
-// When the trainer does not capture its steps in a CUDA graph (apps/trainer/step_graph.h), the reason it
+// When the trainer does not capture its steps in a CUDA graph (apps/trainer/step/step_graph.h), the reason it
 // logs names the config key and value: run.cuda_graph off, several ranks, profiling, a device without
-// graphs. The graph's behaviour on a GPU is tests/cuda/step_graph_test.cpp.
+// graphs. The graph's behaviour on a GPU is tests/tensor/cuda/step_graph_test.cpp.
 #include <gtest/gtest.h>
 
-#include "apps/trainer/config.h"
-#include "apps/trainer/step_graph.h"
+#include "apps/config/config.h"
+#include "apps/trainer/step/step_graph.h"
 
 namespace cpf::trainer {
 namespace {

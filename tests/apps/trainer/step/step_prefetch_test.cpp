@@ -1,4 +1,4 @@
-// StepPrefetch (apps/trainer/step_prefetch.h) on two CPU thread ranks: a stop signal seen by one rank is
+// StepPrefetch (apps/trainer/step/step_prefetch.h) on two CPU thread ranks: a stop signal seen by one rank is
 // agreed by every rank after the same step; the read-ahead leaves the loader's cursor at the next
 // unconsumed batch, is taken only while that cursor has not moved and its count is known, and is read
 // again otherwise; every rejected call, with its message.
@@ -7,8 +7,8 @@
 #include <csignal>
 #include <mutex>
 
-#include "apps/trainer/grad_accumulation.h"
-#include "apps/trainer/step_prefetch.h"
+#include "apps/trainer/step/grad_accumulation.h"
+#include "apps/trainer/step/step_prefetch.h"
 #include "framework/distributed/launcher.h"
 #include "tests/apps/addition_batches.h"
 #include "tests/support/test_utils.h"
@@ -16,7 +16,7 @@
 namespace cpf::trainer {
 namespace {
 
-data::DataOptions batch_options() { return cpf::testing::addition_batches(); }
+models::data::DataOptions batch_options() { return cpf::testing::addition_batches(); }
 
 RankGroups groups_of(dist::RankContext& ctx) {
   RankGroups g;
@@ -32,16 +32,16 @@ int rank_signal() { return t_signal; }
 int no_signal() { return 0; }
 
 // One step's worth of the prefetch's part: read ahead, then complete with the values read back.
-void read_ahead_and_complete(StepPrefetch& p, data::DataLoader& loader, int64_t accum, const RankGroups& g) {
+void read_ahead_and_complete(StepPrefetch& p, models::data::DataLoader& loader, int64_t accum, const RankGroups& g) {
   const std::vector<Tensor> v = p.read_ahead(loader, accum, g, Device::cpu());
   ASSERT_EQ(v.size(), 2u);
   p.complete(v[0].item<double>(), v[1].item<double>());
 }
 
 // The batches' tokens, to compare batches by content.
-std::vector<std::vector<int64_t>> tokens_of(const std::vector<data::Batch>& batches) {
+std::vector<std::vector<int64_t>> tokens_of(const std::vector<models::data::Batch>& batches) {
   std::vector<std::vector<int64_t>> out;
-  for (const data::Batch& b : batches) out.push_back(b.tokens.to_vector<int64_t>());
+  for (const models::data::Batch& b : batches) out.push_back(b.tokens.to_vector<int64_t>());
   return out;
 }
 
@@ -50,7 +50,7 @@ TEST(StepPrefetch, AStopSignalSeenByOneRankIsAgreedByEveryRankAfterTheSameStep) 
   std::vector<std::vector<int>> agreed(2);
   dist::launch(2, [&](dist::RankContext& ctx) {
     const RankGroups g = groups_of(ctx);
-    data::DataLoader loader(batch_options(), g.dp_rank, 2), reference(batch_options(), g.dp_rank, 2);
+    models::data::DataLoader loader(batch_options(), g.dp_rank, 2), reference(batch_options(), g.dp_rank, 2);
     StepPrefetch p(rank_signal);
     t_signal = 0;
     std::vector<int> mine;
@@ -75,13 +75,13 @@ TEST(StepPrefetch, AStopSignalSeenByOneRankIsAgreedByEveryRankAfterTheSameStep) 
 TEST(StepPrefetch, TheReadAheadIsTakenOnlyWhileTheCursorStandsWhereItBegan) {
   dist::launch(2, [&](dist::RankContext& ctx) {
     const RankGroups g = groups_of(ctx);
-    data::DataLoader loader(batch_options(), g.dp_rank, 2), reference(batch_options(), g.dp_rank, 2);
+    models::data::DataLoader loader(batch_options(), g.dp_rank, 2), reference(batch_options(), g.dp_rank, 2);
     StepPrefetch p(no_signal);
-    const data::DataCursor start = loader.cursor();
+    const models::data::DataCursor start = loader.cursor();
     // Read ahead: the cursor is put back; the count is every rank's labels.
     read_ahead_and_complete(p, loader, 2, g);
     EXPECT_TRUE(loader.cursor() == start);
-    const std::vector<data::Batch> first = {reference.next(), reference.next()};
+    const std::vector<models::data::Batch> first = {reference.next(), reference.next()};
     const int64_t local = first[0].num_valid_labels + first[1].num_valid_labels;
     const int64_t world =
         ctx.world->all_reduce(scalar_tensor(static_cast<double>(local), {.dtype = DType::f64})).item<int64_t>();
@@ -97,7 +97,7 @@ TEST(StepPrefetch, TheReadAheadIsTakenOnlyWhileTheCursorStandsWhereItBegan) {
     taken = p.take(loader, 2);
     EXPECT_FALSE(taken.valid_labels.has_value());
     EXPECT_EQ(tokens_of(taken.micro_batches), tokens_of(first));
-    const std::vector<data::Batch> second = {reference.next(), reference.next()};
+    const std::vector<models::data::Batch> second = {reference.next(), reference.next()};
     // A read-ahead whose step never completed (it threw), or another micro-batch count: read again.
     (void)p.read_ahead(loader, 2, g, Device::cpu());
     taken = p.take(loader, 2);
@@ -114,13 +114,13 @@ TEST(StepPrefetch, TheReadAheadIsTakenOnlyWhileTheCursorStandsWhereItBegan) {
 TEST(StepPrefetch, RejectsCallsOutOfOrderWithTheirMessages) {
   EXPECT_CPF_ERROR((void)StepPrefetch(nullptr), "no stop-signal source (pass pending_stop_signal)");
   StepPrefetch p(no_signal);
-  data::DataLoader loader(batch_options());
+  models::data::DataLoader loader(batch_options());
   EXPECT_CPF_ERROR(p.complete(1, 0), "StepPrefetch::complete: no read-ahead is pending (call read_ahead first)");
   EXPECT_CPF_ERROR(p.take(loader, 0), "StepPrefetch::take: accum_steps=0 must be at least 1");
   EXPECT_CPF_ERROR(p.read_ahead(loader, 1, RankGroups{}, Device::cpu()),
                    "StepPrefetch::read_ahead: a world of one rank has nothing to agree on");
   dist::launch(2, [&](dist::RankContext& ctx) {
-    data::DataLoader rank_loader(batch_options(), ctx.rank, 2);
+    models::data::DataLoader rank_loader(batch_options(), ctx.rank, 2);
     StepPrefetch q(no_signal);
     EXPECT_CPF_ERROR(q.read_ahead(rank_loader, 0, groups_of(ctx), Device::cpu()),
                      "StepPrefetch::read_ahead: accum_steps=0 must be at least 1");

@@ -8,7 +8,7 @@
 #include <cmath>
 #include <csignal>
 
-#include "apps/trainer/step_window.h"
+#include "apps/trainer/step/step_window.h"
 #include "apps/trainer/stop_signals.h"
 #include "apps/trainer/trainer.h"
 #include "framework/io/checkpoint.h"

@@ -1,4 +1,4 @@
-// The training step (apps/trainer/training_step.h) on one CPU rank: its StepResult against the same
+// The training step (apps/trainer/step/training_step.h) on one CPU rank: its StepResult against the same
 // computation by hand (batch_loss, backward, the gradient norm, a plain SGD update), clipping by
 // run.grad_clip, and a non-finite gradient norm that skips the update. On two DP thread ranks: steps
 // that agree their label count a step ahead (step_prefetch.h) against steps that count it first.
@@ -10,8 +10,8 @@
 #include <memory>
 #include <mutex>
 
-#include "apps/trainer/step_prefetch.h"
-#include "apps/trainer/training_step.h"
+#include "apps/trainer/step/step_prefetch.h"
+#include "apps/trainer/step/training_step.h"
 #include "framework/autograd/ops.h"
 #include "framework/distributed/launcher.h"
 #include "framework/optim/adamw.h"
@@ -24,7 +24,7 @@
 namespace cpf::trainer {
 namespace {
 
-data::DataOptions batch_options() { return cpf::testing::addition_batches(); }
+models::data::DataOptions batch_options() { return cpf::testing::addition_batches(); }
 
 std::unique_ptr<models::GPT> model() {
   Generator gen(11);
@@ -43,8 +43,8 @@ struct ByHand {
 ByHand by_hand(double grad_clip) {
   const auto m = model();
   const optim::NamedTensors params = m->named_parameters();
-  data::DataLoader loader(batch_options());
-  const data::Batch batch = loader.next();
+  models::data::DataLoader loader(batch_options());
+  const models::data::Batch batch = loader.next();
   RankGroups g;
   const BatchLoss b = batch_loss(*m, batch, g);
   backward(b.loss);
@@ -73,7 +73,7 @@ Stepped step_with(double grad_clip, bool poison) {
     raw::copy_(params.front().second,
                full(params.front().second.shape(), std::numeric_limits<double>::quiet_NaN(), {.dtype = DType::f64}));
   }
-  data::DataLoader loader(batch_options());
+  models::data::DataLoader loader(batch_options());
   RankGroups g;
   optim::SGD sgd(params, optim::SGDOptions{.lr = kLr, .momentum = 0.0});
   const optim::LrSchedule schedule(optim::LrScheduleOptions{.decay = optim::LrDecay::constant, .lr = kLr});
@@ -105,7 +105,7 @@ TEST(TrainingStep, ResultAndUpdateMatchTheStepByHand) {
   EXPECT_NEAR(s.result.loss, expected.loss, 1e-12);
   EXPECT_NEAR(s.result.grad_norm, expected.norm, 1e-12);
   EXPECT_FALSE(s.result.skipped);
-  data::DataLoader loader(batch_options());
+  models::data::DataLoader loader(batch_options());
   EXPECT_EQ(s.result.tokens, loader.next().tokens.numel());  // one micro-batch, one DP rank
   expect_params(*s.model, expected);
 }
@@ -142,7 +142,7 @@ TEST(TrainingStep, OnlyAppliedStepsAdvanceTheOptimizerStepCount) {
                  full(params.front().second.shape(), std::numeric_limits<double>::infinity(), {.dtype = DType::f64}));
     }
     const std::vector<double> untouched = params.back().second.to_vector<double>();
-    data::DataLoader loader(batch_options());
+    models::data::DataLoader loader(batch_options());
     RankGroups g;
     optim::AdamW adamw(params, optim::AdamWOptions{.lr = 1e-2});
     const optim::LrSchedule schedule(optim::LrScheduleOptions{.decay = optim::LrDecay::constant, .lr = 1e-2});
@@ -171,7 +171,7 @@ TEST(TrainingStep, OnlyAppliedStepsAdvanceTheOptimizerStepCount) {
 struct DataParallelRun {
   std::vector<double> losses, norms;
   std::vector<int64_t> tokens;
-  std::vector<data::DataCursor> cursors;  // the loader's after each step
+  std::vector<models::data::DataCursor> cursors;  // the loader's after each step
   std::map<std::string, std::vector<double>> params;
 };
 int no_stop_signal() { return 0; }
@@ -188,7 +188,7 @@ DataParallelRun data_parallel_steps(bool read_ahead, int64_t steps) {
     std::vector<Tensor> tensors;
     for (const auto& [name, t] : params) tensors.push_back(t);
     dist::GradientReducer reducer(tensors, ctx.world, dist::GradientReducerOptions{.op = dist::ReduceOp::sum});
-    data::DataLoader loader(batch_options(), g.dp_rank, 2);
+    models::data::DataLoader loader(batch_options(), g.dp_rank, 2);
     optim::AdamW adamw(params, optim::AdamWOptions{.lr = 1e-2});
     const optim::LrSchedule schedule(optim::LrScheduleOptions{.decay = optim::LrDecay::constant, .lr = 1e-2});
     StepPrefetch prefetch(no_stop_signal);
