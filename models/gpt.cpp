@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "framework/autograd/checkpoint.h"
+#include "framework/autograd/fp8_autocast.h"
 #include "framework/autograd/functions/classifier_loss.h"
 #include "framework/autograd/grad_mode.h"
 #include "framework/autograd/ops.h"
@@ -220,6 +221,9 @@ BlockOutput GPT::run_block(size_t i, const BlockOutput& in, const SequenceInfo& 
   const nn::ParameterUnits* units = units_;
   if (units != nullptr) units->acquire(i, next);
   const UnitHold held(units, i);
+  // run.precision: fp8 runs the blocks' linear layers in FP8 (framework/autograd/fp8_autocast.h); the
+  // embedding, the final norm and the LM head stay outside the scope.
+  const Fp8Autocast fp8(options_.fp8_linears);
   if (options_.recompute == RecomputeMode::none || static_cast<int64_t>(i) >= covered || !grad_enabled()) {
     return block.forward(in.x, in.pending, seq, cp);
   }
@@ -228,8 +232,10 @@ BlockOutput GPT::run_block(size_t i, const BlockOutput& in, const SequenceInfo& 
   const nn::ComputeCopies* copies = nn::active_compute_copies();
   std::optional<cp::ContextParallel> cp_copy;
   if (cp != nullptr) cp_copy = *cp;
-  autograd::RegionFn fn = [&block, seq, cp_copy, copies](const std::vector<Tensor>& inputs) {
+  autograd::RegionFn fn = [&block, seq, cp_copy, copies,
+                           fp8 = options_.fp8_linears](const std::vector<Tensor>& inputs) {
     const nn::ComputeCopiesScope scope(copies);
+    const Fp8Autocast fp8_scope(fp8);  // the recompute runs the GEMMs as the forward did
     const BlockOutput out = block.forward(inputs[0], inputs[1], seq, cp_copy ? &*cp_copy : nullptr);
     return std::vector<Tensor>{out.x, out.pending};
   };

@@ -85,6 +85,7 @@ struct GPTOptions {
   DType dtype = DType::f32;                       // not a YAML key: f32 for training, f64 for gradchecks
   // Not YAML keys of this section (the trainer sets them from run.precision and attention:):
   std::optional<DType> compute_dtype;   // nullopt = dtype; bf16: mixed precision over f32 parameters
+  bool fp8_linears = false;             // the blocks' linear layers in FP8 (run.precision: fp8; docs/fp8.md)
   AttentionKernelConfig kernel_config;  // kernel choice of every attention call (backend, deterministic)
 };
 

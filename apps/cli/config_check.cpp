@@ -121,8 +121,11 @@ void print_config_check(const std::string& name, const TrainConfig& c, std::ostr
   }
   out << "\n";
   out << "  compute: " << (c.run.device == RunDevice::cuda ? "cuda" : "cpu") << ", "
-      << (c.run.precision == PrecisionMode::bf16 ? "bf16 (f32 master weights)" : "fp32") << ", attention backend "
-      << attention_backend_name(c.attention.backend) << (c.attention.deterministic ? " (deterministic)" : "") << "\n";
+      << (c.run.precision == PrecisionMode::fp8    ? "fp8 linears, bf16 (f32 master weights)"
+          : c.run.precision == PrecisionMode::bf16 ? "bf16 (f32 master weights)"
+                                                   : "fp32")
+      << ", attention backend " << attention_backend_name(c.attention.backend)
+      << (c.attention.deterministic ? " (deterministic)" : "") << "\n";
   for (const auto& n : needs) {
     out << "  " << n.what << ": " << (n.checked ? "OK (" : "NOT CHECKED (") << n.detail << ")\n";
   }

@@ -419,12 +419,13 @@ std::string config_docs_markdown() {
 models::GPTOptions model_options(const TrainConfig& config) {
   models::GPTOptions o = config.model;
   o.compute_dtype = compute_dtype(config);
+  o.fp8_linears = config.run.precision == PrecisionMode::fp8;
   o.kernel_config = attention_kernel_config(config);
   return o;
 }
 
 DType compute_dtype(const TrainConfig& config) {
-  return config.run.precision == PrecisionMode::bf16 ? DType::bf16 : config.model.dtype;
+  return config.run.precision == PrecisionMode::fp32 ? config.model.dtype : DType::bf16;
 }
 
 AttentionKernelConfig attention_kernel_config(const TrainConfig& config) {

@@ -81,7 +81,8 @@ enum class OptimizerType { adamw, sgd };
 enum class RunDevice { cpu, cuda };
 // Compute precision: fp32 everywhere, or bf16 activations and GEMMs over f32 master weights,
 // optimizer state, norms, reductions, LSE and loss (docs/training.md).
-enum class PrecisionMode { fp32, bf16 };
+// fp8: bf16, with the transformer blocks' linear layers' GEMMs in FP8 (docs/fp8.md).
+enum class PrecisionMode { fp32, bf16, fp8 };
 
 struct RunOptions {
   std::string name = "run";
@@ -199,8 +200,10 @@ void describe(V& v, RunOptions& o) {
   v.choice("device", o.device, config::Choices<RunDevice>{{"cpu", RunDevice::cpu}, {"cuda", RunDevice::cuda}},
            "where every rank computes: cpu, or cuda (rank r on GPU r % visible GPUs)");
   v.choice("precision", o.precision,
-           config::Choices<PrecisionMode>{{"fp32", PrecisionMode::fp32}, {"bf16", PrecisionMode::bf16}},
-           "fp32, or bf16 activations and GEMMs with f32 master weights, optimizer state, norms and loss");
+           config::Choices<PrecisionMode>{
+               {"fp32", PrecisionMode::fp32}, {"bf16", PrecisionMode::bf16}, {"fp8", PrecisionMode::fp8}},
+           "fp32, or bf16 activations and GEMMs with f32 master weights, optimizer state, norms and loss; fp8: "
+           "bf16 with the blocks' linear layers in FP8 (current scaling, docs/fp8.md)");
   v.field("cuda_graph", o.cuda_graph,
           "cuda, one GPU: capture the forward and backward of the second step in a CUDA graph and replay it every "
           "later step (the run logs why when it cannot); false = every step eager");

@@ -49,7 +49,7 @@ models::MemoryPlanInput memory_plan_input(const TrainConfig& c) {
           .cp = c.parallel.cp,
           .ranks = c.parallel.dp * c.parallel.cp,
           .cp_comm_type = cp::comm_type_name(c.parallel.cp_comm_type),
-          .bf16 = c.run.precision == PrecisionMode::bf16,
+          .bf16 = c.run.precision != PrecisionMode::fp32,
           .optimizer = c.optimizer.type == OptimizerType::adamw ? "adamw" : "sgd",
           .momentum = c.optimizer.momentum > 0,
           .shard = dist::shard_stage_name(c.parallel.shard)};

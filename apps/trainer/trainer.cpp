@@ -86,13 +86,16 @@ void start_logger(std::optional<MetricsLogger>& logger, const TrainConfig& confi
                                     .progress_bar = progress_bar,
                                     .rank = 0,
                                     .heartbeat_seconds = progress_bar ? 0.0 : kHeartbeatSeconds});
-  logger->note(
-      "cpformer train: " + config.run.name + " | " + sources.train->name() + " | " + std::to_string(world) +
-      " rank(s): dp=" + std::to_string(config.parallel.dp) + " cp=" + std::to_string(config.parallel.cp) +
-      (config.parallel.cp > 1 ? " (" + cp::comm_type_name(config.parallel.cp_comm_type) + ")" : "") + ", " +
-      dist::backend_name(config.parallel.backend) + (env ? " (" + env->launcher + ", one process per rank)" : "") +
-      " | " + (rank_device_of(config, 0).is_cuda() ? "cuda" : "cpu") +
-      (config.run.precision == PrecisionMode::bf16 ? " bf16 (f32 master weights)" : " fp32") + " | run folder " + dir);
+  logger->note("cpformer train: " + config.run.name + " | " + sources.train->name() + " | " + std::to_string(world) +
+               " rank(s): dp=" + std::to_string(config.parallel.dp) + " cp=" + std::to_string(config.parallel.cp) +
+               (config.parallel.cp > 1 ? " (" + cp::comm_type_name(config.parallel.cp_comm_type) + ")" : "") + ", " +
+               dist::backend_name(config.parallel.backend) +
+               (env ? " (" + env->launcher + ", one process per rank)" : "") + " | " +
+               (rank_device_of(config, 0).is_cuda() ? "cuda" : "cpu") +
+               (config.run.precision == PrecisionMode::fp8    ? " fp8 linears, bf16 (f32 master weights)"
+                : config.run.precision == PrecisionMode::bf16 ? " bf16 (f32 master weights)"
+                                                              : " fp32") +
+               " | run folder " + dir);
 }
 
 // The memory planner before any work (memory_plan.h): refuses what cannot fit on `device`, returns a

@@ -202,6 +202,11 @@ std::string safetensors_dtype_name(DType dtype) {
     case DType::i32: return "I32";
     case DType::i64: return "I64";
     case DType::boolean: return "BOOL";
+    case DType::f8e4m3:
+    case DType::f8e5m2:
+      // FP8 copies are made from the f32 weights every step; checkpoints hold the weights and the scales.
+      CPF_FAIL("safetensors: ", dtype_name(dtype),
+               " tensors are not saved (checkpoint the f32 tensors they come from)");
   }
   CPF_FAIL("safetensors: unknown dtype ", static_cast<int>(dtype));
 }

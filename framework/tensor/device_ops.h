@@ -232,6 +232,24 @@ struct DeviceOps {
   // `tensors` (contiguous, floating, on sum_squares' device) is multiplied in place by
   // max_norm / (norm + 1e-6), rounded as mul_; otherwise nothing changes. One launch for all tensors.
   void (*clip_by_norm_)(const std::vector<Tensor>& tensors, const Tensor& sum_squares, double max_norm) = nullptr;
+
+  // FP8 (framework/tensor/ops/fp8.h): operands contiguous on one device, validated by the caller; scales
+  // and amaxes () f32, read and written on the device.
+  // out = max |x| (NaN when x holds one); x f32, bf16 or f64 with numel > 0.
+  void (*fp8_amax)(const Tensor& out, const Tensor& x) = nullptr;
+  // out = fp8_max / amax / 2^margin, or fallback's value (undefined: 1) when amax is 0 or not finite.
+  void (*fp8_scale)(const Tensor& out, const Tensor& amax, double fp8_max, int64_t margin,
+                    const Tensor& fallback) = nullptr;
+  // q (f8e4m3/f8e5m2, x's numel) = fp8(x * scale) saturating, or undefined; qt (or undefined): for a 2-D x
+  // (R, C), the same codes transposed (C, R), from the same pass; amax_out (or undefined) = max(amax_out,
+  // max |x|). At least one of q and qt is defined.
+  void (*quantize_fp8)(const Tensor& q, const Tensor& qt, const Tensor& x, const Tensor& scale,
+                       const Tensor& amax_out) = nullptr;
+  // out (f32 or bf16) = q * scale_inv.
+  void (*dequantize_fp8)(const Tensor& out, const Tensor& q, const Tensor& scale_inv) = nullptr;
+  // out (M, N) = (a * a_scale_inv) @ (b * b_scale_inv)^T + bias: a (M, K), b (N, K), M, N, K > 0.
+  void (*fp8_matmul_nt)(const Tensor& out, const Tensor& a, const Tensor& a_scale_inv, const Tensor& b,
+                        const Tensor& b_scale_inv, const Tensor& bias) = nullptr;
 };
 
 // Installs the table for a device type (nullptr removes it). The table must outlive its use.

@@ -163,8 +163,13 @@ TEST(OpCoverage, EveryAutogradFunctionHasADeviceCase) {
   }
   // Functions without a gradient to check: their cases compare forward values only.
   const std::set<std::string> forward_only = {"argmax", "add_", "mul_", "fill_", "zero_", "copy_"};
+  // Functions no finite difference can check: FP8 casts are piecewise constant, the gradient is the
+  // recipe's (straight through the casts). tests/autograd/fp8_linear_test.cpp checks it against the
+  // products of the same quantised values; tests/tensor/cuda/fp8_test.cpp runs it on the GPU against the CPU.
+  const std::set<std::string> recipe_defined = {"fp8_linear"};
   std::string missing, not_differentiated;
   for (const auto& [name, header] : declared_autograd_functions()) {
+    if (recipe_defined.count(name)) continue;
     if (!covered.count(name)) missing += " " + name + " (" + header + ")";
     if (covered.count(name) && !differentiated.count(name) && !forward_only.count(name)) {
       not_differentiated += " " + name;

@@ -59,7 +59,8 @@ TEST(DType, SizesAndNames) {
 }
 
 TEST(DType, ParseErrors) {
-  EXPECT_CPF_ERROR(dtype_from_name("f16"), "unknown dtype 'f16' (expected one of f32, f64, bf16, i32, i64, bool)");
+  EXPECT_CPF_ERROR(dtype_from_name("f16"),
+                   "unknown dtype 'f16' (expected one of f32, f64, bf16, i32, i64, bool, f8e4m3, f8e5m2)");
   EXPECT_CPF_ERROR(dtype_from_name(""), "unknown dtype ''");
   EXPECT_CPF_ERROR(dtype_from_name("F32"), "unknown dtype 'F32'");
 }

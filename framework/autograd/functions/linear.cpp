@@ -1,6 +1,9 @@
 #include "framework/autograd/functions/linear.h"
 
 #include "framework/autograd/forward_stash.h"
+#include "framework/autograd/fp8_autocast.h"
+#include "framework/autograd/functions/elementwise.h"
+#include "framework/autograd/functions/fp8_linear.h"
 #include "framework/autograd/node.h"
 #include "framework/tensor/ops/copy.h"
 #include "framework/tensor/ops/elementwise.h"
@@ -68,6 +71,9 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const T
 }
 
 Tensor linear(const Tensor& x, const LinearWeights& p) {
+  if (p.weight.defined() && use_fp8_linear(x, p.weight.size(0))) {
+    return fp8_linear(x, p.weight, p.bias, *fp8_autocast_options());  // fp8_autocast.h
+  }
   const Resolved r = resolve(x, p, "linear");
   // validates shapes; a selectively recomputed region keeps it (forward_stash.h)
   const Tensor y = autograd::stashed("linear", [&] {
@@ -85,6 +91,8 @@ Tensor linear(const Tensor& x, const LinearWeights& p) {
 }
 
 Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& compute_weight) {
+  if (weight.defined() && use_fp8_linear(x, weight.size(0)))
+    return gelu(fp8_linear(x, weight, bias, *fp8_autocast_options()));
   const Resolved r = resolve(x, {weight, bias, compute_weight, Tensor()}, "linear_gelu");
   const std::vector<Tensor> kept = autograd::stashed("linear_gelu", [&] {
     raw::LinearGelu v = raw::linear_gelu(x, r.compute_weight, r.compute_bias);  // validates shapes
@@ -105,6 +113,11 @@ Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias, co
 }
 
 Tensor gelu_mlp(const Tensor& x, const LinearWeights& in, const LinearWeights& out) {
+  if (in.weight.defined() && out.weight.defined() && use_fp8_linear(x, in.weight.size(0)) &&
+      out.weight.size(0) % 16 == 0) {
+    const Fp8LinearOptions options = *fp8_autocast_options();
+    return fp8_linear(gelu(fp8_linear(x, in.weight, in.bias, options)), out.weight, out.bias, options);
+  }
   const Resolved r1 = resolve(x, in, "gelu_mlp (in)");
   const Resolved r2 = resolve(x, out, "gelu_mlp (out)");
   const std::vector<Tensor> kept = autograd::stashed("gelu_mlp", [&] {

@@ -1,5 +1,8 @@
 #include "framework/autograd/functions/linear_cat.h"
 
+#include "framework/autograd/fp8_autocast.h"
+#include "framework/autograd/functions/fp8_linear.h"
+
 #include "framework/autograd/forward_stash.h"
 #include "framework/autograd/functions/join.h"
 #include "framework/autograd/node.h"
@@ -64,6 +67,18 @@ Tensor stacked(const std::vector<LinearWeights>& parts, DType dtype, bool bias) 
 Tensor linear_cat(const Tensor& x, const std::vector<LinearWeights>& parts, int64_t min_fused_rows) {
   check_parts(x, parts);
   CPF_CHECK(min_fused_rows >= 0, kOp, ": min_fused_rows must be >= 0, got ", min_fused_rows);
+  int64_t total = 0;
+  for (const LinearWeights& p : parts) total += p.weight.size(0);
+  if (use_fp8_linear(x, total)) {
+    // One FP8 GEMM over the master weights' differentiable concatenation (fp8_autocast.h).
+    std::vector<Tensor> weights, biases;
+    for (const LinearWeights& p : parts) {
+      weights.push_back(p.weight);
+      biases.push_back(p.bias);
+    }
+    const Tensor bias = parts[0].bias.defined() ? cat(biases, 0) : Tensor();
+    return fp8_linear(x, cat(weights, 0), bias, *fp8_autocast_options());  // (..., sum N)
+  }
   if (x.size(-1) == 0 || x.numel() / x.size(-1) < min_fused_rows) {
     std::vector<Tensor> pieces;
     for (const LinearWeights& p : parts) pieces.push_back(linear(x, p));  // (..., N_i)

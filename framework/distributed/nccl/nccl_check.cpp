@@ -24,6 +24,8 @@ ncclDataType_t nccl_dtype(DType dtype) {
     case DType::i32: return ncclInt32;
     case DType::i64: return ncclInt64;
     case DType::boolean: return ncclUint8;
+    case DType::f8e4m3:
+    case DType::f8e5m2: break;  // the FP8 recipes reduce f32 amaxes, never FP8 data
   }
   CPF_CHECK(false, "nccl: dtype ", dtype, " has no NCCL element type");
   return ncclFloat32;

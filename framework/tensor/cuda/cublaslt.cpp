@@ -75,9 +75,14 @@ struct Problem {
         set_attr(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, g.aux_ld);
       }
     }
+    if (g.fp8_scales && p.a_scale != nullptr) {
+      set_attr(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, static_cast<const void*>(p.a_scale));
+      set_attr(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<const void*>(p.b_scale));
+    }
     const bool ta = g.opa == CUBLAS_OP_T, tb = g.opb == CUBLAS_OP_T;
+    const cudaDataType_t b_type = g.b_type == kSameAsA ? g.ab_type : g.b_type;
     make_layout(a, g.ab_type, ta ? g.k : g.m, ta ? g.m : g.k, g.lda, g.batch, g.stride_a);
-    make_layout(b, g.ab_type, tb ? g.n : g.k, tb ? g.k : g.n, g.ldb, g.batch, g.stride_b);
+    make_layout(b, b_type, tb ? g.n : g.k, tb ? g.k : g.n, g.ldb, g.batch, g.stride_b);
     make_layout(c, g.cd_type, g.m, g.n, g.ldc, g.batch, g.stride_c);
   }
 };
@@ -136,9 +141,9 @@ std::optional<cublasLtMatmulAlgo_t> algorithm(const LtGemm& g) {
 }  // namespace
 
 auto LtGemm::tie() const {
-  return std::tie(device, ab_type, cd_type, compute, scale_type, opa, opb, m, n, k, lda, ldb, ldc, batch, stride_a,
-                  stride_b, stride_c, align_a, align_b, align_c, epilogue, align_epilogue, has_bias, aux_ld,
-                  accumulate);
+  return std::tie(device, ab_type, b_type, cd_type, compute, scale_type, opa, opb, m, n, k, lda, ldb, ldc, batch,
+                  stride_a, stride_b, stride_c, align_a, align_b, align_c, epilogue, align_epilogue, has_bias, aux_ld,
+                  accumulate, fp8_scales);
 }
 
 bool LtGemm::operator<(const LtGemm& o) const { return tie() < o.tie(); }

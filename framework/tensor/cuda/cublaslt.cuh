@@ -52,12 +52,16 @@ Operand describe(int64_t r, int64_t c, int64_t s0, int64_t s1);
 
 enum class Epilogue { none, bias, gelu_aux, dgelu, bgradb };
 
+// LtGemm::b_type's default: B has A's type.
+inline constexpr cudaDataType_t kSameAsA = static_cast<cudaDataType_t>(-1);
+
 // One cuBLASLt problem, column-major: D (m, n) = op(A) (m, k) op(B) (k, n) [+ beta C], `batch` times
 // with element strides between the batch entries. Everything the algorithm choice depends on, so it
 // is also the algorithm cache's key.
 struct LtGemm {
   int device = 0;
-  cudaDataType_t ab_type = CUDA_R_32F;  // A and B
+  cudaDataType_t ab_type = CUDA_R_32F;  // A (and B, unless b_type says otherwise)
+  cudaDataType_t b_type = kSameAsA;     // B's type when it differs from A's (FP8: E4M3 x E5M2)
   cudaDataType_t cd_type = CUDA_R_32F;  // C and D (and bias, bias gradient, aux)
   cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
   cudaDataType_t scale_type = CUDA_R_32F;  // alpha / beta
@@ -74,6 +78,7 @@ struct LtGemm {
   bool has_bias = false;  // gelu_aux with a bias; dgelu with the bias gradient (BGRAD)
   int64_t aux_ld = 0;
   bool accumulate = false;  // beta = 1 (D = C = the output buffer)
+  bool fp8_scales = false;  // FP8 operands: A and B are scaled by LtPointers::a_scale / b_scale (device f32)
 
   auto tie() const;
   bool operator<(const LtGemm& o) const;
@@ -88,6 +93,8 @@ struct LtPointers {
   const void* bias = nullptr;
   void* bias_grad = nullptr;
   void* aux = nullptr;
+  const float* a_scale = nullptr;  // fp8_scales: device f32 factors of A and B (their inverse FP8 scales)
+  const float* b_scale = nullptr;
 };
 
 // The alignment (a power of two up to 256) of p's epilogue pointers (bias, bias_grad, aux; 256 if none):

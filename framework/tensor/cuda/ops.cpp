@@ -461,6 +461,11 @@ const DeviceOps& cuda_device_ops() {
     t.sum_squares = &sum_squares;
     t.adamw_step = &adamw_step;
     t.clip_by_norm_ = &clip_by_norm_;
+    t.fp8_amax = &fp8_amax;
+    t.fp8_scale = &fp8_scale;
+    t.quantize_fp8 = &quantize_fp8;
+    t.dequantize_fp8 = &dequantize_fp8;
+    t.fp8_matmul_nt = &fp8_matmul_nt;
     return t;
   }();
   return table;

@@ -48,6 +48,28 @@ bool copy_with_device_kernels(const Tensor& dst, const Tensor& src) {
   return true;
 }
 
+// FP8 tensors copy as bytes (no conversion: quantize_fp8 / dequantize_fp8 convert, with a scale): any
+// strides on the CPU, contiguous tensors of one shape elsewhere.
+void copy_fp8(const Tensor& dst, const Tensor& src) {
+  CPF_CHECK(dst.dtype() == src.dtype(), "copy_: cannot convert ", dtype_name(src.dtype()), " to ",
+            dtype_name(dst.dtype()), " (FP8 conversions take a scale: raw::quantize_fp8 and raw::dequantize_fp8)");
+  if (dst.numel() == 0) return;
+  if (dst.device().is_cpu() && src.device().is_cpu()) {
+    // One byte per element, moved as it is: the values are not looked at.
+    cpu::map_elements<uint8_t, uint8_t>(
+        dst, [](uint8_t x) { return x; }, src);
+  } else {
+    CPF_CHECK(dst.is_contiguous() && src.is_contiguous() && dst.shape() == src.shape(), "copy_: copying ",
+              dtype_name(dst.dtype()), " between ", src.device(), " and ", dst.device(),
+              " needs contiguous tensors of one shape, got ", src.shape(), " strides ", src.strides(), " -> ",
+              dst.shape(), " strides ", dst.strides());
+    const DeviceType type = dst.device().is_cpu() ? src.device().type : dst.device().type;
+    device_backend(type).copy(dst.raw_data(), dst.device(), src.raw_data(), src.device(),
+                              static_cast<size_t>(dst.numel()));
+  }
+  dst.bump_version();
+}
+
 }  // namespace
 
 void copy_(const Tensor& dst, const Tensor& src) {
@@ -56,6 +78,7 @@ void copy_(const Tensor& dst, const Tensor& src) {
   const Shape target = broadcast_shapes(dst.shape(), src.shape(), "copy_");
   CPF_CHECK(target == dst.shape(), "copy_: source of shape ", src.shape(), " cannot be broadcast to destination ",
             dst.shape());
+  if (is_fp8(dst.dtype()) || is_fp8(src.dtype())) return copy_fp8(dst, src);
   if ((!dst.device().is_cpu() || !src.device().is_cpu()) && copy_with_device_kernels(dst, src)) return;
   CPF_CHECK(dst.device().is_cpu() || dst.is_contiguous(), "copy_: writing into a ", dst.device(),
             " tensor needs a contiguous destination, got shape ", dst.shape(), " strides ", dst.strides());

@@ -1,0 +1,88 @@
+#include "framework/autograd/functions/fp8_linear.h"
+
+#include "framework/autograd/node.h"
+#include "framework/tensor/ops/copy.h"
+#include "framework/tensor/ops/elementwise.h"
+#include "framework/tensor/ops/fp8.h"
+#include "framework/tensor/ops/linear_common.h"
+#include "framework/tensor/ops/reduce.h"
+#include "framework/tensor/ops/views.h"
+
+namespace cpf {
+namespace {
+
+using autograd::GradList;
+using autograd::SavedTensor;
+
+constexpr const char* kOp = "fp8_linear";
+
+// One tensor in FP8 with its current scale: the data (and, when asked, its transpose) and the inverse
+// scale the GEMM multiplies back.
+struct Scaled {
+  Tensor data;       // (R, C) fp8
+  Tensor transpose;  // (C, R) fp8, or undefined
+  Tensor scale_inv;  // () f32
+};
+
+Scaled cast_current(const Tensor& t, DType fp8, int64_t margin, bool plain, bool transposed) {
+  const Tensor scale = raw::fp8_scale(raw::abs_max(t), fp8, margin);
+  Scaled s;
+  s.scale_inv = raw::unary(raw::UnaryOp::reciprocal, scale);
+  if (transposed) {
+    raw::Fp8Transposed both = raw::quantize_fp8_transposed(t, scale, fp8, Tensor(), plain);  // one pass
+    s.data = both.q;
+    s.transpose = both.qt;
+  } else if (plain) {
+    s.data = raw::quantize_fp8(t, scale, fp8);
+  }
+  return s;
+}
+
+void check_inputs(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  CPF_CHECK(x.defined() && weight.defined(), kOp, ": x and weight must be defined");
+  CPF_CHECK(x.dtype() == DType::bf16, kOp, ": x must be bf16 (FP8 training computes around the GEMMs in bf16), got ",
+            dtype_name(x.dtype()));
+  CPF_CHECK(weight.dtype() == DType::f32 || weight.dtype() == DType::bf16, kOp, ": weight must be f32 or bf16, got ",
+            dtype_name(weight.dtype()));
+  CPF_CHECK(weight.dim() == 2 && x.dim() >= 1 && x.size(-1) == weight.size(1), kOp, ": x ", x.shape(),
+            " does not match weight ", weight.shape(), " (x (..., K) with weight (N, K))");
+  CPF_CHECK(x.device() == weight.device(), kOp, ": x is on ", x.device(), " but weight on ", weight.device());
+  if (bias.defined()) {
+    CPF_CHECK(bias.dim() == 1 && bias.size(0) == weight.size(0) && bias.dtype() == weight.dtype() &&
+                  bias.device() == weight.device(),
+              kOp, ": bias must be a (", weight.size(0), ") ", dtype_name(weight.dtype()), " tensor on ",
+              weight.device(), ", got ", bias.shape(), " ", dtype_name(bias.dtype()), " on ", bias.device());
+  }
+}
+
+}  // namespace
+
+Tensor fp8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Fp8LinearOptions& options) {
+  check_inputs(x, weight, bias);
+  const Tensor x2 = raw::contiguous(raw::flatten_rows(x));  // (M, K)
+  const Scaled xs = cast_current(x2, DType::f8e4m3, options.margin, true, true);
+  const Scaled ws = cast_current(weight, DType::f8e4m3, options.margin, true, true);
+  const Tensor bias16 = bias.defined() ? raw::to(bias, DType::bf16) : Tensor();
+  const Tensor y2 = raw::fp8_matmul_nt(xs.data, xs.scale_inv, ws.data, ws.scale_inv, DType::bf16, bias16);  // (M, N)
+  Shape out_shape = x.shape();
+  out_shape.back() = weight.size(0);
+  const Tensor y = raw::reshape(y2, out_shape);
+  return autograd::record(
+      kOp, y, {x, weight, bias},
+      [x_shape = x.shape(), xt = SavedTensor(xs.transpose), x_inv = SavedTensor(xs.scale_inv),
+       wt = SavedTensor(ws.transpose), w_inv = SavedTensor(ws.scale_inv), w_dtype = weight.dtype(),
+       has_bias = bias.defined(), margin = options.margin](const GradList& g) {
+        const Tensor g2 = raw::contiguous(raw::to(raw::flatten_rows(g[0]), DType::bf16));  // (M, N)
+        const Scaled gs = cast_current(g2, DType::f8e5m2, margin, true, true);
+        // dX (M, K) = dY (M, N) W (N, K): the K-major operands are dY and W^T (K, N).
+        const Tensor dx = raw::fp8_matmul_nt(gs.data, gs.scale_inv, wt.unpack(), w_inv.unpack(), DType::bf16);
+        // dW (N, K) = dY^T (N, M) X (M, K): the K-major operands are dY^T and X^T (K, M).
+        const DType w_out = w_dtype == DType::f32 ? DType::f32 : DType::bf16;
+        const Tensor dw = raw::fp8_matmul_nt(gs.transpose, gs.scale_inv, xt.unpack(), x_inv.unpack(), w_out);
+        GradList grads{raw::reshape(dx, x_shape), dw};
+        grads.push_back(has_bias ? raw::to(raw::sum(raw::to(g2, DType::f32), {0}), w_dtype) : Tensor());
+        return grads;
+      });
+}
+
+}  // namespace cpf

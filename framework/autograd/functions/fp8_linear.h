@@ -1,0 +1,32 @@
+#pragma once
+// A linear layer whose three GEMMs run in FP8 with current (just-in-time) per-tensor scaling, the recipe
+// torchao's float8 calls "dynamic" and TransformerEngine "current scaling": each tensor's scale comes
+// from its own amax, computed right before its cast, so nothing carries over between steps.
+//
+//   forward   y  = (x_q * s_x^-1) (W_q * s_w^-1)^T + b      x, W in E4M3
+//   backward  dX = dY_q W_q                                   dY in E5M2 (the range gradients need)
+//             dW = dY_q^T X_q                                 the FP8 copy of x kept by the forward
+//             db = column sums of dY (f32)
+//
+// Accumulation is f32; y and dX are bf16, dW and db are of the weight's dtype (f32 master weights get f32
+// gradients straight from the GEMM). The forward keeps x only as its FP8 transposed copy (1 byte an
+// element instead of 2). What stays out of FP8 is the caller's: embeddings, the LM head, norms and
+// attention are not linears of this kind. On CUDA the rows of x (the tokens) and both dims of W must
+// be multiples of 16 (cuBLASLt's FP8 layouts).
+#include <cstdint>
+
+#include "framework/tensor/tensor.h"
+
+namespace cpf {
+
+struct Fp8LinearOptions {
+  // Headroom: scales are fp8_max / amax / 2^margin (framework/tensor/ops/fp8.h, fp8_scale).
+  int64_t margin = 0;
+};
+
+// x (..., K) bf16 @ weight (N, K)^T + bias (N) -> (..., N) bf16, the GEMMs in FP8 as above. weight and bias
+// f32 or bf16 (one dtype), bias optional. Differentiable in x, weight and bias.
+Tensor fp8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
+                  const Fp8LinearOptions& options = {});
+
+}  // namespace cpf

@@ -1,0 +1,181 @@
+// FP8 casts (fp8_kernels.cuh): grid-stride loops over contiguous data; the amax is a block reduction
+// followed by one atomicMax per block on the float's bits (non-negative floats order like their bits,
+// and NaN's bits are above infinity's, so a NaN wins as on the CPU).
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+
+#include <algorithm>
+
+#include "framework/tensor/cuda/cuda_check.cuh"
+#include "framework/tensor/cuda/fp8_kernels.cuh"
+#include "framework/tensor/cuda/kernels.cuh"
+
+namespace cpf::cuda::kernels {
+namespace {
+
+constexpr int kFp8Threads = 256;  // every kernel here: 256 threads (the transposing one as 32 x 8)
+
+__device__ __forceinline__ float load_float(const float* p, int64_t i) { return p[i]; }
+__device__ __forceinline__ float load_float(const __nv_bfloat16* p, int64_t i) { return __bfloat162float(p[i]); }
+__device__ __forceinline__ float load_float(const double* p, int64_t i) { return static_cast<float>(p[i]); }
+
+// The block's max of `v` (|x| bits) into *amax; tid: the thread's index in the block (0 .. kFp8Threads).
+__device__ __forceinline__ void block_amax(unsigned v, float* amax, int tid) {
+  __shared__ unsigned warp_max[kFp8Threads / 32];
+  for (int delta = 16; delta > 0; delta >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, delta));
+  if ((tid & 31) == 0) warp_max[tid / 32] = v;
+  __syncthreads();
+  if (tid < 32) {
+    v = tid < kFp8Threads / 32 ? warp_max[tid] : 0u;
+    for (int delta = 16; delta > 0; delta >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, delta));
+    if (tid == 0) atomicMax(reinterpret_cast<unsigned*>(amax), v);
+  }
+}
+
+__device__ __forceinline__ unsigned abs_bits(float v) { return __float_as_uint(v) & 0x7fffffffu; }
+
+template <class In>
+__global__ void amax_kernel(const In* x, int64_t n, float* amax) {
+  unsigned m = 0;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    m = max(m, abs_bits(load_float(x, i)));
+  }
+  block_amax(m, amax, threadIdx.x);
+}
+
+template <class In>
+__global__ void quantize_kernel(const In* x, int64_t n, const float* scale, __nv_fp8_interpretation_t kind, uint8_t* q,
+                                float* amax) {
+  const float s = *scale;
+  unsigned m = 0;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const float v = load_float(x, i);
+    m = max(m, abs_bits(v));
+    q[i] = __nv_cvt_float_to_fp8(__fmul_rn(v, s), __NV_SATFINITE, kind);  // one rounded f32 product
+  }
+  if (amax != nullptr) block_amax(m, amax, threadIdx.x);
+}
+
+// x (rows, cols) -> q (rows, cols) (or null) and qt (cols, rows) in one pass: a 32 x 32 tile per block,
+// cast once, written row-wise to q and through shared memory column-wise to qt (both coalesced).
+template <class In>
+__global__ void quantize_transpose_kernel(const In* x, int64_t rows, int64_t cols, const float* scale,
+                                          __nv_fp8_interpretation_t kind, uint8_t* q, uint8_t* qt, float* amax) {
+  __shared__ uint8_t tile[32][33];
+  const float s = *scale;
+  const int64_t r0 = int64_t(blockIdx.y) * 32, c0 = int64_t(blockIdx.x) * 32;
+  unsigned m = 0;
+  for (int i = threadIdx.y; i < 32; i += 8) {
+    const int64_t r = r0 + i, c = c0 + threadIdx.x;
+    if (r < rows && c < cols) {
+      const float v = load_float(x, r * cols + c);
+      m = max(m, abs_bits(v));
+      const uint8_t b = __nv_cvt_float_to_fp8(__fmul_rn(v, s), __NV_SATFINITE, kind);
+      if (q != nullptr) q[r * cols + c] = b;
+      tile[i][threadIdx.x] = b;
+    }
+  }
+  __syncthreads();
+  for (int i = threadIdx.y; i < 32; i += 8) {
+    const int64_t c = c0 + i, r = r0 + threadIdx.x;
+    if (r < rows && c < cols) qt[c * rows + r] = tile[threadIdx.x][i];
+  }
+  if (amax != nullptr) block_amax(m, amax, threadIdx.y * 32 + threadIdx.x);
+}
+
+template <class Out>
+__device__ __forceinline__ void store(Out* out, int64_t i, float v);
+template <>
+__device__ __forceinline__ void store(float* out, int64_t i, float v) {
+  out[i] = v;
+}
+template <>
+__device__ __forceinline__ void store(__nv_bfloat16* out, int64_t i, float v) {
+  out[i] = __float2bfloat16_rn(v);
+}
+
+template <class Out>
+__global__ void dequantize_kernel(const uint8_t* q, int64_t n, const float* scale_inv, __nv_fp8_interpretation_t kind,
+                                  Out* out) {
+  const float s = *scale_inv;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const float v = __half2float(__half(__nv_cvt_fp8_to_halfraw(q[i], kind)));
+    store(out, i, __fmul_rn(v, s));
+  }
+}
+
+__global__ void scale_kernel(const float* amax, double fp8_max, int64_t margin, const float* fallback, float* out) {
+  const float a = *amax;
+  const bool usable = isfinite(a) && a > 0.0f;
+  // As the CPU computes it: the quotient in double, then one rounding to f32.
+  *out = usable ? static_cast<float>(fp8_max / static_cast<double>(a) / ldexp(1.0, static_cast<int>(margin)))
+                : (fallback != nullptr ? *fallback : 1.0f);
+}
+
+int blocks_for(int64_t n, int sm_count) {
+  const int64_t wanted = (n + kFp8Threads - 1) / kFp8Threads;
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(wanted, int64_t(sm_count) * 8)));
+}
+
+__nv_fp8_interpretation_t kind_of(bool e4m3) { return e4m3 ? __NV_E4M3 : __NV_E5M2; }
+
+}  // namespace
+
+void launch_fp8_amax(int dtype, const void* x, int64_t n, float* amax, int sm_count, cudaStream_t stream) {
+  const int blocks = blocks_for(n, sm_count);
+  if (dtype == kF32) {
+    amax_kernel<<<blocks, kFp8Threads, 0, stream>>>(static_cast<const float*>(x), n, amax);
+  } else if (dtype == kBF16) {
+    amax_kernel<<<blocks, kFp8Threads, 0, stream>>>(static_cast<const __nv_bfloat16*>(x), n, amax);
+  } else {
+    amax_kernel<<<blocks, kFp8Threads, 0, stream>>>(static_cast<const double*>(x), n, amax);
+  }
+  CPF_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_quantize_fp8(int dtype, bool fp8_e4m3, const void* x, int64_t n, const float* scale, uint8_t* q,
+                         float* amax, int sm_count, cudaStream_t stream) {
+  const int blocks = blocks_for(n, sm_count);
+  if (dtype == kF32) {
+    quantize_kernel<<<blocks, kFp8Threads, 0, stream>>>(static_cast<const float*>(x), n, scale, kind_of(fp8_e4m3), q,
+                                                        amax);
+  } else {
+    quantize_kernel<<<blocks, kFp8Threads, 0, stream>>>(static_cast<const __nv_bfloat16*>(x), n, scale,
+                                                        kind_of(fp8_e4m3), q, amax);
+  }
+  CPF_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_quantize_fp8_transposed(int dtype, bool fp8_e4m3, const void* x, int64_t rows, int64_t cols,
+                                    const float* scale, uint8_t* q, uint8_t* qt, float* amax, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>((cols + 31) / 32), static_cast<unsigned>((rows + 31) / 32));
+  const dim3 block(32, 8);
+  if (dtype == kF32) {
+    quantize_transpose_kernel<<<grid, block, 0, stream>>>(static_cast<const float*>(x), rows, cols, scale,
+                                                          kind_of(fp8_e4m3), q, qt, amax);
+  } else {
+    quantize_transpose_kernel<<<grid, block, 0, stream>>>(static_cast<const __nv_bfloat16*>(x), rows, cols, scale,
+                                                          kind_of(fp8_e4m3), q, qt, amax);
+  }
+  CPF_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_dequantize_fp8(int dtype, bool fp8_e4m3, const uint8_t* q, int64_t n, const float* scale_inv, void* out,
+                           int sm_count, cudaStream_t stream) {
+  const int blocks = blocks_for(n, sm_count);
+  if (dtype == kF32) {
+    dequantize_kernel<<<blocks, kFp8Threads, 0, stream>>>(q, n, scale_inv, kind_of(fp8_e4m3), static_cast<float*>(out));
+  } else {
+    dequantize_kernel<<<blocks, kFp8Threads, 0, stream>>>(q, n, scale_inv, kind_of(fp8_e4m3),
+                                                          static_cast<__nv_bfloat16*>(out));
+  }
+  CPF_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_fp8_scale(const float* amax, double fp8_max, int64_t margin, const float* fallback, float* out,
+                      cudaStream_t stream) {
+  scale_kernel<<<1, 1, 0, stream>>>(amax, fp8_max, margin, fallback, out);
+  CPF_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace cpf::cuda::kernels

@@ -1,0 +1,27 @@
+#pragma once
+// The FP8 cast kernels (fp8.cu) behind DeviceOps' FP8 entries (fp8_ops.cpp); private to the CUDA backend.
+// dtype codes are kernels.cuh's (kF32, kBF16, kF64); fp8_e4m3 picks E4M3 over E5M2. Scales and amaxes
+// are single f32 values in device memory, read and written by the kernels.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace cpf::cuda::kernels {
+
+// *amax = max(*amax, max |x|) over n elements of dtype (NaN wins); *amax >= 0 or NaN on entry.
+void launch_fp8_amax(int dtype, const void* x, int64_t n, float* amax, int sm_count, cudaStream_t stream);
+// q[i] = fp8(x[i] * *scale) saturating, round to nearest even; amax (or null) as launch_fp8_amax.
+void launch_quantize_fp8(int dtype, bool fp8_e4m3, const void* x, int64_t n, const float* scale, uint8_t* q,
+                         float* amax, int sm_count, cudaStream_t stream);
+// x (rows, cols) -> q (rows, cols; null: not written) and qt (cols, rows) = the same codes transposed, in
+// one pass (tiles through shared memory); amax as above. rows / 32 must fit a grid's y (65535).
+void launch_quantize_fp8_transposed(int dtype, bool fp8_e4m3, const void* x, int64_t rows, int64_t cols,
+                                    const float* scale, uint8_t* q, uint8_t* qt, float* amax, cudaStream_t stream);
+// out[i] (dtype kF32 or kBF16) = decode(q[i]) * *scale_inv.
+void launch_dequantize_fp8(int dtype, bool fp8_e4m3, const uint8_t* q, int64_t n, const float* scale_inv, void* out,
+                           int sm_count, cudaStream_t stream);
+// *out = fp8_max / *amax / 2^margin when *amax is finite and > 0, else *fallback (null: 1).
+void launch_fp8_scale(const float* amax, double fp8_max, int64_t margin, const float* fallback, float* out,
+                      cudaStream_t stream);
+
+}  // namespace cpf::cuda::kernels
