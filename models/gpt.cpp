@@ -223,7 +223,9 @@ BlockOutput GPT::run_block(size_t i, const BlockOutput& in, const SequenceInfo& 
   const UnitHold held(units, i);
   // run.precision: fp8 runs the blocks' linear layers in FP8 (framework/autograd/fp8_autocast.h); the
   // embedding, the final norm and the LM head stay outside the scope.
-  const Fp8Autocast fp8(options_.fp8_linears);
+  Fp8ScalingState* const fp8_state = fp8_scaling();  // delayed scaling: slots keyed "blocks.i.fp8_k"
+  const std::string fp8_prefix = "blocks." + std::to_string(i);
+  const Fp8Autocast fp8(options_.fp8_linears, {.margin = options_.fp8_scaling.margin}, fp8_state, fp8_prefix);
   if (options_.recompute == RecomputeMode::none || static_cast<int64_t>(i) >= covered || !grad_enabled()) {
     return block.forward(in.x, in.pending, seq, cp);
   }
@@ -232,10 +234,12 @@ BlockOutput GPT::run_block(size_t i, const BlockOutput& in, const SequenceInfo& 
   const nn::ComputeCopies* copies = nn::active_compute_copies();
   std::optional<cp::ContextParallel> cp_copy;
   if (cp != nullptr) cp_copy = *cp;
-  autograd::RegionFn fn = [&block, seq, cp_copy, copies,
-                           fp8 = options_.fp8_linears](const std::vector<Tensor>& inputs) {
+  autograd::RegionFn fn = [&block, seq, cp_copy, copies, fp8 = options_.fp8_linears,
+                           margin = options_.fp8_scaling.margin, fp8_state,
+                           fp8_prefix](const std::vector<Tensor>& inputs) {
     const nn::ComputeCopiesScope scope(copies);
-    const Fp8Autocast fp8_scope(fp8);  // the recompute runs the GEMMs as the forward did
+    // The recompute runs the GEMMs as the forward did, with the same slots (the keys count from 0 again).
+    const Fp8Autocast fp8_scope(fp8, {.margin = margin}, fp8_state, fp8_prefix);
     const BlockOutput out = block.forward(inputs[0], inputs[1], seq, cp_copy ? &*cp_copy : nullptr);
     return std::vector<Tensor>{out.x, out.pending};
   };
@@ -249,6 +253,12 @@ BlockOutput GPT::run_block(size_t i, const BlockOutput& in, const SequenceInfo& 
                                  : std::function<void()>(),
        .after_recompute = units ? std::function<void()>([units, i] { units->release(i); }) : std::function<void()>()});
   return {out[0], out[1]};
+}
+
+Fp8ScalingState* GPT::fp8_scaling() const {
+  if (!options_.fp8_linears || options_.fp8_scaling.recipe != Fp8Recipe::delayed) return nullptr;
+  if (!fp8_scaling_) fp8_scaling_ = std::make_unique<Fp8ScalingState>(options_.fp8_scaling, device());
+  return fp8_scaling_.get();
 }
 
 void GPT::set_parameter_units(const nn::ParameterUnits* units) {

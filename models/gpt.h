@@ -29,6 +29,7 @@
 #include "attention/cp/context_parallel.h"
 #include "attention/nn/kv_cache.h"
 #include "attention/sequence_info.h"
+#include "framework/autograd/fp8_scaling.h"
 #include "framework/autograd/functions/add_norm.h"
 #include "framework/config/schema.h"
 #include "framework/core/generator.h"
@@ -86,6 +87,7 @@ struct GPTOptions {
   // Not YAML keys of this section (the trainer sets them from run.precision and attention:):
   std::optional<DType> compute_dtype;   // nullopt = dtype; bf16: mixed precision over f32 parameters
   bool fp8_linears = false;             // the blocks' linear layers in FP8 (run.precision: fp8; docs/fp8.md)
+  Fp8ScalingOptions fp8_scaling;        // their scaling recipe (run.fp8)
   AttentionKernelConfig kernel_config;  // kernel choice of every attention call (backend, deterministic)
 };
 
@@ -216,6 +218,10 @@ class GPT : public nn::Module {
   // The parameter indices (named_parameters() order) of each unit: blocks 0..L-1, then the root.
   std::vector<std::vector<size_t>> parameter_units() const;
 
+  // run.precision: fp8 with the delayed recipe: the scaling state of the blocks' FP8 linears (made on the
+  // model's device at first use; the trainer updates, reduces and checkpoints it). Null for any other run.
+  Fp8ScalingState* fp8_scaling() const;
+
  private:
   Tensor embed(const Tensor& tokens, const Tensor& positions) const;  // (T, C) residual stream
   // The checked input through the embedding, the blocks and the final norm: (T, C) in the compute dtype.
@@ -236,8 +242,9 @@ class GPT : public nn::Module {
   std::shared_ptr<nn::Module> final_norm_;
   std::function<AddNormOutput(const Tensor&, const Tensor&, DType)> final_norm_fn_;  // fused add + norm
   std::shared_ptr<nn::Linear> lm_head_;
-  mutable nn::ComputeCopies compute_copies_;   // per-step bf16 copies of the f32 parameters
-  const nn::ParameterUnits* units_ = nullptr;  // sharded parameters, or null
+  mutable nn::ComputeCopies compute_copies_;              // per-step bf16 copies of the f32 parameters
+  mutable std::unique_ptr<Fp8ScalingState> fp8_scaling_;  // fp8_scaling()
+  const nn::ParameterUnits* units_ = nullptr;             // sharded parameters, or null
 };
 
 }  // namespace cpf::models

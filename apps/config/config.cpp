@@ -311,11 +311,21 @@ void check_run(const Checker& check, const TrainConfig& c) {
   check_targets_reachable(check, c);
 }
 
+// The fp8 section means something only under run.precision: fp8.
+void check_fp8(const Checker& check, const TrainConfig& c) {
+  if (c.fp8.recipe == Fp8Recipe::delayed && c.run.precision != PrecisionMode::fp8) {
+    check.fail("fp8.recipe",
+               "delayed scales FP8 GEMMs, but run.precision is not fp8; set run.precision: fp8 (or drop fp8.recipe)",
+               {"run.precision"});
+  }
+}
+
 void check(const config::ConfigReader& reader, TrainConfig& c) {
   check_data_and_vocab(reader, c);
   const Checker check(reader, c);  // sees the resolved vocab_size
   check_model_and_parallel(check, c);
   check_run(check, c);
+  check_fp8(check, c);
   check_names(check, c);
   if (c.run.out_dir.empty()) c.run.out_dir = "runs/" + c.run.name;
 }
@@ -420,6 +430,7 @@ models::GPTOptions model_options(const TrainConfig& config) {
   models::GPTOptions o = config.model;
   o.compute_dtype = compute_dtype(config);
   o.fp8_linears = config.run.precision == PrecisionMode::fp8;
+  o.fp8_scaling = config.fp8;
   o.kernel_config = attention_kernel_config(config);
   return o;
 }

@@ -74,6 +74,27 @@ void describe(V& v, DataOptions& o) {
 
 }  // namespace cpf::models::data
 
+namespace cpf {
+
+// run.precision: fp8's scaling recipe (framework/autograd/fp8_scaling.h); here, next to its type's namespace,
+// for the schema's argument-dependent lookup.
+template <class V>
+void describe(V& v, Fp8ScalingOptions& o) {
+  using config::Range;
+  v.choice("recipe", o.recipe,
+           config::Choices<Fp8Recipe>{{"current", Fp8Recipe::current}, {"delayed", Fp8Recipe::delayed}},
+           "current: each tensor's scale from its own amax just before its cast (no state); delayed: from the "
+           "amax history of earlier steps, the casts recording this step's (TransformerEngine's DelayedScaling)");
+  v.field("margin", o.margin, "headroom: scales are 448 (E4M3) or 57344 (E5M2) / amax / 2^margin", Range{0, 64});
+  v.field("amax_history", o.amax_history, "delayed: steps of amax kept per tensor", Range{1, 1e6});
+  v.choice(
+      "amax_compute", o.amax_compute,
+      config::Choices<raw::AmaxCompute>{{"max", raw::AmaxCompute::max}, {"most_recent", raw::AmaxCompute::most_recent}},
+      "delayed: the scale follows the history's max, or its newest amax");
+}
+
+}  // namespace cpf
+
 namespace cpf::trainer {
 
 enum class ResumeMode { auto_resume, never, replace };
@@ -157,6 +178,7 @@ struct TrainConfig {
   models::data::DataOptions data;
   ParallelOptions parallel;
   AttentionOptions attention;
+  Fp8ScalingOptions fp8;  // run.precision: fp8's scaling recipe
 };
 
 template <class V>
@@ -203,7 +225,7 @@ void describe(V& v, RunOptions& o) {
            config::Choices<PrecisionMode>{
                {"fp32", PrecisionMode::fp32}, {"bf16", PrecisionMode::bf16}, {"fp8", PrecisionMode::fp8}},
            "fp32, or bf16 activations and GEMMs with f32 master weights, optimizer state, norms and loss; fp8: "
-           "bf16 with the blocks' linear layers in FP8 (current scaling, docs/fp8.md)");
+           "bf16 with the blocks' linear layers in FP8 (scaling recipe: the fp8 section; docs/fp8.md)");
   v.field("cuda_graph", o.cuda_graph,
           "cuda, one GPU: capture the forward and backward of the second step in a CUDA graph and replay it every "
           "later step (the run logs why when it cannot); false = every step eager");
@@ -294,6 +316,7 @@ void describe(V& v, TrainConfig& c) {
   v.section("data", c.data, "data source and batches");
   v.section("parallel", c.parallel, "data and context parallelism");
   v.section("attention", c.attention, "attention kernels on CUDA tensors");
+  v.section("fp8", c.fp8, "run.precision: fp8: how the FP8 GEMMs' scales are chosen (docs/fp8.md)");
 }
 
 // Reads `path` with `overrides` ("a.b=c"), fills defaults that depend on other sections (the model's

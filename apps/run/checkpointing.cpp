@@ -15,6 +15,7 @@ namespace {
 constexpr const char* kCursorKey = "data_cursor";
 constexpr const char* kConfigKey = "config";
 constexpr const char* kLogWindowKey = "log_window";
+constexpr const char* kFp8ScalingKey = "fp8_scaling";
 
 // "steps=2 tokens=256 loss=<%.17g> seconds=<%.17g>": exact, so the resumed average is the uninterrupted one.
 std::string log_window_text(const LogWindow& w) {
@@ -99,11 +100,13 @@ ResumeState load_training_checkpoint(const std::string& path, const TrainConfig&
     state.window = parse_log_window(w->second, path);
     state.carried = true;
   }
+  if (auto f = meta.extra.find(kFp8ScalingKey); f != meta.extra.end()) state.fp8_scaling = f->second;
   return state;
 }
 
 io::CheckpointMeta training_checkpoint_meta(const TrainConfig& config, int64_t step,
-                                            const models::data::DataCursor& cursor, const LogWindow& open_window) {
+                                            const models::data::DataCursor& cursor, const LogWindow& open_window,
+                                            const std::string& fp8_scaling) {
   io::CheckpointMeta meta;
   meta.step = step;
   meta.rng_seed = static_cast<uint64_t>(config.run.seed);
@@ -111,14 +114,16 @@ io::CheckpointMeta training_checkpoint_meta(const TrainConfig& config, int64_t s
   meta.extra[kCursorKey] = cursor.str();
   meta.extra[kConfigKey] = to_yaml(config);
   meta.extra[kLogWindowKey] = log_window_text(open_window);
+  if (!fp8_scaling.empty()) meta.extra[kFp8ScalingKey] = fp8_scaling;
   return meta;
 }
 
 std::string save_training_checkpoint(const TrainConfig& config, const optim::NamedTensors& params,
                                      const optim::Optimizer& optimizer, int64_t step,
-                                     const models::data::DataCursor& cursor, const LogWindow& open_window) {
+                                     const models::data::DataCursor& cursor, const LogWindow& open_window,
+                                     const std::string& fp8_scaling) {
   return io::save_checkpoint(checkpoints_dir(config), params, &optimizer,
-                             training_checkpoint_meta(config, step, cursor, open_window),
+                             training_checkpoint_meta(config, step, cursor, open_window, fp8_scaling),
                              static_cast<int>(config.run.keep_checkpoints));
 }
 
@@ -153,7 +158,8 @@ void collective_phase(dist::ProcessGroup& group, Device device, bool mine, const
 std::string save_sharded_training_checkpoint(const TrainConfig& config, dist::ProcessGroup& group,
                                              const optim::NamedTensors& pieces, const optim::Optimizer& optimizer,
                                              int64_t step, const models::data::DataCursor& cursor,
-                                             const LogWindow& open_window, Device device) {
+                                             const LogWindow& open_window, Device device,
+                                             const std::string& fp8_scaling) {
   const std::string dir = checkpoints_dir(config), what = "checkpoint at step " + std::to_string(step);
   collective_phase(group, device, group.rank() == 0, what + ": preparing its folder",
                    [&] { io::prepare_sharded_checkpoint(dir, step); });
@@ -161,7 +167,7 @@ std::string save_sharded_training_checkpoint(const TrainConfig& config, dist::Pr
   const optim::NamedTensors state = optimizer.state_tensors();
   collective_phase(group, device, true, what + ": writing a rank's shard",
                    [&] { io::write_checkpoint_shard(tmp, group.rank(), group.size(), pieces, &state); });
-  io::CheckpointMeta meta = training_checkpoint_meta(config, step, cursor, open_window);
+  io::CheckpointMeta meta = training_checkpoint_meta(config, step, cursor, open_window, fp8_scaling);
   meta.optimizer_name = optimizer.name();
   meta.optimizer_step = optimizer.step_count();
   std::string published;

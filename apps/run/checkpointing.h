@@ -8,8 +8,9 @@
 // meta.json's `extra` carries the data loader's cursor ("epoch=0 index=1234 offset=0"), the effective
 // config (YAML), so `cpformer generate` needs nothing but the checkpoint folder, and the steps since the
 // last step line (`log_window`), so a resumed run's next line averages the steps an uninterrupted run's
-// would. The config
-// hash covers what gives the weights and the data stream their meaning (model, data, optimizer,
+// would. Under run.precision: fp8 with fp8.recipe: delayed it also carries the FP8 scaling state
+// (`fp8_scaling`: every scale and amax history as exact bits), so a resumed run casts as the uninterrupted one.
+// The config hash covers what gives the weights and the data stream their meaning (model, data, optimizer,
 // schedule, run.seed); resume refuses a checkpoint of another config instead of silently restarting.
 #include <optional>
 #include <string>
@@ -41,6 +42,8 @@ struct ResumeState {
   // The checkpoint's open log window; `carried` false for a checkpoint written before it was recorded.
   LogWindow window;
   bool carried = false;
+  // run.precision: fp8 with delayed scaling: the scaling state (Fp8ScalingState::serialize), when saved.
+  std::optional<std::string> fp8_scaling;
 };
 // Loads weights and optimizer state (validated first; nothing changes on failure).
 ResumeState load_training_checkpoint(const std::string& path, const TrainConfig& config,
@@ -49,7 +52,8 @@ ResumeState load_training_checkpoint(const std::string& path, const TrainConfig&
 // Writes step `step` atomically and prunes to run.keep_checkpoints; returns its folder.
 std::string save_training_checkpoint(const TrainConfig& config, const optim::NamedTensors& params,
                                      const optim::Optimizer& optimizer, int64_t step,
-                                     const models::data::DataCursor& cursor, const LogWindow& open_window = {});
+                                     const models::data::DataCursor& cursor, const LogWindow& open_window = {},
+                                     const std::string& fp8_scaling = "");
 
 // Collective over `group` (the sharded state's, every rank): each rank writes its pieces of the parameters
 // (`pieces`: ZeroShards::pieces()) and of the optimizer state (over those pieces) into step `step`'s
@@ -58,11 +62,13 @@ std::string save_training_checkpoint(const TrainConfig& config, const optim::Nam
 std::string save_sharded_training_checkpoint(const TrainConfig& config, dist::ProcessGroup& group,
                                              const optim::NamedTensors& pieces, const optim::Optimizer& optimizer,
                                              int64_t step, const models::data::DataCursor& cursor,
-                                             const LogWindow& open_window, Device device);
+                                             const LogWindow& open_window, Device device,
+                                             const std::string& fp8_scaling = "");
 
 // The metadata of step `step`'s checkpoint (config hash, data cursor, effective config, open log window).
 io::CheckpointMeta training_checkpoint_meta(const TrainConfig& config, int64_t step,
-                                            const models::data::DataCursor& cursor, const LogWindow& open_window = {});
+                                            const models::data::DataCursor& cursor, const LogWindow& open_window = {},
+                                            const std::string& fp8_scaling = "");
 
 // For generate: `dir` may be a checkpoint (holding meta.json), a folder of step_* checkpoints, or a run
 // folder (its checkpoints/). Returns the checkpoint folder to load (the newest complete one).

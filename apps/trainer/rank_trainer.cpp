@@ -147,6 +147,7 @@ void RankTrainer::resume() {
     step_ = state.step;
     // Steps the checkpoint's run had not logged on the log_every grid (none when it stopped on a line of it).
     if (state.carried && state.window.steps > 0) resumed_window_ = state.window;
+    restore_fp8_scaling(state.fp8_scaling);
   }
   if (shared_.process_per_rank) {
     // Every process must resume from the same step (a run folder that is not on a shared filesystem
@@ -161,6 +162,20 @@ void RankTrainer::resume() {
   logger_->note("resumed from " + *shared_.resume_path + " at step " + std::to_string(step_));
   const TrainConfig saved = checkpoint_config(*shared_.resume_path);
   if (auto warning = schedule_change_warning(saved, c_, step_)) logger_->note(*warning);
+}
+
+void RankTrainer::restore_fp8_scaling(const std::optional<std::string>& saved) {
+  Fp8ScalingState* state = model_->fp8_scaling();
+  if (state != nullptr && saved) {
+    state->restore(*saved);  // the scales and amax histories the uninterrupted run would cast with
+  } else if (state != nullptr && logger_) {
+    logger_->note(
+        "fp8: the checkpoint holds no delayed-scaling state (another precision or recipe); the scales "
+        "start over from the first step's amaxes");
+  } else if (saved && logger_) {
+    logger_->note("fp8: the checkpoint's delayed-scaling state is not used (this run: " +
+                  std::string(c_.run.precision == PrecisionMode::fp8 ? "fp8.recipe: current" : "no FP8") + ")");
+  }
 }
 
 void RankTrainer::start_writing() {
@@ -334,10 +349,11 @@ void RankTrainer::checkpoint(int64_t step, const LogWindow& open_window) {
   CPF_CHECK(optimizer_->deferred_in_flight() == 0, "checkpoint at step ", step, ": ", optimizer_->deferred_in_flight(),
             " step(s) are not read back yet (a bug of the step window)");
   if (logger_) logger_->activity("checkpoint at step " + std::to_string(step));
+  const std::string fp8 = model_->fp8_scaling() ? model_->fp8_scaling()->serialize() : "";  // the same on every rank
   if (shards_ && groups_.world->size() > 1) {
     // Sharded: every rank writes its own pieces in parallel; nothing is gathered (sharded_checkpoint.h).
     const std::string path = save_sharded_training_checkpoint(c_, *groups_.world, shards_->pieces(), *optimizer_, step,
-                                                              loader_->cursor(), open_window, device_);
+                                                              loader_->cursor(), open_window, device_, fp8);
     if (rank0()) {
       last_checkpoint_ = path;
       shared_.outcome.checkpoint = last_checkpoint_;
@@ -355,8 +371,8 @@ void RankTrainer::checkpoint(int64_t step, const LogWindow& open_window) {
       snapshot = std::make_unique<optim::OptimizerSnapshot>(optimizer_->name(), optimizer_groups(c_, params_),
                                                             optimizer_->state_slots(), whole, optimizer_->step_count());
     }
-    last_checkpoint_ =
-        save_training_checkpoint(c_, params_, snapshot ? *snapshot : *optimizer_, step, loader_->cursor(), open_window);
+    last_checkpoint_ = save_training_checkpoint(c_, params_, snapshot ? *snapshot : *optimizer_, step,
+                                                loader_->cursor(), open_window, fp8);
     shared_.outcome.checkpoint = last_checkpoint_;
     logger_->note("checkpoint " + last_checkpoint_);
   }

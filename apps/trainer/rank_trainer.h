@@ -98,6 +98,8 @@ class RankTrainer {
     return rss ? std::optional<double>(static_cast<double>(rss->current_bytes)) : std::nullopt;
   }
   void resume();
+  // After a resume: the checkpoint's FP8 delayed-scaling state into the model's (or a note why not).
+  void restore_fp8_scaling(const std::optional<std::string>& saved);
   void start_writing();     // the run folder's config.yaml and metrics.jsonl, once the start is accepted
   void start_step_graph();  // run.cuda_graph: the step graph, or why a GPU run has none
   int agreed_stop_signal();

@@ -1,21 +1,41 @@
 #include "framework/autograd/fp8_autocast.h"
 
+#include <utility>
+
+#include "framework/autograd/grad_mode.h"
+
 namespace cpf {
 namespace {
 
-thread_local std::optional<Fp8LinearOptions> active;
+thread_local std::optional<Fp8Autocast::Scope> active;
 
 }  // namespace
 
-Fp8Autocast::Fp8Autocast(bool enabled, Fp8LinearOptions options) : previous_(active), enabled_(enabled) {
-  if (enabled_) active = options;
+Fp8Autocast::Fp8Autocast(bool enabled, Fp8LinearOptions options, Fp8ScalingState* state, std::string prefix)
+    : previous_(active), enabled_(enabled) {
+  if (!enabled_) return;
+  if (state != nullptr) options.margin = state->options().margin;
+  active = Scope{.options = std::move(options), .state = state, .prefix = std::move(prefix), .next = 0};
 }
 
 Fp8Autocast::~Fp8Autocast() {
   if (enabled_) active = previous_;
 }
 
-std::optional<Fp8LinearOptions> fp8_autocast_options() { return active; }
+bool fp8_autocast_active() { return active.has_value(); }
+
+std::optional<Fp8LinearOptions> next_fp8_linear_options() {
+  if (!active) return std::nullopt;
+  Fp8LinearOptions options = active->options;
+  const int64_t index = active->next++;
+  if (active->state != nullptr) {
+    const std::string key = (active->prefix.empty() ? "" : active->prefix + ".") + "fp8_" + std::to_string(index);
+    options.slot = active->state->slot(key);
+    // Only training records amaxes: an evaluation between steps must not move the scales.
+    if (!grad_enabled()) options.slot->amax = {};
+  }
+  return options;
+}
 
 bool use_fp8_linear(const Tensor& x, int64_t out_features) {
   if (!active || !x.defined() || x.dtype() != DType::bf16 || x.dim() < 1) return false;

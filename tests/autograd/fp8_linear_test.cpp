@@ -98,10 +98,10 @@ TEST(Fp8Linear, AutocastRoutesTheLinearsThatFitAndLeavesTheRest) {
     EXPECT_FALSE(same(linear(x, w1, b1), bf16_linear));  // FP8 rounding shows
   }
   EXPECT_TRUE(same(linear(x, w1, b1), bf16_linear));  // the scope ended
-  EXPECT_FALSE(fp8_autocast_options().has_value());
+  EXPECT_FALSE(fp8_autocast_active());
   {
     const Fp8Autocast off(false);
-    EXPECT_FALSE(fp8_autocast_options().has_value());
+    EXPECT_FALSE(fp8_autocast_active());
   }
 }
 

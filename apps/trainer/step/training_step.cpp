@@ -91,6 +91,18 @@ void clip_and_set_lr(const StepParts& p, int64_t step, const Tensor& sum_squares
   p.optimizer.set_lr(p.schedule.lr_at(step));
 }
 
+// run.precision: fp8, delayed scaling: every rank's recorded amaxes reduced to their max over the world (so
+// that all ranks derive the same scales), then every scale updated on the device; a step whose gradient
+// norm is not finite (skipped by the optimizer) drops its amaxes (framework/autograd/fp8_scaling.h).
+void update_fp8_scaling(const StepParts& p, const Tensor& sum_squares) {
+  Fp8ScalingState* state = p.model.fp8_scaling();
+  if (state == nullptr) return;
+  if (p.groups.world && p.groups.world->size() > 1) {
+    for (const Tensor& amax : state->amax_buffers()) p.groups.world->all_reduce_(amax, dist::ReduceOp::max);
+  }
+  state->update(sum_squares);
+}
+
 // After the update: sharded, every parameter whole again from its owners, and every gradient dropped.
 void finish_update(const StepParts& p) {
   if (p.shards) {
@@ -123,6 +135,7 @@ StepResult training_step(const StepParts& p, int64_t step) {
   // Enqueued as applied (t + 1 in AdamW's bias corrections); the step count moves at commit.
   p.optimizer.step(sum_squares);
   finish_update(p);
+  update_fp8_scaling(p, sum_squares);
   std::vector<double> read;
   try {
     read = readback.wait();  // device errors of the step (e.g. a bad token id) are reported here
@@ -154,6 +167,7 @@ void training_step_deferred(const StepParts& p, int64_t step, StepWindow& window
   clip_and_set_lr(p, step, sum_squares);
   p.optimizer.step_deferred(sum_squares);
   p.optimizer.zero_grad();
+  update_fp8_scaling(p, sum_squares);
 }
 
 }  // namespace cpf::trainer

@@ -24,16 +24,21 @@ struct Scaled {
   Tensor scale_inv;  // () f32
 };
 
-Scaled cast_current(const Tensor& t, DType fp8, int64_t margin, bool plain, bool transposed) {
-  const Tensor scale = raw::fp8_scale(raw::abs_max(t), fp8, margin);
+// t in FP8: with the slot's scale of `role` (delayed scaling, a settled slot) or a scale from t's own amax
+// (current scaling, or a fresh slot); a slot records t's amax in the same pass.
+Scaled cast(const Tensor& t, DType fp8, const Fp8LinearOptions& o, Fp8Role role, bool plain, bool transposed) {
+  const auto r = static_cast<size_t>(role);
+  const bool delayed = o.slot && !o.slot->fresh;
+  const Tensor scale = delayed ? o.slot->scale[r] : raw::fp8_scale(raw::abs_max(t), fp8, o.margin);
+  const Tensor amax_out = o.slot ? o.slot->amax[r] : Tensor();
   Scaled s;
   s.scale_inv = raw::unary(raw::UnaryOp::reciprocal, scale);
   if (transposed) {
-    raw::Fp8Transposed both = raw::quantize_fp8_transposed(t, scale, fp8, Tensor(), plain);  // one pass
+    raw::Fp8Transposed both = raw::quantize_fp8_transposed(t, scale, fp8, amax_out, plain);  // one pass
     s.data = both.q;
     s.transpose = both.qt;
   } else if (plain) {
-    s.data = raw::quantize_fp8(t, scale, fp8);
+    s.data = raw::quantize_fp8(t, scale, fp8, amax_out);
   }
   return s;
 }
@@ -60,8 +65,8 @@ void check_inputs(const Tensor& x, const Tensor& weight, const Tensor& bias) {
 Tensor fp8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Fp8LinearOptions& options) {
   check_inputs(x, weight, bias);
   const Tensor x2 = raw::contiguous(raw::flatten_rows(x));  // (M, K)
-  const Scaled xs = cast_current(x2, DType::f8e4m3, options.margin, true, true);
-  const Scaled ws = cast_current(weight, DType::f8e4m3, options.margin, true, true);
+  const Scaled xs = cast(x2, DType::f8e4m3, options, Fp8Role::input, true, true);
+  const Scaled ws = cast(weight, DType::f8e4m3, options, Fp8Role::weight, true, true);
   const Tensor bias16 = bias.defined() ? raw::to(bias, DType::bf16) : Tensor();
   const Tensor y2 = raw::fp8_matmul_nt(xs.data, xs.scale_inv, ws.data, ws.scale_inv, DType::bf16, bias16);  // (M, N)
   Shape out_shape = x.shape();
@@ -71,9 +76,9 @@ Tensor fp8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, con
       kOp, y, {x, weight, bias},
       [x_shape = x.shape(), xt = SavedTensor(xs.transpose), x_inv = SavedTensor(xs.scale_inv),
        wt = SavedTensor(ws.transpose), w_inv = SavedTensor(ws.scale_inv), w_dtype = weight.dtype(),
-       has_bias = bias.defined(), margin = options.margin](const GradList& g) {
+       has_bias = bias.defined(), options](const GradList& g) {
         const Tensor g2 = raw::contiguous(raw::to(raw::flatten_rows(g[0]), DType::bf16));  // (M, N)
-        const Scaled gs = cast_current(g2, DType::f8e5m2, margin, true, true);
+        const Scaled gs = cast(g2, DType::f8e5m2, options, Fp8Role::grad_output, true, true);
         // dX (M, K) = dY (M, N) W (N, K): the K-major operands are dY and W^T (K, N).
         const Tensor dx = raw::fp8_matmul_nt(gs.data, gs.scale_inv, wt.unpack(), w_inv.unpack(), DType::bf16);
         // dW (N, K) = dY^T (N, M) X (M, K): the K-major operands are dY^T and X^T (K, M).

@@ -1,7 +1,7 @@
 #pragma once
-// A linear layer whose three GEMMs run in FP8 with current (just-in-time) per-tensor scaling, the recipe
-// torchao's float8 calls "dynamic" and TransformerEngine "current scaling": each tensor's scale comes
-// from its own amax, computed right before its cast, so nothing carries over between steps.
+// A linear layer whose three GEMMs run in FP8 with per-tensor scales, by either recipe of fp8_scaling.h:
+// current scaling (each tensor's scale from its own amax, computed right before its cast), or delayed
+// scaling when the options carry a slot (the scales of earlier steps; the casts record this step's amax).
 //
 //   forward   y  = (x_q * s_x^-1) (W_q * s_w^-1)^T + b      x, W in E4M3
 //   backward  dX = dY_q W_q                                   dY in E5M2 (the range gradients need)
@@ -14,7 +14,9 @@
 // attention are not linears of this kind. On CUDA the rows of x (the tokens) and both dims of W must
 // be multiples of 16 (cuBLASLt's FP8 layouts).
 #include <cstdint>
+#include <optional>
 
+#include "framework/autograd/fp8_scaling.h"
 #include "framework/tensor/tensor.h"
 
 namespace cpf {
@@ -22,6 +24,8 @@ namespace cpf {
 struct Fp8LinearOptions {
   // Headroom: scales are fp8_max / amax / 2^margin (framework/tensor/ops/fp8.h, fp8_scale).
   int64_t margin = 0;
+  // Delayed scaling: this call site's state (Fp8ScalingState::slot); nullopt = current scaling.
+  std::optional<Fp8Slot> slot;
 };
 
 // x (..., K) bf16 @ weight (N, K)^T + bias (N) -> (..., N) bf16, the GEMMs in FP8 as above. weight and bias

@@ -72,7 +72,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const T
 
 Tensor linear(const Tensor& x, const LinearWeights& p) {
   if (p.weight.defined() && use_fp8_linear(x, p.weight.size(0))) {
-    return fp8_linear(x, p.weight, p.bias, *fp8_autocast_options());  // fp8_autocast.h
+    return fp8_linear(x, p.weight, p.bias, *next_fp8_linear_options());  // fp8_autocast.h
   }
   const Resolved r = resolve(x, p, "linear");
   // validates shapes; a selectively recomputed region keeps it (forward_stash.h)
@@ -92,7 +92,7 @@ Tensor linear(const Tensor& x, const LinearWeights& p) {
 
 Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& compute_weight) {
   if (weight.defined() && use_fp8_linear(x, weight.size(0)))
-    return gelu(fp8_linear(x, weight, bias, *fp8_autocast_options()));
+    return gelu(fp8_linear(x, weight, bias, *next_fp8_linear_options()));
   const Resolved r = resolve(x, {weight, bias, compute_weight, Tensor()}, "linear_gelu");
   const std::vector<Tensor> kept = autograd::stashed("linear_gelu", [&] {
     raw::LinearGelu v = raw::linear_gelu(x, r.compute_weight, r.compute_bias);  // validates shapes
@@ -115,8 +115,8 @@ Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias, co
 Tensor gelu_mlp(const Tensor& x, const LinearWeights& in, const LinearWeights& out) {
   if (in.weight.defined() && out.weight.defined() && use_fp8_linear(x, in.weight.size(0)) &&
       out.weight.size(0) % 16 == 0) {
-    const Fp8LinearOptions options = *fp8_autocast_options();
-    return fp8_linear(gelu(fp8_linear(x, in.weight, in.bias, options)), out.weight, out.bias, options);
+    const Tensor hidden = gelu(fp8_linear(x, in.weight, in.bias, *next_fp8_linear_options()));
+    return fp8_linear(hidden, out.weight, out.bias, *next_fp8_linear_options());
   }
   const Resolved r1 = resolve(x, in, "gelu_mlp (in)");
   const Resolved r2 = resolve(x, out, "gelu_mlp (out)");

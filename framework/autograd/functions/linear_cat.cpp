@@ -77,7 +77,7 @@ Tensor linear_cat(const Tensor& x, const std::vector<LinearWeights>& parts, int6
       biases.push_back(p.bias);
     }
     const Tensor bias = parts[0].bias.defined() ? cat(biases, 0) : Tensor();
-    return fp8_linear(x, cat(weights, 0), bias, *fp8_autocast_options());  // (..., sum N)
+    return fp8_linear(x, cat(weights, 0), bias, *next_fp8_linear_options());  // (..., sum N)
   }
   if (x.size(-1) == 0 || x.numel() / x.size(-1) < min_fused_rows) {
     std::vector<Tensor> pieces;

@@ -39,12 +39,15 @@ void classifier_rows(const Tensor& logits, const Tensor& row_loss, const Tensor&
 void sum_squares(const Tensor& out, const std::vector<Tensor>& tensors);
 void adamw_step(const std::vector<DeviceAdamWParam>& params, const DeviceAdamW& h);
 void clip_by_norm_(const std::vector<Tensor>& tensors, const Tensor& sum_squares, double max_norm);
-// The FP8 entries (fp8_ops.cpp): DeviceOps::fp8_amax, fp8_scale, quantize_fp8, dequantize_fp8, fp8_matmul_nt.
+// The FP8 entries (fp8_ops.cpp): DeviceOps::fp8_amax, fp8_scale, quantize_fp8, dequantize_fp8, fp8_matmul_nt,
+// fp8_update_scales.
 void fp8_amax(const Tensor& out, const Tensor& x);
 void fp8_scale(const Tensor& out, const Tensor& amax, double fp8_max, int64_t margin, const Tensor& fallback);
 void quantize_fp8(const Tensor& q, const Tensor& qt, const Tensor& x, const Tensor& scale, const Tensor& amax_out);
 void dequantize_fp8(const Tensor& out, const Tensor& q, const Tensor& scale_inv);
 void fp8_matmul_nt(const Tensor& out, const Tensor& a, const Tensor& a_scale_inv, const Tensor& b,
                    const Tensor& b_scale_inv, const Tensor& bias);
+void fp8_update_scales(const Tensor& history, const Tensor& amax, const Tensor& scale, const Tensor& fp8_max,
+                       int64_t margin, bool most_recent, const Tensor& skip);
 
 }  // namespace cpf::cuda

@@ -179,3 +179,48 @@ void launch_fp8_scale(const float* amax, double fp8_max, int64_t margin, const f
 }
 
 }  // namespace cpf::cuda::kernels
+
+namespace cpf::cuda::kernels {
+namespace {
+
+// One thread per entry: the roll, the new scale and the reset, as the CPU's cpu_update computes them.
+__global__ void update_scales_kernel(float* history, float* amax, float* scale, const float* fp8_max, int64_t entries,
+                                     int64_t length, int64_t margin, bool most_recent, const void* skip,
+                                     bool skip_f64) {
+  const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (e >= entries) return;
+  bool skip_step = false;
+  if (skip != nullptr) {
+    const double v = skip_f64 ? *static_cast<const double*>(skip) : *static_cast<const float*>(skip);
+    skip_step = !isfinite(v);
+  }
+  float* row = history + e * length;
+  const float a = amax[e];
+  if (!skip_step && isfinite(a)) {
+    for (int64_t i = length - 1; i > 0; --i) row[i] = row[i - 1];
+    row[0] = a;
+  }
+  amax[e] = 0.0f;
+  float used = row[0];
+  if (!most_recent) {
+    for (int64_t i = 1; i < length; ++i) used = row[i] > used ? row[i] : used;  // no NaN is ever pushed
+  }
+  if (isfinite(used) && used > 0.0f) {
+    scale[e] = static_cast<float>(static_cast<double>(fp8_max[e]) / static_cast<double>(used) /
+                                  ldexp(1.0, static_cast<int>(margin)));
+  }
+}
+
+}  // namespace
+
+void launch_fp8_update_scales(float* history, float* amax, float* scale, const float* fp8_max, int64_t entries,
+                              int64_t length, int64_t margin, bool most_recent, const void* skip, bool skip_f64,
+                              cudaStream_t stream) {
+  constexpr int kThreads = 128;
+  const int blocks = static_cast<int>((entries + kThreads - 1) / kThreads);
+  update_scales_kernel<<<blocks, kThreads, 0, stream>>>(history, amax, scale, fp8_max, entries, length, margin,
+                                                        most_recent, skip, skip_f64);
+  CPF_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace cpf::cuda::kernels

@@ -23,5 +23,11 @@ void launch_dequantize_fp8(int dtype, bool fp8_e4m3, const uint8_t* q, int64_t n
 // *out = fp8_max / *amax / 2^margin when *amax is finite and > 0, else *fallback (null: 1).
 void launch_fp8_scale(const float* amax, double fp8_max, int64_t margin, const float* fallback, float* out,
                       cudaStream_t stream);
+// Delayed scaling's update of `entries` rows (framework/tensor/ops/fp8_scale_update.h): history (entries,
+// length), amax, scale, fp8_max (entries); skip (null, or one f32 / f64 value per skip_f64) non-finite drops
+// the step. One thread per entry.
+void launch_fp8_update_scales(float* history, float* amax, float* scale, const float* fp8_max, int64_t entries,
+                              int64_t length, int64_t margin, bool most_recent, const void* skip, bool skip_f64,
+                              cudaStream_t stream);
 
 }  // namespace cpf::cuda::kernels

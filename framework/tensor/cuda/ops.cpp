@@ -466,6 +466,7 @@ const DeviceOps& cuda_device_ops() {
     t.quantize_fp8 = &quantize_fp8;
     t.dequantize_fp8 = &dequantize_fp8;
     t.fp8_matmul_nt = &fp8_matmul_nt;
+    t.fp8_update_scales = &fp8_update_scales;
     return t;
   }();
   return table;

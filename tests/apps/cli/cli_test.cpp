@@ -368,7 +368,7 @@ TEST(CliDocs, ConfigMarkdownHoldsExactlyTheGeneratedTable) {
     for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
     return n;
   };
-  for (const char* section : {"run", "model", "optimizer", "schedule", "data", "parallel", "attention"}) {
+  for (const char* section : {"run", "model", "optimizer", "schedule", "data", "parallel", "attention", "fp8"}) {
     const std::string row = std::string("\n| `") + section + ".";
     EXPECT_EQ(count(doc, row), count(table, row)) << section;
   }

@@ -12,6 +12,7 @@
 #include "framework/autograd/engine.h"
 #include "framework/autograd/functions/fp8_linear.h"
 #include "framework/tensor/float8.h"
+#include "framework/tensor/ops/fp8_scale_update.h"
 
 namespace cpf {
 namespace {
@@ -192,6 +193,34 @@ TEST_F(CudaFp8Test, LinearEqualsTheCpuForwardAndBackward) {
   const char* names[] = {"y", "dx", "dw", "db"};
   for (size_t i = 0; i < 4; ++i) {
     EXPECT_LT(testing::rel_error(results[1][i], results[0][i]), i == 1 || i == 0 ? 1.0 / 128 : 1e-5) << names[i];
+  }
+}
+
+// Delayed scaling's update (fp8_scale_update.h): the kernel equals the CPU bit for bit, with zero, finite,
+// infinite and NaN amaxes, both amax rules, a margin, and a skipped step (NaN flag) that drops them all.
+TEST_F(CudaFp8Test, ScaleUpdateEqualsTheCpuBitForBit) {
+  const int64_t entries = 300, length = 5;  // more entries than one block of threads
+  std::vector<float> amax(entries), max(entries);
+  for (int64_t e = 0; e < entries; ++e) {
+    amax[e] = e % 7 == 0 ? 0.0f : (e % 11 == 0 ? INFINITY : (e % 13 == 0 ? NAN : 0.001f * static_cast<float>(e * e)));
+    max[e] = e % 3 == 2 ? 57344.0f : 448.0f;
+  }
+  const Tensor history = random_cpu({entries, length}, DType::f32, 31, 0.0, 2.0);
+  const Tensor scale = random_cpu({entries}, DType::f32, 32, 1.0, 8.0);
+  for (const auto compute : {raw::AmaxCompute::max, raw::AmaxCompute::most_recent}) {
+    for (const double flag : {1.0, static_cast<double>(NAN)}) {
+      std::vector<Tensor> state[2];
+      for (int on_device = 0; on_device < 2; ++on_device) {
+        const auto place = [&](const Tensor& t) { return on_device ? on_gpu(t) : raw::clone(t); };
+        state[on_device] = {place(history), place(from_vector(amax, {entries})), place(scale),
+                            place(from_vector(max, {entries}))};
+        const std::vector<Tensor>& s = state[on_device];
+        raw::fp8_update_scales(s[0], s[1], s[2], s[3], 2, compute, place(full({1}, flag, {.dtype = DType::f64})));
+      }
+      for (size_t i = 0; i < 3; ++i) {
+        EXPECT_TRUE(testing::all_close(on_cpu(state[1][i]), state[0][i], 0, 0)) << "tensor " << i << " flag " << flag;
+      }
+    }
   }
 }
 

@@ -1,0 +1,101 @@
+#pragma once
+// The scaling recipes of FP8 training (docs/fp8.md, "Scaling recipes"):
+//
+//   current   each tensor's scale from its own amax, computed right before its cast (an extra read of
+//             the tensor, nothing carried between steps; torchao's "dynamic", TransformerEngine's
+//             current scaling)
+//   delayed   each tensor's scale from the amaxes of earlier steps (a history of amax_history steps,
+//             its max or its newest entry), the amax of this step recorded by the cast itself; all
+//             scales move on together after the optimizer step (TransformerEngine's DelayedScaling)
+//
+// Fp8ScalingState holds the delayed recipe's state of one model: a slot per FP8 GEMM call site, keyed
+// by a stable name ("blocks.3.fp8_1": the second FP8 linear of block 3), each with the scale, the
+// recorded amax and the amax history of its input, its weight and its output gradient. The values
+// live in a few device buffers (64 slots each) and slots are views into them, so a CUDA graph captured
+// after the first step reads and writes the same addresses every replay, the ranks can all-reduce the
+// amaxes in one collective per buffer, and one kernel updates every scale (fp8_scale_update.h).
+//
+//   step 1   a slot is new: its casts use current scaling and record their amax
+//   update   histories roll, scales follow (skipped, amaxes dropped, when the step was skipped)
+//   step 2+  casts use the slot's scale and record their amax
+#include <array>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "framework/tensor/ops/fp8_scale_update.h"
+#include "framework/tensor/tensor.h"
+
+namespace cpf {
+
+enum class Fp8Recipe { current, delayed };
+
+struct Fp8ScalingOptions {
+  Fp8Recipe recipe = Fp8Recipe::current;
+  int64_t margin = 0;                                     // scales are fp8_max / amax / 2^margin
+  int64_t amax_history = 16;                              // delayed: steps of amax kept per tensor
+  raw::AmaxCompute amax_compute = raw::AmaxCompute::max;  // delayed: the history's max, or its newest
+};
+
+// Throws naming the field when an option is out of range (margin in [0, 64], amax_history in [1, 1e6]).
+void validate(const Fp8ScalingOptions& options);
+
+// The three tensors of an FP8 GEMM call site.
+enum class Fp8Role { input = 0, weight = 1, grad_output = 2 };
+
+// One call site's delayed-scaling state: () f32 views into Fp8ScalingState's buffers.
+struct Fp8Slot {
+  std::array<Tensor, 3> scale;  // by Fp8Role: the scale its casts use
+  std::array<Tensor, 3> amax;   // by Fp8Role: max |x| over this step's casts, folded in by the casts
+  bool fresh = true;            // no amax history yet: cast with current scaling (and record the amax)
+};
+
+class Fp8ScalingState {
+ public:
+  Fp8ScalingState(Fp8ScalingOptions options, Device device);
+
+  const Fp8ScalingOptions& options() const { return options_; }
+  Device device() const { return device_; }
+
+  // The slot of `key`, made (fresh) on first use. The same key always gives views of the same values.
+  Fp8Slot slot(const std::string& key);
+  // The keys, in the order their slots were made.
+  const std::vector<std::string>& keys() const { return keys_; }
+
+  // The recorded amaxes, one (3 * slots) f32 buffer per 64 slots: what DP/CP ranks all-reduce (max)
+  // before update so that every rank derives the same scales.
+  std::vector<Tensor> amax_buffers() const;
+
+  // After the optimizer step: rolls every history, derives every scale and clears the amaxes (one
+  // kernel per buffer); a non-finite skip_if_nonfinite (the step's gradient sum of squares) drops the
+  // step's amaxes instead. Slots made before the call are no longer fresh.
+  void update(const Tensor& skip_if_nonfinite = Tensor());
+
+  // The state as exact text (every float as its bits), for a checkpoint's metadata; restore() takes it
+  // back into an empty state, making the slots it names (not fresh). A history of another length
+  // keeps its newest entries (padded with zeros, which the max ignores).
+  std::string serialize() const;
+  void restore(const std::string& text);
+
+ private:
+  struct Buffer {
+    Tensor history;  // (3 * kSlots, amax_history) f32, newest first
+    Tensor amax;     // (3 * kSlots) f32
+    Tensor scale;    // (3 * kSlots) f32
+    Tensor fp8_max;  // (3 * kSlots) f32: 448 for inputs and weights (E4M3), 57344 for gradients (E5M2)
+  };
+  static constexpr int64_t kSlots = 64;
+
+  void add_buffer();
+  Fp8Slot view_of(int64_t index) const;
+
+  Fp8ScalingOptions options_;
+  Device device_;
+  std::vector<Buffer> buffers_;
+  std::vector<std::string> keys_;
+  std::map<std::string, int64_t> index_;
+  int64_t settled_ = 0;  // slots [0, settled_) have been through an update (or a restore)
+};
+
+}  // namespace cpf

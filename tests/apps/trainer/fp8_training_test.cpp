@@ -1,0 +1,114 @@
+// run.precision: fp8 with fp8.recipe: delayed through the whole trainer on the CPU (the CPU's FP8 ops are
+// the reference the CUDA ones are tested against): the curve tracks bf16 yet is not current scaling's,
+// resume carries the scaling state and reproduces the uninterrupted run bit for bit, data-parallel ranks
+// train with their amaxes reduced, and the fp8 section's bad values are refused with the fix.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <sstream>
+
+#include "apps/run/checkpointing.h"
+#include "apps/trainer/trainer.h"
+#include "framework/io/checkpoint.h"
+#include "support/test_utils.h"
+#include "tests/apps/cli_support.h"
+
+namespace cpf::trainer {
+namespace {
+
+using testing::addition_yaml;
+using testing::scratch_dir;
+
+TrainOutcome train_with(const std::filesystem::path& dir, int64_t steps, std::vector<std::string> overrides) {
+  const TrainConfig c = load_train_config_string(addition_yaml(dir, steps), "test.yaml", overrides);
+  std::ostringstream out;
+  return train(c, out);
+}
+
+const std::vector<std::string> kDelayed = {"run.precision=fp8", "fp8.recipe=delayed"};
+
+std::vector<std::string> with(std::vector<std::string> base, const std::vector<std::string>& more) {
+  base.insert(base.end(), more.begin(), more.end());
+  return base;
+}
+
+// Delayed scaling casts each step with the scales of earlier steps: the first step equals current
+// scaling's (a new slot casts by its own amax), later steps differ, and the curve stays within the 5% of
+// bf16 that current scaling keeps (Precision.Fp8LossCurveTracksBf16AndLearns).
+TEST(Fp8Training, DelayedScalingTracksBf16AndLearns) {
+  const auto bf16 = train_with(scratch_dir("bf16"), 20, {"run.precision=bf16"});
+  const auto current = train_with(scratch_dir("current"), 20, {"run.precision=fp8"});
+  const auto delayed = train_with(scratch_dir("delayed"), 20, kDelayed);
+  ASSERT_EQ(delayed.losses.size(), 20u);
+  EXPECT_EQ(delayed.losses[0], current.losses[0]);
+  bool differs = false;
+  for (size_t i = 0; i < 20; ++i) {
+    EXPECT_LE(std::abs(delayed.losses[i] - bf16.losses[i]), 0.05 * bf16.losses[i])
+        << "step " << i + 1 << ": delayed " << delayed.losses[i] << " vs bf16 " << bf16.losses[i];
+    differs = differs || delayed.losses[i] != current.losses[i];
+  }
+  EXPECT_TRUE(differs) << "delayed scaling reproduced current scaling bit for bit: no slot's scale was used";
+  EXPECT_LT(delayed.losses.back(), 0.85 * delayed.losses.front());
+}
+
+// The checkpoint carries every scale and amax history (meta.json's extra.fp8_scaling); a resumed run
+// casts with them, so steps 4-6 equal the uninterrupted run's (fresh slots would cast by their own amax).
+TEST(Fp8Training, DelayedResumeReproducesTheUninterruptedRunBitForBit) {
+  const auto full_dir = scratch_dir("full"), split_dir = scratch_dir("split");
+  const auto full = train_with(full_dir, 6, with(kDelayed, {"run.checkpoint_every=3"}));
+  const auto first = train_with(split_dir, 3, kDelayed);
+  ASSERT_FALSE(first.checkpoint.empty());
+  const io::CheckpointMeta meta = io::read_checkpoint_meta(first.checkpoint);
+  ASSERT_TRUE(meta.extra.contains("fp8_scaling"));
+  EXPECT_NE(meta.extra.at("fp8_scaling").find("\nblocks.0.fp8_0 "), std::string::npos) << meta.extra.at("fp8_scaling");
+  const auto second = train_with(split_dir, 6, kDelayed);
+  EXPECT_EQ(second.start_step, 3);
+  ASSERT_EQ(second.losses.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(first.losses[i], full.losses[i]) << "step " << i + 1;
+    EXPECT_EQ(second.losses[i], full.losses[i + 3]) << "step " << i + 4;
+  }
+  // Current scaling keeps no state: its checkpoints carry none.
+  const auto current = train_with(scratch_dir("current"), 2, {"run.precision=fp8"});
+  EXPECT_FALSE(io::read_checkpoint_meta(current.checkpoint).extra.contains("fp8_scaling"));
+}
+
+// Two data-parallel thread ranks see different tokens, so their amaxes differ; the trainer reduces them
+// (max) before each update, and the run trains as one rank's does.
+TEST(Fp8Training, DataParallelDelayedScalingTracksBf16) {
+  const auto bf16 = train_with(scratch_dir("dp_bf16"), 12, {"run.precision=bf16", "parallel.dp=2"});
+  const auto delayed = train_with(scratch_dir("dp_delayed"), 12, with(kDelayed, {"parallel.dp=2"}));
+  ASSERT_EQ(delayed.losses.size(), 12u);
+  for (size_t i = 0; i < 12; ++i) {
+    EXPECT_LE(std::abs(delayed.losses[i] - bf16.losses[i]), 0.05 * bf16.losses[i]) << "step " << i + 1;
+  }
+  EXPECT_TRUE(io::read_checkpoint_meta(delayed.checkpoint).extra.contains("fp8_scaling"));
+}
+
+std::string config_error(const std::vector<std::string>& overrides) {
+  try {
+    load_train_config_string(addition_yaml(std::filesystem::temp_directory_path(), 1), "t.yaml", overrides);
+  } catch (const config::ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Fp8Training, RefusesFp8OptionsThatMeanNothingOrAreOutOfRange) {
+  EXPECT_NE(config_error({"fp8.recipe=delayed"})
+                .find("delayed scales FP8 GEMMs, but run.precision is not fp8; set "
+                      "run.precision: fp8"),
+            std::string::npos)
+      << config_error({"fp8.recipe=delayed"});
+  EXPECT_NE(config_error({"run.precision=fp8", "fp8.recipe=late"}).find("is not one of: current, delayed"),
+            std::string::npos)
+      << config_error({"run.precision=fp8", "fp8.recipe=late"});
+  EXPECT_NE(config_error({"run.precision=fp8", "fp8.amax_history=0"}).find("fp8.amax_history"), std::string::npos)
+      << config_error({"run.precision=fp8", "fp8.amax_history=0"});
+  EXPECT_EQ(config_error(with(kDelayed, {"fp8.amax_history=1024", "fp8.amax_compute=most_recent", "fp8.margin=1"})),
+            "");
+}
+
+}  // namespace
+}  // namespace cpf::trainer

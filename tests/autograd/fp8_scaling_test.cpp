@@ -1,0 +1,174 @@
+// Delayed scaling (framework/autograd/fp8_scaling.h) on the CPU: the state's slots, fp8_linear casting
+// with a slot's scales and recording its amaxes, the autocast's stable keys (also for a recomputed
+// block), and the exact text round trip checkpoints carry; bad options and bad text are refused by name.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "framework/autograd/fp8_autocast.h"
+#include "framework/autograd/fp8_scaling.h"
+#include "framework/autograd/functions/fp8_linear.h"
+#include "framework/autograd/functions/linear.h"
+#include "framework/autograd/grad_mode.h"
+#include "framework/autograd/ops.h"
+#include "framework/tensor/ops/copy.h"
+#include "framework/tensor/ops/elementwise.h"
+#include "framework/tensor/ops/fp8.h"
+#include "framework/tensor/ops/matmul.h"
+#include "framework/tensor/ops/views.h"
+#include "support/test_utils.h"
+
+namespace cpf {
+namespace {
+
+using testing::all_close;
+using testing::random_tensor;
+
+constexpr Fp8ScalingOptions kDelayed{.recipe = Fp8Recipe::delayed, .margin = 0, .amax_history = 3};
+
+float value(const Tensor& t) { return raw::to(t, DType::f32).item<float>(); }
+
+// t's values after an FP8 round trip with the given scale, in f64.
+Tensor through_fp8(const Tensor& t, const Tensor& scale, DType fp8) {
+  const Tensor q = raw::quantize_fp8(t, scale, fp8);
+  return raw::to(raw::dequantize_fp8(q, raw::unary(raw::UnaryOp::reciprocal, scale), DType::f32), DType::f64);
+}
+
+TEST(Fp8Scaling, SlotsAreStableViewsFreshUntilTheFirstUpdate) {
+  Fp8ScalingState state(kDelayed, Device::cpu());
+  const Fp8Slot a = state.slot("blocks.0.fp8_0");
+  EXPECT_TRUE(a.fresh);
+  raw::fill_(a.amax[0], 5.0);
+  EXPECT_EQ(value(state.slot("blocks.0.fp8_0").amax[0]), 5.0f);  // the same values under the same key
+  state.slot("blocks.0.fp8_1");
+  EXPECT_EQ(state.keys(), (std::vector<std::string>{"blocks.0.fp8_0", "blocks.0.fp8_1"}));
+  state.update();
+  const Fp8Slot settled = state.slot("blocks.0.fp8_0");
+  EXPECT_FALSE(settled.fresh);
+  EXPECT_EQ(value(settled.scale[0]), 448.0f / 5.0f);
+  EXPECT_EQ(value(settled.amax[0]), 0.0f);          // cleared for the next step
+  EXPECT_EQ(value(settled.scale[1]), 1.0f);         // nothing recorded: the initial scale stays
+  EXPECT_TRUE(state.slot("blocks.1.fp8_0").fresh);  // made after the update
+  for (int i = 0; i < 70; ++i) state.slot("extra." + std::to_string(i));
+  EXPECT_EQ(state.amax_buffers().size(), 2u);  // 64 slots a buffer
+  EXPECT_EQ(state.amax_buffers()[0].shape(), (Shape{192}));
+}
+
+// A settled slot: the forward casts x and W with the slot's scales (not their own amaxes), the backward
+// casts dY with its gradient scale, and each cast folds its tensor's amax into the slot.
+TEST(Fp8Scaling, Fp8LinearCastsWithTheSlotsScalesAndRecordsItsAmaxes) {
+  Fp8ScalingState state(kDelayed, Device::cpu());
+  state.slot("l");
+  state.update();
+  const Fp8Slot slot = state.slot("l");
+  raw::fill_(slot.scale[0], 64.0);   // x: |x| < 1 uses a quarter of E4M3's range
+  raw::fill_(slot.scale[1], 512.0);  // W: |W| < 0.2 would saturate at |W| > 0.875 (none)
+  raw::fill_(slot.scale[2], 4096.0);
+  const Tensor x = raw::to(random_tensor({16, 32}, DType::f32, 1), DType::bf16);
+  Tensor w = random_tensor({16, 32}, DType::f32, 2, -0.2, 0.2).set_requires_grad(true);
+  Tensor xg = raw::clone(x).set_requires_grad(true);
+  const Tensor y = fp8_linear(xg, w, Tensor(), {.slot = slot});
+  const Tensor gy = raw::to(random_tensor({16, 16}, DType::f32, 3), DType::bf16);
+  backward(y, gy);
+
+  const Tensor xq = through_fp8(x, slot.scale[0], DType::f8e4m3), wq = through_fp8(w, slot.scale[1], DType::f8e4m3);
+  const Tensor gq = through_fp8(gy, slot.scale[2], DType::f8e5m2);
+  EXPECT_TRUE(all_close(y, raw::matmul(xq, raw::transpose(wq, 0, 1)), 1e-2, 1.0 / 128));
+  EXPECT_TRUE(all_close(w.grad(), raw::matmul(raw::transpose(gq, 0, 1), xq), 1e-5, 1e-5));
+  EXPECT_TRUE(all_close(xg.grad(), raw::matmul(gq, wq), 1e-2, 1.0 / 128));
+  EXPECT_EQ(value(slot.amax[0]), value(raw::abs_max(x)));
+  EXPECT_EQ(value(slot.amax[1]), value(raw::abs_max(w)));
+  EXPECT_EQ(value(slot.amax[2]), value(raw::abs_max(gy)));
+  // Current scaling casts x by its own amax: another result.
+  EXPECT_FALSE(all_close(fp8_linear(x, w), y, 0, 0));
+}
+
+// Under an autocast with a state the k-th FP8 linear of the scope takes "<prefix>.fp8_<k>"; a second scope
+// with the same prefix (a recomputed block) counts from 0 again; without gradients nothing is recorded.
+TEST(Fp8Scaling, AutocastKeysCallSitesByScopeAndOrder) {
+  Fp8ScalingState state(kDelayed, Device::cpu());
+  const Tensor x = raw::to(random_tensor({16, 32}, DType::f32, 1), DType::bf16);
+  const Tensor w1 = random_tensor({48, 32}, DType::f32, 2), w2 = random_tensor({32, 48}, DType::f32, 3);
+  Tensor first;
+  {
+    const Fp8Autocast fp8(true, {}, &state, "blocks.2");
+    first = gelu_mlp(x, {w1, {}, {}, {}}, {w2, {}, {}, {}});
+  }
+  EXPECT_EQ(state.keys(), (std::vector<std::string>{"blocks.2.fp8_0", "blocks.2.fp8_1"}));
+  EXPECT_EQ(value(state.slot("blocks.2.fp8_1").amax[1]), value(raw::abs_max(w2)));
+  {
+    const Fp8Autocast again(true, {}, &state, "blocks.2");
+    EXPECT_TRUE(all_close(gelu_mlp(x, {w1, {}, {}, {}}, {w2, {}, {}, {}}), first, 0, 0));  // fresh: current scaling
+  }
+  EXPECT_EQ(state.keys().size(), 2u);
+  state.update();
+  {
+    const NoGradGuard no_grad;
+    const Fp8Autocast eval(true, {}, &state, "blocks.2");
+    linear(raw::mul(x, 4.0), w1);
+  }
+  EXPECT_EQ(value(state.slot("blocks.2.fp8_0").amax[0]), 0.0f);  // an evaluation records nothing
+}
+
+// The words of the line of serialize()'s text that starts with `key`.
+std::vector<std::string> words_of(const std::string& text, const std::string& key) {
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.rfind(key + " ", 0) != 0) continue;
+    std::istringstream in(line);
+    std::vector<std::string> words;
+    for (std::string w; in >> w;) words.push_back(w);
+    return words;
+  }
+  return {};
+}
+
+TEST(Fp8Scaling, SerializeRestoreIsExact) {
+  Fp8ScalingState state(kDelayed, Device::cpu());
+  for (int step = 0; step < 4; ++step) {
+    for (int s = 0; s < 3; ++s) {
+      const Fp8Slot slot = state.slot("blocks." + std::to_string(s) + ".fp8_0");
+      for (int role = 0; role < 3; ++role) raw::fill_(slot.amax[role], 0.1 + 0.37 * step + s + 0.01 * role);
+    }
+    state.update();
+  }
+  const std::string text = state.serialize();
+  Fp8ScalingState restored(kDelayed, Device::cpu());
+  restored.restore(text);
+  EXPECT_EQ(restored.serialize(), text);
+  EXPECT_EQ(restored.keys(), state.keys());
+  EXPECT_FALSE(restored.slot("blocks.1.fp8_0").fresh);
+  EXPECT_EQ(value(restored.slot("blocks.1.fp8_0").scale[2]), value(state.slot("blocks.1.fp8_0").scale[2]));
+
+  // A shorter history keeps each scale and the newest amax of each history.
+  Fp8ScalingState shorter({.recipe = Fp8Recipe::delayed, .amax_history = 1}, Device::cpu());
+  shorter.restore(text);
+  const std::vector<std::string> full_words = words_of(text, "blocks.1.fp8_0");
+  ASSERT_EQ(full_words.size(), 13u);  // key, then 3 x (scale, 3 amaxes)
+  EXPECT_EQ(words_of(shorter.serialize(), "blocks.1.fp8_0"),
+            (std::vector<std::string>{full_words[0], full_words[1], full_words[2], full_words[5], full_words[6],
+                                      full_words[9], full_words[10]}));
+}
+
+TEST(Fp8Scaling, RefusesBadOptionsAndBadText) {
+  EXPECT_CPF_ERROR(Fp8ScalingState({.margin = 65}, Device::cpu()), "fp8: margin must be in [0, 64], got 65");
+  EXPECT_CPF_ERROR(Fp8ScalingState({.amax_history = 0}, Device::cpu()),
+                   "fp8: amax_history must be in [1, 1000000], got 0");
+  Fp8ScalingState used(kDelayed, Device::cpu());
+  used.slot("a");
+  EXPECT_CPF_ERROR(used.restore(used.serialize()), "the state already has 1 slots");
+  const auto restore = [](const std::string& text) { Fp8ScalingState(kDelayed, Device::cpu()).restore(text); };
+  EXPECT_CPF_ERROR(restore("fp8_scaling_v2 slots=1 history=1\n"), "the text starts with 'fp8_scaling_v2");
+  EXPECT_CPF_ERROR(restore("fp8_scaling_v1 slots=2 history=1\na 3f800000 0 3f800000 0 3f800000 0\n"),
+                   "slot 'a' holds '0' where an 8-digit hex float was expected");
+  const std::string slot_a = "a 3f800000 00000000 3f800000 00000000 3f800000 00000000\n";
+  EXPECT_CPF_ERROR(restore("fp8_scaling_v1 slots=2 history=1\n" + slot_a), "2 slots announced, 1 found");
+  EXPECT_CPF_ERROR(restore("fp8_scaling_v1 slots=2 history=1\n" + slot_a + slot_a), "slot 1 has the repeated key 'a'");
+}
+
+}  // namespace
+}  // namespace cpf
