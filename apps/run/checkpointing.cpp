@@ -90,9 +90,10 @@ std::optional<std::string> find_resume_checkpoint(const TrainConfig& config, con
            ". Use another run.out_dir, or run.resume: replace to delete them and start over in this folder");
 }
 
-ResumeState load_training_checkpoint(const std::string& path, const TrainConfig& config,
-                                     const optim::NamedTensors& params, optim::Optimizer& optimizer) {
-  const io::CheckpointMeta meta = io::load_checkpoint(path, params, &optimizer, config_hash(config));
+namespace {
+
+// The trainer's part of a loaded checkpoint's metadata: step, data cursor, open log window, FP8 state.
+ResumeState resume_state_of(const io::CheckpointMeta& meta, const std::string& path) {
   auto it = meta.extra.find(kCursorKey);
   CPF_CHECK(it != meta.extra.end(), "resume: ", path, " has no data cursor in meta.json (extra.", kCursorKey, ")");
   ResumeState state{meta.step, models::data::parse_data_cursor(it->second)};
@@ -102,6 +103,18 @@ ResumeState load_training_checkpoint(const std::string& path, const TrainConfig&
   }
   if (auto f = meta.extra.find(kFp8ScalingKey); f != meta.extra.end()) state.fp8_scaling = f->second;
   return state;
+}
+
+}  // namespace
+
+ResumeState load_training_checkpoint(const std::string& path, const TrainConfig& config,
+                                     const optim::NamedTensors& params, optim::Optimizer& optimizer) {
+  return resume_state_of(io::load_checkpoint(path, params, &optimizer, config_hash(config)), path);
+}
+
+ResumeState load_training_checkpoint_pieces(const std::string& path, const TrainConfig& config,
+                                            const optim::NamedTensors& pieces, optim::Optimizer& optimizer) {
+  return resume_state_of(io::load_checkpoint_pieces(path, pieces, &optimizer, config_hash(config)), path);
 }
 
 io::CheckpointMeta training_checkpoint_meta(const TrainConfig& config, int64_t step,

@@ -48,6 +48,12 @@ struct ResumeState {
 // Loads weights and optimizer state (validated first; nothing changes on failure).
 ResumeState load_training_checkpoint(const std::string& path, const TrainConfig& config,
                                      const optim::NamedTensors& params, optim::Optimizer& optimizer);
+// A sharded run (parallel.shard): every rank reads only its pieces (ZeroShards::pieces()) and the state of
+// its optimizer over them, from a checkpoint of any layout and world size (io::load_checkpoint_pieces);
+// no rank holds the whole model or state. Check the checkpoint against the whole model first
+// (find_resume_checkpoint does).
+ResumeState load_training_checkpoint_pieces(const std::string& path, const TrainConfig& config,
+                                            const optim::NamedTensors& pieces, optim::Optimizer& optimizer);
 
 // Writes step `step` atomically and prunes to run.keep_checkpoints; returns its folder.
 std::string save_training_checkpoint(const TrainConfig& config, const optim::NamedTensors& params,

@@ -118,16 +118,16 @@ std::unique_ptr<optim::Optimizer> RankTrainer::build_optimizer() const {
   return make_optimizer(c_, shards_ ? shards_->piece_groups(groups) : groups);
 }
 
-std::unique_ptr<optim::OptimizerSnapshot> RankTrainer::checkpoint_state(bool allocate) const {
+std::unique_ptr<optim::OptimizerSnapshot> RankTrainer::checkpoint_state() const {
   return optim::OptimizerSnapshot::zeros_for(optimizer_->name(), optimizer_groups(c_, params_),
-                                             optimizer_->state_slots(), allocate);
+                                             optimizer_->state_slots(), /*allocate=*/false);
 }
 
 void RankTrainer::resume() {
   if (c_.run.resume != ResumeMode::auto_resume) return;  // never / replace start over (apply_start_mode)
   if (rank0() || shared_.process_per_rank) {
     try {
-      shared_.resume_path = find_resume_checkpoint(c_, params_, shards_ ? *checkpoint_state(false) : *optimizer_);
+      shared_.resume_path = find_resume_checkpoint(c_, params_, shards_ ? *checkpoint_state() : *optimizer_);
     } catch (const Error&) {
       // A checkpoint of another config: name the keys that differ instead of two hashes.
       if (auto why = explain_config_mismatch(c_)) CPF_FAIL(*why);
@@ -136,12 +136,12 @@ void RankTrainer::resume() {
   }
   groups_.world->barrier();
   if (shared_.resume_path) {
-    // Sharded: the checkpoint holds the whole state (as a replicated run's); each rank keeps its part.
-    const std::unique_ptr<optim::OptimizerSnapshot> whole = shards_ ? checkpoint_state(true) : nullptr;
-    if (shards_) shards_->acquire_all();  // sharded parameters: whole while the checkpoint is read into them
-    const ResumeState state = load_training_checkpoint(*shared_.resume_path, c_, params_, whole ? *whole : *optimizer_);
-    if (whole) shards_->load_full_state(*optimizer_, whole->state_tensors(), whole->step_count());
-    if (shards_) shards_->adopt_parameters();
+    // Sharded: each rank reads only its pieces of the weights and the state (of any layout and world
+    // size), then the parameters are made whole from the pieces; no rank holds more than its part.
+    const ResumeState state =
+        shards_ ? load_training_checkpoint_pieces(*shared_.resume_path, c_, shards_->pieces(), *optimizer_)
+                : load_training_checkpoint(*shared_.resume_path, c_, params_, *optimizer_);
+    if (shards_) shards_->pieces_loaded();
     check_resume_step(c_, state.step, *shared_.resume_path);
     loader_->set_cursor(state.cursor);
     step_ = state.step;

@@ -141,9 +141,9 @@ class RankTrainer {
   // Several ranks: the gradient reducer, and with parallel.shard the sharded state (ZeRO-3: one bucket per
   // unit of the model, and the model told to acquire its units).
   void build_reducer_and_shards();
-  // The optimizer's state as a checkpoint holds it (the whole parameters' shapes): a sharded run's snapshot
-  // of zeros to load into (allocate) or to validate against (zero-stride views).
-  std::unique_ptr<optim::OptimizerSnapshot> checkpoint_state(bool allocate) const;
+  // The optimizer's state as a checkpoint holds it (the whole parameters' shapes, zero-stride views): what a
+  // sharded run validates a checkpoint against before each rank reads its pieces.
+  std::unique_ptr<optim::OptimizerSnapshot> checkpoint_state() const;
   bool must_read_back() const;
   void drain_window(Session& s);
   void finish(Session& s);

@@ -110,6 +110,11 @@ class ZeroShards final : public nn::ParameterUnits {
   // Stage parameters: the pieces take their values from the whole parameters (after a load wrote them while
   // acquire_all held them), then every unit is released.
   void adopt_parameters();
+  // After the pieces were written in place (io::load_checkpoint_pieces: a resume that reads only this
+  // rank's part): every parameter whole again from them. Stages optimizer and gradients: an all-gather
+  // (gather_parameters); parameters: every unit released, so the next acquire gathers the new values.
+  // Collective.
+  void pieces_loaded();
   // Drops the pieces' and the parameters' gradients.
   void zero_grad();
 

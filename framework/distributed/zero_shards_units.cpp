@@ -118,4 +118,12 @@ void ZeroShards::adopt_parameters() {
   release_all();
 }
 
+void ZeroShards::pieces_loaded() {
+  if (stage_ == ShardStage::parameters) {
+    release_all();
+  } else {
+    gather_parameters();
+  }
+}
+
 }  // namespace cpf::dist

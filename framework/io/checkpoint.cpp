@@ -26,16 +26,6 @@ constexpr const char* kMetaFile = kCheckpointMetaFile;
 
 using MetaFile = CheckpointMetaFile;
 
-MetaFile read_meta_file(const fs::path& dir) {
-  CPF_CHECK(fs::is_directory(dir), "not a folder");
-  CPF_CHECK(fs::exists(dir / kMetaFile), kMetaFile, " is missing");
-  MetaFile mf = parse_checkpoint_meta(read_file((dir / kMetaFile).string()));
-  const int64_t dir_step = parse_step_dir(dir.filename().string());
-  CPF_CHECK(dir_step < 0 || dir_step == mf.meta.step, "folder name says step ", dir_step, " but ", kMetaFile,
-            " says step ", mf.meta.step);
-  return mf;
-}
-
 struct StoredTensor {
   DType dtype;
   Shape shape;
@@ -126,21 +116,6 @@ void check_loaded(const optim::NamedTensors& loaded, const char* file, const opt
   check_tensor_list(std::move(stored), file, expected, what);
 }
 
-// One tensor's data against meta.json: its checksum (format 2) and finite floating-point values.
-void check_tensor_integrity(const char* file, const MetaFile& mf, const std::string& name, const std::string& checksum,
-                            const std::optional<NonFiniteValue>& non_finite) {
-  if (mf.has_checksums()) {
-    const auto sums = mf.checksums.find(file);
-    CPF_CHECK(sums != mf.checksums.end() && sums->second.count(name) == 1, kMetaFile,
-              " records no checksum for tensor '", name, "' of ", file);
-    const std::string& recorded = sums->second.at(name);
-    CPF_CHECK(checksum == recorded, file, ": tensor '", name, "' fails its checksum (", kMetaFile, " records ",
-              recorded, ", the data hashes to ", checksum, "): the file is corrupted");
-  }
-  CPF_CHECK(!non_finite, file, ": ", non_finite ? non_finite->describe() : "",
-            "; a checkpoint of non-finite values cannot be used");
-}
-
 // Reads every tensor of `file` from the disk (in bounded chunks) and checks its integrity.
 void check_tensor_data(const fs::path& dir, const char* file, const MetaFile& mf) {
   const FileReader reader((dir / file).string());
@@ -228,6 +203,32 @@ void refuse_non_finite(const std::string& dir, int64_t step, const optim::NamedT
 }
 
 }  // namespace
+
+CheckpointMetaFile read_meta_file(const std::filesystem::path& dir) {
+  namespace fs = std::filesystem;
+  CPF_CHECK(fs::is_directory(dir), "not a folder");
+  CPF_CHECK(fs::exists(dir / kCheckpointMetaFile), kCheckpointMetaFile, " is missing");
+  CheckpointMetaFile mf = parse_checkpoint_meta(read_file((dir / kCheckpointMetaFile).string()));
+  const int64_t dir_step = parse_step_dir(dir.filename().string());
+  CPF_CHECK(dir_step < 0 || dir_step == mf.meta.step, "folder name says step ", dir_step, " but ", kCheckpointMetaFile,
+            " says step ", mf.meta.step);
+  return mf;
+}
+
+// One tensor's data against meta.json: its checksum (format 2) and finite floating-point values.
+void check_tensor_integrity(const char* file, const CheckpointMetaFile& mf, const std::string& name,
+                            const std::string& checksum, const std::optional<NonFiniteValue>& non_finite) {
+  if (mf.has_checksums()) {
+    const auto sums = mf.checksums.find(file);
+    CPF_CHECK(sums != mf.checksums.end() && sums->second.count(name) == 1, kCheckpointMetaFile,
+              " records no checksum for tensor '", name, "' of ", file);
+    const std::string& recorded = sums->second.at(name);
+    CPF_CHECK(checksum == recorded, file, ": tensor '", name, "' fails its checksum (", kCheckpointMetaFile,
+              " records ", recorded, ", the data hashes to ", checksum, "): the file is corrupted");
+  }
+  CPF_CHECK(!non_finite, file, ": ", non_finite ? non_finite->describe() : "",
+            "; a checkpoint of non-finite values cannot be used");
+}
 
 std::string save_checkpoint(const std::string& dir, const optim::NamedTensors& model, const optim::Optimizer* optimizer,
                             const CheckpointMeta& meta, int keep_last) {

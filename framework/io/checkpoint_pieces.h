@@ -1,13 +1,18 @@
 #pragma once
 // Reading the pieces of a sharded checkpoint (sharded_checkpoint.h): which stored pieces tile each
-// tensor, and the whole tensors assembled from them. Internal to framework/io (checkpoint.cpp).
+// tensor, the whole tensors assembled from them, and the meta.json checks both loaders share. Internal
+// to framework/io (checkpoint.cpp, checkpoint_ranges.cpp).
 #include <cstdint>
+#include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "framework/io/checkpoint_meta.h"
 #include "framework/io/safetensors.h"
+#include "framework/io/tensor_integrity.h"
 #include "framework/optim/optimizer.h"
 
 namespace cpf::io {
@@ -33,5 +38,13 @@ PieceCover check_piece_cover(const std::vector<std::pair<std::string, std::vecto
 optim::NamedTensors assemble_pieces(const PieceCover& cover,
                                     const std::map<std::string, std::map<std::string, Tensor>>& loaded,
                                     const optim::NamedTensors& expected);
+
+// meta.json of the checkpoint folder `dir`, parsed and checked against the folder's step number.
+CheckpointMetaFile read_meta_file(const std::filesystem::path& dir);
+
+// One stored tensor's data against meta.json: its checksum (format 2) and finite floating-point values;
+// throws naming the file and the tensor.
+void check_tensor_integrity(const char* file, const CheckpointMetaFile& mf, const std::string& name,
+                            const std::string& checksum, const std::optional<NonFiniteValue>& non_finite);
 
 }  // namespace cpf::io

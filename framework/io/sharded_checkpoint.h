@@ -20,6 +20,10 @@
 // pieces of all files (a gap or an overlap is refused, naming the tensor and the element), and is
 // assembled whole from them, so a checkpoint of 4 ranks resumes on 2, on 1, or in another shard mode,
 // and `cpformer generate` and `export` read it as any other.
+//
+// Reading without holding the whole: load_checkpoint_pieces fills one rank's pieces only, reading the
+// stored tensors or pieces that overlap them (its own file when the world size and layout are the same),
+// so a sharded run resumes with no rank ever holding more than its part.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -52,5 +56,16 @@ void write_checkpoint_shard(const std::string& tmp, int64_t rank, int64_t world,
 // (and leaves the temporary folder for the next save to remove). Returns the checkpoint's folder.
 std::string finish_sharded_checkpoint(const std::string& dir, const std::string& tmp, const CheckpointMeta& meta,
                                       int64_t world, int keep_last = 0);
+
+// Every rank, resuming a sharded run: fills `model_pieces` and, when `optimizer` is not null, its state
+// (an optimizer over the pieces, so its state is named "<slot>.<tensor>[begin:end]") from the checkpoint
+// at `path`, of either layout and any world size. Names are pieces ("<tensor>[begin:end]", 1-D) or whole
+// tensors. Only the stored entries overlapping the wanted elements are read, each verified whole first
+// (checksum, finite values); a gap, an element stored twice, a dtype that differs, another config hash
+// or optimizer are refused, naming the tensor, and nothing live changes before everything was read. The
+// pieces' versions move (copy_). The whole tensors' shapes are not known here: check the checkpoint against
+// the whole model first (checkpoint_problem, as find_resume_checkpoint does).
+CheckpointMeta load_checkpoint_pieces(const std::string& path, const optim::NamedTensors& model_pieces,
+                                      optim::Optimizer* optimizer, const std::string& expected_config_hash);
 
 }  // namespace cpf::io

@@ -21,25 +21,9 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::Net;
+using testing::pieces_of;
 using testing::snapshot;
 using testing::train_step;
-
-// Rank r's pieces of `tensors` over `world` ranks: each tensor's flattened elements cut into `world`
-// contiguous ranges (the last ones may be empty and are left out), shifted by `overlap` elements into the
-// previous rank's range (0: an exact tiling).
-optim::NamedTensors pieces_of(const optim::NamedTensors& tensors, int64_t rank, int64_t world, int64_t overlap = 0) {
-  optim::NamedTensors out;
-  for (const auto& [name, t] : tensors) {
-    const int64_t n = t.numel(), per = (n + world - 1) / world;
-    const int64_t begin = std::max<int64_t>(0, std::min(n, rank * per) - (rank > 0 ? overlap : 0));
-    const int64_t end = std::min(n, (rank + 1) * per);
-    if (begin >= end) continue;
-    const Tensor flat = raw::view(raw::contiguous(t), {n});
-    out.emplace_back(name + "[" + std::to_string(begin) + ":" + std::to_string(end) + "]",
-                     raw::clone(raw::narrow(flat, 0, begin, end - begin)));
-  }
-  return out;
-}
 
 class ShardedCheckpoint : public ::testing::Test {
  protected:
