@@ -48,6 +48,7 @@ std::string summary_line(const TrainConfig& c, const TrainOutcome& r) {
   if (r.tokens_seen > 0) line += " | " + format_count(static_cast<double>(r.tokens_seen)) + " tok";
   if (r.tokens_per_second) line += " | " + format_count(*r.tokens_per_second) + " tok/s";
   if (r.mfu) line += " | MFU " + percent(*r.mfu);
+  if (r.mfu_fp8) line += " (" + percent(*r.mfu_fp8) + " of FP8 peak)";
   if (r.target_set) {
     line += " | target " + target_text(c) +
             (r.target_reached ? " reached at step " + std::to_string(r.target_step) : std::string(" NOT reached"));

@@ -136,8 +136,12 @@ void MetricsLogger::step(const StepMetrics& m, bool print) {
   } else if (m.resident_memory_bytes) {
     memory = " | rss " + format_memory(*m.resident_memory_bytes);
   }
-  char mfu[32] = "";
-  if (m.mfu) std::snprintf(mfu, sizeof mfu, " | MFU %.1f%%", 100.0 * *m.mfu);
+  char mfu[64] = "";
+  if (m.mfu && m.mfu_fp8) {
+    std::snprintf(mfu, sizeof mfu, " | MFU %.1f%% (%.1f%% of FP8 peak)", 100.0 * *m.mfu, 100.0 * *m.mfu_fp8);
+  } else if (m.mfu) {
+    std::snprintf(mfu, sizeof mfu, " | MFU %.1f%%", 100.0 * *m.mfu);
+  }
   std::snprintf(buf, sizeof buf,
                 "step %*lld/%lld | loss %.4f | lr %.2e | grad %.3f | %s tok/s%s | %s tok%s | %s elapsed | ETA %s",
                 width, static_cast<long long>(m.step), static_cast<long long>(options_.total_steps), m.loss, m.lr,
@@ -156,6 +160,7 @@ void MetricsLogger::step(const StepMetrics& m, bool print) {
   if (m.memory_model_bytes) j["memory_model_bytes"] = *m.memory_model_bytes;
   if (m.resident_memory_bytes) j["rss_bytes"] = *m.resident_memory_bytes;
   if (m.mfu) j["mfu"] = *m.mfu;
+  if (m.mfu_fp8) j["mfu_fp8"] = *m.mfu_fp8;
   write_json(j.dump());
 }
 

@@ -37,7 +37,8 @@ struct StepMetrics {
   std::optional<double> peak_memory_bytes;      // GPU runs: the caching allocator's peak on rank 0's device
   std::optional<double> memory_model_bytes;     // GPU runs: the memory planner's estimate (memory_plan.h)
   std::optional<double> resident_memory_bytes;  // CPU runs: the process's resident set (process_memory.h)
-  std::optional<double> mfu;  // GPU runs on a known GPU: model FLOPs utilisation, 0..1 (docs/training.md)
+  std::optional<double> mfu;      // GPU runs on a known GPU: model FLOPs utilisation, 0..1 (docs/training.md)
+  std::optional<double> mfu_fp8;  // run.precision: fp8 on a GPU with FP8 tensor cores: the same over the FP8 peak
 };
 
 struct EvalMetrics {

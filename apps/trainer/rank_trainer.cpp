@@ -395,7 +395,8 @@ void RankTrainer::log_step(Session& s) {
                             .peak_memory_bytes = peak_memory(),
                             .memory_model_bytes = memory_model(),
                             .resident_memory_bytes = resident_bytes(),
-                            .mfu = mfu(window.tokens / std::max(window.seconds, 1e-9))},
+                            .mfu = mfu(window.tokens / std::max(window.seconds, 1e-9)),
+                            .mfu_fp8 = mfu_fp8(window.tokens / std::max(window.seconds, 1e-9))},
                 true);
   // The summary's train loss is this same quantity: the mean over the last step line's steps.
   shared_.outcome.train_loss = loss;

@@ -85,8 +85,14 @@ class RankTrainer {
   // (models/model_flops.h) over the dense bf16 peak of every GPU (device_peak.h); none on the CPU or an
   // unknown GPU.
   std::optional<double> mfu(double tokens_per_second) const {
-    if (!device_.is_cuda()) return std::nullopt;
-    const std::optional<double> peak = dense_bf16_peak(device_);
+    return utilisation(tokens_per_second, device_.is_cuda() ? dense_bf16_peak(device_) : std::nullopt);
+  }
+  // run.precision: fp8: the same FLOPs over the dense FP8 peak (as if every FLOP could run in FP8).
+  std::optional<double> mfu_fp8(double tokens_per_second) const {
+    if (c_.run.precision != PrecisionMode::fp8 || !device_.is_cuda()) return std::nullopt;
+    return utilisation(tokens_per_second, dense_fp8_peak(device_));
+  }
+  std::optional<double> utilisation(double tokens_per_second, std::optional<double> peak) const {
     if (!peak) return std::nullopt;
     const double flops = models::training_flops_per_token(model_->options(), num_parameters(), c_.data.seq_len);
     return flops * tokens_per_second / (*peak * static_cast<double>(groups_.world->size()));

@@ -134,6 +134,7 @@ void RankTrainer::finish(Session& s) {
                                                : static_cast<double>(s.session_tokens) / s.train_seconds;
       shared_.outcome.tokens_per_second = rate;
       shared_.outcome.mfu = mfu(rate);
+      shared_.outcome.mfu_fp8 = mfu_fp8(rate);
     }
   }
 }

@@ -57,7 +57,8 @@ struct TrainOutcome {
   // only). Unset when no step ran.
   std::optional<double> tokens_per_second;
   std::optional<double> mfu;
-  std::string checkpoint;  // the last checkpoint written
+  std::optional<double> mfu_fp8;  // run.precision: fp8: the same FLOPs over the GPU's dense FP8 peak
+  std::string checkpoint;         // the last checkpoint written
   // SIGINT or SIGTERM when the run stopped early on it (after a final checkpoint, unless no step ran); 0 otherwise.
   int stop_signal = 0;
   // false in the processes of ranks > 0 under a launcher (torchrun/srun/mpirun): rank 0's process

@@ -118,6 +118,26 @@ TEST(TrainLog, StepLinesAndMetricsCountTokensAndShowResidentMemory) {
   EXPECT_NE(r.out.find(" tok/s | /"), std::string::npos) << "and gives their rate: " << r.out;
 }
 
+// GPU runs: MFU against the bf16 peak, and for run.precision: fp8 also against the FP8 peak, in the step
+// line and in metrics.jsonl.
+TEST(TrainLog, StepLinesShowMfuAndItsFp8Share) {
+  const auto dir = scratch_dir("run");
+  std::ostringstream out;
+  {
+    MetricsLogger logger(out, {.metrics_path = (dir / "metrics.jsonl").string(), .total_steps = 20});
+    logger.start_metrics(0);
+    logger.step({.step = 10, .loss = 2.5, .tokens_per_second = 5e4, .tokens_seen = 1000, .mfu = 0.412}, true);
+    logger.step({.step = 20, .loss = 2.0, .tokens_per_second = 5e4, .tokens_seen = 2000, .mfu = 0.5, .mfu_fp8 = 0.25},
+                true);
+  }
+  EXPECT_NE(out.str().find("tok/s | MFU 41.2% | 1.0k tok"), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("tok/s | MFU 50.0% (25.0% of FP8 peak) | 2.0k tok"), std::string::npos) << out.str();
+  const auto lines = lines_of(read_file(dir / "metrics.jsonl"));
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_FALSE(nlohmann::json::parse(lines[0]).contains("mfu_fp8"));
+  EXPECT_DOUBLE_EQ(nlohmann::json::parse(lines[1])["mfu_fp8"].get<double>(), 0.25);
+}
+
 TEST(TrainLog, TokensSeenContinueAcrossAResume) {
   const auto dir = scratch_dir("run");
   ASSERT_EQ(train_tiny(dir, {"--set", "run.steps=10"}).code, kExitOk);

@@ -218,6 +218,9 @@ TEST(TrainSummary, NamesTheRateAndTheMfu) {
   r.run_dir = "runs/x";
   const std::string line = summary_line(c, r);
   EXPECT_NE(line.find("| 81.9k tok | 54.5k tok/s | MFU 41.2% | runs/x"), std::string::npos) << line;
+  r.mfu_fp8 = 0.20625;  // run.precision: fp8: also against the FP8 peak
+  EXPECT_NE(summary_line(c, r).find("| 54.5k tok/s | MFU 41.2% (20.6% of FP8 peak) | runs/x"), std::string::npos)
+      << summary_line(c, r);
 }
 
 }  // namespace
