@@ -1,7 +1,7 @@
 // run.precision: fp8 with fp8.recipe: delayed through the whole trainer on the CPU (the CPU's FP8 ops are
 // the reference the CUDA ones are tested against): the curve tracks bf16 yet is not current scaling's,
-// resume carries the scaling state and reproduces the uninterrupted run bit for bit, data-parallel ranks
-// train with their amaxes reduced, and the fp8 section's bad values are refused with the fix.
+// resume carries the scaling state and reproduces the uninterrupted run bit for bit, data- and
+// context-parallel ranks train with their amaxes reduced, and the fp8 section's bad values are refused with the fix.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -84,6 +84,21 @@ TEST(Fp8Training, DataParallelDelayedScalingTracksBf16) {
     EXPECT_LE(std::abs(delayed.losses[i] - bf16.losses[i]), 0.05 * bf16.losses[i]) << "step " << i + 1;
   }
   EXPECT_TRUE(io::read_checkpoint_meta(delayed.checkpoint).extra.contains("fp8_scaling"));
+}
+
+// Context parallelism splits each sequence over two ranks: each casts its own half of the activations, the
+// amaxes are reduced over both, and the curve tracks bf16 at cp=2 (current and delayed scaling).
+TEST(Fp8Training, ContextParallelFp8TracksBf16) {
+  const auto bf16 = train_with(scratch_dir("cp_bf16"), 12, {"run.precision=bf16", "parallel.cp=2"});
+  const auto current = train_with(scratch_dir("cp_current"), 12, {"run.precision=fp8", "parallel.cp=2"});
+  const auto delayed = train_with(scratch_dir("cp_delayed"), 12, with(kDelayed, {"parallel.cp=2"}));
+  ASSERT_EQ(current.losses.size(), 12u);
+  ASSERT_EQ(delayed.losses.size(), 12u);
+  for (size_t i = 0; i < 12; ++i) {
+    EXPECT_LE(std::abs(current.losses[i] - bf16.losses[i]), 0.05 * bf16.losses[i]) << "current, step " << i + 1;
+    EXPECT_LE(std::abs(delayed.losses[i] - bf16.losses[i]), 0.05 * bf16.losses[i]) << "delayed, step " << i + 1;
+  }
+  EXPECT_NE(current.losses.back(), bf16.losses.back());  // the linears ran in FP8
 }
 
 std::string config_error(const std::vector<std::string>& overrides) {

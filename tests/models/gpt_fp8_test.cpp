@@ -1,0 +1,79 @@
+// run.precision: fp8 inside the GPT (GPTOptions::fp8_linears, delayed scaling): the FP8 GEMMs are exactly
+// the transformer blocks' projections whose shapes fit (their call sites keyed "blocks.i.fp8_k", the same
+// count in every block, nothing outside the blocks: the embedding, the final norm and the LM head stay
+// bf16), each recording the amax of its input, weight and output gradient; a projection whose width is
+// not a multiple of 16 (MLA's latent) stays bf16; a recomputed block reuses its slots.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "framework/autograd/ops.h"
+#include "framework/tensor/ops/copy.h"
+#include "models/gpt.h"
+#include "models/gpt_input.h"
+#include "models/gpt_test_options.h"
+#include "support/test_utils.h"
+
+namespace cpf::models {
+namespace {
+
+GPTOptions fp8_gpt(AttentionType attention) {
+  GPTOptions o = precision_gpt(attention);
+  o.compute_dtype = DType::bf16;
+  o.fp8_linears = true;
+  o.fp8_scaling = {.recipe = Fp8Recipe::delayed, .amax_history = 4};
+  return o;
+}
+
+// 16 tokens: the FP8 GEMM takes rows in multiples of 16.
+GPTInput batch() { return make_prompt_input({{1, 4, 2, 7, 3, 9, 5, 8, 6, 1, 10, 2, 3, 4, 5, 6}}); }
+
+// The FP8 call sites of each block after one forward and backward.
+std::vector<std::vector<std::string>> sites_per_block(const GPT& model) {
+  Tensor loss = GPT::loss(model.forward(batch()), from_vector<int64_t>(std::vector<int64_t>(16, 3), {16}), 16);
+  backward(loss);
+  std::vector<std::vector<std::string>> out(model.options().num_layers);
+  for (const std::string& key : model.fp8_scaling()->keys()) {
+    EXPECT_EQ(key.rfind("blocks.", 0), 0u) << key << ": an FP8 GEMM outside the transformer blocks";
+    out.at(std::stoul(key.substr(7, key.find('.', 7) - 7))).push_back(key.substr(key.find('.', 7) + 1));
+  }
+  return out;
+}
+
+float value(const Tensor& t) { return raw::to(t, DType::f32).item<float>(); }
+
+TEST(GptFp8, TheBlocksProjectionsAndNothingElseRunInFp8) {
+  for (const auto& [name, attention, expected] : std::vector<std::tuple<std::string, AttentionType, size_t>>{
+           {"mha", AttentionType::mha, 4}, {"gqa", AttentionType::gqa, 4}}) {
+    GPTOptions o = fp8_gpt(attention);
+    const GPT model(o);
+    const auto sites = sites_per_block(model);
+    ASSERT_EQ(sites.size(), 2u) << name;
+    // attention's qkv (one GEMM over the concatenated weights) and output projection, the MLP's two.
+    EXPECT_EQ(sites[0], (std::vector<std::string>{"fp8_0", "fp8_1", "fp8_2", "fp8_3"})) << name;
+    EXPECT_EQ(sites[1].size(), expected) << name;
+    for (const std::string& key : model.fp8_scaling()->keys()) {
+      const Fp8Slot slot = model.fp8_scaling()->slot(key);
+      for (int role = 0; role < 3; ++role) EXPECT_GT(value(slot.amax[role]), 0.0f) << name << " " << key << " " << role;
+    }
+  }
+}
+
+// MLA's latent down-projection is 24 wide (kv_lora_rank 16 + rope 8) and SwiGLU's down projection reads 88
+// features: not multiples of 16, so they keep their bf16 GEMMs while the other projections run in FP8.
+TEST(GptFp8, ProjectionsThatDoNotFitStayBf16) {
+  const GPT mla(fp8_gpt(AttentionType::mla));
+  const auto mla_sites = sites_per_block(mla);
+  GPTOptions o = fp8_gpt(AttentionType::gqa);
+  o.mlp = nn::Activation::swiglu;
+  const GPT llama(o);
+  const auto llama_sites = sites_per_block(llama);
+  // q_proj (32 -> 64), kv_b_proj (16 -> 64), o_proj and the MLP's two; kv_a_proj (32 -> 24) stays bf16.
+  EXPECT_EQ(mla_sites[0].size(), 5u);
+  // qkv, o and gate+up (2 x 88 = 176 wide); the down projection reads 88 features (SwiGLU's 8/3 x 32
+  // rounded up to 8), not a multiple of 16, so it keeps its bf16 GEMM.
+  EXPECT_EQ(llama_sites[0], (std::vector<std::string>{"fp8_0", "fp8_1", "fp8_2"}));
+}
+
+}  // namespace
+}  // namespace cpf::models
