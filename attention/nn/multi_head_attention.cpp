@@ -4,6 +4,7 @@
 #include "attention/nn/rope_positions_cache.h"
 #include "framework/autograd/functions/linear_cat.h"
 #include "framework/autograd/ops.h"
+#include "framework/nn/compute_copies.h"
 #include "framework/tensor/profile.h"
 
 namespace cpf::nn {
@@ -41,7 +42,10 @@ struct Projected {
 Projected project_qkv(const Tensor& x, const nn::Linear& q, const nn::Linear& k, const nn::Linear& v,
                       const MultiHeadAttentionOptions& o) {
   const profile::Scope scope("forward/linear", x.device());
-  const Tensor qkv = linear_cat(x, {q.weights_for(x), k.weights_for(x), v.weights_for(x)});  // (.., (H + 2 H_kv) D)
+  const std::vector<LinearWeights> weights = {q.weights_for(x), k.weights_for(x), v.weights_for(x)};
+  // A decoding step's few rows: one GEMM over the kept concatenation of the three compute copies.
+  const Tensor qkv =
+      linear_cat(x, weights, kLinearCatMinFusedRows, nn::active_stacked_copies(x, weights));  // (.., (H + 2 H_kv) D)
   const int64_t q_width = o.num_heads * o.head_dim, kv_width = o.num_kv_heads * o.head_dim;
   const std::vector<Tensor> parts = split(qkv, std::vector<int64_t>{q_width, kv_width, kv_width}, -1);
   using nn::split_heads;

@@ -1,6 +1,8 @@
 #include "framework/nn/compute_copies.h"
 
+#include "framework/autograd/grad_mode.h"
 #include "framework/tensor/ops/cast_many.h"
+#include "framework/tensor/ops/join.h"
 
 namespace cpf::nn {
 namespace {
@@ -34,6 +36,44 @@ void ComputeCopies::refresh(const std::vector<Tensor>& params, DType dtype) {
   for (size_t i = 0; i < stale.size(); ++i) next.at(stale[i].raw_data()).copy = copies[i];
   conversions_ += static_cast<int64_t>(stale.size());
   entries_ = std::move(next);
+  std::erase_if(stacked_, [&](const auto& item) { return !stacked_valid(item.second); });
+}
+
+bool ComputeCopies::stacked_valid(const Stacked& s) const {
+  for (size_t i = 0; i < s.params.size(); ++i) {
+    if (s.params[i].version() != s.versions[i]) return false;
+  }
+  return true;
+}
+
+Tensor ComputeCopies::find_stacked(const std::vector<Tensor>& params, DType dtype) const {
+  std::vector<Tensor> copies;
+  std::vector<const void*> key;
+  bool all = !params.empty();
+  for (const Tensor& p : params) {  // every part looked up, so every missing one is marked wanted
+    copies.push_back(find(p, dtype));
+    key.push_back(p.raw_data());
+    all = all && copies.back().defined();
+  }
+  if (!all) return Tensor();
+  const std::lock_guard<std::mutex> lock(mutex_);
+  auto it = stacked_.find(key);
+  if (it != stacked_.end() && stacked_valid(it->second) && it->second.copy.dtype() == dtype) {
+    bool same = true;
+    for (size_t i = 0; i < params.size(); ++i) same = same && it->second.params[i].is_same(params[i]);
+    if (same) return it->second.copy;
+  }
+  Stacked s{params, {}, copies.size() == 1 ? copies[0] : raw::cat(copies, 0)};  // (sum N, K) or (sum N)
+  for (const Tensor& p : params) s.versions.push_back(p.version());
+  ++stackings_;
+  const Tensor copy = s.copy;
+  stacked_[key] = std::move(s);
+  return copy;
+}
+
+int64_t ComputeCopies::stackings() const {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  return stackings_;
 }
 
 Tensor ComputeCopies::find(const Tensor& param, DType dtype) const {
@@ -63,6 +103,24 @@ const ComputeCopies* active_compute_copies() { return active_copies; }
 
 Tensor active_compute_copy(const Tensor& param, DType dtype) {
   return active_copies != nullptr ? active_copies->find(param, dtype) : Tensor();
+}
+
+LinearCatStacked active_stacked_copies(const Tensor& x, const std::vector<LinearWeights>& parts) {
+  if (active_copies == nullptr || grad_enabled() || !x.defined() || x.dim() < 1 || x.size(-1) == 0 ||
+      x.numel() / x.size(-1) >= kLinearCatMinFusedRows || parts.empty()) {
+    return {};
+  }
+  std::vector<Tensor> weights, biases;
+  for (const LinearWeights& p : parts) {
+    weights.push_back(p.weight);
+    if (p.bias.defined()) biases.push_back(p.bias);
+  }
+  LinearCatStacked out{active_copies->find_stacked(weights, x.dtype()), Tensor()};
+  if (out.weight.defined() && !biases.empty()) {
+    out.bias = active_copies->find_stacked(biases, x.dtype());
+    if (!out.bias.defined()) return {};
+  }
+  return out;
 }
 
 }  // namespace cpf::nn

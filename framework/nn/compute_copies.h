@@ -15,11 +15,13 @@
 // at every refresh, never written in place, so a graph that saved one (the linear op keeps its bf16 weight for dX)
 // stays correct.
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
+#include "framework/autograd/functions/linear_cat.h"
 #include "framework/tensor/tensor.h"
 
 namespace cpf::nn {
@@ -32,8 +34,15 @@ class ComputeCopies {
   // The up-to-date copy of `param` in `dtype`, or undefined (none made, stale, or another dtype); a miss
   // marks `param` as wanted by the next refresh.
   Tensor find(const Tensor& param, DType dtype) const;
+  // The concatenation along dim 0 of `params`' up-to-date copies in `dtype`: linear_cat's weight for a
+  // few rows (a decoding step), one GEMM for q, k and v without concatenating their weights per call.
+  // Made by the first lookup that finds every part's copy, then kept, as a new tensor, until a part
+  // changes (refresh drops it then); undefined while any part has no up-to-date copy.
+  Tensor find_stacked(const std::vector<Tensor>& params, DType dtype) const;
   // Conversions done by the refreshes so far (tensors, not launches): what a test can count.
   int64_t conversions() const;
+  // Concatenations made by find_stacked so far.
+  int64_t stackings() const;
 
  private:
   struct Entry {
@@ -41,10 +50,19 @@ class ComputeCopies {
     uint64_t version = 0;
     Tensor copy;
   };
+  struct Stacked {
+    std::vector<Tensor> params;  // held, as Entry::param
+    std::vector<uint64_t> versions;
+    Tensor copy;
+  };
+  bool stacked_valid(const Stacked& s) const;
+
   mutable std::mutex mutex_;                        // forwards of one model on several threads share the copies
   std::unordered_map<const void*, Entry> entries_;  // keyed by the parameter's data address
   mutable std::unordered_set<const void*> wanted_;  // data addresses looked up without a valid copy
+  mutable std::map<std::vector<const void*>, Stacked> stacked_;  // keyed by the parts' data addresses
   int64_t conversions_ = 0;
+  mutable int64_t stackings_ = 0;
 };
 
 // While alive, Linear and compute_parameter (precision.h) on this thread take their compute-dtype
@@ -62,6 +80,12 @@ class ComputeCopiesScope {
 
 // The active scope's up-to-date copy of `param` in `dtype`, or undefined (no scope, or none held).
 Tensor active_compute_copy(const Tensor& param, DType dtype);
+
+// linear_cat's kept concatenation of `parts`' compute copies (weights and biases, find_stacked) for an input
+// x of fewer than kLinearCatMinFusedRows rows, without gradients (a decoding step, an evaluation), under an
+// active scope; empty otherwise: a larger input builds its concatenation per call, which its GEMM dwarfs,
+// and training keeps its memory and its few-row numerics (the parts' GEMMs apart) as they were.
+LinearCatStacked active_stacked_copies(const Tensor& x, const std::vector<LinearWeights>& parts);
 
 // The copies the active scope on this thread uses, or null: what code that re-runs a forward later (a
 // recomputed block, framework/autograd/checkpoint.h) captures to use the same copies then.

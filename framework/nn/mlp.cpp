@@ -4,6 +4,7 @@
 
 #include "framework/autograd/functions/linear_cat.h"
 #include "framework/autograd/ops.h"
+#include "framework/nn/compute_copies.h"
 #include "framework/tensor/profile.h"
 
 namespace cpf::nn {
@@ -43,7 +44,9 @@ Tensor MLP::forward(const Tensor& x) const {
   {
     // gate_proj and up_proj as one GEMM over their concatenated compute copies (linear_cat.h).
     const profile::Scope scope("forward/linear", x.device());
-    gate_up = linear_cat(x, {gate_->weights_for(x), in_->weights_for(x)});  // (..., 2 I) = [gate | up]
+    const std::vector<LinearWeights> parts = {gate_->weights_for(x), in_->weights_for(x)};
+    // (..., 2 I) = [gate | up]; a decoding step's few rows use the kept concatenation (compute_copies.h)
+    gate_up = linear_cat(x, parts, kLinearCatMinFusedRows, active_stacked_copies(x, parts));
   }
   {
     // One kernel for silu(gate) * up, one for both halves of its gradient (framework/tensor/ops/swiglu.h).

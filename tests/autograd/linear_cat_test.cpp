@@ -6,6 +6,7 @@
 
 #include "framework/autograd/functions/linear_cat.h"
 #include "framework/autograd/ops.h"
+#include "framework/tensor/ops/join.h"
 #include "support/test_utils.h"
 
 namespace cpf {
@@ -79,6 +80,32 @@ TEST(LinearCat, MixedPrecisionReadsTheComputeCopies) {
   backward(sum(to(y, DType::f32)));
   EXPECT_EQ(w1.grad().dtype(), DType::f32);
   EXPECT_EQ(w2.grad().shape(), (Shape{8, 8}));
+}
+
+// A kept concatenation (nn::ComputeCopies::find_stacked) runs one GEMM for a few rows: the same values as
+// the parts run apart, and the same gradients for the masters.
+TEST(LinearCat, AKeptConcatenationRunsOneGemmForFewRows) {
+  const Tensor x = raw::to(random_tensor({3, 8}, DType::f64, 31), DType::bf16);  // 3 rows, below 128
+  const Tensor w1 = leaf({8, 8}, 32, DType::f32), w2 = leaf({4, 8}, 33, DType::f32);
+  const Tensor b1 = leaf({8}, 34, DType::f32), b2 = leaf({4}, 35, DType::f32);
+  const Tensor c1 = raw::to(w1, DType::bf16), c2 = raw::to(w2, DType::bf16);
+  const Tensor cb1 = raw::to(b1, DType::bf16), cb2 = raw::to(b2, DType::bf16);
+  const std::vector<LinearWeights> parts = {{w1, b1, c1, cb1}, {w2, b2, c2, cb2}};
+  const LinearCatStacked kept{raw::cat({c1, c2}, 0), raw::cat({cb1, cb2}, 0)};
+  const Tensor y = linear_cat(x, parts, kLinearCatMinFusedRows, kept);
+  EXPECT_TRUE(all_close(y, cat({linear(x, parts[0]), linear(x, parts[1])}, -1), 0, 0));
+  backward(sum(to(y, DType::f32)));
+  EXPECT_EQ(w1.grad().dtype(), DType::f32);
+  EXPECT_EQ(b2.grad().shape(), (Shape{4}));
+  // The kept tensors must be the concatenation's shape and x's dtype, with a bias exactly when the parts have one.
+  EXPECT_CPF_ERROR(linear_cat(x, parts, kLinearCatMinFusedRows, {c1, kept.bias}),
+                   "linear_cat: the stacked weight must be (12, 8) bf16, got [8,8] bf16");
+  EXPECT_CPF_ERROR(linear_cat(x, parts, kLinearCatMinFusedRows, {raw::to(kept.weight, DType::f32), kept.bias}),
+                   "the stacked weight must be (12, 8) bf16, got [12,8] f32");
+  EXPECT_CPF_ERROR(linear_cat(x, parts, kLinearCatMinFusedRows, {kept.weight, Tensor()}),
+                   "the stacked bias must be a (12) bf16 tensor, got []");
+  EXPECT_CPF_ERROR(linear_cat(x, {{w1, Tensor(), c1}, {w2, Tensor(), c2}}, kLinearCatMinFusedRows, kept),
+                   "the stacked bias must be undefined (the parts have no bias), got [12]");
 }
 
 TEST(LinearCat, RejectsBadParts) {

@@ -2,8 +2,8 @@
 // GPU's does, docs/training.md): fed the same tokens, the cached decoder's logits equal full-window
 // decoding's to bf16 steps for MHA, GQA and MLA (MLA's cached path attends over the absorbed latent,
 // its full path over per-head K/V, so the two round in different places), also while the window
-// slides. The model and prompts are tests/tensor/cuda/gpt_kv_cache_test.cpp's, whose GPU bf16 checks compare
-// against this emulation.
+// slides; MHA and GQA project q, k and v with one GEMM over a kept weight concatenation. The model and prompts are
+// tests/tensor/cuda/gpt_kv_cache_test.cpp's, whose GPU bf16 checks compare against this emulation.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -80,6 +80,11 @@ TEST_P(KVCacheBf16, TeacherForcedCachedLogitsEqualFullWindowToBf16Steps) {
   EXPECT_LT(worst, 0.1);
   if (GetParam() != AttentionType::mla) EXPECT_EQ(worst, 0.0);
   EXPECT_LT(cached.tokens_fed(), full.tokens_fed());
+  // MHA and GQA decode q, k and v with one GEMM over the kept concatenation of their bf16 copies, made
+  // once a layer (weights; no biases here) and reused by every later step (compute_copies.h).
+  if (GetParam() != AttentionType::mla) {
+    EXPECT_EQ(model.compute_copies().stackings(), model.options().num_layers);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Attention, KVCacheBf16,

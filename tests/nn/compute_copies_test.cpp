@@ -12,6 +12,7 @@
 #include "framework/nn/precision.h"
 #include "framework/tensor/ops/cast_many.h"
 #include "framework/tensor/ops/copy.h"
+#include "framework/tensor/ops/join.h"
 #include "support/test_utils.h"
 
 namespace cpf {
@@ -90,6 +91,50 @@ TEST(ComputeCopies, LayersComputeTheSameWithCopiesAndGradientsReachTheMaster) {
   EXPECT_TRUE(p.requires_grad());
   EXPECT_FALSE(p.is_same(copies.find(w, DType::bf16)));
   EXPECT_FALSE(copies.find(w, DType::bf16).requires_grad());
+}
+
+// find_stacked: the concatenation of the parts' copies, made once every part has a copy, kept (the same
+// tensor) while they are unchanged, dropped by the refresh after an update and made anew.
+TEST(ComputeCopies, KeepsTheConcatenationOfUnchangedCopies) {
+  nn::Linear q({.in_features = 6, .out_features = 4}), k({.in_features = 6, .out_features = 2});
+  const std::vector<Tensor> params = {q.weight(), k.weight()};
+  nn::ComputeCopies copies;
+  EXPECT_FALSE(copies.find_stacked(params, DType::bf16).defined());  // no copies yet: both now wanted
+  copies.refresh(params, DType::bf16);
+  const Tensor stacked = copies.find_stacked(params, DType::bf16);
+  ASSERT_TRUE(stacked.defined());
+  EXPECT_TRUE(equal(stacked, raw::cat({raw::to(q.weight(), DType::bf16), raw::to(k.weight(), DType::bf16)}, 0)));
+  EXPECT_TRUE(copies.find_stacked(params, DType::bf16).is_same(stacked));
+  copies.refresh(params, DType::bf16);
+  EXPECT_TRUE(copies.find_stacked(params, DType::bf16).is_same(stacked));
+  EXPECT_EQ(copies.stackings(), 1);
+  {
+    NoGradGuard guard;
+    raw::copy_(k.weight(), random_tensor({2, 6}, DType::f32, 3));
+  }
+  EXPECT_FALSE(copies.find_stacked(params, DType::bf16).defined());  // k's copy is stale
+  copies.refresh(params, DType::bf16);
+  const Tensor again = copies.find_stacked(params, DType::bf16);
+  EXPECT_FALSE(again.is_same(stacked));  // a new tensor: graphs that saved the old one keep it
+  EXPECT_TRUE(equal(again, raw::cat({raw::to(q.weight(), DType::bf16), raw::to(k.weight(), DType::bf16)}, 0)));
+  EXPECT_EQ(copies.stackings(), 2);
+  // Under a scope, linear_cat's few-row inputs without gradients get them (the biases' too, once they have
+  // copies); 128 rows and more build their own per call.
+  const nn::ComputeCopiesScope scope(&copies);
+  const Tensor x = bf16_input({2, 6}, 4);
+  {
+    const std::vector<LinearWeights> training = {q.weights_for(x), k.weights_for(x)};
+    EXPECT_FALSE(nn::active_stacked_copies(x, training).weight.defined());  // with gradients: the parts apart
+  }
+  NoGradGuard decoding;
+  std::vector<LinearWeights> parts = {q.weights_for(x), k.weights_for(x)};  // the biases' lookups miss
+  EXPECT_FALSE(nn::active_stacked_copies(x, parts).weight.defined());
+  copies.refresh({q.weight(), k.weight(), q.bias(), k.bias()}, DType::bf16);
+  parts = {q.weights_for(x), k.weights_for(x)};
+  const LinearCatStacked kept = nn::active_stacked_copies(x, parts);
+  EXPECT_TRUE(kept.weight.is_same(again));
+  EXPECT_TRUE(equal(kept.bias, raw::cat({raw::to(q.bias(), DType::bf16), raw::to(k.bias(), DType::bf16)}, 0)));
+  EXPECT_FALSE(nn::active_stacked_copies(bf16_input({128, 6}, 4), parts).weight.defined());
 }
 
 TEST(ComputeCopies, RejectsANonFloatingComputeDtype) {

@@ -52,7 +52,7 @@ void check_parts(const Tensor& x, const std::vector<LinearWeights>& parts) {
 }
 
 // The parts' tensors (compute copy when given, else the master) stacked along dim 0 in x's dtype.
-Tensor stacked(const std::vector<LinearWeights>& parts, DType dtype, bool bias) {
+Tensor stack_parts(const std::vector<LinearWeights>& parts, DType dtype, bool bias) {
   std::vector<Tensor> pieces;
   for (const LinearWeights& p : parts) {
     const Tensor& compute = bias ? p.compute_bias : p.compute_weight;
@@ -62,13 +62,31 @@ Tensor stacked(const std::vector<LinearWeights>& parts, DType dtype, bool bias) 
   return raw::to(all, dtype);
 }
 
+// `stacked`, when given, is the parts' concatenation in x's dtype.
+void check_stacked(const Tensor& x, const std::vector<LinearWeights>& parts, int64_t total,
+                   const LinearCatStacked& stacked) {
+  if (!stacked.weight.defined()) return;
+  const int64_t k = parts[0].weight.size(1);
+  CPF_CHECK(stacked.weight.dtype() == x.dtype() && stacked.weight.shape() == Shape({total, k}), kOp,
+            ": the stacked weight must be (", total, ", ", k, ") ", x.dtype(), ", got ", stacked.weight.shape(), " ",
+            stacked.weight.dtype());
+  CPF_CHECK(
+      stacked.bias.defined() == parts[0].bias.defined() &&
+          (!stacked.bias.defined() || (stacked.bias.dtype() == x.dtype() && stacked.bias.shape() == Shape({total}))),
+      kOp, ": the stacked bias must be ", parts[0].bias.defined() ? "a (" + std::to_string(total) + ") " : "",
+      parts[0].bias.defined() ? dtype_name(x.dtype()) + " tensor" : "undefined (the parts have no bias)", ", got ",
+      stacked.bias.defined() ? stacked.bias.shape() : Shape{});
+}
+
 }  // namespace
 
-Tensor linear_cat(const Tensor& x, const std::vector<LinearWeights>& parts, int64_t min_fused_rows) {
+Tensor linear_cat(const Tensor& x, const std::vector<LinearWeights>& parts, int64_t min_fused_rows,
+                  const LinearCatStacked& stacked) {
   check_parts(x, parts);
   CPF_CHECK(min_fused_rows >= 0, kOp, ": min_fused_rows must be >= 0, got ", min_fused_rows);
   int64_t total = 0;
   for (const LinearWeights& p : parts) total += p.weight.size(0);
+  check_stacked(x, parts, total, stacked);
   if (use_fp8_linear(x, total)) {
     // One FP8 GEMM over the master weights' differentiable concatenation (fp8_autocast.h).
     std::vector<Tensor> weights, biases;
@@ -79,14 +97,14 @@ Tensor linear_cat(const Tensor& x, const std::vector<LinearWeights>& parts, int6
     const Tensor bias = parts[0].bias.defined() ? cat(biases, 0) : Tensor();
     return fp8_linear(x, cat(weights, 0), bias, *next_fp8_linear_options());  // (..., sum N)
   }
-  if (x.size(-1) == 0 || x.numel() / x.size(-1) < min_fused_rows) {
+  if (!stacked.weight.defined() && (x.size(-1) == 0 || x.numel() / x.size(-1) < min_fused_rows)) {
     std::vector<Tensor> pieces;
     for (const LinearWeights& p : parts) pieces.push_back(linear(x, p));  // (..., N_i)
     return pieces.size() == 1 ? pieces[0] : cat(pieces, -1);              // (..., sum N)
   }
   const bool has_bias = parts[0].bias.defined();
-  const Tensor w = stacked(parts, x.dtype(), false);                       // (sum N, K)
-  const Tensor b = has_bias ? stacked(parts, x.dtype(), true) : Tensor();  // (sum N)
+  const Tensor w = stacked.weight.defined() ? stacked.weight : stack_parts(parts, x.dtype(), false);  // (sum N, K)
+  const Tensor b = !has_bias ? Tensor() : stacked.bias.defined() ? stacked.bias : stack_parts(parts, x.dtype(), true);
   // (..., sum N); a selectively recomputed region keeps it (forward_stash.h)
   const Tensor y = autograd::stashed(kOp, [&] { return std::vector<Tensor>{raw::linear(x, w, b)}; }).front();
   std::vector<Tensor> inputs{x};

@@ -17,12 +17,19 @@
 
 namespace cpf {
 
+// The parts' compute copies already concatenated, kept by the caller across calls (nn::ComputeCopies::
+// find_stacked): weight (sum N, K) and bias (sum N) in x's dtype, the bias undefined when the parts have none.
+struct LinearCatStacked {
+  Tensor weight, bias;
+};
+
 // parts: one or more LinearWeights with the same in_features K, weight dtype and device; biases all
 // defined or all undefined. With fewer than min_fused_rows rows in x (decoding, tiny batches) the weight
 // concatenation would cost more than one GEMM saves: the parts then run as separate linears whose
-// outputs are joined (same values, the same gradients).
+// outputs are joined (same values, the same gradients), unless `stacked` holds the concatenation already,
+// which then runs as one GEMM whatever the rows.
 inline constexpr int64_t kLinearCatMinFusedRows = 128;
 Tensor linear_cat(const Tensor& x, const std::vector<LinearWeights>& parts,
-                  int64_t min_fused_rows = kLinearCatMinFusedRows);
+                  int64_t min_fused_rows = kLinearCatMinFusedRows, const LinearCatStacked& stacked = {});
 
 }  // namespace cpf
