@@ -1,5 +1,6 @@
 #include "framework/tensor/ops/fp8.h"
 
+#include <Eigen/Core>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -81,24 +82,27 @@ void cpu_quantize(const Tensor& q, const Tensor& x, float scale) {
   });
 }
 
+// The decoded values of an FP8 matrix (rows, cols), exact in f64.
+Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> decoded(const Tensor& q) {
+  Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> m(q.size(0), q.size(1));
+  with_fp8_values(q, [&](auto value) {
+    for (int64_t i = 0; i < q.numel(); ++i) m.data()[i] = value(i);
+  });
+  return m;
+}
+
+// The products of FP8 values are exact in f64 (and in f32), the sums are taken in f64 (Eigen's GEMM),
+// the scales and the bias applied once, then one rounding to f32.
 void cpu_matmul_nt(const Tensor& out, const Tensor& a, float sa, const Tensor& b, float sb, const Tensor& bias) {
-  const int64_t m = a.size(0), k = a.size(1), n = b.size(0);
-  std::vector<float> av(a.numel()), bv(b.numel());
-  with_fp8_values(a, [&](auto value) {
-    for (int64_t i = 0; i < a.numel(); ++i) av[i] = value(i);
-  });
-  with_fp8_values(b, [&](auto value) {
-    for (int64_t i = 0; i < b.numel(); ++i) bv[i] = value(i);
-  });
+  const int64_t m = a.size(0), n = b.size(0);
+  Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> acc = decoded(a) * decoded(b).transpose();
   const Tensor bias_f = bias.defined() ? raw::to(bias, DType::f32) : Tensor();
   const float* bias_p = bias_f.defined() ? static_cast<const float*>(bias_f.raw_data()) : nullptr;
   const double scale = static_cast<double>(sa) * static_cast<double>(sb);
   std::vector<float> result(m * n);
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = 0; j < n; ++j) {
-      double acc = 0.0;
-      for (int64_t p = 0; p < k; ++p) acc += static_cast<double>(av[i * k + p]) * bv[j * k + p];
-      result[i * n + j] = static_cast<float>(acc * scale + (bias_p ? bias_p[j] : 0.0f));
+      result[i * n + j] = static_cast<float>(acc(i, j) * scale + (bias_p ? bias_p[j] : 0.0f));
     }
   }
   copy_(out, from_vector(result, {m, n}));
