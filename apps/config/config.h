@@ -86,7 +86,7 @@ void describe(V& v, Fp8ScalingOptions& o) {
            "current: each tensor's scale from its own amax just before its cast (no state); delayed: from the "
            "amax history of earlier steps, the casts recording this step's (TransformerEngine's DelayedScaling)");
   v.field("margin", o.margin, "headroom: scales are 448 (E4M3) or 57344 (E5M2) / amax / 2^margin", Range{0, 64});
-  v.field("amax_history", o.amax_history, "delayed: steps of amax kept per tensor", Range{1, 1e6});
+  v.field("amax_history", o.amax_history, "delayed: steps of amax kept per tensor", Range{1, 4096});
   v.choice(
       "amax_compute", o.amax_compute,
       config::Choices<raw::AmaxCompute>{{"max", raw::AmaxCompute::max}, {"most_recent", raw::AmaxCompute::most_recent}},

@@ -135,33 +135,52 @@ void RankTrainer::resume() {
     }
   }
   groups_.world->barrier();
-  if (shared_.resume_path) {
-    // Sharded: each rank reads only its pieces of the weights and the state (of any layout and world
-    // size), then the parameters are made whole from the pieces; no rank holds more than its part.
-    const ResumeState state =
-        shards_ ? load_training_checkpoint_pieces(*shared_.resume_path, c_, shards_->pieces(), *optimizer_)
-                : load_training_checkpoint(*shared_.resume_path, c_, params_, *optimizer_);
-    if (shards_) shards_->pieces_loaded();
-    check_resume_step(c_, state.step, *shared_.resume_path);
-    loader_->set_cursor(state.cursor);
-    step_ = state.step;
-    // Steps the checkpoint's run had not logged on the log_every grid (none when it stopped on a line of it).
-    if (state.carried && state.window.steps > 0) resumed_window_ = state.window;
-    restore_fp8_scaling(state.fp8_scaling);
-  }
-  if (shared_.process_per_rank) {
-    // Every process must resume from the same step (a run folder that is not on a shared filesystem
-    // would silently restart some ranks from scratch).
-    const Tensor mine = full({1}, static_cast<double>(step_), {.dtype = DType::f64, .device = device_});
-    const double lo = groups_.world->all_reduce(mine, dist::ReduceOp::min).item<double>();
-    const double hi = groups_.world->all_reduce(mine, dist::ReduceOp::max).item<double>();
-    CPF_CHECK(lo == hi, "resume: the ranks found different checkpoints (steps ", lo, " to ", hi, "); the run folder ",
-              run_dir(c_), " must be on a filesystem every rank sees, or set run.resume: replace");
-  }
+  // Before any collective of the load: every process must resume from the same step (a run folder that
+  // is not on a shared filesystem would silently restart some ranks from scratch, or leave them waiting).
+  if (shared_.process_per_rank) agree_on_resume_step();
+  if (shared_.resume_path) load_resume(*shared_.resume_path);
   if (!shared_.resume_path || !logger_) return;
   logger_->note("resumed from " + *shared_.resume_path + " at step " + std::to_string(step_));
   const TrainConfig saved = checkpoint_config(*shared_.resume_path);
   if (auto warning = schedule_change_warning(saved, c_, step_)) logger_->note(*warning);
+}
+
+void RankTrainer::agree_on_resume_step() const {
+  const double found =
+      shared_.resume_path ? static_cast<double>(io::read_checkpoint_meta(*shared_.resume_path).step) : 0;
+  const Tensor mine = full({1}, found, {.dtype = DType::f64, .device = device_});
+  const double lo = groups_.world->all_reduce(mine, dist::ReduceOp::min).item<double>();
+  const double hi = groups_.world->all_reduce(mine, dist::ReduceOp::max).item<double>();
+  CPF_CHECK(lo == hi, "resume: the ranks found different checkpoints (steps ", lo, " to ", hi, "); the run folder ",
+            run_dir(c_), " must be on a filesystem every rank sees, or set run.resume: replace");
+}
+
+void RankTrainer::load_resume(const std::string& path) {
+  ResumeState state;
+  if (shards_) {
+    // Each rank reads only its pieces of the weights and the state (of any layout and world size), then
+    // the parameters are made whole from the pieces, a collective: every rank learns first whether every
+    // load succeeded, so a rank whose read failed fails them all instead of leaving them waiting.
+    std::string error;
+    try {
+      state = load_training_checkpoint_pieces(path, c_, shards_->pieces(), *optimizer_);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    const Tensor failed = full({1}, error.empty() ? 0.0 : 1.0, {.dtype = DType::f64, .device = device_});
+    const bool any_failed = groups_.world->all_reduce(failed, dist::ReduceOp::max).item<double>() > 0;
+    CPF_CHECK(error.empty(), error);
+    CPF_CHECK(!any_failed, "resume: loading ", path, " failed on another rank (its log names why)");
+    shards_->pieces_loaded();
+  } else {
+    state = load_training_checkpoint(path, c_, params_, *optimizer_);
+  }
+  check_resume_step(c_, state.step, path);
+  loader_->set_cursor(state.cursor);
+  step_ = state.step;
+  // Steps the checkpoint's run had not logged on the log_every grid (none when it stopped on a line of it).
+  if (state.carried && state.window.steps > 0) resumed_window_ = state.window;
+  restore_fp8_scaling(state.fp8_scaling);
 }
 
 void RankTrainer::restore_fp8_scaling(const std::optional<std::string>& saved) {

@@ -104,6 +104,10 @@ class RankTrainer {
     return rss ? std::optional<double>(static_cast<double>(rss->current_bytes)) : std::nullopt;
   }
   void resume();
+  // Every process's checkpoint step all-reduced (min, max) and compared: refused, on every rank, unless equal.
+  void agree_on_resume_step() const;
+  // Weights, optimizer state (a sharded run: this rank's pieces), data cursor, log window and FP8 state.
+  void load_resume(const std::string& path);
   // After a resume: the checkpoint's FP8 delayed-scaling state into the model's (or a note why not).
   void restore_fp8_scaling(const std::optional<std::string>& saved);
   void start_writing();     // the run folder's config.yaml and metrics.jsonl, once the start is accepted

@@ -1,6 +1,8 @@
 #include "framework/autograd/fp8_scaling.h"
 
+#include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstdio>
 #include <sstream>
 
@@ -31,11 +33,44 @@ float parse_bits(std::istringstream& in, const std::string& key) {
   return std::bit_cast<float>(static_cast<uint32_t>(std::stoul(word, nullptr, 16)));
 }
 
+// One line of the text: "<key> settled|fresh" then, per role, the scale and `length` history entries.
+struct ParsedSlot {
+  std::string key;
+  bool settled = false;
+  std::array<float, 3> scale{};
+  std::array<std::vector<float>, 3> history;
+};
+
+ParsedSlot parse_slot(const std::string& line, int64_t length) {
+  std::istringstream words(line);
+  ParsedSlot p;
+  std::string status;
+  words >> p.key >> status;
+  CPF_CHECK(!p.key.empty() && (status == "settled" || status == "fresh"), "Fp8ScalingState::restore: the line '",
+            line.substr(0, 80), "' does not start with '<key> settled|fresh'");
+  p.settled = status == "settled";
+  for (int64_t role = 0; role < 3; ++role) {
+    p.scale[role] = parse_bits(words, p.key);
+    CPF_CHECK(std::isfinite(p.scale[role]) && p.scale[role] > 0, "Fp8ScalingState::restore: slot '", p.key,
+              "' has the scale ", p.scale[role], " (scales are finite and > 0)");
+    for (int64_t h = 0; h < length; ++h) {
+      p.history[role].push_back(parse_bits(words, p.key));
+      CPF_CHECK(std::isfinite(p.history[role].back()) && p.history[role].back() >= 0,
+                "Fp8ScalingState::restore: slot '", p.key, "' has the amax ", p.history[role].back(),
+                " (amaxes are finite and >= 0)");
+    }
+  }
+  std::string extra;
+  CPF_CHECK(!(words >> extra), "Fp8ScalingState::restore: slot '", p.key, "' has more than 3 x (1 + ", length,
+            ") values (the extra '", extra, "')");
+  return p;
+}
+
 }  // namespace
 
 void validate(const Fp8ScalingOptions& o) {
   CPF_CHECK(o.margin >= 0 && o.margin <= 64, "fp8: margin must be in [0, 64], got ", o.margin);
-  CPF_CHECK(o.amax_history >= 1 && o.amax_history <= 1000000, "fp8: amax_history must be in [1, 1000000], got ",
+  CPF_CHECK(o.amax_history >= 1 && o.amax_history <= 4096, "fp8: amax_history must be in [1, 4096], got ",
             o.amax_history);
 }
 
@@ -81,6 +116,17 @@ std::vector<Tensor> Fp8ScalingState::amax_buffers() const {
   return out;
 }
 
+double Fp8ScalingState::keys_fingerprint() const {
+  uint64_t h = 1469598103934665603ull;
+  for (const std::string& key : keys_) {
+    for (const unsigned char c : key + '\n') {
+      h ^= c;
+      h *= 1099511628211ull;
+    }
+  }
+  return static_cast<double>(h >> 12);  // 52 bits
+}
+
 void Fp8ScalingState::update(const Tensor& skip_if_nonfinite) {
   for (const Buffer& b : buffers_) {
     raw::fp8_update_scales(b.history, b.amax, b.scale, b.fp8_max, options_.margin, options_.amax_compute,
@@ -98,7 +144,7 @@ std::string Fp8ScalingState::serialize() const {
     history.push_back(raw::to(b.history, Device::cpu()).to_vector<float>());
   }
   for (size_t i = 0; i < keys_.size(); ++i) {
-    out << keys_[i];
+    out << keys_[i] << (static_cast<int64_t>(i) < settled_ ? " settled" : " fresh");
     for (int64_t role = 0; role < 3; ++role) {
       const int64_t e = 3 * (static_cast<int64_t>(i) % kSlots) + role;
       const size_t buffer = i / kSlots;
@@ -116,39 +162,45 @@ void Fp8ScalingState::restore(const std::string& text) {
   CPF_CHECK(keys_.empty(), "Fp8ScalingState::restore: the state already has ", keys_.size(),
             " slots (restore into a new state, before the first step)");
   std::istringstream in(text);
-  std::string format, line;
+  std::string line;
   long long slots = -1, length = -1;
   std::getline(in, line);
   CPF_CHECK(std::sscanf(line.c_str(), "fp8_scaling_v1 slots=%lld history=%lld", &slots, &length) == 2 && slots >= 0 &&
-                length >= 1,
+                length >= 1 && length <= 4096,
             "Fp8ScalingState::restore: the text starts with '", line, "', not '", kFormat, " slots=N history=L'");
-  std::vector<std::vector<float>> scale, history;
+  // Everything parsed and checked before the first slot is made: a bad text leaves the state empty.
+  std::vector<ParsedSlot> parsed;
   for (long long i = 0; i < slots; ++i) {
     CPF_CHECK(std::getline(in, line), "Fp8ScalingState::restore: ", slots, " slots announced, ", i, " found");
-    std::istringstream words(line);
-    std::string key;
-    words >> key;
-    CPF_CHECK(!key.empty() && !index_.contains(key), "Fp8ScalingState::restore: slot ", i, " has ",
-              key.empty() ? "no key" : "the repeated key '" + key + "'");
-    slot(key);
-    if (buffers_.size() > scale.size()) {
-      scale.emplace_back(3 * kSlots, 1.0f);
-      history.emplace_back(3 * kSlots * options_.amax_history, 0.0f);
+    parsed.push_back(parse_slot(line, length));
+    const ParsedSlot& p = parsed.back();
+    for (long long j = 0; j < i; ++j) {
+      CPF_CHECK(parsed[j].key != p.key, "Fp8ScalingState::restore: slot ", i, " has the repeated key '", p.key, "'");
     }
+    CPF_CHECK(!p.settled || i == 0 || parsed[i - 1].settled, "Fp8ScalingState::restore: slot '", p.key,
+              "' is settled but follows a fresh one (slots settle in the order they were made)");
+  }
+  while (std::getline(in, line)) {
+    CPF_CHECK(line.empty(), "Fp8ScalingState::restore: a line after the ", slots, " slots: '", line, "'");
+  }
+  for (const ParsedSlot& p : parsed) slot(p.key);
+  std::vector<std::vector<float>> scale(buffers_.size(), std::vector<float>(3 * kSlots, 1.0f));
+  std::vector<std::vector<float>> history(buffers_.size(), std::vector<float>(3 * kSlots * options_.amax_history));
+  settled_ = 0;
+  for (size_t i = 0; i < parsed.size(); ++i) {
     for (int64_t role = 0; role < 3; ++role) {
-      const int64_t e = 3 * (i % kSlots) + role;
-      scale.back()[e] = parse_bits(words, key);
-      for (long long h = 0; h < length; ++h) {
-        const float v = parse_bits(words, key);
-        if (h < options_.amax_history) history.back()[e * options_.amax_history + h] = v;
-      }
+      const int64_t e = 3 * (static_cast<int64_t>(i) % kSlots) + role;
+      scale[i / kSlots][e] = parsed[i].scale[role];
+      const std::vector<float>& h = parsed[i].history[role];  // newest first: a shorter history keeps the newest
+      std::copy_n(h.begin(), std::min<int64_t>(options_.amax_history, static_cast<int64_t>(h.size())),
+                  history[i / kSlots].begin() + e * options_.amax_history);
     }
+    if (parsed[i].settled) settled_ = static_cast<int64_t>(i) + 1;
   }
   for (size_t b = 0; b < buffers_.size(); ++b) {
     raw::copy_(buffers_[b].scale, raw::to(from_vector(scale[b], {3 * kSlots}), device_));
     raw::copy_(buffers_[b].history, raw::to(from_vector(history[b], {3 * kSlots, options_.amax_history}), device_));
   }
-  settled_ = static_cast<int64_t>(keys_.size());
 }
 
 }  // namespace cpf

@@ -15,7 +15,8 @@
 // after the first step reads and writes the same addresses every replay, the ranks can all-reduce the
 // amaxes in one collective per buffer, and one kernel updates every scale (fp8_scale_update.h).
 //
-//   step 1   a slot is new: its casts use current scaling and record their amax
+//   step 1   a slot is new: its casts use current scaling, record their amax and leave their scale in
+//            the slot (what the next step uses should no amax reach the history: a skipped step)
 //   update   histories roll, scales follow (skipped, amaxes dropped, when the step was skipped)
 //   step 2+  casts use the slot's scale and record their amax
 #include <array>
@@ -38,7 +39,7 @@ struct Fp8ScalingOptions {
   raw::AmaxCompute amax_compute = raw::AmaxCompute::max;  // delayed: the history's max, or its newest
 };
 
-// Throws naming the field when an option is out of range (margin in [0, 64], amax_history in [1, 1e6]).
+// Throws naming the field when an option is out of range (margin in [0, 64], amax_history in [1, 4096]).
 void validate(const Fp8ScalingOptions& options);
 
 // The three tensors of an FP8 GEMM call site.
@@ -66,15 +67,23 @@ class Fp8ScalingState {
   // The recorded amaxes, one (3 * slots) f32 buffer per 64 slots: what DP/CP ranks all-reduce (max)
   // before update so that every rank derives the same scales.
   std::vector<Tensor> amax_buffers() const;
+  // FNV-1a over the keys in order, in 52 bits (exact through an f64 all-reduce): ranks that made other
+  // call sites, or in another order, would reduce unrelated amaxes. The trainer compares it across ranks
+  // whenever slots were added since the count it last agreed on (agreed_slots).
+  double keys_fingerprint() const;
+  int64_t agreed_slots() const { return agreed_slots_; }
+  void set_agreed_slots(int64_t slots) { agreed_slots_ = slots; }
 
   // After the optimizer step: rolls every history, derives every scale and clears the amaxes (one
   // kernel per buffer); a non-finite skip_if_nonfinite (the step's gradient sum of squares) drops the
   // step's amaxes instead. Slots made before the call are no longer fresh.
   void update(const Tensor& skip_if_nonfinite = Tensor());
 
-  // The state as exact text (every float as its bits), for a checkpoint's metadata; restore() takes it
-  // back into an empty state, making the slots it names (not fresh). A history of another length
-  // keeps its newest entries (padded with zeros, which the max ignores).
+  // The state as exact text (every float as its bits, each slot settled or fresh), for a checkpoint's
+  // metadata; restore() takes it back into an empty state, making the slots it names. A history of another
+  // length keeps its newest entries (padded with zeros, which the max ignores). restore refuses a text it
+  // cannot take whole (bad bits, a non-finite or negative value, missing or extra values, a repeated key)
+  // and then leaves the state empty.
   std::string serialize() const;
   void restore(const std::string& text);
 
@@ -96,6 +105,7 @@ class Fp8ScalingState {
   std::vector<std::string> keys_;
   std::map<std::string, int64_t> index_;
   int64_t settled_ = 0;  // slots [0, settled_) have been through an update (or a restore)
+  int64_t agreed_slots_ = 0;
 };
 
 }  // namespace cpf

@@ -36,7 +36,14 @@ void ComputeCopies::refresh(const std::vector<Tensor>& params, DType dtype) {
   for (size_t i = 0; i < stale.size(); ++i) next.at(stale[i].raw_data()).copy = copies[i];
   conversions_ += static_cast<int64_t>(stale.size());
   entries_ = std::move(next);
-  std::erase_if(stacked_, [&](const auto& item) { return !stacked_valid(item.second); });
+  // Concatenations of changed parts, or of parts no longer listed, go (a later lookup makes them anew).
+  std::erase_if(stacked_, [&](const auto& item) {
+    if (!stacked_valid(item.second)) return true;
+    for (const void* key : item.first) {
+      if (entries_.count(key) == 0) return true;
+    }
+    return false;
+  });
 }
 
 bool ComputeCopies::stacked_valid(const Stacked& s) const {

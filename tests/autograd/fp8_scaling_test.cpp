@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -52,6 +53,13 @@ TEST(Fp8Scaling, SlotsAreStableViewsFreshUntilTheFirstUpdate) {
   EXPECT_EQ(value(settled.amax[0]), 0.0f);          // cleared for the next step
   EXPECT_EQ(value(settled.scale[1]), 1.0f);         // nothing recorded: the initial scale stays
   EXPECT_TRUE(state.slot("blocks.1.fp8_0").fresh);  // made after the update
+  const double fingerprint = state.keys_fingerprint();
+  Fp8ScalingState reordered(kDelayed, Device::cpu());
+  reordered.slot("blocks.1.fp8_0");
+  reordered.slot("blocks.0.fp8_1");
+  reordered.slot("blocks.0.fp8_0");
+  EXPECT_NE(reordered.keys_fingerprint(), fingerprint);  // the same keys in another order
+  EXPECT_LT(fingerprint, 4503599627370496.0);            // 52 bits: exact in an f64 all-reduce
   for (int i = 0; i < 70; ++i) state.slot("extra." + std::to_string(i));
   EXPECT_EQ(state.amax_buffers().size(), 2u);  // 64 slots a buffer
   EXPECT_EQ(state.amax_buffers()[0].shape(), (Shape{192}));
@@ -84,6 +92,21 @@ TEST(Fp8Scaling, Fp8LinearCastsWithTheSlotsScalesAndRecordsItsAmaxes) {
   EXPECT_EQ(value(slot.amax[2]), value(raw::abs_max(gy)));
   // Current scaling casts x by its own amax: another result.
   EXPECT_FALSE(all_close(fp8_linear(x, w), y, 0, 0));
+}
+
+// A fresh slot casts with current scaling and keeps those scales: when the step is skipped (no amax reaches
+// the history) the next step casts with them, not with the initial 1.
+TEST(Fp8Scaling, AFreshSlotKeepsTheScalesItCastWith) {
+  Fp8ScalingState state(kDelayed, Device::cpu());
+  const Tensor x = raw::to(random_tensor({16, 32}, DType::f32, 1, -0.01, 0.01), DType::bf16);  // small values
+  Tensor w = random_tensor({16, 32}, DType::f32, 2, -0.2, 0.2).set_requires_grad(true);
+  const Tensor first = fp8_linear(x, w, Tensor(), {.slot = state.slot("l")});
+  EXPECT_EQ(value(state.slot("l").scale[0]), value(raw::fp8_scale(raw::abs_max(x), DType::f8e4m3)));
+  state.update(full({1}, std::numeric_limits<double>::quiet_NaN(), {.dtype = DType::f64}));  // a skipped step
+  const Fp8Slot settled = state.slot("l");
+  ASSERT_FALSE(settled.fresh);
+  EXPECT_TRUE(all_close(fp8_linear(x, w, Tensor(), {.slot = settled}), first, 0, 0));
+  EXPECT_TRUE(all_close(fp8_linear(x, w), first, 0, 0));  // what current scaling computes
 }
 
 // Under an autocast with a state the k-th FP8 linear of the scope takes "<prefix>.fp8_<k>"; a second scope
@@ -148,26 +171,54 @@ TEST(Fp8Scaling, SerializeRestoreIsExact) {
   Fp8ScalingState shorter({.recipe = Fp8Recipe::delayed, .amax_history = 1}, Device::cpu());
   shorter.restore(text);
   const std::vector<std::string> full_words = words_of(text, "blocks.1.fp8_0");
-  ASSERT_EQ(full_words.size(), 13u);  // key, then 3 x (scale, 3 amaxes)
+  ASSERT_EQ(full_words.size(), 14u);  // key, status, then 3 x (scale, 3 amaxes)
+  EXPECT_EQ(full_words[1], "settled");
   EXPECT_EQ(words_of(shorter.serialize(), "blocks.1.fp8_0"),
-            (std::vector<std::string>{full_words[0], full_words[1], full_words[2], full_words[5], full_words[6],
-                                      full_words[9], full_words[10]}));
+            (std::vector<std::string>{full_words[0], full_words[1], full_words[2], full_words[3], full_words[6],
+                                      full_words[7], full_words[10], full_words[11]}));
 }
 
 TEST(Fp8Scaling, RefusesBadOptionsAndBadText) {
   EXPECT_CPF_ERROR(Fp8ScalingState({.margin = 65}, Device::cpu()), "fp8: margin must be in [0, 64], got 65");
   EXPECT_CPF_ERROR(Fp8ScalingState({.amax_history = 0}, Device::cpu()),
-                   "fp8: amax_history must be in [1, 1000000], got 0");
+                   "fp8: amax_history must be in [1, 4096], got 0");
+  EXPECT_CPF_ERROR(Fp8ScalingState({.amax_history = 4097}, Device::cpu()),
+                   "amax_history must be in [1, 4096], got 4097");
   Fp8ScalingState used(kDelayed, Device::cpu());
   used.slot("a");
   EXPECT_CPF_ERROR(used.restore(used.serialize()), "the state already has 1 slots");
-  const auto restore = [](const std::string& text) { Fp8ScalingState(kDelayed, Device::cpu()).restore(text); };
+  const auto restore = [](const std::string& text) {
+    Fp8ScalingState state(kDelayed, Device::cpu());
+    try {
+      state.restore(text);
+    } catch (...) {
+      EXPECT_TRUE(state.keys().empty()) << "a refused text left slots behind";
+      throw;
+    }
+  };
+  const std::string head = "fp8_scaling_v1 slots=2 history=1\n";
+  const std::string a = "a settled 3f800000 00000000 3f800000 00000000 3f800000 00000000\n";
+  const std::string b = "b settled 3f800000 00000000 3f800000 00000000 3f800000 00000000\n";
   EXPECT_CPF_ERROR(restore("fp8_scaling_v2 slots=1 history=1\n"), "the text starts with 'fp8_scaling_v2");
-  EXPECT_CPF_ERROR(restore("fp8_scaling_v1 slots=2 history=1\na 3f800000 0 3f800000 0 3f800000 0\n"),
+  EXPECT_CPF_ERROR(restore(head + "a settled 3f800000 0 3f800000 0 3f800000 0\n" + b),
                    "slot 'a' holds '0' where an 8-digit hex float was expected");
-  const std::string slot_a = "a 3f800000 00000000 3f800000 00000000 3f800000 00000000\n";
-  EXPECT_CPF_ERROR(restore("fp8_scaling_v1 slots=2 history=1\n" + slot_a), "2 slots announced, 1 found");
-  EXPECT_CPF_ERROR(restore("fp8_scaling_v1 slots=2 history=1\n" + slot_a + slot_a), "slot 1 has the repeated key 'a'");
+  EXPECT_CPF_ERROR(restore(head + a), "2 slots announced, 1 found");
+  EXPECT_CPF_ERROR(restore(head + a + a), "slot 1 has the repeated key 'a'");
+  EXPECT_CPF_ERROR(restore(head + "a 3f800000\n" + b), "does not start with '<key> settled|fresh'");
+  EXPECT_CPF_ERROR(restore(head + "a fresh 3f800000 00000000 3f800000 00000000 3f800000 00000000\n" + b),
+                   "slot 'b' is settled but follows a fresh one");
+  EXPECT_CPF_ERROR(restore(head + "a settled 7fc00000 00000000 3f800000 00000000 3f800000 00000000\n" + b),
+                   "slot 'a' has the scale nan (scales are finite and > 0)");
+  EXPECT_CPF_ERROR(restore(head + "a settled 3f800000 bf800000 3f800000 00000000 3f800000 00000000\n" + b),
+                   "slot 'a' has the amax -1 (amaxes are finite and >= 0)");
+  EXPECT_CPF_ERROR(restore(head + "a settled 3f800000 00000000 3f800000 00000000 3f800000 00000000 3f800000\n" + b),
+                   "slot 'a' has more than 3 x (1 + 1) values (the extra '3f800000')");
+  EXPECT_CPF_ERROR(restore(head + a + b + "c\n"), "a line after the 2 slots: 'c'");
+  // A fresh slot stays fresh through the round trip: its next cast uses current scaling.
+  Fp8ScalingState round(kDelayed, Device::cpu());
+  round.restore(head + a + "b fresh 3f800000 00000000 3f800000 00000000 3f800000 00000000\n");
+  EXPECT_FALSE(round.slot("a").fresh);
+  EXPECT_TRUE(round.slot("b").fresh);
 }
 
 }  // namespace

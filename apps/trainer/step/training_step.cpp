@@ -11,6 +11,7 @@
 #include "apps/trainer/step/step_window.h"
 #include "framework/autograd/ops.h"
 #include "framework/optim/grad_clip.h"
+#include "framework/tensor/ops/copy.h"
 #include "framework/tensor/profile.h"
 #include "models/data/cp_shard.h"
 #include "models/gpt_input.h"
@@ -91,6 +92,21 @@ void clip_and_set_lr(const StepParts& p, int64_t step, const Tensor& sum_squares
   p.optimizer.set_lr(p.schedule.lr_at(step));
 }
 
+}  // namespace
+
+void check_same_fp8_sites(dist::ProcessGroup& world, Fp8ScalingState& state, Device device) {
+  const auto slots = static_cast<double>(state.keys().size());
+  const Tensor mine = from_vector(std::vector<double>{slots, state.keys_fingerprint()}, {2});
+  const Tensor on_device = raw::to(mine, device);
+  const std::vector<double> lo = world.all_reduce(on_device, dist::ReduceOp::min).to_vector<double>();
+  const std::vector<double> hi = world.all_reduce(on_device, dist::ReduceOp::max).to_vector<double>();
+  CPF_CHECK(lo == hi, "fp8: the ranks made different FP8 call sites (", lo[0], " to ", hi[0],
+            " slots, or in another order); every rank must run the same model");
+  state.set_agreed_slots(static_cast<int64_t>(slots));
+}
+
+namespace {
+
 // run.precision: fp8, delayed scaling: every rank's recorded amaxes reduced to their max over the world (so
 // that all ranks derive the same scales), then every scale updated on the device; a step whose gradient
 // norm is not finite (skipped by the optimizer) drops its amaxes (framework/autograd/fp8_scaling.h).
@@ -98,6 +114,8 @@ void update_fp8_scaling(const StepParts& p, const Tensor& sum_squares) {
   Fp8ScalingState* state = p.model.fp8_scaling();
   if (state == nullptr) return;
   if (p.groups.world && p.groups.world->size() > 1) {
+    const auto slots = static_cast<int64_t>(state->keys().size());
+    if (slots != state->agreed_slots()) check_same_fp8_sites(*p.groups.world, *state, p.model.device());
     for (const Tensor& amax : state->amax_buffers()) p.groups.world->all_reduce_(amax, dist::ReduceOp::max);
   }
   state->update(sum_squares);

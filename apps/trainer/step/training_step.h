@@ -78,6 +78,11 @@ struct StepResult {
 // Step `step` (0-based: the learning rate is the schedule's at `step`). Every rank calls it.
 StepResult training_step(const StepParts& parts, int64_t step);
 
+// run.precision: fp8, delayed scaling, several ranks (collective over `world`): every rank made the same FP8
+// call sites in the same order (their keys' counts and fingerprints agree), or the amax all-reduce would
+// mix unrelated tensors: throws on every rank otherwise. Run once whenever slots were added (the step does).
+void check_same_fp8_sites(dist::ProcessGroup& world, Fp8ScalingState& state, Device device);
+
 // One rank: step `step` enqueued without reading anything back. Its sum of squares and loss go into the
 // window's next slot and the optimizer takes it as a deferred step (Optimizer::step_deferred); the caller
 // reads the window later (StepWindow::read) and settles the optimizer with the outcomes, in order. Throws

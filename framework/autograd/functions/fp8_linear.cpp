@@ -30,6 +30,9 @@ Scaled cast(const Tensor& t, DType fp8, const Fp8LinearOptions& o, Fp8Role role,
   const auto r = static_cast<size_t>(role);
   const bool delayed = o.slot && !o.slot->fresh;
   const Tensor scale = delayed ? o.slot->scale[r] : raw::fp8_scale(raw::abs_max(t), fp8, o.margin);
+  // A fresh slot keeps the scale it cast with: should this step's amax never reach its history (a skipped
+  // step, an evaluation, an all-zero tensor), its next cast uses that rather than a guess.
+  if (o.slot && !delayed) raw::copy_(o.slot->scale[r], scale);
   const Tensor amax_out = o.slot ? o.slot->amax[r] : Tensor();
   Scaled s;
   s.scale_inv = raw::unary(raw::UnaryOp::reciprocal, scale);

@@ -9,7 +9,9 @@
 #include <sstream>
 
 #include "apps/run/checkpointing.h"
+#include "apps/trainer/step/training_step.h"
 #include "apps/trainer/trainer.h"
+#include "framework/distributed/launcher.h"
 #include "framework/io/checkpoint.h"
 #include "support/test_utils.h"
 #include "tests/apps/cli_support.h"
@@ -99,6 +101,37 @@ TEST(Fp8Training, ContextParallelFp8TracksBf16) {
     EXPECT_LE(std::abs(delayed.losses[i] - bf16.losses[i]), 0.05 * bf16.losses[i]) << "delayed, step " << i + 1;
   }
   EXPECT_NE(current.losses.back(), bf16.losses.back());  // the linears ran in FP8
+}
+
+// Ranks that made other FP8 call sites (or the same in another order) would reduce unrelated amaxes:
+// refused on every rank, naming the slot counts; the same sites pass and are not checked again.
+TEST(Fp8Training, RanksWithOtherFp8CallSitesAreRefused) {
+  for (const bool reordered : {false, true}) {
+    std::vector<std::string> errors(2);
+    dist::launch(2, [&](dist::RankContext& ctx) {
+      Fp8ScalingState state({.recipe = Fp8Recipe::delayed}, Device::cpu());
+      const std::vector<std::string> keys = ctx.rank == 1 && reordered
+                                                ? std::vector<std::string>{"blocks.0.fp8_1", "blocks.0.fp8_0"}
+                                                : std::vector<std::string>{"blocks.0.fp8_0", "blocks.0.fp8_1"};
+      for (const std::string& k : keys) state.slot(k);
+      if (ctx.rank == 1 && !reordered) state.slot("blocks.0.fp8_2");
+      try {
+        check_same_fp8_sites(*ctx.world, state, Device::cpu());
+      } catch (const Error& e) {
+        errors[ctx.rank] = e.what();
+      }
+    });
+    for (const std::string& e : errors) {
+      EXPECT_NE(e.find("fp8: the ranks made different FP8 call sites ("), std::string::npos) << e;
+      EXPECT_NE(e.find(reordered ? "2 to 2 slots, or in another order" : "2 to 3 slots"), std::string::npos) << e;
+    }
+  }
+  dist::launch(2, [&](dist::RankContext& ctx) {
+    Fp8ScalingState state({.recipe = Fp8Recipe::delayed}, Device::cpu());
+    state.slot("a");
+    check_same_fp8_sites(*ctx.world, state, Device::cpu());
+    EXPECT_EQ(state.agreed_slots(), 1);
+  });
 }
 
 std::string config_error(const std::vector<std::string>& overrides) {
