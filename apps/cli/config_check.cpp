@@ -120,10 +120,7 @@ void print_config_check(const std::string& name, const TrainConfig& c, std::ostr
     out << " cp_comm_type=" << cp::comm_type_name(c.parallel.cp_comm_type) << ": supported (CP support check passed)";
   }
   out << "\n";
-  out << "  compute: " << (c.run.device == RunDevice::cuda ? "cuda" : "cpu") << ", "
-      << (c.run.precision == PrecisionMode::fp8    ? "fp8 linears, bf16 (f32 master weights)"
-          : c.run.precision == PrecisionMode::bf16 ? "bf16 (f32 master weights)"
-                                                   : "fp32")
+  out << "  compute: " << (c.run.device == RunDevice::cuda ? "cuda" : "cpu") << ", " << precision_description(c)
       << ", attention backend " << attention_backend_name(c.attention.backend)
       << (c.attention.deterministic ? " (deterministic)" : "") << "\n";
   for (const auto& n : needs) {

@@ -435,6 +435,17 @@ models::GPTOptions model_options(const TrainConfig& config) {
   return o;
 }
 
+std::string precision_description(const TrainConfig& config) {
+  if (config.run.precision == PrecisionMode::fp32) return "fp32";
+  if (config.run.precision == PrecisionMode::bf16) return "bf16 (f32 master weights)";
+  const Fp8ScalingOptions& f = config.fp8;
+  const std::string recipe = f.recipe == Fp8Recipe::current
+                                 ? "current scaling"
+                                 : "delayed scaling: amax history " + std::to_string(f.amax_history) + ", " +
+                                       (f.amax_compute == raw::AmaxCompute::max ? "max" : "most recent");
+  return "fp8 linears (" + recipe + "; margin " + std::to_string(f.margin) + "), bf16 (f32 master weights)";
+}
+
 DType compute_dtype(const TrainConfig& config) {
   return config.run.precision == PrecisionMode::fp32 ? config.model.dtype : DType::bf16;
 }

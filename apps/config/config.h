@@ -339,6 +339,9 @@ optim::LrScheduleOptions schedule_options(const TrainConfig& config);
 // kernels (attention:).
 models::GPTOptions model_options(const TrainConfig& config);
 DType compute_dtype(const TrainConfig& config);  // bf16 for run.precision: bf16, else the parameter dtype
+// What computes in which precision, for the run's banner and check-config: "fp32", "bf16 (f32 master
+// weights)", or "fp8 linears (delayed scaling: amax history 16, max; margin 0), bf16 (f32 master weights)".
+std::string precision_description(const TrainConfig& config);
 AttentionKernelConfig attention_kernel_config(const TrainConfig& config);
 // The device rank `rank` computes on: cpu, or cuda:(rank % visible GPUs). Throws, naming the fix, when
 // run.device is cuda and the build has no CUDA backend or no GPU is visible (checked when training

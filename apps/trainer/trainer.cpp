@@ -91,10 +91,7 @@ void start_logger(std::optional<MetricsLogger>& logger, const TrainConfig& confi
                (config.parallel.cp > 1 ? " (" + cp::comm_type_name(config.parallel.cp_comm_type) + ")" : "") + ", " +
                dist::backend_name(config.parallel.backend) +
                (env ? " (" + env->launcher + ", one process per rank)" : "") + " | " +
-               (rank_device_of(config, 0).is_cuda() ? "cuda" : "cpu") +
-               (config.run.precision == PrecisionMode::fp8    ? " fp8 linears, bf16 (f32 master weights)"
-                : config.run.precision == PrecisionMode::bf16 ? " bf16 (f32 master weights)"
-                                                              : " fp32") +
+               (rank_device_of(config, 0).is_cuda() ? "cuda " : "cpu ") + precision_description(config) +
                " | run folder " + dir);
 }
 

@@ -143,6 +143,25 @@ std::string config_error(const std::vector<std::string>& overrides) {
   return "";
 }
 
+// The run's banner and check-config say what computes in FP8 and with which recipe.
+TEST(Fp8Training, TheBannerNamesTheRecipe) {
+  const auto describe = [](const std::vector<std::string>& overrides) {
+    return precision_description(
+        load_train_config_string(addition_yaml(std::filesystem::temp_directory_path(), 1), "t.yaml", overrides));
+  };
+  EXPECT_EQ(describe({}), "fp32");
+  EXPECT_EQ(describe({"run.precision=bf16"}), "bf16 (f32 master weights)");
+  EXPECT_EQ(describe({"run.precision=fp8"}), "fp8 linears (current scaling; margin 0), bf16 (f32 master weights)");
+  EXPECT_EQ(describe(with(kDelayed, {"fp8.amax_history=1024", "fp8.amax_compute=most_recent", "fp8.margin=2"})),
+            "fp8 linears (delayed scaling: amax history 1024, most recent; margin 2), bf16 (f32 master weights)");
+  std::ostringstream out;
+  const TrainConfig c = load_train_config_string(addition_yaml(scratch_dir("banner"), 1), "t.yaml", kDelayed);
+  train(c, out);
+  EXPECT_NE(out.str().find("| cpu fp8 linears (delayed scaling: amax history 16, max; margin 0), bf16"),
+            std::string::npos)
+      << out.str();
+}
+
 TEST(Fp8Training, RefusesFp8OptionsThatMeanNothingOrAreOutOfRange) {
   EXPECT_NE(config_error({"fp8.recipe=delayed"})
                 .find("delayed scales FP8 GEMMs, but run.precision is not fp8; set "
