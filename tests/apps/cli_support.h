@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "apps/cli/cli.h"
+#include "apps/trainer/trainer.h"
 #include "support/scratch_dir.h"
 
 namespace cpf::trainer::testing {
@@ -57,6 +58,14 @@ inline std::string addition_yaml(const std::filesystem::path& out_dir, int64_t s
          "optimizer:\n  lr: 0.003\n"
          "schedule:\n  warmup_steps: 2\n  total_steps: 20\n"
          "data:\n  min_len: 1\n  max_len: 1\n  seq_len: 16\n  tokens_per_batch: 128\n  pad_multiple: 8\n";
+}
+
+// Trains addition_yaml(out_dir, steps) with `overrides` ("a.b=c") in-process, its console discarded.
+inline TrainOutcome train_addition(const std::filesystem::path& out_dir, int64_t steps,
+                                   const std::vector<std::string>& overrides = {}) {
+  const TrainConfig c = load_train_config_string(addition_yaml(out_dir, steps), "addition.yaml", overrides);
+  std::ostringstream out;
+  return train(c, out);
 }
 
 }  // namespace cpf::trainer::testing

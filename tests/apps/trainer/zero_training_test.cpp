@@ -28,10 +28,8 @@ namespace {
 using testing::addition_yaml;
 using testing::scratch_dir;
 
-TrainOutcome train_with(const std::filesystem::path& dir, int64_t steps, std::vector<std::string> overrides) {
-  const TrainConfig c = load_train_config_string(addition_yaml(dir, steps), "zero.yaml", overrides);
-  std::ostringstream out;
-  return train(c, out);
+TrainOutcome train_with(const std::filesystem::path& dir, int64_t steps, const std::vector<std::string>& overrides) {
+  return testing::train_addition(dir, steps, overrides);
 }
 
 std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
