@@ -172,7 +172,8 @@ std::string version_text() {
   features += ", openmp";
 #endif
   return std::string("cpformer ") + CPF_VERSION + " (" + features + ")\ntokenizer character classes: Unicode " +
-         models::data::pretokenizer_unicode_version() + " (ICU)\n";
+         models::data::pretokenizer_unicode_version() + " (bundled table); White_Space and NFC: Unicode " +
+         models::data::icu_unicode_version() + " (ICU)\n";
 }
 
 namespace {

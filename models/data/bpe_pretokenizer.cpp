@@ -6,36 +6,96 @@
 #include <unicode/unistr.h>
 #include <unicode/utf16.h>
 
+#include <cstdio>
+#include <optional>
+
 #include "framework/core/error.h"
+#include "models/data/unicode_categories.h"
 
 namespace cpf::models::data {
 
-std::string pretokenizer_unicode_version() {
+std::string pretokenizer_unicode_version() { return kBundledUnicodeVersion; }
+
+std::string icu_unicode_version() {
   UVersionInfo version;
   u_getUnicodeVersion(version);
-  std::string text = std::to_string(version[0]) + "." + std::to_string(version[1]);
-  if (version[2] != 0) text += "." + std::to_string(version[2]);
+  std::string text = std::to_string(version[0]);
+  for (int part = 1; part < 3; ++part) {
+    if (part == 2 && version[2] == 0) break;
+    text += '.';
+    text += std::to_string(version[part]);
+  }
   return text;
 }
 
 namespace {
 
-// \s -> \p{White_Space}, \S -> \P{White_Space}; other escapes (\\s included) are kept as they are.
-std::string with_unicode_whitespace(const std::string& pattern) {
+// An ICU set of `ranges`, negated when asked: "[\x{41}-\x{5A}\x{61}-\x{7A}...]". Inside a bracket
+// expression ICU takes a nested set as a union, so the text fits there as well as on its own.
+std::string icu_set(const std::vector<CodePointRange>& ranges, bool negated) {
+  std::string out = negated ? "[^" : "[";
+  char hex[16];
+  const auto code_point = [&](char32_t cp) {
+    std::snprintf(hex, sizeof(hex), "\\x{%X}", static_cast<unsigned>(cp));
+    out += hex;
+  };
+  for (const CodePointRange& r : ranges) {
+    code_point(r.first);
+    if (r.last == r.first) continue;
+    out += '-';
+    code_point(r.last);
+  }
+  return out + "]";
+}
+
+// The property escape at pattern[i] ('\' then 'p' or 'P'), if it names a General_Category: its
+// length in `length` and the set it means. \pL, \p{L}, \P{L}, \p{^L} (Oniguruma's negation).
+std::optional<std::string> category_escape(const std::string& pattern, size_t i, size_t& length) {
+  bool negated = pattern[i + 1] == 'P';
+  std::string name;
+  if (i + 2 < pattern.size() && pattern[i + 2] == '{') {
+    const size_t close = pattern.find('}', i + 3);
+    if (close == std::string::npos) return std::nullopt;  // ICU reports the malformed escape
+    name = pattern.substr(i + 3, close - i - 3);
+    length = close + 1 - i;
+  } else if (i + 2 < pattern.size()) {
+    name = pattern.substr(i + 2, 1);
+    length = 3;
+  } else {
+    return std::nullopt;
+  }
+  if (!name.empty() && name[0] == '^') negated = !negated, name.erase(0, 1);
+  const std::optional<std::vector<CodePointRange>> ranges = general_category_ranges(name);
+  if (!ranges) return std::nullopt;
+  return icu_set(*ranges, negated);
+}
+
+// The pattern ICU runs: \s -> \p{White_Space}, \S -> \P{White_Space}, and General_Category escapes
+// (\p{L}, \p{N}, ...) -> explicit sets from the bundled Unicode 16.0 table. Other escapes (\\s and
+// \p{Han} included) are kept as they are.
+std::string icu_pattern(const std::string& pattern) {
   std::string out;
   for (size_t i = 0; i < pattern.size(); ++i) {
-    if (pattern[i] == '\\' && i + 1 < pattern.size()) {
-      const char next = pattern[++i];
-      if (next == 's') {
-        out += "\\p{White_Space}";
-      } else if (next == 'S') {
-        out += "\\P{White_Space}";
+    if (pattern[i] != '\\' || i + 1 == pattern.size()) {
+      out += pattern[i];
+      continue;
+    }
+    const char next = pattern[i + 1];
+    size_t length = 0;
+    if (next == 's' || next == 'S') {
+      out += next == 's' ? "\\p{White_Space}" : "\\P{White_Space}";
+      ++i;
+    } else if (next == 'p' || next == 'P') {
+      if (const std::optional<std::string> set = category_escape(pattern, i, length)) {
+        out += *set;
+        i += length - 1;
       } else {
-        out += '\\';
-        out += next;
+        out += pattern.substr(i, 2);
+        ++i;
       }
     } else {
-      out += pattern[i];
+      out += pattern.substr(i, 2);
+      ++i;
     }
   }
   return out;
@@ -108,7 +168,7 @@ BpePreTokenizer::BpePreTokenizer(const std::string& pattern)
     : pattern_(pattern), compiled_(std::make_unique<Compiled>()) {
   UErrorCode status = U_ZERO_ERROR;
   UParseError where{};
-  const icu::UnicodeString source = icu::UnicodeString::fromUTF8(with_unicode_whitespace(pattern));
+  const icu::UnicodeString source = icu::UnicodeString::fromUTF8(icu_pattern(pattern));
   compiled_->regex.reset(icu::RegexPattern::compile(source, 0, where, status));
   CPF_CHECK(U_SUCCESS(status) && compiled_->regex, "tokenizer: the pre-tokenizer pattern ", pattern,
             " does not compile (", u_errorName(status), " near offset ", where.offset, ")");

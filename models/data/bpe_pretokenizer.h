@@ -5,7 +5,9 @@
 // (?!\S), (?i:...), possessive quantifiers) and run on ICU's backtracking regex engine.
 //
 // `\s` and `\S` are rewritten to the Unicode White_Space property, which is what tiktoken's regex
-// crate and Oniguruma mean by them (ICU's own \s omits U+000B and U+0085).
+// crate and Oniguruma mean by them (ICU's own \s omits U+000B and U+0085). General_Category escapes
+// (\p{L}, \p{N}, \P{L}, \pL, \p{Lu}, ...) become explicit sets from the bundled Unicode 16.0 table,
+// so letters assigned after the linked ICU's Unicode version are letters, as for tiktoken.
 //
 // Text is bytes: valid UTF-8 is matched as its code points; each byte that is not part of valid UTF-8
 // is matched as U+FFFD (a symbol, so GPT-2's pattern groups it with punctuation) but stays that byte
@@ -27,11 +29,12 @@ inline constexpr const char* kGpt2Pattern =
 // use it); bytes that are not valid UTF-8 are kept as they are.
 std::string nfc_normalize(std::string_view text);
 
-// The Unicode version of the character tables the pattern classes (\p{L}, \p{N}, White_Space) come from:
-// those of the ICU the build links, "15.0" with Debian 12's ICU 72. A character assigned in a later
-// version is unassigned here (neither letter nor number), so text holding one can be cut, and encoded,
-// otherwise than by tiktoken, whose tables are newer (docs/data.md).
+// The Unicode version of the General_Category classes of the patterns (\p{L}, \p{N}, \p{Lu}, ...):
+// "16.0", the bundled table (models/data/unicode_categories.h), the version tiktoken's regex crate has.
 std::string pretokenizer_unicode_version();
+// The Unicode version of the ICU the build links ("15.0" with Debian 12's ICU 72): White_Space, NFC and
+// the properties that are no General_Category (\p{Han}, \p{Alphabetic}) come from its tables.
+std::string icu_unicode_version();
 
 class BpePreTokenizer {
  public:

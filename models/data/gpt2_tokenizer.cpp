@@ -4,37 +4,14 @@
 
 #include "framework/core/error.h"
 #include "models/data/byte_level_bpe.h"
+#include "models/data/embedded_file.h"
 
-// The two files are assembled into .rodata (CPF_GPT2_DIR is set by models/CMakeLists.txt, which
-// also makes this object depend on them). ccache never caches a source with .incbin, so a changed
-// file is always picked up.
-#define CPF_GPT2_STR2(x) #x
-#define CPF_GPT2_STR(x) CPF_GPT2_STR2(x)
-#define CPF_GPT2_EMBED(symbol, file)    \
-  ".section .rodata\n"                  \
-  ".balign 16\n"                        \
-  ".globl " #symbol                     \
-  "_begin\n"                            \
-  ".hidden " #symbol "_begin\n" #symbol \
-  "_begin:\n"                           \
-  ".incbin \"" CPF_GPT2_DIR "/" file    \
-  "\"\n"                                \
-  ".globl " #symbol                     \
-  "_end\n"                              \
-  ".hidden " #symbol "_end\n" #symbol   \
-  "_end:\n"                             \
-  ".byte 0\n"                           \
-  ".previous\n"
-
-__asm__(CPF_GPT2_EMBED(cpf_gpt2_encoder_json, "encoder.json"));
-__asm__(CPF_GPT2_EMBED(cpf_gpt2_vocab_bpe, "vocab.bpe"));
-
-extern "C" {
-extern const char cpf_gpt2_encoder_json_begin[] __attribute__((visibility("hidden")));
-extern const char cpf_gpt2_encoder_json_end[] __attribute__((visibility("hidden")));
-extern const char cpf_gpt2_vocab_bpe_begin[] __attribute__((visibility("hidden")));
-extern const char cpf_gpt2_vocab_bpe_end[] __attribute__((visibility("hidden")));
-}
+// The two files are assembled into .rodata (models/data/embedded_file.h; CPF_GPT2_DIR is set by
+// models/CMakeLists.txt).
+__asm__(CPF_EMBED_FILE(cpf_gpt2_encoder_json, CPF_GPT2_DIR "/encoder.json"));
+__asm__(CPF_EMBED_FILE(cpf_gpt2_vocab_bpe, CPF_GPT2_DIR "/vocab.bpe"));
+CPF_DECLARE_EMBEDDED(cpf_gpt2_encoder_json)
+CPF_DECLARE_EMBEDDED(cpf_gpt2_vocab_bpe)
 
 namespace cpf::models::data {
 namespace {
