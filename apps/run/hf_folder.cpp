@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <typeinfo>
 
@@ -116,6 +117,13 @@ class ConfigComparer {
     CPF_CHECK(theirs == ours, path_, " has ", key, " ", show(theirs), " but model.", option, " is ", show(ours),
               "; set model.", option, ": ", show(theirs), " (the model: section must describe the weights)");
   }
+  // A switch of HF's attention that cpformer computes one way only: absent, null or `expected`.
+  void flag(const std::string& key, bool expected, const std::string& why) const {
+    if (!config_.contains(key) || config_[key].is_null()) return;
+    CPF_CHECK(config_[key].is_boolean() && config_[key].get<bool>() == expected, path_, " has ", key, " ",
+              config_[key].dump(), ", but ", why, " (", key, " ", expected ? "true" : "false",
+              "); the weights would compute another function");
+  }
   void text(const std::string& key, const std::vector<std::string>& accepted, const std::string& why) const {
     const std::string value = config_.contains(key) && config_[key].is_string() ? config_[key].get<std::string>() : "";
     for (const auto& a : accepted) {
@@ -148,8 +156,60 @@ void check_gpt2_config(const ConfigComparer& c, const models::GPTOptions& m) {
   c.equal<int64_t>("n_inner", "intermediate_size", models::effective_intermediate_size(m), 4 * m.hidden_size);
   c.equal<double>("layer_norm_epsilon", "norm_eps", m.norm_eps, 1e-5);
   c.equal<bool>("tie_word_embeddings", "tie_embeddings", m.tie_embeddings, true);
+  c.flag("scale_attn_weights", true, "cpformer scales attention scores by 1/sqrt(head_dim)");
+  c.flag("scale_attn_by_inverse_layer_idx", false, "cpformer does not scale scores by 1/(layer + 1)");
   c.text("activation_function", {"gelu_new", "gelu_pytorch_tanh"},
          "cpformer's gelu is the tanh approximation (gelu_new); the weights would compute another function");
+}
+
+std::string rope_type_of(const json& rope) {
+  for (const char* key : {"rope_type", "type"}) {  // transformers < 4.45 wrote "type"
+    if (rope.contains(key) && !rope[key].is_null())
+      return rope[key].is_string() ? rope[key].get<std::string>() : rope[key].dump();
+  }
+  return "default";
+}
+
+// config.json with its RoPE as cpformer computes it: one rope_theta (at the top level, as transformers < 5
+// writes it, or in rope_parameters, as transformers >= 5 does; moved to the top level for the
+// comparison) and no scaling. A scaled RoPE (rope_type llama3, linear, dynamic, yarn, ...) or a partial
+// one is refused: those weights would compute another function.
+json with_plain_rope(const json& config, const std::string& path) {
+  json out = config;
+  std::optional<double> theta;
+  const auto take_theta = [&](const json& holder, const std::string& where) {
+    if (!holder.contains("rope_theta") || holder["rope_theta"].is_null()) return;
+    CPF_CHECK(holder["rope_theta"].is_number(), path, ": ", where, "rope_theta is ", holder["rope_theta"].dump(),
+              ", not a number");
+    const double value = holder["rope_theta"].get<double>();
+    CPF_CHECK(!theta || *theta == value, path, " has rope_theta ", theta.value_or(0.0), " and ", where, "rope_theta ",
+              value, ", which disagree");
+    theta = value;
+  };
+  take_theta(config, "");
+  for (const char* key : {"rope_parameters", "rope_scaling"}) {
+    if (!config.contains(key) || config[key].is_null()) continue;
+    const json& rope = config[key];
+    CPF_CHECK(rope.is_object(), path, ": ", key, " is ", rope.dump(), ", not an object");
+    take_theta(rope, std::string(key) + ".");
+    const std::string type = rope_type_of(rope);
+    CPF_CHECK(type == "default", path, " has ", key, " ", rope.dump(), ": rope_type '", type,
+              "' scales RoPE, and cpformer's RoPE is the unscaled one (rope_type default), so these weights would "
+              "compute another function");
+    const double partial = rope.contains("partial_rotary_factor") && rope["partial_rotary_factor"].is_number()
+                               ? rope["partial_rotary_factor"].get<double>()
+                               : 1.0;
+    CPF_CHECK(partial == 1.0, path, " has ", key, ".partial_rotary_factor ", partial,
+              ", but cpformer rotates every dimension of a head (1.0)");
+  }
+  out.erase("rope_parameters");
+  out.erase("rope_scaling");
+  if (theta) {
+    out["rope_theta"] = *theta;
+  } else {
+    out.erase("rope_theta");
+  }
+  return out;
 }
 
 void check_llama_config(const ConfigComparer& c, const models::GPTOptions& m) {
@@ -206,11 +266,11 @@ io::NamedTensors read_hf_folder(const std::string& dir, const models::GPTOptions
             " but the model: section describes ",
             match.arch ? models::hf_architecture_name(*match.arch) : "neither HF architecture (" + match.why_not + ")",
             "; set the model: section to the ", models::hf_model_type(arch), " shape (docs/checkpoints.md)");
-  const ConfigComparer compare(config, config_path);
   if (arch == HfArchitecture::gpt2) {
-    check_gpt2_config(compare, model);
+    check_gpt2_config(ConfigComparer(config, config_path), model);
   } else {
-    check_llama_config(compare, model);
+    const json plain_rope = with_plain_rope(config, config_path);
+    check_llama_config(ConfigComparer(plain_rope, config_path), model);
   }
   const std::string weights_path = (fs::path(dir) / kHfWeightsFile).string();
   return models::from_hf_weights(model, arch, io::load_safetensors(weights_path), params, weights_path);
