@@ -30,8 +30,14 @@ inline CliResult run(const std::vector<std::string>& args) {
   return r;
 }
 
-// The source tree (tests/CMakeLists.txt defines CPF_SOURCE_DIR for these tests).
-inline std::filesystem::path repo_root() { return std::filesystem::path(CPF_SOURCE_DIR); }
+// The repository files these tests read (configs/, README.md, docs/*.md, tests/golden/*.txt), copied by
+// the build into tests/inputs next to the test binaries (tests/CMakeLists.txt, target cpf_test_inputs):
+// found from the running binary, so the tests run wherever the build tree is, without the sources.
+inline std::filesystem::path repo_root() {
+  static const std::filesystem::path inputs = std::filesystem::canonical("/proc/self/exe").parent_path() / "inputs";
+  EXPECT_TRUE(std::filesystem::is_directory(inputs)) << inputs << " is missing: build the cpf_test_inputs target";
+  return inputs;
+}
 
 // A fresh, empty folder under the system temp dir, unique per test.
 inline std::filesystem::path scratch_dir(const std::string& name) { return cpf::testing::scratch_dir(name); }
