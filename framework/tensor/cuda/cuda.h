@@ -140,4 +140,10 @@ bool sync_check_enabled();
 void set_allow_tf32(bool allow);
 bool allow_tf32();
 
+// Whether out = a @ b [+ bias] (2-D) runs as the few-row GEMV kernel instead of cuBLASLt: a linear
+// layer's forward (b the transposed view of a contiguous (N, K) weight) on at most 8 rows, f32 or bf16
+// throughout, K a multiple of 16 bytes' elements, 16-byte aligned operands; a decoding step's GEMMs.
+// The environment variable CPF_GEMV=0 turns the kernel off (read once), for measuring against cuBLASLt.
+bool gemv_applies(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias);
+
 }  // namespace cpf::cuda

@@ -13,6 +13,9 @@ const DeviceOps& cuda_device_ops();
 void matmul(const Tensor& out, const Tensor& a, const Tensor& b);
 // The DeviceOps::matmul_bias entry: the bias in the GEMM's epilogue.
 void matmul_bias(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias);
+// The few-row GEMV kernel where cuda::gemv_applies (cuda.h; matmul_gemv.cpp); aux defined: the GELU epilogue
+// with the pre-activation there.
+void gemv(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& aux);
 // The DeviceOps::matmul_epilogue entry (matmul_epilogue.cpp).
 bool matmul_epilogue(const Tensor& out, const Tensor& a, const Tensor& b, const DeviceGemmArgs& args);
 // The norm and loss entries (nn_ops.cpp).

@@ -130,6 +130,22 @@ void launch_add_norm_backward(bool centered, int x_dtype, int g_dtype, int db_dt
                               const void* w, const void* mean, const void* rstd, const void* dx1, void* dx, void* db,
                               void* dw, void* dbias, int64_t rows, int64_t cols, void* workspace, cudaStream_t stream);
 
+// Few-row GEMM (gemv.cu): out (m, n) = a (m, k; row stride lda) @ w (n, k)^T [+ bias (n)], all of dtype
+// (kF32 or kBF16), out contiguous; gelu: aux = the rounded pre-activation, out = GELU(aux). m <= kGemvMaxRows;
+// k, lda and every pointer allow 16-byte loads.
+inline constexpr int kGemvMaxRows = 8;
+struct GemvLaunch {
+  int dtype = kF32;
+  const void* a = nullptr;
+  const void* w = nullptr;
+  const void* bias = nullptr;
+  void* out = nullptr;
+  void* aux = nullptr;
+  int64_t m = 0, n = 0, k = 0, lda = 0;
+  bool gelu = false;
+};
+void launch_gemv(const GemvLaunch& g, cudaStream_t stream);
+
 // dst[i] (bf16) = src[i] (f32), n[i] elements each, for i < count (host arrays): one launch per 64 pairs
 // (cast_many.cu).
 void launch_cast_f32_bf16_many(const void* const* src, void* const* dst, const int64_t* n, int count, int sm_count,

@@ -139,7 +139,10 @@ void run_gemm(const GemmPlan& plan, const Tensor& out, const Tensor& a, const Te
   }
 }
 
-void matmul(const Tensor& out, const Tensor& a, const Tensor& b) { run_gemm(plan_gemm(out, a, b), out, a, b, {}); }
+void matmul(const Tensor& out, const Tensor& a, const Tensor& b) {
+  if (gemv_applies(out, a, b, Tensor())) return gemv(out, a, b, Tensor(), Tensor());
+  run_gemm(plan_gemm(out, a, b), out, a, b, {});
+}
 
 void matmul_bias(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias) {
   CPF_CHECK(out.dim() == 2 && a.dim() == 2 && b.dim() == 2 && bias.dim() == 1 && bias.size(0) == b.size(1) &&
@@ -149,6 +152,7 @@ void matmul_bias(const Tensor& out, const Tensor& a, const Tensor& b, const Tens
             "got a ",
             a.shape(), " b ", b.shape(), " bias ", bias.shape(), " ", bias.dtype(),
             " (internal: raw::linear prepares these)");
+  if (gemv_applies(out, a, b, bias)) return gemv(out, a, b, bias, Tensor());
   GemmPlan plan = plan_gemm(out, a, b);
   // The bias has D's data type: one value per row of the column-major D, i.e. per column of out.
   plan.gemm.epilogue = lt::Epilogue::bias;

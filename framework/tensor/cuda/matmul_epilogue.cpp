@@ -6,6 +6,7 @@
 // of our a (M, K) are the sums of cuBLASLt's op(B) over k (BGRADB: our a is its B).
 #include <cstdint>
 
+#include "framework/tensor/cuda/cuda.h"
 #include "framework/tensor/cuda/cuda_ops.cuh"
 #include "framework/tensor/cuda/gemm_plan.cuh"
 
@@ -91,6 +92,10 @@ lt::LtGemm with_epilogue(lt::LtGemm gemm, const DeviceGemmArgs& g, int64_t n) {
 
 bool matmul_epilogue(const Tensor& out, const Tensor& a, const Tensor& b, const DeviceGemmArgs& args) {
   check_args(out, a, b, args);
+  if (args.epilogue == DeviceGemmEpilogue::gelu && !args.accumulate && gemv_applies(out, a, b, args.bias)) {
+    gemv(out, a, b, args.bias, args.aux);  // a few rows: the GEMV kernel with the GELU epilogue
+    return true;
+  }
   GemmPlan plan = plan_gemm(out, a, b);
   plan.gemm = with_epilogue(plan.gemm, args, out.size(1));
   lt::LtPointers extra;  // a, b, d: filled in by run_gemm
