@@ -170,6 +170,15 @@ std::string rope_type_of(const json& rope) {
   return "default";
 }
 
+// partial_rotary_factor (at the top level, as transformers < 5 reads it, or in the RoPE object): absent,
+// null or 1.0, since cpformer rotates every dimension of a head.
+void check_full_rotation(const json& holder, const std::string& path, const std::string& where) {
+  if (!holder.contains("partial_rotary_factor") || holder["partial_rotary_factor"].is_null()) return;
+  const json& factor = holder["partial_rotary_factor"];
+  CPF_CHECK(factor.is_number() && factor.get<double>() == 1.0, path, " has ", where, "partial_rotary_factor ",
+            factor.dump(), ", but cpformer rotates every dimension of a head (1.0)");
+}
+
 // config.json with its RoPE as cpformer computes it: one rope_theta (at the top level, as transformers < 5
 // writes it, or in rope_parameters, as transformers >= 5 does; moved to the top level for the
 // comparison) and no scaling. A scaled RoPE (rope_type llama3, linear, dynamic, yarn, ...) or a partial
@@ -196,12 +205,9 @@ json with_plain_rope(const json& config, const std::string& path) {
     CPF_CHECK(type == "default", path, " has ", key, " ", rope.dump(), ": rope_type '", type,
               "' scales RoPE, and cpformer's RoPE is the unscaled one (rope_type default), so these weights would "
               "compute another function");
-    const double partial = rope.contains("partial_rotary_factor") && rope["partial_rotary_factor"].is_number()
-                               ? rope["partial_rotary_factor"].get<double>()
-                               : 1.0;
-    CPF_CHECK(partial == 1.0, path, " has ", key, ".partial_rotary_factor ", partial,
-              ", but cpformer rotates every dimension of a head (1.0)");
+    check_full_rotation(rope, path, std::string(key) + ".");
   }
+  check_full_rotation(config, path, "");
   out.erase("rope_parameters");
   out.erase("rope_scaling");
   if (theta) {

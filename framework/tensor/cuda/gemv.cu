@@ -85,8 +85,8 @@ void launch_typed(const GemvLaunch& g, cudaStream_t stream) {
 }  // namespace
 
 void launch_gemv(const GemvLaunch& g, cudaStream_t stream) {
-  CPF_CHECK(g.m >= 1 && g.m <= kGemvMaxRows && g.n >= 1 && g.k >= 1, "gemv: ", g.m, " rows (1-", kGemvMaxRows,
-            "), N ", g.n, ", K ", g.k, " (internal: matmul_gemv.cpp checks these)");
+  CPF_CHECK(g.m >= 1 && g.m <= kGemvMaxRows && g.n >= 1 && g.k >= 1, "gemv: ", g.m, " rows (1-", kGemvMaxRows, "), N ",
+            g.n, ", K ", g.k, " (internal: matmul_gemv.cpp checks these)");
   switch (g.dtype) {
     case kF32: return launch_typed<float>(g, stream);
     case kBF16: return launch_typed<bf16>(g, stream);

@@ -33,7 +33,10 @@ bool gemv_applies(const Tensor& out, const Tensor& a, const Tensor& b, const Ten
   if ((dtype != DType::f32 && dtype != DType::bf16) || a.dtype() != dtype || b.dtype() != dtype) return false;
   const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
   const int64_t vector = 16 / static_cast<int64_t>(dtype_size(dtype));  // elements per 16-byte load
-  if (m < 1 || m > kernels::kGemvMaxRows || k < 1 || n < 1 || b.size(0) != k || !out.is_contiguous()) return false;
+  if (m < 1 || m > kernels::kGemvMaxRows || k < 1 || n < 1 || b.size(0) != k || out.size(0) != m || out.size(1) != n ||
+      !out.is_contiguous()) {
+    return false;
+  }
   // a: rows of contiguous elements; b: the transpose of a contiguous (N, K) weight.
   if (a.stride(1) != 1 || (m > 1 && a.stride(0) % vector != 0) || b.stride(0) != 1 || b.stride(1) != k) return false;
   if (k % vector != 0 || !aligned16(a.raw_data()) || !aligned16(b.raw_data())) return false;

@@ -175,6 +175,9 @@ TEST(HfTransformers, RopeOfEitherTransformersVersionIsReadAndScaledRopeRefused) 
   expect_refused(
       llama, [](json& c) { c["rope_parameters"]["partial_rotary_factor"] = 0.5; },
       "rope_parameters.partial_rotary_factor 0.5, but cpformer rotates every dimension of a head");
+  expect_refused(
+      llama, [](json& c) { c["partial_rotary_factor"] = "half"; },
+      "has partial_rotary_factor \"half\", but cpformer rotates every dimension of a head (1.0)");
   // transformers < 5: rope_theta at the top level, rope_scaling null.
   const TrainConfig c = config_of(llama);
   models::GPT model(c.model);

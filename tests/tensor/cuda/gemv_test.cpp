@@ -32,8 +32,8 @@ struct Case {
 };
 
 const std::vector<Case>& cases() {
-  static const std::vector<Case> c{{1, 8, 1}, {1, 768, 2304}, {1, 3072, 768}, {2, 64, 33}, {3, 136, 20},
-                                   {5, 768, 50}, {8, 256, 129}, {1, 768, 50304}};
+  static const std::vector<Case> c{{1, 8, 1},    {1, 768, 2304}, {1, 3072, 768}, {2, 64, 33},
+                                   {3, 136, 20}, {5, 768, 50},   {8, 256, 129},  {1, 768, 50304}};
   return c;
 }
 
@@ -62,18 +62,21 @@ TEST_F(CudaGemvTest, LinearOnFewRowsMatchesTheCpu) {
 }
 
 TEST_F(CudaGemvTest, LinearGeluKeepsThePreActivationAndMatchesTheCpu) {
+  // N a multiple of 8: linear_gelu takes the epilogue only where cuBLASLt's aux allows it.
+  const std::vector<Case> gelu_cases{{1, 768, 3072}, {2, 64, 64}, {3, 72, 16}, {5, 136, 40}, {8, 256, 136}};
   for (DType dtype : {DType::f32, DType::bf16}) {
-    for (const Case& c : cases()) {
-      if (c.n % 8 != 0) continue;  // linear_gelu takes the epilogue only where cuBLASLt's aux allows it
-      const Tensor x = random_cpu({c.m, c.k}, dtype, 4), w = random_cpu({c.n, c.k}, dtype, 5);
-      const Tensor b = random_cpu({c.n}, dtype, 6);
-      const raw::LinearGelu got = raw::linear_gelu(on_gpu(x), on_gpu(w), on_gpu(b));
-      const Tensor pre = raw::linear(f64(x), f64(w), f64(b));
-      // GELU of the rounded pre-activation, as the unfused path computes it.
-      const Tensor gelu = raw::unary(raw::UnaryOp::gelu, raw::to(raw::to(pre, dtype), DType::f64));
-      const std::string what = name_of(dtype, c, true);
-      EXPECT_LT(rel_error(f64(got.pre), pre), tolerance(dtype)) << what;
-      EXPECT_LT(rel_error(f64(got.out), gelu), dtype == DType::f32 ? 1e-5 : 8e-3) << what;
+    for (const Case& c : gelu_cases) {
+      for (bool bias : {true, false}) {
+        const Tensor x = random_cpu({c.m, c.k}, dtype, 4), w = random_cpu({c.n, c.k}, dtype, 5);
+        const Tensor b = bias ? random_cpu({c.n}, dtype, 6) : Tensor();
+        const raw::LinearGelu got = raw::linear_gelu(on_gpu(x), on_gpu(w), bias ? on_gpu(b) : Tensor());
+        const Tensor pre = raw::linear(f64(x), f64(w), bias ? f64(b) : Tensor());
+        // GELU of the rounded pre-activation, as the unfused path computes it.
+        const Tensor gelu = raw::unary(raw::UnaryOp::gelu, raw::to(raw::to(pre, dtype), DType::f64));
+        const std::string what = name_of(dtype, c, bias);
+        EXPECT_LT(rel_error(f64(got.pre), pre), tolerance(dtype)) << what;
+        EXPECT_LT(rel_error(f64(got.out), gelu), dtype == DType::f32 ? 1e-5 : 8e-3) << what;
+      }
     }
   }
 }
@@ -83,7 +86,7 @@ TEST_F(CudaGemvTest, StridedRowsAndPlainMatmulOfATransposedWeight) {
     // The first 64 columns of a (4, 128) matrix: 4 rows with a row stride of 128 elements.
     const Tensor wide = random_cpu({4, 128}, dtype, 7), w = random_cpu({40, 64}, dtype, 8);
     const Tensor x = raw::narrow(on_gpu(wide), 1, 0, 64);  // (4, 64) view
-    const Tensor w_t = raw::transpose(on_gpu(w), 0, 1);  // (64, 40) view
+    const Tensor w_t = raw::transpose(on_gpu(w), 0, 1);    // (64, 40) view
     const Tensor probe = empty({4, 40}, {.dtype = dtype, .device = Device::cuda(0)});
     EXPECT_TRUE(cuda::gemv_applies(probe, x, w_t, Tensor())) << dtype_name(dtype);
     const Tensor got = raw::matmul(x, w_t);
@@ -100,13 +103,21 @@ TEST_F(CudaGemvTest, OtherShapesStayOnCublasLt) {
   const Tensor x1 = raw::narrow(x9, 0, 0, 1);
   const Tensor plain = on_gpu(random_cpu({64, 16}, DType::f32, 11));  // (K, N) contiguous: not a weight's transpose
   EXPECT_FALSE(cuda::gemv_applies(out(1, 16, DType::f32), x1, plain, Tensor())) << "b not transposed";
-  const Tensor x_odd = on_gpu(random_cpu({1, 6}, DType::bf16, 12)), w_odd = on_gpu(random_cpu({16, 6}, DType::bf16, 13));
+  const Tensor x_odd = on_gpu(random_cpu({1, 6}, DType::bf16, 12)),
+               w_odd = on_gpu(random_cpu({16, 6}, DType::bf16, 13));
   EXPECT_FALSE(cuda::gemv_applies(out(1, 16, DType::bf16), x_odd, raw::transpose(w_odd, 0, 1), Tensor())) << "K = 6";
   EXPECT_FALSE(cuda::gemv_applies(out(1, 16, DType::f32), raw::to(x1, DType::bf16),
                                   raw::transpose(raw::to(w, DType::bf16), 0, 1), Tensor()))
       << "bf16 operands, f32 output";
+  const Tensor shifted = raw::narrow(on_gpu(random_cpu({1, 72}, DType::f32, 14)), 1, 1, 64);  // 4 bytes off
+  EXPECT_FALSE(cuda::gemv_applies(out(1, 16, DType::f32), shifted, raw::transpose(w, 0, 1), Tensor()))
+      << "a misaligned";
+  const Tensor rows66 = raw::narrow(on_gpu(random_cpu({2, 66}, DType::f32, 15)), 1, 0, 64);  // row stride 66
+  EXPECT_FALSE(cuda::gemv_applies(out(2, 16, DType::f32), rows66, raw::transpose(w, 0, 1), Tensor()))
+      << "a row stride that is no whole number of vectors";
+  EXPECT_FALSE(cuda::gemv_applies(out(1, 8, DType::f32), x1, raw::transpose(w, 0, 1), Tensor())) << "out (1, 8)";
   // And they still compute the same function.
-  for (const Tensor& x : {x9, x1}) {
+  for (const Tensor& x : {x9, x1, shifted, rows66}) {
     const Tensor got = raw::linear(x, w, Tensor());
     EXPECT_LT(rel_error(f64(got), raw::linear(f64(x), f64(w), Tensor())), tolerance(DType::f32));
   }
