@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <functional>
 
+#include "apps/run/collective_phase.h"
 #include "framework/core/logging.h"
 #include "framework/io/sharded_checkpoint.h"
 
@@ -142,28 +143,12 @@ std::string save_training_checkpoint(const TrainConfig& config, const optim::Nam
 
 namespace {
 
-// Every rank learns whether any rank failed (the max of the flags): a rank that throws alone would
-// leave the others waiting in the next collective.
-bool any_rank_failed(dist::ProcessGroup& group, bool failed, Device device) {
-  const Tensor flag = full({1}, failed ? 1.0 : 0.0, {.dtype = DType::f64, .device = device});
-  return group.all_reduce(flag, dist::ReduceOp::max).item<double>() > 0;
-}
-
-// Runs `phase` (on this rank when `mine`), then fails on every rank if it failed on any: with its own
-// message where it failed, naming the phase elsewhere.
+// A phase of the sharded save, collective (collective_phase.h): the failing rank's message there, the
+// phase's name on the others.
 void collective_phase(dist::ProcessGroup& group, Device device, bool mine, const std::string& what,
                       const std::function<void()>& phase) {
-  std::string error;
-  if (mine) {
-    try {
-      phase();
-    } catch (const std::exception& e) {
-      error = e.what();
-    }
-  }
-  if (!any_rank_failed(group, !error.empty(), device)) return;
-  CPF_CHECK(error.empty(), error);
-  CPF_FAIL(what, " failed on another rank (its log names why); nothing was published");
+  run_collective_phase(group, device, mine, phase,
+                       what + " failed on another rank (its log names why); nothing was published");
 }
 
 }  // namespace

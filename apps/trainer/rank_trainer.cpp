@@ -6,6 +6,7 @@
 
 #include "apps/report/checked_file.h"
 #include "apps/run/checkpointing.h"
+#include "apps/run/collective_phase.h"
 #include "apps/run/resume_rules.h"
 #include "apps/run/run_folder.h"
 #include "apps/run/run_tokenizer.h"
@@ -161,16 +162,10 @@ void RankTrainer::load_resume(const std::string& path) {
     // Each rank reads only its pieces of the weights and the state (of any layout and world size), then
     // the parameters are made whole from the pieces, a collective: every rank learns first whether every
     // load succeeded, so a rank whose read failed fails them all instead of leaving them waiting.
-    std::string error;
-    try {
-      state = load_training_checkpoint_pieces(path, c_, shards_->pieces(), *optimizer_);
-    } catch (const std::exception& e) {
-      error = e.what();
-    }
-    const Tensor failed = full({1}, error.empty() ? 0.0 : 1.0, {.dtype = DType::f64, .device = device_});
-    const bool any_failed = groups_.world->all_reduce(failed, dist::ReduceOp::max).item<double>() > 0;
-    CPF_CHECK(error.empty(), error);
-    CPF_CHECK(!any_failed, "resume: loading ", path, " failed on another rank (its log names why)");
+    run_collective_phase(
+        *groups_.world, device_, true,
+        [&] { state = load_training_checkpoint_pieces(path, c_, shards_->pieces(), *optimizer_); },
+        "resume: loading " + path + " failed on another rank (its log names why)");
     shards_->pieces_loaded();
   } else {
     state = load_training_checkpoint(path, c_, params_, *optimizer_);
