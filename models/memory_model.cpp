@@ -51,6 +51,12 @@ int64_t qkv_width(const GPTOptions& o) {
          a.heads * a.d_qk;
 }
 
+// Whether the FP8 linears' one-byte copies are counted: run.precision fp8 (bf16 activations), attention
+// mha or gqa. MLA's projections under FP8 are counted as in bf16 (an overestimate).
+bool fp8_linears_counted(const GPTOptions& o, double act) {
+  return o.fp8_linears && act == 2.0 && o.attention != AttentionType::mla;
+}
+
 // Bytes one token keeps per block between the forward and the backward, per recompute mode.
 struct BlockBytes {
   double kept = 0;       // held from the block's forward to its backward
@@ -63,12 +69,18 @@ BlockBytes block_bytes_per_token(const GPTOptions& o, double act, double param, 
   const bool swiglu = o.mlp == nn::Activation::swiglu;
   // RoPE's outputs are not counted: measured on an H100 (docs/long_context.md), they cost nothing beyond
   // the projection's output the attention's inputs share.
+  // FP8 linears (mha/gqa; docs/fp8.md) keep their inputs as one-byte FP8 copies, not the bf16 tensors: the
+  // norms' outputs and the MLP's hidden activation, which nothing else keeps, shrink to one byte; the
+  // attention output is kept by the attention too, so the output projection's copy comes on top.
+  const bool fp8 = fp8_linears_counted(o, act);
+  const double linear_in = fp8 ? 1.0 : act;
+  const double out_width = static_cast<double>(a.heads * a.d_v);
   const double qkv = act * static_cast<double>(qkv_width(o));
-  const double attn = act * static_cast<double>(a.heads * a.d_v) + 4.0 * static_cast<double>(a.heads);
-  const double mlp = act * (swiglu ? 3.0 * i : 2.0 * i);    // gate-up + out | pre + out
-  const double norms = 2.0 * (param * c + act * c + 4.0);   // x1, y, rstd of both norms
-  const double whole = norms + qkv + attn + mlp + act * c;  // + the MLP output (pending)
-  const double input = param * c + act * c;                 // the block's input: stream and pending
+  const double attn = act * out_width + 4.0 * static_cast<double>(a.heads);
+  const double mlp = act * (swiglu ? 2.0 * i : i) + linear_in * i;  // gate-up | pre, and the hidden (out)
+  const double norms = 2.0 * (param * c + linear_in * c + 4.0);     // x1, y, rstd of both norms
+  const double whole = norms + qkv + attn + (fp8 ? out_width : 0.0) + mlp + act * c;  // + the MLP output (pending)
+  const double input = param * c + act * c;  // the block's input: stream and pending
   switch (mode) {
     case RecomputeMode::none: return {whole, input + act * (swiglu ? 3.0 : 2.0) * i};  // the MLP's gradients
     case RecomputeMode::full: return {input, whole + input};                           // a recomputed block's backward
@@ -178,6 +190,12 @@ MemoryEstimate estimate_memory(const MemoryPlanInput& in) {
   const double kept =
       static_cast<double>(covered) * recomputed.kept + static_cast<double>(layers - covered) * plain.kept;
   const double transient = covered > 0 ? recomputed.transient : plain.transient;
+  if (fp8_linears_counted(o, act)) {
+    // Each FP8 linear keeps its weight's transposed FP8 copy (one byte a parameter) for dX: every block's
+    // until its backward, but for fully recomputed blocks, whose copies live while one block recomputes.
+    const int64_t holding = o.recompute == RecomputeMode::full ? layers - covered + (covered > 0 ? 1 : 0) : layers;
+    e.compute_copies += static_cast<double>(holding * block_parameters(o));
+  }
   const double stream = param * c + (param + act) * c;  // the embedding's output; the final norm's x and y
   e.activations = t * (kept + transient + stream);
   e.attention = cp_attention_bytes(in, act, e.tokens_per_rank);

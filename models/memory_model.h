@@ -6,7 +6,9 @@
 // Per rank, in bytes (N parameters, T tokens of this rank's micro-batch, L blocks, C hidden, W ranks):
 //   master weights   N x 4 (f32); shard parameters: N x 4 / W plus the root (embeddings, final norm,
 //                    head) and two blocks whole (the one running, the one prefetched)
-//   compute copies   N x 2 under bf16; shard parameters: of the whole units only (cast per use)
+//   compute copies   N x 2 under bf16; shard parameters: of the whole units only (cast per use); under
+//                    fp8 (mha/gqa) also each block's FP8 transposed weight copy (1 byte a parameter),
+//                    kept to its backward (one block's at a time where blocks are fully recomputed)
 //   gradients        N x 4 (f32), / W with shard gradients or parameters; only the part above
 //                    activations + loss (the peak is where the backward starts or ends)
 //   moments          N x 8 (AdamW), N x 4 (SGD + momentum); / W with any shard
@@ -17,7 +19,8 @@
 //                    parameters: the reduced shards (N x 4 / W) and two buckets in flight
 //   loss             the fused classifier: one chunk of logits (its gradient written over it), d(hidden)
 //                    (T x C x 4) and d(head weight) (V x C x 4)
-// The bytes a token keeps per block are counted from the tensors each op saves for its backward
+// The bytes a token keeps per block are counted from the tensors each op saves for its backward (under
+// fp8, a linear keeps its input as a one-byte FP8 copy)
 // (docs/long_context.md lists them); a GPU test holds the model within 10% of measured peaks.
 #include <cstdint>
 #include <optional>

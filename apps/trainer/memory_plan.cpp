@@ -43,7 +43,7 @@ std::string longest(models::MemoryPlanInput in, models::RecomputeMode mode, doub
 
 models::MemoryPlanInput memory_plan_input(const TrainConfig& c) {
   const bool bshd = c.data.layout == "bshd";
-  return {.model = c.model,
+  return {.model = model_options(c),  // with fp8_linears from run.precision
           .seq_len = bshd ? c.data.seq_len : models::data::effective_tokens_per_batch(c.data),
           .rows = bshd ? c.data.batch_size : 1,
           .cp = c.parallel.cp,

@@ -107,6 +107,44 @@ TEST(MemoryModel, OrdersRecomputeModesAndShardStages) {
   EXPECT_NE(full.lines().back().find("total"), std::string::npos);
 }
 
+// run.precision fp8: each linear keeps its input as a one-byte FP8 copy (the norms' outputs and the MLP's
+// hidden activation shrink from 2 bytes to 1; the attention output, which the attention keeps too, gains
+// the output projection's copy) and its weight's transposed FP8 copy until its backward. So per token and
+// block 2c + i - h d_v bytes fewer, and one byte a block parameter more per block whose graph is alive (one
+// block's at a time under full recomputation). MLA is counted as in bf16.
+TEST(MemoryModel, Fp8LinearsKeepOneByteCopies) {
+  const int64_t seq = 8192, layers = 16, c = 2048, i = 8192, out_width = 32 * 64;
+  const double per_token_block = static_cast<double>(2 * c + i - out_width);
+  for (RecomputeMode mode : {RecomputeMode::none, RecomputeMode::full}) {
+    const MemoryPlanInput bf16 = llama_1b(mode, seq);
+    MemoryPlanInput fp8 = bf16;
+    fp8.model.fp8_linears = true;
+    const MemoryEstimate a = estimate_memory(bf16), b = estimate_memory(fp8);
+    const std::string what = mode == RecomputeMode::none ? "none" : "full";
+    // none: every block keeps less; full: only the recomputed block's whole activations shrink.
+    const double blocks = mode == RecomputeMode::none ? static_cast<double>(layers) : 1.0;
+    EXPECT_DOUBLE_EQ(a.activations - b.activations, static_cast<double>(seq) * blocks * per_token_block) << what;
+    const int64_t holding = mode == RecomputeMode::none ? layers : 1;
+    EXPECT_DOUBLE_EQ(b.compute_copies - a.compute_copies, static_cast<double>(holding * block_parameters(bf16.model)))
+        << what;
+    EXPECT_EQ(b.master_weights, a.master_weights) << what;
+  }
+  MemoryPlanInput fp32 = llama_1b(RecomputeMode::none, seq);
+  fp32.bf16 = false;
+  MemoryPlanInput fp32_fp8 = fp32;
+  fp32_fp8.model.fp8_linears = true;
+  EXPECT_EQ(estimate_memory(fp32_fp8).total(), estimate_memory(fp32).total()) << "no FP8 without bf16 activations";
+  MemoryPlanInput mla = llama_1b(RecomputeMode::none, seq);
+  mla.model.attention = AttentionType::mla;
+  mla.model.kv_lora_rank = 512;
+  mla.model.qk_nope_head_dim = 64;
+  mla.model.qk_rope_head_dim = 32;
+  mla.model.v_head_dim = 64;
+  MemoryPlanInput mla_fp8 = mla;
+  mla_fp8.model.fp8_linears = true;
+  EXPECT_EQ(estimate_memory(mla_fp8).total(), estimate_memory(mla).total()) << "MLA counted as bf16";
+}
+
 TEST(MemoryModel, LongestFittingContextIsExactAtItsEdge) {
   const double capacity = 79.2 * double(int64_t{1} << 30);
   const std::optional<int64_t> n = largest_fitting_seq_len(llama_1b(RecomputeMode::full, 8), capacity, 8);
