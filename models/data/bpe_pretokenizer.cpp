@@ -170,8 +170,16 @@ BpePreTokenizer::BpePreTokenizer(const std::string& pattern)
   UParseError where{};
   const icu::UnicodeString source = icu::UnicodeString::fromUTF8(icu_pattern(pattern));
   compiled_->regex.reset(icu::RegexPattern::compile(source, 0, where, status));
-  CPF_CHECK(U_SUCCESS(status) && compiled_->regex, "tokenizer: the pre-tokenizer pattern ", pattern,
-            " does not compile (", u_errorName(status), " near offset ", where.offset, ")");
+  if (U_SUCCESS(status) && compiled_->regex) return;
+  // The offset is the rewritten pattern's; the pattern as given (ICU reads \p{L} too) usually fails at the
+  // same place, and its offset is the one the user can find.
+  UErrorCode original_status = U_ZERO_ERROR;
+  UParseError original_where{};
+  const std::unique_ptr<icu::RegexPattern> original(
+      icu::RegexPattern::compile(icu::UnicodeString::fromUTF8(pattern), 0, original_where, original_status));
+  if (U_FAILURE(original_status)) status = original_status, where = original_where;
+  CPF_FAIL("tokenizer: the pre-tokenizer pattern ", pattern, " does not compile (", u_errorName(status),
+           " near offset ", where.offset, ")");
 }
 
 BpePreTokenizer::~BpePreTokenizer() = default;

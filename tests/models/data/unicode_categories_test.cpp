@@ -15,6 +15,7 @@
 #include "framework/core/error.h"
 #include "models/data/bpe_pretokenizer.h"
 #include "models/data/unicode_categories.h"
+#include "support/test_utils.h"
 
 namespace cpf::models::data {
 namespace {
@@ -155,6 +156,11 @@ TEST(UnicodeCategories, EveryEscapeFormIsRewritten) {
   }
   EXPECT_EQ(pieces(R"(\\p\{L\}|\p{L})", "\\p{L}"), 1u) << "an escaped backslash is no escape";
   EXPECT_EQ(pieces(R"(\p{Han}+)", "\u4E00\u4E01"), 1u) << "a script is left to ICU";
+}
+
+TEST(UnicodeCategories, ACompileErrorNamesTheOffsetInThePatternAsGiven) {
+  // The error is after a \p{L}, which the rewritten pattern spells as some 10 KB of ranges.
+  EXPECT_CPF_ERROR(BpePreTokenizer(R"(\p{L}+(ab)"), "does not compile (U_REGEX_MISMATCHED_PAREN near offset 9)");
 }
 
 TEST(UnicodeCategories, MalformedPropertyEscapesAreRefusedByName) {
