@@ -49,7 +49,8 @@ std::string icu_set(const std::vector<CodePointRange>& ranges, bool negated) {
 }
 
 // The property escape at pattern[i] ('\' then 'p' or 'P'), if it names a General_Category: its
-// length in `length` and the set it means. \pL, \p{L}, \P{L}, \p{^L} (Oniguruma's negation).
+// length in `length` and the set it means. \pL, \p{L}, \P{L}, \p{^L} (Oniguruma's negation, which ICU
+// lacks: \p{^Han} becomes \P{Han}).
 std::optional<std::string> category_escape(const std::string& pattern, size_t i, size_t& length) {
   bool negated = pattern[i + 1] == 'P';
   std::string name;
@@ -64,10 +65,13 @@ std::optional<std::string> category_escape(const std::string& pattern, size_t i,
   } else {
     return std::nullopt;
   }
-  if (!name.empty() && name[0] == '^') negated = !negated, name.erase(0, 1);
+  const bool caret = !name.empty() && name[0] == '^';
+  if (caret) negated = !negated, name.erase(0, 1);
   const std::optional<std::vector<CodePointRange>> ranges = general_category_ranges(name);
-  if (!ranges) return std::nullopt;
-  return icu_set(*ranges, negated);
+  if (ranges) return icu_set(*ranges, negated);
+  // Another property (a script, a binary property): ICU's own, with Oniguruma's \p{^X} spelled \P{X}.
+  if (caret) return std::string(negated ? "\\P{" : "\\p{") + name + "}";
+  return std::nullopt;
 }
 
 // The pattern ICU runs: \s -> \p{White_Space}, \S -> \P{White_Space}, and General_Category escapes

@@ -8,8 +8,8 @@
 // crate and Oniguruma mean by them (ICU's own \s omits U+000B and U+0085). General_Category escapes
 // (\p{L}, \p{N}, \P{L}, \pL, \p{Lu}, ...) become explicit sets from the bundled Unicode 16.0 table,
 // so letters assigned after the linked ICU's Unicode version are letters, as for tiktoken. Other classes
-// (\d, \w, \b, [:alpha:], scripts such as \p{Han}) keep ICU's tables. A compile error names the offset in
-// the pattern as given.
+// (\d, \w, \b, [:alpha:], scripts such as \p{Han}; \p{^Han} is read as \P{Han}) keep ICU's tables. A compile error
+// names the offset in the pattern as given.
 //
 // Text is bytes: valid UTF-8 is matched as its code points; each byte that is not part of valid UTF-8
 // is matched as U+FFFD (a symbol, so GPT-2's pattern groups it with punctuation) but stays that byte

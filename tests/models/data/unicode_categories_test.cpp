@@ -156,6 +156,7 @@ TEST(UnicodeCategories, EveryEscapeFormIsRewritten) {
   }
   EXPECT_EQ(pieces(R"(\\p\{L\}|\p{L})", "\\p{L}"), 1u) << "an escaped backslash is no escape";
   EXPECT_EQ(pieces(R"(\p{Han}+)", "\u4E00\u4E01"), 1u) << "a script is left to ICU";
+  EXPECT_EQ(pieces(R"(\p{^Han}+)", "ab\u4E00cd"), 3u) << "Oniguruma's negation of a script, spelled for ICU";
 }
 
 TEST(UnicodeCategories, ACompileErrorNamesTheOffsetInThePatternAsGiven) {
