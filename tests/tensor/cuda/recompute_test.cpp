@@ -105,19 +105,21 @@ std::pair<double, double> peak_and_model(const std::string& run_dir) {
 }
 
 // A Llama-3.2-1B-like block (hidden 2048, 32/8 heads, SwiGLU 8192) in 4 layers, vocab 50304, batch 1.
+const std::vector<std::string> kLlamaBlocks = {"model.hidden_size=2048",
+                                               "model.num_layers=4",
+                                               "model.num_heads=32",
+                                               "model.num_kv_heads=8",
+                                               "model.intermediate_size=8192",
+                                               "model.vocab_size=50304",
+                                               "model.rope_base=500000",
+                                               "data.batch_size=1",
+                                               "run.steps=3",
+                                               "run.log_every=3",
+                                               "data.min_len=200",
+                                               "data.max_len=500"};
+
 TEST_F(RecomputeTraining, TheMemoryModelIsWithinTenPercentOfTheMeasuredPeak) {
-  const std::vector<std::string> llama = {"model.hidden_size=2048",
-                                          "model.num_layers=4",
-                                          "model.num_heads=32",
-                                          "model.num_kv_heads=8",
-                                          "model.intermediate_size=8192",
-                                          "model.vocab_size=50304",
-                                          "model.rope_base=500000",
-                                          "data.batch_size=1",
-                                          "run.steps=3",
-                                          "run.log_every=3",
-                                          "data.min_len=200",
-                                          "data.max_len=500"};
+  const std::vector<std::string>& llama = kLlamaBlocks;
   double peak_none = 0;
   for (const char* mode : {"none", "selective", "full"}) {
     for (int seq : {8192, 16384}) {
@@ -134,6 +136,24 @@ TEST_F(RecomputeTraining, TheMemoryModelIsWithinTenPercentOfTheMeasuredPeak) {
       if (seq == 16384 && std::string(mode) == "none") peak_none = peak;
       if (seq == 16384 && std::string(mode) != "none") EXPECT_LT(peak, peak_none) << mode;
     }
+  }
+}
+
+// run.precision fp8: the linears keep one-byte FP8 copies of their inputs and weights (the memory model
+// counts them: models/memory_model.h), with and without recomputation.
+TEST_F(RecomputeTraining, TheMemoryModelIsWithinTenPercentOfTheMeasuredFp8Peak) {
+  for (const char* mode : {"none", "full"}) {
+    std::vector<std::string> o = kLlamaBlocks;
+    o.push_back(std::string("model.recompute=") + mode);
+    o.push_back("data.seq_len=8192");
+    o.push_back("run.precision=fp8");
+    const TrainedRun run = train_run(std::string("memory_fp8_") + mode, o);
+    const auto [peak, model] = peak_and_model(run.outcome.run_dir);
+    ASSERT_GT(peak, 0) << run.log;
+    ASSERT_GT(model, 0) << run.log;
+    std::cout << "memory model: fp8, recompute " << mode << " seq 8192: measured " << peak / (1 << 30) << " GiB, model "
+              << model / (1 << 30) << " GiB, ratio " << model / peak << "\n";
+    EXPECT_NEAR(model / peak, 1.0, 0.10) << mode;
   }
 }
 
