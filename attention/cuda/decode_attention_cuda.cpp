@@ -24,6 +24,12 @@ void decode_attention(const Tensor& out, const Tensor& q, const Tensor& keys, co
   cuda::DeviceGuard guard(device);
   const Tensor& kn = params.k_new;
   const Tensor& vn = params.v_new;
+  // Few sequences x heads: several blocks share each row's positions, their partial rows merged after.
+  const int splits = decode::decode_splits(q.size(0), q.size(1), params.capacity, cuda::device_info(device).sm_count);
+  const DType partial_dtype = q.dtype() == DType::f64 ? DType::f64 : DType::f32;
+  const Tensor partials =
+      splits > 1 ? empty({q.size(0), q.size(1), splits, dim_v + 2}, {.dtype = partial_dtype, .device = q.device()})
+                 : Tensor();  // (S, H, splits, D_v + 2)
   decode::launch_decode_attention({.dtype = static_cast<int>(q.dtype()),
                                    .length_dtype = static_cast<int>(lengths.dtype()),
                                    .out = out.raw_data(),
@@ -44,7 +50,9 @@ void decode_attention(const Tensor& out, const Tensor& q, const Tensor& keys, co
                                    .dim_v = dim_v,
                                    .capacity = params.capacity,
                                    .window_left = params.window_left,
-                                   .scale = params.scale},
+                                   .scale = params.scale,
+                                   .splits = splits,
+                                   .partials = partials.defined() ? partials.raw_data() : nullptr},
                                   cuda::current_cuda_stream(device));
   out.bump_version();
 }

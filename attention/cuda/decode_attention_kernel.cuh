@@ -25,7 +25,18 @@ struct DecodeLaunch {
   int64_t k_new_stride[2] = {0, 0}, v_new_stride[2] = {0, 0};
   int64_t seqs = 0, heads = 0, kv_heads = 0, dim_qk = 0, dim_v = 0, capacity = 0, window_left = -1;
   double scale = 1.0;
+  int splits = 1;            // blocks per (sequence, head), each over its share of the positions
+  void* partials = nullptr;  // (S, H, splits, D_v + 2) in the compute type (f32; f64 for f64) when splits > 1
 };
+
+// The largest number of position splits (decode_splits).
+constexpr int kMaxSplits = 16;
+
+// How many blocks share one (sequence, head)'s positions: enough to give every SM about two blocks when
+// S x H alone would leave most of them idle (GPT-2's 12 heads at batch 1 on 132 SMs), each split at least
+// 32 positions of the slot's capacity. A function of the shapes only, so one captured graph serves every
+// length; 1 takes the one-kernel path.
+int decode_splits(int64_t seqs, int64_t heads, int64_t capacity, int sm_count);
 
 void launch_decode_attention(const DecodeLaunch& a, cudaStream_t stream);
 

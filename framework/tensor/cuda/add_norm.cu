@@ -14,6 +14,9 @@ using namespace row_helpers;
 namespace {
 
 constexpr int kCachedThreads = 128;  // a block per long row (as norm.cu's register-cached kernel)
+// At most this many rows (a decoding step's batch) get a block per row even when a warp would hold the row:
+// one warp walking 768 columns is a latency chain of 6 loads and 3 reductions that 127 idle SMs wait on.
+constexpr int64_t kFewRows = 32;
 
 // y's vector q = ((x1 - mean) * rstd) * w + bias (w, bias null: skipped), from x1's values v.
 template <int V, class TX, class TY>
@@ -381,7 +384,7 @@ void forward(const void* x, const void* b, const void* w, const void* bias, void
   const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };  // null is aligned
   const bool vec =
       cols % V == 0 && aligned(x) && aligned(b) && aligned(w) && aligned(bias) && aligned(x1) && aligned(y);
-  const bool warp = cols <= kWarpRowLimit;
+  const bool warp = cols <= kWarpRowLimit && rows > kFewRows;
   const int group = warp ? 32 : kCachedThreads;
   const int64_t per_thread = (cols / V + group - 1) / group;
   const int64_t blocks = warp ? row_grid(rows, cols) : capped(rows);

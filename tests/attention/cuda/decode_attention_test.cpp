@@ -3,12 +3,15 @@
 // sinks, empty slots, head dims from 8 to the MLA latent's 577 / 513 and the kernel's 640 limit, i32 and
 // i64 lengths; the appending form (new rows stored and read in the same kernel, strided inputs); one captured CUDA
 // graph replayed with rewritten lengths gives each step's rows; lengths past the slot are reported by the device check;
-// head dims past the limit are refused by name.
+// head dims past the limit are refused by name. Few sequences x heads over long slots split the positions
+// over several blocks (the cases with capacities 200 and up).
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "attention/cuda/decode_attention_kernel.cuh"
 #include "attention/decode_attention.h"
 #include "framework/autograd/grad_mode.h"
 #include "framework/tensor/cuda/cuda.h"
@@ -83,6 +86,32 @@ TEST_F(CudaDecodeAttention, MatchesTheCpuReference) {
        .lengths = {9, 40},
        .sink = true},  // the MLA latent form: kv_lora_rank 512 + rope 64 + bias column
       {.seqs = 1, .heads = 2, .kv_heads = 1, .dim_qk = 640, .dim_v = 640, .capacity = 33, .lengths = {33}},
+      // Few rows over long slots: the positions split over several blocks (decode_splits), then combined.
+      {.seqs = 1,
+       .heads = 12,
+       .kv_heads = 4,
+       .dim_qk = 64,
+       .dim_v = 64,
+       .capacity = 600,
+       .lengths = {600},
+       .window = {100, 0},
+       .sink = true},
+      {.seqs = 3,
+       .heads = 4,
+       .kv_heads = 2,
+       .dim_qk = 96,
+       .dim_v = 40,
+       .capacity = 256,
+       .lengths = {256, 1, 0},
+       .sink = true},  // 8 splits: a length of 1 leaves 7 of them empty, 0 gives zeros
+      {.seqs = 2,
+       .heads = 4,
+       .kv_heads = 1,
+       .dim_qk = 577,
+       .dim_v = 513,
+       .capacity = 200,
+       .lengths = {9, 200},
+       .sink = true},
   };
   for (const Case& c : cases) {
     expect_matches_cpu(c, DType::f32, DType::i64, 2e-5);
@@ -96,9 +125,13 @@ TEST_F(CudaDecodeAttention, MatchesTheCpuReference) {
 // views of a fused projection, in one captured graph replayed with growing lengths.
 TEST_F(CudaDecodeAttention, AppendMatchesTheCpuAndReplaysInAGraph) {
   NoGradGuard no_grad;
-  const int64_t heads = 6, kv_heads = 2, dim = 64, capacity = 40;
+  const int64_t heads = 6, kv_heads = 2, dim = 64;
   const AttentionSpec spec{.qkv_format = QkvFormat::thd, .mask = MaskType::causal};
-  for (DType dtype : {DType::f32, DType::bf16}) {
+  // Capacity 40: one block per (sequence, head); 300: the positions split (the new row in the last split).
+  for (const std::pair<DType, int64_t>& run : std::vector<std::pair<DType, int64_t>>{
+           {DType::f32, 40}, {DType::bf16, 40}, {DType::f32, 300}, {DType::bf16, 300}}) {
+    const DType dtype = run.first;
+    const int64_t capacity = run.second;
     const Tensor qkv = raw::to(random_cpu({2, heads + 2 * kv_heads, dim}, DType::f64, 14, -2, 2), dtype);
     Tensor keys = raw::to(random_cpu({2 * capacity, kv_heads, dim}, DType::f64, 15, -2, 2), dtype);
     Tensor values = raw::to(random_cpu({2 * capacity, kv_heads, dim}, DType::f64, 16), dtype);
@@ -113,7 +146,8 @@ TEST_F(CudaDecodeAttention, AppendMatchesTheCpuAndReplaysInAGraph) {
     const DeviceGraph graph = DeviceGraph::capture(
         Device::cuda(0), [&] { out = decode_attention_append(g[0], g[1], g[2], gkeys, gvalues, glengths, spec); });
     const std::vector<Tensor> c = parts(qkv);
-    for (const std::vector<int64_t>& step : std::vector<std::vector<int64_t>>{{1, 3}, {2, 4}, {40, 0}, {17, 9}}) {
+    for (const std::vector<int64_t>& step :
+         std::vector<std::vector<int64_t>>{{1, 3}, {2, 4}, {40, 0}, {17, 9}, {capacity, capacity / 2}}) {
       raw::copy_(glengths, from_vector(step, {2}));
       graph.replay();
       const Tensor want = decode_attention_append(c[0], c[1], c[2], keys, values, from_vector(step, {2}), spec);
@@ -143,6 +177,17 @@ TEST_F(CudaDecodeAttention, OneCapturedGraphServesEveryLength) {
         decode_attention(on_cpu(q), on_cpu(keys), on_cpu(values), from_vector(step, {2}), spec_of(c, DType::f32));
     EXPECT_TRUE(all_close(on_cpu(out), want, 2e-5, 2e-5)) << step[0] << ", " << step[1];
   }
+}
+
+// The split policy: about two blocks an SM when sequences x heads leave SMs idle, at least 32 positions
+// of the capacity a split, at most 16.
+TEST_F(CudaDecodeAttention, SplitsThePositionsOnlyWhereRowsAreFew) {
+  EXPECT_EQ(attention_cuda::decode::decode_splits(1, 12, 1024, 132), 16);  // GPT-2 124M at batch 1
+  EXPECT_EQ(attention_cuda::decode::decode_splits(1, 12, 256, 132), 8);    // capped by the capacity
+  EXPECT_EQ(attention_cuda::decode::decode_splits(4, 12, 1024, 132), 6);   // 48 blocks: ceil(264 / 48)
+  EXPECT_EQ(attention_cuda::decode::decode_splits(8, 32, 1024, 132), 1);   // 256 blocks fill the SMs
+  EXPECT_EQ(attention_cuda::decode::decode_splits(1, 12, 40, 132), 1);     // a short slot
+  EXPECT_EQ(attention_cuda::decode::decode_splits(0, 12, 1024, 132), 1);
 }
 
 TEST_F(CudaDecodeAttention, RefusesLengthsPastTheSlotAndHeadDimsPastTheKernel) {

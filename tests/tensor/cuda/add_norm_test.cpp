@@ -92,15 +92,16 @@ void check_case(const Shape& shape, const Dtypes& d, const Params& p, const std:
 }
 
 TEST_F(CudaAddNormTest, MatchesTheCpu) {
-  // (4, 7, 96) and (3, 768): a warp per row, registers; (3, 33) and (5, 1): a warp, recomputing (no
-  // 16-byte vectors); (6, 3000) and (2, 8192): a block per row in registers (f64 8192 recomputes);
-  // (3, 1030): a block, recomputing (unaligned rows). The backward's dx kernel takes the same paths, except
-  // that it keeps at most 8 vectors a thread: (2, 8192) re-reads its 16-byte vectors in f32 and f64.
+  // Forward: (5, 9, 96) and (40, 768): a warp per row, registers; (33, 33): a warp, recomputing (no
+  // 16-byte vectors); (4, 7, 96), (3, 768), (6, 3000) and (2, 8192): a block per row in registers (at most
+  // 32 rows take a block however short; f64 8192 recomputes); (3, 33), (5, 1) and (3, 1030): a block,
+  // recomputing. The backward's dx kernel gives every row up to 1024 columns a warp, and keeps at most 8
+  // vectors a thread: (2, 8192) re-reads its 16-byte vectors in f32 and f64.
   const std::vector<Dtypes> dtypes{{DType::f32, DType::f32, DType::f32},  {DType::f32, DType::bf16, DType::f32},
                                    {DType::f32, DType::f32, DType::bf16}, {DType::f32, DType::bf16, DType::bf16},
                                    {DType::f64, DType::f64, DType::f64},  {DType::bf16, DType::bf16, DType::bf16}};
-  for (const Shape& shape :
-       {Shape{4, 7, 96}, Shape{3, 768}, Shape{3, 33}, Shape{5, 1}, Shape{6, 3000}, Shape{2, 8192}, Shape{3, 1030}}) {
+  for (const Shape& shape : {Shape{4, 7, 96}, Shape{5, 9, 96}, Shape{3, 768}, Shape{40, 768}, Shape{3, 33},
+                             Shape{33, 33}, Shape{5, 1}, Shape{6, 3000}, Shape{2, 8192}, Shape{3, 1030}}) {
     for (const Dtypes& d : dtypes) {
       for (const Params& p : param_cases()) {
         const std::string what = shape_str(shape) + " x " + dtype_name(d.x) + " branch " + dtype_name(d.branch) +
