@@ -225,7 +225,10 @@ BlockOutput GPT::run_block(size_t i, const BlockOutput& in, const SequenceInfo& 
   // embedding, the final norm and the LM head stay outside the scope.
   Fp8ScalingState* const fp8_state = fp8_scaling();  // delayed scaling: slots keyed "blocks.i.fp8_k"
   const std::string fp8_prefix = "blocks." + std::to_string(i);
-  const Fp8Autocast fp8(options_.fp8_linears, {.margin = options_.fp8_scaling.margin}, fp8_state, fp8_prefix);
+  Fp8WeightCache* const fp8_copies = fp8_weight_cache();  // the step's FP8 weight copies, or null
+  const Fp8Autocast fp8(options_.fp8_linears,
+                        {.margin = options_.fp8_scaling.margin, .slot = std::nullopt, .weight_cache = fp8_copies},
+                        fp8_state, fp8_prefix);
   if (options_.recompute == RecomputeMode::none || static_cast<int64_t>(i) >= covered || !grad_enabled()) {
     return block.forward(in.x, in.pending, seq, cp);
   }
@@ -235,11 +238,13 @@ BlockOutput GPT::run_block(size_t i, const BlockOutput& in, const SequenceInfo& 
   std::optional<cp::ContextParallel> cp_copy;
   if (cp != nullptr) cp_copy = *cp;
   autograd::RegionFn fn = [&block, seq, cp_copy, copies, fp8 = options_.fp8_linears,
-                           margin = options_.fp8_scaling.margin, fp8_state,
-                           fp8_prefix](const std::vector<Tensor>& inputs) {
+                           margin = options_.fp8_scaling.margin, fp8_state, fp8_prefix,
+                           fp8_copies](const std::vector<Tensor>& inputs) {
     const nn::ComputeCopiesScope scope(copies);
-    // The recompute runs the GEMMs as the forward did, with the same slots (the keys count from 0 again).
-    const Fp8Autocast fp8_scope(fp8, {.margin = margin}, fp8_state, fp8_prefix);
+    // The recompute runs the GEMMs as the forward did, with the same slots (the keys count from 0 again) and
+    // the FP8 weight copies the forward made.
+    const Fp8Autocast fp8_scope(fp8, {.margin = margin, .slot = std::nullopt, .weight_cache = fp8_copies}, fp8_state,
+                                fp8_prefix);
     const BlockOutput out = block.forward(inputs[0], inputs[1], seq, cp_copy ? &*cp_copy : nullptr);
     return std::vector<Tensor>{out.x, out.pending};
   };
@@ -253,6 +258,12 @@ BlockOutput GPT::run_block(size_t i, const BlockOutput& in, const SequenceInfo& 
                                  : std::function<void()>(),
        .after_recompute = units ? std::function<void()>([units, i] { units->release(i); }) : std::function<void()>()});
   return {out[0], out[1]};
+}
+
+Fp8WeightCache* GPT::fp8_weight_cache() const {
+  // Sharded parameters are whole only while their block runs: copies kept for the step would hold them all.
+  const bool keep = options_.fp8_linears && options_.fp8_scaling.cache_weights && units_ == nullptr;
+  return keep ? &fp8_weight_cache_ : nullptr;
 }
 
 Fp8ScalingState* GPT::fp8_scaling() const {

@@ -30,6 +30,7 @@
 #include "attention/nn/kv_cache.h"
 #include "attention/sequence_info.h"
 #include "framework/autograd/fp8_scaling.h"
+#include "framework/autograd/fp8_weight_cache.h"
 #include "framework/autograd/functions/add_norm.h"
 #include "framework/config/schema.h"
 #include "framework/core/generator.h"
@@ -221,6 +222,10 @@ class GPT : public nn::Module {
   // run.precision: fp8 with the delayed recipe: the scaling state of the blocks' FP8 linears (made on the
   // model's device at first use; the trainer updates, reduces and checkpoints it). Null for any other run.
   Fp8ScalingState* fp8_scaling() const;
+  // run.precision: fp8 with fp8.cache_weights and resident parameters: the FP8 weight copies the blocks'
+  // linears keep for the rest of a step while the trainer holds a step scope open around the step's
+  // forwards and backwards (framework/autograd/fp8_weight_cache.h). Null otherwise: casts at every call.
+  Fp8WeightCache* fp8_weight_cache() const;
 
  private:
   Tensor embed(const Tensor& tokens, const Tensor& positions) const;  // (T, C) residual stream
@@ -244,6 +249,7 @@ class GPT : public nn::Module {
   std::shared_ptr<nn::Linear> lm_head_;
   mutable nn::ComputeCopies compute_copies_;              // per-step bf16 copies of the f32 parameters
   mutable std::unique_ptr<Fp8ScalingState> fp8_scaling_;  // fp8_scaling()
+  mutable Fp8WeightCache fp8_weight_cache_;               // fp8_weight_cache()
   const nn::ParameterUnits* units_ = nullptr;             // sharded parameters, or null
 };
 

@@ -193,8 +193,11 @@ MemoryEstimate estimate_memory(const MemoryPlanInput& in) {
   if (fp8_linears_counted(o, act)) {
     // Each FP8 linear keeps its weight's transposed FP8 copy (one byte a parameter) for dX: every block's
     // until its backward, but for fully recomputed blocks, whose copies live while one block recomputes.
+    // With fp8.cache_weights (resident parameters) the step keeps both copies of every weight from its
+    // first cast to the step's end (fp8_weight_cache.h): two bytes a parameter of every block.
     const int64_t holding = o.recompute == RecomputeMode::full ? layers - covered + (covered > 0 ? 1 : 0) : layers;
-    e.compute_copies += static_cast<double>(holding * block_parameters(o));
+    const bool cached = o.fp8_scaling.cache_weights && in.shard != "parameters";
+    e.compute_copies += static_cast<double>((cached ? 2 * layers : holding) * block_parameters(o));
   }
   const double stream = param * c + (param + act) * c;  // the embedding's output; the final norm's x and y
   e.activations = t * (kept + transient + stream);

@@ -91,6 +91,9 @@ void describe(V& v, Fp8ScalingOptions& o) {
       "amax_compute", o.amax_compute,
       config::Choices<raw::AmaxCompute>{{"max", raw::AmaxCompute::max}, {"most_recent", raw::AmaxCompute::most_recent}},
       "delayed: the scale follows the history's max, or its newest amax");
+  v.field("cache_weights", o.cache_weights,
+          "cast each weight to FP8 once per step and reuse it in recomputed blocks and later micro-batches (2 bytes "
+          "a weight parameter while the step runs; off: cast at every call)");
 }
 
 }  // namespace cpf

@@ -37,6 +37,9 @@ struct Fp8ScalingOptions {
   int64_t margin = 0;                                     // scales are fp8_max / amax / 2^margin
   int64_t amax_history = 16;                              // delayed: steps of amax kept per tensor
   raw::AmaxCompute amax_compute = raw::AmaxCompute::max;  // delayed: the history's max, or its newest
+  // The weights' FP8 copies made once per training step and reused by its later calls (recomputed blocks,
+  // micro-batches; fp8_weight_cache.h); false casts them at every call.
+  bool cache_weights = true;
 };
 
 // Throws naming the field when an option is out of range (margin in [0, 64], amax_history in [1, 4096]).

@@ -2,7 +2,8 @@
 // the transformer blocks' projections whose shapes fit (their call sites keyed "blocks.i.fp8_k", the same
 // count in every block, nothing outside the blocks: the embedding, the final norm and the LM head stay
 // bf16), each recording the amax of its input, weight and output gradient; a projection whose width is
-// not a multiple of 16 (MLA's latent) stays bf16; a recomputed block reuses its slots.
+// not a multiple of 16 (MLA's latent) stays bf16; a recomputed block reuses its slots and, inside a
+// training step's scope, the FP8 weight copies its forward made.
 #include <gtest/gtest.h>
 
 #include <set>
@@ -73,6 +74,47 @@ TEST(GptFp8, ProjectionsThatDoNotFitStayBf16) {
   // qkv, o and gate+up (2 x 88 = 176 wide); the down projection reads 88 features (SwiGLU's 8/3 x 32
   // rounded up to 8), not a multiple of 16, so it keeps its bf16 GEMM.
   EXPECT_EQ(llama_sites[0], (std::vector<std::string>{"fp8_0", "fp8_1", "fp8_2"}));
+}
+
+// model.recompute: full runs each block's forward twice a step; with fp8.cache_weights (the default) the
+// second run takes the FP8 weight copies of the first (framework/autograd/fp8_weight_cache.h): one cast a
+// weight, and the loss and every gradient those of casting at every call, bit for bit.
+TEST(GptFp8, ARecomputedBlockTakesTheForwardsFp8WeightsWithTheSameGradients) {
+  for (Fp8Recipe recipe : {Fp8Recipe::current, Fp8Recipe::delayed}) {
+    GPTOptions o = fp8_gpt(AttentionType::gqa);
+    o.recompute = RecomputeMode::full;
+    o.fp8_scaling.recipe = recipe;
+    GPTOptions per_call = o;
+    per_call.fp8_scaling.cache_weights = false;
+    const GPT cached(o), plain(per_call);
+    for (size_t i = 0; i < cached.parameters().size(); ++i) {
+      raw::copy_(plain.parameters()[i], cached.parameters()[i]);  // the same weights
+    }
+    EXPECT_EQ(plain.fp8_weight_cache(), nullptr);
+    ASSERT_NE(cached.fp8_weight_cache(), nullptr);
+    const Tensor labels = from_vector<int64_t>(std::vector<int64_t>(16, 3), {16});
+    const Tensor plain_loss = GPT::loss(plain.forward(batch()), labels, 16);
+    backward(plain_loss);
+    Fp8WeightCache& cache = *cached.fp8_weight_cache();
+    Tensor cached_loss;
+    {
+      const Fp8WeightCache::StepScope step(&cache);
+      cached_loss = GPT::loss(cached.forward(batch()), labels, 16);
+      backward(cached_loss);
+    }
+    const std::string what = recipe == Fp8Recipe::current ? "current" : "delayed";
+    EXPECT_EQ(value(cached_loss), value(plain_loss)) << what;
+    const std::vector<Tensor> a = cached.parameters(), b = plain.parameters();
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      ASSERT_TRUE(a[i].grad().defined() && b[i].grad().defined()) << what << " parameter " << i;
+      EXPECT_TRUE(testing::all_close(a[i].grad(), b[i].grad(), 0, 0)) << what << " parameter " << i;
+    }
+    // Two blocks of four FP8 linears: each weight cast in the forward and taken by the recompute.
+    EXPECT_EQ(cache.stored(), 8) << what;
+    EXPECT_EQ(cache.reused(), 8) << what;
+    EXPECT_EQ(cache.size(), 0) << what << ": the step's copies outlived it";
+  }
 }
 
 }  // namespace

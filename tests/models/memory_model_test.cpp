@@ -111,23 +111,28 @@ TEST(MemoryModel, OrdersRecomputeModesAndShardStages) {
 // hidden activation shrink from 2 bytes to 1; the attention output, which the attention keeps too, gains
 // the output projection's copy) and its weight's transposed FP8 copy until its backward. So per token and
 // block 2c + i - h d_v bytes fewer, and one byte a block parameter more per block whose graph is alive (one
-// block's at a time under full recomputation). MLA is counted as in bf16.
+// block's at a time under full recomputation); with fp8.cache_weights (the default) both FP8 copies of
+// every block's weights live through the step instead: two bytes a block parameter of every block. MLA is
+// counted as in bf16.
 TEST(MemoryModel, Fp8LinearsKeepOneByteCopies) {
   const int64_t seq = 8192, layers = 16, c = 2048, i = 8192, out_width = 32 * 64;
   const double per_token_block = static_cast<double>(2 * c + i - out_width);
   for (RecomputeMode mode : {RecomputeMode::none, RecomputeMode::full}) {
-    const MemoryPlanInput bf16 = llama_1b(mode, seq);
-    MemoryPlanInput fp8 = bf16;
-    fp8.model.fp8_linears = true;
-    const MemoryEstimate a = estimate_memory(bf16), b = estimate_memory(fp8);
-    const std::string what = mode == RecomputeMode::none ? "none" : "full";
-    // none: every block keeps less; full: only the recomputed block's whole activations shrink.
-    const double blocks = mode == RecomputeMode::none ? static_cast<double>(layers) : 1.0;
-    EXPECT_DOUBLE_EQ(a.activations - b.activations, static_cast<double>(seq) * blocks * per_token_block) << what;
-    const int64_t holding = mode == RecomputeMode::none ? layers : 1;
-    EXPECT_DOUBLE_EQ(b.compute_copies - a.compute_copies, static_cast<double>(holding * block_parameters(bf16.model)))
-        << what;
-    EXPECT_EQ(b.master_weights, a.master_weights) << what;
+    for (bool cache : {false, true}) {
+      const MemoryPlanInput bf16 = llama_1b(mode, seq);
+      MemoryPlanInput fp8 = bf16;
+      fp8.model.fp8_linears = true;
+      fp8.model.fp8_scaling.cache_weights = cache;
+      const MemoryEstimate a = estimate_memory(bf16), b = estimate_memory(fp8);
+      const std::string what = std::string(mode == RecomputeMode::none ? "none" : "full") + (cache ? " cached" : "");
+      // none: every block keeps less; full: only the recomputed block's whole activations shrink.
+      const double blocks = mode == RecomputeMode::none ? static_cast<double>(layers) : 1.0;
+      EXPECT_DOUBLE_EQ(a.activations - b.activations, static_cast<double>(seq) * blocks * per_token_block) << what;
+      const int64_t holding = cache ? 2 * layers : (mode == RecomputeMode::none ? layers : 1);
+      EXPECT_DOUBLE_EQ(b.compute_copies - a.compute_copies, static_cast<double>(holding * block_parameters(bf16.model)))
+          << what;
+      EXPECT_EQ(b.master_weights, a.master_weights) << what;
+    }
   }
   MemoryPlanInput fp32 = llama_1b(RecomputeMode::none, seq);
   fp32.bf16 = false;

@@ -61,6 +61,9 @@ Enqueued enqueue_gradients(const StepParts& p, int64_t step, StepResult& result)
   // micro-batch's loss is divided by the step's token count over the world, so the sum is the mean.
   const Device device = p.model.device();
   const StepPrefetch::Taken taken = take_micro_batches(p, result);
+  // run.precision: fp8: each weight cast once for all the step's forwards, recomputes and micro-batches;
+  // the copies go when the scope closes, before the optimizer changes the weights (fp8_weight_cache.h).
+  const Fp8WeightCache::StepScope fp8_weights(p.model.fp8_weight_cache());
   const AccumulatedLoss accumulated =
       p.graph ? p.graph->accumulate(p.model, taken.micro_batches, p.groups, p.params, step)
               : accumulate_gradients(p.model, taken.micro_batches, p.groups, p.reducer, false, taken.valid_labels);

@@ -1,9 +1,11 @@
 #include "framework/autograd/functions/fp8_linear.h"
 
+#include "framework/autograd/fp8_weight_cache.h"
 #include "framework/autograd/node.h"
 #include "framework/tensor/ops/copy.h"
 #include "framework/tensor/ops/elementwise.h"
 #include "framework/tensor/ops/fp8.h"
+#include "framework/tensor/ops/join.h"
 #include "framework/tensor/ops/linear_common.h"
 #include "framework/tensor/ops/reduce.h"
 #include "framework/tensor/ops/views.h"
@@ -46,39 +48,76 @@ Scaled cast(const Tensor& t, DType fp8, const Fp8LinearOptions& o, Fp8Role role,
   return s;
 }
 
-void check_inputs(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  CPF_CHECK(x.defined() && weight.defined(), kOp, ": x and weight must be defined");
+void check_inputs(const Tensor& x, const std::vector<Tensor>& weights, const Tensor& bias) {
+  CPF_CHECK(x.defined() && !weights.empty(), kOp, ": x and weight must be defined");
+  const Tensor& weight = weights[0];
+  int64_t rows = 0;
+  for (const Tensor& w : weights) {
+    CPF_CHECK(w.defined(), kOp, ": x and weight must be defined");
+    CPF_CHECK(weights.size() == 1 || (w.dim() == 2 && weight.dim() == 2 && w.size(1) == weight.size(1) &&
+                                      w.dtype() == weight.dtype() && w.device() == weight.device()),
+              kOp, ": the weight's parts must be 2-D of one width, dtype and device, got ", w.shape(), " ",
+              dtype_name(w.dtype()), " on ", w.device(), " beside ", weight.shape(), " ", dtype_name(weight.dtype()),
+              " on ", weight.device());
+    rows += w.dim() >= 1 ? w.size(0) : 0;
+  }
   CPF_CHECK(x.dtype() == DType::bf16, kOp, ": x must be bf16 (FP8 training computes around the GEMMs in bf16), got ",
             dtype_name(x.dtype()));
   CPF_CHECK(weight.dtype() == DType::f32 || weight.dtype() == DType::bf16, kOp, ": weight must be f32 or bf16, got ",
             dtype_name(weight.dtype()));
   CPF_CHECK(weight.dim() == 2 && x.dim() >= 1 && x.size(-1) == weight.size(1), kOp, ": x ", x.shape(),
-            " does not match weight ", weight.shape(), " (x (..., K) with weight (N, K))");
+            " does not match weight ", weights.size() == 1 ? weight.shape() : Shape{rows, weight.size(1)},
+            " (x (..., K) with weight (N, K))");
   CPF_CHECK(x.device() == weight.device(), kOp, ": x is on ", x.device(), " but weight on ", weight.device());
   if (bias.defined()) {
-    CPF_CHECK(bias.dim() == 1 && bias.size(0) == weight.size(0) && bias.dtype() == weight.dtype() &&
-                  bias.device() == weight.device(),
-              kOp, ": bias must be a (", weight.size(0), ") ", dtype_name(weight.dtype()), " tensor on ",
-              weight.device(), ", got ", bias.shape(), " ", dtype_name(bias.dtype()), " on ", bias.device());
+    CPF_CHECK(
+        bias.dim() == 1 && bias.size(0) == rows && bias.dtype() == weight.dtype() && bias.device() == weight.device(),
+        kOp, ": bias must be a (", rows, ") ", dtype_name(weight.dtype()), " tensor on ", weight.device(), ", got ",
+        bias.shape(), " ", dtype_name(bias.dtype()), " on ", bias.device());
   }
+}
+
+// The weight in E4M3 with its transpose: the step's kept copy (fp8_weight_cache.h), or cast from the
+// parts' concatenation (and kept when a step is open).
+Scaled weight_in_fp8(const std::vector<Tensor>& weights, const Fp8LinearOptions& o) {
+  if (o.weight_cache != nullptr) {
+    Fp8WeightCopy kept = o.weight_cache->find(weights, o);
+    if (kept.data.defined()) return {kept.data, kept.transpose, kept.scale_inv};
+  }
+  const Tensor w = weights.size() == 1 ? weights[0] : raw::cat(weights, 0);  // (N, K)
+  Scaled s = cast(w, DType::f8e4m3, o, Fp8Role::weight, true, true);
+  if (o.weight_cache != nullptr) o.weight_cache->store(weights, o, {s.data, s.transpose, s.scale_inv});
+  return s;
 }
 
 }  // namespace
 
 Tensor fp8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Fp8LinearOptions& options) {
-  check_inputs(x, weight, bias);
+  return fp8_linear(x, std::vector<Tensor>{weight}, bias, options);
+}
+
+Tensor fp8_linear(const Tensor& x, const std::vector<Tensor>& weights, const Tensor& bias,
+                  const Fp8LinearOptions& options) {
+  check_inputs(x, weights, bias);
   const Tensor x2 = raw::contiguous(raw::flatten_rows(x));  // (M, K)
   const Scaled xs = cast(x2, DType::f8e4m3, options, Fp8Role::input, true, true);
-  const Scaled ws = cast(weight, DType::f8e4m3, options, Fp8Role::weight, true, true);
+  const Scaled ws = weight_in_fp8(weights, options);
   const Tensor bias16 = bias.defined() ? raw::to(bias, DType::bf16) : Tensor();
   const Tensor y2 = raw::fp8_matmul_nt(xs.data, xs.scale_inv, ws.data, ws.scale_inv, DType::bf16, bias16);  // (M, N)
   Shape out_shape = x.shape();
-  out_shape.back() = weight.size(0);
+  out_shape.back() = y2.size(1);
   const Tensor y = raw::reshape(y2, out_shape);
+  std::vector<Tensor> inputs{x};
+  std::vector<int64_t> part_rows;
+  for (const Tensor& w : weights) {
+    inputs.push_back(w);
+    part_rows.push_back(w.size(0));
+  }
+  inputs.push_back(bias);
   return autograd::record(
-      kOp, y, {x, weight, bias},
+      kOp, y, inputs,
       [x_shape = x.shape(), xt = SavedTensor(xs.transpose), x_inv = SavedTensor(xs.scale_inv),
-       wt = SavedTensor(ws.transpose), w_inv = SavedTensor(ws.scale_inv), w_dtype = weight.dtype(),
+       wt = SavedTensor(ws.transpose), w_inv = SavedTensor(ws.scale_inv), w_dtype = weights[0].dtype(), part_rows,
        has_bias = bias.defined(), options](const GradList& g) {
         const Tensor g2 = raw::contiguous(raw::to(raw::flatten_rows(g[0]), DType::bf16));  // (M, N)
         const Scaled gs = cast(g2, DType::f8e5m2, options, Fp8Role::grad_output, true, true);
@@ -87,7 +126,12 @@ Tensor fp8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, con
         // dW (N, K) = dY^T (N, M) X (M, K): the K-major operands are dY^T and X^T (K, M).
         const DType w_out = w_dtype == DType::f32 ? DType::f32 : DType::bf16;
         const Tensor dw = raw::fp8_matmul_nt(gs.transpose, gs.scale_inv, xt.unpack(), x_inv.unpack(), w_out);
-        GradList grads{raw::reshape(dx, x_shape), dw};
+        GradList grads{raw::reshape(dx, x_shape)};
+        int64_t row = 0;
+        for (int64_t rows : part_rows) {  // each part's rows of dW
+          grads.push_back(part_rows.size() == 1 ? dw : raw::contiguous(raw::narrow(dw, 0, row, rows)));
+          row += rows;
+        }
         grads.push_back(has_bias ? raw::to(raw::sum(raw::to(g2, DType::f32), {0}), w_dtype) : Tensor());
         return grads;
       });

@@ -16,21 +16,33 @@
 #include <cstdint>
 #include <optional>
 
+#include <vector>
+
 #include "framework/autograd/fp8_scaling.h"
 #include "framework/tensor/tensor.h"
 
 namespace cpf {
+
+class Fp8WeightCache;
 
 struct Fp8LinearOptions {
   // Headroom: scales are fp8_max / amax / 2^margin (framework/tensor/ops/fp8.h, fp8_scale).
   int64_t margin = 0;
   // Delayed scaling: this call site's state (Fp8ScalingState::slot); nullopt = current scaling.
   std::optional<Fp8Slot> slot;
+  // The step's kept FP8 weight copies (framework/autograd/fp8_weight_cache.h), or null: cast at every call.
+  Fp8WeightCache* weight_cache = nullptr;
 };
 
 // x (..., K) bf16 @ weight (N, K)^T + bias (N) -> (..., N) bf16, the GEMMs in FP8 as above. weight and bias
 // f32 or bf16 (one dtype), bias optional. Differentiable in x, weight and bias.
 Tensor fp8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
                   const Fp8LinearOptions& options = {});
+
+// The same with the weight given as row blocks (N_i, K) of one (sum N_i, K) weight, as linear_cat's parts:
+// the FP8 copy is cast from their concatenation (or taken from the weight cache, keyed by the parts) and
+// each part gets its rows of dW. bias (sum N_i) or undefined.
+Tensor fp8_linear(const Tensor& x, const std::vector<Tensor>& weights, const Tensor& bias,
+                  const Fp8LinearOptions& options);
 
 }  // namespace cpf

@@ -88,14 +88,15 @@ Tensor linear_cat(const Tensor& x, const std::vector<LinearWeights>& parts, int6
   for (const LinearWeights& p : parts) total += p.weight.size(0);
   check_stacked(x, parts, total, stacked);
   if (use_fp8_linear(x, total)) {
-    // One FP8 GEMM over the master weights' differentiable concatenation (fp8_autocast.h).
+    // One FP8 GEMM over the master weights' concatenation (fp8_autocast.h): the parts go in as they are, so
+    // the step's kept FP8 copy (fp8_weight_cache.h) serves without concatenating them again.
     std::vector<Tensor> weights, biases;
     for (const LinearWeights& p : parts) {
       weights.push_back(p.weight);
       biases.push_back(p.bias);
     }
     const Tensor bias = parts[0].bias.defined() ? cat(biases, 0) : Tensor();
-    return fp8_linear(x, cat(weights, 0), bias, *next_fp8_linear_options());  // (..., sum N)
+    return fp8_linear(x, weights, bias, *next_fp8_linear_options());  // (..., sum N)
   }
   if (!stacked.weight.defined() && (x.size(-1) == 0 || x.numel() / x.size(-1) < min_fused_rows)) {
     std::vector<Tensor> pieces;

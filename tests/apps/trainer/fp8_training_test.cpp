@@ -74,6 +74,20 @@ TEST(Fp8Training, DelayedResumeReproducesTheUninterruptedRunBitForBit) {
   EXPECT_FALSE(io::read_checkpoint_meta(current.checkpoint).extra.contains("fp8_scaling"));
 }
 
+// fp8.cache_weights (the default) casts each weight once a step for the step's forwards, recomputes and
+// micro-batches (framework/autograd/fp8_weight_cache.h): the losses equal those of casting at every call
+// bit for bit, with either recipe.
+TEST(Fp8Training, WeightCopiesKeptForTheStepChangeNoLoss) {
+  for (const std::vector<std::string>& recipe : {std::vector<std::string>{"run.precision=fp8"}, kDelayed}) {
+    const std::vector<std::string> shape = with(recipe, {"model.recompute=full", "run.grad_accum_steps=2"});
+    const auto kept = train_with(scratch_dir("kept"), 6, shape);
+    const auto per_call = train_with(scratch_dir("per_call"), 6, with(shape, {"fp8.cache_weights=false"}));
+    ASSERT_EQ(kept.losses.size(), 6u);
+    ASSERT_EQ(per_call.losses.size(), 6u);
+    for (size_t i = 0; i < 6; ++i) EXPECT_EQ(kept.losses[i], per_call.losses[i]) << recipe.back() << " step " << i + 1;
+  }
+}
+
 // Two data-parallel thread ranks see different tokens, so their amaxes differ; the trainer reduces them
 // (max) before each update, and the run trains as one rank's does.
 TEST(Fp8Training, DataParallelDelayedScalingTracksBf16) {

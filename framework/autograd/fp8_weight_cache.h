@@ -1,0 +1,88 @@
+#pragma once
+// The FP8 copies of a model's weights, made once per training step (docs/fp8.md, "Weight copies").
+//
+// An FP8 linear needs its weight in E4M3 twice over (row-major for the forward GEMM, transposed for dX)
+// with the scale it was cast with. Cast at every call, a step that runs a weight more than once pays the
+// cast again: a recomputed block (model.recompute) runs each of its linears twice, and every micro-batch
+// of run.grad_accum_steps runs them all. While a step scope is open, the first cast of a weight in the
+// step is kept and every later call of the step takes it:
+//
+//   Fp8WeightCache cache;                             // owned by the model (models/gpt.h)
+//   { Fp8WeightCache::StepScope step(&cache);         // the trainer, around a step's forwards and backwards
+//     ... fp8_linear(x, w, b, {.weight_cache = &cache}) ...  // first call casts and keeps, later ones reuse
+//   }                                                 // closed: every copy dropped before the optimizer step
+//
+// A copy is taken only while the scope that made it is open and its weights (one tensor, or linear_cat's
+// parts) keep the storage versions they had, with the same scale source (current scaling, or the same
+// delayed-scaling slot) and margin; a call that must record the weight's amax (delayed scaling in training)
+// takes only a copy whose cast recorded it. So the values are those of casting at every call, bit for bit.
+// Each step starts empty, so a CUDA graph captured from a step holds the casts of its first uses, and a
+// capture that fails leaves nothing behind once its scope closes. The copies cost 2 bytes a weight
+// parameter while the step runs (the transposed one the backward keeps anyway); models whose parameters are
+// sharded (ZeRO-3) cast at every call instead (their weights are whole only while their block runs).
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "framework/tensor/tensor.h"
+
+namespace cpf {
+
+struct Fp8LinearOptions;
+
+// A weight in E4M3 with the inverse of the scale it was cast with.
+struct Fp8WeightCopy {
+  Tensor data;       // (N, K) fp8
+  Tensor transpose;  // (K, N) fp8
+  Tensor scale_inv;  // () f32
+};
+
+class Fp8WeightCache {
+ public:
+  // Opens the cache for one step (empty); closing drops every copy. Null: a scope that does nothing.
+  class StepScope {
+   public:
+    explicit StepScope(Fp8WeightCache* cache);
+    ~StepScope();
+    StepScope(const StepScope&) = delete;
+    StepScope& operator=(const StepScope&) = delete;
+
+   private:
+    Fp8WeightCache* cache_;
+  };
+
+  // The kept copy of the row-concatenation of `weights` for a call with `options`, or undefined data (no
+  // open step, none kept, or kept under other conditions: see above).
+  Fp8WeightCopy find(const std::vector<Tensor>& weights, const Fp8LinearOptions& options) const;
+  // Keeps `copy`, cast for a call with `options`, when a step is open (else does nothing).
+  void store(const std::vector<Tensor>& weights, const Fp8LinearOptions& options, Fp8WeightCopy copy);
+
+  bool step_open() const;
+  // Copies kept since construction (casts the cache made necessary once) and calls served from a copy:
+  // what tests count.
+  int64_t stored() const;
+  int64_t reused() const;
+  // Copies held now.
+  int64_t size() const;
+
+ private:
+  struct Entry {
+    std::vector<Tensor> weights;  // held, so their addresses are not reused while the entry lives
+    std::vector<uint64_t> versions;
+    const void* scale_source = nullptr;  // the delayed slot's weight scale, or null (current scaling)
+    int64_t margin = 0;
+    bool recorded = false;  // the cast folded the weight's amax into the slot's
+    Fp8WeightCopy copy;
+  };
+  void open();
+  void close();
+
+  mutable std::mutex mutex_;  // forwards of one model on several threads share it
+  bool open_ = false;
+  std::map<std::vector<const void*>, Entry> entries_;  // keyed by the weights' data addresses
+  int64_t stored_ = 0;
+  mutable int64_t reused_ = 0;
+};
+
+}  // namespace cpf
