@@ -1,4 +1,5 @@
-// FP8 casts (fp8_kernels.cuh): grid-stride loops over contiguous data; the amax is a block reduction
+// FP8 casts (fp8_kernels.cuh): grid-stride loops over contiguous data (16-byte vectors where aligned), tiles for
+// the transposing cast; the amax is a block reduction
 // followed by one atomicMax per block on the float's bits (non-negative floats order like their bits,
 // and NaN's bits are above infinity's, so a NaN wins as on the CPU).
 #include <cuda_bf16.h>
@@ -43,6 +44,24 @@ __global__ void amax_kernel(const In* x, int64_t n, float* amax) {
   block_amax(m, amax, threadIdx.x);
 }
 
+// amax over 16-byte vectors (f32 and bf16 data aligned to 16 bytes), the tail past the last whole vector
+// element by element: one scalar load a thread moved a sixth of what the memory could.
+template <class In>
+__global__ void amax_vector_kernel(const In* x, int64_t n, float* amax) {
+  constexpr int V = 16 / sizeof(In);
+  const int64_t vectors = n / V, stride = int64_t(gridDim.x) * blockDim.x;
+  const int64_t first = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  unsigned m = 0;
+  for (int64_t i = first; i < vectors; i += stride) {
+    const uint4 raw = reinterpret_cast<const uint4*>(x)[i];
+    const In* e = reinterpret_cast<const In*>(&raw);
+#pragma unroll
+    for (int k = 0; k < V; ++k) m = max(m, abs_bits(load_float(e, k)));
+  }
+  for (int64_t i = vectors * V + first; i < n; i += stride) m = max(m, abs_bits(load_float(x, i)));
+  block_amax(m, amax, threadIdx.x);
+}
+
 template <class In>
 __global__ void quantize_kernel(const In* x, int64_t n, const float* scale, __nv_fp8_interpretation_t kind, uint8_t* q,
                                 float* amax) {
@@ -83,6 +102,53 @@ __global__ void quantize_transpose_kernel(const In* x, int64_t rows, int64_t col
   if (amax != nullptr) block_amax(m, amax, threadIdx.y * 32 + threadIdx.x);
 }
 
+// The same cast over 64 x 64 tiles when rows and cols are multiples of 64 and the data 16-byte aligned: x
+// read in 16-byte vectors, q written 4 or 8 bytes a thread, qt 8 bytes a thread from the tile in shared
+// memory. The 32 x 32 kernel above moves one element a thread and ran at a sixth of the memory's rate on
+// an H100 (164 us for 8192 x 2048 bf16, 2026-12-07). The values are the same: one rounded product each.
+constexpr int kTile = 64;
+template <class In>
+__global__ void __launch_bounds__(kFp8Threads)
+    quantize_transpose_tiles_kernel(const In* x, int64_t rows, int64_t cols, const float* scale,
+                                    __nv_fp8_interpretation_t kind, uint8_t* q, uint8_t* qt, float* amax) {
+  constexpr int V = 16 / sizeof(In), kVectorsPerRow = kTile / V;
+  __shared__ uint8_t tile[kTile][kTile + 4];  // (tile rows, tile cols), padded against bank conflicts
+  const float s = *scale;
+  const int64_t r0 = int64_t(blockIdx.y) * kTile, c0 = int64_t(blockIdx.x) * kTile;
+  unsigned m = 0;
+  for (int v = threadIdx.x; v < kTile * kVectorsPerRow; v += kFp8Threads) {
+    const int r = v / kVectorsPerRow, c = (v % kVectorsPerRow) * V;
+    const uint4 raw = *reinterpret_cast<const uint4*>(x + (r0 + r) * cols + c0 + c);
+    const In* e = reinterpret_cast<const In*>(&raw);
+    uint8_t b[V];
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      const float f = load_float(e, k);
+      m = max(m, abs_bits(f));
+      b[k] = __nv_cvt_float_to_fp8(__fmul_rn(f, s), __NV_SATFINITE, kind);
+      tile[r][c + k] = b[k];
+    }
+    if (q != nullptr) {
+      uint8_t* dst = q + (r0 + r) * cols + c0 + c;
+      if constexpr (V == 8) {
+        *reinterpret_cast<uint2*>(dst) = *reinterpret_cast<const uint2*>(b);
+      } else {
+        *reinterpret_cast<uint32_t*>(dst) = *reinterpret_cast<const uint32_t*>(b);
+      }
+    }
+  }
+  __syncthreads();
+  // qt's rows c0 .. c0 + 63, each 64 bytes (rows r0 .. r0 + 63 of x), written 8 bytes a thread.
+  for (int w = threadIdx.x; w < kTile * (kTile / 8); w += kFp8Threads) {
+    const int c = w / (kTile / 8), r = (w % (kTile / 8)) * 8;
+    alignas(8) uint8_t out[8];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) out[k] = tile[r + k][c];
+    *reinterpret_cast<uint2*>(qt + (c0 + c) * rows + r0 + r) = *reinterpret_cast<const uint2*>(out);
+  }
+  if (amax != nullptr) block_amax(m, amax, threadIdx.x);
+}
+
 template <class Out>
 __device__ __forceinline__ void store(Out* out, int64_t i, float v);
 template <>
@@ -119,11 +185,20 @@ int blocks_for(int64_t n, int sm_count) {
 
 __nv_fp8_interpretation_t kind_of(bool e4m3) { return e4m3 ? __NV_E4M3 : __NV_E5M2; }
 
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
 }  // namespace
 
 void launch_fp8_amax(int dtype, const void* x, int64_t n, float* amax, int sm_count, cudaStream_t stream) {
   const int blocks = blocks_for(n, sm_count);
-  if (dtype == kF32) {
+  if (aligned16(x) && (dtype == kF32 || dtype == kBF16)) {
+    const int vector_blocks = blocks_for(n / (dtype == kF32 ? 4 : 8) + 1, sm_count);
+    if (dtype == kF32) {
+      amax_vector_kernel<<<vector_blocks, kFp8Threads, 0, stream>>>(static_cast<const float*>(x), n, amax);
+    } else {
+      amax_vector_kernel<<<vector_blocks, kFp8Threads, 0, stream>>>(static_cast<const __nv_bfloat16*>(x), n, amax);
+    }
+  } else if (dtype == kF32) {
     amax_kernel<<<blocks, kFp8Threads, 0, stream>>>(static_cast<const float*>(x), n, amax);
   } else if (dtype == kBF16) {
     amax_kernel<<<blocks, kFp8Threads, 0, stream>>>(static_cast<const __nv_bfloat16*>(x), n, amax);
@@ -148,6 +223,19 @@ void launch_quantize_fp8(int dtype, bool fp8_e4m3, const void* x, int64_t n, con
 
 void launch_quantize_fp8_transposed(int dtype, bool fp8_e4m3, const void* x, int64_t rows, int64_t cols,
                                     const float* scale, uint8_t* q, uint8_t* qt, float* amax, cudaStream_t stream) {
+  const auto aligned8 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 8 == 0; };  // null: aligned
+  if (rows % kTile == 0 && cols % kTile == 0 && rows / kTile <= 65535 && aligned16(x) && aligned8(q) && aligned8(qt)) {
+    const dim3 tiles(static_cast<unsigned>(cols / kTile), static_cast<unsigned>(rows / kTile));
+    if (dtype == kF32) {
+      quantize_transpose_tiles_kernel<<<tiles, kFp8Threads, 0, stream>>>(static_cast<const float*>(x), rows, cols,
+                                                                         scale, kind_of(fp8_e4m3), q, qt, amax);
+    } else {
+      quantize_transpose_tiles_kernel<<<tiles, kFp8Threads, 0, stream>>>(static_cast<const __nv_bfloat16*>(x), rows,
+                                                                         cols, scale, kind_of(fp8_e4m3), q, qt, amax);
+    }
+    CPF_CUDA_CHECK(cudaGetLastError());
+    return;
+  }
   const dim3 grid(static_cast<unsigned>((cols + 31) / 32), static_cast<unsigned>((rows + 31) / 32));
   const dim3 block(32, 8);
   if (dtype == kF32) {

@@ -12,6 +12,8 @@
 #include "framework/tensor/cuda/cuda_ops.cuh"
 #include "framework/tensor/cuda/fp8_kernels.cuh"
 #include "framework/tensor/cuda/launch.cuh"
+#include "framework/tensor/ops/copy.h"
+#include "framework/tensor/ops/elementwise.h"
 #include "framework/tensor/ops/fp8.h"
 
 namespace cpf::cuda {
@@ -107,7 +109,10 @@ void fp8_matmul_nt(const Tensor& out, const Tensor& a, const Tensor& a_scale_inv
   p.d = out.raw_data();
   p.a_scale = f32_ptr(b_scale_inv);
   p.b_scale = f32_ptr(a_scale_inv);
-  if (bias.defined()) {
+  // cuBLASLt's FP8 kernels with an f32 output read the bias as bf16 (CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE's
+  // FP8 exception): an f32 bias there gave garbage on an H100. So an f32 output adds its bias after the GEMM.
+  const bool bias_after = bias.defined() && out.dtype() == DType::f32;
+  if (bias.defined() && !bias_after) {
     g.epilogue = lt::Epilogue::bias;
     g.has_bias = true;
     p.bias = bias.raw_data();
@@ -119,6 +124,7 @@ void fp8_matmul_nt(const Tensor& out, const Tensor& a, const Tensor& a_scale_inv
   const Tensor workspace =
       empty({static_cast<int64_t>(lt::kWorkspaceBytes)}, {.dtype = DType::boolean, .device = out.device()});
   lt::run(g, p, workspace.raw_data(), launch.stream);
+  if (bias_after) raw::copy_(out, raw::add(out, bias));  // (M, N) + (N)
 }
 
 void fp8_update_scales(const Tensor& history, const Tensor& amax, const Tensor& scale, const Tensor& fp8_max,

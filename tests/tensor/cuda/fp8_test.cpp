@@ -3,6 +3,7 @@
 // NaN, subnormals, f32 and bf16 inputs), amax and the scale rule exactly, and cuBLASLt's FP8 GEMM against
 // the CPU's product of the same quantised values (they differ only in the order of the f32 additions).
 #include "framework/tensor/ops/fp8.h"
+#include "framework/tensor/ops/views.h"
 
 #include <cmath>
 #include <limits>
@@ -96,8 +97,10 @@ TEST_F(CudaFp8Test, CastsEqualTheCpuBitForBit) {
 }
 
 TEST_F(CudaFp8Test, TransposedCastEqualsTheCpuBitForBit) {
-  // Tile edges: sizes off 32 in both dims, and one tile exactly.
-  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{100, 70}, {32, 32}, {1, 33}, {257, 16}}) {
+  // Tile edges: sizes off 32 in both dims, and one tile exactly; multiples of 64 (the vectorised 64 x 64
+  // tiles): one tile, and several in both dims.
+  for (const auto& [rows, cols] :
+       {std::pair<int64_t, int64_t>{100, 70}, {32, 32}, {1, 33}, {257, 16}, {64, 64}, {192, 320}}) {
     for (DType in : {DType::f32, DType::bf16}) {
       const Tensor x = random_cpu({rows, cols}, in, static_cast<uint64_t>(rows * cols), -300.0, 300.0);
       const Tensor amax_cpu = scalar(0.0f), amax_gpu = scalar(0.0f, Device::cuda(0));
@@ -117,8 +120,15 @@ TEST_F(CudaFp8Test, TransposedCastEqualsTheCpuBitForBit) {
 
 TEST_F(CudaFp8Test, AmaxAndScaleEqualTheCpu) {
   for (DType dtype : {DType::f32, DType::bf16, DType::f64}) {
+    // 37,000 values: 16-byte vectors; 999: a scalar tail after them; one element in: unaligned, scalar.
     const Tensor x = random_cpu({1000, 37}, dtype, 5, -3.0, 2.0);
     EXPECT_EQ(value_of(raw::abs_max(on_gpu(x))), value_of(raw::abs_max(x))) << dtype_name(dtype);
+    const Tensor tail = random_cpu({999}, dtype, 6, -3.0, 2.0);
+    EXPECT_EQ(value_of(raw::abs_max(on_gpu(tail))), value_of(raw::abs_max(tail))) << dtype_name(dtype);
+    const Tensor flat = raw::reshape(x, {37000});
+    EXPECT_EQ(value_of(raw::abs_max(raw::narrow(on_gpu(flat), 0, 1, 36999))),
+              value_of(raw::abs_max(raw::narrow(flat, 0, 1, 36999))))
+        << dtype_name(dtype);
   }
   EXPECT_EQ(value_of(raw::abs_max(on_gpu(empty({0})))), 0.0f);
   const Tensor with_nan = from_vector(std::vector<float>{1.0f, -INFINITY, NAN, 2.0f}, {4});
@@ -150,8 +160,9 @@ void expect_gemm_matches(int64_t m, int64_t n, int64_t k, DType a_type, DType b_
   const std::string what = std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) + " " +
                            dtype_name(a_type) + " x " + dtype_name(b_type) + " -> " + dtype_name(out) +
                            (with_bias ? " + bias" : "");
-  // f32 sums in another order: within a few f32 ulps of the row's magnitude; bf16 output: one bf16 rounding.
-  const double tol = out == DType::bf16 ? 1.0 / 128 : 1e-5;
+  // bf16 output: one bf16 rounding. f32 output: Hopper's FP8 tensor cores keep their partial sums in fewer
+  // bits than f32 (measured on an H100, 2026-12-07: 5.5e-5 relative at K = 64), so 1e-4, not f32's few ulps.
+  const double tol = out == DType::bf16 ? 1.0 / 128 : 1e-4;
   EXPECT_LT(testing::rel_error(raw::to(on_cpu(gpu), DType::f32), raw::to(cpu, DType::f32)), tol) << what;
 }
 
@@ -192,7 +203,7 @@ TEST_F(CudaFp8Test, LinearEqualsTheCpuForwardAndBackward) {
   }
   const char* names[] = {"y", "dx", "dw", "db"};
   for (size_t i = 0; i < 4; ++i) {
-    EXPECT_LT(testing::rel_error(results[1][i], results[0][i]), i == 1 || i == 0 ? 1.0 / 128 : 1e-5) << names[i];
+    EXPECT_LT(testing::rel_error(results[1][i], results[0][i]), i == 1 || i == 0 ? 1.0 / 128 : 1e-4) << names[i];
   }
 }
 
