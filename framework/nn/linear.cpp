@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "framework/autograd/fp8_autocast.h"
 #include "framework/autograd/ops.h"
 #include "framework/nn/compute_copies.h"
 #include "framework/nn/precision.h"
@@ -40,6 +41,9 @@ LinearWeights Linear::weights_for(const Tensor& x) const {
             "Linear: input dtype ", x.dtype(), " does not match the weight dtype ", weight_.dtype(),
             " (mixed precision narrows f32 parameters to bf16 inputs only; convert the input to ", weight_.dtype(),
             ")");
+  // An FP8 GEMM (fp8_autocast.h) casts the f32 master itself: looking up the bf16 copy would mark it wanted,
+  // and every refresh would then convert a weight no GEMM reads (1.07B parameters: 6.4 GB of traffic a step).
+  if (use_fp8_linear(x, options_.out_features)) return {weight_, bias_, Tensor(), Tensor()};
   // The step's bf16 copy when the model keeps one (compute_copies.h); undefined: the op casts.
   return {weight_, bias_, active_compute_copy(weight_, x.dtype()),
           bias_.defined() ? active_compute_copy(bias_, x.dtype()) : Tensor()};

@@ -76,6 +76,24 @@ TEST(GptFp8, ProjectionsThatDoNotFitStayBf16) {
   EXPECT_EQ(llama_sites[0], (std::vector<std::string>{"fp8_0", "fp8_1", "fp8_2"}));
 }
 
+// An FP8 GEMM casts the f32 master weight itself, so the model's per-step bf16 copies (compute_copies.h)
+// leave out the weights of the blocks' FP8 linears: no refresh converts a weight no GEMM reads.
+TEST(GptFp8, TheBf16CopiesLeaveOutTheWeightsOfFp8Linears) {
+  GPTOptions o = fp8_gpt(AttentionType::gqa);
+  GPTOptions plain_o = o;
+  plain_o.fp8_linears = false;
+  const GPT fp8(o), bf16(plain_o);
+  for (int step = 0; step < 3; ++step) {  // lookups mark the wanted copies, later forwards convert them
+    fp8.forward(batch());
+    bf16.forward(batch());
+  }
+  const int64_t fp8_conversions = fp8.compute_copies().conversions();
+  const int64_t bf16_conversions = bf16.compute_copies().conversions();
+  // q, k, v, o and the MLP's two weights of each of the 2 blocks, converted once (the weights do not change).
+  EXPECT_EQ(bf16_conversions - fp8_conversions, 2 * 6) << fp8_conversions << " vs " << bf16_conversions;
+  EXPECT_GT(fp8_conversions, 0) << "the embedding and head still have their bf16 copies";
+}
+
 // model.recompute: full runs each block's forward twice a step; with fp8.cache_weights (the default) the
 // second run takes the FP8 weight copies of the first (framework/autograd/fp8_weight_cache.h): one cast a
 // weight, and the loss and every gradient those of casting at every call, bit for bit.
