@@ -134,9 +134,17 @@ std::vector<std::string> MemoryEstimate::lines() const {
   return out;
 }
 
+namespace {
+
+int64_t norm_parameters(const GPTOptions& o) {
+  return o.norm == NormType::layernorm && o.bias ? 2 * o.hidden_size : o.hidden_size;
+}
+
+}  // namespace
+
 int64_t block_parameters(const GPTOptions& o) {
   const int64_t c = o.hidden_size, i = effective_intermediate_size(o), b = o.bias ? 1 : 0;
-  const int64_t norm = o.norm == NormType::layernorm && o.bias ? 2 * c : c;
+  const int64_t norm = norm_parameters(o);
   const int64_t mlp = o.mlp == nn::Activation::swiglu ? 3 * c * i + b * (2 * i + c) : 2 * c * i + b * (i + c);
   return 2 * norm + attention_parameters(o) + mlp;
 }
@@ -197,7 +205,12 @@ MemoryEstimate estimate_memory(const MemoryPlanInput& in) {
     // first cast to the step's end (fp8_weight_cache.h): two bytes a parameter of every block.
     const int64_t holding = o.recompute == RecomputeMode::full ? layers - covered + (covered > 0 ? 1 : 0) : layers;
     const bool cached = o.fp8_scaling.cache_weights && in.shard != "parameters";
-    e.compute_copies += static_cast<double>((cached ? 2 * layers : holding) * block_parameters(o));
+    const int64_t linear = block_parameters(o) - 2 * norm_parameters(o);  // a block's linear weights and biases
+    e.compute_copies += static_cast<double>((cached ? 2 * layers : holding) * linear);
+    // The FP8 GEMMs cast the f32 masters themselves: those weights get no bf16 copy (2 bytes a parameter) in
+    // the blocks whose copies exist (all of them, or the two whole at once under parameters sharding).
+    const int64_t copied = in.shard == "parameters" ? 2 : layers;
+    e.compute_copies -= 2.0 * static_cast<double>(copied * linear);
   }
   const double stream = param * c + (param + act) * c;  // the embedding's output; the final norm's x and y
   e.activations = t * (kept + transient + stream);

@@ -112,8 +112,8 @@ TEST(MemoryModel, OrdersRecomputeModesAndShardStages) {
 // the output projection's copy) and its weight's transposed FP8 copy until its backward. So per token and
 // block 2c + i - h d_v bytes fewer, and one byte a block parameter more per block whose graph is alive (one
 // block's at a time under full recomputation); with fp8.cache_weights (the default) both FP8 copies of
-// every block's weights live through the step instead: two bytes a block parameter of every block. MLA is
-// counted as in bf16.
+// every block's weights live through the step instead: two bytes a linear parameter of every block. Those
+// weights no longer get bf16 copies (2 bytes a parameter less). MLA is counted as in bf16.
 TEST(MemoryModel, Fp8LinearsKeepOneByteCopies) {
   const int64_t seq = 8192, layers = 16, c = 2048, i = 8192, out_width = 32 * 64;
   const double per_token_block = static_cast<double>(2 * c + i - out_width);
@@ -129,7 +129,9 @@ TEST(MemoryModel, Fp8LinearsKeepOneByteCopies) {
       const double blocks = mode == RecomputeMode::none ? static_cast<double>(layers) : 1.0;
       EXPECT_DOUBLE_EQ(a.activations - b.activations, static_cast<double>(seq) * blocks * per_token_block) << what;
       const int64_t holding = cache ? 2 * layers : (mode == RecomputeMode::none ? layers : 1);
-      EXPECT_DOUBLE_EQ(b.compute_copies - a.compute_copies, static_cast<double>(holding * block_parameters(bf16.model)))
+      const int64_t linear = block_parameters(bf16.model) - 2 * c;  // less the two RMSNorm weights
+      // Plus the FP8 copies, less the bf16 copies the FP8 linears' weights no longer get (2 bytes each).
+      EXPECT_DOUBLE_EQ(b.compute_copies - a.compute_copies, static_cast<double>((holding - 2 * layers) * linear))
           << what;
       EXPECT_EQ(b.master_weights, a.master_weights) << what;
     }
