@@ -1,6 +1,8 @@
 #include "models/gpt.h"
 
 #include <cmath>
+#include <iomanip>
+#include <sstream>
 
 #include "framework/autograd/checkpoint.h"
 #include "framework/autograd/fp8_autocast.h"
@@ -14,6 +16,19 @@
 
 namespace cpf::models {
 namespace {
+
+// A double as the config would read it back: shortest round-trip form.
+std::string format_number(double value) {
+  std::ostringstream os;
+  os << std::setprecision(17) << value;
+  std::string shortest = os.str();
+  for (int digits = 1; digits < 17; ++digits) {
+    std::ostringstream t;
+    t << std::setprecision(digits) << value;
+    if (std::stod(t.str()) == value) return t.str();
+  }
+  return shortest;
+}
 
 std::optional<OptionProblem> problem(const std::string& key, int64_t value, const std::string& what) {
   return OptionProblem{key, key + "=" + std::to_string(value) + " " + what};
@@ -106,6 +121,16 @@ std::optional<OptionProblem> check_options(const GPTOptions& o) {
   }
   if (!(o.init_std > 0) || !std::isfinite(o.init_std)) {
     return OptionProblem{"init_std", "init_std=" + std::to_string(o.init_std) + " must be positive"};
+  }
+  const RopeScaling& rs = o.rope_scaling;
+  if (rs.active() && !(rs.low_freq_factor < rs.high_freq_factor)) {
+    return OptionProblem{"rope_scaling.high_freq_factor",
+                         "rope_scaling.high_freq_factor=" + format_number(rs.high_freq_factor) +
+                             " must be above low_freq_factor=" + format_number(rs.low_freq_factor)};
+  }
+  if (rs.active() && o.positions != PositionType::rope) {
+    return OptionProblem{"rope_scaling.factor", "rope_scaling.factor=" + format_number(rs.factor) +
+                                                    " scales RoPE, but positions is learned (set positions: rope)"};
   }
   return std::nullopt;
 }

@@ -41,6 +41,7 @@
 #include "framework/nn/module.h"
 #include "framework/nn/parameter_units.h"
 #include "framework/nn/precision.h"
+#include "framework/tensor/rope_frequencies.h"
 
 namespace cpf::models {
 
@@ -76,6 +77,7 @@ struct GPTOptions {
   PositionType positions = PositionType::rope;
   int64_t max_positions = 1024;  // learned: size of the position table
   double rope_base = 10000.0;
+  RopeScaling rope_scaling{};  // Llama 3's frequency scaling (framework/tensor/rope_frequencies.h)
   bool tie_embeddings = true;
   bool bias = false;
   double init_std = 0.02;
@@ -129,6 +131,8 @@ void describe(V& v, GPTOptions& o) {
            "rotary embeddings inside attention, or a learned position table added to the token embedding");
   v.field("max_positions", o.max_positions, "learned: positions in the table (>= data.seq_len)", Range{1, 1 << 24});
   v.field("rope_base", o.rope_base, "RoPE frequency base", Range{1, 1e9});
+  v.section("rope_scaling", o.rope_scaling,
+            "Llama 3's RoPE frequency scaling (Llama 3.1 / 3.2 checkpoints' rope_scaling); factor 1 = none");
   v.field("tie_embeddings", o.tie_embeddings, "the LM head reuses the token embedding");
   v.field("bias", o.bias, "biases in the linear layers (and LayerNorm)");
   v.field("init_std", o.init_std, "std of the normal init; residual projections get init_std / sqrt(2 x num_layers)",

@@ -96,6 +96,22 @@ void describe(V& v, Fp8ScalingOptions& o) {
           "a weight parameter while the step runs; off: cast at every call)");
 }
 
+// model.rope_scaling: Llama 3's RoPE frequency scaling (framework/tensor/rope_frequencies.h); here too for
+// the schema's argument-dependent lookup.
+template <class V>
+void describe(V& v, RopeScaling& o) {
+  using config::Range;
+  v.field("factor", o.factor,
+          "Llama 3's RoPE scaling (HF rope_type llama3): how much longer the context is than the original; 1 = none",
+          Range{1, 1e6});
+  v.field("low_freq_factor", o.low_freq_factor, "wavelengths above original / low_freq_factor are divided by factor",
+          Range{1e-6, 1e6});
+  v.field("high_freq_factor", o.high_freq_factor,
+          "wavelengths below original / high_freq_factor stay as they are (above low_freq_factor)", Range{1e-6, 1e6});
+  v.field("original_max_position_embeddings", o.original_context, "the context the model was first trained at",
+          Range{1, 1e9});
+}
+
 }  // namespace cpf
 
 namespace cpf::trainer {

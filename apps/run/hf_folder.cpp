@@ -45,6 +45,18 @@ ordered_json gpt2_config(const models::GPTOptions& m) {
           {"torch_dtype", "float32"}};
 }
 
+// Llama 3's scaling as transformers writes it, or null.
+ordered_json rope_scaling_json(const RopeScaling& s) {
+  if (!s.active()) return nullptr;
+  return {{"rope_type", "llama3"},
+          {"factor", s.factor},
+          {"low_freq_factor", s.low_freq_factor},
+          {"high_freq_factor", s.high_freq_factor},
+          {"original_max_position_embeddings", s.original_context == std::floor(s.original_context)
+                                                   ? ordered_json(static_cast<int64_t>(s.original_context))
+                                                   : ordered_json(s.original_context)}};
+}
+
 ordered_json llama_config(const models::GPTOptions& m) {
   return {{"architectures", {"LlamaForCausalLM"}},
           {"model_type", "llama"},
@@ -59,7 +71,7 @@ ordered_json llama_config(const models::GPTOptions& m) {
           {"max_position_embeddings", m.max_positions},
           {"rms_norm_eps", m.norm_eps},
           {"rope_theta", m.rope_base},
-          {"rope_scaling", nullptr},
+          {"rope_scaling", rope_scaling_json(m.rope_scaling)},
           {"attention_bias", m.bias},
           {"mlp_bias", m.bias},
           {"attention_dropout", 0.0},
@@ -179,11 +191,26 @@ void check_full_rotation(const json& holder, const std::string& path, const std:
             factor.dump(), ", but cpformer rotates every dimension of a head (1.0)");
 }
 
+// Llama 3's scaling from a RoPE object of rope_type "llama3": its four numbers, under the keys the comparison
+// reads ("rope_scaling.factor", ...).
+void take_llama3_scaling(const json& rope, const std::string& path, const std::string& where, json& out) {
+  for (const char* key : {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}) {
+    CPF_CHECK(rope.contains(key) && rope[key].is_number(), path, ": ", where, key, " is ",
+              rope.contains(key) ? rope[key].dump() : std::string("missing"),
+              ", but rope_type llama3 needs it as a number");
+    const std::string flat = std::string("rope_scaling.") + key;
+    CPF_CHECK(!out.contains(flat) || out[flat] == rope[key], path, " has ", flat, " ", out.value(flat, json()).dump(),
+              " and ", where, key, " ", rope[key].dump(), ", which disagree");
+    out[flat] = rope[key];
+  }
+}
+
 // config.json with its RoPE as cpformer computes it: one rope_theta (at the top level, as transformers < 5
 // writes it, or in rope_parameters, as transformers >= 5 does; moved to the top level for the
-// comparison) and no scaling. A scaled RoPE (rope_type llama3, linear, dynamic, yarn, ...) or a partial
-// one is refused: those weights would compute another function.
-json with_plain_rope(const json& config, const std::string& path) {
+// comparison), and either no scaling or Llama 3's (rope_type llama3, the Llama 3.1 / 3.2 checkpoints; its
+// numbers moved to "rope_scaling.factor", ...). Other scalings (linear, dynamic, yarn, ...) or a partial
+// rotation are refused: those weights would compute another function.
+json with_known_rope(const json& config, const std::string& path) {
   json out = config;
   std::optional<double> theta;
   const auto take_theta = [&](const json& holder, const std::string& where) {
@@ -196,20 +223,21 @@ json with_plain_rope(const json& config, const std::string& path) {
     theta = value;
   };
   take_theta(config, "");
+  out.erase("rope_parameters");
+  out.erase("rope_scaling");
   for (const char* key : {"rope_parameters", "rope_scaling"}) {
     if (!config.contains(key) || config[key].is_null()) continue;
     const json& rope = config[key];
     CPF_CHECK(rope.is_object(), path, ": ", key, " is ", rope.dump(), ", not an object");
     take_theta(rope, std::string(key) + ".");
     const std::string type = rope_type_of(rope);
-    CPF_CHECK(type == "default", path, " has ", key, " ", rope.dump(), ": rope_type '", type,
-              "' scales RoPE, and cpformer's RoPE is the unscaled one (rope_type default), so these weights would "
-              "compute another function");
+    CPF_CHECK(type == "default" || type == "llama3", path, " has ", key, " ", rope.dump(), ": rope_type '", type,
+              "' scales RoPE in a way cpformer does not compute (it has the unscaled RoPE, rope_type default, and "
+              "Llama 3's, rope_type llama3), so these weights would compute another function");
+    if (type == "llama3") take_llama3_scaling(rope, path, std::string(key) + ".", out);
     check_full_rotation(rope, path, std::string(key) + ".");
   }
   check_full_rotation(config, path, "");
-  out.erase("rope_parameters");
-  out.erase("rope_scaling");
   if (theta) {
     out["rope_theta"] = *theta;
   } else {
@@ -228,6 +256,15 @@ void check_llama_config(const ConfigComparer& c, const models::GPTOptions& m) {
   c.equal<int64_t>("head_dim", "head_dim", head_dim(m), m.hidden_size / m.num_heads);
   c.equal<double>("rms_norm_eps", "norm_eps", m.norm_eps, 1e-6);
   c.equal<double>("rope_theta", "rope_base", m.rope_base, 10000.0);
+  // Llama 3's scaling: the factor always (1 when the folder has none), the other three when it has one.
+  const RopeScaling& rs = m.rope_scaling;
+  c.equal<double>("rope_scaling.factor", "rope_scaling.factor", rs.factor, 1.0);
+  if (rs.active()) {
+    c.equal<double>("rope_scaling.low_freq_factor", "rope_scaling.low_freq_factor", rs.low_freq_factor);
+    c.equal<double>("rope_scaling.high_freq_factor", "rope_scaling.high_freq_factor", rs.high_freq_factor);
+    c.equal<double>("rope_scaling.original_max_position_embeddings", "rope_scaling.original_max_position_embeddings",
+                    rs.original_context);
+  }
   c.equal<bool>("attention_bias", "bias", m.bias, false);
   c.equal<bool>("mlp_bias", "bias", m.bias, false);
   c.equal<bool>("tie_word_embeddings", "tie_embeddings", m.tie_embeddings, false);
@@ -275,8 +312,8 @@ io::NamedTensors read_hf_folder(const std::string& dir, const models::GPTOptions
   if (arch == HfArchitecture::gpt2) {
     check_gpt2_config(ConfigComparer(config, config_path), model);
   } else {
-    const json plain_rope = with_plain_rope(config, config_path);
-    check_llama_config(ConfigComparer(plain_rope, config_path), model);
+    const json known_rope = with_known_rope(config, config_path);
+    check_llama_config(ConfigComparer(known_rope, config_path), model);
   }
   const std::string weights_path = (fs::path(dir) / kHfWeightsFile).string();
   return models::from_hf_weights(model, arch, io::load_safetensors(weights_path), params, weights_path);

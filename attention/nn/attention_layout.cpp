@@ -76,12 +76,13 @@ Tensor cp_rope_positions(const Tensor& x_heads, QkvFormat format, const std::opt
   return from_vector(pos, {batch, local}, x_heads.device());
 }
 
-Tensor apply_rope(const Tensor& x_heads, QkvFormat format, const Tensor& positions, double base, int64_t rotary_dim) {
+Tensor apply_rope(const Tensor& x_heads, QkvFormat format, const Tensor& positions, const RopeFrequencies& frequencies,
+                  int64_t rotary_dim) {
   // cpf::rope takes (B, T, H, D) or (T, H, D); sbhd is rotated through a (B, T, H, D) view.
   if (format == QkvFormat::sbhd) {
-    return permute(rope(permute(x_heads, {1, 0, 2, 3}), positions, base, rotary_dim), {1, 0, 2, 3});
+    return permute(rope(permute(x_heads, {1, 0, 2, 3}), positions, frequencies, rotary_dim), {1, 0, 2, 3});
   }
-  return rope(x_heads, positions, base, rotary_dim);
+  return rope(x_heads, positions, frequencies, rotary_dim);
 }
 
 }  // namespace cpf::nn

@@ -11,6 +11,7 @@
 #include "attention/sequence_info.h"
 #include "attention/spec.h"
 #include "framework/distributed/process_group.h"
+#include "framework/tensor/rope_frequencies.h"
 #include "framework/tensor/tensor.h"
 
 namespace cpf::nn {
@@ -44,7 +45,8 @@ Tensor cp_sink(const Tensor& sink, int64_t cp_size);
 AttentionSpec with_cp_sink(AttentionSpec spec, int64_t cp_size);
 
 // Rotates the first rotary_dim dims of every head of x (format, heads, dim) at `positions`.
-Tensor apply_rope(const Tensor& x_heads, QkvFormat format, const Tensor& positions, double base, int64_t rotary_dim);
+Tensor apply_rope(const Tensor& x_heads, QkvFormat format, const Tensor& positions, const RopeFrequencies& frequencies,
+                  int64_t rotary_dim);
 
 }  // namespace cpf::nn
 

@@ -104,8 +104,8 @@ Tensor MultiHeadAttention::forward(const Tensor& x, const std::optional<Sequence
       q_positions = positions(q, false);
       k_positions = same ? q_positions : positions(k, true);
     }
-    q = apply_rope(q, o.qkv_format, q_positions, o.rope_base, o.rotary_dim);
-    k = apply_rope(k, o.qkv_format, k_positions, o.rope_base, o.rotary_dim);
+    q = apply_rope(q, o.qkv_format, q_positions, {o.rope_base, o.rope_scaling}, o.rotary_dim);
+    k = apply_rope(k, o.qkv_format, k_positions, {o.rope_base, o.rope_scaling}, o.rotary_dim);
   }
   // Under CP the module's rows are this rank's dual-chunk shard (the model's batches are cut so).
   const AttentionOutput attn =
@@ -123,8 +123,8 @@ Tensor MultiHeadAttention::forward_cached(const Tensor& x, const KVCacheStep& st
   auto [q, k, v] = project_qkv(x, *q_proj_, *k_proj_, *v_proj_, o);  // (T_new, H, D), (T_new, H_kv, D) x 2
   if (o.rope) {
     const Tensor positions = step.position_tensor(x.device());
-    q = nn::apply_rope(q, o.qkv_format, positions, o.rope_base, o.rotary_dim);
-    k = nn::apply_rope(k, o.qkv_format, positions, o.rope_base, o.rotary_dim);
+    q = nn::apply_rope(q, o.qkv_format, positions, {o.rope_base, o.rope_scaling}, o.rotary_dim);
+    k = nn::apply_rope(k, o.qkv_format, positions, {o.rope_base, o.rope_scaling}, o.rotary_dim);
   }
   const Tensor attn = attend_appending(q, k, v, cache, spec_, step, o.kernel_config);  // (T_new, H, D)
   return o_proj_->forward(nn::merge_heads(attn));                                      // (T_new, C)

@@ -17,6 +17,7 @@
 #include "framework/distributed/process_group.h"
 #include "framework/nn/linear.h"
 #include "framework/nn/module.h"
+#include "framework/tensor/rope_frequencies.h"
 
 namespace cpf::nn {
 
@@ -31,7 +32,8 @@ struct MultiHeadAttentionOptions {
   std::optional<double> softmax_scale;
   bool rope = true;
   double rope_base = 10000.0;
-  int64_t rotary_dim = -1;  // -1 = head_dim
+  RopeScaling rope_scaling{};  // Llama 3's frequency scaling; factor 1 = none (rope_frequencies.h)
+  int64_t rotary_dim = -1;     // -1 = head_dim
   bool bias = false;
   double init_std = 0.0;  // forwarded to the projections (0 = uniform +-1/sqrt(in))
   DType dtype = DType::f32;

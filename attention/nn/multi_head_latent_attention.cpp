@@ -102,7 +102,7 @@ Tensor MultiHeadLatentAttention::rotated_q(const Tensor& x, const Tensor& q_posi
   const int64_t nope = o.qk_nope_head_dim, rope_dim = o.qk_rope_head_dim;
   const Tensor q = nn::split_heads(project_q(x), o.num_heads, nope + rope_dim);  // (.., H, nope + rope)
   const std::vector<Tensor> q_parts = split(q, std::vector<int64_t>{nope, rope_dim}, -1);
-  const Tensor q_pe = nn::apply_rope(q_parts[1], o.qkv_format, q_positions, o.rope_base, -1);
+  const Tensor q_pe = nn::apply_rope(q_parts[1], o.qkv_format, q_positions, {o.rope_base, o.rope_scaling}, -1);
   return nope > 0 ? cat({q_parts[0], q_pe}, -1) : q_pe;
 }
 
@@ -113,7 +113,8 @@ std::pair<Tensor, Tensor> MultiHeadLatentAttention::latent_parts(const Tensor& x
   const Tensor kv_norm = nn::compute_parameter(kv_a_norm_weight_, kv_a[0].dtype(), kOp, "kv_a_layernorm weight");
   const Tensor c_kv = rms_norm(kv_a[0], kv_norm, o.norm_eps);  // (.., kv_lora_rank)
   // One RoPE key per token, shared by every head: rotated as a single head.
-  const Tensor k_pe = nn::apply_rope(unsqueeze(kv_a[1], -2), o.qkv_format, kv_positions, o.rope_base, -1);
+  const Tensor k_pe =
+      nn::apply_rope(unsqueeze(kv_a[1], -2), o.qkv_format, kv_positions, {o.rope_base, o.rope_scaling}, -1);
   return {c_kv, k_pe};  // k_pe (.., 1, rope)
 }
 

@@ -19,6 +19,7 @@
 #include "framework/distributed/process_group.h"
 #include "framework/nn/linear.h"
 #include "framework/nn/module.h"
+#include "framework/tensor/rope_frequencies.h"
 
 namespace cpf::nn {
 
@@ -35,6 +36,7 @@ struct MultiHeadLatentAttentionOptions {
   AttentionWindow window;
   std::optional<double> softmax_scale;  // default 1/sqrt(qk_nope_head_dim + qk_rope_head_dim)
   double rope_base = 10000.0;
+  RopeScaling rope_scaling{};  // Llama 3's frequency scaling; factor 1 = none (rope_frequencies.h)
   double norm_eps = 1e-6;
   bool bias = false;
   double init_std = 0.0;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "framework/tensor/ops/elementwise.h"
+#include "framework/tensor/rope_frequencies.h"
 #include "framework/tensor/tensor.h"
 
 namespace cpf {
@@ -203,8 +204,8 @@ struct DeviceOps {
 
   // RoPE (framework/tensor/ops/rope.h): x (B, T, H, D) with unit stride along D (B = 1 for thd),
   // positions (T) or (B, T) contiguous i32/i64; out contiguous, x's shape and dtype.
-  void (*rope)(const Tensor& out, const Tensor& x, const Tensor& positions, double base, int64_t rotary_dim,
-               bool inverse) = nullptr;
+  void (*rope)(const Tensor& out, const Tensor& x, const Tensor& positions, const RopeFrequencies& frequencies,
+               int64_t rotary_dim, bool inverse) = nullptr;
 
   // SwiGLU's gate (framework/tensor/ops/swiglu.h), all (rows, I) with unit column stride and any row
   // stride (out contiguous), the inputs' dtype. out = silu(gate) * up; the backward

@@ -77,6 +77,8 @@ TEST_P(NnGradcheck, Rope) {
   EXPECT_GRADCHECK([pos](const Inputs& in) { return rope(in[0], pos); }, Inputs{x});
   EXPECT_GRADCHECK([pos_bt](const Inputs& in) { return rope(in[0], pos_bt, 100.0, 4); }, Inputs{x});
   EXPECT_GRADCHECK([pos](const Inputs& in) { return rope(in[0], pos, 10000.0, 2, true); }, Inputs{x});
+  const RopeFrequencies llama3{.base = 500.0, .scaling = {.factor = 4, .high_freq_factor = 8, .original_context = 16}};
+  EXPECT_GRADCHECK([pos, llama3](const Inputs& in) { return rope(in[0], pos, llama3); }, Inputs{x});
   Tensor thd = grad_leaf({3, 2, 4}, 16);
   EXPECT_GRADCHECK([pos](const Inputs& in) { return rope(in[0], pos); }, Inputs{thd});
 }

@@ -178,6 +178,14 @@ TEST(GPT, RejectsInvalidOptionsNamingTheKey) {
   o = small();
   o.window = -2;
   expect_problem(o, "window", "window=-2 must be -1 (unbounded) or >= 0");
+  o = small();
+  o.rope_scaling = {.factor = 8, .low_freq_factor = 4, .high_freq_factor = 4};
+  expect_problem(o, "rope_scaling.high_freq_factor", "rope_scaling.high_freq_factor=4 must be above low_freq_factor=4");
+  o = small();
+  o.positions = PositionType::learned;
+  o.rope_scaling.factor = 32;
+  expect_problem(o, "rope_scaling.factor",
+                 "rope_scaling.factor=32 scales RoPE, but positions is learned (set positions: rope)");
   EXPECT_EQ(effective_intermediate_size(small()), 64);
   o = small();
   o.mlp = nn::Activation::swiglu;

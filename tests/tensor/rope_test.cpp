@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <vector>
 
 #include "framework/tensor/ops/views.h"
 #include "support/test_utils.h"
@@ -113,6 +114,95 @@ TEST(Rope, Bf16AndThreadedSizes) {
   const Tensor big = random_tensor({2, 128, 8, 64}, DType::f32, 8);
   const Tensor pos_bt = randint(0, 4096, {2, 128}, {.dtype = DType::i32});
   EXPECT_TRUE(all_close(raw::rope(big, pos_bt), reference_rope(big, pos_bt, 10000.0, -1, false), 1e-5, 1e-5));
+}
+
+// Llama 3's scaling (rope_frequencies.h) against transformers' own frequencies for Llama 3.2 (head dim 64,
+// rope_theta 500000, factor 32, low / high frequency factors 1 / 4, original context 8192), computed by
+// transformers 5.25's ROPE_INIT_FUNCTIONS["llama3"] in f32: the high frequencies kept, the low ones divided
+// by 32, the band between them smoothed.
+TEST(Rope, Llama3FrequenciesAreTransformers) {
+  const std::vector<double> transformers = {1.0,
+                                            0.663601279258728,
+                                            0.44036662578582764,
+                                            0.2922278344631195,
+                                            0.193922758102417,
+                                            0.12868738174438477,
+                                            0.08539710193872452,
+                                            0.05666961893439293,
+                                            0.03760603070259094,
+                                            0.02495540864765644,
+                                            0.016560440883040428,
+                                            0.010989529080688953,
+                                            0.00729266507551074,
+                                            0.00483942124992609,
+                                            0.0032114461064338684,
+                                            0.0012905480107292533,
+                                            0.000429556705057621,
+                                            9.708286233944818e-05,
+                                            1.9461638657958247e-05,
+                                            1.291476746700937e-05,
+                                            8.570255886297673e-06,
+                                            5.687232260243036e-06,
+                                            3.7740544485131977e-06,
+                                            2.504467147446121e-06,
+                                            1.6619674170215148e-06,
+                                            1.1028836297555245e-06,
+                                            7.318749339901842e-07,
+                                            4.856731266045244e-07,
+                                            3.2229328894572973e-07,
+                                            2.1387423032592778e-07,
+                                            1.4192720243499934e-07,
+                                            9.418306490260875e-08};
+  const RopeFrequencies f{
+      .base = 500000.0,
+      .scaling = {.factor = 32, .low_freq_factor = 1, .high_freq_factor = 4, .original_context = 8192}};
+  ASSERT_EQ(transformers.size(), 32u);
+  for (int64_t i = 0; i < 32; ++i) {
+    const double ours = f.of_pair(i, 64);
+    EXPECT_NEAR(ours, transformers[i], 1e-6 * transformers[i]) << "pair " << i;  // a few f32 roundings against double
+  }
+  // Unscaled, the frequencies are base^(-2i / R) exactly, as before the scaling existed.
+  const RopeFrequencies plain{.base = 500000.0};
+  for (int64_t i = 0; i < 32; ++i) EXPECT_EQ(plain.of_pair(i, 64), std::pow(500000.0, -2.0 * i / 64)) << i;
+}
+
+// The scaled rotation on the CPU: each pair turned by position x its scaled frequency.
+TEST(Rope, ScaledFrequenciesRotateEachPairByThem) {
+  const RopeFrequencies f{
+      .base = 20000.0, .scaling = {.factor = 8, .low_freq_factor = 0.5, .high_freq_factor = 8, .original_context = 64}};
+  const Tensor x = random_tensor({1, 3, 2, 8}, DType::f64, 5);
+  const Tensor pos = from_vector<int64_t>({0, 20, 180}, {3});
+  const Tensor y = raw::rope(x, pos, f);
+  const auto xv = x.to_vector<double>(), yv = y.to_vector<double>();
+  for (int64_t t = 0; t < 3; ++t) {
+    for (int64_t h = 0; h < 2; ++h) {
+      for (int64_t i = 0; i < 4; ++i) {
+        const int64_t off = (t * 2 + h) * 8;
+        const double angle = static_cast<double>(pos.to_vector<int64_t>()[t]) * f.of_pair(i, 8);
+        EXPECT_NEAR(yv[off + i], xv[off + i] * std::cos(angle) - xv[off + i + 4] * std::sin(angle), 1e-12);
+        EXPECT_NEAR(yv[off + i + 4], xv[off + i + 4] * std::cos(angle) + xv[off + i] * std::sin(angle), 1e-12);
+      }
+    }
+  }
+  // The three branches: pair 0 kept (wavelength 6.3 < 64 / 8), pair 1 smoothed, pairs 2 and 3 divided by 8.
+  EXPECT_EQ(f.of_pair(0, 8), 1.0);
+  const double p1 = std::pow(20000.0, -0.25);
+  EXPECT_GT(f.of_pair(1, 8), p1 / 8);
+  EXPECT_LT(f.of_pair(1, 8), p1);
+  EXPECT_DOUBLE_EQ(f.of_pair(3, 8), std::pow(20000.0, -0.75) / 8);
+  EXPECT_TRUE(all_close(raw::rope_backward(y, pos, f), x, 1e-12, 1e-12)) << "the backward is the inverse";
+}
+
+TEST(Rope, RejectsBadScaling) {
+  const Tensor x = random_tensor({3, 2, 8}, DType::f32);
+  const Tensor pos = from_vector<int64_t>({0, 1, 2}, {3});
+  EXPECT_CPF_ERROR(raw::rope(x, pos, RopeFrequencies{.scaling = {.factor = 0.5}}),
+                   "rope: the RoPE scaling factor must be finite and >= 1 (1: none), got 0.5");
+  EXPECT_CPF_ERROR(
+      raw::rope(x, pos, RopeFrequencies{.scaling = {.factor = 8, .low_freq_factor = 4, .high_freq_factor = 1}}),
+      "rope: Llama 3 RoPE scaling needs 0 < low_freq_factor < high_freq_factor, got 4 and 1");
+  EXPECT_CPF_ERROR(raw::rope(x, pos, RopeFrequencies{.scaling = {.factor = 8, .original_context = 0}}),
+                   "rope: Llama 3 RoPE scaling needs original_max_position_embeddings > 0, got 0");
 }
 
 TEST(Rope, RejectsBadInputs) {

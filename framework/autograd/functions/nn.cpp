@@ -67,10 +67,16 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
 }
 
 Tensor rope(const Tensor& x, const Tensor& positions, double base, int64_t rotary_dim, bool inverse) {
-  Tensor y = raw::rope(x, positions, base, rotary_dim, inverse);
-  return autograd::record("rope", y, {x}, [sp = SavedTensor(positions), base, rotary_dim, inverse](const GradList& g) {
-    return GradList{raw::rope_backward(g[0], sp.unpack(), base, rotary_dim, inverse)};
-  });
+  return rope(x, positions, RopeFrequencies{.base = base}, rotary_dim, inverse);
+}
+
+Tensor rope(const Tensor& x, const Tensor& positions, const RopeFrequencies& frequencies, int64_t rotary_dim,
+            bool inverse) {
+  Tensor y = raw::rope(x, positions, frequencies, rotary_dim, inverse);
+  return autograd::record("rope", y, {x},
+                          [sp = SavedTensor(positions), frequencies, rotary_dim, inverse](const GradList& g) {
+                            return GradList{raw::rope_backward(g[0], sp.unpack(), frequencies, rotary_dim, inverse)};
+                          });
 }
 
 }  // namespace cpf

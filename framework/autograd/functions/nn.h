@@ -3,6 +3,7 @@
 // rotary position embedding. Kernels and their exact semantics live in framework/tensor/ops/
 // (softmax.h, norm.h, embedding.h, cross_entropy.h, rope.h); these wrappers record the backward.
 // Integer inputs (ids, targets, positions) are never differentiated.
+#include "framework/tensor/rope_frequencies.h"
 #include "framework/tensor/tensor.h"
 
 namespace cpf {
@@ -22,6 +23,8 @@ Tensor embedding(const Tensor& weight, const Tensor& ids);
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100);
 
 // x (B, T, H, D) with positions (T) or (B, T), or x (T, H, D) with positions (T); half-split pairs.
+Tensor rope(const Tensor& x, const Tensor& positions, const RopeFrequencies& frequencies, int64_t rotary_dim = -1,
+            bool inverse = false);
 Tensor rope(const Tensor& x, const Tensor& positions, double base = 10000.0, int64_t rotary_dim = -1,
             bool inverse = false);
 

@@ -9,6 +9,8 @@
 
 #include <cstdint>
 
+#include "framework/tensor/rope_frequencies.h"
+
 namespace cpf::cuda::kernels {
 
 inline constexpr int kMaxDims = 12;
@@ -171,8 +173,8 @@ void launch_classifier_rows(int dtype, int it_dtype, void* logits, const void* l
 // RoPE over x (B, T, H, D) with element strides sb, st, sh (unit stride along D); out contiguous.
 // positions: (T) or (B, T) (per_batch) of index dtype pos_dtype.
 void launch_rope(int dtype, int pos_dtype, const void* x, const void* positions, void* out, int64_t batch, int64_t seq,
-                 int64_t heads, int64_t dim, int64_t sb, int64_t st, int64_t sh, bool per_batch, double base,
-                 int64_t rotary_dim, bool inverse, cudaStream_t stream);
+                 int64_t heads, int64_t dim, int64_t sb, int64_t st, int64_t sh, bool per_batch,
+                 const RopeFrequencies& frequencies, int64_t rotary_dim, bool inverse, cudaStream_t stream);
 
 // SwiGLU's gate (swiglu.cu) over (rows, cols) row-strided operands (element row strides gs, us, dys, dgs,
 // dus); out contiguous.

@@ -382,12 +382,13 @@ void check_indices(const DeviceIndexCheck& c) {
   launch_index_check(check, slot.raw_data(), index.device().index, launch.sm_count, launch.stream);
 }
 
-void rope(const Tensor& out, const Tensor& x, const Tensor& positions, double base, int64_t rotary_dim, bool inverse) {
+void rope(const Tensor& out, const Tensor& x, const Tensor& positions, const RopeFrequencies& frequencies,
+          int64_t rotary_dim, bool inverse) {
   Launch launch(x.device());
   const bool thd = x.dim() == 3;
   k::launch_rope(code(x.dtype()), code(positions.dtype()), x.raw_data(), positions.raw_data(), out.raw_data(),
                  thd ? 1 : x.size(0), x.size(-3), x.size(-2), x.size(-1), thd ? 0 : x.stride(0), x.stride(-3),
-                 x.stride(-2), positions.dim() == 2, base, rotary_dim, inverse, launch.stream);
+                 x.stride(-2), positions.dim() == 2, frequencies, rotary_dim, inverse, launch.stream);
 }
 
 void swiglu(const Tensor& out, const Tensor& gate, const Tensor& up) {

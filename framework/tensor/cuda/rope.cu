@@ -11,7 +11,8 @@ namespace {
 template <class T, class I>
 __global__ void __launch_bounds__(kThreads)
     rope_kernel(const T* x, const I* positions, T* out, int64_t batch, int64_t seq, int64_t heads, int64_t dim,
-                int64_t sb, int64_t st, int64_t sh, bool per_batch, double base, int64_t rot, double sign) {
+                int64_t sb, int64_t st, int64_t sh, bool per_batch, RopeFrequencies frequencies, int64_t rot,
+                double sign) {
   using C = compute_t<T>;
   const int64_t half = rot / 2;
   const int64_t jobs = half + (dim - rot);  // per token: the pairs, then the copied dims
@@ -29,7 +30,7 @@ __global__ void __launch_bounds__(kThreads)
       continue;
     }
     const double position = static_cast<double>(positions[per_batch ? bt : t]);
-    const double angle = position * pow(base, -2.0 * static_cast<double>(j) / static_cast<double>(rot));
+    const double angle = position * frequencies.of_pair(j, rot);
     double sd, cd;
     sincos(angle, &sd, &cd);
     const C c = static_cast<C>(cd), s = static_cast<C>(sign * sd);
@@ -44,8 +45,8 @@ __global__ void __launch_bounds__(kThreads)
 }  // namespace
 
 void launch_rope(int dtype, int pos_dtype, const void* x, const void* positions, void* out, int64_t batch, int64_t seq,
-                 int64_t heads, int64_t dim, int64_t sb, int64_t st, int64_t sh, bool per_batch, double base,
-                 int64_t rotary_dim, bool inverse, cudaStream_t stream) {
+                 int64_t heads, int64_t dim, int64_t sb, int64_t st, int64_t sh, bool per_batch,
+                 const RopeFrequencies& frequencies, int64_t rotary_dim, bool inverse, cudaStream_t stream) {
   const int64_t n = batch * seq * (rotary_dim / 2 + (dim - rotary_dim));
   if (n == 0 || heads == 0) return;
   const int64_t blocks = (n + kThreads - 1) / kThreads;
@@ -54,7 +55,7 @@ void launch_rope(int dtype, int pos_dtype, const void* x, const void* positions,
     visit_index(pos_dtype, [&]<class I>() {
       rope_kernel<T, I><<<grid, kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<const I*>(positions),
                                                        static_cast<T*>(out), batch, seq, heads, dim, sb, st, sh,
-                                                       per_batch, base, rotary_dim, inverse ? -1.0 : 1.0);
+                                                       per_batch, frequencies, rotary_dim, inverse ? -1.0 : 1.0);
     });
     CPF_CUDA_CHECK_LAUNCH("rope kernel");
   });

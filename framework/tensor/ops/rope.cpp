@@ -40,7 +40,7 @@ struct RopeShape {
 };
 
 // Every input rule, in the order the messages are tested.
-RopeShape check_rope_inputs(const Tensor& x, const Tensor& positions, double base, int64_t rotary_dim) {
+RopeShape check_rope_inputs(const Tensor& x, const Tensor& positions, const RopeFrequencies& f, int64_t rotary_dim) {
   const char* op = "rope";
   check_defined(x, op, "x");
   check_defined(positions, op, "positions");
@@ -69,17 +69,15 @@ RopeShape check_rope_inputs(const Tensor& x, const Tensor& positions, double bas
   r.rot = rotary_dim == -1 ? r.dim : rotary_dim;
   CPF_CHECK(r.rot > 0 && r.rot <= r.dim && r.rot % 2 == 0, op, ": rotary_dim must be even and in 1..D=", r.dim,
             ", got ", r.rot, rotary_dim == -1 ? " (rotary_dim=-1 means D)" : "", " for x ", x.shape());
-  CPF_CHECK(std::isfinite(base) && base > 0, op, ": base must be finite and > 0, got ", base);
+  check_rope_frequencies(f, op);
   return r;
 }
 
 // The CPU kernel: angles in double, the rotation in A (f32 for f32/bf16, f64 for f64).
-Tensor rope_cpu(const Tensor& x, const Tensor& positions, double base, const RopeShape& r, bool inverse) {
+Tensor rope_cpu(const Tensor& x, const Tensor& positions, const RopeFrequencies& f, const RopeShape& r, bool inverse) {
   const int64_t half = r.rot / 2;
   std::vector<double> inv_freq(static_cast<size_t>(half));
-  for (int64_t i = 0; i < half; ++i) {
-    inv_freq[i] = std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(r.rot));
-  }
+  for (int64_t i = 0; i < half; ++i) inv_freq[i] = f.of_pair(i, r.rot);
   const Tensor pos = contiguous(positions);
   const int64_t npos = pos.numel();
   const Tensor xs = x.stride(-1) == 1 ? x : contiguous(x);
@@ -135,18 +133,28 @@ Tensor rope_cpu(const Tensor& x, const Tensor& positions, double base, const Rop
 }  // namespace
 
 Tensor rope(const Tensor& x, const Tensor& positions, double base, int64_t rotary_dim, bool inverse) {
-  const RopeShape r = check_rope_inputs(x, positions, base, rotary_dim);
-  if (x.device().is_cpu()) return rope_cpu(x, positions, base, r, inverse);
+  return rope(x, positions, RopeFrequencies{.base = base}, rotary_dim, inverse);
+}
+
+Tensor rope(const Tensor& x, const Tensor& positions, const RopeFrequencies& frequencies, int64_t rotary_dim,
+            bool inverse) {
+  const RopeShape r = check_rope_inputs(x, positions, frequencies, rotary_dim);
+  if (x.device().is_cpu()) return rope_cpu(x, positions, frequencies, r, inverse);
   // x (B, T, H, D) or (T, H, D) with unit stride along D; positions contiguous (device_ops.h).
   Tensor out = empty(x.shape(), {.dtype = x.dtype(), .device = x.device()});
   device_kernel(x.device(), &DeviceOps::rope, "rope")(out, x.stride(-1) == 1 ? x : contiguous(x), contiguous(positions),
-                                                      base, r.rot, inverse);
+                                                      frequencies, r.rot, inverse);
   profile::add_work(0, 2 * profile::tensor_bytes(out));
   return out;
 }
 
 Tensor rope_backward(const Tensor& grad_y, const Tensor& positions, double base, int64_t rotary_dim, bool inverse) {
   return rope(grad_y, positions, base, rotary_dim, !inverse);
+}
+
+Tensor rope_backward(const Tensor& grad_y, const Tensor& positions, const RopeFrequencies& frequencies,
+                     int64_t rotary_dim, bool inverse) {
+  return rope(grad_y, positions, frequencies, rotary_dim, !inverse);
 }
 
 }  // namespace cpf::raw

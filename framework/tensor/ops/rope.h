@@ -7,7 +7,9 @@
 //   y[i]     = x[i] cos - x[i + h] sin
 //   y[i + h] = x[i + h] cos + x[i] sin
 // Dims >= R pass through unchanged. Angles and their sin/cos are computed in double, then applied in
-// the compute dtype (f32 for f32/bf16, f64 for f64).
+// the compute dtype (f32 for f32/bf16, f64 for f64). The RopeFrequencies forms take Llama 3's frequency
+// scaling too (rope_frequencies.h); the `base` forms are those with no scaling.
+#include "framework/tensor/rope_frequencies.h"
 #include "framework/tensor/tensor.h"
 
 namespace cpf::raw {
@@ -18,9 +20,13 @@ namespace cpf::raw {
 // rotation). Returns a new contiguous tensor of x's shape and dtype; x only needs a unit stride along D.
 Tensor rope(const Tensor& x, const Tensor& positions, double base = 10000.0, int64_t rotary_dim = -1,
             bool inverse = false);
+Tensor rope(const Tensor& x, const Tensor& positions, const RopeFrequencies& frequencies, int64_t rotary_dim = -1,
+            bool inverse = false);
 
 // The rotation is orthogonal, so its gradient is the opposite rotation of grad_y.
 Tensor rope_backward(const Tensor& grad_y, const Tensor& positions, double base = 10000.0, int64_t rotary_dim = -1,
                      bool inverse = false);
+Tensor rope_backward(const Tensor& grad_y, const Tensor& positions, const RopeFrequencies& frequencies,
+                     int64_t rotary_dim = -1, bool inverse = false);
 
 }  // namespace cpf::raw

@@ -28,12 +28,18 @@ CPF_HF_FIXTURE(cpf_hf_gpt2_logits, "gpt2_tiny/logits.json")
 CPF_HF_FIXTURE(cpf_hf_llama_config, "llama_tiny/config.json")
 CPF_HF_FIXTURE(cpf_hf_llama_weights, "llama_tiny/model.safetensors")
 CPF_HF_FIXTURE(cpf_hf_llama_logits, "llama_tiny/logits.json")
+CPF_HF_FIXTURE(cpf_hf_llama3_config, "llama3_tiny/config.json")
+CPF_HF_FIXTURE(cpf_hf_llama3_weights, "llama3_tiny/model.safetensors")
+CPF_HF_FIXTURE(cpf_hf_llama3_logits, "llama3_tiny/logits.json")
 CPF_DECLARE_EMBEDDED(cpf_hf_gpt2_config)
 CPF_DECLARE_EMBEDDED(cpf_hf_gpt2_weights)
 CPF_DECLARE_EMBEDDED(cpf_hf_gpt2_logits)
 CPF_DECLARE_EMBEDDED(cpf_hf_llama_config)
 CPF_DECLARE_EMBEDDED(cpf_hf_llama_weights)
 CPF_DECLARE_EMBEDDED(cpf_hf_llama_logits)
+CPF_DECLARE_EMBEDDED(cpf_hf_llama3_config)
+CPF_DECLARE_EMBEDDED(cpf_hf_llama3_weights)
+CPF_DECLARE_EMBEDDED(cpf_hf_llama3_logits)
 #define CPF_HF_BYTES(symbol) std::string(symbol##_begin, static_cast<size_t>(symbol##_end - symbol##_begin))
 
 namespace cpf::trainer {
@@ -59,6 +65,16 @@ Fixture llama_fixture() {
           "  rope_base: 500000\n  max_positions: 16\n  bias: false\n  tie_embeddings: false\n"};
 }
 
+// Llama 3's RoPE scaling (rope_type llama3; transformers 5 writes it into rope_parameters), head dim 8, so
+// its four frequencies take each of the three branches (rope_frequencies.h).
+Fixture llama3_fixture() {
+  return {CPF_HF_BYTES(cpf_hf_llama3_config), CPF_HF_BYTES(cpf_hf_llama3_weights), CPF_HF_BYTES(cpf_hf_llama3_logits),
+          "model:\n  vocab_size: 32\n  hidden_size: 32\n  intermediate_size: 48\n  num_layers: 2\n  num_heads: 4\n"
+          "  attention: gqa\n  num_kv_heads: 2\n  mlp: swiglu\n  norm: rmsnorm\n  positions: rope\n"
+          "  rope_base: 20000\n  rope_scaling: {factor: 8, low_freq_factor: 0.5, high_freq_factor: 8,\n"
+          "    original_max_position_embeddings: 64}\n  max_positions: 512\n  bias: false\n  tie_embeddings: false\n"};
+}
+
 // The fixture as a folder, with config.json edited by `edit` when given.
 fs::path write_folder(const Fixture& f, const std::function<void(json&)>& edit = nullptr) {
   const fs::path dir = testing::scratch_dir("hf");
@@ -81,7 +97,13 @@ void expect_transformers_logits(const Fixture& f) {
   EXPECT_NE(loaded.find("Hugging Face"), std::string::npos) << loaded;
   const json expected = json::parse(f.logits);
   const std::vector<int64_t> ids = expected["input_ids"].get<std::vector<int64_t>>();
-  const std::vector<float> ours = model.forward(models::make_prompt_input({ids})).to_vector<float>();
+  models::GPTInput input = models::make_prompt_input({ids});
+  if (expected.contains("position_ids")) {  // positions transformers was given (spread, so RoPE's scaling shows)
+    const std::vector<int64_t> positions = expected["position_ids"].get<std::vector<int64_t>>();
+    input.positions = from_vector(positions, {static_cast<int64_t>(positions.size())});
+    input.seq = input.seq.with_positions(positions, positions);
+  }
+  const std::vector<float> ours = model.forward(input).to_vector<float>();
   const int64_t vocab = c.model.vocab_size;
   ASSERT_EQ(ours.size(), ids.size() * static_cast<size_t>(vocab));
   double worst = 0;
@@ -101,6 +123,42 @@ void expect_transformers_logits(const Fixture& f) {
 TEST(HfTransformers, Gpt2FromTransformersGivesItsLogits) { expect_transformers_logits(gpt2_fixture()); }
 
 TEST(HfTransformers, LlamaFromTransformers5GivesItsLogits) { expect_transformers_logits(llama_fixture()); }
+
+TEST(HfTransformers, Llama3ScaledRopeGivesTransformersLogits) { expect_transformers_logits(llama3_fixture()); }
+
+// Without model.rope_scaling the same weights compute another function: the loader refuses, naming the fix.
+TEST(HfTransformers, Llama3ScalingMustBeInTheModelSection) {
+  Fixture unscaled = llama3_fixture();
+  unscaled.model_yaml =
+      "model:\n  vocab_size: 32\n  hidden_size: 32\n  intermediate_size: 48\n  num_layers: 2\n"
+      "  num_heads: 4\n  attention: gqa\n  num_kv_heads: 2\n  mlp: swiglu\n  norm: rmsnorm\n"
+      "  rope_base: 20000\n  max_positions: 512\n  tie_embeddings: false\n";
+  const TrainConfig c = config_of(unscaled);
+  models::GPT model(c.model);
+  EXPECT_CPF_ERROR(load_init_weights(write_folder(unscaled).string(), c, model.named_parameters()),
+                   "has rope_scaling.factor 8 but model.rope_scaling.factor is 1; set model.rope_scaling.factor: 8");
+  Fixture other = llama3_fixture();
+  const TrainConfig oc = config_of(other);
+  models::GPT other_model(oc.model);
+  EXPECT_CPF_ERROR(
+      load_init_weights(write_folder(other, [](json& j) { j["rope_parameters"]["low_freq_factor"] = 1.0; }).string(),
+                        oc, other_model.named_parameters()),
+      "has rope_scaling.low_freq_factor 1 but model.rope_scaling.low_freq_factor is 0.5");
+  EXPECT_CPF_ERROR(
+      load_init_weights(write_folder(other, [](json& j) { j["rope_parameters"].erase("high_freq_factor"); }).string(),
+                        oc, other_model.named_parameters()),
+      "rope_parameters.high_freq_factor is missing, but rope_type llama3 needs it as a number");
+  // transformers < 5's form: rope_scaling beside a top-level rope_theta, loads the same.
+  EXPECT_NO_THROW(load_init_weights(write_folder(other,
+                                                 [](json& j) {
+                                                   j["rope_scaling"] = j["rope_parameters"];
+                                                   j["rope_scaling"].erase("rope_theta");
+                                                   j.erase("rope_parameters");
+                                                   j["rope_theta"] = 20000.0;
+                                                 })
+                                        .string(),
+                                    oc, other_model.named_parameters()));
+}
 
 // Export of the loaded weights = the file transformers wrote: same names, dtypes, shapes and values.
 void expect_export_equals_transformers(const Fixture& f, const std::vector<std::string>& same_keys) {
@@ -133,6 +191,25 @@ TEST(HfTransformers, Gpt2ExportIsTransformersOwnFile) {
                        "activation_function", "layer_norm_epsilon", "tie_word_embeddings"});
 }
 
+TEST(HfTransformers, Llama3ExportWritesItsRopeScaling) {
+  expect_export_equals_transformers(llama3_fixture(),
+                                    {"architectures", "model_type", "head_dim", "max_position_embeddings"});
+  const Fixture f = llama3_fixture();
+  const TrainConfig c = config_of(f);
+  models::GPT model(c.model);
+  const fs::path out = testing::scratch_dir("export3") / "hf";
+  write_hf_folder(out.string(), c.model, model.named_parameters());
+  const json ours = json::parse(testing::read_file(out / kHfConfigFile));
+  const json theirs = json::parse(f.config)["rope_parameters"];
+  EXPECT_EQ(ours["rope_scaling"]["rope_type"], "llama3");
+  for (const char* key : {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}) {
+    EXPECT_EQ(ours["rope_scaling"][key], theirs[key]) << key;
+  }
+  // And cpformer reads its own export back.
+  models::GPT again(c.model);
+  EXPECT_NO_THROW(load_init_weights(out.string(), c, again.named_parameters()));
+}
+
 TEST(HfTransformers, LlamaExportIsTransformersOwnFile) {
   expect_export_equals_transformers(
       llama_fixture(),
@@ -148,7 +225,7 @@ void expect_refused(const Fixture& f, const std::function<void(json&)>& edit, co
   EXPECT_CPF_ERROR(load_init_weights(write_folder(f, edit).string(), c, model.named_parameters()), message);
 }
 
-TEST(HfTransformers, RopeOfEitherTransformersVersionIsReadAndScaledRopeRefused) {
+TEST(HfTransformers, RopeOfEitherTransformersVersionIsReadAndOtherScalingsRefused) {
   const Fixture llama = llama_fixture();
   expect_refused(
       llama, [](json& c) { c["rope_parameters"]["rope_theta"] = 10000.0; },
@@ -161,9 +238,9 @@ TEST(HfTransformers, RopeOfEitherTransformersVersionIsReadAndScaledRopeRefused) 
   expect_refused(
       llama,
       [](json& c) {
-        c["rope_parameters"] = {{"rope_theta", 500000.0}, {"rope_type", "llama3"}, {"factor", 32.0}};
+        c["rope_parameters"] = {{"rope_theta", 500000.0}, {"rope_type", "yarn"}, {"factor", 32.0}};
       },
-      "rope_type 'llama3' scales RoPE, and cpformer's RoPE is the unscaled one");
+      "rope_type 'yarn' scales RoPE in a way cpformer does not compute");
   expect_refused(
       llama,
       [](json& c) {

@@ -213,6 +213,12 @@ TEST_F(CudaNnTest, RopeMatchesTheCpu) {
             << "backward " << what;
       }
     }
+    // Llama 3's scaled frequencies (rope_frequencies.h), computed by the same function on both sides.
+    const RopeFrequencies llama3{
+        .base = 20000.0,
+        .scaling = {.factor = 8, .low_freq_factor = 0.5, .high_freq_factor = 8, .original_context = 64}};
+    EXPECT_TRUE(all_close(on_cpu(raw::rope(on_gpu(x), on_gpu(pos_t), llama3)), raw::rope(x, pos_t, llama3), tol, rt))
+        << "llama3 scaling " << dtype_name(dtype);
     // thd layout, and a strided (B, T, H, D) view of a (B, H, T, D) tensor (unit stride along D).
     Tensor xthd = random_cpu({5, 3, 16}, dtype, 62);
     EXPECT_TRUE(all_close(on_cpu(raw::rope(on_gpu(xthd), on_gpu(pos_t))), raw::rope(xthd, pos_t), tol, rt));
