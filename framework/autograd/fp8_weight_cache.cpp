@@ -13,15 +13,15 @@ std::vector<const void*> key_of(const std::vector<Tensor>& weights) {
   return key;
 }
 
-// Delayed scaling with a settled slot casts with the slot's weight scale; current scaling (and a fresh
-// slot's first step) with one from the weight's own amax, which the weight's values decide.
-const void* scale_source_of(const Fp8LinearOptions& o) {
-  const auto r = static_cast<size_t>(Fp8Role::weight);
-  return o.slot && !o.slot->fresh ? o.slot->scale[r].raw_data() : nullptr;
-}
+constexpr auto kWeight = static_cast<size_t>(Fp8Role::weight);
 
-bool must_record(const Fp8LinearOptions& o) {
-  return o.slot && o.slot->amax[static_cast<size_t>(Fp8Role::weight)].defined();
+// The slot a cast belongs to (its weight scale: a settled slot casts with it, a fresh one writes the scale
+// it cast with into it), or null for current scaling without a slot, where the weight's values decide.
+const void* scale_source_of(const Fp8LinearOptions& o) { return o.slot ? o.slot->scale[kWeight].raw_data() : nullptr; }
+
+// Where the call must fold the weight's amax (delayed scaling in training), or null.
+const void* amax_target_of(const Fp8LinearOptions& o) {
+  return o.slot && o.slot->amax[kWeight].defined() ? o.slot->amax[kWeight].raw_data() : nullptr;
 }
 
 }  // namespace
@@ -53,10 +53,18 @@ Fp8WeightCopy Fp8WeightCache::find(const std::vector<Tensor>& weights, const Fp8
   if (it == entries_.end()) return {};
   const Entry& e = it->second;
   for (size_t i = 0; i < weights.size(); ++i) {
-    if (e.versions[i] != weights[i].version()) return {};  // changed in place since the cast
+    const Tensor& held = e.weights[i];
+    // Another view at the same address, or the same one changed in place since the cast: cast again.
+    if (held.shape() != weights[i].shape() || held.dtype() != weights[i].dtype()) return {};
+    if (e.versions[i] != weights[i].version()) return {};
   }
-  if (e.scale_source != scale_source_of(options) || e.margin != options.margin) return {};
-  if (must_record(options) && !e.recorded) return {};  // this call's cast must fold in the weight's amax
+  if (e.scale_source != scale_source_of(options) || e.fresh != (options.slot && options.slot->fresh) ||
+      e.margin != options.margin) {
+    return {};
+  }
+  // This call must fold the weight's amax into its slot: only a cast that folded it into that very slot did.
+  const void* target = amax_target_of(options);
+  if (target != nullptr && e.recorded_into != target) return {};
   ++reused_;
   return e.copy;
 }
@@ -67,8 +75,9 @@ void Fp8WeightCache::store(const std::vector<Tensor>& weights, const Fp8LinearOp
   Entry e{.weights = weights,
           .versions = {},
           .scale_source = scale_source_of(options),
+          .fresh = options.slot && options.slot->fresh,
           .margin = options.margin,
-          .recorded = must_record(options),
+          .recorded_into = amax_target_of(options),
           .copy = std::move(copy)};
   for (const Tensor& w : weights) e.versions.push_back(w.version());
   entries_[key_of(weights)] = std::move(e);

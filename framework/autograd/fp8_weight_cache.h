@@ -13,12 +13,12 @@
 //   }                                                 // closed: every copy dropped before the optimizer step
 //
 // A copy is taken only while the scope that made it is open and its weights (one tensor, or linear_cat's
-// parts) keep the storage versions they had, with the same scale source (current scaling, or the same
-// delayed-scaling slot) and margin; a call that must record the weight's amax (delayed scaling in training)
-// takes only a copy whose cast recorded it. So the values are those of casting at every call, bit for bit.
-// Each step starts empty, so a CUDA graph captured from a step holds the casts of its first uses, and a
-// capture that fails leaves nothing behind once its scope closes. The copies cost 2 bytes a weight
-// parameter while the step runs (the transposed one the backward keeps anyway); models whose parameters are
+// parts) keep the shapes and storage versions they had, with the same scale source (current scaling, or the
+// same delayed-scaling slot, fresh or settled) and margin; a call that must record the weight's amax
+// (delayed scaling in training) takes only a copy whose cast recorded it into that call's slot. So the values are those
+// of casting at every call, bit for bit. Each step starts empty, so a CUDA graph captured from a step holds the casts
+// of its first uses, and a capture that fails leaves nothing behind once its scope closes. The copies cost 2 bytes a
+// weight parameter while the step runs (the transposed one the backward keeps anyway); models whose parameters are
 // sharded (ZeRO-3) cast at every call instead (their weights are whole only while their block runs).
 #include <cstdint>
 #include <map>
@@ -71,8 +71,9 @@ class Fp8WeightCache {
     std::vector<Tensor> weights;  // held, so their addresses are not reused while the entry lives
     std::vector<uint64_t> versions;
     const void* scale_source = nullptr;  // the delayed slot's weight scale, or null (current scaling)
+    bool fresh = false;                  // the slot's first step: cast by the weight's own amax
     int64_t margin = 0;
-    bool recorded = false;  // the cast folded the weight's amax into the slot's
+    const void* recorded_into = nullptr;  // the slot amax the cast folded the weight's into, or null
     Fp8WeightCopy copy;
   };
   void open();

@@ -1,7 +1,8 @@
 // The FP8 weight copies a training step keeps (framework/autograd/fp8_weight_cache.h) on the CPU: inside
 // an open step the first cast of a weight serves every later call, with the values and gradients of
 // casting at every call bit for bit; a weight changed in place, another scale source, or a call that must
-// record the weight's amax where the kept cast did not, casts again; linear_cat's parts share one copy and
+// record the weight's amax where the kept cast did not (or into another slot), or a view of another shape
+// at the same address, casts again; linear_cat's parts share one copy and
 // each gets its rows of dW; closing the step drops every copy, and nothing is kept outside one.
 #include <gtest/gtest.h>
 
@@ -15,6 +16,7 @@
 #include "framework/tensor/ops/copy.h"
 #include "framework/tensor/ops/elementwise.h"
 #include "framework/tensor/ops/join.h"
+#include "framework/tensor/ops/views.h"
 #include "support/test_utils.h"
 
 namespace cpf {
@@ -142,6 +144,31 @@ TEST(Fp8WeightCache, DelayedScalingReusesOnlyACastThatRecordedTheAmaxWithTheSame
   EXPECT_EQ(cache.stored(), 3) << "a copy cast by the weight's own amax served the slot's scale";
   EXPECT_EQ(cache.reused(), 1);
   EXPECT_TRUE(all_close(y, fp8_linear(input(1), w, Tensor(), {.slot = settled}), 0, 0));
+}
+
+// One weight at two call sites (two slots): the second site's cast records its own amax and writes its own
+// scale, so it does not take the first site's copy; nor does a narrower view that starts at the same address.
+TEST(Fp8WeightCache, AnotherSlotOrAnotherViewCastsAgain) {
+  const Tensor w = weight(32, 10);
+  Fp8ScalingState state({.recipe = Fp8Recipe::delayed, .amax_history = 2}, Device::cpu());
+  Fp8WeightCache cache;
+  const Fp8WeightCache::StepScope step(&cache);
+  const Fp8Slot a = state.slot("a"), b = state.slot("b");
+  fp8_linear(input(1), w, Tensor(), {.slot = a, .weight_cache = &cache});
+  fp8_linear(input(1), w, Tensor(), {.slot = b, .weight_cache = &cache});
+  EXPECT_EQ(cache.stored(), 2);
+  EXPECT_EQ(cache.reused(), 0);
+  const auto weight_amax = [](const Fp8Slot& s) {
+    return raw::to(s.amax[static_cast<size_t>(Fp8Role::weight)], DType::f32).item<float>();
+  };
+  EXPECT_GT(weight_amax(b), 0.0f) << "the second site's weight amax was never recorded";
+  EXPECT_EQ(weight_amax(a), weight_amax(b));
+  const Tensor top = raw::narrow(w.detach(), 0, 0, 16);  // (16, 32) at w's address
+  const Tensor y = fp8_linear(input(1), top, Tensor(), {.weight_cache = &cache});
+  fp8_linear(input(1), w, Tensor(), {.weight_cache = &cache});
+  EXPECT_EQ(y.shape(), (Shape{16, 16}));
+  EXPECT_TRUE(all_close(y, fp8_linear(input(1), top, Tensor(), {}), 0, 0));
+  EXPECT_EQ(cache.stored(), 4) << "the view and the whole weight share an address, not a copy";
 }
 
 }  // namespace

@@ -120,7 +120,7 @@ __global__ void __launch_bounds__(kFp8Threads)
     const int r = v / kVectorsPerRow, c = (v % kVectorsPerRow) * V;
     const uint4 raw = *reinterpret_cast<const uint4*>(x + (r0 + r) * cols + c0 + c);
     const In* e = reinterpret_cast<const In*>(&raw);
-    uint8_t b[V];
+    alignas(8) uint8_t b[V];
 #pragma unroll
     for (int k = 0; k < V; ++k) {
       const float f = load_float(e, k);
