@@ -4,6 +4,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -15,6 +16,7 @@
 #include "apps/run/checkpointing.h"
 #include "framework/core/error.h"
 #include "framework/io/checkpoint.h"
+#include "models/memory_model.h"
 
 namespace cpf::trainer {
 namespace fs = std::filesystem;
@@ -84,6 +86,38 @@ void check_checkpoints_writable(const TrainConfig& config) {
   if (!existed) fs::remove(dir, ec);  // a run that writes no checkpoint leaves no folder for one
   CPF_CHECK(written, "run folder: cannot write checkpoints in ", dir.string(), ": writing ", probe.string(), " (",
             probe.string().size(), " characters) failed", why);
+}
+
+std::optional<std::string> checkpoint_space_warning(const TrainConfig& config, std::optional<uint64_t> available) {
+  if (config.model.vocab_size < 1) return std::nullopt;  // not resolved yet: no size to compare
+  const OptimizerOptions& opt = config.optimizer;
+  const int moments = opt.type == OptimizerType::adamw ? 2 : (opt.momentum != 0 ? 1 : 0);
+  const double one = static_cast<double>(models::count_parameters(config.model)) *
+                     static_cast<double>(dtype_size(config.model.dtype)) * (1 + moments);  // bytes a checkpoint
+  const int64_t every = config.run.checkpoint_every, keep = config.run.keep_checkpoints;
+  const int64_t written = (every > 0 ? config.run.steps / every : 0) + 1;  // and one at the end
+  const int64_t at_once = keep == 0 ? written : std::min(written, keep + 1);
+  if (!available) {
+    std::error_code ec;
+    fs::path probe = run_dir(config);
+    while (!probe.empty() && !fs::exists(probe, ec)) probe = probe.parent_path();  // the folder may not exist yet
+    const fs::space_info space = fs::space(probe.empty() ? fs::path(".") : probe, ec);
+    if (ec) return std::nullopt;
+    available = space.available;
+  }
+  const double needed = one * static_cast<double>(at_once);
+  if (static_cast<double>(*available) >= needed) return std::nullopt;
+  const auto gb = [](double bytes) {
+    std::ostringstream os;
+    os.precision(3);
+    os << bytes / 1e9 << " GB";
+    return os.str();
+  };
+  return "checkpoints: each holds about " + gb(one) + " (weights and optimizer state), up to " +
+         std::to_string(at_once) + " at once, but " + run_dir(config) + "'s file system has " +
+         gb(static_cast<double>(*available)) +
+         " free: the first checkpoint that does not fit stops the run there. Free space, lower "
+         "run.keep_checkpoints or raise run.checkpoint_every, or set run.out_dir elsewhere";
 }
 
 void apply_start_mode(const TrainConfig& config) {

@@ -8,6 +8,7 @@
 // released by the kernel when the process ends, however it ends; the file is left in place (removing
 // it could let a third trainer lock a new file while the second still holds the old one).
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "apps/config/config.h"
@@ -40,5 +41,12 @@ void apply_start_mode(const TrainConfig& config);
 // writes there, so a folder that cannot take checkpoints (read-only, not a folder, a path too long for
 // the file system) is refused before any training work instead of at the first checkpoint.
 void check_checkpoints_writable(const TrainConfig& config);
+
+// Before step 1: a warning when the run folder's file system has less free space than the checkpoints the
+// run keeps at once (weights and optimizer state, about (1 + moments) x the parameters' bytes each; up to
+// run.keep_checkpoints + 1 while a new one replaces the oldest), naming both sizes and the fixes; nullopt
+// when they fit or the sizes are unknown. `available`: the free bytes (tests), else asked of the system.
+std::optional<std::string> checkpoint_space_warning(const TrainConfig& config,
+                                                    std::optional<uint64_t> available = std::nullopt);
 
 }  // namespace cpf::trainer

@@ -162,6 +162,7 @@ TrainOutcome train(const TrainConfig& config, std::ostream& out, bool progress_b
     check_checkpoints_writable(config);
     start_logger(logger, config, out, progress_bar, sources, env);
     if (memory_warning) logger->note(*memory_warning);
+    if (const std::optional<std::string> space = checkpoint_space_warning(config)) logger->note(*space);
     if (const std::optional<std::string> crowded = thread_rank_warning(config, env.has_value())) logger->note(*crowded);
   }
 
