@@ -86,6 +86,11 @@ fs::path output_path(const CommandLine& line) {
 int run_plot(const CommandLine& line, std::ostream& out, std::ostream&, bool) {
   if (line.positional.empty()) throw UsageError("'plot' needs at least one run folder", line.command);
   const fs::path svg = output_path(line);
+  int64_t first_step = 0;
+  if (const auto from = line.value("--from-step")) {
+    first_step = parse_integer_option("--from-step", *from);
+    if (first_step < 0) throw UsageError("--from-step " + *from + ": expected a step >= 0", line.command);
+  }
   std::vector<RunMetrics> runs;
   std::set<std::string> names;
   for (const auto& run : line.positional) {
@@ -93,7 +98,7 @@ int run_plot(const CommandLine& line, std::ostream& out, std::ostream&, bool) {
     std::string name = run_label(run);
     if (!names.insert(name).second) name = run;
     try {
-      runs.push_back(read_run_metrics(run, name));
+      runs.push_back(records_from_step(read_run_metrics(run, name), first_step));
     } catch (const Error& e) {
       throw DataError(e.message());
     }
@@ -116,8 +121,11 @@ CommandSpec plot_command() {
           "tokens, held-out exact match against steps and tokens; train loss solid, held-out loss and exact\n"
           "match dashed with a marker per evaluation; one colour per run, named in the legend. Writes\n"
           "RUN/loss.svg for one run folder, ./loss.svg for several (or --out), and a PNG beside it when\n"
-          "rsvg-convert or ImageMagick's convert is on PATH.",
+          "rsvg-convert or ImageMagick's convert is on PATH. --from-step draws only the records from that step\n"
+          "on, so the axes fit the late part of long runs (where curves that differ by 1% still overlap at full\n"
+          "scale).",
       .options = {{"--out", "FILE.svg", "where to write the SVG (default: RUN/loss.svg, or ./loss.svg for several)"},
+                  {"--from-step", "N", "draw the records of steps >= N only (default: all)"},
                   {"--no-png", "", "write only the SVG"}},
       .run = run_plot};
 }

@@ -142,11 +142,14 @@ void MetricsLogger::step(const StepMetrics& m, bool print) {
   } else if (m.mfu) {
     std::snprintf(mfu, sizeof mfu, " | MFU %.1f%%", 100.0 * *m.mfu);
   }
+  // Shown only when some cast clipped: a sign to raise fp8.margin or use current scaling (docs/fp8.md).
+  const std::string clipped =
+      m.fp8_clipped && *m.fp8_clipped > 0 ? " | fp8 clipped " + std::to_string(*m.fp8_clipped) : "";
   std::snprintf(buf, sizeof buf,
-                "step %*lld/%lld | loss %.4f | lr %.2e | grad %.3f | %s tok/s%s | %s tok%s | %s elapsed | ETA %s",
+                "step %*lld/%lld | loss %.4f | lr %.2e | grad %.3f | %s tok/s%s | %s tok%s%s | %s elapsed | ETA %s",
                 width, static_cast<long long>(m.step), static_cast<long long>(options_.total_steps), m.loss, m.lr,
                 m.grad_norm, format_count(m.tokens_per_second).c_str(), mfu,
-                format_count(static_cast<double>(m.tokens_seen)).c_str(), memory.c_str(),
+                format_count(static_cast<double>(m.tokens_seen)).c_str(), memory.c_str(), clipped.c_str(),
                 format_duration(m.elapsed_seconds).c_str(), format_duration(m.eta_seconds).c_str());
   print_line(buf);
   nlohmann::json j = {{"step", m.step},
@@ -161,6 +164,7 @@ void MetricsLogger::step(const StepMetrics& m, bool print) {
   if (m.resident_memory_bytes) j["rss_bytes"] = *m.resident_memory_bytes;
   if (m.mfu) j["mfu"] = *m.mfu;
   if (m.mfu_fp8) j["mfu_fp8"] = *m.mfu_fp8;
+  if (m.fp8_clipped) j["fp8_clipped"] = *m.fp8_clipped;
   write_json(j.dump());
 }
 

@@ -39,6 +39,9 @@ struct StepMetrics {
   std::optional<double> resident_memory_bytes;  // CPU runs: the process's resident set (process_memory.h)
   std::optional<double> mfu;      // GPU runs on a known GPU: model FLOPs utilisation, 0..1 (docs/training.md)
   std::optional<double> mfu_fp8;  // run.precision: fp8 on a GPU with FP8 tensor cores: the same over the FP8 peak
+  // fp8.recipe: delayed: the casts of the window whose amax outgrew their delayed scale (each clipped its
+  // largest values), counted once per (call site, tensor) and step (framework/autograd/fp8_scaling.h)
+  std::optional<int64_t> fp8_clipped;
 };
 
 struct EvalMetrics {

@@ -107,6 +107,18 @@ RunMetrics read_run_metrics(const std::string& run, const std::string& name) {
   return m;
 }
 
+RunMetrics records_from_step(const RunMetrics& run, int64_t first_step) {
+  RunMetrics tail = run;
+  std::erase_if(tail.steps, [&](const RunMetrics::Step& s) { return s.step < first_step; });
+  std::erase_if(tail.evals, [&](const RunMetrics::Eval& e) { return e.step < first_step; });
+  int64_t last = 0;
+  for (const auto& s : run.steps) last = std::max(last, s.step);
+  for (const auto& e : run.evals) last = std::max(last, e.step);
+  CPF_CHECK(!tail.steps.empty() || !tail.evals.empty(), run.path, ": no records from step ", first_step,
+            " on (its last record is step ", last, ")");
+  return tail;
+}
+
 Chart runs_chart(const std::vector<RunMetrics>& runs) {
   Chart chart;
   std::string names;

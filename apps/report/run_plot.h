@@ -37,6 +37,10 @@ std::string run_label(const std::string& run);
 // A torn last line (no newline: a crash mid-write) is skipped, as the trainer does on resume.
 RunMetrics read_run_metrics(const std::string& run, const std::string& name);
 
+// The run's records from step `first_step` on (steps and evaluations), for a chart of a run's tail whose
+// axes fit the late values. Throws cpf::Error naming the run and its last step when none is left.
+RunMetrics records_from_step(const RunMetrics& run, int64_t first_step);
+
 // The four-panel chart of `runs`; the title names them.
 Chart runs_chart(const std::vector<RunMetrics>& runs);
 

@@ -398,20 +398,23 @@ void RankTrainer::log_step(Session& s) {
   LogWindow& window = s.window;
   const double per_step = s.train_seconds / static_cast<double>(step_ - s.start);
   const double loss = window.loss / static_cast<double>(window.steps);
-  logger_->step(StepMetrics{.step = step_,
-                            .loss = loss,
-                            .lr = schedule_.lr_at(step_ - 1),
-                            .grad_norm = s.norm,
-                            .tokens_per_second = window.tokens / std::max(window.seconds, 1e-9),
-                            .tokens_seen = tokens_seen_,
-                            .elapsed_seconds = seconds_since(s.t0),
-                            .eta_seconds = per_step * static_cast<double>(c_.run.steps - step_),
-                            .peak_memory_bytes = peak_memory(),
-                            .memory_model_bytes = memory_model(),
-                            .resident_memory_bytes = resident_bytes(),
-                            .mfu = mfu(window.tokens / std::max(window.seconds, 1e-9)),
-                            .mfu_fp8 = mfu_fp8(window.tokens / std::max(window.seconds, 1e-9))},
-                true);
+  logger_->step(
+      StepMetrics{.step = step_,
+                  .loss = loss,
+                  .lr = schedule_.lr_at(step_ - 1),
+                  .grad_norm = s.norm,
+                  .tokens_per_second = window.tokens / std::max(window.seconds, 1e-9),
+                  .tokens_seen = tokens_seen_,
+                  .elapsed_seconds = seconds_since(s.t0),
+                  .eta_seconds = per_step * static_cast<double>(c_.run.steps - step_),
+                  .peak_memory_bytes = peak_memory(),
+                  .memory_model_bytes = memory_model(),
+                  .resident_memory_bytes = resident_bytes(),
+                  .mfu = mfu(window.tokens / std::max(window.seconds, 1e-9)),
+                  .mfu_fp8 = mfu_fp8(window.tokens / std::max(window.seconds, 1e-9)),
+                  .fp8_clipped = model_->fp8_scaling() ? std::optional<int64_t>(model_->fp8_scaling()->take_clipped())
+                                                       : std::nullopt},
+      true);
   // The summary's train loss is this same quantity: the mean over the last step line's steps.
   shared_.outcome.train_loss = loss;
   shared_.outcome.train_loss_steps = window.steps;

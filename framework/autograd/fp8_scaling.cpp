@@ -76,6 +76,7 @@ void validate(const Fp8ScalingOptions& o) {
 
 Fp8ScalingState::Fp8ScalingState(Fp8ScalingOptions options, Device device) : options_(options), device_(device) {
   validate(options_);
+  clipped_ = zeros({}, {.dtype = DType::f32, .device = device_});
 }
 
 void Fp8ScalingState::add_buffer() {
@@ -130,9 +131,15 @@ double Fp8ScalingState::keys_fingerprint() const {
 void Fp8ScalingState::update(const Tensor& skip_if_nonfinite) {
   for (const Buffer& b : buffers_) {
     raw::fp8_update_scales(b.history, b.amax, b.scale, b.fp8_max, options_.margin, options_.amax_compute,
-                           skip_if_nonfinite);
+                           skip_if_nonfinite, clipped_);
   }
   settled_ = static_cast<int64_t>(keys_.size());
+}
+
+int64_t Fp8ScalingState::take_clipped() {
+  const float count = raw::to(clipped_, Device::cpu()).to_vector<float>()[0];
+  raw::zero_(clipped_);
+  return static_cast<int64_t>(count);
 }
 
 std::string Fp8ScalingState::serialize() const {

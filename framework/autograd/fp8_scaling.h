@@ -81,6 +81,10 @@ class Fp8ScalingState {
   // kernel per buffer); a non-finite skip_if_nonfinite (the step's gradient sum of squares) drops the
   // step's amaxes instead. Slots made before the call are no longer fresh.
   void update(const Tensor& skip_if_nonfinite = Tensor());
+  // The clipped casts counted by the updates since the last call, then zero: per step, every (slot, role)
+  // whose amax outgrew the delayed scale it was cast with (fp8_scale_update.h). One read-back: the
+  // trainer calls it at its logging steps. Every rank counts the same (the amaxes are reduced first).
+  int64_t take_clipped();
 
   // The state as exact text (every float as its bits, each slot settled or fresh), for a checkpoint's
   // metadata; restore() takes it back into an empty state, making the slots it names. A history of another
@@ -105,6 +109,7 @@ class Fp8ScalingState {
   Fp8ScalingOptions options_;
   Device device_;
   std::vector<Buffer> buffers_;
+  Tensor clipped_;  // () f32 on device_: clipped entries counted by update since take_clipped
   std::vector<std::string> keys_;
   std::map<std::string, int64_t> index_;
   int64_t settled_ = 0;  // slots [0, settled_) have been through an update (or a restore)

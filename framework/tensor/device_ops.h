@@ -254,7 +254,7 @@ struct DeviceOps {
   // Delayed scaling's end-of-step update of E entries (framework/tensor/ops/fp8_scale_update.h): history
   // (E, L), amax, scale, fp8_max (E) f32; skip (one f32/f64 element, or undefined) non-finite drops the step.
   void (*fp8_update_scales)(const Tensor& history, const Tensor& amax, const Tensor& scale, const Tensor& fp8_max,
-                            int64_t margin, bool most_recent, const Tensor& skip) = nullptr;
+                            int64_t margin, bool most_recent, const Tensor& skip, const Tensor& clipped) = nullptr;
 };
 
 // Installs the table for a device type (nullptr removes it). The table must outlive its use.

@@ -77,6 +77,34 @@ TEST(Fp8UpdateScales, ASkippedStepDropsEveryAmax) {
   EXPECT_EQ(s.scale.to_vector<float>(), (std::vector<float>{56}));
 }
 
+// The clipped count: an entry whose step amax times the delayed scale it was cast with exceeds the
+// format's max, among entries that had a history (a fresh entry was cast with current scaling).
+TEST(Fp8UpdateScales, CountsTheEntriesWhoseAmaxOutgrewTheirScale) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  // history max 2 and scale 224 (448 / 2): amaxes 4 (clipped), 2 (exactly at the max: not clipped), 1.5,
+  // a fresh entry (zero history) with amax 100, a NaN amax; E5M2's max for the last entry: 57344 / 2.
+  State s = make({2, 0, /**/ 2, 1, /**/ 1, 2, /**/ 0, 0, /**/ 2, 0, /**/ 2, 0}, {4, 2, 1.5f, 100, nan, 3},
+                 {224, 224, 224, 1, 224, 28672});
+  raw::copy_(s.fp8_max, from_vector(std::vector<float>{448, 448, 448, 448, 448, 57344}, {6}));
+  const Tensor clipped = zeros({});
+  raw::fp8_update_scales(s.history, s.amax, s.scale, s.fp8_max, 0, raw::AmaxCompute::max, Tensor(), clipped);
+  EXPECT_EQ(clipped.to_vector<float>()[0], 2.0f);  // entries 0 and 5
+  // Counts add up over steps; the margin's headroom is in the scale, so amax 6 against scale 448 / 4 / 2
+  // (margin 1) does not clip, amax 9 does.
+  raw::copy_(s.amax, from_vector(std::vector<float>{6, 9, 0, 0, 0, 0}, {6}));
+  raw::copy_(s.scale, from_vector(std::vector<float>{56, 56, 1, 1, 1, 1}, {6}));
+  raw::fp8_update_scales(s.history, s.amax, s.scale, s.fp8_max, 1, raw::AmaxCompute::max, Tensor(), clipped);
+  EXPECT_EQ(clipped.to_vector<float>()[0], 3.0f);
+  // A skipped step counts nothing.
+  raw::copy_(s.amax, from_vector(std::vector<float>{1000, 1000, 0, 0, 0, 0}, {6}));
+  raw::fp8_update_scales(s.history, s.amax, s.scale, s.fp8_max, 0, raw::AmaxCompute::max,
+                         full({}, std::numeric_limits<double>::infinity()), clipped);
+  EXPECT_EQ(clipped.to_vector<float>()[0], 3.0f);
+  EXPECT_CPF_ERROR(
+      raw::fp8_update_scales(s.history, s.amax, s.scale, s.fp8_max, 0, raw::AmaxCompute::max, Tensor(), zeros({1})),
+      "clipped must be a contiguous [] f32 tensor, got [1] f32");
+}
+
 TEST(Fp8UpdateScales, RefusesBadArgumentsByName) {
   const State s = make({0, 0, 0, 0}, {0, 0}, {1, 1});
   const auto update = [&](const Tensor& h, const Tensor& a, const Tensor& sc, const Tensor& m, int64_t margin,

@@ -51,6 +51,6 @@ void dequantize_fp8(const Tensor& out, const Tensor& q, const Tensor& scale_inv)
 void fp8_matmul_nt(const Tensor& out, const Tensor& a, const Tensor& a_scale_inv, const Tensor& b,
                    const Tensor& b_scale_inv, const Tensor& bias);
 void fp8_update_scales(const Tensor& history, const Tensor& amax, const Tensor& scale, const Tensor& fp8_max,
-                       int64_t margin, bool most_recent, const Tensor& skip);
+                       int64_t margin, bool most_recent, const Tensor& skip, const Tensor& clipped);
 
 }  // namespace cpf::cuda

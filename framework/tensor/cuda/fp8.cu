@@ -273,8 +273,8 @@ namespace {
 
 // One thread per entry: the roll, the new scale and the reset, as the CPU's cpu_update computes them.
 __global__ void update_scales_kernel(float* history, float* amax, float* scale, const float* fp8_max, int64_t entries,
-                                     int64_t length, int64_t margin, bool most_recent, const void* skip,
-                                     bool skip_f64) {
+                                     int64_t length, int64_t margin, bool most_recent, const void* skip, bool skip_f64,
+                                     float* clipped) {
   const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (e >= entries) return;
   bool skip_step = false;
@@ -285,6 +285,11 @@ __global__ void update_scales_kernel(float* history, float* amax, float* scale, 
   float* row = history + e * length;
   const float a = amax[e];
   if (!skip_step && isfinite(a)) {
+    bool had_history = false;
+    for (int64_t i = 0; i < length; ++i) had_history = had_history || row[i] > 0.0f;
+    if (clipped != nullptr && had_history && static_cast<double>(a) * scale[e] > static_cast<double>(fp8_max[e])) {
+      atomicAdd(clipped, 1.0f);
+    }
     for (int64_t i = length - 1; i > 0; --i) row[i] = row[i - 1];
     row[0] = a;
   }
@@ -303,11 +308,11 @@ __global__ void update_scales_kernel(float* history, float* amax, float* scale, 
 
 void launch_fp8_update_scales(float* history, float* amax, float* scale, const float* fp8_max, int64_t entries,
                               int64_t length, int64_t margin, bool most_recent, const void* skip, bool skip_f64,
-                              cudaStream_t stream) {
+                              float* clipped, cudaStream_t stream) {
   constexpr int kThreads = 128;
   const int blocks = static_cast<int>((entries + kThreads - 1) / kThreads);
   update_scales_kernel<<<blocks, kThreads, 0, stream>>>(history, amax, scale, fp8_max, entries, length, margin,
-                                                        most_recent, skip, skip_f64);
+                                                        most_recent, skip, skip_f64, clipped);
   CPF_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -28,6 +28,6 @@ void launch_fp8_scale(const float* amax, double fp8_max, int64_t margin, const f
 // the step. One thread per entry.
 void launch_fp8_update_scales(float* history, float* amax, float* scale, const float* fp8_max, int64_t entries,
                               int64_t length, int64_t margin, bool most_recent, const void* skip, bool skip_f64,
-                              cudaStream_t stream);
+                              float* clipped, cudaStream_t stream);
 
 }  // namespace cpf::cuda::kernels

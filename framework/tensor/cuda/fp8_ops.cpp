@@ -128,11 +128,12 @@ void fp8_matmul_nt(const Tensor& out, const Tensor& a, const Tensor& a_scale_inv
 }
 
 void fp8_update_scales(const Tensor& history, const Tensor& amax, const Tensor& scale, const Tensor& fp8_max,
-                       int64_t margin, bool most_recent, const Tensor& skip) {
+                       int64_t margin, bool most_recent, const Tensor& skip, const Tensor& clipped) {
   Launch launch(history.device());
   k::launch_fp8_update_scales(f32_mut(history), f32_mut(amax), f32_mut(scale), f32_ptr(fp8_max), history.size(0),
                               history.size(1), margin, most_recent, skip.defined() ? skip.raw_data() : nullptr,
-                              skip.defined() && skip.dtype() == DType::f64, launch.stream);
+                              skip.defined() && skip.dtype() == DType::f64,
+                              clipped.defined() ? f32_mut(clipped) : nullptr, launch.stream);
 }
 
 }  // namespace cpf::cuda

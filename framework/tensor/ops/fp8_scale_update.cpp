@@ -27,7 +27,7 @@ bool cpu_flag_nonfinite(const Tensor& flag) {
 }
 
 void cpu_update(const Tensor& history, const Tensor& amax, const Tensor& scale, const Tensor& fp8_max, int64_t margin,
-                AmaxCompute compute, bool skip_step) {
+                AmaxCompute compute, bool skip_step, float* clipped) {
   const int64_t entries = history.size(0), length = history.size(1);
   auto* h = static_cast<float*>(history.raw_data());
   auto* a = static_cast<float*>(amax.raw_data());
@@ -36,6 +36,10 @@ void cpu_update(const Tensor& history, const Tensor& amax, const Tensor& scale, 
   for (int64_t e = 0; e < entries; ++e) {
     float* row = h + e * length;
     if (!skip_step && std::isfinite(a[e])) {
+      const bool had_history = *std::max_element(row, row + length) > 0.0f;
+      if (clipped != nullptr && had_history && static_cast<double>(a[e]) * s[e] > static_cast<double>(m[e])) {
+        *clipped += 1.0f;
+      }
       std::copy_backward(row, row + length - 1, row + length);
       row[0] = a[e];
     }
@@ -51,7 +55,7 @@ void cpu_update(const Tensor& history, const Tensor& amax, const Tensor& scale, 
 }  // namespace
 
 void fp8_update_scales(const Tensor& history, const Tensor& amax, const Tensor& scale, const Tensor& fp8_max,
-                       int64_t margin, AmaxCompute compute, const Tensor& skip_if_nonfinite) {
+                       int64_t margin, AmaxCompute compute, const Tensor& skip_if_nonfinite, const Tensor& clipped) {
   CPF_CHECK(history.defined() && history.dim() == 2 && history.size(1) >= 1, kOp,
             ": history must be an (entries, length >= 1) f32 tensor, got ",
             history.defined() ? history.shape() : Shape{});
@@ -70,13 +74,15 @@ void fp8_update_scales(const Tensor& history, const Tensor& amax, const Tensor& 
     CPF_CHECK(skip_if_nonfinite.device() == device, kOp, ": skip_if_nonfinite is on ", skip_if_nonfinite.device(),
               " but history on ", device);
   }
+  if (clipped.defined()) check_f32(clipped, "clipped", {}, device);
   if (entries == 0) return;
   if (device.is_cpu()) {
-    cpu_update(history, amax, scale, fp8_max, margin, compute, cpu_flag_nonfinite(skip_if_nonfinite));
+    cpu_update(history, amax, scale, fp8_max, margin, compute, cpu_flag_nonfinite(skip_if_nonfinite),
+               clipped.defined() ? static_cast<float*>(clipped.raw_data()) : nullptr);
     return;
   }
-  device_kernel(device, &DeviceOps::fp8_update_scales, kOp)(history, amax, scale, fp8_max, margin,
-                                                            compute == AmaxCompute::most_recent, skip_if_nonfinite);
+  device_kernel(device, &DeviceOps::fp8_update_scales, kOp)(
+      history, amax, scale, fp8_max, margin, compute == AmaxCompute::most_recent, skip_if_nonfinite, clipped);
 }
 
 }  // namespace cpf::raw

@@ -117,6 +117,19 @@ TEST(PlotSvg, TwoRunsOverlaidWithALegend) {
   }
 }
 
+// --from-step keeps the records of the late steps only, so the axes fit them.
+TEST(PlotSvg, FromStepDrawsOnlyTheLateRecords) {
+  const auto a = fake_run("tail", 100, 1.0);
+  const auto out = scratch_dir("tail_out") / "tail.svg";
+  ASSERT_EQ(run({"plot", a.string(), "--from-step", "50", "--out", out.string(), "--no-png"}).code, kExitOk);
+  const std::string svg = read_file(out);
+  // Steps 50..100 (6 records) twice, evaluations 60, 80, 100 in the four panels.
+  EXPECT_EQ(plotted_points(svg).size(), 2u * 6 + 4u * 3);
+  EXPECT_EQ(count(svg, "<circle"), 3u * 4);
+  // The loss axis fits the tail (train loss 3/50 .. 3/100): its ticks are hundredths, not whole numbers.
+  EXPECT_NE(svg.find(">0.06</text>"), std::string::npos) << svg;
+}
+
 TEST(PlotSvg, OneRunFolderDefaultsToItsLossSvg) {
   const auto a = fake_run("run", 40, 1.0);
   const auto r = run({"plot", a.string(), "--no-png"});
@@ -255,6 +268,11 @@ TEST(PlotErrors, RejectedInputsNameTheProblem) {
          "cpformer: data error: " + (bad / "metrics.jsonl").string() +
              ":2: not a metrics record (expected a JSON object with an integer \"step\")");
   expect({"plot", "/dev/null"}, kExitData, "cpformer: data error: /dev/null: not a run folder or a metrics.jsonl file");
+  expect({"plot", a.string(), "--from-step", "-1"}, kExitConfig, "cpformer: --from-step -1: expected a step >= 0");
+  expect({"plot", a.string(), "--from-step", "x"}, kExitConfig, "cpformer: --from-step x: expected a number");
+  expect({"plot", a.string(), "--from-step", "1000"}, kExitData,
+         "cpformer: data error: " + (a / "metrics.jsonl").string() +
+             ": no records from step 1000 on (its last record is step 40)");
   const auto blank = scratch_dir("blank");
   write_file(blank / "metrics.jsonl", "");
   expect({"plot", blank.string()}, kExitData,

@@ -138,6 +138,25 @@ TEST(TrainLog, StepLinesShowMfuAndItsFp8Share) {
   EXPECT_DOUBLE_EQ(nlohmann::json::parse(lines[1])["mfu_fp8"].get<double>(), 0.25);
 }
 
+// fp8.recipe: delayed: the window's clipped casts in metrics.jsonl always, in the step line only when
+// some cast clipped.
+TEST(TrainLog, StepLinesShowClippedFp8CastsWhenThereAreAny) {
+  const auto dir = scratch_dir("run");
+  std::ostringstream out;
+  {
+    MetricsLogger logger(out, {.metrics_path = (dir / "metrics.jsonl").string(), .total_steps = 20});
+    logger.start_metrics(0);
+    logger.step({.step = 10, .loss = 2.5, .tokens_per_second = 5e4, .tokens_seen = 1000, .fp8_clipped = 0}, true);
+    logger.step({.step = 20, .loss = 2.0, .tokens_per_second = 5e4, .tokens_seen = 2000, .fp8_clipped = 7}, true);
+  }
+  EXPECT_EQ(out.str().find("fp8 clipped 0"), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("2.0k tok | fp8 clipped 7 | "), std::string::npos) << out.str();
+  const auto lines = lines_of(read_file(dir / "metrics.jsonl"));
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(nlohmann::json::parse(lines[0])["fp8_clipped"].get<int64_t>(), 0);
+  EXPECT_EQ(nlohmann::json::parse(lines[1])["fp8_clipped"].get<int64_t>(), 7);
+}
+
 TEST(TrainLog, TokensSeenContinueAcrossAResume) {
   const auto dir = scratch_dir("run");
   ASSERT_EQ(train_tiny(dir, {"--set", "run.steps=10"}).code, kExitOk);

@@ -6,6 +6,8 @@
 
 #include <cmath>
 #include <filesystem>
+#include <nlohmann/json.hpp>
+#include <numeric>
 #include <sstream>
 
 #include "apps/run/checkpointing.h"
@@ -153,6 +155,33 @@ std::string config_error(const std::vector<std::string>& overrides) {
     return e.what();
   }
   return "";
+}
+
+// The window's clipped casts reach metrics.jsonl under delayed scaling: with a history of one step every
+// growth of an amax clips, with 8 bits of margin (256x headroom) none does; current scaling has no count.
+TEST(Fp8Training, DelayedScalingLogsTheCastsThatClipped) {
+  const auto clipped_per_line = [](const std::filesystem::path& dir) {
+    std::vector<int64_t> counts;
+    std::istringstream in(testing::read_file(dir / "metrics.jsonl"));
+    for (std::string line; std::getline(in, line);) {
+      const auto j = nlohmann::json::parse(line);
+      if (j.contains("loss")) counts.push_back(j.contains("fp8_clipped") ? j["fp8_clipped"].get<int64_t>() : -1);
+    }
+    return counts;
+  };
+  const auto sum = [](const std::vector<int64_t>& v) { return std::accumulate(v.begin(), v.end(), int64_t{0}); };
+  const auto eager = scratch_dir("eager");
+  train_with(eager, 12, with(kDelayed, {"fp8.amax_history=1", "fp8.amax_compute=most_recent"}));
+  const std::vector<int64_t> counts = clipped_per_line(eager);
+  ASSERT_EQ(counts.size(), 12u);
+  EXPECT_EQ(counts[0], 0) << "step 1 casts with current scaling";
+  EXPECT_GT(sum(counts), 0);
+  const auto headroom = scratch_dir("headroom");
+  train_with(headroom, 12, with(kDelayed, {"fp8.margin=8"}));
+  EXPECT_EQ(clipped_per_line(headroom), std::vector<int64_t>(12, 0));
+  const auto current = scratch_dir("current");
+  train_with(current, 3, {"run.precision=fp8"});
+  EXPECT_EQ(clipped_per_line(current), std::vector<int64_t>(3, -1));
 }
 
 // The run's banner and check-config say what computes in FP8 and with which recipe.

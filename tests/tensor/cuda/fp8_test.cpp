@@ -208,7 +208,8 @@ TEST_F(CudaFp8Test, LinearEqualsTheCpuForwardAndBackward) {
 }
 
 // Delayed scaling's update (fp8_scale_update.h): the kernel equals the CPU bit for bit, with zero, finite,
-// infinite and NaN amaxes, both amax rules, a margin, and a skipped step (NaN flag) that drops them all.
+// infinite and NaN amaxes, both amax rules, a margin, and a skipped step (NaN flag) that drops them all;
+// the count of clipped entries too.
 TEST_F(CudaFp8Test, ScaleUpdateEqualsTheCpuBitForBit) {
   const int64_t entries = 300, length = 5;  // more entries than one block of threads
   std::vector<float> amax(entries), max(entries);
@@ -224,10 +225,13 @@ TEST_F(CudaFp8Test, ScaleUpdateEqualsTheCpuBitForBit) {
       for (int on_device = 0; on_device < 2; ++on_device) {
         const auto place = [&](const Tensor& t) { return on_device ? on_gpu(t) : raw::clone(t); };
         state[on_device] = {place(history), place(from_vector(amax, {entries})), place(scale),
-                            place(from_vector(max, {entries}))};
+                            place(from_vector(max, {entries})), place(full({}, 5.0))};
         const std::vector<Tensor>& s = state[on_device];
-        raw::fp8_update_scales(s[0], s[1], s[2], s[3], 2, compute, place(full({1}, flag, {.dtype = DType::f64})));
+        raw::fp8_update_scales(s[0], s[1], s[2], s[3], 2, compute, place(full({1}, flag, {.dtype = DType::f64})), s[4]);
       }
+      const float clipped = on_cpu(state[1][4]).to_vector<float>()[0];
+      EXPECT_EQ(clipped, state[0][4].to_vector<float>()[0]) << "flag " << flag;
+      if (flag == 1.0) EXPECT_GT(clipped, 5.0f);  // the test's amaxes do clip some entries
       for (size_t i = 0; i < 3; ++i) {
         EXPECT_TRUE(testing::all_close(on_cpu(state[1][i]), state[0][i], 0, 0)) << "tensor " << i << " flag " << flag;
       }
