@@ -251,7 +251,9 @@ BlockOutput GPT::run_block(size_t i, const BlockOutput& in, const SequenceInfo& 
   Fp8ScalingState* const fp8_state = fp8_scaling();  // delayed scaling: slots keyed "blocks.i.fp8_k"
   const std::string fp8_prefix = "blocks." + std::to_string(i);
   Fp8WeightCache* const fp8_copies = fp8_weight_cache();  // the step's FP8 weight copies, or null
-  const Fp8Autocast fp8(options_.fp8_linears,
+  const bool in_fp8 =
+      options_.fp8_linears && fp8_block(options_.fp8_scaling, static_cast<int64_t>(i), options_.num_layers);
+  const Fp8Autocast fp8(in_fp8,
                         {.margin = options_.fp8_scaling.margin, .slot = std::nullopt, .weight_cache = fp8_copies},
                         fp8_state, fp8_prefix);
   if (options_.recompute == RecomputeMode::none || static_cast<int64_t>(i) >= covered || !grad_enabled()) {
@@ -262,9 +264,8 @@ BlockOutput GPT::run_block(size_t i, const BlockOutput& in, const SequenceInfo& 
   const nn::ComputeCopies* copies = nn::active_compute_copies();
   std::optional<cp::ContextParallel> cp_copy;
   if (cp != nullptr) cp_copy = *cp;
-  autograd::RegionFn fn = [&block, seq, cp_copy, copies, fp8 = options_.fp8_linears,
-                           margin = options_.fp8_scaling.margin, fp8_state, fp8_prefix,
-                           fp8_copies](const std::vector<Tensor>& inputs) {
+  autograd::RegionFn fn = [&block, seq, cp_copy, copies, fp8 = in_fp8, margin = options_.fp8_scaling.margin, fp8_state,
+                           fp8_prefix, fp8_copies](const std::vector<Tensor>& inputs) {
     const nn::ComputeCopiesScope scope(copies);
     // The recompute runs the GEMMs as the forward did, with the same slots (the keys count from 0 again) and
     // the FP8 weight copies the forward made.

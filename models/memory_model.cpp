@@ -63,7 +63,7 @@ struct BlockBytes {
   double transient = 0;  // a block's backward at its peak: its activations (when recomputed) and gradients
 };
 
-BlockBytes block_bytes_per_token(const GPTOptions& o, double act, double param, RecomputeMode mode) {
+BlockBytes block_bytes_per_token(const GPTOptions& o, double act, double param, RecomputeMode mode, bool fp8) {
   const AttentionDims a = attention_dims(o);
   const double c = static_cast<double>(o.hidden_size), i = static_cast<double>(effective_intermediate_size(o));
   const bool swiglu = o.mlp == nn::Activation::swiglu;
@@ -72,7 +72,6 @@ BlockBytes block_bytes_per_token(const GPTOptions& o, double act, double param, 
   // FP8 linears (mha/gqa; docs/fp8.md) keep their inputs as one-byte FP8 copies, not the bf16 tensors: the
   // norms' outputs and the MLP's hidden activation, which nothing else keeps, shrink to one byte; the
   // attention output is kept by the attention too, so the output projection's copy comes on top.
-  const bool fp8 = fp8_linears_counted(o, act);
   const double linear_in = fp8 ? 1.0 : act;
   const double out_width = static_cast<double>(a.heads * a.d_v);
   const double qkv = act * static_cast<double>(qkv_width(o));
@@ -90,6 +89,28 @@ BlockBytes block_bytes_per_token(const GPTOptions& o, double act, double param, 
     }
   }
   return {whole, input};
+}
+
+// All blocks: what they keep per token (each by its recompute mode and precision: fp8.bf16_first_blocks and
+// _last_blocks stay bf16), the peak of one block's backward (a recomputed one's when any is), and how many
+// run their linears in FP8 (and of those, how many are recomputed).
+struct BlocksBytes {
+  double kept = 0, transient = 0;
+  int64_t fp8_layers = 0, fp8_covered = 0;
+};
+
+BlocksBytes blocks_bytes_per_token(const GPTOptions& o, double act, double param, int64_t covered) {
+  BlocksBytes out;
+  for (int64_t i = 0; i < o.num_layers; ++i) {
+    const bool fp8 = fp8_linears_counted(o, act) && fp8_block(o.fp8_scaling, i, o.num_layers);
+    const bool recomputed = i < covered;
+    const BlockBytes b = block_bytes_per_token(o, act, param, recomputed ? o.recompute : RecomputeMode::none, fp8);
+    out.kept += b.kept;
+    if (recomputed == (covered > 0)) out.transient = std::max(out.transient, b.transient);
+    out.fp8_layers += fp8 ? 1 : 0;
+    out.fp8_covered += fp8 && recomputed ? 1 : 0;
+  }
+  return out;
 }
 
 // What the CP strategy holds beside the blocks' activations while one attention runs (K/V in flight).
@@ -192,28 +213,26 @@ MemoryEstimate estimate_memory(const MemoryPlanInput& in) {
   const int64_t layers = o.num_layers;
   const int64_t covered =
       o.recompute == RecomputeMode::none ? 0 : (o.recompute_layers == 0 ? layers : o.recompute_layers);
-  const BlockBytes plain = block_bytes_per_token(o, act, param, RecomputeMode::none);
-  const BlockBytes recomputed = block_bytes_per_token(o, act, param, o.recompute);
+  const BlocksBytes blocks = blocks_bytes_per_token(o, act, param, covered);
   const double c = static_cast<double>(o.hidden_size);
-  const double kept =
-      static_cast<double>(covered) * recomputed.kept + static_cast<double>(layers - covered) * plain.kept;
-  const double transient = covered > 0 ? recomputed.transient : plain.transient;
-  if (fp8_linears_counted(o, act)) {
-    // Each FP8 linear keeps its weight's transposed FP8 copy (one byte a parameter) for dX: every block's
+  if (blocks.fp8_layers > 0) {
+    // Each FP8 linear keeps its weight's transposed FP8 copy (one byte a parameter) for dX: every FP8 block's
     // until its backward, but for fully recomputed blocks, whose copies live while one block recomputes.
     // With fp8.cache_weights (resident parameters) the step keeps both copies of every weight from its
-    // first cast to the step's end (fp8_weight_cache.h): two bytes a parameter of every block.
-    const int64_t holding = o.recompute == RecomputeMode::full ? layers - covered + (covered > 0 ? 1 : 0) : layers;
+    // first cast to the step's end (fp8_weight_cache.h): two bytes a parameter of every FP8 block.
+    const int64_t holding = o.recompute == RecomputeMode::full
+                                ? blocks.fp8_layers - blocks.fp8_covered + (blocks.fp8_covered > 0 ? 1 : 0)
+                                : blocks.fp8_layers;
     const bool cached = o.fp8_scaling.cache_weights && in.shard != "parameters";
     const int64_t linear = block_parameters(o) - 2 * norm_parameters(o);  // a block's linear weights and biases
-    e.compute_copies += static_cast<double>((cached ? 2 * layers : holding) * linear);
+    e.compute_copies += static_cast<double>((cached ? 2 * blocks.fp8_layers : holding) * linear);
     // The FP8 GEMMs cast the f32 masters themselves: those weights get no bf16 copy (2 bytes a parameter) in
-    // the blocks whose copies exist (all of them, or the two whole at once under parameters sharding).
-    const int64_t copied = in.shard == "parameters" ? 2 : layers;
+    // the FP8 blocks whose copies exist (all of them, or the two whole at once under parameters sharding).
+    const int64_t copied = in.shard == "parameters" ? std::min<int64_t>(2, blocks.fp8_layers) : blocks.fp8_layers;
     e.compute_copies -= 2.0 * static_cast<double>(copied * linear);
   }
   const double stream = param * c + (param + act) * c;  // the embedding's output; the final norm's x and y
-  e.activations = t * (kept + transient + stream);
+  e.activations = t * (blocks.kept + blocks.transient + stream);
   e.attention = cp_attention_bytes(in, act, e.tokens_per_rank);
 
   const double v = static_cast<double>(o.vocab_size);

@@ -311,12 +311,27 @@ void check_run(const Checker& check, const TrainConfig& c) {
   check_targets_reachable(check, c);
 }
 
-// The fp8 section means something only under run.precision: fp8.
+// The fp8 section means something only under run.precision: fp8, and its bf16 blocks must leave one in FP8.
 void check_fp8(const Checker& check, const TrainConfig& c) {
   if (c.fp8.recipe == Fp8Recipe::delayed && c.run.precision != PrecisionMode::fp8) {
     check.fail("fp8.recipe",
                "delayed scales FP8 GEMMs, but run.precision is not fp8; set run.precision: fp8 (or drop fp8.recipe)",
                {"run.precision"});
+  }
+  const int64_t bf16_blocks = c.fp8.bf16_first_blocks + c.fp8.bf16_last_blocks;
+  if (bf16_blocks > 0 && c.run.precision != PrecisionMode::fp8) {
+    check.fail(c.fp8.bf16_first_blocks > 0 ? "fp8.bf16_first_blocks" : "fp8.bf16_last_blocks",
+               "keeps blocks out of FP8, but run.precision is not fp8 (every block is already " +
+                   std::string(c.run.precision == PrecisionMode::bf16 ? "bf16" : "fp32") +
+                   "); set run.precision: fp8 or drop the key",
+               {"run.precision"});
+  }
+  if (c.run.precision == PrecisionMode::fp8 && bf16_blocks >= c.model.num_layers) {
+    check.fail("fp8.bf16_first_blocks",
+               "and fp8.bf16_last_blocks=" + std::to_string(c.fp8.bf16_last_blocks) + " leave none of the " +
+                   std::to_string(c.model.num_layers) + " blocks in FP8; lower them (at most " +
+                   std::to_string(c.model.num_layers - 1) + " together) or use run.precision: bf16",
+               {"fp8.bf16_last_blocks", "model.num_layers"});
   }
 }
 
@@ -443,7 +458,12 @@ std::string precision_description(const TrainConfig& config) {
                                  ? "current scaling"
                                  : "delayed scaling: amax history " + std::to_string(f.amax_history) + ", " +
                                        (f.amax_compute == raw::AmaxCompute::max ? "max" : "most recent");
-  return "fp8 linears (" + recipe + "; margin " + std::to_string(f.margin) + "), bf16 (f32 master weights)";
+  std::string blocks;
+  if (f.bf16_first_blocks + f.bf16_last_blocks > 0) {
+    blocks =
+        "; bf16 blocks: first " + std::to_string(f.bf16_first_blocks) + ", last " + std::to_string(f.bf16_last_blocks);
+  }
+  return "fp8 linears (" + recipe + "; margin " + std::to_string(f.margin) + blocks + "), bf16 (f32 master weights)";
 }
 
 DType compute_dtype(const TrainConfig& config) {

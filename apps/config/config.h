@@ -94,6 +94,10 @@ void describe(V& v, Fp8ScalingOptions& o) {
   v.field("cache_weights", o.cache_weights,
           "cast each weight to FP8 once per step and reuse it in recomputed blocks and later micro-batches (2 bytes "
           "a weight parameter while the step runs; off: cast at every call)");
+  v.field("bf16_first_blocks", o.bf16_first_blocks,
+          "the first N transformer blocks keep their linears in bf16 (the most quantisation-sensitive)", Range{0, 1e6});
+  v.field("bf16_last_blocks", o.bf16_last_blocks, "the last N transformer blocks keep their linears in bf16",
+          Range{0, 1e6});
 }
 
 // model.rope_scaling: Llama 3's RoPE frequency scaling (framework/tensor/rope_frequencies.h); here too for

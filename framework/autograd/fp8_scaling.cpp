@@ -72,6 +72,8 @@ void validate(const Fp8ScalingOptions& o) {
   CPF_CHECK(o.margin >= 0 && o.margin <= 64, "fp8: margin must be in [0, 64], got ", o.margin);
   CPF_CHECK(o.amax_history >= 1 && o.amax_history <= 4096, "fp8: amax_history must be in [1, 4096], got ",
             o.amax_history);
+  CPF_CHECK(o.bf16_first_blocks >= 0 && o.bf16_last_blocks >= 0, "fp8: bf16_first_blocks and bf16_last_blocks ",
+            "must be >= 0, got ", o.bf16_first_blocks, " and ", o.bf16_last_blocks);
 }
 
 Fp8ScalingState::Fp8ScalingState(Fp8ScalingOptions options, Device device) : options_(options), device_(device) {

@@ -40,9 +40,20 @@ struct Fp8ScalingOptions {
   // The weights' FP8 copies made once per training step and reused by its later calls (recomputed blocks,
   // micro-batches; fp8_weight_cache.h); false casts them at every call.
   bool cache_weights = true;
+  // The first and the last transformer blocks whose linears stay bf16 (Megatron-Core's
+  // num_layers_at_start_in_bf16 / _at_end_): the blocks nearest the embedding and the head are the most
+  // sensitive to quantisation.
+  int64_t bf16_first_blocks = 0;
+  int64_t bf16_last_blocks = 0;
 };
 
-// Throws naming the field when an option is out of range (margin in [0, 64], amax_history in [1, 4096]).
+// Whether block `index` of `num_layers` runs its linears in FP8 under `options` (outside the bf16 ones).
+inline bool fp8_block(const Fp8ScalingOptions& options, int64_t index, int64_t num_layers) {
+  return index >= options.bf16_first_blocks && index < num_layers - options.bf16_last_blocks;
+}
+
+// Throws naming the field when an option is out of range (margin in [0, 64], amax_history in [1, 4096],
+// bf16_first_blocks and bf16_last_blocks >= 0).
 void validate(const Fp8ScalingOptions& options);
 
 // The three tensors of an FP8 GEMM call site.

@@ -60,6 +60,20 @@ TEST(GptFp8, TheBlocksProjectionsAndNothingElseRunInFp8) {
   }
 }
 
+// fp8.bf16_first_blocks / _last_blocks: the blocks at either end keep their bf16 GEMMs; the others have
+// the same FP8 call sites as before.
+TEST(GptFp8, BlocksKeptInBf16HaveNoFp8Gemms) {
+  GPTOptions o = fp8_gpt(AttentionType::gqa);
+  o.num_layers = 5;
+  o.fp8_scaling.bf16_first_blocks = 2;
+  o.fp8_scaling.bf16_last_blocks = 1;
+  const GPT model(o);
+  const auto sites = sites_per_block(model);
+  ASSERT_EQ(sites.size(), 5u);
+  for (size_t b : {0u, 1u, 4u}) EXPECT_TRUE(sites[b].empty()) << "block " << b;
+  for (size_t b : {2u, 3u}) EXPECT_EQ(sites[b], (std::vector<std::string>{"fp8_0", "fp8_1", "fp8_2", "fp8_3"})) << b;
+}
+
 // MLA's latent down-projection is 24 wide (kv_lora_rank 16 + rope 8) and SwiGLU's down projection reads 88
 // features: not multiples of 16, so they keep their bf16 GEMMs while the other projections run in FP8.
 TEST(GptFp8, ProjectionsThatDoNotFitStayBf16) {

@@ -152,6 +152,39 @@ TEST(MemoryModel, Fp8LinearsKeepOneByteCopies) {
   EXPECT_EQ(estimate_memory(mla_fp8).total(), estimate_memory(mla).total()) << "MLA counted as bf16";
 }
 
+// fp8.bf16_first_blocks / _last_blocks: those blocks are counted as in bf16 (their inputs in bf16, no FP8
+// weight copies, their bf16 compute copies kept), the others as FP8 blocks; all blocks bf16 is the bf16 run.
+TEST(MemoryModel, Fp8BlocksKeptInBf16CountAsBf16) {
+  const int64_t seq = 8192, layers = 16, c = 2048, i = 8192, out_width = 32 * 64;
+  const double per_token_block = static_cast<double>(2 * c + i - out_width);
+  for (RecomputeMode mode : {RecomputeMode::none, RecomputeMode::full}) {
+    const MemoryPlanInput bf16 = llama_1b(mode, seq);
+    MemoryPlanInput fp8 = bf16;
+    fp8.model.fp8_linears = true;
+    MemoryPlanInput edges = fp8;
+    edges.model.fp8_scaling.bf16_first_blocks = 2;
+    edges.model.fp8_scaling.bf16_last_blocks = 1;
+    const MemoryEstimate a = estimate_memory(fp8), b = estimate_memory(edges);
+    const std::string what = mode == RecomputeMode::none ? "none" : "full";
+    // none: three blocks keep their bf16 inputs; full: the peak is the backward of a recomputed bf16 block.
+    const double blocks = mode == RecomputeMode::none ? 3.0 : 1.0;
+    EXPECT_DOUBLE_EQ(b.activations - a.activations, static_cast<double>(seq) * blocks * per_token_block) << what;
+    const int64_t linear = block_parameters(bf16.model) - 2 * c;
+    // Three blocks without their two cached FP8 copies (2 bytes) and with their bf16 copies back (2 bytes).
+    EXPECT_DOUBLE_EQ(b.compute_copies - a.compute_copies, 0.0) << what;
+    edges.model.fp8_scaling.cache_weights = false;
+    fp8.model.fp8_scaling.cache_weights = false;
+    const int64_t fp8_holding = mode == RecomputeMode::none ? layers - 3 : 1;
+    const int64_t all_holding = mode == RecomputeMode::none ? layers : 1;
+    EXPECT_DOUBLE_EQ(estimate_memory(edges).compute_copies - estimate_memory(fp8).compute_copies,
+                     static_cast<double>((fp8_holding - all_holding) * linear + 2 * 3 * linear))
+        << what;
+    MemoryPlanInput all_bf16 = fp8;
+    all_bf16.model.fp8_scaling.bf16_first_blocks = layers;
+    EXPECT_EQ(estimate_memory(all_bf16).total(), estimate_memory(bf16).total()) << what;
+  }
+}
+
 TEST(MemoryModel, LongestFittingContextIsExactAtItsEdge) {
   const double capacity = 79.2 * double(int64_t{1} << 30);
   const std::optional<int64_t> n = largest_fitting_seq_len(llama_1b(RecomputeMode::full, 8), capacity, 8);

@@ -216,6 +216,35 @@ TEST(Fp8Training, RefusesFp8OptionsThatMeanNothingOrAreOutOfRange) {
       << config_error({"run.precision=fp8", "fp8.amax_history=0"});
   EXPECT_EQ(config_error(with(kDelayed, {"fp8.amax_history=1024", "fp8.amax_compute=most_recent", "fp8.margin=1"})),
             "");
+  // The bf16 blocks: only under fp8, and at least one block left in FP8 (the addition model has 2).
+  EXPECT_NE(config_error({"run.precision=bf16", "fp8.bf16_last_blocks=1"})
+                .find("fp8.bf16_last_blocks=1 keeps blocks out of FP8, but run.precision is not fp8 (every block is "
+                      "already bf16); set run.precision: fp8 or drop the key"),
+            std::string::npos)
+      << config_error({"run.precision=bf16", "fp8.bf16_last_blocks=1"});
+  EXPECT_NE(config_error({"run.precision=fp8", "fp8.bf16_first_blocks=1", "fp8.bf16_last_blocks=1"})
+                .find("fp8.bf16_first_blocks=1 and fp8.bf16_last_blocks=1 leave none of the 2 blocks in FP8; lower "
+                      "them (at most 1 together) or use run.precision: bf16"),
+            std::string::npos)
+      << config_error({"run.precision=fp8", "fp8.bf16_first_blocks=1", "fp8.bf16_last_blocks=1"});
+  EXPECT_NE(config_error({"run.precision=fp8", "fp8.bf16_first_blocks=-1"}).find("fp8.bf16_first_blocks"),
+            std::string::npos);
+  EXPECT_EQ(config_error({"run.precision=fp8", "fp8.bf16_first_blocks=1"}), "");
+}
+
+// fp8.bf16_first_blocks: the first block's linears stay bf16, so the curve is neither the all-FP8 one nor
+// bf16's, and it still learns; the banner says which blocks.
+TEST(Fp8Training, BlocksKeptInBf16TrainBetweenFp8AndBf16) {
+  const auto bf16 = train_with(scratch_dir("bf16_edges"), 12, {"run.precision=bf16"});
+  const auto fp8 = train_with(scratch_dir("fp8_edges"), 12, {"run.precision=fp8"});
+  const auto edges = train_with(scratch_dir("edges"), 12, {"run.precision=fp8", "fp8.bf16_first_blocks=1"});
+  ASSERT_EQ(edges.losses.size(), 12u);
+  EXPECT_NE(edges.losses, fp8.losses);
+  EXPECT_NE(edges.losses, bf16.losses);
+  EXPECT_LT(edges.losses.back(), 0.9 * edges.losses.front());
+  EXPECT_EQ(precision_description(load_train_config_string(addition_yaml(scratch_dir("edges_banner"), 1), "t.yaml",
+                                                           {"run.precision=fp8", "fp8.bf16_last_blocks=1"})),
+            "fp8 linears (current scaling; margin 0; bf16 blocks: first 0, last 1), bf16 (f32 master weights)");
 }
 
 }  // namespace
