@@ -253,9 +253,11 @@ BlockOutput GPT::run_block(size_t i, const BlockOutput& in, const SequenceInfo& 
   Fp8WeightCache* const fp8_copies = fp8_weight_cache();  // the step's FP8 weight copies, or null
   const bool in_fp8 =
       options_.fp8_linears && fp8_block(options_.fp8_scaling, static_cast<int64_t>(i), options_.num_layers);
-  const Fp8Autocast fp8(in_fp8,
-                        {.margin = options_.fp8_scaling.margin, .slot = std::nullopt, .weight_cache = fp8_copies},
-                        fp8_state, fp8_prefix);
+  const Fp8LinearOptions fp8_options{.margin = options_.fp8_scaling.margin,
+                                     .slot = std::nullopt,
+                                     .weight_cache = fp8_copies,
+                                     .fast_forward_accumulation = options_.fp8_scaling.fast_forward_accumulation};
+  const Fp8Autocast fp8(in_fp8, fp8_options, fp8_state, fp8_prefix);
   if (options_.recompute == RecomputeMode::none || static_cast<int64_t>(i) >= covered || !grad_enabled()) {
     return block.forward(in.x, in.pending, seq, cp);
   }
@@ -264,13 +266,12 @@ BlockOutput GPT::run_block(size_t i, const BlockOutput& in, const SequenceInfo& 
   const nn::ComputeCopies* copies = nn::active_compute_copies();
   std::optional<cp::ContextParallel> cp_copy;
   if (cp != nullptr) cp_copy = *cp;
-  autograd::RegionFn fn = [&block, seq, cp_copy, copies, fp8 = in_fp8, margin = options_.fp8_scaling.margin, fp8_state,
-                           fp8_prefix, fp8_copies](const std::vector<Tensor>& inputs) {
+  autograd::RegionFn fn = [&block, seq, cp_copy, copies, fp8 = in_fp8, fp8_options, fp8_state,
+                           fp8_prefix](const std::vector<Tensor>& inputs) {
     const nn::ComputeCopiesScope scope(copies);
     // The recompute runs the GEMMs as the forward did, with the same slots (the keys count from 0 again) and
     // the FP8 weight copies the forward made.
-    const Fp8Autocast fp8_scope(fp8, {.margin = margin, .slot = std::nullopt, .weight_cache = fp8_copies}, fp8_state,
-                                fp8_prefix);
+    const Fp8Autocast fp8_scope(fp8, fp8_options, fp8_state, fp8_prefix);
     const BlockOutput out = block.forward(inputs[0], inputs[1], seq, cp_copy ? &*cp_copy : nullptr);
     return std::vector<Tensor>{out.x, out.pending};
   };

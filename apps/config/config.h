@@ -98,6 +98,9 @@ void describe(V& v, Fp8ScalingOptions& o) {
           "the first N transformer blocks keep their linears in bf16 (the most quantisation-sensitive)", Range{0, 1e6});
   v.field("bf16_last_blocks", o.bf16_last_blocks, "the last N transformer blocks keep their linears in bf16",
           Range{0, 1e6});
+  v.field("fast_forward_accumulation", o.fast_forward_accumulation,
+          "the forward FP8 GEMMs with cuBLASLt's fast accumulation (partial sums not promoted to f32: faster, less "
+          "exact; TransformerEngine's forward default; no effect on the CPU)");
 }
 
 // model.rope_scaling: Llama 3's RoPE frequency scaling (framework/tensor/rope_frequencies.h); here too for

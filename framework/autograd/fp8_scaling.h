@@ -45,6 +45,9 @@ struct Fp8ScalingOptions {
   // sensitive to quantisation.
   int64_t bf16_first_blocks = 0;
   int64_t bf16_last_blocks = 0;
+  // The forward GEMMs with cuBLASLt's FP8 fast accumulation (raw::fp8_matmul_nt; TransformerEngine's default
+  // for the forward); the backward's always promote their partial sums.
+  bool fast_forward_accumulation = false;
 };
 
 // Whether block `index` of `num_layers` runs its linears in FP8 under `options` (outside the bf16 ones).

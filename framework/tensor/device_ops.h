@@ -250,7 +250,7 @@ struct DeviceOps {
   void (*dequantize_fp8)(const Tensor& out, const Tensor& q, const Tensor& scale_inv) = nullptr;
   // out (M, N) = (a * a_scale_inv) @ (b * b_scale_inv)^T + bias: a (M, K), b (N, K), M, N, K > 0.
   void (*fp8_matmul_nt)(const Tensor& out, const Tensor& a, const Tensor& a_scale_inv, const Tensor& b,
-                        const Tensor& b_scale_inv, const Tensor& bias) = nullptr;
+                        const Tensor& b_scale_inv, const Tensor& bias, bool fast_accumulation) = nullptr;
   // Delayed scaling's end-of-step update of E entries (framework/tensor/ops/fp8_scale_update.h): history
   // (E, L), amax, scale, fp8_max (E) f32; skip (one f32/f64 element, or undefined) non-finite drops the step.
   void (*fp8_update_scales)(const Tensor& history, const Tensor& amax, const Tensor& scale, const Tensor& fp8_max,

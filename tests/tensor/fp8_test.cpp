@@ -156,6 +156,9 @@ TEST(Fp8Ops, MatmulEqualsTheProductOfTheDecodedValues) {
   const Tensor sx_inv = scalar(1.0f / value_of(sx)), sw_inv = scalar(1.0f / value_of(sw));
   const Tensor bias = from_vector(std::vector<float>{1, -2, 3, -4, 5, -6, 7}, {n});
   const Tensor y = raw::fp8_matmul_nt(xq, sx_inv, wq, sw_inv, DType::f32, bias);
+  // Fast accumulation is a GPU setting: the CPU sums exactly either way.
+  EXPECT_EQ(raw::fp8_matmul_nt(xq, sx_inv, wq, sw_inv, DType::f32, bias, true).to_vector<float>(),
+            y.to_vector<float>());
   // Naive reference: decoded values times the inverse scales, summed in double.
   const std::vector<float> xd = raw::dequantize_fp8(xq, sx_inv, DType::f32).to_vector<float>();
   const std::vector<float> wd = raw::dequantize_fp8(wq, sw_inv, DType::f32).to_vector<float>();

@@ -103,7 +103,8 @@ Tensor fp8_linear(const Tensor& x, const std::vector<Tensor>& weights, const Ten
   const Scaled xs = cast(x2, DType::f8e4m3, options, Fp8Role::input, true, true);
   const Scaled ws = weight_in_fp8(weights, options);
   const Tensor bias16 = bias.defined() ? raw::to(bias, DType::bf16) : Tensor();
-  const Tensor y2 = raw::fp8_matmul_nt(xs.data, xs.scale_inv, ws.data, ws.scale_inv, DType::bf16, bias16);  // (M, N)
+  const Tensor y2 = raw::fp8_matmul_nt(xs.data, xs.scale_inv, ws.data, ws.scale_inv, DType::bf16, bias16,
+                                       options.fast_forward_accumulation);  // (M, N)
   Shape out_shape = x.shape();
   out_shape.back() = y2.size(1);
   const Tensor y = raw::reshape(y2, out_shape);

@@ -32,6 +32,9 @@ struct Fp8LinearOptions {
   std::optional<Fp8Slot> slot;
   // The step's kept FP8 weight copies (framework/autograd/fp8_weight_cache.h), or null: cast at every call.
   Fp8WeightCache* weight_cache = nullptr;
+  // The forward GEMM with cuBLASLt's FP8 fast accumulation (raw::fp8_matmul_nt); the backward's two GEMMs
+  // always promote their partial sums, as TransformerEngine's recipe does.
+  bool fast_forward_accumulation = false;
 };
 
 // x (..., K) bf16 @ weight (N, K)^T + bias (N) -> (..., N) bf16, the GEMMs in FP8 as above. weight and bias

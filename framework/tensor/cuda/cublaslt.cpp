@@ -79,6 +79,7 @@ struct Problem {
       set_attr(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, static_cast<const void*>(p.a_scale));
       set_attr(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<const void*>(p.b_scale));
     }
+    if (g.fp8_fast_accumulation) set_attr(desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, int8_t{1});
     const bool ta = g.opa == CUBLAS_OP_T, tb = g.opb == CUBLAS_OP_T;
     const cudaDataType_t b_type = g.b_type == kSameAsA ? g.ab_type : g.b_type;
     make_layout(a, g.ab_type, ta ? g.k : g.m, ta ? g.m : g.k, g.lda, g.batch, g.stride_a);
@@ -143,7 +144,7 @@ std::optional<cublasLtMatmulAlgo_t> algorithm(const LtGemm& g) {
 auto LtGemm::tie() const {
   return std::tie(device, ab_type, b_type, cd_type, compute, scale_type, opa, opb, m, n, k, lda, ldb, ldc, batch,
                   stride_a, stride_b, stride_c, align_a, align_b, align_c, epilogue, align_epilogue, has_bias, aux_ld,
-                  accumulate, fp8_scales);
+                  accumulate, fp8_scales, fp8_fast_accumulation);
 }
 
 bool LtGemm::operator<(const LtGemm& o) const { return tie() < o.tie(); }

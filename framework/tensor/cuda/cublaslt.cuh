@@ -79,6 +79,8 @@ struct LtGemm {
   int64_t aux_ld = 0;
   bool accumulate = false;  // beta = 1 (D = C = the output buffer)
   bool fp8_scales = false;  // FP8 operands: A and B are scaled by LtPointers::a_scale / b_scale (device f32)
+  // FP8: CUBLASLT_MATMUL_DESC_FAST_ACCUM, the partial sums not periodically promoted to f32 (faster, less exact)
+  bool fp8_fast_accumulation = false;
 
   auto tie() const;
   bool operator<(const LtGemm& o) const;

@@ -49,7 +49,7 @@ void fp8_scale(const Tensor& out, const Tensor& amax, double fp8_max, int64_t ma
 void quantize_fp8(const Tensor& q, const Tensor& qt, const Tensor& x, const Tensor& scale, const Tensor& amax_out);
 void dequantize_fp8(const Tensor& out, const Tensor& q, const Tensor& scale_inv);
 void fp8_matmul_nt(const Tensor& out, const Tensor& a, const Tensor& a_scale_inv, const Tensor& b,
-                   const Tensor& b_scale_inv, const Tensor& bias);
+                   const Tensor& b_scale_inv, const Tensor& bias, bool fast_accumulation);
 void fp8_update_scales(const Tensor& history, const Tensor& amax, const Tensor& scale, const Tensor& fp8_max,
                        int64_t margin, bool most_recent, const Tensor& skip, const Tensor& clipped);
 

@@ -78,7 +78,7 @@ void dequantize_fp8(const Tensor& out, const Tensor& q, const Tensor& scale_inv)
 }
 
 void fp8_matmul_nt(const Tensor& out, const Tensor& a, const Tensor& a_scale_inv, const Tensor& b,
-                   const Tensor& b_scale_inv, const Tensor& bias) {
+                   const Tensor& b_scale_inv, const Tensor& bias, bool fast_accumulation) {
   const int64_t m = a.size(0), k = a.size(1), n = b.size(0);
   check_fp8_device(a.device().index, "fp8_matmul_nt");
   // cuBLASLt's FP8 rules: leading dimensions (K for a and b, N for out) multiples of 16, 16-byte aligned data.
@@ -103,6 +103,7 @@ void fp8_matmul_nt(const Tensor& out, const Tensor& a, const Tensor& a_scale_inv
   g.align_c = lt::alignment_of(
       {reinterpret_cast<uintptr_t>(out.raw_data()), static_cast<uint64_t>(n) * dtype_size(out.dtype())});
   g.fp8_scales = true;
+  g.fp8_fast_accumulation = fast_accumulation;
   lt::LtPointers p;
   p.a = b.raw_data();
   p.b = a.raw_data();

@@ -221,7 +221,7 @@ Tensor dequantize_fp8(const Tensor& q, const Tensor& scale_inv, DType out_dtype)
 }
 
 Tensor fp8_matmul_nt(const Tensor& a, const Tensor& a_scale_inv, const Tensor& b, const Tensor& b_scale_inv,
-                     DType out_dtype, const Tensor& bias) {
+                     DType out_dtype, const Tensor& bias, bool fast_accumulation) {
   constexpr const char* kOp = "fp8_matmul_nt";
   check_defined(a, kOp, "a");
   check_defined(b, kOp, "b");
@@ -251,7 +251,8 @@ Tensor fp8_matmul_nt(const Tensor& a, const Tensor& a_scale_inv, const Tensor& b
   if (a.device().is_cpu()) {
     cpu_matmul_nt(out, a, scalar_value(a_scale_inv), b, scalar_value(b_scale_inv), bias);
   } else {
-    device_kernel(a.device(), &DeviceOps::fp8_matmul_nt, kOp)(out, a, a_scale_inv, b, b_scale_inv, bias);
+    device_kernel(a.device(), &DeviceOps::fp8_matmul_nt, kOp)(out, a, a_scale_inv, b, b_scale_inv, bias,
+                                                              fast_accumulation);
   }
   return out;
 }

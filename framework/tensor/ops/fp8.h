@@ -46,8 +46,10 @@ Tensor dequantize_fp8(const Tensor& q, const Tensor& scale_inv, DType out);
 // out (M, N) of out_dtype (bf16 or f32) = (a * a_scale_inv) @ (b * b_scale_inv)^T + bias, the layout of a
 // linear layer's forward (y = x W^T): a (M, K) and b (N, K) contiguous FP8 (not both f8e5m2), scales
 // () f32 on their device, bias (N) of out_dtype or undefined. On CUDA it is cuBLASLt's FP8 GEMM, which
-// needs a GPU of compute capability 8.9 or later and K, N multiples of 16.
+// needs a GPU of compute capability 8.9 or later and K, N multiples of 16. fast_accumulation: on CUDA,
+// cuBLASLt's FP8 fast accumulation (the tensor cores' partial sums are not periodically promoted to f32:
+// faster, less exact; TransformerEngine's choice for the forward GEMM); the CPU always sums exactly.
 Tensor fp8_matmul_nt(const Tensor& a, const Tensor& a_scale_inv, const Tensor& b, const Tensor& b_scale_inv,
-                     DType out_dtype, const Tensor& bias = Tensor());
+                     DType out_dtype, const Tensor& bias = Tensor(), bool fast_accumulation = false);
 
 }  // namespace cpf::raw

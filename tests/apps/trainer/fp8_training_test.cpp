@@ -230,6 +230,12 @@ TEST(Fp8Training, RefusesFp8OptionsThatMeanNothingOrAreOutOfRange) {
   EXPECT_NE(config_error({"run.precision=fp8", "fp8.bf16_first_blocks=-1"}).find("fp8.bf16_first_blocks"),
             std::string::npos);
   EXPECT_EQ(config_error({"run.precision=fp8", "fp8.bf16_first_blocks=1"}), "");
+  EXPECT_NE(config_error({"run.precision=bf16", "fp8.fast_forward_accumulation=true"})
+                .find("fp8.fast_forward_accumulation=true sets how FP8 GEMMs accumulate, but run.precision is not fp8; "
+                      "set run.precision: fp8 (or drop the key)"),
+            std::string::npos)
+      << config_error({"run.precision=bf16", "fp8.fast_forward_accumulation=true"});
+  EXPECT_EQ(config_error({"run.precision=fp8", "fp8.fast_forward_accumulation=true"}), "");
 }
 
 // fp8.bf16_first_blocks: the first block's linears stay bf16, so the curve is neither the all-FP8 one nor
@@ -245,6 +251,10 @@ TEST(Fp8Training, BlocksKeptInBf16TrainBetweenFp8AndBf16) {
   EXPECT_EQ(precision_description(load_train_config_string(addition_yaml(scratch_dir("edges_banner"), 1), "t.yaml",
                                                            {"run.precision=fp8", "fp8.bf16_last_blocks=1"})),
             "fp8 linears (current scaling; margin 0; bf16 blocks: first 0, last 1), bf16 (f32 master weights)");
+  EXPECT_EQ(
+      precision_description(load_train_config_string(addition_yaml(scratch_dir("fast_banner"), 1), "t.yaml",
+                                                     {"run.precision=fp8", "fp8.fast_forward_accumulation=true"})),
+      "fp8 linears (current scaling; margin 0; fast forward accumulation), bf16 (f32 master weights)");
 }
 
 }  // namespace

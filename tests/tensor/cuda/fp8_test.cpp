@@ -146,8 +146,9 @@ TEST_F(CudaFp8Test, AmaxAndScaleEqualTheCpu) {
   EXPECT_EQ(value_of(raw::fp8_scale(scalar(NAN, gpu), DType::f8e4m3)), 1.0f);
 }
 
-// The GPU GEMM against the CPU's product of the same quantised operands.
-void expect_gemm_matches(int64_t m, int64_t n, int64_t k, DType a_type, DType b_type, bool with_bias, DType out) {
+// The GPU GEMM against the CPU's product of the same quantised operands (fast: cuBLASLt's fast accumulation).
+void expect_gemm_matches(int64_t m, int64_t n, int64_t k, DType a_type, DType b_type, bool with_bias, DType out,
+                         bool fast = false) {
   const Tensor x = random_cpu({m, k}, DType::f32, 7, -2.0, 2.0);
   const Tensor w = random_cpu({n, k}, DType::f32, 8, -0.05, 0.05);
   const Tensor sx = raw::fp8_scale(raw::abs_max(x), a_type), sw = raw::fp8_scale(raw::abs_max(w), b_type);
@@ -156,10 +157,10 @@ void expect_gemm_matches(int64_t m, int64_t n, int64_t k, DType a_type, DType b_
   const Tensor bias = with_bias ? raw::to(random_cpu({n}, DType::f32, 9), out) : Tensor();
   const Tensor cpu = raw::fp8_matmul_nt(xq, sx_inv, wq, sw_inv, out, bias);
   const Tensor gpu = raw::fp8_matmul_nt(on_gpu(xq), on_gpu(sx_inv), on_gpu(wq), on_gpu(sw_inv), out,
-                                        with_bias ? on_gpu(bias) : Tensor());
+                                        with_bias ? on_gpu(bias) : Tensor(), fast);
   const std::string what = std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) + " " +
                            dtype_name(a_type) + " x " + dtype_name(b_type) + " -> " + dtype_name(out) +
-                           (with_bias ? " + bias" : "");
+                           (with_bias ? " + bias" : "") + (fast ? ", fast accumulation" : "");
   // bf16 output: one bf16 rounding. f32 output: Hopper's FP8 tensor cores keep their partial sums in fewer
   // bits than f32 (measured on an H100, 2026-12-07: 5.5e-5 relative at K = 64), so 1e-4, not f32's few ulps.
   const double tol = out == DType::bf16 ? 1.0 / 128 : 1e-4;
@@ -172,6 +173,15 @@ TEST_F(CudaFp8Test, GemmEqualsTheCpuProductOfTheSameQuantisedValues) {
   expect_gemm_matches(33, 16, 64, DType::f8e5m2, DType::f8e4m3, false, DType::f32);  // a gradient GEMM's types
   expect_gemm_matches(33, 16, 64, DType::f8e4m3, DType::f8e5m2, true, DType::f32);
   expect_gemm_matches(512, 768, 1024, DType::f8e4m3, DType::f8e4m3, true, DType::bf16);  // a GPT-2 layer's shape
+}
+
+// Fast accumulation (the forward's option, fp8.fast_forward_accumulation) keeps its partial sums in the tensor
+// cores' own precision for all of K: still within a bf16 output's rounding of the exact product at K = 1024
+// and at K = 8192 (the 1B shape's down projection).
+TEST_F(CudaFp8Test, FastAccumulationStaysWithinBf16OfTheExactProduct) {
+  expect_gemm_matches(64, 48, 128, DType::f8e4m3, DType::f8e4m3, true, DType::bf16, true);
+  expect_gemm_matches(512, 768, 1024, DType::f8e4m3, DType::f8e4m3, true, DType::bf16, true);
+  expect_gemm_matches(256, 256, 8192, DType::f8e4m3, DType::f8e4m3, false, DType::bf16, true);
 }
 
 TEST_F(CudaFp8Test, GemmRefusesShapesCublasLtCannotRun) {

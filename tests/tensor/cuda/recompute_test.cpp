@@ -157,5 +157,29 @@ TEST_F(RecomputeTraining, TheMemoryModelIsWithinTenPercentOfTheMeasuredFp8Peak) 
   }
 }
 
+// fp8.bf16_first_blocks / _last_blocks: the memory model counts those blocks as bf16 (within 10% of the peak);
+// fp8.fast_forward_accumulation: cuBLASLt takes it on every forward GEMM of the step, and the losses stay
+// within 1% of the promoted accumulation's.
+TEST_F(RecomputeTraining, Fp8BlocksKeptInBf16AndFastAccumulationTrain) {
+  std::vector<std::string> o = kLlamaBlocks;
+  o.insert(o.end(), {"model.recompute=none", "data.seq_len=8192", "run.precision=fp8", "run.steps=3"});
+  std::vector<std::string> edges = o;
+  edges.insert(edges.end(), {"fp8.bf16_first_blocks=1", "fp8.bf16_last_blocks=1"});
+  const TrainedRun run = train_run("memory_fp8_edges", edges);
+  const auto [peak, model] = peak_and_model(run.outcome.run_dir);
+  ASSERT_GT(peak, 0) << run.log;
+  std::cout << "memory model: fp8 with bf16 first and last blocks, seq 8192: measured " << peak / (1 << 30)
+            << " GiB, model " << model / (1 << 30) << " GiB, ratio " << model / peak << "\n";
+  EXPECT_NEAR(model / peak, 1.0, 0.10);
+  const TrainedRun promoted = train_run("fp8_promoted", o);
+  std::vector<std::string> fast = o;
+  fast.push_back("fp8.fast_forward_accumulation=true");
+  const TrainedRun fast_run = train_run("fp8_fast", fast);
+  ASSERT_EQ(fast_run.outcome.losses.size(), promoted.outcome.losses.size()) << fast_run.log;
+  for (size_t i = 0; i < promoted.outcome.losses.size(); ++i) {
+    EXPECT_NEAR(fast_run.outcome.losses[i], promoted.outcome.losses[i], 0.01 * promoted.outcome.losses[i]) << i;
+  }
+}
+
 }  // namespace
 }  // namespace cpf::trainer
