@@ -4,8 +4,8 @@
 // relative to the largest reference magnitude: 2.5e-2 (MHA), 3.5e-2 (GQA/MQA); lse 1e-5 relative
 // (both sides compute it in f32). Exact checks on top: no NaN, -inf lse exactly where the reference
 // has it, exact zeros at padding and fully masked rows. Every failure names the case and the tensor.
-//
-// unsupported_reason's static checks need no GPU and run everywhere; the rest skips without one.
+// Without a GPU every test skips; unsupported_reason's static checks, which need none, are in
+// cudnn_unsupported_test.cpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -22,6 +22,7 @@
 #include "attention/cuda/cudnn/fused_attention.h"
 #include "framework/tensor/ops/copy.h"
 #include "framework/tensor/ops/views.h"
+#include "tests/attention/cuda/cudnn_case.h"
 #include "tests/tensor/cuda/cuda_test_utils.h"
 
 namespace cpf {
@@ -31,27 +32,9 @@ using testing::on_cpu;
 using testing::on_gpu;
 using testing::random_cpu;
 
-struct Case {
-  std::string name;
-  QkvFormat format = QkvFormat::bshd;
-  MaskType mask = MaskType::no_mask;
-  AttentionWindow window;
-  int64_t batch = 2, s_q = 128, s_kv = 128;  // thd: storage tokens
-  int64_t h_q = 4, h_kv = 4, d_qk = 64, d_v = 64;
-  std::optional<SequenceInfo> seq;
-  bool deterministic = false;
-};
-
-Shape shape_of(const Case& c, int64_t seq, int64_t heads, int64_t dim) {
-  switch (c.format) {
-    case QkvFormat::bshd: return {c.batch, seq, heads, dim};
-    case QkvFormat::sbhd: return {seq, c.batch, heads, dim};
-    case QkvFormat::thd: return {seq, heads, dim};
-  }
-  return {};
-}
-
-AttentionSpec spec_of(const Case& c) { return {.qkv_format = c.format, .mask = c.mask, .window = c.window}; }
+using Case = testing::CudnnCase;
+using testing::shape_of;
+using testing::spec_of;
 
 struct Inputs {
   Tensor q, k, v, dout;  // bf16, CPU
@@ -469,87 +452,5 @@ TEST_F(CudnnAttention, ForcedCudnnRejectsF32WithTheReason) {
   EXPECT_CPF_ERROR(raw::attention_forward(q, q, q, {}, std::nullopt, {.backend = AttentionBackend::cudnn}),
                    "f32 inputs");
 }
-
-// ---- unsupported_reason: static checks (no GPU needed) ----
-
-AttentionProblem problem_of(const Case& c, DType dtype) {
-  const Tensor q = empty(shape_of(c, c.s_q, c.h_q, c.d_qk), {.dtype = dtype});
-  const Tensor k = empty(shape_of(c, c.s_kv, c.h_kv, c.d_qk), {.dtype = dtype});
-  const Tensor v = empty(shape_of(c, c.s_kv, c.h_kv, c.d_v), {.dtype = dtype});
-  return check_attention_inputs(q, k, v, spec_of(c), c.seq, {});
-}
-
-std::string reason_for(const Case& c, DType dtype = DType::bf16, bool backward = false, bool has_dlse = false) {
-  return attention_cuda::cudnn::unsupported_reason(problem_of(c, dtype), dtype, backward, has_dlse);
-}
-
-TEST(CudnnUnsupportedReason, NamesWhatCudnnCannotRun) {
-  const Case plain{.name = "plain"};
-  EXPECT_NE(reason_for(plain, DType::f32).find("f32 inputs"), std::string::npos) << reason_for(plain, DType::f32);
-  EXPECT_NE(reason_for(plain, DType::f64).find("f64 inputs"), std::string::npos);
-  EXPECT_NE(reason_for(plain, DType::bf16, true, true).find("dlse is set"), std::string::npos);
-
-  const Case d12{.name = "d12", .d_qk = 12, .d_v = 12};
-  EXPECT_NE(reason_for(d12).find("head_dim_qk 12 is not a multiple of 8"), std::string::npos) << reason_for(d12);
-  const Case d512{.name = "d512", .d_qk = 512, .d_v = 512};
-  EXPECT_NE(reason_for(d512).find("is above 256"), std::string::npos) << reason_for(d512);
-  const Case mla256{.name = "mla_256_128", .d_qk = 256, .d_v = 128};
-  EXPECT_NE(reason_for(mla256, DType::bf16, true).find("192/128"), std::string::npos)
-      << reason_for(mla256, DType::bf16, true);
-
-  // Offsets that differ per sequence and are not bottom-right aligned (equal lengths).
-  const Case offsets{.name = "offsets",
-                     .format = QkvFormat::thd,
-                     .mask = MaskType::causal,
-                     .batch = 1,
-                     .s_q = 128,
-                     .s_kv = 128,
-                     .seq = SequenceInfo::from_lengths({64, 64}).with_position_offsets({0, 10}, {0, 0})};
-  EXPECT_NE(reason_for(offsets).find("not one band with the same diagonal in every sequence"), std::string::npos)
-      << reason_for(offsets);
-
-  // Key positions that do not increase.
-  std::vector<int64_t> q_pos(64), kv_pos(64);
-  for (int64_t i = 0; i < 64; ++i) q_pos[static_cast<size_t>(i)] = kv_pos[static_cast<size_t>(i)] = 63 - i;
-  const Case shuffled{.name = "shuffled",
-                      .format = QkvFormat::thd,
-                      .mask = MaskType::causal,
-                      .batch = 1,
-                      .s_q = 64,
-                      .s_kv = 64,
-                      .seq = SequenceInfo::from_lengths({64}).with_positions(q_pos, kv_pos)};
-  EXPECT_NE(reason_for(shuffled).find("the key positions of sequence 0 do not increase (63 then 62"), std::string::npos)
-      << reason_for(shuffled);
-
-  // bshd rows with no keys cannot go through cuDNN's per-row form.
-  const Case empty_row{.name = "empty_row",
-                       .mask = MaskType::padding,
-                       .s_q = 64,
-                       .s_kv = 64,
-                       .seq = SequenceInfo::from_lengths({64, 64}, {64, 0}, 64, 64)};
-  EXPECT_NE(reason_for(empty_row).find("has 64 queries and 0 keys"), std::string::npos) << reason_for(empty_row);
-}
-
-TEST(CudnnUnsupportedReason, WithoutPositionBoundsOffsetsDoNotMatter) {
-  // No window: positions are irrelevant, so the static checks pass (the probe then needs a GPU).
-  const Case c{.name = "no_window",
-               .format = QkvFormat::thd,
-               .batch = 1,
-               .s_q = 128,
-               .s_kv = 128,
-               .seq = SequenceInfo::from_lengths({64, 64}).with_position_offsets({0, 10}, {0, 0})};
-  const std::string reason = reason_for(c);
-  if (cuda::is_available()) {
-    EXPECT_EQ(reason, "");
-  } else {
-    EXPECT_EQ(reason, "no CUDA device is visible");
-  }
-}
-
-TEST(CudnnRuntime, VersionIsReported) {
-  // Linked against cuDNN 9: the loaded library reports 9xxxx.
-  EXPECT_GE(attention_cuda::cudnn::runtime_version(), 90000);
-}
-
 }  // namespace
 }  // namespace cpf
