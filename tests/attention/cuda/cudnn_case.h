@@ -29,6 +29,8 @@ inline Shape shape_of(const CudnnCase& c, int64_t seq, int64_t heads, int64_t di
   return {};
 }
 
-inline AttentionSpec spec_of(const CudnnCase& c) { return {.qkv_format = c.format, .mask = c.mask, .window = c.window}; }
+inline AttentionSpec spec_of(const CudnnCase& c) {
+  return {.qkv_format = c.format, .mask = c.mask, .window = c.window};
+}
 
 }  // namespace cpf::testing
