@@ -21,12 +21,7 @@
 namespace cpf {
 namespace {
 
-using raw::BinaryOp;
-using raw::CompareOp;
-using raw::UnaryOp;
-using testing::all_close;
-using testing::random_tensor;
-using namespace testing;
+using namespace testing;  // the references (elementwise_reference.h), all_close, random_tensor
 
 // ---- compare and where ----
 
