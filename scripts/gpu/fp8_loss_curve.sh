@@ -7,7 +7,8 @@
 # 1. Builds a corpus from the text files the machine has (CORPUS_ROOTS, default the Python packages of
 #    the GPU machine's venv and /usr/share/doc): every *.py, *.md, *.rst and *.txt under 512 KiB, in
 #    sorted path order, concatenated up to CORPUS_MB megabytes, so the corpus is the same on every run.
-# 2. Tokenizes it with `cpformer tokenize` (GPT-2 BPE, blank-line documents, the first 2000 held out).
+# 2. Tokenizes it with `cpformer tokenize` (GPT-2 BPE, blank-line documents, the first VAL_DOCUMENTS (2000)
+#    held out).
 # 3. Trains configs/gpu_gpt2_124m.yaml on it once per entry of PRECISIONS (precision[:recipe[:margin]]:
 #    bf16, fp8:current, fp8:delayed, fp8:delayed:1) with the same seed, data order and schedule (cosine
 #    from lr 6e-4, 100 warm-up steps). Delayed runs also report the casts that clipped (fp8_clipped).
@@ -27,6 +28,7 @@ STEPS="${STEPS:-2000}"
 ROWS="${ROWS:-16}"
 WARMUP="${WARMUP:-100}"
 CORPUS_MB="${CORPUS_MB:-150}"
+VAL_DOCUMENTS="${VAL_DOCUMENTS:-2000}"
 PRECISIONS="${PRECISIONS-bf16 fp8:current fp8:delayed}"
 CORPUS_ROOTS="${CORPUS_ROOTS:-/opt/torch/.venv/lib /usr/share/doc}"
 WORK="${WORK:-/tmp/cpf_fp8_loss}"
@@ -53,7 +55,7 @@ echo "corpus: $(wc -c <"$corpus") bytes from $CORPUS_ROOTS"
 
 # 2. Shards.
 if ! ls "$WORK"/text_train_*.bin >/dev/null 2>&1; then
-  "$CPFORMER" tokenize "$corpus" --output "$WORK/text" --val-documents 2000 2>&1 | tail -2 || exit 1
+  "$CPFORMER" tokenize "$corpus" --output "$WORK/text" --val-documents "$VAL_DOCUMENTS" 2>&1 | tail -2 || exit 1
 fi
 
 # A field of the last line of a metrics file holding KEY ("" when absent).
