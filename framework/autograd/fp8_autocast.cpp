@@ -38,10 +38,15 @@ std::optional<Fp8LinearOptions> next_fp8_linear_options() {
 }
 
 bool use_fp8_linear(const Tensor& x, int64_t out_features) {
+  return use_fp8_linear(x, x.defined() && x.dim() >= 1 ? x.size(-1) : 0, out_features);
+}
+
+bool use_fp8_linear(const Tensor& x, int64_t in_features, int64_t out_features) {
   if (!active || !x.defined() || x.dtype() != DType::bf16 || x.dim() < 1) return false;
-  const int64_t k = x.size(-1);
-  const int64_t rows = k > 0 ? x.numel() / k : 0;
-  return rows > 0 && rows % 16 == 0 && k % 16 == 0 && out_features > 0 && out_features % 16 == 0;
+  const int64_t width = x.size(-1);
+  const int64_t rows = width > 0 ? x.numel() / width : 0;
+  return rows > 0 && rows % 16 == 0 && in_features > 0 && in_features % 16 == 0 && out_features > 0 &&
+         out_features % 16 == 0;
 }
 
 }  // namespace cpf

@@ -55,5 +55,8 @@ std::optional<Fp8LinearOptions> next_fp8_linear_options();
 // Whether a linear with input x (..., K) and `out_features` outputs runs in FP8 now: autocast on, x
 // bf16, and rows, K and out_features multiples of 16.
 bool use_fp8_linear(const Tensor& x, int64_t out_features);
+// The same for a linear fed by an activation fused into its cast (fp8_linear_after): x holds the
+// activation's input, and the linear reads in_features of it a row (SwiGLU's [gate | up] is 2 in_features).
+bool use_fp8_linear(const Tensor& x, int64_t in_features, int64_t out_features);
 
 }  // namespace cpf

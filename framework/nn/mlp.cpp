@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "framework/autograd/fp8_autocast.h"
+#include "framework/autograd/functions/fp8_linear.h"
 #include "framework/autograd/functions/linear_cat.h"
 #include "framework/autograd/ops.h"
 #include "framework/nn/compute_copies.h"
@@ -47,6 +49,13 @@ Tensor MLP::forward(const Tensor& x) const {
     const std::vector<LinearWeights> parts = {gate_->weights_for(x), in_->weights_for(x)};
     // (..., 2 I) = [gate | up]; a decoding step's few rows use the kept concatenation (compute_copies.h)
     gate_up = linear_cat(x, parts, kLinearCatMinFusedRows, active_stacked_copies(x, parts));
+  }
+  if (use_fp8_linear(gate_up, options_.intermediate_size, options_.hidden_size)) {
+    // FP8 autocast: SwiGLU's output reaches down_proj only as FP8 codes, written by one pass over gate_up
+    // (fp8_linear_after); h never exists in bf16.
+    const profile::Scope scope("forward/swiglu_fp8_linear", x.device());
+    const LinearWeights down = out_->weights_for(x);
+    return fp8_linear_after(raw::CastActivation::swiglu, gate_up, down.weight, down.bias, *next_fp8_linear_options());
   }
   {
     // One kernel for silu(gate) * up, one for both halves of its gradient (framework/tensor/ops/swiglu.h).

@@ -246,6 +246,13 @@ struct DeviceOps {
   // max |x|). At least one of q and qt is defined.
   void (*quantize_fp8)(const Tensor& q, const Tensor& qt, const Tensor& x, const Tensor& scale,
                        const Tensor& amax_out) = nullptr;
+  // The same for h = activation(pre) without writing h (framework/tensor/ops/fp8_activation.h): pre bf16
+  // contiguous, (R, C) for gelu or (R, 2 C) = [gate | up] for swiglu; h rounded to bf16 before the cast.
+  // out = max |h|; q, qt, amax_out as quantize_fp8's (qt defined). false (nothing done): the backend cannot
+  // fuse this shape, and the caller computes h and casts it.
+  bool (*fp8_activation_amax)(const Tensor& out, const Tensor& pre, int activation) = nullptr;
+  bool (*quantize_fp8_activation)(const Tensor& q, const Tensor& qt, const Tensor& pre, int activation,
+                                  const Tensor& scale, const Tensor& amax_out) = nullptr;
   // out (f32 or bf16) = q * scale_inv.
   void (*dequantize_fp8)(const Tensor& out, const Tensor& q, const Tensor& scale_inv) = nullptr;
   // out (M, N) = (a * a_scale_inv) @ (b * b_scale_inv)^T + bias: a (M, K), b (N, K), M, N, K > 0.

@@ -10,6 +10,7 @@
 #include "framework/autograd/functions/fp8_linear.h"
 #include "framework/autograd/functions/linear.h"
 #include "framework/autograd/functions/linear_cat.h"
+#include "framework/autograd/functions/swiglu.h"
 #include "framework/autograd/ops.h"
 #include "framework/tensor/ops/copy.h"
 #include "framework/tensor/ops/elementwise.h"
@@ -105,6 +106,31 @@ TEST(Fp8Linear, AutocastRoutesTheLinearsThatFitAndLeavesTheRest) {
   }
 }
 
+// fp8_linear_after (the activation fused into the cast of the linear's input) against fp8_linear over the
+// autograd activation: on the CPU the fused cast is the composition, so the output and every gradient
+// (through the activation's backward, which the op runs itself) are equal.
+TEST(Fp8Linear, AfterAnActivationEqualsTheLayerOverTheAutogradActivation) {
+  const int64_t m = 32, k = 48, n = 16;
+  for (raw::CastActivation act : {raw::CastActivation::gelu, raw::CastActivation::swiglu}) {
+    const int64_t width = act == raw::CastActivation::swiglu ? 2 * k : k;
+    const Tensor pre = raw::to(random_tensor({2, m / 2, width}, DType::f32, 31, -3, 3), DType::bf16);
+    const Tensor w = random_tensor({n, k}, DType::f32, 32, -0.2, 0.2), b = random_tensor({n}, DType::f32, 33);
+    const Tensor gy = raw::to(random_tensor({2, m / 2, n}, DType::f32, 34), DType::bf16);
+    std::vector<Tensor> results[2];
+    for (int fused = 0; fused < 2; ++fused) {
+      Tensor p = pre.detach().set_requires_grad(true), wi = w.detach().set_requires_grad(true);
+      Tensor bi = b.detach().set_requires_grad(true);
+      const Tensor y = fused ? fp8_linear_after(act, p, wi, bi, {})
+                             : fp8_linear(act == raw::CastActivation::gelu ? gelu(p) : swiglu_packed(p), wi, bi);
+      backward(y, gy);
+      results[fused] = {y, p.grad(), wi.grad(), bi.grad()};
+    }
+    ASSERT_EQ(results[1][0].shape(), (Shape{2, m / 2, n}));
+    ASSERT_EQ(results[1][1].shape(), pre.shape());
+    for (size_t i = 0; i < 4; ++i) EXPECT_TRUE(all_close(results[1][i], results[0][i], 0, 0)) << i;
+  }
+}
+
 TEST(Fp8Linear, RefusesBadInputsWithTheirNames) {
   const Tensor x = raw::to(random_tensor({4, 16}, DType::f32, 1), DType::bf16);
   const Tensor w = random_tensor({16, 16}, DType::f32, 2);
@@ -114,6 +140,14 @@ TEST(Fp8Linear, RefusesBadInputsWithTheirNames) {
                    "fp8_linear: x [4,16] does not match weight [16,8]");
   EXPECT_CPF_ERROR(fp8_linear(x, w, random_tensor({8}, DType::f32, 4)), "fp8_linear: bias must be a (16) f32 tensor");
   EXPECT_CPF_ERROR(fp8_linear(x, w, Tensor(), {.margin = -2}), "fp8_scale: margin must be in [0, 64], got -2");
+  const Tensor pre = raw::to(random_tensor({16, 30}, DType::f32, 5), DType::bf16);
+  EXPECT_CPF_ERROR(fp8_linear_after(raw::CastActivation::swiglu, pre, w, Tensor(), {}),
+                   "fp8_linear: pre [16,30] does not match weight [16,16] (pre (..., 2 K) = [gate | up] with weight "
+                   "(N, K))");
+  EXPECT_CPF_ERROR(fp8_linear_after(raw::CastActivation::gelu, pre, w, Tensor(), {}),
+                   "fp8_linear: pre [16,30] does not match weight [16,16] (x (..., K) with weight (N, K))");
+  EXPECT_CPF_ERROR(fp8_linear_after(raw::CastActivation::swiglu, raw::narrow(pre, 1, 0, 15), w, Tensor(), {}),
+                   "fp8_linear: pre [16,15] does not match weight [16,16] (pre (..., 2 K) = [gate | up]");
 }
 
 }  // namespace

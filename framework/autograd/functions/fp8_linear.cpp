@@ -5,6 +5,7 @@
 #include "framework/tensor/ops/copy.h"
 #include "framework/tensor/ops/elementwise.h"
 #include "framework/tensor/ops/fp8.h"
+#include "framework/tensor/ops/fp8_activation.h"
 #include "framework/tensor/ops/join.h"
 #include "framework/tensor/ops/linear_common.h"
 #include "framework/tensor/ops/reduce.h"
@@ -26,12 +27,18 @@ struct Scaled {
   Tensor scale_inv;  // () f32
 };
 
+using Activation = std::optional<raw::CastActivation>;
+
 // t in FP8: with the slot's scale of `role` (delayed scaling, a settled slot) or a scale from t's own amax
-// (current scaling, or a fresh slot); a slot records t's amax in the same pass.
-Scaled cast(const Tensor& t, DType fp8, const Fp8LinearOptions& o, Fp8Role role, bool plain, bool transposed) {
+// (current scaling, or a fresh slot); a slot records t's amax in the same pass. With an activation, t is
+// that activation's input and what is cast is its output (fp8_activation.h: no bf16 copy of it).
+Scaled cast(const Tensor& t, DType fp8, const Fp8LinearOptions& o, Fp8Role role, bool plain, bool transposed,
+            Activation activation = std::nullopt) {
   const auto r = static_cast<size_t>(role);
   const bool delayed = o.slot && !o.slot->fresh;
-  const Tensor scale = delayed ? o.slot->scale[r] : raw::fp8_scale(raw::abs_max(t), fp8, o.margin);
+  const Tensor scale =
+      delayed ? o.slot->scale[r]
+              : raw::fp8_scale(activation ? raw::activation_abs_max(t, *activation) : raw::abs_max(t), fp8, o.margin);
   // A fresh slot keeps the scale it cast with: should this step's amax never reach its history (a skipped
   // step, an evaluation, an all-zero tensor), its next cast uses that rather than a guess.
   if (o.slot && !delayed) raw::copy_(o.slot->scale[r], scale);
@@ -39,7 +46,9 @@ Scaled cast(const Tensor& t, DType fp8, const Fp8LinearOptions& o, Fp8Role role,
   Scaled s;
   s.scale_inv = raw::unary(raw::UnaryOp::reciprocal, scale);
   if (transposed) {
-    raw::Fp8Transposed both = raw::quantize_fp8_transposed(t, scale, fp8, amax_out, plain);  // one pass
+    raw::Fp8Transposed both = activation  // one pass
+                                  ? raw::quantize_activation_fp8_transposed(t, *activation, scale, fp8, amax_out, plain)
+                                  : raw::quantize_fp8_transposed(t, scale, fp8, amax_out, plain);
     s.data = both.q;
     s.transpose = both.qt;
   } else if (plain) {
@@ -48,7 +57,13 @@ Scaled cast(const Tensor& t, DType fp8, const Fp8LinearOptions& o, Fp8Role role,
   return s;
 }
 
-void check_inputs(const Tensor& x, const std::vector<Tensor>& weights, const Tensor& bias) {
+// x's width: K, or 2 K for SwiGLU's [gate | up].
+int64_t in_features(const Tensor& x, Activation activation) {
+  const int64_t width = x.dim() >= 1 ? x.size(-1) : 0;
+  return activation == raw::CastActivation::swiglu ? width / 2 : width;
+}
+
+void check_inputs(const Tensor& x, const std::vector<Tensor>& weights, const Tensor& bias, Activation activation) {
   CPF_CHECK(x.defined() && !weights.empty(), kOp, ": x and weight must be defined");
   const Tensor& weight = weights[0];
   int64_t rows = 0;
@@ -65,9 +80,12 @@ void check_inputs(const Tensor& x, const std::vector<Tensor>& weights, const Ten
             dtype_name(x.dtype()));
   CPF_CHECK(weight.dtype() == DType::f32 || weight.dtype() == DType::bf16, kOp, ": weight must be f32 or bf16, got ",
             dtype_name(weight.dtype()));
-  CPF_CHECK(weight.dim() == 2 && x.dim() >= 1 && x.size(-1) == weight.size(1), kOp, ": x ", x.shape(),
-            " does not match weight ", weights.size() == 1 ? weight.shape() : Shape{rows, weight.size(1)},
-            " (x (..., K) with weight (N, K))");
+  const bool swiglu = activation == raw::CastActivation::swiglu;
+  CPF_CHECK(weight.dim() == 2 && x.dim() >= 1 && (!swiglu || x.size(-1) % 2 == 0) &&
+                in_features(x, activation) == weight.size(1),
+            kOp, ": ", activation ? "pre " : "x ", x.shape(), " does not match weight ",
+            weights.size() == 1 ? weight.shape() : Shape{rows, weight.size(1)},
+            swiglu ? " (pre (..., 2 K) = [gate | up] with weight (N, K))" : " (x (..., K) with weight (N, K))");
   CPF_CHECK(x.device() == weight.device(), kOp, ": x is on ", x.device(), " but weight on ", weight.device());
   if (bias.defined()) {
     CPF_CHECK(
@@ -92,15 +110,14 @@ Scaled weight_in_fp8(const std::vector<Tensor>& weights, const Fp8LinearOptions&
 
 }  // namespace
 
-Tensor fp8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Fp8LinearOptions& options) {
-  return fp8_linear(x, std::vector<Tensor>{weight}, bias, options);
-}
+namespace {
 
-Tensor fp8_linear(const Tensor& x, const std::vector<Tensor>& weights, const Tensor& bias,
-                  const Fp8LinearOptions& options) {
-  check_inputs(x, weights, bias);
-  const Tensor x2 = raw::contiguous(raw::flatten_rows(x));  // (M, K)
-  const Scaled xs = cast(x2, DType::f8e4m3, options, Fp8Role::input, true, true);
+// The op for both entry points: y = act(x) W^T + b, act the identity when activation is nullopt.
+Tensor fp8_linear_impl(const Tensor& x, Activation activation, const std::vector<Tensor>& weights, const Tensor& bias,
+                       const Fp8LinearOptions& options) {
+  check_inputs(x, weights, bias, activation);
+  const Tensor x2 = raw::contiguous(raw::flatten_rows(x));  // (M, K), or SwiGLU's (M, 2 K)
+  const Scaled xs = cast(x2, DType::f8e4m3, options, Fp8Role::input, true, true, activation);
   const Scaled ws = weight_in_fp8(weights, options);
   const Tensor bias16 = bias.defined() ? raw::to(bias, DType::bf16) : Tensor();
   const Tensor y2 = raw::fp8_matmul_nt(xs.data, xs.scale_inv, ws.data, ws.scale_inv, DType::bf16, bias16,
@@ -116,10 +133,13 @@ Tensor fp8_linear(const Tensor& x, const std::vector<Tensor>& weights, const Ten
   }
   inputs.push_back(bias);
   return autograd::record(
-      kOp, y, inputs,
+      activation ? (*activation == raw::CastActivation::gelu ? "fp8_linear_after_gelu" : "fp8_linear_after_swiglu")
+                 : kOp,
+      y, inputs,
       [x_shape = x.shape(), xt = SavedTensor(xs.transpose), x_inv = SavedTensor(xs.scale_inv),
-       wt = SavedTensor(ws.transpose), w_inv = SavedTensor(ws.scale_inv), w_dtype = weights[0].dtype(), part_rows,
-       has_bias = bias.defined(), options](const GradList& g) {
+       pre = SavedTensor(activation ? x2 : Tensor()), activation, wt = SavedTensor(ws.transpose),
+       w_inv = SavedTensor(ws.scale_inv), w_dtype = weights[0].dtype(), part_rows, has_bias = bias.defined(),
+       options](const GradList& g) {
         const Tensor g2 = raw::contiguous(raw::to(raw::flatten_rows(g[0]), DType::bf16));  // (M, N)
         const Scaled gs = cast(g2, DType::f8e5m2, options, Fp8Role::grad_output, true, true);
         // dX (M, K) = dY (M, N) W (N, K): the K-major operands are dY and W^T (K, N).
@@ -127,7 +147,9 @@ Tensor fp8_linear(const Tensor& x, const std::vector<Tensor>& weights, const Ten
         // dW (N, K) = dY^T (N, M) X (M, K): the K-major operands are dY^T and X^T (K, M).
         const DType w_out = w_dtype == DType::f32 ? DType::f32 : DType::bf16;
         const Tensor dw = raw::fp8_matmul_nt(gs.transpose, gs.scale_inv, xt.unpack(), x_inv.unpack(), w_out);
-        GradList grads{raw::reshape(dx, x_shape)};
+        // Through the activation: d_pre from dH and the kept pre.
+        const Tensor dx_in = activation ? raw::cast_activation_backward(dx, pre.unpack(), *activation) : dx;
+        GradList grads{raw::reshape(dx_in, x_shape)};
         int64_t row = 0;
         for (int64_t rows : part_rows) {  // each part's rows of dW
           grads.push_back(part_rows.size() == 1 ? dw : raw::contiguous(raw::narrow(dw, 0, row, rows)));
@@ -136,6 +158,22 @@ Tensor fp8_linear(const Tensor& x, const std::vector<Tensor>& weights, const Ten
         grads.push_back(has_bias ? raw::to(raw::sum(raw::to(g2, DType::f32), {0}), w_dtype) : Tensor());
         return grads;
       });
+}
+
+}  // namespace
+
+Tensor fp8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Fp8LinearOptions& options) {
+  return fp8_linear_impl(x, std::nullopt, std::vector<Tensor>{weight}, bias, options);
+}
+
+Tensor fp8_linear(const Tensor& x, const std::vector<Tensor>& weights, const Tensor& bias,
+                  const Fp8LinearOptions& options) {
+  return fp8_linear_impl(x, std::nullopt, weights, bias, options);
+}
+
+Tensor fp8_linear_after(raw::CastActivation activation, const Tensor& pre, const Tensor& weight, const Tensor& bias,
+                        const Fp8LinearOptions& options) {
+  return fp8_linear_impl(pre, activation, std::vector<Tensor>{weight}, bias, options);
 }
 
 }  // namespace cpf

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "framework/autograd/fp8_scaling.h"
+#include "framework/tensor/ops/fp8_activation.h"
 #include "framework/tensor/tensor.h"
 
 namespace cpf {
@@ -47,5 +48,14 @@ Tensor fp8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Te
 // each part gets its rows of dW. bias (sum N_i) or undefined.
 Tensor fp8_linear(const Tensor& x, const std::vector<Tensor>& weights, const Tensor& bias,
                   const Fp8LinearOptions& options);
+
+// y = act(pre) W^T + b with the FP8 cast of the linear's input fused into the activation
+// (framework/tensor/ops/fp8_activation.h): h = act(pre) is never written in bf16; its E4M3 codes and their
+// transpose come from one pass over pre, with the values of casting act(pre) rounded to bf16. gelu: pre
+// (..., K); swiglu: pre (..., 2 K) = [gate | up], h = silu(gate) * up. weight (N, K). The backward computes
+// dH (M, K) with the FP8 GEMM and d_pre from it and the kept pre (bf16, what the activation op would keep).
+// Differentiable in pre, weight and bias.
+Tensor fp8_linear_after(raw::CastActivation activation, const Tensor& pre, const Tensor& weight, const Tensor& bias,
+                        const Fp8LinearOptions& options);
 
 }  // namespace cpf

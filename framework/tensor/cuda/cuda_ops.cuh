@@ -47,6 +47,9 @@ void clip_by_norm_(const std::vector<Tensor>& tensors, const Tensor& sum_squares
 void fp8_amax(const Tensor& out, const Tensor& x);
 void fp8_scale(const Tensor& out, const Tensor& amax, double fp8_max, int64_t margin, const Tensor& fallback);
 void quantize_fp8(const Tensor& q, const Tensor& qt, const Tensor& x, const Tensor& scale, const Tensor& amax_out);
+bool fp8_activation_amax(const Tensor& out, const Tensor& pre, int activation);
+bool quantize_fp8_activation(const Tensor& q, const Tensor& qt, const Tensor& pre, int activation, const Tensor& scale,
+                             const Tensor& amax_out);
 void dequantize_fp8(const Tensor& out, const Tensor& q, const Tensor& scale_inv);
 void fp8_matmul_nt(const Tensor& out, const Tensor& a, const Tensor& a_scale_inv, const Tensor& b,
                    const Tensor& b_scale_inv, const Tensor& bias, bool fast_accumulation);

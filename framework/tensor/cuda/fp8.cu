@@ -7,7 +7,9 @@
 
 #include <algorithm>
 
+#include "framework/tensor/cuda/activation_math.cuh"
 #include "framework/tensor/cuda/cuda_check.cuh"
+#include "framework/tensor/cuda/elementwise.cuh"
 #include "framework/tensor/cuda/fp8_kernels.cuh"
 #include "framework/tensor/cuda/kernels.cuh"
 
@@ -107,25 +109,84 @@ __global__ void quantize_transpose_kernel(const In* x, int64_t rows, int64_t col
 // memory. The 32 x 32 kernel above moves one element a thread and ran at a sixth of the memory's rate on
 // an H100 (164 us for 8192 x 2048 bf16, 2026-12-07). The values are the same: one rounded product each.
 constexpr int kTile = 64;
+
+// Loaders: the V values of row r, columns c .. c + V - 1 of the tensor being cast, as floats; c is a
+// multiple of V and the row's data 16-byte aligned. PlainLoad reads the tensor itself; the activation
+// loaders compute it from the activation's input, rounded to bf16 as the element-wise kernels write it
+// (unary.cu, swiglu.cu; the formulas are activation_math.cuh's), so a fused cast gives the codes of
+// the activation's output cast by PlainLoad.
 template <class In>
+struct PlainLoad {
+  static constexpr int V = 16 / sizeof(In);
+  const In* x;
+  int64_t cols;
+  __device__ __forceinline__ void operator()(int64_t r, int64_t c, float* f) const {
+    const uint4 raw = *reinterpret_cast<const uint4*>(x + r * cols + c);
+    const In* e = reinterpret_cast<const In*>(&raw);
+#pragma unroll
+    for (int k = 0; k < V; ++k) f[k] = load_float(e, k);
+  }
+};
+
+using Bf16Vector = Vec<bf16, 8>;
+
+struct GeluLoad {  // h = gelu(pre), pre (rows, cols) bf16
+  static constexpr int V = 8;
+  const bf16* pre;
+  int64_t cols;
+  __device__ __forceinline__ void operator()(int64_t r, int64_t c, float* f) const {
+    const Bf16Vector p = *reinterpret_cast<const Bf16Vector*>(pre + r * cols + c);
+#pragma unroll
+    for (int k = 0; k < V; ++k) f[k] = widen(narrow<bf16>(gelu_tanh(widen(p.v[k]))));
+  }
+};
+
+struct SwigluLoad {  // h = silu(gate) * up, pre (rows, 2 cols) = [gate | up] bf16
+  static constexpr int V = 8;
+  const bf16* pre;
+  int64_t cols;
+  __device__ __forceinline__ void operator()(int64_t r, int64_t c, float* f) const {
+    const Bf16Vector g = *reinterpret_cast<const Bf16Vector*>(pre + r * 2 * cols + c);
+    const Bf16Vector u = *reinterpret_cast<const Bf16Vector*>(pre + r * 2 * cols + cols + c);
+#pragma unroll
+    for (int k = 0; k < V; ++k) f[k] = widen(narrow<bf16>(swiglu_value(widen(g.v[k]), widen(u.v[k]))));
+  }
+};
+
+// The amax of the loaded tensor (rows, load.cols), cols a multiple of Load::V: a vector a thread per step.
+template <class Load>
+__global__ void amax_loaded_kernel(Load load, int64_t rows, float* amax) {
+  constexpr int V = Load::V;
+  const int64_t per_row = load.cols / V, vectors = rows * per_row, stride = int64_t(gridDim.x) * blockDim.x;
+  unsigned m = 0;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < vectors; i += stride) {
+    float f[V];
+    load(i / per_row, (i % per_row) * V, f);
+#pragma unroll
+    for (int k = 0; k < V; ++k) m = max(m, abs_bits(f[k]));
+  }
+  block_amax(m, amax, threadIdx.x);
+}
+
+template <class Load>
 __global__ void __launch_bounds__(kFp8Threads)
-    quantize_transpose_tiles_kernel(const In* x, int64_t rows, int64_t cols, const float* scale,
-                                    __nv_fp8_interpretation_t kind, uint8_t* q, uint8_t* qt, float* amax) {
-  constexpr int V = 16 / sizeof(In), kVectorsPerRow = kTile / V;
+    quantize_transpose_tiles_kernel(Load load, int64_t rows, const float* scale, __nv_fp8_interpretation_t kind,
+                                    uint8_t* q, uint8_t* qt, float* amax) {
+  constexpr int V = Load::V, kVectorsPerRow = kTile / V;
+  const int64_t cols = load.cols;
   __shared__ uint8_t tile[kTile][kTile + 4];  // (tile rows, tile cols), padded against bank conflicts
   const float s = *scale;
   const int64_t r0 = int64_t(blockIdx.y) * kTile, c0 = int64_t(blockIdx.x) * kTile;
   unsigned m = 0;
   for (int v = threadIdx.x; v < kTile * kVectorsPerRow; v += kFp8Threads) {
     const int r = v / kVectorsPerRow, c = (v % kVectorsPerRow) * V;
-    const uint4 raw = *reinterpret_cast<const uint4*>(x + (r0 + r) * cols + c0 + c);
-    const In* e = reinterpret_cast<const In*>(&raw);
+    float f[V];
+    load(r0 + r, c0 + c, f);
     alignas(8) uint8_t b[V];
 #pragma unroll
     for (int k = 0; k < V; ++k) {
-      const float f = load_float(e, k);
-      m = max(m, abs_bits(f));
-      b[k] = __nv_cvt_float_to_fp8(__fmul_rn(f, s), __NV_SATFINITE, kind);
+      m = max(m, abs_bits(f[k]));
+      b[k] = __nv_cvt_float_to_fp8(__fmul_rn(f[k], s), __NV_SATFINITE, kind);
       tile[r][c + k] = b[k];
     }
     if (q != nullptr) {
@@ -227,11 +288,12 @@ void launch_quantize_fp8_transposed(int dtype, bool fp8_e4m3, const void* x, int
   if (rows % kTile == 0 && cols % kTile == 0 && rows / kTile <= 65535 && aligned16(x) && aligned8(q) && aligned8(qt)) {
     const dim3 tiles(static_cast<unsigned>(cols / kTile), static_cast<unsigned>(rows / kTile));
     if (dtype == kF32) {
-      quantize_transpose_tiles_kernel<<<tiles, kFp8Threads, 0, stream>>>(static_cast<const float*>(x), rows, cols,
-                                                                         scale, kind_of(fp8_e4m3), q, qt, amax);
+      quantize_transpose_tiles_kernel<<<tiles, kFp8Threads, 0, stream>>>(
+          PlainLoad<float>{static_cast<const float*>(x), cols}, rows, scale, kind_of(fp8_e4m3), q, qt, amax);
     } else {
-      quantize_transpose_tiles_kernel<<<tiles, kFp8Threads, 0, stream>>>(static_cast<const __nv_bfloat16*>(x), rows,
-                                                                         cols, scale, kind_of(fp8_e4m3), q, qt, amax);
+      quantize_transpose_tiles_kernel<<<tiles, kFp8Threads, 0, stream>>>(
+          PlainLoad<__nv_bfloat16>{static_cast<const __nv_bfloat16*>(x), cols}, rows, scale, kind_of(fp8_e4m3), q, qt,
+          amax);
     }
     CPF_CUDA_CHECK(cudaGetLastError());
     return;
@@ -246,6 +308,51 @@ void launch_quantize_fp8_transposed(int dtype, bool fp8_e4m3, const void* x, int
                                                           kind_of(fp8_e4m3), q, qt, amax);
   }
   CPF_CUDA_CHECK(cudaGetLastError());
+}
+
+namespace {
+
+// Whether the activation kernels take pre (rows, cols of the activation's output): whole 64 x 64 tiles of
+// 16-byte aligned rows.
+bool activation_fits(const void* pre, int64_t rows, int64_t cols, const uint8_t* q, const uint8_t* qt) {
+  const auto aligned8 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 8 == 0; };  // null: aligned
+  return rows > 0 && cols > 0 && rows % kTile == 0 && cols % kTile == 0 && rows / kTile <= 65535 && aligned16(pre) &&
+         aligned8(q) && aligned8(qt);
+}
+
+// Calls fn(load) with the loader of `activation` (kFp8Gelu or kFp8Swiglu) over pre.
+template <class Fn>
+void with_activation_load(int activation, const void* pre, int64_t cols, Fn&& fn) {
+  const auto* p = static_cast<const bf16*>(pre);
+  if (activation == kFp8Gelu) {
+    fn(GeluLoad{p, cols});
+  } else {
+    fn(SwigluLoad{p, cols});
+  }
+}
+
+}  // namespace
+
+bool launch_fp8_activation_amax(int activation, const void* pre, int64_t rows, int64_t cols, float* amax, int sm_count,
+                                cudaStream_t stream) {
+  if (!activation_fits(pre, rows, cols, nullptr, nullptr)) return false;
+  const int blocks = blocks_for(rows * cols / 8, sm_count);
+  with_activation_load(activation, pre, cols,
+                       [&](auto load) { amax_loaded_kernel<<<blocks, kFp8Threads, 0, stream>>>(load, rows, amax); });
+  CPF_CUDA_CHECK(cudaGetLastError());
+  return true;
+}
+
+bool launch_quantize_fp8_activation(int activation, bool fp8_e4m3, const void* pre, int64_t rows, int64_t cols,
+                                    const float* scale, uint8_t* q, uint8_t* qt, float* amax, cudaStream_t stream) {
+  if (!activation_fits(pre, rows, cols, q, qt)) return false;
+  const dim3 tiles(static_cast<unsigned>(cols / kTile), static_cast<unsigned>(rows / kTile));
+  with_activation_load(activation, pre, cols, [&](auto load) {
+    quantize_transpose_tiles_kernel<<<tiles, kFp8Threads, 0, stream>>>(load, rows, scale, kind_of(fp8_e4m3), q, qt,
+                                                                       amax);
+  });
+  CPF_CUDA_CHECK(cudaGetLastError());
+  return true;
 }
 
 void launch_dequantize_fp8(int dtype, bool fp8_e4m3, const uint8_t* q, int64_t n, const float* scale_inv, void* out,

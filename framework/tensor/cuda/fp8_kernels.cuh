@@ -17,6 +17,16 @@ void launch_quantize_fp8(int dtype, bool fp8_e4m3, const void* x, int64_t n, con
 // one pass (tiles through shared memory); amax as above. rows / 32 must fit a grid's y (65535).
 void launch_quantize_fp8_transposed(int dtype, bool fp8_e4m3, const void* x, int64_t rows, int64_t cols,
                                     const float* scale, uint8_t* q, uint8_t* qt, float* amax, cudaStream_t stream);
+// The casts of an activation's output h (rows, cols) computed from its input pre, bf16, contiguous: kFp8Gelu
+// pre (rows, cols), h = gelu(pre); kFp8Swiglu pre (rows, 2 cols) = [gate | up], h = silu(gate) * up; h
+// rounded to bf16 as the element-wise kernels write it. *amax = max(*amax, max |h|); the quantize writes
+// q (or null) and qt as launch_quantize_fp8_transposed would from h. Both return false, launching nothing,
+// unless rows and cols are multiples of 64 and pre is 16-byte aligned (the caller then materialises h).
+enum Fp8ActivationCode : int { kFp8Gelu = 1, kFp8Swiglu = 2 };
+bool launch_fp8_activation_amax(int activation, const void* pre, int64_t rows, int64_t cols, float* amax, int sm_count,
+                                cudaStream_t stream);
+bool launch_quantize_fp8_activation(int activation, bool fp8_e4m3, const void* pre, int64_t rows, int64_t cols,
+                                    const float* scale, uint8_t* q, uint8_t* qt, float* amax, cudaStream_t stream);
 // out[i] (dtype kF32 or kBF16) = decode(q[i]) * *scale_inv.
 void launch_dequantize_fp8(int dtype, bool fp8_e4m3, const uint8_t* q, int64_t n, const float* scale_inv, void* out,
                            int sm_count, cudaStream_t stream);

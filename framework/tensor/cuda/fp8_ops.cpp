@@ -71,6 +71,24 @@ void quantize_fp8(const Tensor& q, const Tensor& qt, const Tensor& x, const Tens
                                     static_cast<uint8_t*>(qt.raw_data()), f32_mut(amax_out), launch.stream);
 }
 
+// The activation codes are raw::CastActivation's values plus one (fp8_activation.h): gelu 1, swiglu 2.
+bool fp8_activation_amax(const Tensor& out, const Tensor& pre, int activation) {
+  Launch launch(pre.device());
+  const int64_t cols = activation == k::kFp8Swiglu ? pre.size(1) / 2 : pre.size(1);
+  CPF_CUDA_CHECK(cudaMemsetAsync(out.raw_data(), 0, sizeof(float), launch.stream));
+  return k::launch_fp8_activation_amax(activation, pre.raw_data(), pre.size(0), cols, f32_mut(out), launch.sm_count,
+                                       launch.stream);
+}
+
+bool quantize_fp8_activation(const Tensor& q, const Tensor& qt, const Tensor& pre, int activation, const Tensor& scale,
+                             const Tensor& amax_out) {
+  Launch launch(pre.device());
+  const int64_t cols = activation == k::kFp8Swiglu ? pre.size(1) / 2 : pre.size(1);
+  return k::launch_quantize_fp8_activation(activation, qt.dtype() == DType::f8e4m3, pre.raw_data(), pre.size(0), cols,
+                                           f32_ptr(scale), q.defined() ? static_cast<uint8_t*>(q.raw_data()) : nullptr,
+                                           static_cast<uint8_t*>(qt.raw_data()), f32_mut(amax_out), launch.stream);
+}
+
 void dequantize_fp8(const Tensor& out, const Tensor& q, const Tensor& scale_inv) {
   Launch launch(q.device());
   k::launch_dequantize_fp8(code(out.dtype()), q.dtype() == DType::f8e4m3, static_cast<const uint8_t*>(q.raw_data()),

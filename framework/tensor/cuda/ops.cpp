@@ -466,6 +466,8 @@ const DeviceOps& cuda_device_ops() {
     t.fp8_scale = &fp8_scale;
     t.quantize_fp8 = &quantize_fp8;
     t.dequantize_fp8 = &dequantize_fp8;
+    t.fp8_activation_amax = &fp8_activation_amax;
+    t.quantize_fp8_activation = &quantize_fp8_activation;
     t.fp8_matmul_nt = &fp8_matmul_nt;
     t.fp8_update_scales = &fp8_update_scales;
     return t;

@@ -3,13 +3,11 @@
 // are), and so may the gradients be (the halves of the fused projection's gradient). V = 16 bytes of the
 // storage type when every row start is 16-byte aligned and cols is a multiple of V, else 1: the op is
 // bandwidth-bound, and whole-vector loads halve the bf16 instructions per byte.
+#include "framework/tensor/cuda/activation_math.cuh"
 #include "framework/tensor/cuda/elementwise.cuh"
 
 namespace cpf::cuda::kernels {
 namespace {
-
-__device__ __forceinline__ float sigmoid_of(float g) { return 1.0f / (1.0f + expf(-g)); }
-__device__ __forceinline__ double sigmoid_of(double g) { return 1.0 / (1.0 + exp(-g)); }
 
 template <class T, int V>
 struct alignas(sizeof(T) * V) Pack {
@@ -43,7 +41,7 @@ __global__ void __launch_bounds__(kThreads) swiglu_kernel(SwigluArgs a) {
 #pragma unroll
       for (int k = 0; k < V; ++k) {
         const C gv = widen(g.v[k]);
-        o.v[k] = narrow<T>(gv * sigmoid_of(gv) * widen(u.v[k]));
+        o.v[k] = narrow<T>(swiglu_value(gv, widen(u.v[k])));  // activation_math.cuh
       }
       *reinterpret_cast<P*>(static_cast<T*>(a.out) + r * a.os + c) = o;
       continue;
@@ -53,7 +51,7 @@ __global__ void __launch_bounds__(kThreads) swiglu_kernel(SwigluArgs a) {
 #pragma unroll
     for (int k = 0; k < V; ++k) {
       const C gv = widen(g.v[k]), uv = widen(u.v[k]), dv = widen(d.v[k]);
-      const C s = sigmoid_of(gv);
+      const C s = swiglu_sigmoid(gv);
       du.v[k] = narrow<T>(dv * gv * s);
       o.v[k] = narrow<T>(dv * uv * s * (C(1) + gv * (C(1) - s)));
     }

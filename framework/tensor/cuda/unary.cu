@@ -1,24 +1,16 @@
 // Unary math and its backward. Formulas mirror framework/tensor/ops/elementwise.cpp; op codes are
 // kernels.cuh's UnaryCode (raw::UnaryOp's values).
+#include "framework/tensor/cuda/activation_math.cuh"
 #include "framework/tensor/cuda/device_math.cuh"
 #include "framework/tensor/cuda/elementwise.cuh"
 
 namespace cpf::cuda::kernels {
 namespace {
 
-constexpr double kSqrt2OverPi = 0.7978845608028654;
-constexpr double kGeluCoeff = 0.044715;
-
 __device__ __forceinline__ float m_tanh(float x) { return tanhf(x); }
 __device__ __forceinline__ double m_tanh(double x) { return tanh(x); }
 __device__ __forceinline__ float m_abs(float x) { return fabsf(x); }
 __device__ __forceinline__ double m_abs(double x) { return fabs(x); }
-
-// 1 / (1 + exp(-z)). In f32 (f32 and bf16 tensors) through the hardware exp2 and a fast divide: a few
-// ulps, far below f32 tolerance and bf16 rounding, and 3x fewer instructions than tanhf, which kept
-// bf16 gelu compute-bound. f64 stays exact.
-__device__ __forceinline__ float logistic(float z) { return __fdividef(1.0f, 1.0f + __expf(-z)); }
-__device__ __forceinline__ double logistic(double z) { return 1.0 / (1.0 + exp(-z)); }
 
 template <class C>
 __device__ __forceinline__ C unary_value(int op, C x) {
@@ -38,8 +30,7 @@ __device__ __forceinline__ C unary_value(int op, C x) {
       case kSqrt: return m_sqrt(x);
       case kRsqrt: return C(1) / m_sqrt(x);
       case kTanh: return m_tanh(x);
-      // 0.5 (1 + tanh(u)) = logistic(2u): the same function without 1 + tanh's cancellation for x < 0.
-      case kGelu: return x * logistic(C(2 * kSqrt2OverPi) * (x + C(kGeluCoeff) * x * x * x));
+      case kGelu: return gelu_tanh(x);  // activation_math.cuh
       case kSilu: return x * logistic(x);
       case kRelu: return x > C(0) ? x : C(0);
       case kSigmoid: return logistic(x);
