@@ -256,7 +256,8 @@ BlockOutput GPT::run_block(size_t i, const BlockOutput& in, const SequenceInfo& 
   const Fp8LinearOptions fp8_options{.margin = options_.fp8_scaling.margin,
                                      .slot = std::nullopt,
                                      .weight_cache = fp8_copies,
-                                     .fast_forward_accumulation = options_.fp8_scaling.fast_forward_accumulation};
+                                     .fast_forward_accumulation = options_.fp8_scaling.fast_forward_accumulation,
+                                     .fuse_activation_casts = options_.fp8_scaling.fuse_activation_casts};
   const Fp8Autocast fp8(in_fp8, fp8_options, fp8_state, fp8_prefix);
   if (options_.recompute == RecomputeMode::none || static_cast<int64_t>(i) >= covered || !grad_enabled()) {
     return block.forward(in.x, in.pending, seq, cp);

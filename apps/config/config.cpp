@@ -323,6 +323,12 @@ void check_fp8(const Checker& check, const TrainConfig& c) {
                "sets how FP8 GEMMs accumulate, but run.precision is not fp8; set run.precision: fp8 (or drop the key)",
                {"run.precision"});
   }
+  if (c.fp8.fuse_activation_casts && c.run.precision != PrecisionMode::fp8) {
+    check.fail("fp8.fuse_activation_casts",
+               "sets how the activations feed FP8 GEMMs, but run.precision is not fp8; set run.precision: fp8 (or "
+               "drop the key)",
+               {"run.precision"});
+  }
   const int64_t bf16_blocks = c.fp8.bf16_first_blocks + c.fp8.bf16_last_blocks;
   if (bf16_blocks > 0 && c.run.precision != PrecisionMode::fp8) {
     check.fail(c.fp8.bf16_first_blocks > 0 ? "fp8.bf16_first_blocks" : "fp8.bf16_last_blocks",
@@ -469,7 +475,8 @@ std::string precision_description(const TrainConfig& config) {
         "; bf16 blocks: first " + std::to_string(f.bf16_first_blocks) + ", last " + std::to_string(f.bf16_last_blocks);
   }
   const std::string fast = f.fast_forward_accumulation ? "; fast forward accumulation" : "";
-  return "fp8 linears (" + recipe + "; margin " + std::to_string(f.margin) + blocks + fast +
+  const std::string fused = f.fuse_activation_casts ? "; activation casts fused" : "";
+  return "fp8 linears (" + recipe + "; margin " + std::to_string(f.margin) + blocks + fast + fused +
          "), bf16 (f32 master weights)";
 }
 

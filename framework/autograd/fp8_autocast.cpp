@@ -41,6 +41,8 @@ bool use_fp8_linear(const Tensor& x, int64_t out_features) {
   return use_fp8_linear(x, x.defined() && x.dim() >= 1 ? x.size(-1) : 0, out_features);
 }
 
+bool fp8_fuse_activation_casts() { return active.has_value() && active->options.fuse_activation_casts; }
+
 bool use_fp8_linear(const Tensor& x, int64_t in_features, int64_t out_features) {
   if (!active || !x.defined() || x.dtype() != DType::bf16 || x.dim() < 1) return false;
   const int64_t width = x.size(-1);

@@ -59,4 +59,8 @@ bool use_fp8_linear(const Tensor& x, int64_t out_features);
 // activation's input, and the linear reads in_features of it a row (SwiGLU's [gate | up] is 2 in_features).
 bool use_fp8_linear(const Tensor& x, int64_t in_features, int64_t out_features);
 
+// Whether an Fp8Autocast is alive on this thread and its options fuse the activations' casts
+// (Fp8LinearOptions::fuse_activation_casts): the MLPs then call fp8_linear_after.
+bool fp8_fuse_activation_casts();
+
 }  // namespace cpf

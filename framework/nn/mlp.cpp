@@ -50,7 +50,7 @@ Tensor MLP::forward(const Tensor& x) const {
     // (..., 2 I) = [gate | up]; a decoding step's few rows use the kept concatenation (compute_copies.h)
     gate_up = linear_cat(x, parts, kLinearCatMinFusedRows, active_stacked_copies(x, parts));
   }
-  if (use_fp8_linear(gate_up, options_.intermediate_size, options_.hidden_size)) {
+  if (fp8_fuse_activation_casts() && use_fp8_linear(gate_up, options_.intermediate_size, options_.hidden_size)) {
     // FP8 autocast: SwiGLU's output reaches down_proj only as FP8 codes, written by one pass over gate_up
     // (fp8_linear_after); h never exists in bf16.
     const profile::Scope scope("forward/swiglu_fp8_linear", x.device());

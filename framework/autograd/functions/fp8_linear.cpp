@@ -34,11 +34,15 @@ using Activation = std::optional<raw::CastActivation>;
 // that activation's input and what is cast is its output (fp8_activation.h: no bf16 copy of it).
 Scaled cast(const Tensor& t, DType fp8, const Fp8LinearOptions& o, Fp8Role role, bool plain, bool transposed,
             Activation activation = std::nullopt) {
+  CPF_CHECK(!activation || transposed, kOp, ": an activation's output is cast with its transpose only");
   const auto r = static_cast<size_t>(role);
   const bool delayed = o.slot && !o.slot->fresh;
+  Tensor h;  // the activation's output, when the device had no fused kernel for its shape and computed it
   const Tensor scale =
-      delayed ? o.slot->scale[r]
-              : raw::fp8_scale(activation ? raw::activation_abs_max(t, *activation) : raw::abs_max(t), fp8, o.margin);
+      delayed
+          ? o.slot->scale[r]
+          : raw::fp8_scale(activation ? raw::activation_abs_max(t, *activation, &h) : raw::abs_max(t), fp8, o.margin);
+  if (h.defined()) activation.reset();  // cast h as it is rather than computing it again
   // A fresh slot keeps the scale it cast with: should this step's amax never reach its history (a skipped
   // step, an evaluation, an all-zero tensor), its next cast uses that rather than a guess.
   if (o.slot && !delayed) raw::copy_(o.slot->scale[r], scale);
@@ -48,7 +52,7 @@ Scaled cast(const Tensor& t, DType fp8, const Fp8LinearOptions& o, Fp8Role role,
   if (transposed) {
     raw::Fp8Transposed both = activation  // one pass
                                   ? raw::quantize_activation_fp8_transposed(t, *activation, scale, fp8, amax_out, plain)
-                                  : raw::quantize_fp8_transposed(t, scale, fp8, amax_out, plain);
+                                  : raw::quantize_fp8_transposed(h.defined() ? h : t, scale, fp8, amax_out, plain);
     s.data = both.q;
     s.transpose = both.qt;
   } else if (plain) {

@@ -36,6 +36,9 @@ struct Fp8LinearOptions {
   // The forward GEMM with cuBLASLt's FP8 fast accumulation (raw::fp8_matmul_nt); the backward's two GEMMs
   // always promote their partial sums, as TransformerEngine's recipe does.
   bool fast_forward_accumulation = false;
+  // For the callers that choose between fp8_linear_after and an activation then fp8_linear (nn::MLP,
+  // gelu_mlp; fp8_autocast.h's fp8_fuse_activation_casts): whether to fuse. fp8_linear itself ignores it.
+  bool fuse_activation_casts = false;
 };
 
 // x (..., K) bf16 @ weight (N, K)^T + bias (N) -> (..., N) bf16, the GEMMs in FP8 as above. weight and bias

@@ -115,8 +115,9 @@ Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias, co
 Tensor gelu_mlp(const Tensor& x, const LinearWeights& in, const LinearWeights& out) {
   if (in.weight.defined() && out.weight.defined() && use_fp8_linear(x, in.weight.size(0)) &&
       out.weight.size(0) % 16 == 0) {
-    // GELU's output reaches fc_out only as FP8 codes: one pass over pre writes them (fp8_linear.h).
     const Tensor pre = fp8_linear(x, in.weight, in.bias, *next_fp8_linear_options());  // (..., I)
+    if (!fp8_fuse_activation_casts()) return fp8_linear(gelu(pre), out.weight, out.bias, *next_fp8_linear_options());
+    // GELU's output reaches fc_out only as FP8 codes: one pass over pre writes them (fp8_linear.h).
     return fp8_linear_after(raw::CastActivation::gelu, pre, out.weight, out.bias, *next_fp8_linear_options());
   }
   const Resolved r1 = resolve(x, in, "gelu_mlp (in)");

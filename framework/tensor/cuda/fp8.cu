@@ -320,15 +320,19 @@ bool activation_fits(const void* pre, int64_t rows, int64_t cols, const uint8_t*
          aligned8(q) && aligned8(qt);
 }
 
-// Calls fn(load) with the loader of `activation` (kFp8Gelu or kFp8Swiglu) over pre.
+// Calls fn(load) with the loader of `activation` over pre; false (nothing called) for a code that is neither
+// kFp8Gelu nor kFp8Swiglu.
 template <class Fn>
-void with_activation_load(int activation, const void* pre, int64_t cols, Fn&& fn) {
+bool with_activation_load(int activation, const void* pre, int64_t cols, Fn&& fn) {
   const auto* p = static_cast<const bf16*>(pre);
   if (activation == kFp8Gelu) {
     fn(GeluLoad{p, cols});
-  } else {
+  } else if (activation == kFp8Swiglu) {
     fn(SwigluLoad{p, cols});
+  } else {
+    return false;
   }
+  return true;
 }
 
 }  // namespace
@@ -337,22 +341,23 @@ bool launch_fp8_activation_amax(int activation, const void* pre, int64_t rows, i
                                 cudaStream_t stream) {
   if (!activation_fits(pre, rows, cols, nullptr, nullptr)) return false;
   const int blocks = blocks_for(rows * cols / 8, sm_count);
-  with_activation_load(activation, pre, cols,
-                       [&](auto load) { amax_loaded_kernel<<<blocks, kFp8Threads, 0, stream>>>(load, rows, amax); });
+  const bool known = with_activation_load(activation, pre, cols, [&](auto load) {
+    amax_loaded_kernel<<<blocks, kFp8Threads, 0, stream>>>(load, rows, amax);
+  });
   CPF_CUDA_CHECK(cudaGetLastError());
-  return true;
+  return known;
 }
 
 bool launch_quantize_fp8_activation(int activation, bool fp8_e4m3, const void* pre, int64_t rows, int64_t cols,
                                     const float* scale, uint8_t* q, uint8_t* qt, float* amax, cudaStream_t stream) {
   if (!activation_fits(pre, rows, cols, q, qt)) return false;
   const dim3 tiles(static_cast<unsigned>(cols / kTile), static_cast<unsigned>(rows / kTile));
-  with_activation_load(activation, pre, cols, [&](auto load) {
+  const bool known = with_activation_load(activation, pre, cols, [&](auto load) {
     quantize_transpose_tiles_kernel<<<tiles, kFp8Threads, 0, stream>>>(load, rows, scale, kind_of(fp8_e4m3), q, qt,
                                                                        amax);
   });
   CPF_CUDA_CHECK(cudaGetLastError());
-  return true;
+  return known;
 }
 
 void launch_dequantize_fp8(int dtype, bool fp8_e4m3, const uint8_t* q, int64_t n, const float* scale_inv, void* out,

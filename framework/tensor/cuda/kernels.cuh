@@ -117,7 +117,7 @@ void launch_norm_param_grads(bool centered, int g_dtype, int x_dtype, const void
 // The partials' layout in that workspace: slot k (of ceil(rows / norm_param_chunk_rows(rows))) sums rows
 // [k * chunk, (k + 1) * chunk); dw's slots (chunks, cols) in the compute type, then db's. The fold adds a
 // column's slots in a fixed order into dw / db (null: skipped), so kernels that write the partials themselves
-// (add_norm.cu) get the same deterministic sums.
+// (add_norm_backward.cu) get the same deterministic sums.
 int64_t norm_param_chunk_rows(int64_t rows);
 void launch_norm_param_fold(int x_dtype, const void* workspace, void* dw, void* db, int64_t rows, int64_t cols,
                             cudaStream_t stream);
@@ -126,8 +126,8 @@ void launch_norm_param_fold(int x_dtype, const void* workspace, void* dw, void* 
 void launch_add_norm(bool centered, int x_dtype, int b_dtype, int y_dtype, const void* x, const void* b, const void* w,
                      const void* bias, void* x1, void* y, void* mean, void* rstd, int64_t rows, int64_t cols,
                      double eps, cudaStream_t stream);
-// dx = dx1 (null: 0) + the norm's input gradient of g (g_dtype); db (db_dtype, null: none) = dx converted;
-// dw, dbias (null: none) summed as launch_norm_backward does, in `workspace`.
+// Its backward (add_norm_backward.cu): dx = dx1 (null: 0) + the norm's input gradient of g (g_dtype); db
+// (db_dtype, null: none) = dx converted; dw, dbias (null: none) summed as launch_norm_backward does, in `workspace`.
 void launch_add_norm_backward(bool centered, int x_dtype, int g_dtype, int db_dtype, const void* g, const void* x1,
                               const void* w, const void* mean, const void* rstd, const void* dx1, void* dx, void* db,
                               void* dw, void* dbias, int64_t rows, int64_t cols, void* workspace, cudaStream_t stream);

@@ -167,7 +167,7 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // Pass 1: thread = column, blockIdx.y = row chunk; partial sums in row order. g may be narrower than x
-// (a bf16 gradient of the fused add_norm's bf16 output, add_norm.cu).
+// (a bf16 gradient of the fused add_norm's bf16 output, add_norm_backward.cu).
 template <bool centered, class TG, class T>
 __global__ void __launch_bounds__(kThreads)
     norm_param_partial_kernel(const TG* g, const T* x, const compute_t<T>* mean, const compute_t<T>* rstd,

@@ -63,13 +63,15 @@ Tensor cast_activation_backward(const Tensor& grad_h, const Tensor& pre, CastAct
   return grad_pre;
 }
 
-Tensor activation_abs_max(const Tensor& pre, CastActivation activation) {
+Tensor activation_abs_max(const Tensor& pre, CastActivation activation, Tensor* computed) {
   check_pre(pre, activation, "activation_abs_max");
   const Tensor pc = contiguous(pre);
   Tensor out = zeros({}, {.dtype = DType::f32, .device = pre.device()});
   if (pre.numel() == 0) return out;
   if (run_fused(pc, &DeviceOps::fp8_activation_amax, out, pc, device_code(activation))) return out;
-  return abs_max(apply_cast_activation(pc, activation));
+  const Tensor h = apply_cast_activation(pc, activation);  // (R, C)
+  if (computed != nullptr) *computed = h;
+  return abs_max(h);
 }
 
 Fp8Transposed quantize_activation_fp8_transposed(const Tensor& pre, CastActivation activation, const Tensor& scale,

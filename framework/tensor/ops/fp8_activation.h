@@ -29,7 +29,9 @@ Tensor apply_cast_activation(const Tensor& pre, CastActivation activation);
 Tensor cast_activation_backward(const Tensor& grad_h, const Tensor& pre, CastActivation activation);
 
 // () f32 = max |activation(pre)| (NaN when h holds one), as abs_max(apply_cast_activation(pre, activation)).
-Tensor activation_abs_max(const Tensor& pre, CastActivation activation);
+// computed (or null): set to h when the backend had no fused kernel for the shape and computed h itself (a
+// caller about to cast h then casts that, rather than computing it twice), else left undefined.
+Tensor activation_abs_max(const Tensor& pre, CastActivation activation, Tensor* computed = nullptr);
 
 // quantize_fp8_transposed(apply_cast_activation(pre, activation), scale, fp8, amax_out, with_plain) without
 // h: q (R, C) (or undefined), qt (C, R), amax_out folded with max |h|.

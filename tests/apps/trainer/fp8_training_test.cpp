@@ -90,6 +90,21 @@ TEST(Fp8Training, WeightCopiesKeptForTheStepChangeNoLoss) {
   }
 }
 
+// fp8.fuse_activation_casts: the MLP's activation writing its output's FP8 codes (fp8_linear_after) trains
+// exactly as the activation then the cast, with GELU and with SwiGLU, under both recipes (the CPU computes
+// the same composition; tests/tensor/cuda/fp8_activation_test.cpp holds the GPU's fused kernels to it).
+TEST(Fp8Training, ActivationCastsFusedOrNotTrainTheSame) {
+  for (const char* mlp : {"model.mlp=gelu", "model.mlp=swiglu"}) {
+    for (const std::vector<std::string>& recipe : {std::vector<std::string>{"run.precision=fp8"}, kDelayed}) {
+      const std::vector<std::string> shape = with(recipe, {mlp});
+      const auto fused = train_with(scratch_dir("fused"), 4, with(shape, {"fp8.fuse_activation_casts=true"}));
+      const auto unfused = train_with(scratch_dir("unfused"), 4, shape);
+      ASSERT_EQ(fused.losses.size(), 4u);
+      EXPECT_EQ(fused.losses, unfused.losses) << mlp << " " << recipe.back();
+    }
+  }
+}
+
 // Two data-parallel thread ranks see different tokens, so their amaxes differ; the trainer reduces them
 // (max) before each update, and the run trains as one rank's does.
 TEST(Fp8Training, DataParallelDelayedScalingTracksBf16) {
@@ -236,6 +251,11 @@ TEST(Fp8Training, RefusesFp8OptionsThatMeanNothingOrAreOutOfRange) {
             std::string::npos)
       << config_error({"run.precision=bf16", "fp8.fast_forward_accumulation=true"});
   EXPECT_EQ(config_error({"run.precision=fp8", "fp8.fast_forward_accumulation=true"}), "");
+  EXPECT_NE(config_error({"run.precision=bf16", "fp8.fuse_activation_casts=true"})
+                .find("fp8.fuse_activation_casts=true sets how the activations feed FP8 GEMMs, but run.precision is "
+                      "not fp8; set run.precision: fp8 (or drop the key)"),
+            std::string::npos)
+      << config_error({"run.precision=bf16", "fp8.fuse_activation_casts=true"});
 }
 
 // fp8.bf16_first_blocks: the first block's linears stay bf16, so the curve is neither the all-FP8 one nor
@@ -255,6 +275,9 @@ TEST(Fp8Training, BlocksKeptInBf16TrainBetweenFp8AndBf16) {
       precision_description(load_train_config_string(addition_yaml(scratch_dir("fast_banner"), 1), "t.yaml",
                                                      {"run.precision=fp8", "fp8.fast_forward_accumulation=true"})),
       "fp8 linears (current scaling; margin 0; fast forward accumulation), bf16 (f32 master weights)");
+  EXPECT_EQ(precision_description(load_train_config_string(addition_yaml(scratch_dir("unfused_banner"), 1), "t.yaml",
+                                                           {"run.precision=fp8", "fp8.fuse_activation_casts=true"})),
+            "fp8 linears (current scaling; margin 0; activation casts fused), bf16 (f32 master weights)");
 }
 
 }  // namespace

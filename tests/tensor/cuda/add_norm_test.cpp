@@ -136,7 +136,7 @@ TEST_F(CudaAddNormTest, StridedInputsAndDeterministicParameterSums) {
 }
 
 TEST_F(CudaAddNormTest, ParameterPartialsOfManyChunksMatchTheCpu) {
-  // The dx kernel sums each row chunk's parameter partials itself (add_norm.cu); norm.cu folds them.
+  // The dx kernel sums each row chunk's parameter partials itself (add_norm_backward.cu); norm.cu folds them.
   // GPT-2's 768 columns (a warp per row, 6 vectors a thread) and 2048 (a block per row), with row counts
   // that end in a short chunk: 9001 rows = 250 chunks of 36 and one of 1; 2500 = 78 of 32 and one of 4.
   const Dtypes mixed{DType::f32, DType::bf16, DType::bf16};
