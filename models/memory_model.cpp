@@ -52,9 +52,17 @@ int64_t qkv_width(const GPTOptions& o) {
 }
 
 // Whether the FP8 linears' one-byte copies are counted: run.precision fp8 (bf16 activations), attention
-// mha or gqa. MLA's projections under FP8 are counted as in bf16 (an overestimate).
+// mha or gqa, and every projection's in and out widths multiples of 16 (what the FP8 GEMM takes,
+// fp8_autocast.h; a model with any other width is counted as bf16, as most of its linears then are). MLA's
+// projections under FP8 are counted as in bf16 (an overestimate).
 bool fp8_linears_counted(const GPTOptions& o, double act) {
-  return o.fp8_linears && act == 2.0 && o.attention != AttentionType::mla;
+  if (!o.fp8_linears || act != 2.0 || o.attention == AttentionType::mla) return false;
+  const AttentionDims a = attention_dims(o);
+  const int64_t widths[] = {o.hidden_size, qkv_width(o), a.heads * a.d_v, effective_intermediate_size(o)};
+  for (int64_t w : widths) {
+    if (w % 16 != 0) return false;
+  }
+  return true;
 }
 
 // Bytes one token keeps per block between the forward and the backward, per recompute mode.

@@ -150,6 +150,12 @@ TEST(MemoryModel, Fp8LinearsKeepOneByteCopies) {
   MemoryPlanInput mla_fp8 = mla;
   mla_fp8.model.fp8_linears = true;
   EXPECT_EQ(estimate_memory(mla_fp8).total(), estimate_memory(mla).total()) << "MLA counted as bf16";
+  // Widths the FP8 GEMM does not take (here the MLP's 8200) keep bf16 linears, and the model counts them so.
+  MemoryPlanInput odd = llama_1b(RecomputeMode::none, seq);
+  odd.model.intermediate_size = 8200;
+  MemoryPlanInput odd_fp8 = odd;
+  odd_fp8.model.fp8_linears = true;
+  EXPECT_EQ(estimate_memory(odd_fp8).total(), estimate_memory(odd).total()) << "widths FP8 cannot take: bf16";
 }
 
 // fp8.bf16_first_blocks / _last_blocks: those blocks are counted as in bf16 (their inputs in bf16, no FP8
