@@ -94,6 +94,30 @@ TEST(Fp8Scaling, Fp8LinearCastsWithTheSlotsScalesAndRecordsItsAmaxes) {
   EXPECT_FALSE(all_close(fp8_linear(x, w), y, 0, 0));
 }
 
+// fp8_linear_after under delayed scaling: the input amax the slot records is that of the activation's
+// output h (what was cast), not of its input pre; the casts use the slot's scale for h, and the fresh slot
+// keeps the scale of h's own amax.
+TEST(Fp8Scaling, LinearAfterAnActivationRecordsTheActivationsAmax) {
+  for (raw::CastActivation act : {raw::CastActivation::gelu, raw::CastActivation::swiglu}) {
+    Fp8ScalingState state(kDelayed, Device::cpu());
+    const int64_t k = 32, width = act == raw::CastActivation::swiglu ? 2 * k : k;
+    const Tensor pre = raw::to(random_tensor({16, width}, DType::f32, 4, -3, 1), DType::bf16);  // |pre| peaks below 0
+    const Tensor w = random_tensor({16, k}, DType::f32, 5, -0.2, 0.2);
+    const Tensor h = raw::apply_cast_activation(pre, act);  // (16, 32)
+    const Tensor y = fp8_linear_after(act, pre, w, Tensor(), {.slot = state.slot("l")});
+    EXPECT_EQ(value(state.slot("l").amax[0]), value(raw::abs_max(h))) << raw::cast_activation_name(act);
+    EXPECT_NE(value(state.slot("l").amax[0]), value(raw::abs_max(pre))) << raw::cast_activation_name(act);
+    EXPECT_EQ(value(state.slot("l").scale[0]), value(raw::fp8_scale(raw::abs_max(h), DType::f8e4m3)));
+    state.update();
+    const Fp8Slot settled = state.slot("l");
+    ASSERT_FALSE(settled.fresh);
+    raw::fill_(settled.scale[0], 16.0);  // a scale of the slot's own, not h's: the cast must use it
+    const Tensor y_settled = fp8_linear_after(act, pre, w, Tensor(), {.slot = settled});
+    EXPECT_TRUE(all_close(y_settled, fp8_linear(h, w, Tensor(), {.slot = settled}), 0, 0));
+    EXPECT_FALSE(all_close(y_settled, y, 0, 0));
+  }
+}
+
 // A fresh slot casts with current scaling and keeps those scales: when the step is skipped (no amax reaches
 // the history) the next step casts with them, not with the initial 1.
 TEST(Fp8Scaling, AFreshSlotKeepsTheScalesItCastWith) {
