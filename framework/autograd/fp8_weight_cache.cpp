@@ -3,6 +3,8 @@
 #include <utility>
 
 #include "framework/autograd/functions/fp8_linear.h"
+#include "framework/tensor/ops/elementwise.h"
+#include "framework/tensor/ops/fp8_rows.h"
 
 namespace cpf {
 namespace {
@@ -38,20 +40,64 @@ void Fp8WeightCache::open() {
   const std::lock_guard<std::mutex> lock(mutex_);
   entries_.clear();
   open_ = true;
+  refreshed_ = false;
 }
 
 void Fp8WeightCache::close() {
   const std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<Planned> used;
+  for (const auto& [key, e] : entries_) {
+    if (e.used) used.push_back({e.weights, e.slot, e.margin});
+  }
+  if (!used.empty()) plan_ = std::move(used);  // a step that cast nothing (an evaluation) keeps the plan
   entries_.clear();
   open_ = false;
 }
 
-Fp8WeightCopy Fp8WeightCache::find(const std::vector<Tensor>& weights, const Fp8LinearOptions& options) const {
+void Fp8WeightCache::refresh_locked() {
+  refreshed_ = true;
+  if (plan_.empty()) return;
+  // Current scaling: every weight's amax in one pass, then its scale as fp8_linear's cast computes it.
+  std::vector<std::vector<Tensor>> current;
+  for (const Planned& p : plan_) {
+    if (!p.slot) current.push_back(p.weights);
+  }
+  const std::vector<Tensor> amaxes = raw::abs_max_rows(current);
+  std::vector<raw::Fp8RowsCast> casts;
+  size_t next_amax = 0;
+  for (const Planned& p : plan_) {
+    if (p.slot) {  // settled since the step that used it: its scale, and this step's amax recorded
+      casts.push_back({p.weights, p.slot->scale[kWeight], p.slot->amax[kWeight]});
+    } else {
+      casts.push_back({p.weights, raw::fp8_scale(amaxes[next_amax++], DType::f8e4m3, p.margin), Tensor()});
+    }
+  }
+  const std::vector<raw::Fp8Transposed> codes = raw::quantize_fp8_transposed_rows(casts, DType::f8e4m3);
+  for (size_t i = 0; i < plan_.size(); ++i) {
+    const Planned& p = plan_[i];
+    Entry e{.weights = p.weights,
+            .versions = {},
+            .scale_source = p.slot ? p.slot->scale[kWeight].raw_data() : nullptr,
+            .fresh = false,
+            .margin = p.margin,
+            .recorded_into = p.slot ? p.slot->amax[kWeight].raw_data() : nullptr,
+            .copy = {codes[i].q, codes[i].qt, raw::unary(raw::UnaryOp::reciprocal, casts[i].scale)},
+            .slot = p.slot,
+            .used = false};
+    for (const Tensor& w : p.weights) e.versions.push_back(w.version());
+    entries_[key_of(p.weights)] = std::move(e);
+  }
+  stored_ += static_cast<int64_t>(plan_.size());
+  refreshed_count_ += static_cast<int64_t>(plan_.size());
+}
+
+Fp8WeightCopy Fp8WeightCache::find(const std::vector<Tensor>& weights, const Fp8LinearOptions& options) {
   const std::lock_guard<std::mutex> lock(mutex_);
   if (!open_) return {};
+  if (!refreshed_) refresh_locked();
   const auto it = entries_.find(key_of(weights));
   if (it == entries_.end()) return {};
-  const Entry& e = it->second;
+  Entry& e = it->second;
   for (size_t i = 0; i < weights.size(); ++i) {
     const Tensor& held = e.weights[i];
     // Another view at the same address, or the same one changed in place since the cast: cast again.
@@ -66,6 +112,7 @@ Fp8WeightCopy Fp8WeightCache::find(const std::vector<Tensor>& weights, const Fp8
   const void* target = amax_target_of(options);
   if (target != nullptr && e.recorded_into != target) return {};
   ++reused_;
+  e.used = true;
   return e.copy;
 }
 
@@ -78,7 +125,9 @@ void Fp8WeightCache::store(const std::vector<Tensor>& weights, const Fp8LinearOp
           .fresh = options.slot && options.slot->fresh,
           .margin = options.margin,
           .recorded_into = amax_target_of(options),
-          .copy = std::move(copy)};
+          .copy = std::move(copy),
+          .slot = options.slot,
+          .used = true};
   for (const Tensor& w : weights) e.versions.push_back(w.version());
   entries_[key_of(weights)] = std::move(e);
   ++stored_;
@@ -102,6 +151,16 @@ int64_t Fp8WeightCache::reused() const {
 int64_t Fp8WeightCache::size() const {
   const std::lock_guard<std::mutex> lock(mutex_);
   return static_cast<int64_t>(entries_.size());
+}
+
+int64_t Fp8WeightCache::refreshed() const {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  return refreshed_count_;
+}
+
+int64_t Fp8WeightCache::planned() const {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  return static_cast<int64_t>(plan_.size());
 }
 
 }  // namespace cpf

@@ -20,11 +20,21 @@
 // of its first uses, and a capture that fails leaves nothing behind once its scope closes. The copies cost 2 bytes a
 // weight parameter while the step runs (the transposed one the backward keeps anyway); models whose parameters are
 // sharded (ZeRO-3) cast at every call instead (their weights are whole only while their block runs).
+//
+// From the second step on the copies are made together: the first lookup of a step casts every weight the
+// previous step used, in one launch per 48 row blocks (framework/tensor/ops/fp8_rows.h; current scaling adds
+// one launch for all their amaxes), with the scales this step's calls will ask for (a delayed slot's scale,
+// the slot now settled; or the weight's own amax), and linear_cat's parts cast where they lie rather than
+// from a concatenation. The lookups then find them as they would find a call's cast: a call asking under
+// other conditions (a slot still fresh) casts for itself, as before. The refresh runs inside the step, so a
+// captured step holds it.
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <vector>
 
+#include "framework/autograd/fp8_scaling.h"
 #include "framework/tensor/tensor.h"
 
 namespace cpf {
@@ -53,8 +63,8 @@ class Fp8WeightCache {
   };
 
   // The kept copy of the row-concatenation of `weights` for a call with `options`, or undefined data (no
-  // open step, none kept, or kept under other conditions: see above).
-  Fp8WeightCopy find(const std::vector<Tensor>& weights, const Fp8LinearOptions& options) const;
+  // open step, none kept, or kept under other conditions: see above). The step's first lookup refreshes.
+  Fp8WeightCopy find(const std::vector<Tensor>& weights, const Fp8LinearOptions& options);
   // Keeps `copy`, cast for a call with `options`, when a step is open (else does nothing).
   void store(const std::vector<Tensor>& weights, const Fp8LinearOptions& options, Fp8WeightCopy copy);
 
@@ -65,6 +75,9 @@ class Fp8WeightCache {
   int64_t reused() const;
   // Copies held now.
   int64_t size() const;
+  // Copies made by the refreshes (counted in stored() too), and the weights the next refresh will cast.
+  int64_t refreshed() const;
+  int64_t planned() const;
 
  private:
   struct Entry {
@@ -75,15 +88,27 @@ class Fp8WeightCache {
     int64_t margin = 0;
     const void* recorded_into = nullptr;  // the slot amax the cast folded the weight's into, or null
     Fp8WeightCopy copy;
+    std::optional<Fp8Slot> slot;  // the delayed-scaling slot of the call that made it (what a refresh casts with)
+    bool used = false;            // taken or made by a call this step: planned for the next refresh
+  };
+  // A weight the previous step used, as the refresh casts it.
+  struct Planned {
+    std::vector<Tensor> weights;
+    std::optional<Fp8Slot> slot;
+    int64_t margin = 0;
   };
   void open();
   void close();
+  void refresh_locked();  // casts plan_ into entries_ (mutex_ held)
 
   mutable std::mutex mutex_;  // forwards of one model on several threads share it
   bool open_ = false;
   std::map<std::vector<const void*>, Entry> entries_;  // keyed by the weights' data addresses
   int64_t stored_ = 0;
-  mutable int64_t reused_ = 0;
+  int64_t reused_ = 0;
+  std::vector<Planned> plan_;  // the weights used by the last step that used any
+  bool refreshed_ = false;     // this step's refresh has run
+  int64_t refreshed_count_ = 0;
 };
 
 }  // namespace cpf

@@ -253,6 +253,16 @@ struct DeviceOps {
   bool (*fp8_activation_amax)(const Tensor& out, const Tensor& pre, int activation) = nullptr;
   bool (*quantize_fp8_activation)(const Tensor& q, const Tensor& qt, const Tensor& pre, int activation,
                                   const Tensor& scale, const Tensor& amax_out) = nullptr;
+  // Many weights at once (framework/tensor/ops/fp8_rows.h): weights[i] the row blocks of weight i (contiguous,
+  // 2-D, one width, f32 or bf16); out[i] () f32 zero on entry. Returns, per weight, whether it was done: the
+  // backend takes the weights whose every block fits its kernel and the caller casts the others one by one.
+  std::vector<bool> (*fp8_amax_rows)(const std::vector<Tensor>& out,
+                                     const std::vector<std::vector<Tensor>>& weights) = nullptr;
+  // q[i] (N_i, K), qt[i] (K, N_i) fp8 = weight i cast with scale[i]; amax_out[i] (or undefined) folded.
+  std::vector<bool> (*quantize_fp8_rows)(const std::vector<Tensor>& q, const std::vector<Tensor>& qt,
+                                         const std::vector<std::vector<Tensor>>& weights,
+                                         const std::vector<Tensor>& scale,
+                                         const std::vector<Tensor>& amax_out) = nullptr;
   // out (f32 or bf16) = q * scale_inv.
   void (*dequantize_fp8)(const Tensor& out, const Tensor& q, const Tensor& scale_inv) = nullptr;
   // out (M, N) = (a * a_scale_inv) @ (b * b_scale_inv)^T + bias: a (M, K), b (N, K), M, N, K > 0.

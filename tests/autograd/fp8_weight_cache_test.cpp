@@ -171,5 +171,86 @@ TEST(Fp8WeightCache, AnotherSlotOrAnotherViewCastsAgain) {
   EXPECT_EQ(cache.stored(), 4) << "the view and the whole weight share an address, not a copy";
 }
 
+// One training step's forward of two weights, the second given as linear_cat's parts, after the optimizer
+// changed them in place (as a step does): the outputs.
+std::vector<Tensor> step_forward(const std::vector<Tensor>& weights, const std::vector<Tensor>& parts,
+                                 const Fp8LinearOptions& options, double change) {
+  {
+    const NoGradGuard no_grad;
+    for (const Tensor& w : weights) raw::copy_(w, raw::mul(w, change));
+    for (const Tensor& w : parts) raw::copy_(w, raw::mul(w, change));
+  }
+  std::vector<Tensor> out;
+  for (const Tensor& w : weights) out.push_back(fp8_linear(input(1), w, Tensor(), options));
+  if (!parts.empty()) out.push_back(fp8_linear(input(2), parts, Tensor(), options));
+  return out;
+}
+
+// From the second step on, the first lookup casts every weight the previous step used (fp8_rows.h) and
+// every call takes its copy, with the values of casting at the call.
+TEST(Fp8WeightCache, LaterStepsCastEveryUsedWeightInOneRefresh) {
+  const Tensor w = weight(32, 11), q = weight(32, 12), k = weight(16, 13);
+  Fp8WeightCache cache;
+  for (int step = 0; step < 3; ++step) {
+    std::vector<Tensor> kept;
+    {
+      const Fp8WeightCache::StepScope scope(&cache);
+      kept = step_forward({w}, {q, k}, {.margin = 1, .weight_cache = &cache}, 1.5);
+    }
+    const std::vector<Tensor> plain = step_forward({w}, {q, k}, {.margin = 1}, 1.0);
+    for (size_t i = 0; i < kept.size(); ++i) EXPECT_TRUE(all_close(kept[i], plain[i], 0, 0)) << step << " " << i;
+    EXPECT_EQ(cache.planned(), 2);
+    EXPECT_EQ(cache.refreshed(), 2 * step) << "one refresh of both weights a step after the first";
+    EXPECT_EQ(cache.stored(), 2 + 2 * step) << "the refreshed copies served every call";
+    EXPECT_EQ(cache.reused(), 2 * step);
+  }
+  // A step that casts nothing (an evaluation outside the FP8 blocks) keeps the plan.
+  { const Fp8WeightCache::StepScope scope(&cache); }
+  EXPECT_EQ(cache.planned(), 2);
+  // A step that uses one weight plans only that one.
+  {
+    const Fp8WeightCache::StepScope scope(&cache);
+    step_forward({w}, {}, {.margin = 1, .weight_cache = &cache}, 1.0);
+  }
+  EXPECT_EQ(cache.planned(), 1);
+}
+
+// Delayed scaling: the refresh casts with the slot's scale (settled since the step that used it) and
+// records the weight's amax into the slot, as the call would; a slot still fresh (no update between the
+// steps) makes the call cast for itself.
+TEST(Fp8WeightCache, RefreshCastsWithTheSettledSlotAndRecordsTheAmax) {
+  const Tensor w = weight(32, 14);
+  Fp8ScalingState state({.recipe = Fp8Recipe::delayed, .amax_history = 2}, Device::cpu());
+  Fp8WeightCache cache;
+  const auto weight_amax = [&] {
+    return raw::to(state.slot("site").amax[static_cast<size_t>(Fp8Role::weight)], DType::f32).item<float>();
+  };
+  {
+    const Fp8WeightCache::StepScope scope(&cache);
+    step_forward({w}, {}, {.slot = state.slot("site"), .weight_cache = &cache}, 1.0);
+  }
+  {  // no update: the slot is still fresh, so the refreshed copy (cast as settled) is not taken
+    const Fp8WeightCache::StepScope scope(&cache);
+    const Fp8Slot fresh = state.slot("site");
+    ASSERT_TRUE(fresh.fresh);
+    const Tensor y = step_forward({w}, {}, {.slot = fresh, .weight_cache = &cache}, 1.0)[0];
+    EXPECT_EQ(cache.refreshed(), 1);
+    EXPECT_EQ(cache.stored(), 3) << "the fresh slot's call cast for itself";
+    EXPECT_TRUE(all_close(y, fp8_linear(input(1), w, Tensor(), {.slot = state.slot("site")}), 0, 0));
+  }
+  state.update();
+  const Fp8Slot settled = state.slot("site");
+  ASSERT_FALSE(settled.fresh);
+  EXPECT_EQ(weight_amax(), 0.0f);
+  const Fp8WeightCache::StepScope scope(&cache);
+  const Tensor y = step_forward({w}, {}, {.slot = settled, .weight_cache = &cache}, 2.0)[0];
+  EXPECT_EQ(cache.refreshed(), 2);
+  EXPECT_EQ(cache.stored(), 4) << "the settled slot's call took the refreshed copy";
+  EXPECT_EQ(weight_amax(), raw::abs_max(w).item<float>());
+  Fp8Slot unrecorded = settled;
+  unrecorded.amax = {};
+  EXPECT_TRUE(all_close(y, fp8_linear(input(1), w, Tensor(), {.slot = unrecorded}), 0, 0));
+}
+
 }  // namespace
 }  // namespace cpf

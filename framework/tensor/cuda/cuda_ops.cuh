@@ -42,14 +42,18 @@ void classifier_rows(const Tensor& logits, const Tensor& row_loss, const Tensor&
 void sum_squares(const Tensor& out, const std::vector<Tensor>& tensors);
 void adamw_step(const std::vector<DeviceAdamWParam>& params, const DeviceAdamW& h);
 void clip_by_norm_(const std::vector<Tensor>& tensors, const Tensor& sum_squares, double max_norm);
-// The FP8 entries (fp8_ops.cpp): DeviceOps::fp8_amax, fp8_scale, quantize_fp8, dequantize_fp8, fp8_matmul_nt,
-// fp8_update_scales.
+// The FP8 entries (fp8_ops.cpp): DeviceOps::fp8_amax, fp8_scale, quantize_fp8, the activation and row
+// casts, dequantize_fp8, fp8_matmul_nt, fp8_update_scales.
 void fp8_amax(const Tensor& out, const Tensor& x);
 void fp8_scale(const Tensor& out, const Tensor& amax, double fp8_max, int64_t margin, const Tensor& fallback);
 void quantize_fp8(const Tensor& q, const Tensor& qt, const Tensor& x, const Tensor& scale, const Tensor& amax_out);
 bool fp8_activation_amax(const Tensor& out, const Tensor& pre, int activation);
 bool quantize_fp8_activation(const Tensor& q, const Tensor& qt, const Tensor& pre, int activation, const Tensor& scale,
                              const Tensor& amax_out);
+std::vector<bool> fp8_amax_rows(const std::vector<Tensor>& out, const std::vector<std::vector<Tensor>>& weights);
+std::vector<bool> quantize_fp8_rows(const std::vector<Tensor>& q, const std::vector<Tensor>& qt,
+                                    const std::vector<std::vector<Tensor>>& weights, const std::vector<Tensor>& scale,
+                                    const std::vector<Tensor>& amax_out);
 void dequantize_fp8(const Tensor& out, const Tensor& q, const Tensor& scale_inv);
 void fp8_matmul_nt(const Tensor& out, const Tensor& a, const Tensor& a_scale_inv, const Tensor& b,
                    const Tensor& b_scale_inv, const Tensor& bias, bool fast_accumulation);

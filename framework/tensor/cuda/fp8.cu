@@ -1,7 +1,5 @@
 // FP8 casts (fp8_kernels.cuh): grid-stride loops over contiguous data (16-byte vectors where aligned), tiles for
-// the transposing cast; the amax is a block reduction
-// followed by one atomicMax per block on the float's bits (non-negative floats order like their bits,
-// and NaN's bits are above infinity's, so a NaN wins as on the CPU).
+// the transposing cast (fp8_tiles.cuh, shared with fp8_rows.cu); the amax is fp8_tiles.cuh's block_amax.
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
@@ -11,31 +9,13 @@
 #include "framework/tensor/cuda/cuda_check.cuh"
 #include "framework/tensor/cuda/elementwise.cuh"
 #include "framework/tensor/cuda/fp8_kernels.cuh"
+#include "framework/tensor/cuda/fp8_tiles.cuh"
 #include "framework/tensor/cuda/kernels.cuh"
 
 namespace cpf::cuda::kernels {
 namespace {
 
-constexpr int kFp8Threads = 256;  // every kernel here: 256 threads (the transposing one as 32 x 8)
-
-__device__ __forceinline__ float load_float(const float* p, int64_t i) { return p[i]; }
-__device__ __forceinline__ float load_float(const __nv_bfloat16* p, int64_t i) { return __bfloat162float(p[i]); }
-__device__ __forceinline__ float load_float(const double* p, int64_t i) { return static_cast<float>(p[i]); }
-
-// The block's max of `v` (|x| bits) into *amax; tid: the thread's index in the block (0 .. kFp8Threads).
-__device__ __forceinline__ void block_amax(unsigned v, float* amax, int tid) {
-  __shared__ unsigned warp_max[kFp8Threads / 32];
-  for (int delta = 16; delta > 0; delta >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, delta));
-  if ((tid & 31) == 0) warp_max[tid / 32] = v;
-  __syncthreads();
-  if (tid < 32) {
-    v = tid < kFp8Threads / 32 ? warp_max[tid] : 0u;
-    for (int delta = 16; delta > 0; delta >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, delta));
-    if (tid == 0) atomicMax(reinterpret_cast<unsigned*>(amax), v);
-  }
-}
-
-__device__ __forceinline__ unsigned abs_bits(float v) { return __float_as_uint(v) & 0x7fffffffu; }
+using namespace fp8_tiles;  // kFp8Threads, kTile, load_float, abs_bits, block_amax, PlainLoad, cast_tile
 
 template <class In>
 __global__ void amax_kernel(const In* x, int64_t n, float* amax) {
@@ -104,30 +84,9 @@ __global__ void quantize_transpose_kernel(const In* x, int64_t rows, int64_t col
   if (amax != nullptr) block_amax(m, amax, threadIdx.y * 32 + threadIdx.x);
 }
 
-// The same cast over 64 x 64 tiles when rows and cols are multiples of 64 and the data 16-byte aligned: x
-// read in 16-byte vectors, q written 4 or 8 bytes a thread, qt 8 bytes a thread from the tile in shared
-// memory. The 32 x 32 kernel above moves one element a thread and ran at a sixth of the memory's rate on
-// an H100 (164 us for 8192 x 2048 bf16, 2026-12-07). The values are the same: one rounded product each.
-constexpr int kTile = 64;
-
-// Loaders: the V values of row r, columns c .. c + V - 1 of the tensor being cast, as floats; c is a
-// multiple of V and the row's data 16-byte aligned. PlainLoad reads the tensor itself; the activation
-// loaders compute it from the activation's input, rounded to bf16 as the element-wise kernels write it
-// (unary.cu, swiglu.cu; the formulas are activation_math.cuh's), so a fused cast gives the codes of
-// the activation's output cast by PlainLoad.
-template <class In>
-struct PlainLoad {
-  static constexpr int V = 16 / sizeof(In);
-  const In* x;
-  int64_t cols;
-  __device__ __forceinline__ void operator()(int64_t r, int64_t c, float* f) const {
-    const uint4 raw = *reinterpret_cast<const uint4*>(x + r * cols + c);
-    const In* e = reinterpret_cast<const In*>(&raw);
-#pragma unroll
-    for (int k = 0; k < V; ++k) f[k] = load_float(e, k);
-  }
-};
-
+// Activation loaders (as fp8_tiles.cuh's PlainLoad): h computed from the activation's input, rounded to bf16
+// as the element-wise kernels write it (unary.cu, swiglu.cu; the formulas are activation_math.cuh's), so a
+// fused cast gives the codes of the activation's output cast by PlainLoad.
 using Bf16Vector = Vec<bf16, 8>;
 
 struct GeluLoad {  // h = gelu(pre), pre (rows, cols) bf16
@@ -168,45 +127,16 @@ __global__ void amax_loaded_kernel(Load load, int64_t rows, float* amax) {
   block_amax(m, amax, threadIdx.x);
 }
 
+// The same cast over 64 x 64 tiles when rows and cols are multiples of 64 and the data 16-byte aligned: x
+// read in 16-byte vectors, q written 4 or 8 bytes a thread, qt 8 bytes a thread from the tile in shared
+// memory. The 32 x 32 kernel above moves one element a thread and ran at a sixth of the memory's rate on
+// an H100 (164 us for 8192 x 2048 bf16, 2026-12-07). The values are the same: one rounded product each.
 template <class Load>
 __global__ void __launch_bounds__(kFp8Threads)
     quantize_transpose_tiles_kernel(Load load, int64_t rows, const float* scale, __nv_fp8_interpretation_t kind,
                                     uint8_t* q, uint8_t* qt, float* amax) {
-  constexpr int V = Load::V, kVectorsPerRow = kTile / V;
-  const int64_t cols = load.cols;
-  __shared__ uint8_t tile[kTile][kTile + 4];  // (tile rows, tile cols), padded against bank conflicts
-  const float s = *scale;
-  const int64_t r0 = int64_t(blockIdx.y) * kTile, c0 = int64_t(blockIdx.x) * kTile;
-  unsigned m = 0;
-  for (int v = threadIdx.x; v < kTile * kVectorsPerRow; v += kFp8Threads) {
-    const int r = v / kVectorsPerRow, c = (v % kVectorsPerRow) * V;
-    float f[V];
-    load(r0 + r, c0 + c, f);
-    alignas(8) uint8_t b[V];
-#pragma unroll
-    for (int k = 0; k < V; ++k) {
-      m = max(m, abs_bits(f[k]));
-      b[k] = __nv_cvt_float_to_fp8(__fmul_rn(f[k], s), __NV_SATFINITE, kind);
-      tile[r][c + k] = b[k];
-    }
-    if (q != nullptr) {
-      uint8_t* dst = q + (r0 + r) * cols + c0 + c;
-      if constexpr (V == 8) {
-        *reinterpret_cast<uint2*>(dst) = *reinterpret_cast<const uint2*>(b);
-      } else {
-        *reinterpret_cast<uint32_t*>(dst) = *reinterpret_cast<const uint32_t*>(b);
-      }
-    }
-  }
-  __syncthreads();
-  // qt's rows c0 .. c0 + 63, each 64 bytes (rows r0 .. r0 + 63 of x), written 8 bytes a thread.
-  for (int w = threadIdx.x; w < kTile * (kTile / 8); w += kFp8Threads) {
-    const int c = w / (kTile / 8), r = (w % (kTile / 8)) * 8;
-    alignas(8) uint8_t out[8];
-#pragma unroll
-    for (int k = 0; k < 8; ++k) out[k] = tile[r + k][c];
-    *reinterpret_cast<uint2*>(qt + (c0 + c) * rows + r0 + r) = *reinterpret_cast<const uint2*>(out);
-  }
+  const unsigned m =
+      cast_tile(load, int64_t(blockIdx.y) * kTile, int64_t(blockIdx.x) * kTile, rows, *scale, kind, q, qt);
   if (amax != nullptr) block_amax(m, amax, threadIdx.x);
 }
 

@@ -40,4 +40,22 @@ void launch_fp8_update_scales(float* history, float* amax, float* scale, const f
                               int64_t length, int64_t margin, bool most_recent, const void* skip, bool skip_f64,
                               float* clipped, cudaStream_t stream);
 
+// Casts of many row blocks (fp8_rows.cu): job j casts x (rows, cols) with *scale into q (rows, cols; null: not
+// written) and its transpose into qt at leading dimension qt_ld (qt's row c at qt + c * qt_ld); *amax (or
+// null) = max(*amax, max |x|). A weight's row blocks (linear_cat's parts) point into one q and qt and share
+// one scale and amax. Every job must fit (fp8_row_job_fits: rows and cols multiples of 64, x 16-byte and q,
+// qt 8-byte aligned, qt_ld a multiple of 8); all jobs of a call have dtype (kF32 or kBF16).
+struct Fp8RowJob {
+  const void* x;
+  uint8_t* q;
+  uint8_t* qt;
+  const float* scale;
+  float* amax;
+  int64_t rows, cols, qt_ld;
+};
+bool fp8_row_job_fits(const Fp8RowJob& job);
+void launch_fp8_rows_cast(int dtype, bool fp8_e4m3, const Fp8RowJob* jobs, int count, cudaStream_t stream);
+// *amax = max(*amax, max |x|) for every job (amax non-null): the current-scaling amaxes of many weights.
+void launch_fp8_rows_amax(int dtype, const Fp8RowJob* jobs, int count, cudaStream_t stream);
+
 }  // namespace cpf::cuda::kernels

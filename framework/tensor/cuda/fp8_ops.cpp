@@ -7,6 +7,9 @@
 // kernels take. A's scale is b's inverse scale, B's is a's; the bias is one value per D row (our column).
 #include <cuda_runtime.h>
 
+#include <functional>
+#include <vector>
+
 #include "framework/tensor/cuda/cublaslt.cuh"
 #include "framework/tensor/cuda/cuda_check.cuh"
 #include "framework/tensor/cuda/cuda_ops.cuh"
@@ -87,6 +90,75 @@ bool quantize_fp8_activation(const Tensor& q, const Tensor& qt, const Tensor& pr
   return k::launch_quantize_fp8_activation(activation, qt.dtype() == DType::f8e4m3, pre.raw_data(), pre.size(0), cols,
                                            f32_ptr(scale), q.defined() ? static_cast<uint8_t*>(q.raw_data()) : nullptr,
                                            static_cast<uint8_t*>(qt.raw_data()), f32_mut(amax_out), launch.stream);
+}
+
+namespace {
+
+// The row jobs of weight i (fp8_rows.cu): its parts at their rows of q and columns of qt, or none when a part
+// does not fit the kernel (the caller casts that weight itself).
+std::vector<k::Fp8RowJob> row_jobs(const std::vector<Tensor>& parts, const Tensor& q, const Tensor& qt,
+                                   const Tensor& scale, const Tensor& amax) {
+  std::vector<k::Fp8RowJob> jobs;
+  const int64_t n = qt.defined() ? qt.size(1) : 0;
+  int64_t row = 0;
+  for (const Tensor& p : parts) {
+    const int64_t cols = p.size(1);
+    const k::Fp8RowJob job{.x = p.raw_data(),
+                           .q = q.defined() ? static_cast<uint8_t*>(q.raw_data()) + row * cols : nullptr,
+                           .qt = qt.defined() ? static_cast<uint8_t*>(qt.raw_data()) + row : nullptr,
+                           .scale = f32_ptr(scale),
+                           .amax = f32_mut(amax),
+                           .rows = p.size(0),
+                           .cols = cols,
+                           .qt_ld = n};
+    if (!k::fp8_row_job_fits(job)) return {};
+    jobs.push_back(job);
+    row += p.size(0);
+  }
+  return jobs;
+}
+
+// Runs launch(dtype, jobs) once per dtype over the jobs of every weight that fits; returns which did.
+template <class Launch>
+std::vector<bool> run_row_jobs(const std::vector<std::vector<Tensor>>& weights, Launch&& launch,
+                               const std::function<std::vector<k::Fp8RowJob>(size_t)>& jobs_of) {
+  std::vector<bool> done(weights.size(), false);
+  for (const DType dtype : {DType::f32, DType::bf16}) {
+    std::vector<k::Fp8RowJob> jobs;
+    for (size_t i = 0; i < weights.size(); ++i) {
+      if (weights[i][0].dtype() != dtype) continue;
+      const std::vector<k::Fp8RowJob> mine = jobs_of(i);
+      done[i] = !mine.empty();
+      jobs.insert(jobs.end(), mine.begin(), mine.end());
+    }
+    if (!jobs.empty()) launch(code(dtype), jobs);
+  }
+  return done;
+}
+
+}  // namespace
+
+std::vector<bool> fp8_amax_rows(const std::vector<Tensor>& out, const std::vector<std::vector<Tensor>>& weights) {
+  Launch launch(out[0].device());
+  return run_row_jobs(
+      weights,
+      [&](int dtype, const std::vector<k::Fp8RowJob>& jobs) {
+        k::launch_fp8_rows_amax(dtype, jobs.data(), static_cast<int>(jobs.size()), launch.stream);
+      },
+      [&](size_t i) { return row_jobs(weights[i], Tensor(), Tensor(), Tensor(), out[i]); });
+}
+
+std::vector<bool> quantize_fp8_rows(const std::vector<Tensor>& q, const std::vector<Tensor>& qt,
+                                    const std::vector<std::vector<Tensor>>& weights, const std::vector<Tensor>& scale,
+                                    const std::vector<Tensor>& amax_out) {
+  Launch launch(qt[0].device());
+  const bool e4m3 = qt[0].dtype() == DType::f8e4m3;
+  return run_row_jobs(
+      weights,
+      [&](int dtype, const std::vector<k::Fp8RowJob>& jobs) {
+        k::launch_fp8_rows_cast(dtype, e4m3, jobs.data(), static_cast<int>(jobs.size()), launch.stream);
+      },
+      [&](size_t i) { return row_jobs(weights[i], q[i], qt[i], scale[i], amax_out[i]); });
 }
 
 void dequantize_fp8(const Tensor& out, const Tensor& q, const Tensor& scale_inv) {

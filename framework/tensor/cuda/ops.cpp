@@ -468,6 +468,8 @@ const DeviceOps& cuda_device_ops() {
     t.dequantize_fp8 = &dequantize_fp8;
     t.fp8_activation_amax = &fp8_activation_amax;
     t.quantize_fp8_activation = &quantize_fp8_activation;
+    t.fp8_amax_rows = &fp8_amax_rows;
+    t.quantize_fp8_rows = &quantize_fp8_rows;
     t.fp8_matmul_nt = &fp8_matmul_nt;
     t.fp8_update_scales = &fp8_update_scales;
     return t;
