@@ -125,7 +125,7 @@ std::string precision_description(const TrainConfig& config) {
         "; bf16 blocks: first " + std::to_string(f.bf16_first_blocks) + ", last " + std::to_string(f.bf16_last_blocks);
   }
   const std::string fast = f.fast_forward_accumulation ? "; fast forward accumulation" : "";
-  const std::string fused = f.fuse_activation_casts ? "; activation casts fused" : "";
+  const std::string fused = f.fuse_activation_casts ? "" : "; activation casts not fused";
   return "fp8 linears (" + recipe + "; margin " + std::to_string(f.margin) + blocks + fast + fused +
          "), bf16 (f32 master weights)";
 }

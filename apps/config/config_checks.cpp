@@ -321,10 +321,10 @@ void check_fp8(const Checker& check, const TrainConfig& c) {
                "delayed scales FP8 GEMMs, but run.precision is not fp8; set run.precision: fp8 (or drop fp8.recipe)",
                {"run.precision"});
   }
-  // Switches of the FP8 path that were turned on without it.
+  // Switches of the FP8 path moved off their defaults without it.
   for (const auto& [on, key, what] :
        {std::tuple{c.fp8.fast_forward_accumulation, "fp8.fast_forward_accumulation", "sets how FP8 GEMMs accumulate"},
-        std::tuple{c.fp8.fuse_activation_casts, "fp8.fuse_activation_casts",
+        std::tuple{!c.fp8.fuse_activation_casts, "fp8.fuse_activation_casts",
                    "sets how the activations feed FP8 GEMMs"}}) {
     if (on && c.run.precision != PrecisionMode::fp8) {
       check.fail(key, std::string(what) + ", but run.precision is not fp8; set run.precision: fp8 (or drop the key)",

@@ -38,7 +38,7 @@ struct Fp8LinearOptions {
   bool fast_forward_accumulation = false;
   // For the callers that choose between fp8_linear_after and an activation then fp8_linear (nn::MLP,
   // gelu_mlp; fp8_autocast.h's fp8_fuse_activation_casts): whether to fuse. fp8_linear itself ignores it.
-  bool fuse_activation_casts = false;
+  bool fuse_activation_casts = true;
 };
 
 // x (..., K) bf16 @ weight (N, K)^T + bias (N) -> (..., N) bf16, the GEMMs in FP8 as above. weight and bias

@@ -98,7 +98,7 @@ TEST(Fp8Training, ActivationCastsFusedOrNotTrainTheSame) {
     for (const std::vector<std::string>& recipe : {std::vector<std::string>{"run.precision=fp8"}, kDelayed}) {
       const std::vector<std::string> shape = with(recipe, {mlp});
       const auto fused = train_with(scratch_dir("fused"), 4, with(shape, {"fp8.fuse_activation_casts=true"}));
-      const auto unfused = train_with(scratch_dir("unfused"), 4, shape);
+      const auto unfused = train_with(scratch_dir("unfused"), 4, with(shape, {"fp8.fuse_activation_casts=false"}));
       ASSERT_EQ(fused.losses.size(), 4u);
       EXPECT_EQ(fused.losses, unfused.losses) << mlp << " " << recipe.back();
     }
@@ -251,11 +251,12 @@ TEST(Fp8Training, RefusesFp8OptionsThatMeanNothingOrAreOutOfRange) {
             std::string::npos)
       << config_error({"run.precision=bf16", "fp8.fast_forward_accumulation=true"});
   EXPECT_EQ(config_error({"run.precision=fp8", "fp8.fast_forward_accumulation=true"}), "");
-  EXPECT_NE(config_error({"run.precision=bf16", "fp8.fuse_activation_casts=true"})
-                .find("fp8.fuse_activation_casts=true sets how the activations feed FP8 GEMMs, but run.precision is "
+  EXPECT_NE(config_error({"run.precision=bf16", "fp8.fuse_activation_casts=false"})
+                .find("fp8.fuse_activation_casts=false sets how the activations feed FP8 GEMMs, but run.precision is "
                       "not fp8; set run.precision: fp8 (or drop the key)"),
             std::string::npos)
-      << config_error({"run.precision=bf16", "fp8.fuse_activation_casts=true"});
+      << config_error({"run.precision=bf16", "fp8.fuse_activation_casts=false"});
+  EXPECT_EQ(config_error({"run.precision=bf16", "fp8.fuse_activation_casts=true"}), "") << "the default";
 }
 
 // fp8.bf16_first_blocks: the first block's linears stay bf16, so the curve is neither the all-FP8 one nor
@@ -276,8 +277,8 @@ TEST(Fp8Training, BlocksKeptInBf16TrainBetweenFp8AndBf16) {
                                                      {"run.precision=fp8", "fp8.fast_forward_accumulation=true"})),
       "fp8 linears (current scaling; margin 0; fast forward accumulation), bf16 (f32 master weights)");
   EXPECT_EQ(precision_description(load_train_config_string(addition_yaml(scratch_dir("unfused_banner"), 1), "t.yaml",
-                                                           {"run.precision=fp8", "fp8.fuse_activation_casts=true"})),
-            "fp8 linears (current scaling; margin 0; activation casts fused), bf16 (f32 master weights)");
+                                                           {"run.precision=fp8", "fp8.fuse_activation_casts=false"})),
+            "fp8 linears (current scaling; margin 0; activation casts not fused), bf16 (f32 master weights)");
 }
 
 }  // namespace
