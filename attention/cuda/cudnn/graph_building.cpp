@@ -233,6 +233,61 @@ std::unique_ptr<ExecutionPlan> build_backward(const SdpaGraphKey& key, cudnnHand
   return g.finish(handle, failure);
 }
 
+// The forward in FP8, in the op order of cudnn-frontend's SDPA_FP8 node (the fused engine matches it):
+// S = Q K^T * scale * descale_q * descale_k, the causal mask, softmax with Stats, amax_s = max P,
+// P in E4M3 = P * scale_s, O = (P V) * descale_s * descale_v, amax_o = max |O| (before O's own scale),
+// O in E4M3 = O * scale_o. The scales and amaxes are (1, 1, 1, 1) f32 device tensors.
+std::unique_ptr<ExecutionPlan> build_fp8_forward(const SdpaGraphKey& key, cudnnHandle_t handle, std::string* failure) {
+  SdpaGraph s(key);
+  GraphBuilder& g = s.g;
+  const int64_t b = key.b;
+  const Dims unit_dims{1, 1, 1, 1};
+  const auto unit = [&](int64_t uid) { return g.tensor(uid, kF32, unit_dims, unit_dims); };
+  Desc q = s.io_tensor(kUidQ, key.h_q, key.s_q, key.d_qk, key.q, nullptr);
+  Desc kt = g.tensor(kUidK, s.io_, {b, key.h_kv, key.d_qk, key.s_kv}, transposed(key.k));
+  Desc v = s.io_tensor(kUidV, key.h_kv, key.s_kv, key.d_v, key.v, nullptr);
+  Desc o = s.io_tensor(kUidO, key.h_q, key.s_q, key.d_v, key.o, nullptr);
+  Desc stats = s.stats_tensor(kUidStats);
+
+  Desc logits = s.score();
+  g.matmul(q, kt, logits);
+  Desc scaled = g.pointwise(CUDNN_POINTWISE_MUL, logits, s.scale_, nullptr, s.score(), kF32);
+  scaled = g.pointwise(CUDNN_POINTWISE_MUL, scaled, unit(kUidDescaleQ), nullptr, s.score(), kF32);
+  scaled = g.pointwise(CUDNN_POINTWISE_MUL, scaled, unit(kUidDescaleK), nullptr, s.score(), kF32);
+  scaled = s.band_masks(scaled);
+  Desc max = s.row_stat();
+  g.reduction(CUDNN_REDUCE_TENSOR_MAX, scaled, max);
+  Desc centered = g.pointwise(CUDNN_POINTWISE_SUB, scaled, max, nullptr, s.score(), kF32);
+  Desc exps = g.pointwise(CUDNN_POINTWISE_EXP, centered, nullptr, nullptr, s.score(), kF32);
+  Desc sum = s.row_stat();
+  g.reduction(CUDNN_REDUCE_TENSOR_ADD, exps, sum);
+  Desc log_sum = g.pointwise(CUDNN_POINTWISE_LOG, sum, nullptr, nullptr, s.row_stat(), kF32);
+  g.pointwise(CUDNN_POINTWISE_ADD, max, log_sum, nullptr, stats, kF32);
+  Desc probs = g.pointwise(CUDNN_POINTWISE_DIV, exps, sum, nullptr, s.score(), kF32);
+  g.reduction(CUDNN_REDUCE_TENSOR_AMAX, probs, unit(kUidAmaxS));
+  Desc probs8 = g.pointwise(CUDNN_POINTWISE_MUL, probs, unit(kUidScaleS), nullptr,
+                            g.virtual_tensor(s.io_, s.score_dims_, s.score_strides_), kF32);
+  const Dims o_dims{b, key.h_q, key.s_q, key.d_v};
+  Desc out = g.virtual_tensor(kF32, o_dims, dims_of(key.o));
+  g.matmul(probs8, v, out);
+  out = g.pointwise(CUDNN_POINTWISE_MUL, out, unit(kUidDescaleS), nullptr,
+                    g.virtual_tensor(kF32, o_dims, dims_of(key.o)), kF32);
+  out = g.pointwise(CUDNN_POINTWISE_MUL, out, unit(kUidDescaleV), nullptr,
+                    g.virtual_tensor(kF32, o_dims, dims_of(key.o)), kF32);
+  g.pointwise(CUDNN_POINTWISE_MUL, out, unit(kUidScaleO), nullptr, o, kF32);
+  g.reduction(CUDNN_REDUCE_TENSOR_AMAX, out, unit(kUidAmaxO));
+  return g.finish(handle, failure);
+}
+
+// Why an FP8 key cannot be built, or "": the FP8 graph has no masks but the causal one, and no backward yet.
+std::string fp8_unsupported(const SdpaGraphKey& key) {
+  if (key.backward) return "the FP8 attention backward is not built (forward only, measured first)";
+  if (key.padding || key.ragged || key.left_bound || key.right_shift || key.bottom_right || key.sink) {
+    return "the FP8 attention forward takes dense (bshd) inputs with no mask or the causal one only";
+  }
+  return "";
+}
+
 }  // namespace
 
 std::string SdpaGraphKey::str() const {
@@ -241,11 +296,16 @@ std::string SdpaGraphKey::str() const {
      << " dqk=" << d_qk << " dv=" << d_v << (padding ? " padding" : "") << (ragged ? " ragged" : "")
      << (ragged_int64 ? "64" : "") << (right_bound ? " right_bound" : "") << (right_shift ? "+shift" : "")
      << (left_bound ? " left_bound" : "") << (bottom_right ? " bottom_right" : "")
-     << (backward && deterministic ? " deterministic" : "") << (!backward && sink ? " sink" : "");
+     << (backward && deterministic ? " deterministic" : "") << (!backward && sink ? " sink" : "")
+     << (fp8 ? " fp8" : "");
   return os.str();
 }
 
 std::unique_ptr<ExecutionPlan> build_sdpa_plan(const SdpaGraphKey& key, cudnnHandle_t handle, std::string* failure) {
+  if (key.fp8) {
+    *failure = fp8_unsupported(key);
+    return failure->empty() ? build_fp8_forward(key, handle, failure) : nullptr;
+  }
   return key.backward ? build_backward(key, handle, failure) : build_forward(key, handle, failure);
 }
 

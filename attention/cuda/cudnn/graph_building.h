@@ -42,6 +42,15 @@ enum SdpaUid : int64_t {
   kUidRightBound,
   kUidLeftBound,
   kUidSink,  // (1, h_q, 1, 1) f32: the attention sink of each query head
+  // The FP8 forward's (SdpaGraphKey::fp8) scales and amaxes: (1, 1, 1, 1) f32 device tensors.
+  kUidDescaleQ,
+  kUidDescaleK,
+  kUidDescaleV,
+  kUidDescaleS,
+  kUidScaleS,
+  kUidScaleO,
+  kUidAmaxS,
+  kUidAmaxO,
 };
 
 using Strides4 = std::array<int64_t, 4>;  // (b, h, s, d) element strides
@@ -63,6 +72,10 @@ struct SdpaGraphKey {
   bool bottom_right = false;    // diagonal offset per batch from the seq_len tensors (needs padding)
   bool deterministic = false;   // backward: dQ written directly (dP workspace) instead of an fp32 accumulator
   bool sink = false;            // forward: the attention sink joins the softmax (cuDNN 9.13+, attention_sink.h)
+  // The forward in FP8 (attention/cuda/cudnn_fp8_forward.h): Q, K, V and O E4M3 with per-tensor scales, the
+  // probabilities cast to E4M3 before their matmul, their amax and O's recorded. No mask or the causal
+  // one (right_bound without shift) only.
+  bool fp8 = false;
 
   auto operator<=>(const SdpaGraphKey&) const = default;
   std::string str() const;  // "fwd b=2 hq=16 hkv=16 sq=1024 ..." for reasons and logs

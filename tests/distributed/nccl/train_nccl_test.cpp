@@ -182,10 +182,9 @@ TEST_P(DataContextParallelNccl, TwentyStepsFollowTheSingleGpuLossCurve) {
   for (const PrecisionCase& precision : precision_cases()) {
     const std::string what = layout_name(l) + " " + precision.name + " over NCCL";
     std::vector<std::string> overrides = precision.overrides;
-    for (const std::string& o : {"parallel.backend=nccl", "parallel.dp=" + std::to_string(l.dp),
-                                 "parallel.cp=" + std::to_string(l.cp), std::string("parallel.cp_comm_type=") + l.comm}) {
-      overrides.push_back(o);
-    }
+    overrides.insert(overrides.end(),
+                     {std::string("parallel.backend=nccl"), "parallel.dp=" + std::to_string(l.dp),
+                      "parallel.cp=" + std::to_string(l.cp), std::string("parallel.cp_comm_type=") + l.comm});
     std::vector<double> losses;
     try {
       losses = train_losses(20, overrides, layout_name(l) + "_" + precision.name);

@@ -1,0 +1,81 @@
+// cuDNN's FP8 attention forward (attention/cuda/cudnn_fp8_forward.h) against the bf16 cuDNN forward of the same
+// shape (raw::attention_forward with the backend forced to cuDNN): the measurement #32 asks for before FP8
+// attention joins training (docs/fp8.md, "FP8 attention"). Shapes: the Llama-3.2-1B layer at 8192 tokens
+// (32 query heads, 8 key/value heads, head dim 64, causal) and a head-dim-128 case.
+//
+//   gpu_fp8_attention_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
+//
+// TFLOP/s: forward = 2 b h s^2 (d_qk + d_v), halved when causal. A shape cuDNN has no FP8 engine for is
+// reported as skipped with cuDNN's reason.
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "attention/attention_op.h"
+#include "attention/cuda/cudnn_fp8_forward.h"
+#include "benchmarks/gpu/gpu_bench_util.h"
+#include "framework/tensor/ops/fp8.h"
+
+namespace {
+
+using namespace cpf;
+
+Tensor gpu_scalar(float v) { return raw::to(from_vector(std::vector<float>{v}, {}), Device::cuda(0)); }
+
+struct Shape4 {
+  int64_t b, h, h_kv, s, d;
+};
+
+// range(0): the case (0 Llama-1B layer, 1 head dim 128); range(1): 0 bf16, 1 FP8.
+void BM_attention_forward(benchmark::State& state) {
+  const Shape4 c = state.range(0) == 0 ? Shape4{1, 32, 8, 8192, 64} : Shape4{1, 16, 16, 8192, 128};
+  const bool fp8 = state.range(1) == 1;
+  const Tensor q = bench::gpu_random({c.b, c.s, c.h, c.d}, DType::bf16, 1);
+  const Tensor k = bench::gpu_random({c.b, c.s, c.h_kv, c.d}, DType::bf16, 2);
+  const Tensor v = bench::gpu_random({c.b, c.s, c.h_kv, c.d}, DType::bf16, 3);
+  const Tensor one = gpu_scalar(1.0f);
+  const AttentionSpec spec{.qkv_format = QkvFormat::bshd, .mask = MaskType::causal};
+  const attention_cuda::Fp8AttentionScales scales{one, one, one, gpu_scalar(448.0f), gpu_scalar(1.0f / 448.0f), one};
+  const Tensor q8 = raw::quantize_fp8(q, one, DType::f8e4m3), k8 = raw::quantize_fp8(k, one, DType::f8e4m3);
+  const Tensor v8 = raw::quantize_fp8(v, one, DType::f8e4m3);
+  const double softmax_scale = 1.0 / std::sqrt(static_cast<double>(c.d));
+  const auto run = [&] {
+    if (fp8) {
+      benchmark::DoNotOptimize(
+          attention_cuda::cudnn_fp8_attention_forward(q8, k8, v8, scales, softmax_scale, true).out.raw_data());
+    } else {
+      benchmark::DoNotOptimize(
+          raw::attention_forward(q, k, v, spec, std::nullopt, {.backend = AttentionBackend::cudnn}).out.raw_data());
+    }
+  };
+  try {
+    run();  // the plan, once
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+    return;
+  }
+  bench::time_device(state, run);
+  const double flops = 2.0 * c.b * c.h * double(c.s) * double(c.s) * (2.0 * c.d) / 2.0;
+  state.counters["TFLOP/s"] =
+      benchmark::Counter(flops * bench::kReps * 1e-12, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+BENCHMARK(BM_attention_forward)
+    ->ArgsProduct({{0, 1}, {0, 1}})
+    ->ArgNames({"case", "fp8"})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (cpf::bench::no_device_to_measure("gpu_fp8_attention_bench")) return 0;
+  cpf::bench::SummaryReporter reporter("TFLOP/s");
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  std::printf("\n%-52s %10s\n", "attention forward, bf16 vs FP8 (median)", "TFLOP/s");
+  for (const auto& [name, tflops] : reporter.values()) std::printf("%-52s %10.1f\n", name.c_str(), tflops);
+  benchmark::Shutdown();
+  return 0;
+}
