@@ -54,27 +54,32 @@ void Fp8WeightCache::close() {
   open_ = false;
 }
 
-void Fp8WeightCache::refresh_locked() {
+void Fp8WeightCache::refresh_locked(Device device) {
   refreshed_ = true;
-  if (plan_.empty()) return;
+  // The planned weights on the device of the step's first FP8 call (a model moved since keeps no others).
+  std::vector<const Planned*> todo;
+  for (const Planned& p : plan_) {
+    if (p.weights[0].device() == device) todo.push_back(&p);
+  }
+  if (todo.empty()) return;
   // Current scaling: every weight's amax in one pass, then its scale as fp8_linear's cast computes it.
   std::vector<std::vector<Tensor>> current;
-  for (const Planned& p : plan_) {
-    if (!p.slot) current.push_back(p.weights);
+  for (const Planned* p : todo) {
+    if (!p->slot) current.push_back(p->weights);
   }
   const std::vector<Tensor> amaxes = raw::abs_max_rows(current);
   std::vector<raw::Fp8RowsCast> casts;
   size_t next_amax = 0;
-  for (const Planned& p : plan_) {
-    if (p.slot) {  // settled since the step that used it: its scale, and this step's amax recorded
-      casts.push_back({p.weights, p.slot->scale[kWeight], p.slot->amax[kWeight]});
+  for (const Planned* p : todo) {
+    if (p->slot) {  // settled since the step that used it: its scale, and this step's amax recorded
+      casts.push_back({p->weights, p->slot->scale[kWeight], p->slot->amax[kWeight]});
     } else {
-      casts.push_back({p.weights, raw::fp8_scale(amaxes[next_amax++], DType::f8e4m3, p.margin), Tensor()});
+      casts.push_back({p->weights, raw::fp8_scale(amaxes[next_amax++], DType::f8e4m3, p->margin), Tensor()});
     }
   }
   const std::vector<raw::Fp8Transposed> codes = raw::quantize_fp8_transposed_rows(casts, DType::f8e4m3);
-  for (size_t i = 0; i < plan_.size(); ++i) {
-    const Planned& p = plan_[i];
+  for (size_t i = 0; i < todo.size(); ++i) {
+    const Planned& p = *todo[i];
     Entry e{.weights = p.weights,
             .versions = {},
             .scale_source = p.slot ? p.slot->scale[kWeight].raw_data() : nullptr,
@@ -87,14 +92,14 @@ void Fp8WeightCache::refresh_locked() {
     for (const Tensor& w : p.weights) e.versions.push_back(w.version());
     entries_[key_of(p.weights)] = std::move(e);
   }
-  stored_ += static_cast<int64_t>(plan_.size());
-  refreshed_count_ += static_cast<int64_t>(plan_.size());
+  stored_ += static_cast<int64_t>(todo.size());
+  refreshed_count_ += static_cast<int64_t>(todo.size());
 }
 
 Fp8WeightCopy Fp8WeightCache::find(const std::vector<Tensor>& weights, const Fp8LinearOptions& options) {
   const std::lock_guard<std::mutex> lock(mutex_);
   if (!open_) return {};
-  if (!refreshed_) refresh_locked();
+  if (!refreshed_ && !weights.empty() && weights[0].defined()) refresh_locked(weights[0].device());
   const auto it = entries_.find(key_of(weights));
   if (it == entries_.end()) return {};
   Entry& e = it->second;

@@ -99,7 +99,7 @@ class Fp8WeightCache {
   };
   void open();
   void close();
-  void refresh_locked();  // casts plan_ into entries_ (mutex_ held)
+  void refresh_locked(Device device);  // casts plan_'s weights on `device` into entries_ (mutex_ held)
 
   mutable std::mutex mutex_;  // forwards of one model on several threads share it
   bool open_ = false;

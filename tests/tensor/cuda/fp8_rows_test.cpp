@@ -134,5 +134,25 @@ TEST_F(CudaFp8RowsTest, RefreshedCopiesEqualACallsOwnCast) {
   }
 }
 
+// A plan made on the CPU (a model moved to the GPU since) is not cast by a step whose calls run on the GPU.
+TEST_F(CudaFp8RowsTest, ARefreshCastsOnlyTheWeightsOnTheStepsDevice) {
+  const auto cpu = weights_on_cpu();
+  const auto gpu = to_gpu(cpu);
+  Fp8WeightCache cache;
+  const Fp8LinearOptions options{.weight_cache = &cache};
+  for (const auto* weights : {&cpu, &gpu}) {
+    const Fp8WeightCache::StepScope scope(&cache);
+    for (const auto& parts : *weights) {
+      if (cache.find(parts, options).data.defined()) continue;
+      const Tensor w = raw::cat(parts, 0);
+      const Tensor scale = raw::fp8_scale(raw::abs_max(w), DType::f8e4m3);
+      const raw::Fp8Transposed c = raw::quantize_fp8_transposed(w, scale, DType::f8e4m3);
+      cache.store(parts, options, {c.q, c.qt, raw::unary(raw::UnaryOp::reciprocal, scale)});
+    }
+  }
+  EXPECT_EQ(cache.refreshed(), 0) << "the CPU plan was cast for a GPU step";
+  EXPECT_EQ(cache.planned(), static_cast<int64_t>(gpu.size()));
+}
+
 }  // namespace
 }  // namespace cpf
