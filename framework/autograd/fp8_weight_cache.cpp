@@ -57,20 +57,20 @@ void Fp8WeightCache::close() {
 void Fp8WeightCache::refresh_locked(Device device) {
   refreshed_ = true;
   // The planned weights on the device of the step's first FP8 call (a model moved since keeps no others).
-  std::vector<const Planned*> todo;
+  std::vector<const Planned*> on_device;
   for (const Planned& p : plan_) {
-    if (p.weights[0].device() == device) todo.push_back(&p);
+    if (p.weights[0].device() == device) on_device.push_back(&p);
   }
-  if (todo.empty()) return;
+  if (on_device.empty()) return;
   // Current scaling: every weight's amax in one pass, then its scale as fp8_linear's cast computes it.
   std::vector<std::vector<Tensor>> current;
-  for (const Planned* p : todo) {
+  for (const Planned* p : on_device) {
     if (!p->slot) current.push_back(p->weights);
   }
   const std::vector<Tensor> amaxes = raw::abs_max_rows(current);
   std::vector<raw::Fp8RowsCast> casts;
   size_t next_amax = 0;
-  for (const Planned* p : todo) {
+  for (const Planned* p : on_device) {
     if (p->slot) {  // settled since the step that used it: its scale, and this step's amax recorded
       casts.push_back({p->weights, p->slot->scale[kWeight], p->slot->amax[kWeight]});
     } else {
@@ -78,8 +78,8 @@ void Fp8WeightCache::refresh_locked(Device device) {
     }
   }
   const std::vector<raw::Fp8Transposed> codes = raw::quantize_fp8_transposed_rows(casts, DType::f8e4m3);
-  for (size_t i = 0; i < todo.size(); ++i) {
-    const Planned& p = *todo[i];
+  for (size_t i = 0; i < on_device.size(); ++i) {
+    const Planned& p = *on_device[i];
     Entry e{.weights = p.weights,
             .versions = {},
             .scale_source = p.slot ? p.slot->scale[kWeight].raw_data() : nullptr,
@@ -92,8 +92,8 @@ void Fp8WeightCache::refresh_locked(Device device) {
     for (const Tensor& w : p.weights) e.versions.push_back(w.version());
     entries_[key_of(p.weights)] = std::move(e);
   }
-  stored_ += static_cast<int64_t>(todo.size());
-  refreshed_count_ += static_cast<int64_t>(todo.size());
+  stored_ += static_cast<int64_t>(on_device.size());
+  refreshed_count_ += static_cast<int64_t>(on_device.size());
 }
 
 Fp8WeightCopy Fp8WeightCache::find(const std::vector<Tensor>& weights, const Fp8LinearOptions& options) {

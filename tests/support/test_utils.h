@@ -2,6 +2,7 @@
 // Helpers shared by every test: error-message matchers, tensor comparison, gradcheck assertions.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -25,6 +26,16 @@
   } while (0)
 
 namespace cpf::testing {
+
+// Whether a and b hold the same bytes (same dtype and shape, compared contiguous, on any device): FP8 codes,
+// where equal values must be equal bit for bit.
+inline bool same_bytes(const Tensor& a, const Tensor& b) {
+  if (a.dtype() != b.dtype() || a.shape() != b.shape()) return false;
+  const Tensor ac = raw::contiguous(raw::to(a, Device::cpu())), bc = raw::contiguous(raw::to(b, Device::cpu()));
+  const auto* pa = static_cast<const uint8_t*>(ac.raw_data());
+  const auto* pb = static_cast<const uint8_t*>(bc.raw_data());
+  return std::equal(pa, pa + ac.numel() * dtype_size(a.dtype()), pb);
+}
 
 // Max |a - b| <= atol + rtol * |b| elementwise (b is the reference), NaN equal only to NaN.
 inline ::testing::AssertionResult all_close(const Tensor& actual, const Tensor& expected, double atol = 1e-6,

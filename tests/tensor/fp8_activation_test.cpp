@@ -22,17 +22,10 @@ namespace {
 using raw::CastActivation;
 using testing::all_close;
 using testing::random_tensor;
+using testing::same_bytes;
 
 Tensor bf16_random(const Shape& shape, uint64_t seed) {
   return raw::to(random_tensor(shape, DType::f32, seed, -3.0, 3.0), DType::bf16);
-}
-
-bool same_bytes(const Tensor& a, const Tensor& b) {
-  if (a.dtype() != b.dtype() || a.shape() != b.shape()) return false;
-  const Tensor ac = raw::contiguous(a), bc = raw::contiguous(b);
-  const auto* pa = static_cast<const uint8_t*>(ac.raw_data());
-  const auto* pb = static_cast<const uint8_t*>(bc.raw_data());
-  return std::equal(pa, pa + ac.numel() * dtype_size(a.dtype()), pb);
 }
 
 TEST(Fp8Activation, AppliesGeluAndSwigluOfThePackedHalves) {

@@ -18,14 +18,7 @@ namespace cpf {
 namespace {
 
 using testing::random_tensor;
-
-bool same_bytes(const Tensor& a, const Tensor& b) {
-  if (a.dtype() != b.dtype() || a.shape() != b.shape()) return false;
-  const Tensor ac = raw::contiguous(a), bc = raw::contiguous(b);
-  const auto* pa = static_cast<const uint8_t*>(ac.raw_data());
-  const auto* pb = static_cast<const uint8_t*>(bc.raw_data());
-  return std::equal(pa, pa + ac.numel() * dtype_size(a.dtype()), pb);
-}
+using testing::same_bytes;
 
 Tensor scalar(float v) { return from_vector(std::vector<float>{v}, {}); }
 

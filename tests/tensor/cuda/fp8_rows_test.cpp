@@ -23,14 +23,9 @@ namespace {
 using testing::on_cpu;
 using testing::on_gpu;
 using testing::random_cpu;
+using testing::same_bytes;
 
 class CudaFp8RowsTest : public testing::CudaTest {};
-
-bool same_bytes(const Tensor& a, const Tensor& b) {
-  const Tensor ac = raw::contiguous(on_cpu(a)), bc = raw::contiguous(on_cpu(b));
-  if (ac.shape() != bc.shape() || ac.dtype() != bc.dtype()) return false;
-  return std::memcmp(ac.raw_data(), bc.raw_data(), static_cast<size_t>(ac.numel()) * dtype_size(ac.dtype())) == 0;
-}
 
 Tensor scalar_on(float v, Device device) { return raw::to(from_vector(std::vector<float>{v}, {}), device); }
 
