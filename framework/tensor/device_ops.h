@@ -243,9 +243,10 @@ struct DeviceOps {
                     const Tensor& fallback) = nullptr;
   // q (f8e4m3/f8e5m2, x's numel) = fp8(x * scale) saturating, or undefined; qt (or undefined): for a 2-D x
   // (R, C), the same codes transposed (C, R), from the same pass; amax_out (or undefined) = max(amax_out,
-  // max |x|). At least one of q and qt is defined.
-  void (*quantize_fp8)(const Tensor& q, const Tensor& qt, const Tensor& x, const Tensor& scale,
-                       const Tensor& amax_out) = nullptr;
+  // max |x|); column_sums (or undefined; qt defined): (C) f32 = x summed over its rows. At least one of q
+  // and qt is defined.
+  void (*quantize_fp8)(const Tensor& q, const Tensor& qt, const Tensor& x, const Tensor& scale, const Tensor& amax_out,
+                       const Tensor& column_sums) = nullptr;
   // The same for h = activation(pre) without writing h (framework/tensor/ops/fp8_activation.h): pre bf16
   // contiguous, (R, C) for gelu or (R, 2 C) = [gate | up] for swiglu; h rounded to bf16 before the cast.
   // out = max |h|; q, qt, amax_out as quantize_fp8's (qt defined). false (nothing done): the backend cannot

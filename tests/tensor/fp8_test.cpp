@@ -128,6 +128,29 @@ TEST(Fp8Ops, TransposedCastWritesTheSameCodesTransposed) {
                    "quantize_fp8_transposed: x must be 2-D (R, C), got [2,3,4]");
 }
 
+// The column sums a linear's bias gradient takes from the cast of its output gradient: x summed over its
+// rows in f64, rounded once to f32; the codes are those of the cast without them; no rows: zeros.
+TEST(Fp8Ops, TransposedCastSumsTheColumnsWhenAsked) {
+  const Tensor x = random_tensor({9, 6}, DType::bf16, 4, -3.0, 3.0);
+  const Tensor scale = scalar(8.0f);
+  const raw::Fp8Transposed plain = raw::quantize_fp8_transposed(x, scale, DType::f8e5m2);
+  EXPECT_FALSE(plain.column_sums.defined());
+  const raw::Fp8Transposed with = raw::quantize_fp8_transposed(x, scale, DType::f8e5m2, Tensor(), false, true);
+  ASSERT_EQ(with.column_sums.shape(), (Shape{6}));
+  EXPECT_EQ(with.column_sums.dtype(), DType::f32);
+  const std::vector<float> sums = with.column_sums.to_vector<float>();
+  const std::vector<float> xs = raw::to(x, DType::f32).to_vector<float>();
+  for (int64_t c = 0; c < 6; ++c) {
+    double expected = 0.0;
+    for (int64_t r = 0; r < 9; ++r) expected += xs[r * 6 + c];
+    EXPECT_EQ(sums[c], static_cast<float>(expected)) << "column " << c;
+  }
+  EXPECT_TRUE(testing::same_bytes(with.qt, plain.qt));
+  const raw::Fp8Transposed none =
+      raw::quantize_fp8_transposed(zeros({0, 3}, {.dtype = DType::bf16}), scale, DType::f8e4m3, Tensor(), true, true);
+  EXPECT_EQ(none.column_sums.to_vector<float>(), std::vector<float>(3, 0.0f));
+}
+
 TEST(Fp8Ops, AmaxPropagatesNaNAndScaleFallsBackOnIt) {
   EXPECT_EQ(value_of(raw::abs_max(from_vector(std::vector<float>{-7.0f, 2.0f}, {2}))), 7.0f);
   EXPECT_EQ(value_of(raw::abs_max(empty({0}))), 0.0f);

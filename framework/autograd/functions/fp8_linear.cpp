@@ -8,7 +8,6 @@
 #include "framework/tensor/ops/fp8_activation.h"
 #include "framework/tensor/ops/join.h"
 #include "framework/tensor/ops/linear_common.h"
-#include "framework/tensor/ops/reduce.h"
 #include "framework/tensor/ops/views.h"
 
 namespace cpf {
@@ -22,19 +21,22 @@ constexpr const char* kOp = "fp8_linear";
 // One tensor in FP8 with its current scale: the data (and, when asked, its transpose) and the inverse
 // scale the GEMM multiplies back.
 struct Scaled {
-  Tensor data;       // (R, C) fp8
-  Tensor transpose;  // (C, R) fp8, or undefined
-  Tensor scale_inv;  // () f32
+  Tensor data;         // (R, C) fp8
+  Tensor transpose;    // (C, R) fp8, or undefined
+  Tensor scale_inv;    // () f32
+  Tensor column_sums;  // (C) f32: t summed over its rows, when asked for
 };
 
 using Activation = std::optional<raw::CastActivation>;
 
 // t in FP8: with the slot's scale of `role` (delayed scaling, a settled slot) or a scale from t's own amax
 // (current scaling, or a fresh slot); a slot records t's amax in the same pass. With an activation, t is
-// that activation's input and what is cast is its output (fp8_activation.h: no bf16 copy of it).
+// that activation's input and what is cast is its output (fp8_activation.h: no bf16 copy of it). With
+// column_sums (transposed, no activation), t's sums over its rows come from the same pass.
 Scaled cast(const Tensor& t, DType fp8, const Fp8LinearOptions& o, Fp8Role role, bool plain, bool transposed,
-            Activation activation = std::nullopt) {
+            Activation activation = std::nullopt, bool column_sums = false) {
   CPF_CHECK(!activation || transposed, kOp, ": an activation's output is cast with its transpose only");
+  CPF_CHECK(!column_sums || (transposed && !activation), kOp, ": column sums come with a plain transposing cast");
   const auto r = static_cast<size_t>(role);
   const bool delayed = o.slot && !o.slot->fresh;
   Tensor h;  // the activation's output, when the device had no fused kernel for its shape and computed it
@@ -50,11 +52,13 @@ Scaled cast(const Tensor& t, DType fp8, const Fp8LinearOptions& o, Fp8Role role,
   Scaled s;
   s.scale_inv = raw::unary(raw::UnaryOp::reciprocal, scale);
   if (transposed) {
-    raw::Fp8Transposed both = activation  // one pass
-                                  ? raw::quantize_activation_fp8_transposed(t, *activation, scale, fp8, amax_out, plain)
-                                  : raw::quantize_fp8_transposed(h.defined() ? h : t, scale, fp8, amax_out, plain);
+    raw::Fp8Transposed both =
+        activation  // one pass
+            ? raw::quantize_activation_fp8_transposed(t, *activation, scale, fp8, amax_out, plain)
+            : raw::quantize_fp8_transposed(h.defined() ? h : t, scale, fp8, amax_out, plain, column_sums);
     s.data = both.q;
     s.transpose = both.qt;
+    s.column_sums = both.column_sums;
   } else if (plain) {
     s.data = raw::quantize_fp8(t, scale, fp8, amax_out);
   }
@@ -104,7 +108,7 @@ void check_inputs(const Tensor& x, const std::vector<Tensor>& weights, const Ten
 Scaled weight_in_fp8(const std::vector<Tensor>& weights, const Fp8LinearOptions& o) {
   if (o.weight_cache != nullptr) {
     Fp8WeightCopy kept = o.weight_cache->find(weights, o);
-    if (kept.data.defined()) return {kept.data, kept.transpose, kept.scale_inv};
+    if (kept.data.defined()) return {kept.data, kept.transpose, kept.scale_inv, Tensor()};
   }
   const Tensor w = weights.size() == 1 ? weights[0] : raw::cat(weights, 0);  // (N, K)
   Scaled s = cast(w, DType::f8e4m3, o, Fp8Role::weight, true, true);
@@ -145,7 +149,8 @@ Tensor fp8_linear_impl(const Tensor& x, Activation activation, const std::vector
        w_inv = SavedTensor(ws.scale_inv), w_dtype = weights[0].dtype(), part_rows, has_bias = bias.defined(),
        options](const GradList& g) {
         const Tensor g2 = raw::contiguous(raw::to(raw::flatten_rows(g[0]), DType::bf16));  // (M, N)
-        const Scaled gs = cast(g2, DType::f8e5m2, options, Fp8Role::grad_output, true, true);
+        // The bias gradient (dY's column sums) comes from the cast's read of dY (fp8.h).
+        const Scaled gs = cast(g2, DType::f8e5m2, options, Fp8Role::grad_output, true, true, std::nullopt, has_bias);
         // dX (M, K) = dY (M, N) W (N, K): the K-major operands are dY and W^T (K, N).
         const Tensor dx = raw::fp8_matmul_nt(gs.data, gs.scale_inv, wt.unpack(), w_inv.unpack(), DType::bf16);
         // dW (N, K) = dY^T (N, M) X (M, K): the K-major operands are dY^T and X^T (K, M).
@@ -159,7 +164,7 @@ Tensor fp8_linear_impl(const Tensor& x, Activation activation, const std::vector
           grads.push_back(part_rows.size() == 1 ? dw : raw::contiguous(raw::narrow(dw, 0, row, rows)));
           row += rows;
         }
-        grads.push_back(has_bias ? raw::to(raw::sum(raw::to(g2, DType::f32), {0}), w_dtype) : Tensor());
+        grads.push_back(has_bias ? raw::to(gs.column_sums, w_dtype) : Tensor());
         return grads;
       });
 }

@@ -46,7 +46,8 @@ void clip_by_norm_(const std::vector<Tensor>& tensors, const Tensor& sum_squares
 // casts, dequantize_fp8, fp8_matmul_nt, fp8_update_scales.
 void fp8_amax(const Tensor& out, const Tensor& x);
 void fp8_scale(const Tensor& out, const Tensor& amax, double fp8_max, int64_t margin, const Tensor& fallback);
-void quantize_fp8(const Tensor& q, const Tensor& qt, const Tensor& x, const Tensor& scale, const Tensor& amax_out);
+void quantize_fp8(const Tensor& q, const Tensor& qt, const Tensor& x, const Tensor& scale, const Tensor& amax_out,
+                  const Tensor& column_sums);
 bool fp8_activation_amax(const Tensor& out, const Tensor& pre, int activation);
 bool quantize_fp8_activation(const Tensor& q, const Tensor& qt, const Tensor& pre, int activation, const Tensor& scale,
                              const Tensor& amax_out);

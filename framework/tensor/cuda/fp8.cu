@@ -131,13 +131,35 @@ __global__ void amax_loaded_kernel(Load load, int64_t rows, float* amax) {
 // read in 16-byte vectors, q written 4 or 8 bytes a thread, qt 8 bytes a thread from the tile in shared
 // memory. The 32 x 32 kernel above moves one element a thread and ran at a sixth of the memory's rate on
 // an H100 (164 us for 8192 x 2048 bf16, 2026-12-07). The values are the same: one rounded product each.
+// partials (or null): (rows / 64, cols) f32, each tile row's column sums (column_sums_kernel adds them up).
 template <class Load>
 __global__ void __launch_bounds__(kFp8Threads)
     quantize_transpose_tiles_kernel(Load load, int64_t rows, const float* scale, __nv_fp8_interpretation_t kind,
-                                    uint8_t* q, uint8_t* qt, float* amax) {
-  const unsigned m =
-      cast_tile(load, int64_t(blockIdx.y) * kTile, int64_t(blockIdx.x) * kTile, rows, *scale, kind, q, qt);
+                                    uint8_t* q, uint8_t* qt, float* amax, float* partials) {
+  float* tile_row_sums = partials == nullptr ? nullptr : partials + int64_t(blockIdx.y) * load.cols;
+  const unsigned m = cast_tile(load, int64_t(blockIdx.y) * kTile, int64_t(blockIdx.x) * kTile, rows, *scale, kind, q,
+                               qt, tile_row_sums);
   if (amax != nullptr) block_amax(m, amax, threadIdx.x);
+}
+
+// partials (ceil(rows / 64), cols) f32 = the sums of each 64-row block of x (rows, cols): the column sums of
+// the shapes the tile kernel does not take (a thread a column, a block row per 64 rows).
+template <class In>
+__global__ void column_partials_kernel(const In* x, int64_t rows, int64_t cols, float* partials) {
+  const int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x, r0 = int64_t(blockIdx.y) * kTile;
+  if (c >= cols) return;
+  float sum = 0.0f;
+  for (int64_t r = r0; r < rows && r < r0 + kTile; ++r) sum += load_float(x, r * cols + c);
+  partials[int64_t(blockIdx.y) * cols + c] = sum;
+}
+
+// out (cols) f32 = the sums of partials (blocks, cols) over its rows, in row order (deterministic).
+__global__ void column_sums_kernel(const float* partials, int64_t blocks, int64_t cols, float* out) {
+  const int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (c >= cols) return;
+  float sum = 0.0f;
+  for (int64_t b = 0; b < blocks; ++b) sum += partials[b * cols + c];
+  out[c] = sum;
 }
 
 template <class Out>
@@ -212,32 +234,44 @@ void launch_quantize_fp8(int dtype, bool fp8_e4m3, const void* x, int64_t n, con
   CPF_CUDA_CHECK(cudaGetLastError());
 }
 
+int64_t column_sum_blocks(int64_t rows) { return (rows + kTile - 1) / kTile; }
+
 void launch_quantize_fp8_transposed(int dtype, bool fp8_e4m3, const void* x, int64_t rows, int64_t cols,
-                                    const float* scale, uint8_t* q, uint8_t* qt, float* amax, cudaStream_t stream) {
+                                    const float* scale, uint8_t* q, uint8_t* qt, float* amax, cudaStream_t stream,
+                                    float* partials, float* column_sums) {
   const auto aligned8 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 8 == 0; };  // null: aligned
+  const bool sums = column_sums != nullptr;
   if (rows % kTile == 0 && cols % kTile == 0 && rows / kTile <= 65535 && aligned16(x) && aligned8(q) && aligned8(qt)) {
     const dim3 tiles(static_cast<unsigned>(cols / kTile), static_cast<unsigned>(rows / kTile));
+    float* tile_sums = sums ? partials : nullptr;
     if (dtype == kF32) {
       quantize_transpose_tiles_kernel<<<tiles, kFp8Threads, 0, stream>>>(
-          PlainLoad<float>{static_cast<const float*>(x), cols}, rows, scale, kind_of(fp8_e4m3), q, qt, amax);
+          PlainLoad<float>{static_cast<const float*>(x), cols}, rows, scale, kind_of(fp8_e4m3), q, qt, amax, tile_sums);
     } else {
       quantize_transpose_tiles_kernel<<<tiles, kFp8Threads, 0, stream>>>(
           PlainLoad<__nv_bfloat16>{static_cast<const __nv_bfloat16*>(x), cols}, rows, scale, kind_of(fp8_e4m3), q, qt,
-          amax);
+          amax, tile_sums);
     }
-    CPF_CUDA_CHECK(cudaGetLastError());
-    return;
-  }
-  const dim3 grid(static_cast<unsigned>((cols + 31) / 32), static_cast<unsigned>((rows + 31) / 32));
-  const dim3 block(32, 8);
-  if (dtype == kF32) {
-    quantize_transpose_kernel<<<grid, block, 0, stream>>>(static_cast<const float*>(x), rows, cols, scale,
-                                                          kind_of(fp8_e4m3), q, qt, amax);
   } else {
-    quantize_transpose_kernel<<<grid, block, 0, stream>>>(static_cast<const __nv_bfloat16*>(x), rows, cols, scale,
-                                                          kind_of(fp8_e4m3), q, qt, amax);
+    const dim3 grid(static_cast<unsigned>((cols + 31) / 32), static_cast<unsigned>((rows + 31) / 32));
+    const dim3 block(32, 8);
+    const dim3 partial_grid(static_cast<unsigned>((cols + 255) / 256), static_cast<unsigned>(column_sum_blocks(rows)));
+    if (dtype == kF32) {
+      const auto* xf = static_cast<const float*>(x);
+      quantize_transpose_kernel<<<grid, block, 0, stream>>>(xf, rows, cols, scale, kind_of(fp8_e4m3), q, qt, amax);
+      if (sums) column_partials_kernel<<<partial_grid, 256, 0, stream>>>(xf, rows, cols, partials);
+    } else {
+      const auto* xb = static_cast<const __nv_bfloat16*>(x);
+      quantize_transpose_kernel<<<grid, block, 0, stream>>>(xb, rows, cols, scale, kind_of(fp8_e4m3), q, qt, amax);
+      if (sums) column_partials_kernel<<<partial_grid, 256, 0, stream>>>(xb, rows, cols, partials);
+    }
   }
   CPF_CUDA_CHECK(cudaGetLastError());
+  if (sums) {
+    column_sums_kernel<<<static_cast<unsigned>((cols + 255) / 256), 256, 0, stream>>>(partials, column_sum_blocks(rows),
+                                                                                      cols, column_sums);
+    CPF_CUDA_CHECK(cudaGetLastError());
+  }
 }
 
 namespace {
@@ -284,7 +318,7 @@ bool launch_quantize_fp8_activation(int activation, bool fp8_e4m3, const void* p
   const dim3 tiles(static_cast<unsigned>(cols / kTile), static_cast<unsigned>(rows / kTile));
   const bool known = with_activation_load(activation, pre, cols, [&](auto load) {
     quantize_transpose_tiles_kernel<<<tiles, kFp8Threads, 0, stream>>>(load, rows, scale, kind_of(fp8_e4m3), q, qt,
-                                                                       amax);
+                                                                       amax, nullptr);
   });
   CPF_CUDA_CHECK(cudaGetLastError());
   return known;

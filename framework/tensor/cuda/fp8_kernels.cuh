@@ -15,8 +15,12 @@ void launch_quantize_fp8(int dtype, bool fp8_e4m3, const void* x, int64_t n, con
                          float* amax, int sm_count, cudaStream_t stream);
 // x (rows, cols) -> q (rows, cols; null: not written) and qt (cols, rows) = the same codes transposed, in
 // one pass (tiles through shared memory); amax as above. rows / 32 must fit a grid's y (65535).
+// column_sums (or null): (cols) f32 = x summed over its rows, from the same read where the 64 x 64 tiles
+// take the shape, through partials: scratch of (column_sum_blocks(rows), cols) f32.
+int64_t column_sum_blocks(int64_t rows);
 void launch_quantize_fp8_transposed(int dtype, bool fp8_e4m3, const void* x, int64_t rows, int64_t cols,
-                                    const float* scale, uint8_t* q, uint8_t* qt, float* amax, cudaStream_t stream);
+                                    const float* scale, uint8_t* q, uint8_t* qt, float* amax, cudaStream_t stream,
+                                    float* partials = nullptr, float* column_sums = nullptr);
 // The casts of an activation's output h (rows, cols) computed from its input pre, bf16, contiguous: kFp8Gelu
 // pre (rows, cols), h = gelu(pre); kFp8Swiglu pre (rows, 2 cols) = [gate | up], h = silu(gate) * up; h
 // rounded to bf16 as the element-wise kernels write it. *amax = max(*amax, max |h|); the quantize writes

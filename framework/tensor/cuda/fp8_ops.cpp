@@ -58,7 +58,8 @@ void fp8_scale(const Tensor& out, const Tensor& amax, double fp8_max, int64_t ma
   k::launch_fp8_scale(f32_ptr(amax), fp8_max, margin, f32_ptr(fallback), f32_mut(out), launch.stream);
 }
 
-void quantize_fp8(const Tensor& q, const Tensor& qt, const Tensor& x, const Tensor& scale, const Tensor& amax_out) {
+void quantize_fp8(const Tensor& q, const Tensor& qt, const Tensor& x, const Tensor& scale, const Tensor& amax_out,
+                  const Tensor& column_sums) {
   Launch launch(x.device());
   const bool e4m3 = (q.defined() ? q : qt).dtype() == DType::f8e4m3;
   if (!qt.defined()) {
@@ -69,9 +70,14 @@ void quantize_fp8(const Tensor& q, const Tensor& qt, const Tensor& x, const Tens
   const int64_t rows = x.size(0), cols = x.size(1);
   CPF_CHECK((rows + 31) / 32 <= 65535, "quantize_fp8 (cuda): ", rows,
             " rows are more than a transposing cast's grid takes (", int64_t{65535} * 32, ")");
+  // The column sums' scratch: one f32 row per 64 rows of x, summed by a second kernel in a fixed order.
+  const Tensor partials = column_sums.defined()
+                              ? empty({k::column_sum_blocks(rows), cols}, {.dtype = DType::f32, .device = x.device()})
+                              : Tensor();
   k::launch_quantize_fp8_transposed(code(x.dtype()), e4m3, x.raw_data(), rows, cols, f32_ptr(scale),
                                     q.defined() ? static_cast<uint8_t*>(q.raw_data()) : nullptr,
-                                    static_cast<uint8_t*>(qt.raw_data()), f32_mut(amax_out), launch.stream);
+                                    static_cast<uint8_t*>(qt.raw_data()), f32_mut(amax_out), launch.stream,
+                                    f32_mut(partials), f32_mut(column_sums));
 }
 
 // The activation codes are raw::CastActivation's values plus one (fp8_activation.h): gelu 1, swiglu 2.

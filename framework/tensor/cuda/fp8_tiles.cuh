@@ -6,7 +6,8 @@
 //                on the float's bits (non-negative floats order like their bits, and NaN's bits are above
 //                infinity's, so a NaN wins as on the CPU)
 //   cast_tile    a 64 x 64 tile cast to FP8, written row-wise to q and, through shared memory, column-wise
-//                to qt (both coalesced); the values come from a loader
+//                to qt (both coalesced); the values come from a loader; optionally the tile's column sums
+//                (a linear's bias gradient from the cast of its output gradient, without another read)
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
@@ -51,21 +52,51 @@ struct PlainLoad {
   }
 };
 
+// The tile's column sums when asked for: each thread adds up the rows it loads (one column group, every
+// kRowGroups-th row), the groups' sums meet in shared memory, and 64 threads add them in a fixed order into
+// column_sums[c0 .. c0 + 63], one f32 row of partial sums per tile row (deterministic: no atomics).
+template <int V>
+struct TileColumnSums {
+  static constexpr int kVectorsPerRow = kTile / V, kRowGroups = kFp8Threads / kVectorsPerRow;
+  float acc[V] = {};
+  __device__ __forceinline__ void add(const float* f) {
+#pragma unroll
+    for (int k = 0; k < V; ++k) acc[k] += f[k];
+  }
+  // Every thread calls it (it syncs the block).
+  __device__ __forceinline__ void write(float* column_sums, int64_t c0) const {
+    __shared__ float groups[kRowGroups][kTile];
+    const int group = threadIdx.x / kVectorsPerRow, c = (threadIdx.x % kVectorsPerRow) * V;
+#pragma unroll
+    for (int k = 0; k < V; ++k) groups[group][c + k] = acc[k];
+    __syncthreads();
+    if (threadIdx.x < kTile) {
+      float sum = 0.0f;
+      for (int g = 0; g < kRowGroups; ++g) sum += groups[g][threadIdx.x];
+      column_sums[c0 + threadIdx.x] = sum;
+    }
+  }
+};
+
 // Casts the tile at (r0, c0) of the loaded tensor (load.cols columns) with scale s: q (or null) row-major
 // with load.cols columns, qt column-major with leading dimension qt_ld (qt's row c holds column c; a
 // weight's row block writes its columns of a wider qt). Returns the thread's max |x| bits. Every thread of
 // the block (kFp8Threads) calls it; it syncs the block. q and qt 8-byte aligned, qt_ld a multiple of 8.
+// column_sums (or null): the tile's sums of its 64 rows, f32, written at column_sums[c0 ..] (TileColumnSums).
 template <class Load>
 __device__ __forceinline__ unsigned cast_tile(const Load& load, int64_t r0, int64_t c0, int64_t qt_ld, float s,
-                                              __nv_fp8_interpretation_t kind, uint8_t* q, uint8_t* qt) {
+                                              __nv_fp8_interpretation_t kind, uint8_t* q, uint8_t* qt,
+                                              float* column_sums = nullptr) {
   constexpr int V = Load::V, kVectorsPerRow = kTile / V;
   const int64_t cols = load.cols;
   __shared__ uint8_t tile[kTile][kTile + 4];  // (tile rows, tile cols), padded against bank conflicts
   unsigned m = 0;
+  TileColumnSums<V> sums;
   for (int v = threadIdx.x; v < kTile * kVectorsPerRow; v += kFp8Threads) {
     const int r = v / kVectorsPerRow, c = (v % kVectorsPerRow) * V;
     float f[V];
     load(r0 + r, c0 + c, f);
+    if (column_sums != nullptr) sums.add(f);
     alignas(8) uint8_t b[V];
 #pragma unroll
     for (int k = 0; k < V; ++k) {
@@ -91,6 +122,7 @@ __device__ __forceinline__ unsigned cast_tile(const Load& load, int64_t r0, int6
     for (int k = 0; k < 8; ++k) out[k] = tile[r + k][c];
     *reinterpret_cast<uint2*>(qt + (c0 + c) * qt_ld + r0 + r) = *reinterpret_cast<const uint2*>(out);
   }
+  if (column_sums != nullptr) sums.write(column_sums, c0);
   return m;
 }
 

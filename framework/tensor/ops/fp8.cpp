@@ -9,6 +9,7 @@
 #include "framework/tensor/device_ops.h"
 #include "framework/tensor/float8.h"
 #include "framework/tensor/ops/copy.h"
+#include "framework/tensor/ops/reduce.h"
 #include "framework/tensor/ops/views.h"
 #include "framework/tensor/shape_utils.h"
 
@@ -173,18 +174,19 @@ Tensor quantize_fp8(const Tensor& x, const Tensor& scale, DType fp8, const Tenso
     cpu_quantize(q, xc, scalar_value(scale));
     fold_cpu_amax(amax_out, xc);
   } else {
-    device_kernel(x.device(), &DeviceOps::quantize_fp8, "quantize_fp8")(q, Tensor(), xc, scale, amax_out);
+    device_kernel(x.device(), &DeviceOps::quantize_fp8, "quantize_fp8")(q, Tensor(), xc, scale, amax_out, Tensor());
   }
   return q;
 }
 
 Fp8Transposed quantize_fp8_transposed(const Tensor& x, const Tensor& scale, DType fp8, const Tensor& amax_out,
-                                      bool with_plain) {
+                                      bool with_plain, bool with_column_sums) {
   check_quantize_args(x, scale, fp8, amax_out, "quantize_fp8_transposed");
   CPF_CHECK(x.dim() == 2, "quantize_fp8_transposed: x must be 2-D (R, C), got ", x.shape());
   Fp8Transposed out;
   out.qt = empty({x.size(1), x.size(0)}, {.dtype = fp8, .device = x.device()});
   if (with_plain) out.q = empty(x.shape(), {.dtype = fp8, .device = x.device()});
+  if (with_column_sums) out.column_sums = zeros({x.size(1)}, {.dtype = DType::f32, .device = x.device()});
   if (x.numel() == 0) return out;
   const Tensor xc = contiguous(x);
   if (x.device().is_cpu()) {
@@ -192,8 +194,10 @@ Fp8Transposed quantize_fp8_transposed(const Tensor& x, const Tensor& scale, DTyp
     cpu_quantize(q, xc, scalar_value(scale));
     copy_(out.qt, transpose(q, 0, 1));  // the same codes, moved as bytes
     fold_cpu_amax(amax_out, xc);
+    if (with_column_sums) copy_(out.column_sums, sum(to(xc, DType::f64), {0}));
   } else {
-    device_kernel(x.device(), &DeviceOps::quantize_fp8, "quantize_fp8_transposed")(out.q, out.qt, xc, scale, amax_out);
+    device_kernel(x.device(), &DeviceOps::quantize_fp8, "quantize_fp8_transposed")(out.q, out.qt, xc, scale, amax_out,
+                                                                                   out.column_sums);
   }
   return out;
 }

@@ -33,12 +33,16 @@ Tensor quantize_fp8(const Tensor& x, const Tensor& scale, DType fp8, const Tenso
 
 // quantize_fp8 of a 2-D x (R, C) that also writes the codes transposed, qt (C, R), in the same pass: the
 // K-major copy a backward GEMM needs (dW = dY^T X reads X^T). with_plain false: q is left undefined.
+// with_column_sums: also x summed over its rows, the bias gradient when x is a linear's output gradient
+// (TransformerEngine's cast-transpose-dbias), from the same read of x on CUDA; the CPU sums in f64.
 struct Fp8Transposed {
-  Tensor q;   // (R, C) fp8, or undefined
-  Tensor qt;  // (C, R) fp8
+  Tensor q;            // (R, C) fp8, or undefined
+  Tensor qt;           // (C, R) fp8
+  Tensor column_sums;  // (C) f32, or undefined
 };
 Fp8Transposed quantize_fp8_transposed(const Tensor& x, const Tensor& scale, DType fp8,
-                                      const Tensor& amax_out = Tensor(), bool with_plain = true);
+                                      const Tensor& amax_out = Tensor(), bool with_plain = true,
+                                      bool with_column_sums = false);
 
 // out (q's shape, contiguous, dtype `out`: f32 or bf16) = q * scale_inv, with scale_inv a () f32.
 Tensor dequantize_fp8(const Tensor& q, const Tensor& scale_inv, DType out);

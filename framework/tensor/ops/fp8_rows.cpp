@@ -91,7 +91,7 @@ std::vector<Fp8Transposed> quantize_fp8_transposed_rows(const std::vector<Fp8Row
     done = ops->quantize_fp8_rows(q, qt, weights, scale, amax_out);
   std::vector<Fp8Transposed> out;
   for (size_t i = 0; i < casts.size(); ++i) {
-    out.push_back(done[i] ? Fp8Transposed{q[i], qt[i]}
+    out.push_back(done[i] ? Fp8Transposed{q[i], qt[i], Tensor()}
                           : quantize_fp8_transposed(whole(weights[i]), scale[i], fp8, amax_out[i], true));
   }
   return out;

@@ -193,6 +193,25 @@ TEST_F(CudaFp8Test, GemmRefusesShapesCublasLtCannotRun) {
                    "fp8_matmul_nt: a_scale_inv is on cpu but the data is on cuda:0");
 }
 
+// The column sums from the transposing cast (a linear's bias gradient): the 64 x 64 tiles' partial sums and
+// the other shapes' separate pass against the CPU's f64 sums, and the codes unchanged by them.
+TEST_F(CudaFp8Test, TransposedCastColumnSumsEqualTheCpu) {
+  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{100, 70}, {1, 33}, {192, 320}, {4096, 128}}) {
+    for (DType in : {DType::f32, DType::bf16}) {
+      const Tensor x = random_cpu({rows, cols}, in, static_cast<uint64_t>(rows + cols), -3.0, 3.0);
+      const raw::Fp8Transposed c = raw::quantize_fp8_transposed(x, scalar(2.0f), DType::f8e5m2, Tensor(), true, true);
+      const raw::Fp8Transposed g =
+          raw::quantize_fp8_transposed(on_gpu(x), scalar(2.0f, Device::cuda(0)), DType::f8e5m2, Tensor(), true, true);
+      const std::string what = std::to_string(rows) + "x" + std::to_string(cols) + " " + dtype_name(in);
+      expect_same_codes(g.qt, c.qt, what + " qt");
+      expect_same_codes(g.q, c.q, what + " q");
+      ASSERT_EQ(g.column_sums.shape(), (Shape{cols})) << what;
+      // f32 sums of up to 4096 terms against f64's: a few f32 roundings of the running sum.
+      EXPECT_LT(testing::rel_error(on_cpu(g.column_sums), c.column_sums), 1e-5) << what;
+    }
+  }
+}
+
 // fp8_linear's forward and gradients on the GPU against the CPU: the same scales and casts (bit for bit,
 // above), so the operands of every GEMM are identical and only the f32 sums' order differs.
 TEST_F(CudaFp8Test, LinearEqualsTheCpuForwardAndBackward) {
