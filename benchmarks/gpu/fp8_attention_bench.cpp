@@ -1,18 +1,21 @@
-// cuDNN's FP8 attention forward (attention/cuda/cudnn_fp8_forward.h) against the bf16 cuDNN forward of the same
-// shape (raw::attention_forward with the backend forced to cuDNN): the measurement #32 asks for before FP8
+// cuDNN's FP8 attention forward and backward (attention/cuda/cudnn_fp8_forward.h, cudnn_fp8_backward.h) against
+// the bf16 cuDNN ones of the same shape (raw::attention_forward / _backward with the backend forced to cuDNN):
+// the measurement #32 asks for before FP8
 // attention joins training (docs/fp8.md, "FP8 attention"). Shapes: the Llama-3.2-1B layer at 8192 tokens
 // (32 query heads, 8 key/value heads, head dim 64, causal) and a head-dim-128 case.
 //
 //   gpu_fp8_attention_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 //
-// TFLOP/s: forward = 2 b h s^2 (d_qk + d_v), halved when causal. A shape cuDNN has no FP8 engine for is
-// reported as skipped with cuDNN's reason.
+// TFLOP/s: forward = 2 b h s^2 (d_qk + d_v), halved when causal; backward 2.5 times that. A shape cuDNN has no
+// FP8 engine for is reported as skipped with cuDNN's reason.
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "attention/attention_op.h"
+#include "attention/cuda/cudnn_fp8_backward.h"
 #include "attention/cuda/cudnn_fp8_forward.h"
 #include "benchmarks/gpu/gpu_bench_util.h"
 #include "framework/tensor/ops/fp8.h"
@@ -67,6 +70,60 @@ BENCHMARK(BM_attention_forward)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 
+// The backward of the same cases: bf16 from the bf16 forward's out and lse, FP8 from the FP8 forward's (dO
+// in E5M2, the gradients in E5M2). Five matmuls against the forward's two: 2.5 times its FLOPs. On Hopper
+// cuDNN has an FP8 backward for head dim 128 only, so case 0 in FP8 reports cuDNN's reason.
+void BM_attention_backward(benchmark::State& state) {
+  const Shape4 c = state.range(0) == 0 ? Shape4{1, 32, 8, 8192, 64} : Shape4{1, 16, 16, 8192, 128};
+  const bool fp8 = state.range(1) == 1;
+  const Tensor q = bench::gpu_random({c.b, c.s, c.h, c.d}, DType::bf16, 1);
+  const Tensor k = bench::gpu_random({c.b, c.s, c.h_kv, c.d}, DType::bf16, 2);
+  const Tensor v = bench::gpu_random({c.b, c.s, c.h_kv, c.d}, DType::bf16, 3);
+  const Tensor dout = bench::gpu_random({c.b, c.s, c.h, c.d}, DType::bf16, 4);
+  const Tensor one = gpu_scalar(1.0f);
+  const AttentionSpec spec{.qkv_format = QkvFormat::bshd, .mask = MaskType::causal};
+  const double softmax_scale = 1.0 / std::sqrt(static_cast<double>(c.d));
+  std::function<void()> run;
+  try {
+    if (fp8) {
+      const attention_cuda::Fp8AttentionScales fs{one, one, one, gpu_scalar(448.0f), gpu_scalar(1.0f / 448.0f), one};
+      const Tensor q8 = raw::quantize_fp8(q, one, DType::f8e4m3), k8 = raw::quantize_fp8(k, one, DType::f8e4m3);
+      const Tensor v8 = raw::quantize_fp8(v, one, DType::f8e4m3), do8 = raw::quantize_fp8(dout, one, DType::f8e5m2);
+      const attention_cuda::Fp8AttentionForward f =
+          attention_cuda::cudnn_fp8_attention_forward(q8, k8, v8, fs, softmax_scale, true);
+      const attention_cuda::Fp8AttentionBackwardScales bs{one,          one, one, one, one, fs.scale_s,
+                                                          fs.descale_s, one, one, one, one, one};
+      run = [=] {
+        benchmark::DoNotOptimize(
+            attention_cuda::cudnn_fp8_attention_backward(q8, k8, v8, f.out, do8, f.stats, bs, softmax_scale, true)
+                .dq.raw_data());
+      };
+    } else {
+      const raw::AttentionForward f =
+          raw::attention_forward(q, k, v, spec, std::nullopt, {.backend = AttentionBackend::cudnn});
+      run = [=] {
+        benchmark::DoNotOptimize(raw::attention_backward(dout, Tensor(), q, k, v, f.out, f.lse, spec, std::nullopt,
+                                                         {.backend = AttentionBackend::cudnn})
+                                     .dq.raw_data());
+      };
+    }
+    run();  // the plan, once
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+    return;
+  }
+  bench::time_device(state, run);
+  const double flops = 2.5 * 2.0 * c.b * c.h * double(c.s) * double(c.s) * (2.0 * c.d) / 2.0;
+  state.counters["TFLOP/s"] =
+      benchmark::Counter(flops * bench::kReps * 1e-12, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+BENCHMARK(BM_attention_backward)
+    ->ArgsProduct({{0, 1}, {0, 1}})
+    ->ArgNames({"case", "fp8"})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -74,7 +131,7 @@ int main(int argc, char** argv) {
   if (cpf::bench::no_device_to_measure("gpu_fp8_attention_bench")) return 0;
   cpf::bench::SummaryReporter reporter("TFLOP/s");
   benchmark::RunSpecifiedBenchmarks(&reporter);
-  std::printf("\n%-52s %10s\n", "attention forward, bf16 vs FP8 (median)", "TFLOP/s");
+  std::printf("\n%-52s %10s\n", "attention forward and backward, bf16 vs FP8 (median)", "TFLOP/s");
   for (const auto& [name, tflops] : reporter.values()) std::printf("%-52s %10.1f\n", name.c_str(), tflops);
   benchmark::Shutdown();
   return 0;

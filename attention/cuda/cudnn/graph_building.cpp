@@ -279,11 +279,101 @@ std::unique_ptr<ExecutionPlan> build_fp8_forward(const SdpaGraphKey& key, cudnnH
   return g.finish(handle, failure);
 }
 
-// Why an FP8 key cannot be built, or "": the FP8 graph has no masks but the causal one, and no backward yet.
+// An FP8 matmul of the backward as cudnn-frontend's matmul_fp8 node emits it: C (f32) = A B, summed over
+// each group of query heads when C has fewer heads (GQA), times descale_a and descale_b; amax_c = max |C|;
+// c = C * scale_c in c's FP8 type. C is (b, heads, rows, cols) row-major.
+void fp8_matmul(GraphBuilder& g, const SdpaGraphKey& key, Desc a, Desc bm, Desc descale_a, Desc descale_b, Desc scale_c,
+                Desc c, Desc amax_c, int64_t heads, int64_t rows, int64_t cols) {
+  const auto f32 = [&](int64_t h) {
+    return g.virtual_tensor(kF32, {key.b, h, rows, cols}, {h * rows * cols, rows * cols, cols, 1});
+  };
+  Desc acc = f32(key.h_q);
+  g.matmul(a, bm, acc);
+  if (heads != key.h_q) {
+    Desc grouped = f32(heads);
+    g.reduction(CUDNN_REDUCE_TENSOR_ADD, acc, grouped);
+    acc = grouped;
+  }
+  acc = g.pointwise(CUDNN_POINTWISE_MUL, acc, descale_a, nullptr, f32(heads), kF32);
+  acc = g.pointwise(CUDNN_POINTWISE_MUL, acc, descale_b, nullptr, f32(heads), kF32);
+  g.pointwise(CUDNN_POINTWISE_MUL, acc, scale_c, nullptr, c, kF32);
+  g.reduction(CUDNN_REDUCE_TENSOR_AMAX, acc, amax_c);
+}
+
+// The backward in FP8, in the op order of cudnn-frontend's SDPA_FP8_backward node: softmax_sum = rowsum(dO O)
+// * descale_dO * descale_O; P = exp(S * scale * descale_q * descale_k - Stats) under the causal mask, cast
+// to E4M3 by scale_S; dV = P^T dO; dP = (dO V^T * descales - softmax_sum) * P * scale, its amax, cast by
+// scale_dP; dQ = dP K; dK = dP^T Q (each fp8_matmul). Hopper takes only head dim 128 and FP8 gradients.
+std::unique_ptr<ExecutionPlan> build_fp8_backward(const SdpaGraphKey& key, cudnnHandle_t handle, std::string* failure) {
+  SdpaGraph s(key);
+  GraphBuilder& g = s.g;
+  const int64_t b = key.b, hq = key.h_q, hk = key.h_kv, sq = key.s_q, skv = key.s_kv;
+  const auto grad = static_cast<cudnnDataType_t>(key.fp8_grad_type);
+  const Dims unit_dims{1, 1, 1, 1};
+  const auto unit = [&](int64_t uid) { return g.tensor(uid, kF32, unit_dims, unit_dims); };
+  Desc q = s.io_tensor(kUidQ, hq, sq, key.d_qk, key.q, nullptr);
+  Desc kt = g.tensor(kUidK, s.io_, {b, hk, key.d_qk, skv}, transposed(key.k));
+  Desc vt = g.tensor(kUidV, s.io_, {b, hk, key.d_v, skv}, transposed(key.v));
+  Desc o = s.io_tensor(kUidO, hq, sq, key.d_v, key.o, nullptr);
+  Desc dout = g.tensor(kUidDout, grad, {b, hq, sq, key.d_v}, dims_of(key.o));
+  Desc stats = s.stats_tensor(kUidStats);
+  Desc descale_q = unit(kUidDescaleQ), descale_k = unit(kUidDescaleK), descale_dout = unit(kUidDescaleDout);
+  Desc descale_dp = unit(kUidDescaleDp);
+
+  Desc prod =
+      g.pointwise(CUDNN_POINTWISE_MUL, dout, o, nullptr,
+                  g.virtual_tensor(kF32, {b, hq, sq, key.d_v}, {hq * sq * key.d_v, sq * key.d_v, key.d_v, 1}), kF32);
+  Desc row_sum = s.row_stat();
+  g.reduction(CUDNN_REDUCE_TENSOR_ADD, prod, row_sum);
+  row_sum = g.pointwise(CUDNN_POINTWISE_MUL, row_sum, descale_dout, nullptr, s.row_stat(), kF32);
+  Desc softmax_sum = g.pointwise(CUDNN_POINTWISE_MUL, row_sum, unit(kUidDescaleO), nullptr, s.row_stat(), kF32);
+
+  Desc logits = s.score();
+  g.matmul(q, kt, logits);
+  Desc scaled = g.pointwise(CUDNN_POINTWISE_MUL, logits, s.scale_, nullptr, s.score(), kF32);
+  scaled = g.pointwise(CUDNN_POINTWISE_MUL, scaled, descale_q, nullptr, s.score(), kF32);
+  scaled = g.pointwise(CUDNN_POINTWISE_MUL, scaled, descale_k, nullptr, s.score(), kF32);
+  scaled = s.band_masks(scaled);
+  Desc shifted = g.pointwise(CUDNN_POINTWISE_SUB, scaled, stats, nullptr, s.score(), kF32);
+  Desc probs = g.pointwise(CUDNN_POINTWISE_EXP, shifted, nullptr, nullptr, s.score(), kF32);
+  Desc probs8 = g.pointwise(CUDNN_POINTWISE_MUL, probs, unit(kUidScaleS), nullptr,
+                            g.virtual_tensor(s.io_, s.score_dims_, s.score_strides_), kF32);
+  const Dims t_dims{b, hq, skv, sq}, t_strides{hq * sq * skv, sq * skv, 1, skv};  // (.., s_kv, s_q) views
+  Desc probs8_t = g.virtual_tensor(s.io_, t_dims, t_strides);
+  g.reshape(probs8, probs8_t);
+  Desc dv = g.tensor(kUidDv, grad, {b, hk, skv, key.d_v}, dims_of(key.v));
+  fp8_matmul(g, key, probs8_t, dout, unit(kUidDescaleS), descale_dout, unit(kUidScaleDv), dv, unit(kUidAmaxDv), hk, skv,
+             key.d_v);
+
+  Desc dp = s.score();
+  g.matmul(dout, vt, dp);
+  dp = g.pointwise(CUDNN_POINTWISE_MUL, dp, descale_dout, nullptr, s.score(), kF32);
+  dp = g.pointwise(CUDNN_POINTWISE_MUL, dp, unit(kUidDescaleV), nullptr, s.score(), kF32);
+  dp = g.pointwise(CUDNN_POINTWISE_SUB, dp, softmax_sum, nullptr, s.score(), kF32);
+  dp = g.pointwise(CUDNN_POINTWISE_MUL, dp, probs, nullptr, s.score(), kF32);
+  dp = g.pointwise(CUDNN_POINTWISE_MUL, dp, s.scale_, nullptr, s.score(), kF32);
+  g.reduction(CUDNN_REDUCE_TENSOR_AMAX, dp, unit(kUidAmaxDp));
+  Desc dp8 = g.pointwise(CUDNN_POINTWISE_MUL, dp, unit(kUidScaleDp), nullptr,
+                         g.virtual_tensor(grad, s.score_dims_, s.score_strides_), kF32);
+
+  Desc k = g.tensor(-1, s.io_, {b, hk, skv, key.d_qk}, dims_of(key.k), {.is_virtual = true});
+  g.reshape(kt, k);
+  Desc dq = g.tensor(kUidDq, grad, {b, hq, sq, key.d_qk}, dims_of(key.q));
+  fp8_matmul(g, key, dp8, k, descale_dp, descale_k, unit(kUidScaleDq), dq, unit(kUidAmaxDq), hq, sq, key.d_qk);
+  Desc dp8_t = g.virtual_tensor(grad, t_dims, t_strides);
+  g.reshape(dp8, dp8_t);
+  Desc dk = g.tensor(kUidDk, grad, {b, hk, skv, key.d_qk}, dims_of(key.k));
+  fp8_matmul(g, key, dp8_t, q, descale_dp, descale_q, unit(kUidScaleDk), dk, unit(kUidAmaxDk), hk, skv, key.d_qk);
+  return g.finish(handle, failure);
+}
+
+// Why an FP8 key cannot be built, or "": the FP8 graphs have no masks but the causal one.
 std::string fp8_unsupported(const SdpaGraphKey& key) {
-  if (key.backward) return "the FP8 attention backward is not built (forward only, measured first)";
   if (key.padding || key.ragged || key.left_bound || key.right_shift || key.bottom_right || key.sink) {
-    return "the FP8 attention forward takes dense (bshd) inputs with no mask or the causal one only";
+    return "FP8 attention takes dense (bshd) inputs with no mask or the causal one only";
+  }
+  if (key.backward && key.fp8_grad_type != CUDNN_DATA_FP8_E5M2 && key.fp8_grad_type != CUDNN_DATA_FP8_E4M3) {
+    return "the FP8 attention backward writes FP8 gradients (E5M2 or E4M3)";
   }
   return "";
 }
@@ -304,7 +394,8 @@ std::string SdpaGraphKey::str() const {
 std::unique_ptr<ExecutionPlan> build_sdpa_plan(const SdpaGraphKey& key, cudnnHandle_t handle, std::string* failure) {
   if (key.fp8) {
     *failure = fp8_unsupported(key);
-    return failure->empty() ? build_fp8_forward(key, handle, failure) : nullptr;
+    if (!failure->empty()) return nullptr;
+    return key.backward ? build_fp8_backward(key, handle, failure) : build_fp8_forward(key, handle, failure);
   }
   return key.backward ? build_backward(key, handle, failure) : build_forward(key, handle, failure);
 }

@@ -51,6 +51,18 @@ enum SdpaUid : int64_t {
   kUidScaleO,
   kUidAmaxS,
   kUidAmaxO,
+  // The FP8 backward's besides those (and the forward's K, V, O, Stats, dO, dQ, dK, dV uids).
+  kUidDescaleO,
+  kUidDescaleDout,
+  kUidDescaleDp,
+  kUidScaleDp,
+  kUidScaleDq,
+  kUidScaleDk,
+  kUidScaleDv,
+  kUidAmaxDp,
+  kUidAmaxDq,
+  kUidAmaxDk,
+  kUidAmaxDv,
 };
 
 using Strides4 = std::array<int64_t, 4>;  // (b, h, s, d) element strides
@@ -74,8 +86,10 @@ struct SdpaGraphKey {
   bool sink = false;            // forward: the attention sink joins the softmax (cuDNN 9.13+, attention_sink.h)
   // The forward in FP8 (attention/cuda/cudnn_fp8_forward.h): Q, K, V and O E4M3 with per-tensor scales, the
   // probabilities cast to E4M3 before their matmul, their amax and O's recorded. No mask or the causal
-  // one (right_bound without shift) only.
+  // one (right_bound without shift) only. With backward (cudnn_fp8_backward.h): dO, dP and the gradients
+  // in fp8_grad_type (a cudnnDataType_t, E5M2 or E4M3) with their own scales and amaxes.
   bool fp8 = false;
+  int fp8_grad_type = 0;
 
   auto operator<=>(const SdpaGraphKey&) const = default;
   std::string str() const;  // "fwd b=2 hq=16 hkv=16 sq=1024 ..." for reasons and logs
