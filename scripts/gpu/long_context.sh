@@ -8,6 +8,7 @@
 # 50304 (the shape the issue measured; VOCAB overrides), batch 1, bf16, for STEPS steps; each RUNS entry is
 # RECOMPUTE:SEQ_LEN. The peer is peers/llama_torch.py (a measuring program kept outside the repository and
 # carried to the GPU machine): each PEER_RUNS entry is MODE:CKPT:SEQ_LEN (MODE eager|compile, CKPT ckpt|none).
+# An empty RUNS or PEER_RUNS runs none of that kind (unset: the defaults below).
 # Prints and writes OUT_DIR/long_context.md: tokens/s, MFU (cpformer's, against the dense bf16 peak), the
 # measured peak and the planner's estimate, or OOM. CONFIG, LAYERS (model.num_layers) and CPF_SET
 # ("key=value ...") change the model.
@@ -19,9 +20,9 @@ OUT_DIR="${2:-${OUT:-$ROOT/out/long_context}}"
 CONFIG="${CONFIG:-$ROOT/configs/llama3_1b_long.yaml}"
 STEPS="${STEPS:-4}"
 VOCAB="${VOCAB:-50304}"
-RUNS="${RUNS:-none:8192 none:16384 full:32768 full:131072}"
+RUNS="${RUNS-none:8192 none:16384 full:32768 full:131072}"
 PEER="${PEER:-$ROOT/peers/llama_torch.py}"
-PEER_RUNS="${PEER_RUNS:-compile:none:8192 compile:none:16384 compile:ckpt:32768 compile:ckpt:65536}"
+PEER_RUNS="${PEER_RUNS-compile:none:8192 compile:none:16384 compile:ckpt:32768 compile:ckpt:65536}"
 mkdir -p "$OUT_DIR"
 source "$ROOT/scripts/gpu/machine_env.sh"
 cpf_gpu_env "$(dirname "$CPFORMER")/../lib"
