@@ -79,6 +79,18 @@ TEST(Fp8Linear, Bf16WeightsWithoutBiasGetBf16Gradients) {
   EXPECT_EQ(w.grad().shape(), (Shape{16, 16}));
 }
 
+// A bf16 bias gets the column sums of dY (taken by dY's cast in f32, fp8.h) rounded once to bf16.
+TEST(Fp8Linear, Bf16BiasGetsTheColumnSumsOfTheOutputGradient) {
+  const Tensor x = raw::to(random_tensor({24, 16}, DType::f32, 8), DType::bf16);
+  Tensor w = raw::to(random_tensor({8, 16}, DType::f32, 9), DType::bf16).set_requires_grad(true);
+  Tensor bias = raw::to(random_tensor({8}, DType::f32, 10), DType::bf16).set_requires_grad(true);
+  const Tensor gy = raw::to(random_tensor({24, 8}, DType::f32, 11), DType::bf16);
+  backward(fp8_linear(x, w, bias), gy);
+  ASSERT_EQ(bias.grad().dtype(), DType::bf16);
+  const Tensor want = raw::to(raw::to(raw::sum(raw::to(gy, DType::f64), {0}), DType::f32), DType::bf16);
+  EXPECT_TRUE(testing::same_bytes(bias.grad(), want));
+}
+
 // Under Fp8Autocast the linear ops that fit the FP8 GEMM are fp8_linear (bit for bit), those that do not
 // (a row count off 16) and every op outside the scope keep their bf16 GEMMs.
 TEST(Fp8Linear, AutocastRoutesTheLinearsThatFitAndLeavesTheRest) {
