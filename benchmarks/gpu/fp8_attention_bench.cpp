@@ -30,26 +30,44 @@ struct Shape4 {
   int64_t b, h, h_kv, s, d;
 };
 
-// range(0): the case (0 Llama-1B layer, 1 head dim 128); range(1): 0 bf16, 1 FP8.
+// One benchmark case: range(0) the shape (0 the Llama-1B layer, 1 head dim 128), range(1) 0 bf16, 1 FP8;
+// random bf16 q, k, v, dO, their FP8 codes (scale 1) and the forward's FP8 scales.
+struct AttentionCase {
+  explicit AttentionCase(const benchmark::State& state)
+      : c(state.range(0) == 0 ? Shape4{1, 32, 8, 8192, 64} : Shape4{1, 16, 16, 8192, 128}),
+        fp8(state.range(1) == 1),
+        q(bench::gpu_random({c.b, c.s, c.h, c.d}, DType::bf16, 1)),
+        k(bench::gpu_random({c.b, c.s, c.h_kv, c.d}, DType::bf16, 2)),
+        v(bench::gpu_random({c.b, c.s, c.h_kv, c.d}, DType::bf16, 3)),
+        dout(bench::gpu_random({c.b, c.s, c.h, c.d}, DType::bf16, 4)),
+        one(gpu_scalar(1.0f)),
+        q8(raw::quantize_fp8(q, one, DType::f8e4m3)),
+        k8(raw::quantize_fp8(k, one, DType::f8e4m3)),
+        v8(raw::quantize_fp8(v, one, DType::f8e4m3)),
+        scales{one, one, one, gpu_scalar(448.0f), gpu_scalar(1.0f / 448.0f), one},
+        softmax_scale(1.0 / std::sqrt(static_cast<double>(c.d))) {}
+  // The forward's FLOPs: 2 b h s^2 (d_qk + d_v), halved for the causal mask.
+  double forward_flops() const { return 2.0 * c.b * c.h * double(c.s) * double(c.s) * (2.0 * c.d) / 2.0; }
+
+  Shape4 c;
+  bool fp8;
+  Tensor q, k, v, dout, one, q8, k8, v8;
+  attention_cuda::Fp8AttentionScales scales;
+  double softmax_scale;
+  AttentionSpec spec{.qkv_format = QkvFormat::bshd, .mask = MaskType::causal};
+};
+
 void BM_attention_forward(benchmark::State& state) {
-  const Shape4 c = state.range(0) == 0 ? Shape4{1, 32, 8, 8192, 64} : Shape4{1, 16, 16, 8192, 128};
-  const bool fp8 = state.range(1) == 1;
-  const Tensor q = bench::gpu_random({c.b, c.s, c.h, c.d}, DType::bf16, 1);
-  const Tensor k = bench::gpu_random({c.b, c.s, c.h_kv, c.d}, DType::bf16, 2);
-  const Tensor v = bench::gpu_random({c.b, c.s, c.h_kv, c.d}, DType::bf16, 3);
-  const Tensor one = gpu_scalar(1.0f);
-  const AttentionSpec spec{.qkv_format = QkvFormat::bshd, .mask = MaskType::causal};
-  const attention_cuda::Fp8AttentionScales scales{one, one, one, gpu_scalar(448.0f), gpu_scalar(1.0f / 448.0f), one};
-  const Tensor q8 = raw::quantize_fp8(q, one, DType::f8e4m3), k8 = raw::quantize_fp8(k, one, DType::f8e4m3);
-  const Tensor v8 = raw::quantize_fp8(v, one, DType::f8e4m3);
-  const double softmax_scale = 1.0 / std::sqrt(static_cast<double>(c.d));
+  const AttentionCase t(state);
   const auto run = [&] {
-    if (fp8) {
+    if (t.fp8) {
       benchmark::DoNotOptimize(
-          attention_cuda::cudnn_fp8_attention_forward(q8, k8, v8, scales, softmax_scale, true).out.raw_data());
+          attention_cuda::cudnn_fp8_attention_forward(t.q8, t.k8, t.v8, t.scales, t.softmax_scale, true)
+              .out.raw_data());
     } else {
       benchmark::DoNotOptimize(
-          raw::attention_forward(q, k, v, spec, std::nullopt, {.backend = AttentionBackend::cudnn}).out.raw_data());
+          raw::attention_forward(t.q, t.k, t.v, t.spec, std::nullopt, {.backend = AttentionBackend::cudnn})
+              .out.raw_data());
     }
   };
   try {
@@ -59,7 +77,7 @@ void BM_attention_forward(benchmark::State& state) {
     return;
   }
   bench::time_device(state, run);
-  const double flops = 2.0 * c.b * c.h * double(c.s) * double(c.s) * (2.0 * c.d) / 2.0;
+  const double flops = t.forward_flops();
   state.counters["TFLOP/s"] =
       benchmark::Counter(flops * bench::kReps * 1e-12, benchmark::Counter::kIsIterationInvariantRate);
 }
@@ -74,36 +92,27 @@ BENCHMARK(BM_attention_forward)
 // in E5M2, the gradients in E5M2). Five matmuls against the forward's two: 2.5 times its FLOPs. On Hopper
 // cuDNN has an FP8 backward for head dim 128 only, so case 0 in FP8 reports cuDNN's reason.
 void BM_attention_backward(benchmark::State& state) {
-  const Shape4 c = state.range(0) == 0 ? Shape4{1, 32, 8, 8192, 64} : Shape4{1, 16, 16, 8192, 128};
-  const bool fp8 = state.range(1) == 1;
-  const Tensor q = bench::gpu_random({c.b, c.s, c.h, c.d}, DType::bf16, 1);
-  const Tensor k = bench::gpu_random({c.b, c.s, c.h_kv, c.d}, DType::bf16, 2);
-  const Tensor v = bench::gpu_random({c.b, c.s, c.h_kv, c.d}, DType::bf16, 3);
-  const Tensor dout = bench::gpu_random({c.b, c.s, c.h, c.d}, DType::bf16, 4);
-  const Tensor one = gpu_scalar(1.0f);
-  const AttentionSpec spec{.qkv_format = QkvFormat::bshd, .mask = MaskType::causal};
-  const double softmax_scale = 1.0 / std::sqrt(static_cast<double>(c.d));
+  const AttentionCase t(state);
   std::function<void()> run;
   try {
-    if (fp8) {
-      const attention_cuda::Fp8AttentionScales fs{one, one, one, gpu_scalar(448.0f), gpu_scalar(1.0f / 448.0f), one};
-      const Tensor q8 = raw::quantize_fp8(q, one, DType::f8e4m3), k8 = raw::quantize_fp8(k, one, DType::f8e4m3);
-      const Tensor v8 = raw::quantize_fp8(v, one, DType::f8e4m3), do8 = raw::quantize_fp8(dout, one, DType::f8e5m2);
+    if (t.fp8) {
+      const Tensor do8 = raw::quantize_fp8(t.dout, t.one, DType::f8e5m2);
       const attention_cuda::Fp8AttentionForward f =
-          attention_cuda::cudnn_fp8_attention_forward(q8, k8, v8, fs, softmax_scale, true);
-      const attention_cuda::Fp8AttentionBackwardScales bs{one,          one, one, one, one, fs.scale_s,
-                                                          fs.descale_s, one, one, one, one, one};
-      run = [=] {
-        benchmark::DoNotOptimize(
-            attention_cuda::cudnn_fp8_attention_backward(q8, k8, v8, f.out, do8, f.stats, bs, softmax_scale, true)
-                .dq.raw_data());
+          attention_cuda::cudnn_fp8_attention_forward(t.q8, t.k8, t.v8, t.scales, t.softmax_scale, true);
+      const Tensor& one = t.one;
+      const attention_cuda::Fp8AttentionBackwardScales bs{one, one, one, one, one, t.scales.scale_s, t.scales.descale_s,
+                                                          one, one, one, one, one};
+      run = [&t, do8, f, bs] {
+        benchmark::DoNotOptimize(attention_cuda::cudnn_fp8_attention_backward(t.q8, t.k8, t.v8, f.out, do8, f.stats, bs,
+                                                                              t.softmax_scale, true)
+                                     .dq.raw_data());
       };
     } else {
       const raw::AttentionForward f =
-          raw::attention_forward(q, k, v, spec, std::nullopt, {.backend = AttentionBackend::cudnn});
-      run = [=] {
-        benchmark::DoNotOptimize(raw::attention_backward(dout, Tensor(), q, k, v, f.out, f.lse, spec, std::nullopt,
-                                                         {.backend = AttentionBackend::cudnn})
+          raw::attention_forward(t.q, t.k, t.v, t.spec, std::nullopt, {.backend = AttentionBackend::cudnn});
+      run = [&t, f] {
+        benchmark::DoNotOptimize(raw::attention_backward(t.dout, Tensor(), t.q, t.k, t.v, f.out, f.lse, t.spec,
+                                                         std::nullopt, {.backend = AttentionBackend::cudnn})
                                      .dq.raw_data());
       };
     }
@@ -113,7 +122,7 @@ void BM_attention_backward(benchmark::State& state) {
     return;
   }
   bench::time_device(state, run);
-  const double flops = 2.5 * 2.0 * c.b * c.h * double(c.s) * double(c.s) * (2.0 * c.d) / 2.0;
+  const double flops = 2.5 * t.forward_flops();
   state.counters["TFLOP/s"] =
       benchmark::Counter(flops * bench::kReps * 1e-12, benchmark::Counter::kIsIterationInvariantRate);
 }
